@@ -1,0 +1,458 @@
+//! [`MemoryBackend`]: limiter state in this process.
+//!
+//! A resource with a single `gcra` rate dimension and no concurrency limit
+//! (the common "N per second" case) is one atomic word updated with a
+//! compare-and-swap loop: no lock, no allocation. Every other resource keeps
+//! its dimensions behind one short mutex, which is what makes a multi-dimension
+//! acquisition all-or-nothing.
+
+use super::{Backend, BackendError, Decision, Denial, Grant, LeaseId, Reserved, Usage};
+use crate::algo::{gcra, leases::LeaseSet, window::WindowState};
+use crate::clock::{Clock, MonotonicClock};
+use crate::limits::{Algorithm, Demand, Dimension, LimitSpec, RateSpec};
+use parking_lot::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// In-process backend; the default. Cheap to clone (shares its clock).
+#[derive(Debug, Clone)]
+pub struct MemoryBackend {
+    clock: Arc<dyn Clock>,
+    next_lease: Arc<AtomicU64>,
+}
+
+impl MemoryBackend {
+    /// A backend on the production monotonic clock.
+    pub fn new() -> Self {
+        Self::with_clock(Arc::new(MonotonicClock::new()))
+    }
+
+    /// A backend on the given clock (tests use `TokioClock` or `ManualClock`).
+    pub fn with_clock(clock: Arc<dyn Clock>) -> Self {
+        Self {
+            clock,
+            next_lease: Arc::new(AtomicU64::new(1)),
+        }
+    }
+
+    /// The clock this backend counts with.
+    pub fn clock(&self) -> &Arc<dyn Clock> {
+        &self.clock
+    }
+
+    fn acquire_sync(&self, h: &MemoryHandle, demand: &Demand) -> Decision {
+        let now = self.clock.now_nanos();
+        match &h.state {
+            State::Fast { rate, tat } => fast_acquire(rate, tat, now, demand),
+            State::Locked(m) => {
+                let lease = if demand.lease { h.spec.concurrency } else { None };
+                let id = lease.map(|_| self.next_lease.fetch_add(1, Ordering::Relaxed));
+                m.lock().acquire(&h.spec, now, demand, lease.zip(id))
+            }
+        }
+    }
+
+    fn release_sync(&self, h: &MemoryHandle, grant: &Grant) {
+        if let (Some(lease), State::Locked(m)) = (grant.lease, &h.state) {
+            m.lock().leases.remove(lease.0);
+        }
+    }
+}
+
+impl Default for MemoryBackend {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// Per-resource state of the [`MemoryBackend`].
+#[derive(Debug)]
+pub struct MemoryHandle {
+    spec: Arc<LimitSpec>,
+    state: State,
+}
+
+#[derive(Debug)]
+enum State {
+    /// One `gcra` dimension, no concurrency: a lock-free word.
+    Fast { rate: RateSpec, tat: AtomicU64 },
+    /// Anything else: all dimensions under one lock.
+    Locked(Mutex<Counters>),
+}
+
+#[derive(Debug)]
+struct Counters {
+    dims: Vec<DimState>,
+    leases: LeaseSet,
+}
+
+#[derive(Debug)]
+enum DimState {
+    Gcra(u64),
+    Window(WindowState),
+}
+
+#[inline]
+fn fast_acquire(rate: &RateSpec, tat: &AtomicU64, now: u64, demand: &Demand) -> Decision {
+    let units = rate.units(demand);
+    let cap = RateSpec::scaled(rate.capacity, demand.ceiling_ppm);
+    let mut cur = tat.load(Ordering::Acquire);
+    loop {
+        let (next, delay) = match gcra::check(rate, cur, now, units, cap) {
+            Ok(next) => (next, 0),
+            Err(wait) if demand.book_within_ns > 0 && wait <= demand.book_within_ns => {
+                let start = now + wait;
+                (gcra::book(rate, cur, start, units), wait)
+            }
+            Err(wait) => {
+                return Decision::Denied(Denial {
+                    wait: Duration::from_nanos(wait),
+                    dimension: rate.dimension,
+                })
+            }
+        };
+        if next == cur {
+            return granted(now, delay, None, demand);
+        }
+        match tat.compare_exchange_weak(cur, next, Ordering::AcqRel, Ordering::Acquire) {
+            Ok(_) => return granted(now, delay, None, demand),
+            Err(actual) => cur = actual,
+        }
+    }
+}
+
+#[inline]
+fn granted(now: u64, delay_ns: u64, lease: Option<LeaseId>, demand: &Demand) -> Decision {
+    Decision::Granted(Grant {
+        at_ns: now,
+        delay: Duration::from_nanos(delay_ns),
+        lease,
+        reserved: Reserved::from(demand),
+    })
+}
+
+impl Counters {
+    fn new(spec: &LimitSpec) -> Self {
+        let dims = spec
+            .rates
+            .iter()
+            .map(|r| match r.algorithm {
+                Algorithm::Gcra => DimState::Gcra(0),
+                Algorithm::Window => DimState::Window(WindowState::default()),
+            })
+            .collect();
+        Self {
+            dims,
+            leases: LeaseSet::default(),
+        }
+    }
+
+    fn acquire(
+        &mut self,
+        spec: &LimitSpec,
+        now: u64,
+        demand: &Demand,
+        lease: Option<(u64, u64)>,
+    ) -> Decision {
+        let mut worst: Option<(u64, Dimension)> = None;
+        let mut note = |wait: u64, dim: Dimension| {
+            if worst.is_none_or(|(w, _)| wait > w) {
+                worst = Some((wait, dim));
+            }
+        };
+        for (r, st) in spec.rates.iter().zip(self.dims.iter_mut()) {
+            let units = r.units(demand);
+            let res = match st {
+                DimState::Gcra(tat) => {
+                    let cap = RateSpec::scaled(r.capacity, demand.ceiling_ppm);
+                    gcra::check(r, *tat, now, units, cap).map(|_| ())
+                }
+                DimState::Window(w) => {
+                    w.evict(r, now);
+                    w.check(r, now, units, RateSpec::scaled(r.limit, demand.ceiling_ppm))
+                }
+            };
+            if let Err(wait) = res {
+                note(wait, r.dimension);
+            }
+        }
+        if let Some((limit, _)) = lease {
+            if let Err(wait) = self.leases.check(now, RateSpec::scaled(limit, demand.ceiling_ppm)) {
+                note(wait, Dimension::MaxConcurrentRequests);
+            }
+        }
+        let delay = match worst {
+            None => 0,
+            Some((wait, dimension)) => match self.bookable_start(spec, now, demand, lease.is_some()) {
+                Some(start) => start - now,
+                None => {
+                    return Decision::Denied(Denial {
+                        wait: Duration::from_nanos(wait),
+                        dimension,
+                    })
+                }
+            },
+        };
+        let start = now + delay;
+        for (r, st) in spec.rates.iter().zip(self.dims.iter_mut()) {
+            let units = r.units(demand);
+            match st {
+                DimState::Gcra(tat) => *tat = gcra::book(r, *tat, start, units),
+                DimState::Window(w) => w.commit(r, now, units),
+            }
+        }
+        let lease = lease.map(|(_, id)| {
+            self.leases.insert(id, now + spec.lease_ttl_ns);
+            LeaseId(id)
+        });
+        granted(now, delay, lease, demand)
+    }
+
+    /// The start time of a booked future slot, when booking is possible and
+    /// within the caller's horizon.
+    fn bookable_start(&self, spec: &LimitSpec, now: u64, demand: &Demand, lease: bool) -> Option<u64> {
+        if demand.book_within_ns == 0 || lease || !spec.all_gcra() {
+            return None;
+        }
+        let mut start = now;
+        for (r, st) in spec.rates.iter().zip(self.dims.iter()) {
+            if let DimState::Gcra(tat) = st {
+                let units = r.units(demand);
+                if units == 0 {
+                    continue;
+                }
+                let cap = RateSpec::scaled(r.capacity, demand.ceiling_ppm);
+                start = start.max(gcra::earliest(
+                    *tat,
+                    now,
+                    gcra::increment(r, units),
+                    gcra::tolerance(r, cap),
+                ));
+            }
+        }
+        (start - now <= demand.book_within_ns).then_some(start)
+    }
+
+    fn reconcile(&mut self, spec: &LimitSpec, now: u64, grant: &Grant, actual: &Reserved) {
+        let before = demand_of(&grant.reserved);
+        let after = demand_of(actual);
+        for (r, st) in spec.rates.iter().zip(self.dims.iter_mut()) {
+            let delta = r.units(&after) as i64 - r.units(&before) as i64;
+            if delta == 0 {
+                continue;
+            }
+            match st {
+                DimState::Gcra(tat) => *tat = gcra::adjust(r, *tat, delta),
+                DimState::Window(w) => w.adjust(r, now, grant.at_ns, delta),
+            }
+        }
+    }
+
+    fn usage(&mut self, spec: &LimitSpec, now: u64) -> Usage {
+        self.leases.sweep(now);
+        let dimensions = spec
+            .rates
+            .iter()
+            .zip(self.dims.iter_mut())
+            .map(|(r, st)| {
+                let used = match st {
+                    DimState::Gcra(tat) => gcra::used(r, *tat, now),
+                    DimState::Window(w) => {
+                        w.evict(r, now);
+                        w.sum()
+                    }
+                };
+                (r.dimension, used)
+            })
+            .collect();
+        Usage {
+            dimensions,
+            leases: self.leases.len() as u64,
+        }
+    }
+
+    fn at_rest(&mut self, spec: &LimitSpec, now: u64) -> bool {
+        self.leases.sweep(now);
+        self.leases.is_empty()
+            && spec.rates.iter().zip(self.dims.iter_mut()).all(|(r, st)| match st {
+                DimState::Gcra(tat) => *tat <= now,
+                DimState::Window(w) => {
+                    w.evict(r, now);
+                    w.is_empty()
+                }
+            })
+    }
+}
+
+fn demand_of(r: &Reserved) -> Demand {
+    Demand {
+        requests: r.requests,
+        input_tokens: r.input_tokens,
+        output_tokens: r.output_tokens,
+        ..Demand::default()
+    }
+}
+
+impl Backend for MemoryBackend {
+    type Handle = MemoryHandle;
+
+    fn attach(&self, _resource: &str, spec: Arc<LimitSpec>) -> Result<MemoryHandle, BackendError> {
+        let state = match spec.rates.as_slice() {
+            [rate] if rate.algorithm == Algorithm::Gcra && spec.concurrency.is_none() => State::Fast {
+                rate: *rate,
+                tat: AtomicU64::new(0),
+            },
+            _ => State::Locked(Mutex::new(Counters::new(&spec))),
+        };
+        Ok(MemoryHandle { spec, state })
+    }
+
+    #[inline]
+    fn acquire(
+        &self,
+        handle: &MemoryHandle,
+        demand: &Demand,
+    ) -> impl std::future::Future<Output = Result<Decision, BackendError>> + Send {
+        std::future::ready(Ok(self.acquire_sync(handle, demand)))
+    }
+
+    fn release(
+        &self,
+        handle: &MemoryHandle,
+        grant: &Grant,
+    ) -> impl std::future::Future<Output = Result<(), BackendError>> + Send {
+        self.release_sync(handle, grant);
+        std::future::ready(Ok(()))
+    }
+
+    #[inline]
+    fn release_detached(&self, handle: &MemoryHandle, grant: Grant) {
+        self.release_sync(handle, &grant);
+    }
+
+    fn renew(
+        &self,
+        handle: &MemoryHandle,
+        lease: LeaseId,
+    ) -> impl std::future::Future<Output = Result<bool, BackendError>> + Send {
+        let now = self.clock.now_nanos();
+        let ok = match &handle.state {
+            State::Locked(m) => m.lock().leases.renew(lease.0, now, now + handle.spec.lease_ttl_ns),
+            State::Fast { .. } => false,
+        };
+        std::future::ready(Ok(ok))
+    }
+
+    fn reconcile(
+        &self,
+        handle: &MemoryHandle,
+        grant: &Grant,
+        actual: &Reserved,
+    ) -> impl std::future::Future<Output = Result<(), BackendError>> + Send {
+        let now = self.clock.now_nanos();
+        match &handle.state {
+            State::Fast { rate, tat } => {
+                let delta = rate.units(&demand_of(actual)) as i64
+                    - rate.units(&demand_of(&grant.reserved)) as i64;
+                if delta != 0 {
+                    let _ = tat.fetch_update(Ordering::AcqRel, Ordering::Acquire, |t| {
+                        Some(gcra::adjust(rate, t, delta))
+                    });
+                }
+            }
+            State::Locked(m) => m.lock().reconcile(&handle.spec, now, grant, actual),
+        }
+        std::future::ready(Ok(()))
+    }
+
+    fn usage(
+        &self,
+        handle: &MemoryHandle,
+    ) -> impl std::future::Future<Output = Result<Usage, BackendError>> + Send {
+        let now = self.clock.now_nanos();
+        let usage = match &handle.state {
+            State::Fast { rate, tat } => Usage {
+                dimensions: vec![(rate.dimension, gcra::used(rate, tat.load(Ordering::Acquire), now))],
+                leases: 0,
+            },
+            State::Locked(m) => m.lock().usage(&handle.spec, now),
+        };
+        std::future::ready(Ok(usage))
+    }
+
+    fn at_rest(&self, handle: &MemoryHandle) -> bool {
+        let now = self.clock.now_nanos();
+        match &handle.state {
+            State::Fast { tat, .. } => tat.load(Ordering::Acquire) <= now,
+            State::Locked(m) => m.try_lock().is_some_and(|mut c| c.at_rest(&handle.spec, now)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::clock::ManualClock;
+    use crate::limits::Limits;
+    use futures::FutureExt;
+
+    fn backend() -> (MemoryBackend, Arc<ManualClock>) {
+        let clock = Arc::new(ManualClock::new(1_000_000_000));
+        (MemoryBackend::with_clock(clock.clone()), clock)
+    }
+
+    fn now<T>(f: impl std::future::Future<Output = T>) -> T {
+        f.now_or_never().expect("memory backend is synchronous")
+    }
+
+    #[test]
+    fn denial_on_one_dimension_consumes_nothing_on_others() {
+        let (b, _) = backend();
+        let spec = Arc::new(
+            Limits::default()
+                .requests_per_minute(100)
+                .tokens_per_minute(1_000)
+                .max_concurrent_requests(10)
+                .compile()
+                .unwrap(),
+        );
+        let h = b.attach("r", spec).unwrap();
+        let big = Demand {
+            input_tokens: 900,
+            ..Demand::default()
+        };
+        assert!(matches!(now(b.acquire(&h, &big)).unwrap(), Decision::Granted(_)));
+        let too_much = Demand {
+            input_tokens: 200,
+            ..Demand::default()
+        };
+        let d = now(b.acquire(&h, &too_much)).unwrap();
+        assert!(matches!(d, Decision::Denied(Denial { dimension: Dimension::TokensPerMinute, .. })));
+        let u = now(b.usage(&h)).unwrap();
+        assert_eq!(
+            u.dimensions,
+            vec![(Dimension::RequestsPerMinute, 1), (Dimension::TokensPerMinute, 900)]
+        );
+        assert_eq!(u.leases, 1);
+    }
+
+    #[test]
+    fn gcra_booking_returns_the_exact_delay() {
+        let (b, _) = backend();
+        let spec = Arc::new(Limits::default().requests_per_second(10).gcra(Some(1)).compile().unwrap());
+        let h = b.attach("r", spec).unwrap();
+        let book = Demand {
+            book_within_ns: 1_000_000_000,
+            ..Demand::default()
+        };
+        let delays: Vec<_> = (0..4)
+            .map(|_| match now(b.acquire(&h, &book)).unwrap() {
+                Decision::Granted(g) => g.delay,
+                Decision::Denied(d) => panic!("denied {d:?}"),
+            })
+            .collect();
+        let ms = |n| Duration::from_millis(n);
+        assert_eq!(delays, vec![ms(0), ms(100), ms(200), ms(300)]);
+    }
+}

@@ -1,0 +1,155 @@
+//! The [`Backend`] trait: the only place limiter state lives.
+//!
+//! The broker keeps configuration, queues and counters of its own process;
+//! everything that must be shared to be correct (windows, buckets, leases)
+//! is behind these few atomic operations. [`MemoryBackend`] holds it in this
+//! process; `pressure-redis` holds it in Redis for a fleet. Both pass the
+//! same contract suite (`pressure_core::contract`, feature `contract`).
+
+mod memory;
+
+pub use memory::{MemoryBackend, MemoryHandle};
+
+use crate::limits::{Demand, Dimension, LimitSpec};
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Identifies one concurrency lease within its resource.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct LeaseId(pub u64);
+
+/// What a granted acquisition reserved, so it can be reconciled, renewed and
+/// released later.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Grant {
+    /// Backend time (nanoseconds) at which the units were counted; the window
+    /// algorithm reconciles against the sub-window of this instant.
+    pub at_ns: u64,
+    /// How long the caller must wait before using a booked future slot
+    /// (`gcra` booking); zero for an immediate grant.
+    pub delay: Duration,
+    /// The concurrency lease taken, if the resource limits concurrency.
+    pub lease: Option<LeaseId>,
+    /// Units reserved.
+    pub reserved: Reserved,
+}
+
+/// Units reserved by a grant (what reconcile corrects).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Reserved {
+    /// Requests.
+    pub requests: u64,
+    /// Input tokens.
+    pub input_tokens: u64,
+    /// Output tokens.
+    pub output_tokens: u64,
+}
+
+impl From<&Demand> for Reserved {
+    fn from(d: &Demand) -> Self {
+        Self {
+            requests: d.requests,
+            input_tokens: d.input_tokens,
+            output_tokens: d.output_tokens,
+        }
+    }
+}
+
+/// A refusal: nothing was consumed on any dimension.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Denial {
+    /// Earliest time from now at which the same demand could fit (the
+    /// maximum over the failing dimensions; an estimate for concurrency).
+    pub wait: Duration,
+    /// The dimension that needed the longest wait.
+    pub dimension: Dimension,
+}
+
+/// The outcome of one acquisition attempt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Decision {
+    /// All dimensions reserved.
+    Granted(Grant),
+    /// Nothing reserved.
+    Denied(Denial),
+}
+
+/// Current usage of one resource, as the backend counts it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Usage {
+    /// Units counted per rate dimension right now.
+    pub dimensions: Vec<(Dimension, u64)>,
+    /// Live concurrency leases.
+    pub leases: u64,
+}
+
+/// A failure of the state store itself (not a denial).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BackendError {
+    /// The store did not answer within its timeout.
+    #[error("backend timed out after {0:?}")]
+    Timeout(Duration),
+    /// The store is unreachable or answered with an error.
+    #[error("backend unavailable: {0}")]
+    Unavailable(String),
+    /// The store answered something this client cannot understand.
+    #[error("backend protocol error: {0}")]
+    Protocol(String),
+}
+
+/// Where limiter state lives. Every operation is atomic for one resource:
+/// `acquire` reserves all dimensions of a demand or none.
+///
+/// Implementations are used through static dispatch (`ResourceBroker<B>`), so
+/// the in-memory fast path costs no allocation or virtual call.
+pub trait Backend: Send + Sync + Sized + 'static {
+    /// Per-resource state or addressing, made once at registration so the hot
+    /// path needs no second lookup.
+    type Handle: Send + Sync + 'static;
+
+    /// Prepares `resource` with `spec`. Called once per registration.
+    fn attach(&self, resource: &str, spec: Arc<LimitSpec>) -> Result<Self::Handle, BackendError>;
+
+    /// Checks and reserves every dimension of `demand`, or nothing.
+    fn acquire(
+        &self,
+        handle: &Self::Handle,
+        demand: &Demand,
+    ) -> impl Future<Output = Result<Decision, BackendError>> + Send;
+
+    /// Gives back what `grant` holds (its lease). Idempotent per grant.
+    fn release(
+        &self,
+        handle: &Self::Handle,
+        grant: &Grant,
+    ) -> impl Future<Output = Result<(), BackendError>> + Send;
+
+    /// Releases without waiting (used from `Drop`): synchronous where the
+    /// store is local, a background task otherwise. A release that cannot be
+    /// delivered is recovered by the lease TTL.
+    fn release_detached(&self, handle: &Self::Handle, grant: Grant);
+
+    /// Extends a lease by the resource's TTL; `Ok(false)` if it was already
+    /// lost (expired and reclaimed).
+    fn renew(
+        &self,
+        handle: &Self::Handle,
+        lease: LeaseId,
+    ) -> impl Future<Output = Result<bool, BackendError>> + Send;
+
+    /// Corrects the units reserved by `grant` to `actual`.
+    fn reconcile(
+        &self,
+        handle: &Self::Handle,
+        grant: &Grant,
+        actual: &Reserved,
+    ) -> impl Future<Output = Result<(), BackendError>> + Send;
+
+    /// Reads the resource's current usage.
+    fn usage(&self, handle: &Self::Handle) -> impl Future<Output = Result<Usage, BackendError>> + Send;
+
+    /// Whether the resource's state holds nothing any more (every window
+    /// drained, bucket full, no lease), so evicting it loses no accuracy.
+    fn at_rest(&self, handle: &Self::Handle) -> bool;
+}

@@ -1,0 +1,454 @@
+//! [`ResourceBroker`]: the registry of resources and the two strategies on
+//! top of one [`Backend`].
+
+use crate::acquisition::{AcquireOptions, Acquisition, Permit};
+use crate::backend::Backend;
+use crate::clock::{Clock, MonotonicClock};
+use crate::entry::{Counters, Entry, ResourceHandle};
+use crate::error::{Error, QueueError};
+use crate::limits::{LimitSpec, Limits, PPM};
+use crate::queue::{self, Attempt, Queue, QueueConfig, Request, Response, TaskError};
+use crate::stats::{ResourceKind, ResourceStats, WaitTimes};
+use crate::MemoryBackend;
+use dashmap::DashMap;
+use serde::{Deserialize, Serialize};
+use std::future::Future;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Default bound on lazily registered resources.
+pub const DEFAULT_MAX_LAZY_RESOURCES: usize = 100_000;
+
+/// Limits plus queue settings of a `queue` resource (`register`).
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ResourceConfig {
+    /// What the resource admits.
+    pub limits: Limits,
+    /// How callers wait.
+    #[serde(default)]
+    pub queue: QueueConfig,
+}
+
+impl ResourceConfig {
+    /// Limits with the default queue settings.
+    pub fn new(limits: Limits) -> Self {
+        Self {
+            limits,
+            queue: QueueConfig::default(),
+        }
+    }
+
+    /// Replaces the queue settings.
+    pub fn queue(mut self, queue: QueueConfig) -> Self {
+        self.queue = queue;
+        self
+    }
+}
+
+/// Limits compiled once for many lazily registered resources (one per
+/// tenant), so registering a tenant costs no parsing or validation.
+#[derive(Debug, Clone)]
+pub struct LimitTemplate(Arc<LimitSpec>);
+
+impl LimitTemplate {
+    /// Validates `limits` for use as a template.
+    pub fn new(limits: &Limits) -> Result<Self, crate::LimitsError> {
+        Ok(Self(Arc::new(limits.compile()?)))
+    }
+
+    /// The template's limits.
+    pub fn limits(&self) -> &Limits {
+        &self.0.limits
+    }
+}
+
+/// Builds a [`ResourceBroker`] with a chosen backend and options.
+#[derive(Debug)]
+pub struct BrokerBuilder<B: Backend> {
+    backend: B,
+    clock: Arc<dyn Clock>,
+    max_lazy: usize,
+}
+
+impl<B: Backend> BrokerBuilder<B> {
+    /// The clock used for idle tracking of lazy resources.
+    pub fn clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = clock;
+        self
+    }
+
+    /// Most lazily registered resources kept at once (default 100 000).
+    pub fn max_lazy_resources(mut self, n: usize) -> Self {
+        self.max_lazy = n.max(1);
+        self
+    }
+
+    /// Builds the broker.
+    pub fn build(self) -> ResourceBroker<B> {
+        ResourceBroker {
+            shared: Arc::new(Shared {
+                backend: Arc::new(self.backend),
+                resources: DashMap::with_hasher(ahash::RandomState::new()),
+                lazy_count: AtomicUsize::new(0),
+                evicted: AtomicU64::new(0),
+                max_lazy: self.max_lazy,
+                clock: self.clock,
+                evicting: parking_lot::Mutex::new(()),
+            }),
+        }
+    }
+}
+
+struct Shared<B: Backend> {
+    backend: Arc<B>,
+    resources: DashMap<Arc<str>, Arc<Entry<B>>, ahash::RandomState>,
+    lazy_count: AtomicUsize,
+    evicted: AtomicU64,
+    max_lazy: usize,
+    clock: Arc<dyn Clock>,
+    evicting: parking_lot::Mutex<()>,
+}
+
+/// One broker, two strategies on exhaustion over the same counters:
+/// queue+execute (`register` + `enqueue`) and check+reject
+/// (`register_limit` + `try_acquire`). Cheap to clone; clones share state.
+pub struct ResourceBroker<B: Backend = MemoryBackend> {
+    shared: Arc<Shared<B>>,
+}
+
+impl<B: Backend> Clone for ResourceBroker<B> {
+    fn clone(&self) -> Self {
+        Self {
+            shared: Arc::clone(&self.shared),
+        }
+    }
+}
+
+impl<B: Backend> std::fmt::Debug for ResourceBroker<B> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ResourceBroker")
+            .field("resources", &self.shared.resources.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl ResourceBroker<MemoryBackend> {
+    /// A broker on the in-memory backend.
+    pub fn new() -> Self {
+        Self::builder(MemoryBackend::new()).build()
+    }
+}
+
+impl Default for ResourceBroker<MemoryBackend> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<B: Backend> ResourceBroker<B> {
+    /// Starts building a broker on `backend`.
+    pub fn builder(backend: B) -> BrokerBuilder<B> {
+        BrokerBuilder {
+            backend,
+            clock: Arc::new(MonotonicClock::new()),
+            max_lazy: DEFAULT_MAX_LAZY_RESOURCES,
+        }
+    }
+
+    /// The backend.
+    pub fn backend(&self) -> &B {
+        &self.shared.backend
+    }
+
+    /// Registers a `queue` resource (usable by `enqueue` and `try_acquire`).
+    pub fn register(&self, resource: impl Into<String>, config: ResourceConfig) -> Result<(), Error> {
+        let resource = resource.into();
+        config.queue.validate().map_err(|(field, problem)| Error::InvalidQueue {
+            resource: resource.clone(),
+            field,
+            problem,
+        })?;
+        let spec = compile(&resource, &config.limits)?;
+        let ceiling = ((1.0 - config.queue.batch_headroom) * f64::from(PPM)) as u32;
+        let queue = Some(Box::new(Queue::new(config.queue)));
+        self.insert(resource, spec, ResourceKind::Queue, queue, ceiling, false)
+            .map(drop)
+    }
+
+    /// Registers a `limit` resource (`try_acquire` only).
+    pub fn register_limit(&self, resource: impl Into<String>, limits: Limits) -> Result<(), Error> {
+        let resource = resource.into();
+        let spec = compile(&resource, &limits)?;
+        self.insert(resource, spec, ResourceKind::Limit, None, PPM, false)
+            .map(drop)
+    }
+
+    /// The handle of a registered resource, to acquire without a lookup.
+    pub fn resource(&self, resource: &str) -> Option<ResourceHandle<B>> {
+        self.shared.resources.get(resource).map(|e| ResourceHandle {
+            entry: Arc::clone(e.value()),
+        })
+    }
+
+    /// The handle of `resource`, registering it on first use as a `limit`
+    /// resource with `template` (e.g. one per tenant). Lazily registered
+    /// resources are bounded: past the bound, resources at rest are evicted
+    /// first, then the least recently used idle ones (see the crate docs).
+    pub fn lazy_limit(&self, resource: &str, template: &LimitTemplate) -> Result<ResourceHandle<B>, Error> {
+        if let Some(e) = self.shared.resources.get(resource) {
+            let entry = Arc::clone(e.value());
+            drop(e);
+            if entry.lazy {
+                entry.last_used.store(self.shared.clock.now_nanos(), Ordering::Relaxed);
+            }
+            return Ok(ResourceHandle { entry });
+        }
+        match self.insert(
+            resource.to_owned(),
+            Arc::clone(&template.0),
+            ResourceKind::Limit,
+            None,
+            PPM,
+            true,
+        ) {
+            Ok(entry) => Ok(ResourceHandle { entry }),
+            // Lost a race with another registration of the same id.
+            Err(Error::AlreadyRegistered(_)) => self
+                .resource(resource)
+                .ok_or_else(|| Error::UnknownResource(resource.to_owned())),
+            Err(e) => Err(e),
+        }
+    }
+
+    fn insert(
+        &self,
+        resource: String,
+        spec: Arc<LimitSpec>,
+        kind: ResourceKind,
+        queue: Option<Box<Queue<B>>>,
+        batch_ceiling_ppm: u32,
+        lazy: bool,
+    ) -> Result<Arc<Entry<B>>, Error> {
+        let handle = self.shared.backend.attach(&resource, Arc::clone(&spec))?;
+        let id: Arc<str> = Arc::from(resource);
+        let entry = Arc::new(Entry {
+            id: Arc::clone(&id),
+            kind,
+            spec,
+            backend: Arc::clone(&self.shared.backend),
+            handle,
+            counters: Counters::default(),
+            queue,
+            batch_ceiling_ppm,
+            lazy,
+            last_used: AtomicU64::new(self.shared.clock.now_nanos()),
+        });
+        match self.shared.resources.entry(id) {
+            dashmap::Entry::Occupied(o) => return Err(Error::AlreadyRegistered(o.key().to_string())),
+            dashmap::Entry::Vacant(v) => {
+                v.insert(Arc::clone(&entry));
+            }
+        }
+        if lazy && self.shared.lazy_count.fetch_add(1, Ordering::Relaxed) + 1 > self.shared.max_lazy {
+            self.evict_lazy();
+        }
+        Ok(entry)
+    }
+
+    /// Evicts lazily registered resources until the count is back under the
+    /// bound with some slack: first those at rest (no loss of accuracy), then
+    /// the least recently used ones that no permit or handle holds.
+    fn evict_lazy(&self) {
+        let Some(_guard) = self.shared.evicting.try_lock() else {
+            return;
+        };
+        let target = self.shared.max_lazy - self.shared.max_lazy / 8;
+        let count = |s: &Self| s.shared.lazy_count.load(Ordering::Relaxed);
+        if count(self) <= self.shared.max_lazy {
+            return;
+        }
+        let mut idle: Vec<(u64, Arc<str>)> = Vec::new();
+        let mut rest: Vec<Arc<str>> = Vec::new();
+        for e in self.shared.resources.iter() {
+            let entry = e.value();
+            if !entry.lazy || Arc::strong_count(entry) > 1 {
+                continue;
+            }
+            if self.shared.backend.at_rest(&entry.handle) {
+                rest.push(Arc::clone(e.key()));
+            } else {
+                idle.push((entry.last_used.load(Ordering::Relaxed), Arc::clone(e.key())));
+            }
+        }
+        let excess = count(self).saturating_sub(target);
+        idle.sort_unstable_by_key(|(t, _)| *t);
+        let order = rest.into_iter().chain(idle.into_iter().map(|(_, k)| k));
+        let mut removed = 0;
+        for key in order {
+            if removed >= excess {
+                break;
+            }
+            let gone = self
+                .shared
+                .resources
+                .remove_if(&key, |_, e| e.lazy && Arc::strong_count(e) == 1);
+            if gone.is_some() {
+                removed += 1;
+                self.shared.lazy_count.fetch_sub(1, Ordering::Relaxed);
+            }
+        }
+        self.shared.evicted.fetch_add(removed as u64, Ordering::Relaxed);
+    }
+
+    /// Lazily registered resources held now.
+    pub fn lazy_resources(&self) -> usize {
+        self.shared.lazy_count.load(Ordering::Relaxed)
+    }
+
+    /// Lazily registered resources evicted so far.
+    pub fn evicted_resources(&self) -> u64 {
+        self.shared.evicted.load(Ordering::Relaxed)
+    }
+
+    /// Registered resources.
+    pub fn len(&self) -> usize {
+        self.shared.resources.len()
+    }
+
+    /// Whether no resource is registered.
+    pub fn is_empty(&self) -> bool {
+        self.shared.resources.is_empty()
+    }
+
+    fn entry(&self, resource: &str) -> Result<Arc<Entry<B>>, Error> {
+        match self.shared.resources.get(resource) {
+            Some(e) => {
+                let entry = Arc::clone(e.value());
+                if entry.lazy {
+                    entry.last_used.store(self.shared.clock.now_nanos(), Ordering::Relaxed);
+                }
+                Ok(entry)
+            }
+            None => Err(Error::UnknownResource(resource.to_owned())),
+        }
+    }
+
+    /// Check+reject: reserve now, or get a denial carrying the earliest time
+    /// the same demand could fit. A denial consumes nothing.
+    #[inline]
+    pub async fn try_acquire(&self, resource: &str, opts: AcquireOptions) -> Result<Acquisition<B>, Error> {
+        let entry = self.entry(resource)?;
+        entry.try_acquire(&opts).await
+    }
+
+    /// "Wait up to `max_wait`, then reject", built on `try_acquire`: retries
+    /// at each denial's wait time while that stays within the bound, and
+    /// fails at once ([`Error::WaitExceeded`]) as soon as it cannot.
+    pub async fn acquire_within(
+        &self,
+        resource: &str,
+        opts: AcquireOptions,
+        max_wait: Duration,
+    ) -> Result<Permit<B>, Error> {
+        let entry = self.entry(resource)?;
+        let deadline = tokio::time::Instant::now() + max_wait;
+        loop {
+            match entry.try_acquire(&opts).await? {
+                Acquisition::Granted(p) => return Ok(p),
+                Acquisition::Denied(d) => {
+                    let now = tokio::time::Instant::now();
+                    if now + d.wait > deadline {
+                        return Err(Error::WaitExceeded {
+                            resource: resource.to_owned(),
+                            max_wait,
+                            wait: d.wait,
+                        });
+                    }
+                    tokio::time::sleep(d.wait).await;
+                }
+            }
+        }
+    }
+
+    /// Queue+execute: waits (by priority, within the bounds of the resource's
+    /// queue) until capacity frees, runs `task`, reconciles the usage it
+    /// reports, and runs it again when it reports a rate limit. Dropping the
+    /// returned future abandons the request and leaves nothing behind.
+    pub async fn enqueue<T, E, F, Fut>(&self, request: Request<F>) -> Result<Response<T>, QueueError<E>>
+    where
+        F: FnMut(Attempt) -> Fut,
+        Fut: Future<Output = Result<T, TaskError<E>>>,
+    {
+        let entry = self.entry(&request.resource)?;
+        queue::enqueue(entry, request).await
+    }
+
+    /// A snapshot of every resource, sorted by id.
+    pub async fn stats(&self) -> Vec<ResourceStats> {
+        let entries: Vec<Arc<Entry<B>>> = self.shared.resources.iter().map(|e| Arc::clone(e.value())).collect();
+        let mut out = Vec::with_capacity(entries.len());
+        for e in entries {
+            out.push(stats_of(&e).await);
+        }
+        out.sort_by(|a, b| a.resource.cmp(&b.resource));
+        out
+    }
+
+    /// A snapshot of one resource.
+    pub async fn resource_stats(&self, resource: &str) -> Result<ResourceStats, Error> {
+        let e = self
+            .shared
+            .resources
+            .get(resource)
+            .map(|e| Arc::clone(e.value()))
+            .ok_or_else(|| Error::UnknownResource(resource.to_owned()))?;
+        Ok(stats_of(&e).await)
+    }
+}
+
+async fn stats_of<B: Backend>(e: &Entry<B>) -> ResourceStats {
+    let mut usage = std::collections::BTreeMap::new();
+    match e.backend.usage(&e.handle).await {
+        Ok(u) => {
+            for (d, v) in u.dimensions {
+                usage.insert(d.as_str().to_owned(), v);
+            }
+            if e.spec.concurrency.is_some() {
+                usage.insert("maxConcurrentRequests".to_owned(), u.leases);
+            }
+        }
+        Err(_) => {
+            e.counters.backend_errors.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+    let c = &e.counters;
+    let (queued, wait_time_ms) = match e.queue.as_deref() {
+        Some(q) => (
+            Some(q.len() as u64),
+            q.wait_percentiles().map(|[p50, p90, p99, max]| WaitTimes { p50, p90, p99, max }),
+        ),
+        None => (None, None),
+    };
+    ResourceStats {
+        resource: e.id.to_string(),
+        kind: e.kind,
+        limits: e.spec.limits.clone(),
+        usage,
+        active: c.active.load(Ordering::Relaxed),
+        allowed: c.allowed.load(Ordering::Relaxed),
+        denied: c.denied.load(Ordering::Relaxed),
+        backend_errors: c.backend_errors.load(Ordering::Relaxed),
+        queued,
+        wait_time_ms,
+        lazy: e.lazy,
+    }
+}
+
+fn compile(resource: &str, limits: &Limits) -> Result<Arc<LimitSpec>, Error> {
+    limits.compile().map(Arc::new).map_err(|source| Error::InvalidLimits {
+        resource: resource.to_owned(),
+        source,
+    })
+}

@@ -1,0 +1,148 @@
+//! One registered resource as the broker holds it: its compiled limits, the
+//! backend's handle, this process's counters and, for `queue` resources, the
+//! wait queue. [`ResourceHandle`] is the public, pre-resolved reference.
+
+use crate::acquisition::{AcquireOptions, Acquisition, Permit};
+use crate::backend::{Backend, Decision};
+use crate::error::Error;
+use crate::limits::{Demand, LimitSpec, PPM};
+use crate::queue::Queue;
+use crate::stats::ResourceKind;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+/// Counters of this process for one resource.
+#[derive(Debug, Default)]
+pub(crate) struct Counters {
+    pub(crate) allowed: AtomicU64,
+    pub(crate) denied: AtomicU64,
+    pub(crate) active: AtomicU64,
+    pub(crate) backend_errors: AtomicU64,
+}
+
+pub(crate) struct Entry<B: Backend> {
+    pub(crate) id: Arc<str>,
+    pub(crate) kind: ResourceKind,
+    pub(crate) spec: Arc<LimitSpec>,
+    pub(crate) backend: Arc<B>,
+    pub(crate) handle: B::Handle,
+    pub(crate) counters: Counters,
+    pub(crate) queue: Option<Box<Queue<B>>>,
+    /// Share of each limit batch callers may fill, parts per million.
+    pub(crate) batch_ceiling_ppm: u32,
+    pub(crate) lazy: bool,
+    /// Broker-clock nanoseconds of the last use (lazy resources only).
+    pub(crate) last_used: AtomicU64,
+}
+
+impl<B: Backend> std::fmt::Debug for Entry<B> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Entry")
+            .field("id", &self.id)
+            .field("kind", &self.kind)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<B: Backend> Entry<B> {
+    /// The backend demand for `opts`.
+    #[inline]
+    pub(crate) fn demand(&self, opts: &AcquireOptions) -> Demand {
+        Demand {
+            requests: opts.requests,
+            input_tokens: opts.input_tokens,
+            output_tokens: opts.output_tokens,
+            lease: true,
+            ceiling_ppm: match opts.priority {
+                crate::Priority::Interactive => PPM,
+                crate::Priority::Batch => self.batch_ceiling_ppm,
+            },
+            book_within_ns: 0,
+        }
+    }
+
+    /// Refuses a demand that can never fit.
+    #[inline]
+    pub(crate) fn check_size(&self, demand: &Demand) -> Result<(), Error> {
+        match self.spec.oversized(demand) {
+            None => Ok(()),
+            Some((dimension, demand, max)) => Err(Error::DemandTooLarge {
+                resource: self.id.to_string(),
+                dimension,
+                demand,
+                max,
+            }),
+        }
+    }
+
+    /// One backend attempt; counts allowed grants and backend errors, but not
+    /// denials (callers decide whether a denial is final).
+    #[inline]
+    pub(crate) async fn attempt(self: &Arc<Self>, demand: &Demand) -> Result<Acquisition<B>, Error> {
+        match self.backend.acquire(&self.handle, demand).await {
+            Ok(Decision::Granted(grant)) => {
+                self.counters.allowed.fetch_add(1, Ordering::Relaxed);
+                self.counters.active.fetch_add(1, Ordering::Relaxed);
+                Ok(Acquisition::Granted(Permit::new(Arc::clone(self), grant)))
+            }
+            Ok(Decision::Denied(d)) => Ok(Acquisition::Denied(d)),
+            Err(e) => {
+                self.counters.backend_errors.fetch_add(1, Ordering::Relaxed);
+                Err(Error::Backend(e))
+            }
+        }
+    }
+
+    /// `try_acquire`: one attempt, a denial is counted and final.
+    #[inline]
+    pub(crate) async fn try_acquire(self: &Arc<Self>, opts: &AcquireOptions) -> Result<Acquisition<B>, Error> {
+        let demand = self.demand(opts);
+        self.check_size(&demand)?;
+        let out = self.attempt(&demand).await?;
+        if !out.allowed() {
+            self.counters.denied.fetch_add(1, Ordering::Relaxed);
+        }
+        Ok(out)
+    }
+
+    /// Tells the queue (if any) that capacity may have been freed.
+    #[inline]
+    pub(crate) fn capacity_freed(&self) {
+        if let Some(q) = &self.queue {
+            q.wake();
+        }
+    }
+}
+
+/// A pre-resolved reference to a registered resource: acquiring through it
+/// skips the id lookup. Keeps the resource from being evicted while held.
+#[derive(Debug)]
+pub struct ResourceHandle<B: Backend = crate::MemoryBackend> {
+    pub(crate) entry: Arc<Entry<B>>,
+}
+
+impl<B: Backend> Clone for ResourceHandle<B> {
+    fn clone(&self) -> Self {
+        Self {
+            entry: Arc::clone(&self.entry),
+        }
+    }
+}
+
+impl<B: Backend> ResourceHandle<B> {
+    /// The resource id.
+    pub fn id(&self) -> &str {
+        &self.entry.id
+    }
+
+    /// The resource's limits.
+    pub fn limits(&self) -> &crate::Limits {
+        &self.entry.spec.limits
+    }
+
+    /// Check+reject: reserve `opts` now or get a denial with its wait time.
+    #[inline]
+    pub async fn try_acquire(&self, opts: AcquireOptions) -> Result<Acquisition<B>, Error> {
+        self.entry.try_acquire(&opts).await
+    }
+}

@@ -1,0 +1,90 @@
+//! # pressure-core
+//!
+//! One [`ResourceBroker`] for everything a platform pushes downstream: one
+//! counting machinery, two strategies on exhaustion.
+//!
+//! | strategy | API | on exhaustion |
+//! |---|---|---|
+//! | queue+execute | [`ResourceBroker::register`] + [`ResourceBroker::enqueue`] | wait in a priority queue, run when capacity frees, retry on a reported rate limit |
+//! | check+reject | [`ResourceBroker::register_limit`] + [`ResourceBroker::try_acquire`] | answer at once with the wait time |
+//!
+//! State lives behind the [`Backend`] trait: [`MemoryBackend`] here,
+//! `pressure-redis` for a fleet.
+//!
+//! ## Limits and their exact meaning
+//!
+//! [`Limits`] may set `requestsPerSecond`, `requestsPerMinute`,
+//! `tokensPerMinute`, `inputTokensPerMinute`, `outputTokensPerMinute` and
+//! `maxConcurrentRequests`, in any subset. An acquisition must fit all of
+//! them; it reserves all or nothing, and **a denial consumes nothing** on
+//! any dimension.
+//!
+//! ### `window` (default)
+//! A strict sliding window, counted in `S = 30` aligned sub-windows
+//! (`g = ⌈W/S⌉`). A demand in sub-window `k` is admitted iff the units of
+//! sub-windows `k−S..=k` plus the demand stay within `N`.
+//! * **Bound:** no interval of length `W` ever holds more than `N` units (any
+//!   such interval overlaps at most `S+1` sub-windows, all counted).
+//! * **Utilization:** under saturation at least `S/(S+1)` ≈ 96.7 % of `N`
+//!   per `W`.
+//! * **Wait:** exact — when enough old sub-windows leave the span.
+//!
+//! ### `gcra` (with optional `burst`)
+//! The generic cell rate algorithm (continuous-refill token bucket, as
+//! providers and nginx `limit_req` count): one timestamp of state per
+//! dimension, emission interval `T = ⌈W/N⌉` ns, bucket `C` = `burst` on
+//! request dimensions (default `N`) and `N` on token dimensions.
+//! * **Bound:** over any interval of length `d`, at most `C + d/T` units.
+//! * **Wait:** exact — the same demand fits at `now + wait` and not one
+//!   nanosecond earlier. A queued caller can *book* its future slot and sleep
+//!   once.
+//!
+//! ### `maxConcurrentRequests`
+//! Live permits. Each is a lease with a TTL (`leaseTtlMs`, default 30 s):
+//! long holders [`Permit::renew`] (queued tasks are renewed automatically), a
+//! leaked permit or a dead process gives its slot back when the lease
+//! expires. The wait on a concurrency denial is an estimate: the time until
+//! the earliest lease expires, at most 100 ms.
+//!
+//! ### Tokens
+//! Reserve an estimate (input counted, output = `max_tokens`), then
+//! [`Permit::reconcile`] with the actual usage: windows and buckets are
+//! corrected by the difference, up or down.
+//!
+//! ## Queue order
+//! See [`queue`](crate::queue#order-and-the-starvation-rule): interactive
+//! first, batch after at most `interactiveBurst` interactive grants, batch
+//! confined below `1 − batchHeadroom` of each limit fleet-wide.
+//!
+//! ## Lazily registered resources
+//! [`ResourceBroker::lazy_limit`] registers per-tenant resources on first use.
+//! Their number is bounded (default 100 000): past the bound the broker evicts
+//! resources at rest (nothing counted, so no accuracy is lost), then, if a
+//! flood of distinct ids leaves none at rest, the least recently used ones not
+//! held by any permit — like nginx's `limit_req` zone, which trades accuracy
+//! for a tenant idle longest over refusing every new one.
+
+pub mod algo;
+mod acquisition;
+pub mod backend;
+mod broker;
+pub mod clock;
+#[cfg(feature = "contract")]
+pub mod contract;
+mod entry;
+mod error;
+mod limits;
+pub mod queue;
+mod stats;
+
+pub use acquisition::{AcquireOptions, Acquisition, ActualUsage, Permit};
+pub use backend::{Backend, BackendError, Decision, Denial, Grant, LeaseId, MemoryBackend, Reserved};
+pub use broker::{BrokerBuilder, LimitTemplate, ResourceBroker, ResourceConfig, DEFAULT_MAX_LAZY_RESOURCES};
+pub use entry::ResourceHandle;
+pub use error::{Error, QueueError};
+pub use limits::{
+    Algorithm, Demand, Dimension, LimitSpec, Limits, LimitsError, RateSpec, DEFAULT_LEASE_TTL, MAX_LIMIT, PPM,
+    SUB_WINDOWS,
+};
+pub use queue::{Attempt, Priority, QueueConfig, Request, Response, TaskError, UsageReport};
+pub use stats::{ResourceKind, ResourceStats, WaitTimes};

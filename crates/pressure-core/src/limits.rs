@@ -1,0 +1,432 @@
+//! What a resource may admit: the user-facing [`Limits`] (JSON names in
+//! camelCase, as in the gateway config) and their validated, compiled form
+//! [`LimitSpec`] that backends count against.
+
+use serde::{Deserialize, Serialize};
+use std::fmt;
+use std::time::Duration;
+
+/// Largest value accepted for any limit; keeps every product in the window
+/// and GCRA arithmetic inside 128-bit range with room to spare.
+pub const MAX_LIMIT: u64 = 1_000_000_000_000;
+
+/// Default lease time-to-live of a concurrency permit.
+pub const DEFAULT_LEASE_TTL: Duration = Duration::from_secs(30);
+
+/// Number of sub-windows the `window` algorithm splits a window into.
+///
+/// The bound that follows: under saturation at least
+/// `SUB_WINDOWS / (SUB_WINDOWS + 1)` (96.7 %) of `N` is admitted per window,
+/// and never more than `N` in any interval of the window's length.
+pub const SUB_WINDOWS: u64 = 30;
+
+/// How a rate dimension counts; see the crate docs for the exact bounds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Algorithm {
+    /// Strict sliding window: in any interval of length W at most N units.
+    #[default]
+    Window,
+    /// Generic cell rate algorithm (a token bucket with continuous refill):
+    /// exact wait times, O(1) state, future slots can be booked.
+    Gcra,
+}
+
+/// The limits of one resource. Any subset may be set; an acquisition must fit
+/// all of them at once (all reserved or none).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Limits {
+    /// Requests admitted per second.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub requests_per_second: Option<u64>,
+    /// Requests admitted per minute.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub requests_per_minute: Option<u64>,
+    /// Input plus output tokens per minute.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tokens_per_minute: Option<u64>,
+    /// Input (prompt) tokens per minute.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input_tokens_per_minute: Option<u64>,
+    /// Output (completion) tokens per minute.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output_tokens_per_minute: Option<u64>,
+    /// Live permits held at once (leases).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_concurrent_requests: Option<u64>,
+    /// Counting algorithm of every rate dimension of this resource.
+    #[serde(default)]
+    pub algorithm: Algorithm,
+    /// `gcra` only: most requests admitted at once on the request dimensions
+    /// (bucket size). Defaults to the dimension's limit. Token dimensions
+    /// always have a bucket of their full per-minute limit, like providers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub burst: Option<u64>,
+    /// Lease time-to-live of a concurrency permit, in milliseconds; a holder
+    /// that stops renewing loses its slot after this long. Default 30 000.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lease_ttl_ms: Option<u64>,
+}
+
+impl Limits {
+    /// Sets `requestsPerSecond`.
+    pub fn requests_per_second(mut self, n: u64) -> Self {
+        self.requests_per_second = Some(n);
+        self
+    }
+    /// Sets `requestsPerMinute`.
+    pub fn requests_per_minute(mut self, n: u64) -> Self {
+        self.requests_per_minute = Some(n);
+        self
+    }
+    /// Sets `tokensPerMinute`.
+    pub fn tokens_per_minute(mut self, n: u64) -> Self {
+        self.tokens_per_minute = Some(n);
+        self
+    }
+    /// Sets `inputTokensPerMinute`.
+    pub fn input_tokens_per_minute(mut self, n: u64) -> Self {
+        self.input_tokens_per_minute = Some(n);
+        self
+    }
+    /// Sets `outputTokensPerMinute`.
+    pub fn output_tokens_per_minute(mut self, n: u64) -> Self {
+        self.output_tokens_per_minute = Some(n);
+        self
+    }
+    /// Sets `maxConcurrentRequests`.
+    pub fn max_concurrent_requests(mut self, n: u64) -> Self {
+        self.max_concurrent_requests = Some(n);
+        self
+    }
+    /// Chooses the `gcra` algorithm with the given burst on request dimensions.
+    pub fn gcra(mut self, burst: Option<u64>) -> Self {
+        self.algorithm = Algorithm::Gcra;
+        self.burst = burst;
+        self
+    }
+    /// Sets the concurrency lease TTL.
+    pub fn lease_ttl(mut self, ttl: Duration) -> Self {
+        self.lease_ttl_ms = Some(u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX));
+        self
+    }
+
+    /// Checks the limits and compiles them into the form backends count with.
+    pub fn compile(&self) -> Result<LimitSpec, LimitsError> {
+        LimitSpec::new(self)
+    }
+}
+
+/// One counted dimension of a resource.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum Dimension {
+    /// `requestsPerSecond`.
+    RequestsPerSecond,
+    /// `requestsPerMinute`.
+    RequestsPerMinute,
+    /// `tokensPerMinute`.
+    TokensPerMinute,
+    /// `inputTokensPerMinute`.
+    InputTokensPerMinute,
+    /// `outputTokensPerMinute`.
+    OutputTokensPerMinute,
+    /// `maxConcurrentRequests`.
+    MaxConcurrentRequests,
+}
+
+impl Dimension {
+    /// The JSON name of the dimension.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Dimension::RequestsPerSecond => "requestsPerSecond",
+            Dimension::RequestsPerMinute => "requestsPerMinute",
+            Dimension::TokensPerMinute => "tokensPerMinute",
+            Dimension::InputTokensPerMinute => "inputTokensPerMinute",
+            Dimension::OutputTokensPerMinute => "outputTokensPerMinute",
+            Dimension::MaxConcurrentRequests => "maxConcurrentRequests",
+        }
+    }
+
+    /// A stable small index (0..6), used by backends and scripts.
+    pub fn index(self) -> usize {
+        self as usize
+    }
+}
+
+impl fmt::Display for Dimension {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// What is wrong with a [`Limits`] value; `field` is the JSON name so callers
+/// can prefix their own path (`gateway.pressure.perRoute[1].limits.<field>`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{field}: {problem}")]
+pub struct LimitsError {
+    /// JSON name of the offending field, or `limits` for the whole object.
+    pub field: &'static str,
+    /// Human-readable problem.
+    pub problem: String,
+}
+
+impl LimitsError {
+    fn new(field: &'static str, problem: impl Into<String>) -> Self {
+        Self {
+            field,
+            problem: problem.into(),
+        }
+    }
+}
+
+/// One rate dimension, compiled: everything the algorithms need, in
+/// nanoseconds and units.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RateSpec {
+    /// Which dimension.
+    pub dimension: Dimension,
+    /// N: units admitted per window.
+    pub limit: u64,
+    /// W in nanoseconds.
+    pub window_ns: u64,
+    /// Counting algorithm.
+    pub algorithm: Algorithm,
+    /// `gcra`: bucket capacity in units (at most this many at once).
+    pub capacity: u64,
+    /// `gcra`: emission interval per unit, `ceil(W / N)` nanoseconds.
+    pub emission_ns: u64,
+    /// `window`: sub-window length, `ceil(W / SUB_WINDOWS)` nanoseconds.
+    pub sub_window_ns: u64,
+}
+
+impl RateSpec {
+    /// Units of `demand` this dimension counts.
+    #[inline]
+    pub fn units(&self, demand: &Demand) -> u64 {
+        match self.dimension {
+            Dimension::RequestsPerSecond | Dimension::RequestsPerMinute => demand.requests,
+            Dimension::TokensPerMinute => demand.input_tokens.saturating_add(demand.output_tokens),
+            Dimension::InputTokensPerMinute => demand.input_tokens,
+            Dimension::OutputTokensPerMinute => demand.output_tokens,
+            Dimension::MaxConcurrentRequests => 0,
+        }
+    }
+
+    /// Largest demand this dimension can ever admit at once.
+    pub fn max_demand(&self) -> u64 {
+        match self.algorithm {
+            Algorithm::Window => self.limit,
+            Algorithm::Gcra => self.capacity,
+        }
+    }
+
+    /// The effective limit for a caller allowed only `ceiling_ppm` parts per
+    /// million of it (batch headroom); never below 1.
+    #[inline]
+    pub fn scaled(value: u64, ceiling_ppm: u32) -> u64 {
+        if ceiling_ppm >= PPM {
+            return value;
+        }
+        let v = (u128::from(value) * u128::from(ceiling_ppm) / u128::from(PPM)) as u64;
+        v.max(1)
+    }
+}
+
+/// Parts per million meaning "the whole limit".
+pub const PPM: u32 = 1_000_000;
+
+/// The units one acquisition asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Demand {
+    /// Requests (usually 1).
+    pub requests: u64,
+    /// Input tokens (counted before the call).
+    pub input_tokens: u64,
+    /// Output tokens (an estimate, typically `max_tokens`).
+    pub output_tokens: u64,
+    /// Whether to take a concurrency lease when the resource has a
+    /// concurrency limit.
+    pub lease: bool,
+    /// Share of every limit this caller may fill, in parts per million
+    /// (`PPM` = all of it). Batch traffic uses less so interactive traffic
+    /// keeps headroom across a fleet without coordination.
+    pub ceiling_ppm: u32,
+    /// `gcra` only: if the demand does not fit now but would within this many
+    /// nanoseconds, book the future slot instead of denying.
+    pub book_within_ns: u64,
+}
+
+impl Default for Demand {
+    fn default() -> Self {
+        Self {
+            requests: 1,
+            input_tokens: 0,
+            output_tokens: 0,
+            lease: true,
+            ceiling_ppm: PPM,
+            book_within_ns: 0,
+        }
+    }
+}
+
+/// Validated, compiled limits of one resource.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LimitSpec {
+    /// The limits as given.
+    pub limits: Limits,
+    /// The rate dimensions that are set.
+    pub rates: Vec<RateSpec>,
+    /// `maxConcurrentRequests`, when set.
+    pub concurrency: Option<u64>,
+    /// Lease TTL in nanoseconds.
+    pub lease_ttl_ns: u64,
+}
+
+impl LimitSpec {
+    fn new(limits: &Limits) -> Result<Self, LimitsError> {
+        const SEC: u64 = 1_000_000_000;
+        let dims = [
+            (Dimension::RequestsPerSecond, limits.requests_per_second, SEC),
+            (Dimension::RequestsPerMinute, limits.requests_per_minute, 60 * SEC),
+            (Dimension::TokensPerMinute, limits.tokens_per_minute, 60 * SEC),
+            (Dimension::InputTokensPerMinute, limits.input_tokens_per_minute, 60 * SEC),
+            (Dimension::OutputTokensPerMinute, limits.output_tokens_per_minute, 60 * SEC),
+        ];
+        if let Some(b) = limits.burst {
+            if limits.algorithm != Algorithm::Gcra {
+                return Err(LimitsError::new("burst", "only applies with \"algorithm\": \"gcra\""));
+            }
+            check_value("burst", b)?;
+        }
+        let mut rates = Vec::new();
+        for (dimension, value, window_ns) in dims {
+            let Some(limit) = value else { continue };
+            check_value(dimension.as_str(), limit)?;
+            let is_request = matches!(
+                dimension,
+                Dimension::RequestsPerSecond | Dimension::RequestsPerMinute
+            );
+            let capacity = match (limits.burst, is_request) {
+                (Some(b), true) => b,
+                _ => limit,
+            };
+            rates.push(RateSpec {
+                dimension,
+                limit,
+                window_ns,
+                algorithm: limits.algorithm,
+                capacity,
+                emission_ns: window_ns.div_ceil(limit),
+                sub_window_ns: window_ns.div_ceil(SUB_WINDOWS),
+            });
+        }
+        if let Some(c) = limits.max_concurrent_requests {
+            check_value(Dimension::MaxConcurrentRequests.as_str(), c)?;
+        }
+        if rates.is_empty() && limits.max_concurrent_requests.is_none() {
+            return Err(LimitsError::new("limits", "at least one limit must be set"));
+        }
+        let lease_ttl_ns = match limits.lease_ttl_ms {
+            None => DEFAULT_LEASE_TTL.as_nanos() as u64,
+            Some(0) => return Err(LimitsError::new("leaseTtlMs", "must be > 0")),
+            Some(ms) if ms > 86_400_000 => {
+                return Err(LimitsError::new("leaseTtlMs", "must be at most 86400000 (one day)"))
+            }
+            Some(ms) => ms * 1_000_000,
+        };
+        Ok(Self {
+            limits: limits.clone(),
+            rates,
+            concurrency: limits.max_concurrent_requests,
+            lease_ttl_ns,
+        })
+    }
+
+    /// Whether every rate dimension uses `gcra` (so future slots can be
+    /// booked) and there is at least one.
+    pub fn all_gcra(&self) -> bool {
+        !self.rates.is_empty() && self.rates.iter().all(|r| r.algorithm == Algorithm::Gcra)
+    }
+
+    /// The first dimension this demand can never fit, with the demand and the
+    /// most that dimension can admit at once.
+    pub fn oversized(&self, demand: &Demand) -> Option<(Dimension, u64, u64)> {
+        self.rates.iter().find_map(|r| {
+            let units = r.units(demand);
+            let max = RateSpec::scaled(r.max_demand(), demand.ceiling_ppm);
+            (units > max).then_some((r.dimension, units, max))
+        })
+    }
+}
+
+fn check_value(field: &'static str, v: u64) -> Result<(), LimitsError> {
+    if v == 0 {
+        return Err(LimitsError::new(field, "must be > 0"));
+    }
+    if v > MAX_LIMIT {
+        return Err(LimitsError::new(field, format!("must be at most {MAX_LIMIT}")));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn zero_and_overflow_are_rejected_with_the_field_name() {
+        let e = Limits::default().requests_per_second(0).compile().unwrap_err();
+        assert_eq!(e.to_string(), "requestsPerSecond: must be > 0");
+        let e = Limits::default()
+            .tokens_per_minute(MAX_LIMIT + 1)
+            .compile()
+            .unwrap_err();
+        assert_eq!(e.field, "tokensPerMinute");
+        let e = Limits::default().compile().unwrap_err();
+        assert_eq!(e.field, "limits");
+        let e = Limits::default()
+            .requests_per_second(5)
+            .lease_ttl(Duration::ZERO)
+            .compile()
+            .unwrap_err();
+        assert_eq!(e.field, "leaseTtlMs");
+    }
+
+    #[test]
+    fn burst_needs_gcra() {
+        let mut l = Limits::default().requests_per_second(5);
+        l.burst = Some(3);
+        assert_eq!(l.compile().unwrap_err().field, "burst");
+        let spec = l.gcra(Some(3)).compile().unwrap();
+        assert_eq!(spec.rates[0].capacity, 3);
+        assert_eq!(spec.rates[0].emission_ns, 200_000_000);
+    }
+
+    #[test]
+    fn json_is_camel_case_and_strict() {
+        let l: Limits = serde_json_like(r#"{"requestsPerSecond":5,"maxConcurrentRequests":2}"#);
+        assert_eq!(l.requests_per_second, Some(5));
+        assert_eq!(l.max_concurrent_requests, Some(2));
+        let bad: Result<Limits, _> = serde_json::from_str(r#"{"requestPerSecond":5}"#);
+        assert!(bad.is_err());
+        let neg: Result<Limits, _> = serde_json::from_str(r#"{"requestsPerSecond":-1}"#);
+        assert!(neg.is_err());
+    }
+
+    fn serde_json_like(s: &str) -> Limits {
+        serde_json::from_str(s).expect("valid limits json")
+    }
+
+    #[test]
+    fn oversized_demand_is_found() {
+        let spec = Limits::default().tokens_per_minute(100).compile().unwrap();
+        let d = Demand {
+            input_tokens: 80,
+            output_tokens: 30,
+            ..Demand::default()
+        };
+        assert_eq!(spec.oversized(&d), Some((Dimension::TokensPerMinute, 110, 100)));
+    }
+}

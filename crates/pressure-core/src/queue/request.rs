@@ -1,0 +1,168 @@
+//! The public types of queue+execute: configuration, the request with its
+//! task, what the task reports back, and the response.
+
+use crate::acquisition::ActualUsage;
+use serde::{Deserialize, Serialize};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Priority class of a request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Priority {
+    /// A person is waiting: served first.
+    #[default]
+    Interactive,
+    /// Background work: served after interactive, but never starved.
+    Batch,
+}
+
+/// Queue settings of a `queue` resource (JSON names in camelCase).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct QueueConfig {
+    /// Most requests waiting at once.
+    pub max_queued: usize,
+    /// Longest a request waits for capacity, in milliseconds.
+    pub max_wait_ms: u64,
+    /// Consecutive interactive grants after which a waiting batch request
+    /// goes next.
+    pub interactive_burst: u32,
+    /// Share of every limit kept free of batch traffic (0 ≤ h < 1).
+    pub batch_headroom: f64,
+    /// Transparent retries when the task reports a rate limit.
+    pub max_rate_limit_retries: u32,
+}
+
+impl Default for QueueConfig {
+    fn default() -> Self {
+        Self {
+            max_queued: 1024,
+            max_wait_ms: 30_000,
+            interactive_burst: 8,
+            batch_headroom: 0.0,
+            max_rate_limit_retries: 3,
+        }
+    }
+}
+
+impl QueueConfig {
+    /// The default max wait as a duration.
+    pub fn max_wait(&self) -> Duration {
+        Duration::from_millis(self.max_wait_ms)
+    }
+
+    pub(crate) fn validate(&self) -> Result<(), (&'static str, String)> {
+        if self.max_queued == 0 {
+            return Err(("maxQueued", "must be > 0".into()));
+        }
+        if self.max_wait_ms == 0 {
+            return Err(("maxWaitMs", "must be > 0".into()));
+        }
+        if self.interactive_burst == 0 {
+            return Err(("interactiveBurst", "must be > 0".into()));
+        }
+        if !(0.0..1.0).contains(&self.batch_headroom) {
+            return Err(("batchHeadroom", "must be at least 0 and below 1".into()));
+        }
+        Ok(())
+    }
+}
+
+/// How a task attempt failed.
+#[derive(Debug)]
+pub enum TaskError<E> {
+    /// Downstream said "too much" (e.g. HTTP 429): the broker pauses the
+    /// resource for `retry_after` (or a backoff) and runs the task again.
+    RateLimited {
+        /// The provider's `retry-after`, if it gave one.
+        retry_after: Option<Duration>,
+        /// The error, returned if retries run out.
+        error: E,
+    },
+    /// Any other failure: returned to the caller as is.
+    Failed(E),
+}
+
+/// Lets a task report what it actually used (e.g. the provider's `usage`),
+/// so the broker reconciles the reservation.
+#[derive(Debug, Clone, Default)]
+pub struct UsageReport(Arc<parking_lot::Mutex<Option<ActualUsage>>>);
+
+impl UsageReport {
+    /// Records the actual usage of this attempt.
+    pub fn set(&self, actual: ActualUsage) {
+        *self.0.lock() = Some(actual);
+    }
+
+    pub(crate) fn take(&self) -> Option<ActualUsage> {
+        self.0.lock().take()
+    }
+}
+
+/// Handed to each run of the task.
+#[derive(Debug, Clone)]
+pub struct Attempt {
+    /// 1 for the first run, 2 for the first retry, …
+    pub number: u32,
+    /// Where to report actual usage.
+    pub usage: UsageReport,
+}
+
+/// A unit of work for [`crate::ResourceBroker::enqueue`].
+#[derive(Debug)]
+pub struct Request<F> {
+    pub(crate) resource: String,
+    pub(crate) priority: Priority,
+    pub(crate) requests: u64,
+    pub(crate) input_tokens: u64,
+    pub(crate) output_tokens: u64,
+    pub(crate) max_wait: Option<Duration>,
+    pub(crate) task: F,
+}
+
+impl<F> Request<F> {
+    /// A request for one unit of `resource`, at interactive priority, running
+    /// `task` (a closure called once per attempt).
+    pub fn new(resource: impl Into<String>, task: F) -> Self {
+        Self {
+            resource: resource.into(),
+            priority: Priority::Interactive,
+            requests: 1,
+            input_tokens: 0,
+            output_tokens: 0,
+            max_wait: None,
+            task,
+        }
+    }
+
+    /// Sets the priority class.
+    pub fn priority(mut self, p: Priority) -> Self {
+        self.priority = p;
+        self
+    }
+
+    /// Reserves tokens: input counted, output estimated (e.g. `max_tokens`).
+    pub fn tokens(mut self, input: u64, output: u64) -> Self {
+        self.input_tokens = input;
+        self.output_tokens = output;
+        self
+    }
+
+    /// Overrides the resource's max wait for this request.
+    pub fn max_wait(mut self, d: Duration) -> Self {
+        self.max_wait = Some(d);
+        self
+    }
+}
+
+/// The task's value with how it was obtained.
+#[derive(Debug)]
+pub struct Response<T> {
+    /// What the task returned.
+    pub value: T,
+    /// Runs of the task (1 + rate-limit retries).
+    pub attempts: u32,
+    /// Time spent waiting for capacity (queue and booked slots), all attempts.
+    pub waited: Duration,
+}
