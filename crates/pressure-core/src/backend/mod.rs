@@ -103,7 +103,7 @@ pub enum BackendError {
 ///
 /// Implementations are used through static dispatch (`ResourceBroker<B>`), so
 /// the in-memory fast path costs no allocation or virtual call.
-pub trait Backend: Send + Sync + Sized + 'static {
+pub trait Backend: Send + Sync + Sized + std::fmt::Debug + 'static {
     /// Per-resource state or addressing, made once at registration so the hot
     /// path needs no second lookup.
     type Handle: Send + Sync + 'static;

@@ -1,1 +1,69 @@
-//! placeholder
+//! The backend contract suite: behaviour every [`Backend`] must show,
+//! written once and run against each backend (feature `contract`).
+//!
+//! Instantiate it with [`contract_suite!`](crate::contract_suite) in a test
+//! crate, passing an expression that yields a [`Harness`]. The tests use real
+//! time and long windows where counts must be exact, so they hold on a
+//! shared store (Redis) as well as in memory.
+
+mod checks;
+
+pub use checks::*;
+
+use crate::{Backend, ResourceBroker};
+
+/// Makes brokers over the backend under test.
+pub trait Harness: Send + Sync + 'static {
+    /// The backend under test.
+    type B: Backend;
+
+    /// A new broker with its own backend instance (its own connections), so
+    /// several brokers behave like several processes of a fleet.
+    fn broker(&self) -> ResourceBroker<Self::B>;
+
+    /// A resource id unique to this run, so tests on a shared store never
+    /// see each other's state.
+    fn unique(&self, name: &str) -> String;
+
+    /// Whether brokers made by [`Harness::broker`] share one store (a fleet
+    /// on Redis) or each count alone (in-memory, one per process).
+    fn shared_store(&self) -> bool;
+}
+
+/// Expands to one `#[tokio::test]` per contract check, for the harness
+/// produced by `$harness` (an expression evaluated in each test).
+#[macro_export]
+macro_rules! contract_suite {
+    ($harness:expr) => {
+        $crate::contract_suite!(@tests $harness;
+            multi_dimension_denial_consumes_nothing,
+            window_counts_exactly_under_concurrency,
+            gcra_counts_exactly_under_concurrency,
+            window_retry_at_wait_time_succeeds,
+            gcra_retry_at_wait_time_succeeds,
+            gcra_wait_time_is_exact,
+            concurrency_release_is_exact_and_idempotent,
+            forgotten_permit_is_reclaimed_after_ttl,
+            renewed_lease_is_kept,
+            reconcile_moves_usage_both_ways_window,
+            reconcile_moves_usage_both_ways_gcra,
+            oversized_demand_is_refused_at_once,
+            unknown_resource_is_an_error,
+            batch_is_confined_below_headroom,
+            stress_never_over_admits,
+            two_brokers_share_one_limit,
+            enqueue_paces_gcra_by_booking,
+            enqueue_waits_for_window_capacity,
+            enqueue_waits_for_concurrency_release,
+        );
+    };
+    (@tests $harness:expr; $($name:ident),* $(,)?) => {
+        $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $name() {
+                let h = $harness;
+                $crate::contract::$name(&h).await;
+            }
+        )*
+    };
+}

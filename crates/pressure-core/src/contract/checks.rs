@@ -1,0 +1,479 @@
+//! The checks of the contract suite, one public async fn each.
+
+use super::Harness;
+use crate::{
+    AcquireOptions, Acquisition, Dimension, Error, Limits, Priority, QueueConfig, Request, Reserved,
+    ResourceBroker, ResourceConfig, TaskError,
+};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+async fn usage<B: crate::Backend>(b: &ResourceBroker<B>, id: &str, dim: &str) -> u64 {
+    let s = b.resource_stats(id).await.expect("registered");
+    s.usage.get(dim).copied().unwrap_or(0)
+}
+
+async fn take<B: crate::Backend>(b: &ResourceBroker<B>, id: &str, opts: AcquireOptions) -> Acquisition<B> {
+    b.try_acquire(id, opts).await.expect("backend answers")
+}
+
+/// A denial on one dimension consumes nothing on the others.
+pub async fn multi_dimension_denial_consumes_nothing<H: Harness>(h: &H) {
+    let b = h.broker();
+    let id = h.unique("atomic");
+    b.register_limit(
+        &id,
+        Limits::default()
+            .requests_per_minute(100)
+            .tokens_per_minute(1_000)
+            .max_concurrent_requests(10),
+    )
+    .expect("valid");
+    let _first = take(&b, &id, AcquireOptions::default().tokens(900, 0)).await;
+    assert!(_first.allowed());
+    for _ in 0..5 {
+        let d = take(&b, &id, AcquireOptions::default().tokens(150, 50)).await;
+        assert!(!d.allowed());
+        assert_eq!(d.denial().expect("denied").dimension, Dimension::TokensPerMinute);
+    }
+    assert_eq!(usage(&b, &id, "requestsPerMinute").await, 1);
+    assert_eq!(usage(&b, &id, "tokensPerMinute").await, 900);
+    assert_eq!(usage(&b, &id, "maxConcurrentRequests").await, 1);
+    let fits = take(&b, &id, AcquireOptions::default().tokens(100, 0)).await;
+    assert!(fits.allowed(), "the denials must not have consumed tokens");
+}
+
+async fn exact_count<H: Harness>(h: &H, limits: Limits, n: u64, name: &str) {
+    let b = h.broker();
+    let id = h.unique(name);
+    b.register_limit(&id, limits).expect("valid");
+    let tasks: Vec<_> = (0..n * 2)
+        .map(|_| {
+            let b = b.clone();
+            let id = id.clone();
+            tokio::spawn(async move {
+                let a = b.try_acquire(&id, AcquireOptions::default()).await.expect("answers");
+                // Keep the permit; rate limits do not depend on it.
+                a.allowed()
+            })
+        })
+        .collect();
+    let mut allowed = 0;
+    for t in tasks {
+        allowed += u64::from(t.await.expect("task"));
+    }
+    assert_eq!(allowed, n, "exactly the limit is admitted");
+    let s = b.resource_stats(&id).await.expect("registered");
+    assert_eq!(s.allowed, n);
+    assert_eq!(s.denied, n);
+}
+
+/// `window`: a concurrent burst of 2N against N per minute admits exactly N.
+pub async fn window_counts_exactly_under_concurrency<H: Harness>(h: &H) {
+    exact_count(h, Limits::default().requests_per_minute(40), 40, "wexact").await;
+}
+
+/// `gcra`: a concurrent burst of 2N against a bucket of N admits exactly N
+/// (the refill of one unit takes 6 s, longer than the test).
+pub async fn gcra_counts_exactly_under_concurrency<H: Harness>(h: &H) {
+    exact_count(h, Limits::default().requests_per_minute(10).gcra(None), 10, "gexact").await;
+}
+
+/// `window`: retrying at the denial's wait time succeeds.
+pub async fn window_retry_at_wait_time_succeeds<H: Harness>(h: &H) {
+    let b = h.broker();
+    let id = h.unique("wretry");
+    b.register_limit(&id, Limits::default().requests_per_second(5)).expect("valid");
+    for _ in 0..5 {
+        assert!(take(&b, &id, AcquireOptions::default()).await.allowed());
+    }
+    let d = take(&b, &id, AcquireOptions::default()).await;
+    assert!(!d.allowed());
+    let wait = d.wait_time();
+    assert!(wait > Duration::ZERO && wait <= Duration::from_millis(1_100), "wait {wait:?}");
+    tokio::time::sleep(wait).await;
+    assert!(take(&b, &id, AcquireOptions::default()).await.allowed());
+}
+
+/// `gcra`: retrying at the denial's wait time succeeds.
+pub async fn gcra_retry_at_wait_time_succeeds<H: Harness>(h: &H) {
+    let b = h.broker();
+    let id = h.unique("gretry");
+    b.register_limit(&id, Limits::default().requests_per_second(10).gcra(Some(2)))
+        .expect("valid");
+    assert!(take(&b, &id, AcquireOptions::default()).await.allowed());
+    assert!(take(&b, &id, AcquireOptions::default()).await.allowed());
+    let d = take(&b, &id, AcquireOptions::default()).await;
+    assert!(!d.allowed());
+    let wait = d.wait_time();
+    assert!(wait > Duration::ZERO && wait <= Duration::from_millis(100), "wait {wait:?}");
+    tokio::time::sleep(wait).await;
+    assert!(take(&b, &id, AcquireOptions::default()).await.allowed());
+}
+
+/// `gcra`: after a burst, the wait equals one emission interval minus the
+/// time that passed, to within the clock's and the store's resolution.
+pub async fn gcra_wait_time_is_exact<H: Harness>(h: &H) {
+    let b = h.broker();
+    let id = h.unique("gexactwait");
+    b.register_limit(&id, Limits::default().requests_per_minute(1).gcra(None))
+        .expect("valid");
+    let t0 = Instant::now();
+    assert!(take(&b, &id, AcquireOptions::default()).await.allowed());
+    let d = take(&b, &id, AcquireOptions::default()).await;
+    let elapsed = t0.elapsed();
+    let wait = d.wait_time();
+    let expected = Duration::from_secs(60);
+    assert!(wait <= expected, "wait {wait:?}");
+    assert!(
+        wait + elapsed + Duration::from_millis(2) >= expected,
+        "wait {wait:?} after {elapsed:?}"
+    );
+}
+
+/// Concurrency: a released slot is reusable, releases are idempotent and
+/// never free someone else's slot; a denied acquisition's release is a no-op.
+pub async fn concurrency_release_is_exact_and_idempotent<H: Harness>(h: &H) {
+    let b = h.broker();
+    let id = h.unique("conc");
+    b.register_limit(&id, Limits::default().max_concurrent_requests(2)).expect("valid");
+    let mut a = take(&b, &id, AcquireOptions::default()).await;
+    let c = take(&b, &id, AcquireOptions::default()).await;
+    assert!(a.allowed() && c.allowed());
+    let mut denied = take(&b, &id, AcquireOptions::default()).await;
+    assert!(!denied.allowed());
+    assert!(denied.wait_time() > Duration::ZERO);
+    denied.release().await.expect("no-op");
+    a.release().await.expect("release");
+    a.release().await.expect("second release is a no-op");
+    assert_eq!(usage(&b, &id, "maxConcurrentRequests").await, 1);
+    drop(a);
+    assert_eq!(usage(&b, &id, "maxConcurrentRequests").await, 1, "drop after release frees nothing more");
+    let again = take(&b, &id, AcquireOptions::default()).await;
+    assert!(again.allowed());
+    assert!(!take(&b, &id, AcquireOptions::default()).await.allowed());
+    drop(c);
+    drop(again);
+    // Drop releases; with a remote store it is delivered in the background.
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while usage(&b, &id, "maxConcurrentRequests").await != 0 {
+        assert!(Instant::now() < deadline, "leases not returned after drop");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert_eq!(b.resource_stats(&id).await.expect("registered").active, 0);
+}
+
+/// A permit that is never released nor renewed (`mem::forget`) gives its
+/// slot back after the lease TTL.
+pub async fn forgotten_permit_is_reclaimed_after_ttl<H: Harness>(h: &H) {
+    let b = h.broker();
+    let id = h.unique("forget");
+    b.register_limit(
+        &id,
+        Limits::default()
+            .max_concurrent_requests(1)
+            .lease_ttl(Duration::from_millis(300)),
+    )
+    .expect("valid");
+    let p = take(&b, &id, AcquireOptions::default()).await;
+    assert!(p.allowed());
+    std::mem::forget(p);
+    assert!(!take(&b, &id, AcquireOptions::default()).await.allowed());
+    tokio::time::sleep(Duration::from_millis(350)).await;
+    assert!(take(&b, &id, AcquireOptions::default()).await.allowed());
+}
+
+/// A holder that renews keeps its lease past the TTL; when it stops, the
+/// slot comes back after the TTL.
+pub async fn renewed_lease_is_kept<H: Harness>(h: &H) {
+    let b = h.broker();
+    let id = h.unique("renew");
+    b.register_limit(
+        &id,
+        Limits::default()
+            .max_concurrent_requests(1)
+            .lease_ttl(Duration::from_millis(300)),
+    )
+    .expect("valid");
+    let mut p = take(&b, &id, AcquireOptions::default())
+        .await
+        .into_permit()
+        .expect("granted");
+    for _ in 0..6 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert!(p.renew().await.expect("renew"), "lease still held");
+        assert!(!take(&b, &id, AcquireOptions::default()).await.allowed());
+    }
+    std::mem::forget(p);
+    tokio::time::sleep(Duration::from_millis(350)).await;
+    assert!(take(&b, &id, AcquireOptions::default()).await.allowed());
+}
+
+async fn reconcile_both_ways<H: Harness>(h: &H, limits: Limits, name: &str) {
+    let b = h.broker();
+    let id = h.unique(name);
+    b.register_limit(&id, limits).expect("valid");
+    let mut p = take(&b, &id, AcquireOptions::default().tokens(100, 400))
+        .await
+        .into_permit()
+        .expect("granted");
+    assert_eq!(usage(&b, &id, "tokensPerMinute").await, 500);
+    p.reconcile(Reserved {
+        requests: 1,
+        input_tokens: 100,
+        output_tokens: 50,
+    })
+    .await
+    .expect("reconcile down");
+    let used = usage(&b, &id, "tokensPerMinute").await;
+    assert!((149..=150).contains(&used), "after refund {used}");
+    assert!(take(&b, &id, AcquireOptions::default().tokens(800, 0)).await.allowed());
+    p.reconcile(Reserved {
+        requests: 1,
+        input_tokens: 100,
+        output_tokens: 100,
+    })
+    .await
+    .expect("reconcile up");
+    let used = usage(&b, &id, "tokensPerMinute").await;
+    assert!((999..=1_000).contains(&used), "after correction up {used}");
+    assert!(!take(&b, &id, AcquireOptions::default().tokens(10, 0)).await.allowed());
+}
+
+/// Reconcile corrects a `window` reservation up and down.
+pub async fn reconcile_moves_usage_both_ways_window<H: Harness>(h: &H) {
+    reconcile_both_ways(h, Limits::default().tokens_per_minute(1_000), "recw").await;
+}
+
+/// Reconcile corrects a `gcra` reservation up and down.
+pub async fn reconcile_moves_usage_both_ways_gcra<H: Harness>(h: &H) {
+    reconcile_both_ways(h, Limits::default().tokens_per_minute(1_000).gcra(None), "recg").await;
+}
+
+/// A demand larger than a limit can ever admit is refused at once, in both
+/// strategies.
+pub async fn oversized_demand_is_refused_at_once<H: Harness>(h: &H) {
+    let b = h.broker();
+    let id = h.unique("oversized");
+    b.register(&id, ResourceConfig::new(Limits::default().tokens_per_minute(100)))
+        .expect("valid");
+    let e = b
+        .try_acquire(&id, AcquireOptions::default().tokens(101, 0))
+        .await
+        .expect_err("never fits");
+    assert!(matches!(e, Error::DemandTooLarge { demand: 101, max: 100, .. }), "{e}");
+    let t0 = Instant::now();
+    let r = b
+        .enqueue(Request::new(&id, |_| async { Ok::<_, TaskError<()>>(()) }).tokens(60, 60))
+        .await;
+    assert!(matches!(r, Err(crate::QueueError::Broker(Error::DemandTooLarge { .. }))));
+    assert!(t0.elapsed() < Duration::from_secs(1), "refused without waiting");
+}
+
+/// Unknown ids are a typed error.
+pub async fn unknown_resource_is_an_error<H: Harness>(h: &H) {
+    let b = h.broker();
+    let e = b
+        .try_acquire(&h.unique("nope"), AcquireOptions::default())
+        .await
+        .expect_err("unknown");
+    assert!(matches!(e, Error::UnknownResource(_)));
+}
+
+/// Batch callers fill at most `1 − batchHeadroom` of a limit; interactive
+/// callers get the rest.
+pub async fn batch_is_confined_below_headroom<H: Harness>(h: &H) {
+    let b = h.broker();
+    let id = h.unique("headroom");
+    let queue = QueueConfig {
+        batch_headroom: 0.5,
+        ..QueueConfig::default()
+    };
+    b.register(&id, ResourceConfig::new(Limits::default().requests_per_minute(10)).queue(queue))
+        .expect("valid");
+    let batch = AcquireOptions::default().priority(Priority::Batch);
+    let mut held = Vec::new();
+    for _ in 0..10 {
+        held.push(take(&b, &id, batch).await);
+    }
+    assert_eq!(held.iter().filter(|a| a.allowed()).count(), 5);
+    for _ in 0..10 {
+        held.push(take(&b, &id, AcquireOptions::default()).await);
+    }
+    assert_eq!(held.iter().filter(|a| a.allowed()).count(), 10);
+}
+
+/// Many tasks on a multi-threaded runtime: rates never over-admit,
+/// concurrency never exceeds its limit, and every permit comes back.
+pub async fn stress_never_over_admits<H: Harness>(h: &H) {
+    let b = h.broker();
+    let id = h.unique("stress");
+    b.register_limit(
+        &id,
+        Limits::default().requests_per_minute(300).max_concurrent_requests(4),
+    )
+    .expect("valid");
+    let held = Arc::new(AtomicU64::new(0));
+    let peak = Arc::new(AtomicU64::new(0));
+    let tasks: Vec<_> = (0..16)
+        .map(|_| {
+            let (b, id, held, peak) = (b.clone(), id.clone(), held.clone(), peak.clone());
+            tokio::spawn(async move {
+                let mut allowed = 0u64;
+                for _ in 0..60 {
+                    let a = b.try_acquire(&id, AcquireOptions::default()).await.expect("answers");
+                    if let Acquisition::Granted(mut p) = a {
+                        allowed += 1;
+                        let now = held.fetch_add(1, Ordering::SeqCst) + 1;
+                        peak.fetch_max(now, Ordering::SeqCst);
+                        tokio::task::yield_now().await;
+                        held.fetch_sub(1, Ordering::SeqCst);
+                        p.release().await.expect("release");
+                    } else {
+                        tokio::task::yield_now().await;
+                    }
+                }
+                allowed
+            })
+        })
+        .collect();
+    let mut allowed = 0;
+    for t in tasks {
+        allowed += t.await.expect("task");
+    }
+    assert!(allowed <= 300, "over-admitted {allowed}");
+    assert!(allowed >= 4, "admitted almost nothing: {allowed}");
+    assert!(peak.load(Ordering::SeqCst) <= 4, "peak {}", peak.load(Ordering::SeqCst));
+    let s = b.resource_stats(&id).await.expect("registered");
+    assert_eq!(s.active, 0);
+    assert_eq!(s.usage.get("maxConcurrentRequests"), Some(&0));
+    assert_eq!(s.usage.get("requestsPerMinute"), Some(&allowed));
+}
+
+/// Two brokers (two processes, each with its own backend instance): on a
+/// shared store they enforce one limit together; on a process-local store
+/// each counts alone. The count is exact either way.
+pub async fn two_brokers_share_one_limit<H: Harness>(h: &H) {
+    let (b1, b2) = (h.broker(), h.broker());
+    let id = h.unique("fleet");
+    for b in [&b1, &b2] {
+        b.register_limit(&id, Limits::default().requests_per_minute(20)).expect("valid");
+    }
+    let mut allowed = 0;
+    for i in 0..40 {
+        let b = if i % 2 == 0 { &b1 } else { &b2 };
+        allowed += u64::from(take(b, &id, AcquireOptions::default()).await.allowed());
+    }
+    if h.shared_store() {
+        assert_eq!(usage(&b1, &id, "requestsPerMinute").await, 20);
+        assert_eq!(usage(&b2, &id, "requestsPerMinute").await, 20);
+        assert_eq!(allowed, 20, "one limit across the fleet");
+    } else {
+        assert_eq!(allowed, 40, "independent limits per process");
+    }
+}
+
+/// queue+execute over `gcra`: every task runs, and start times respect the
+/// bucket (at most `C + d/T` in any span `d`) — each waiter booked a slot.
+pub async fn enqueue_paces_gcra_by_booking<H: Harness>(h: &H) {
+    let b = h.broker();
+    let id = h.unique("qgcra");
+    b.register(&id, ResourceConfig::new(Limits::default().requests_per_second(20).gcra(Some(5))))
+        .expect("valid");
+    let t0 = Instant::now();
+    let tasks: Vec<_> = (0..15)
+        .map(|_| {
+            let b = b.clone();
+            let id = id.clone();
+            tokio::spawn(async move {
+                b.enqueue(Request::new(&id, |_| async { Ok::<_, TaskError<()>>(Instant::now()) }))
+                    .await
+                    .expect("served")
+                    .value
+            })
+        })
+        .collect();
+    let mut starts = Vec::new();
+    for t in tasks {
+        starts.push(t.await.expect("task").duration_since(t0));
+    }
+    starts.sort();
+    // 5 at once, then one per 50 ms: the 15th not before ~500 ms.
+    assert!(starts[14] >= Duration::from_millis(480), "{starts:?}");
+    assert!(starts[14] < Duration::from_secs(3), "{starts:?}");
+    for (i, s) in starts.iter().enumerate() {
+        let allowed_by = 5 + (s.as_millis() as usize + 5) / 50;
+        assert!(i < allowed_by, "start #{i} at {s:?} ran early");
+    }
+    assert_eq!(b.resource_stats(&id).await.expect("registered").queued, Some(0));
+}
+
+/// queue+execute over `window`: callers beyond N wait for the window and
+/// then all run.
+pub async fn enqueue_waits_for_window_capacity<H: Harness>(h: &H) {
+    let b = h.broker();
+    let id = h.unique("qwindow");
+    b.register(&id, ResourceConfig::new(Limits::default().requests_per_second(5)))
+        .expect("valid");
+    let t0 = Instant::now();
+    let tasks: Vec<_> = (0..8)
+        .map(|_| {
+            let b = b.clone();
+            let id = id.clone();
+            tokio::spawn(async move {
+                b.enqueue(Request::new(&id, |_| async { Ok::<_, TaskError<()>>(Instant::now()) }))
+                    .await
+                    .expect("served")
+                    .value
+            })
+        })
+        .collect();
+    let mut starts = Vec::new();
+    for t in tasks {
+        starts.push(t.await.expect("task").duration_since(t0));
+    }
+    starts.sort();
+    assert!(starts[4] < Duration::from_millis(500), "{starts:?}");
+    assert!(starts[5] >= Duration::from_millis(900), "{starts:?}");
+    assert!(starts[7] < Duration::from_secs(4), "{starts:?}");
+}
+
+/// queue+execute over concurrency: a waiter runs as soon as a holder
+/// releases; at most the limit run at once.
+pub async fn enqueue_waits_for_concurrency_release<H: Harness>(h: &H) {
+    let b = h.broker();
+    let id = h.unique("qconc");
+    b.register(&id, ResourceConfig::new(Limits::default().max_concurrent_requests(2)))
+        .expect("valid");
+    let running = Arc::new(AtomicU64::new(0));
+    let peak = Arc::new(AtomicU64::new(0));
+    let tasks: Vec<_> = (0..8)
+        .map(|_| {
+            let (b, id, running, peak) = (b.clone(), id.clone(), running.clone(), peak.clone());
+            tokio::spawn(async move {
+                b.enqueue(Request::new(&id, move |_| {
+                    let (running, peak) = (running.clone(), peak.clone());
+                    async move {
+                        let now = running.fetch_add(1, Ordering::SeqCst) + 1;
+                        peak.fetch_max(now, Ordering::SeqCst);
+                        tokio::time::sleep(Duration::from_millis(30)).await;
+                        running.fetch_sub(1, Ordering::SeqCst);
+                        Ok::<_, TaskError<()>>(())
+                    }
+                }))
+                .await
+                .expect("served")
+            })
+        })
+        .collect();
+    let t0 = Instant::now();
+    for t in tasks {
+        t.await.expect("task");
+    }
+    assert_eq!(peak.load(Ordering::SeqCst), 2);
+    assert!(t0.elapsed() < Duration::from_secs(3), "waiters woke late: {:?}", t0.elapsed());
+    let s = b.resource_stats(&id).await.expect("registered");
+    assert_eq!(s.active, 0);
+    assert_eq!(s.usage.get("maxConcurrentRequests"), Some(&0));
+}
