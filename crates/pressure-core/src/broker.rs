@@ -345,7 +345,8 @@ impl<B: Backend> ResourceBroker<B> {
 
     /// "Wait up to `max_wait`, then reject", built on `try_acquire`: retries
     /// at each denial's wait time while that stays within the bound, and
-    /// fails at once ([`Error::WaitExceeded`]) as soon as it cannot.
+    /// fails ([`Error::WaitExceeded`]) as soon as a rate limit shows it
+    /// cannot, or when the bound passes.
     pub async fn acquire_within(
         &self,
         resource: &str,
@@ -359,14 +360,17 @@ impl<B: Backend> ResourceBroker<B> {
                 Acquisition::Granted(p) => return Ok(p),
                 Acquisition::Denied(d) => {
                     let now = tokio::time::Instant::now();
-                    if now + d.wait > deadline {
+                    // A rate wait is a lower bound: fail at once when it is
+                    // past the deadline. A concurrency wait is an estimate:
+                    // keep trying until the deadline itself.
+                    if (d.is_exact() && now + d.wait > deadline) || now >= deadline {
                         return Err(Error::WaitExceeded {
                             resource: resource.to_owned(),
                             max_wait,
                             wait: d.wait,
                         });
                     }
-                    tokio::time::sleep(d.wait).await;
+                    tokio::time::sleep_until((now + d.wait).min(deadline)).await;
                 }
             }
         }

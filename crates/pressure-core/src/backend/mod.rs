@@ -66,6 +66,15 @@ pub struct Denial {
     pub dimension: Dimension,
 }
 
+impl Denial {
+    /// Whether `wait` is a lower bound (rate dimensions: nothing can fit
+    /// sooner) rather than an estimate (concurrency: a holder may release at
+    /// any moment). Only a lower bound justifies refusing a caller early.
+    pub fn is_exact(&self) -> bool {
+        self.dimension != Dimension::MaxConcurrentRequests
+    }
+}
+
 /// The outcome of one acquisition attempt.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Decision {

@@ -54,12 +54,14 @@ pub(crate) async fn run<B: Backend>(entry: Arc<Entry<B>>) {
                 }
             }
             Ok(Acquisition::Denied(d)) => {
-                if Instant::now() + d.wait > next.deadline {
+                let now = Instant::now();
+                if d.is_exact() && now + d.wait > next.deadline {
                     reject(&entry, next.id, Rejection::PastDeadline);
                     continue;
                 }
+                let until = (now + d.wait).min(next.deadline);
                 tokio::select! {
-                    _ = tokio::time::sleep(d.wait) => {}
+                    _ = tokio::time::sleep_until(until) => {}
                     _ = &mut notified => {}
                 }
             }
