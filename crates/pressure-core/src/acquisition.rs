@@ -207,7 +207,9 @@ impl<B: Backend> Permit<B> {
             .reconcile(&self.entry.handle, &self.grant, &actual)
             .await?;
         let freed = actual.input_tokens + actual.output_tokens + actual.requests
-            < self.grant.reserved.input_tokens + self.grant.reserved.output_tokens + self.grant.reserved.requests;
+            < self.grant.reserved.input_tokens
+                + self.grant.reserved.output_tokens
+                + self.grant.reserved.requests;
         self.grant.reserved = actual;
         if freed {
             self.entry.capacity_freed();
@@ -223,7 +225,9 @@ impl<B: Backend> Drop for Permit<B> {
             self.live = false;
             self.entry.counters.active.fetch_sub(1, Ordering::Relaxed);
             if self.grant.lease.is_some() {
-                self.entry.backend.release_detached(&self.entry.handle, self.grant);
+                self.entry
+                    .backend
+                    .release_detached(&self.entry.handle, self.grant);
                 self.entry.capacity_freed();
             }
         }

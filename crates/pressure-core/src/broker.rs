@@ -165,11 +165,14 @@ impl<B: Backend> ResourceBroker<B> {
     /// Registers a `queue` resource (usable by `enqueue` and `try_acquire`).
     pub fn register(&self, resource: impl Into<String>, config: ResourceConfig) -> Result<(), Error> {
         let resource = resource.into();
-        config.queue.validate().map_err(|(field, problem)| Error::InvalidQueue {
-            resource: resource.clone(),
-            field,
-            problem,
-        })?;
+        config
+            .queue
+            .validate()
+            .map_err(|(field, problem)| Error::InvalidQueue {
+                resource: resource.clone(),
+                field,
+                problem,
+            })?;
         let spec = compile(&resource, &config.limits)?;
         let ceiling = ((1.0 - config.queue.batch_headroom) * f64::from(PPM)) as u32;
         let queue = Some(Box::new(Queue::new(config.queue)));
@@ -201,7 +204,9 @@ impl<B: Backend> ResourceBroker<B> {
             let entry = Arc::clone(e.value());
             drop(e);
             if entry.lazy {
-                entry.last_used.store(self.shared.clock.now_nanos(), Ordering::Relaxed);
+                entry
+                    .last_used
+                    .store(self.shared.clock.now_nanos(), Ordering::Relaxed);
             }
             return Ok(ResourceHandle { entry });
         }
@@ -327,7 +332,9 @@ impl<B: Backend> ResourceBroker<B> {
             Some(e) => {
                 let entry = Arc::clone(e.value());
                 if entry.lazy {
-                    entry.last_used.store(self.shared.clock.now_nanos(), Ordering::Relaxed);
+                    entry
+                        .last_used
+                        .store(self.shared.clock.now_nanos(), Ordering::Relaxed);
                 }
                 Ok(entry)
             }
@@ -391,7 +398,12 @@ impl<B: Backend> ResourceBroker<B> {
 
     /// A snapshot of every resource, sorted by id.
     pub async fn stats(&self) -> Vec<ResourceStats> {
-        let entries: Vec<Arc<Entry<B>>> = self.shared.resources.iter().map(|e| Arc::clone(e.value())).collect();
+        let entries: Vec<Arc<Entry<B>>> = self
+            .shared
+            .resources
+            .iter()
+            .map(|e| Arc::clone(e.value()))
+            .collect();
         let mut out = Vec::with_capacity(entries.len());
         for e in entries {
             out.push(stats_of(&e).await);
@@ -431,7 +443,8 @@ async fn stats_of<B: Backend>(e: &Entry<B>) -> ResourceStats {
     let (queued, wait_time_ms) = match e.queue.as_deref() {
         Some(q) => (
             Some(q.len() as u64),
-            q.wait_percentiles().map(|[p50, p90, p99, max]| WaitTimes { p50, p90, p99, max }),
+            q.wait_percentiles()
+                .map(|[p50, p90, p99, max]| WaitTimes { p50, p90, p99, max }),
         ),
         None => (None, None),
     };
@@ -451,8 +464,11 @@ async fn stats_of<B: Backend>(e: &Entry<B>) -> ResourceStats {
 }
 
 fn compile(resource: &str, limits: &Limits) -> Result<Arc<LimitSpec>, Error> {
-    limits.compile().map(Arc::new).map_err(|source| Error::InvalidLimits {
-        resource: resource.to_owned(),
-        source,
-    })
+    limits
+        .compile()
+        .map(Arc::new)
+        .map_err(|source| Error::InvalidLimits {
+            resource: resource.to_owned(),
+            source,
+        })
 }

@@ -95,7 +95,10 @@ impl<B: Backend> Entry<B> {
 
     /// `try_acquire`: one attempt, a denial is counted and final.
     #[inline]
-    pub(crate) async fn try_acquire(self: &Arc<Self>, opts: &AcquireOptions) -> Result<Acquisition<B>, Error> {
+    pub(crate) async fn try_acquire(
+        self: &Arc<Self>,
+        opts: &AcquireOptions,
+    ) -> Result<Acquisition<B>, Error> {
         let demand = self.demand(opts);
         self.check_size(&demand)?;
         let out = self.attempt(&demand).await?;

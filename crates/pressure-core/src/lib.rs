@@ -64,8 +64,8 @@
 //! held by any permit — like nginx's `limit_req` zone, which trades accuracy
 //! for a tenant idle longest over refusing every new one.
 
-pub mod algo;
 mod acquisition;
+pub mod algo;
 pub mod backend;
 mod broker;
 pub mod clock;
@@ -83,8 +83,8 @@ pub use broker::{BrokerBuilder, LimitTemplate, ResourceBroker, ResourceConfig, D
 pub use entry::ResourceHandle;
 pub use error::{Error, QueueError};
 pub use limits::{
-    Algorithm, Demand, Dimension, LimitSpec, Limits, LimitsError, RateSpec, DEFAULT_LEASE_TTL, MAX_LIMIT, PPM,
-    SUB_WINDOWS,
+    Algorithm, Demand, Dimension, LimitSpec, Limits, LimitsError, RateSpec, DEFAULT_LEASE_TTL, MAX_LIMIT,
+    PPM, SUB_WINDOWS,
 };
 pub use queue::{Attempt, Priority, QueueConfig, Request, Response, TaskError, UsageReport};
-pub use stats::{ResourceKind, ResourceStats, WaitTimes};
+pub use stats::{BrokerStats, ResourceKind, ResourceStats, WaitTimes};

@@ -291,12 +291,23 @@ impl LimitSpec {
             (Dimension::RequestsPerSecond, limits.requests_per_second, SEC),
             (Dimension::RequestsPerMinute, limits.requests_per_minute, 60 * SEC),
             (Dimension::TokensPerMinute, limits.tokens_per_minute, 60 * SEC),
-            (Dimension::InputTokensPerMinute, limits.input_tokens_per_minute, 60 * SEC),
-            (Dimension::OutputTokensPerMinute, limits.output_tokens_per_minute, 60 * SEC),
+            (
+                Dimension::InputTokensPerMinute,
+                limits.input_tokens_per_minute,
+                60 * SEC,
+            ),
+            (
+                Dimension::OutputTokensPerMinute,
+                limits.output_tokens_per_minute,
+                60 * SEC,
+            ),
         ];
         if let Some(b) = limits.burst {
             if limits.algorithm != Algorithm::Gcra {
-                return Err(LimitsError::new("burst", "only applies with \"algorithm\": \"gcra\""));
+                return Err(LimitsError::new(
+                    "burst",
+                    "only applies with \"algorithm\": \"gcra\"",
+                ));
             }
             check_value("burst", b)?;
         }
@@ -332,7 +343,10 @@ impl LimitSpec {
             None => DEFAULT_LEASE_TTL.as_nanos() as u64,
             Some(0) => return Err(LimitsError::new("leaseTtlMs", "must be > 0")),
             Some(ms) if ms > 86_400_000 => {
-                return Err(LimitsError::new("leaseTtlMs", "must be at most 86400000 (one day)"))
+                return Err(LimitsError::new(
+                    "leaseTtlMs",
+                    "must be at most 86400000 (one day)",
+                ))
             }
             Some(ms) => ms * 1_000_000,
         };

@@ -62,3 +62,11 @@ pub struct ResourceStats {
     /// Whether the resource was registered lazily (and may be evicted when idle).
     pub lazy: bool,
 }
+
+/// Every resource's snapshot, in the shape the admin endpoint serves:
+/// `{"resources": [...]}`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BrokerStats {
+    /// One entry per resource, sorted by id.
+    pub resources: Vec<ResourceStats>,
+}

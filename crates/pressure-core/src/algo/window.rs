@@ -132,7 +132,11 @@ mod tests {
     use proptest::prelude::*;
 
     fn spec(n: u64) -> RateSpec {
-        Limits::default().requests_per_second(n).compile().expect("valid").rates[0]
+        Limits::default()
+            .requests_per_second(n)
+            .compile()
+            .expect("valid")
+            .rates[0]
     }
 
     /// Max units in any half-open interval [t, t + w) over a sorted log.

@@ -178,7 +178,10 @@ impl Counters {
             }
         }
         if let Some((limit, _)) = lease {
-            if let Err(wait) = self.leases.check(now, RateSpec::scaled(limit, demand.ceiling_ppm)) {
+            if let Err(wait) = self
+                .leases
+                .check(now, RateSpec::scaled(limit, demand.ceiling_ppm))
+            {
                 note(wait, Dimension::MaxConcurrentRequests);
             }
         }
@@ -275,13 +278,17 @@ impl Counters {
     fn at_rest(&mut self, spec: &LimitSpec, now: u64) -> bool {
         self.leases.sweep(now);
         self.leases.is_empty()
-            && spec.rates.iter().zip(self.dims.iter_mut()).all(|(r, st)| match st {
-                DimState::Gcra(tat) => *tat <= now,
-                DimState::Window(w) => {
-                    w.evict(r, now);
-                    w.is_empty()
-                }
-            })
+            && spec
+                .rates
+                .iter()
+                .zip(self.dims.iter_mut())
+                .all(|(r, st)| match st {
+                    DimState::Gcra(tat) => *tat <= now,
+                    DimState::Window(w) => {
+                        w.evict(r, now);
+                        w.is_empty()
+                    }
+                })
     }
 }
 
@@ -338,7 +345,10 @@ impl Backend for MemoryBackend {
     ) -> impl std::future::Future<Output = Result<bool, BackendError>> + Send {
         let now = self.clock.now_nanos();
         let ok = match &handle.state {
-            State::Locked(m) => m.lock().leases.renew(lease.0, now, now + handle.spec.lease_ttl_ns),
+            State::Locked(m) => m
+                .lock()
+                .leases
+                .renew(lease.0, now, now + handle.spec.lease_ttl_ns),
             State::Fast { .. } => false,
         };
         std::future::ready(Ok(ok))
@@ -353,8 +363,8 @@ impl Backend for MemoryBackend {
         let now = self.clock.now_nanos();
         match &handle.state {
             State::Fast { rate, tat } => {
-                let delta = rate.units(&demand_of(actual)) as i64
-                    - rate.units(&demand_of(&grant.reserved)) as i64;
+                let delta =
+                    rate.units(&demand_of(actual)) as i64 - rate.units(&demand_of(&grant.reserved)) as i64;
                 if delta != 0 {
                     let _ = tat.fetch_update(Ordering::AcqRel, Ordering::Acquire, |t| {
                         Some(gcra::adjust(rate, t, delta))
@@ -428,11 +438,20 @@ mod tests {
             ..Demand::default()
         };
         let d = now(b.acquire(&h, &too_much)).unwrap();
-        assert!(matches!(d, Decision::Denied(Denial { dimension: Dimension::TokensPerMinute, .. })));
+        assert!(matches!(
+            d,
+            Decision::Denied(Denial {
+                dimension: Dimension::TokensPerMinute,
+                ..
+            })
+        ));
         let u = now(b.usage(&h)).unwrap();
         assert_eq!(
             u.dimensions,
-            vec![(Dimension::RequestsPerMinute, 1), (Dimension::TokensPerMinute, 900)]
+            vec![
+                (Dimension::RequestsPerMinute, 1),
+                (Dimension::TokensPerMinute, 900)
+            ]
         );
         assert_eq!(u.leases, 1);
     }
@@ -440,7 +459,13 @@ mod tests {
     #[test]
     fn gcra_booking_returns_the_exact_delay() {
         let (b, _) = backend();
-        let spec = Arc::new(Limits::default().requests_per_second(10).gcra(Some(1)).compile().unwrap());
+        let spec = Arc::new(
+            Limits::default()
+                .requests_per_second(10)
+                .gcra(Some(1))
+                .compile()
+                .unwrap(),
+        );
         let h = b.attach("r", spec).unwrap();
         let book = Demand {
             book_within_ns: 1_000_000_000,

@@ -7,7 +7,8 @@ use crate::{
 };
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use tokio::time::Instant;
 
 async fn usage<B: crate::Backend>(b: &ResourceBroker<B>, id: &str, dim: &str) -> u64 {
     let s = b.resource_stats(id).await.expect("registered");
@@ -53,7 +54,10 @@ async fn exact_count<H: Harness>(h: &H, limits: Limits, n: u64, name: &str) {
             let b = b.clone();
             let id = id.clone();
             tokio::spawn(async move {
-                let a = b.try_acquire(&id, AcquireOptions::default()).await.expect("answers");
+                let a = b
+                    .try_acquire(&id, AcquireOptions::default())
+                    .await
+                    .expect("answers");
                 // Keep the permit; rate limits do not depend on it.
                 a.allowed()
             })
@@ -77,21 +81,31 @@ pub async fn window_counts_exactly_under_concurrency<H: Harness>(h: &H) {
 /// `gcra`: a concurrent burst of 2N against a bucket of N admits exactly N
 /// (the refill of one unit takes 6 s, longer than the test).
 pub async fn gcra_counts_exactly_under_concurrency<H: Harness>(h: &H) {
-    exact_count(h, Limits::default().requests_per_minute(10).gcra(None), 10, "gexact").await;
+    exact_count(
+        h,
+        Limits::default().requests_per_minute(10).gcra(None),
+        10,
+        "gexact",
+    )
+    .await;
 }
 
 /// `window`: retrying at the denial's wait time succeeds.
 pub async fn window_retry_at_wait_time_succeeds<H: Harness>(h: &H) {
     let b = h.broker();
     let id = h.unique("wretry");
-    b.register_limit(&id, Limits::default().requests_per_second(5)).expect("valid");
+    b.register_limit(&id, Limits::default().requests_per_second(5))
+        .expect("valid");
     for _ in 0..5 {
         assert!(take(&b, &id, AcquireOptions::default()).await.allowed());
     }
     let d = take(&b, &id, AcquireOptions::default()).await;
     assert!(!d.allowed());
     let wait = d.wait_time();
-    assert!(wait > Duration::ZERO && wait <= Duration::from_millis(1_100), "wait {wait:?}");
+    assert!(
+        wait > Duration::ZERO && wait <= Duration::from_millis(1_100),
+        "wait {wait:?}"
+    );
     tokio::time::sleep(wait).await;
     assert!(take(&b, &id, AcquireOptions::default()).await.allowed());
 }
@@ -107,7 +121,10 @@ pub async fn gcra_retry_at_wait_time_succeeds<H: Harness>(h: &H) {
     let d = take(&b, &id, AcquireOptions::default()).await;
     assert!(!d.allowed());
     let wait = d.wait_time();
-    assert!(wait > Duration::ZERO && wait <= Duration::from_millis(100), "wait {wait:?}");
+    assert!(
+        wait > Duration::ZERO && wait <= Duration::from_millis(100),
+        "wait {wait:?}"
+    );
     tokio::time::sleep(wait).await;
     assert!(take(&b, &id, AcquireOptions::default()).await.allowed());
 }
@@ -137,7 +154,8 @@ pub async fn gcra_wait_time_is_exact<H: Harness>(h: &H) {
 pub async fn concurrency_release_is_exact_and_idempotent<H: Harness>(h: &H) {
     let b = h.broker();
     let id = h.unique("conc");
-    b.register_limit(&id, Limits::default().max_concurrent_requests(2)).expect("valid");
+    b.register_limit(&id, Limits::default().max_concurrent_requests(2))
+        .expect("valid");
     let mut a = take(&b, &id, AcquireOptions::default()).await;
     let c = take(&b, &id, AcquireOptions::default()).await;
     assert!(a.allowed() && c.allowed());
@@ -149,7 +167,11 @@ pub async fn concurrency_release_is_exact_and_idempotent<H: Harness>(h: &H) {
     a.release().await.expect("second release is a no-op");
     assert_eq!(usage(&b, &id, "maxConcurrentRequests").await, 1);
     drop(a);
-    assert_eq!(usage(&b, &id, "maxConcurrentRequests").await, 1, "drop after release frees nothing more");
+    assert_eq!(
+        usage(&b, &id, "maxConcurrentRequests").await,
+        1,
+        "drop after release frees nothing more"
+    );
     let again = take(&b, &id, AcquireOptions::default()).await;
     assert!(again.allowed());
     assert!(!take(&b, &id, AcquireOptions::default()).await.allowed());
@@ -228,7 +250,9 @@ async fn reconcile_both_ways<H: Harness>(h: &H, limits: Limits, name: &str) {
     .expect("reconcile down");
     let used = usage(&b, &id, "tokensPerMinute").await;
     assert!((149..=150).contains(&used), "after refund {used}");
-    assert!(take(&b, &id, AcquireOptions::default().tokens(800, 0)).await.allowed());
+    assert!(take(&b, &id, AcquireOptions::default().tokens(800, 0))
+        .await
+        .allowed());
     p.reconcile(Reserved {
         requests: 1,
         input_tokens: 100,
@@ -238,7 +262,9 @@ async fn reconcile_both_ways<H: Harness>(h: &H, limits: Limits, name: &str) {
     .expect("reconcile up");
     let used = usage(&b, &id, "tokensPerMinute").await;
     assert!((999..=1_000).contains(&used), "after correction up {used}");
-    assert!(!take(&b, &id, AcquireOptions::default().tokens(10, 0)).await.allowed());
+    assert!(!take(&b, &id, AcquireOptions::default().tokens(10, 0))
+        .await
+        .allowed());
 }
 
 /// Reconcile corrects a `window` reservation up and down.
@@ -262,12 +288,25 @@ pub async fn oversized_demand_is_refused_at_once<H: Harness>(h: &H) {
         .try_acquire(&id, AcquireOptions::default().tokens(101, 0))
         .await
         .expect_err("never fits");
-    assert!(matches!(e, Error::DemandTooLarge { demand: 101, max: 100, .. }), "{e}");
+    assert!(
+        matches!(
+            e,
+            Error::DemandTooLarge {
+                demand: 101,
+                max: 100,
+                ..
+            }
+        ),
+        "{e}"
+    );
     let t0 = Instant::now();
     let r = b
         .enqueue(Request::new(&id, |_| async { Ok::<_, TaskError<()>>(()) }).tokens(60, 60))
         .await;
-    assert!(matches!(r, Err(crate::QueueError::Broker(Error::DemandTooLarge { .. }))));
+    assert!(matches!(
+        r,
+        Err(crate::QueueError::Broker(Error::DemandTooLarge { .. }))
+    ));
     assert!(t0.elapsed() < Duration::from_secs(1), "refused without waiting");
 }
 
@@ -290,8 +329,11 @@ pub async fn batch_is_confined_below_headroom<H: Harness>(h: &H) {
         batch_headroom: 0.5,
         ..QueueConfig::default()
     };
-    b.register(&id, ResourceConfig::new(Limits::default().requests_per_minute(10)).queue(queue))
-        .expect("valid");
+    b.register(
+        &id,
+        ResourceConfig::new(Limits::default().requests_per_minute(10)).queue(queue),
+    )
+    .expect("valid");
     let batch = AcquireOptions::default().priority(Priority::Batch);
     let mut held = Vec::new();
     for _ in 0..10 {
@@ -311,7 +353,9 @@ pub async fn stress_never_over_admits<H: Harness>(h: &H) {
     let id = h.unique("stress");
     b.register_limit(
         &id,
-        Limits::default().requests_per_minute(300).max_concurrent_requests(4),
+        Limits::default()
+            .requests_per_minute(300)
+            .max_concurrent_requests(4),
     )
     .expect("valid");
     let held = Arc::new(AtomicU64::new(0));
@@ -322,7 +366,10 @@ pub async fn stress_never_over_admits<H: Harness>(h: &H) {
             tokio::spawn(async move {
                 let mut allowed = 0u64;
                 for _ in 0..60 {
-                    let a = b.try_acquire(&id, AcquireOptions::default()).await.expect("answers");
+                    let a = b
+                        .try_acquire(&id, AcquireOptions::default())
+                        .await
+                        .expect("answers");
                     if let Acquisition::Granted(mut p) = a {
                         allowed += 1;
                         let now = held.fetch_add(1, Ordering::SeqCst) + 1;
@@ -344,7 +391,11 @@ pub async fn stress_never_over_admits<H: Harness>(h: &H) {
     }
     assert!(allowed <= 300, "over-admitted {allowed}");
     assert!(allowed >= 4, "admitted almost nothing: {allowed}");
-    assert!(peak.load(Ordering::SeqCst) <= 4, "peak {}", peak.load(Ordering::SeqCst));
+    assert!(
+        peak.load(Ordering::SeqCst) <= 4,
+        "peak {}",
+        peak.load(Ordering::SeqCst)
+    );
     let s = b.resource_stats(&id).await.expect("registered");
     assert_eq!(s.active, 0);
     assert_eq!(s.usage.get("maxConcurrentRequests"), Some(&0));
@@ -358,7 +409,8 @@ pub async fn two_brokers_share_one_limit<H: Harness>(h: &H) {
     let (b1, b2) = (h.broker(), h.broker());
     let id = h.unique("fleet");
     for b in [&b1, &b2] {
-        b.register_limit(&id, Limits::default().requests_per_minute(20)).expect("valid");
+        b.register_limit(&id, Limits::default().requests_per_minute(20))
+            .expect("valid");
     }
     let mut allowed = 0;
     for i in 0..40 {
@@ -379,18 +431,23 @@ pub async fn two_brokers_share_one_limit<H: Harness>(h: &H) {
 pub async fn enqueue_paces_gcra_by_booking<H: Harness>(h: &H) {
     let b = h.broker();
     let id = h.unique("qgcra");
-    b.register(&id, ResourceConfig::new(Limits::default().requests_per_second(20).gcra(Some(5))))
-        .expect("valid");
+    b.register(
+        &id,
+        ResourceConfig::new(Limits::default().requests_per_second(20).gcra(Some(5))),
+    )
+    .expect("valid");
     let t0 = Instant::now();
     let tasks: Vec<_> = (0..15)
         .map(|_| {
             let b = b.clone();
             let id = id.clone();
             tokio::spawn(async move {
-                b.enqueue(Request::new(&id, |_| async { Ok::<_, TaskError<()>>(Instant::now()) }))
-                    .await
-                    .expect("served")
-                    .value
+                b.enqueue(Request::new(&id, |_| async {
+                    Ok::<_, TaskError<()>>(Instant::now())
+                }))
+                .await
+                .expect("served")
+                .value
             })
         })
         .collect();
@@ -422,10 +479,12 @@ pub async fn enqueue_waits_for_window_capacity<H: Harness>(h: &H) {
             let b = b.clone();
             let id = id.clone();
             tokio::spawn(async move {
-                b.enqueue(Request::new(&id, |_| async { Ok::<_, TaskError<()>>(Instant::now()) }))
-                    .await
-                    .expect("served")
-                    .value
+                b.enqueue(Request::new(&id, |_| async {
+                    Ok::<_, TaskError<()>>(Instant::now())
+                }))
+                .await
+                .expect("served")
+                .value
             })
         })
         .collect();
@@ -444,8 +503,11 @@ pub async fn enqueue_waits_for_window_capacity<H: Harness>(h: &H) {
 pub async fn enqueue_waits_for_concurrency_release<H: Harness>(h: &H) {
     let b = h.broker();
     let id = h.unique("qconc");
-    b.register(&id, ResourceConfig::new(Limits::default().max_concurrent_requests(2)))
-        .expect("valid");
+    b.register(
+        &id,
+        ResourceConfig::new(Limits::default().max_concurrent_requests(2)),
+    )
+    .expect("valid");
     let running = Arc::new(AtomicU64::new(0));
     let peak = Arc::new(AtomicU64::new(0));
     let tasks: Vec<_> = (0..8)
@@ -472,7 +534,11 @@ pub async fn enqueue_waits_for_concurrency_release<H: Harness>(h: &H) {
         t.await.expect("task");
     }
     assert_eq!(peak.load(Ordering::SeqCst), 2);
-    assert!(t0.elapsed() < Duration::from_secs(3), "waiters woke late: {:?}", t0.elapsed());
+    assert!(
+        t0.elapsed() < Duration::from_secs(3),
+        "waiters woke late: {:?}",
+        t0.elapsed()
+    );
     let s = b.resource_stats(&id).await.expect("registered");
     assert_eq!(s.active, 0);
     assert_eq!(s.usage.get("maxConcurrentRequests"), Some(&0));

@@ -62,17 +62,19 @@ where
     let mut attempts = 0u32;
     loop {
         let t0 = Instant::now();
-        let mut permit = turn(&entry, demand, req.priority, deadline).await.map_err(|e| match e {
-            Turn::Full => {
-                entry.counters.denied.fetch_add(1, Ordering::Relaxed);
-                QueueError::Full {
-                    resource: entry.id.to_string(),
-                    max_queued: queue.config.max_queued,
+        let mut permit = turn(&entry, demand, req.priority, deadline)
+            .await
+            .map_err(|e| match e {
+                Turn::Full => {
+                    entry.counters.denied.fetch_add(1, Ordering::Relaxed);
+                    QueueError::Full {
+                        resource: entry.id.to_string(),
+                        max_queued: queue.config.max_queued,
+                    }
                 }
-            }
-            Turn::Timeout => timeout(&entry),
-            Turn::Broker(e) => QueueError::Broker(e),
-        })?;
+                Turn::Timeout => timeout(&entry),
+                Turn::Broker(e) => QueueError::Broker(e),
+            })?;
         if !permit.delay().is_zero() {
             tokio::time::sleep(permit.delay()).await;
         }
@@ -178,7 +180,9 @@ async fn turn<B: Backend>(
         }
     }
     let (tx, rx) = oneshot::channel();
-    let (id, start) = queue.push(priority, demand, deadline, tx).map_err(|()| Turn::Full)?;
+    let (id, start) = queue
+        .push(priority, demand, deadline, tx)
+        .map_err(|()| Turn::Full)?;
     if start {
         tokio::spawn(dispatch::run(Arc::clone(entry)));
     }

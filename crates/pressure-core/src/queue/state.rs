@@ -154,8 +154,13 @@ impl<B: Backend> Queue<B> {
         if l.batch.is_empty() {
             l.streak = 0;
         }
-        let batch_turn = !l.batch.is_empty() && (l.interactive.is_empty() || l.streak >= self.config.interactive_burst);
-        let w = if batch_turn { l.batch.front() } else { l.interactive.front() };
+        let batch_turn =
+            !l.batch.is_empty() && (l.interactive.is_empty() || l.streak >= self.config.interactive_burst);
+        let w = if batch_turn {
+            l.batch.front()
+        } else {
+            l.interactive.front()
+        };
         match w {
             Some(w) => Ok(Next {
                 id: w.id,
@@ -203,7 +208,11 @@ impl<B: Backend> Queue<B> {
         let h = h.get_or_insert_with(|| {
             Histogram::new_with_bounds(1, 3_600_000_000, 2).expect("static histogram bounds are valid")
         });
-        let _ = h.record(u64::try_from(d.as_micros()).unwrap_or(u64::MAX).clamp(1, 3_600_000_000));
+        let _ = h.record(
+            u64::try_from(d.as_micros())
+                .unwrap_or(u64::MAX)
+                .clamp(1, 3_600_000_000),
+        );
     }
 
     /// Wait-time percentiles in milliseconds: p50, p90, p99, max.

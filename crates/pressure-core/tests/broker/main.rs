@@ -31,7 +31,8 @@ fn invalid_registrations_are_typed_errors() {
         )
         .expect_err("headroom");
     assert!(e.to_string().contains("queue.batchHeadroom"), "{e}");
-    b.register_limit("r", Limits::default().requests_per_second(1)).expect("valid");
+    b.register_limit("r", Limits::default().requests_per_second(1))
+        .expect("valid");
     assert!(matches!(
         b.register_limit("r", Limits::default().requests_per_second(1)),
         Err(Error::AlreadyRegistered(_))
@@ -41,10 +42,17 @@ fn invalid_registrations_are_typed_errors() {
 #[tokio::test]
 async fn stats_have_null_queue_fields_for_limits_only() {
     let b = ResourceBroker::new();
-    b.register_limit("limit", Limits::default().requests_per_second(5)).expect("valid");
-    b.register("queue", ResourceConfig::new(Limits::default().requests_per_second(5)))
+    b.register_limit("limit", Limits::default().requests_per_second(5))
         .expect("valid");
-    let _p = b.try_acquire("limit", AcquireOptions::default()).await.expect("answers");
+    b.register(
+        "queue",
+        ResourceConfig::new(Limits::default().requests_per_second(5)),
+    )
+    .expect("valid");
+    let _p = b
+        .try_acquire("limit", AcquireOptions::default())
+        .await
+        .expect("answers");
     let json = serde_json::to_value(b.stats().await).expect("serializes");
     let limit = &json[0];
     assert_eq!(limit["resource"], "limit");
@@ -80,7 +88,11 @@ async fn acquire_within_waits_or_fails_fast() {
         .await
         .expect_err("needs 500 ms");
     assert!(matches!(e, Error::WaitExceeded { .. }));
-    assert_eq!(t0.elapsed(), Duration::from_millis(500), "failed without sleeping");
+    assert_eq!(
+        t0.elapsed(),
+        Duration::from_millis(500),
+        "failed without sleeping"
+    );
 }
 
 #[tokio::test]
@@ -92,7 +104,11 @@ async fn a_flood_of_tenants_stays_bounded() {
     let mut peak = 0;
     for i in 0..50_000 {
         let h = b.lazy_limit(&format!("tenant:{i}"), &t).expect("registers");
-        assert!(h.try_acquire(AcquireOptions::default()).await.expect("answers").allowed());
+        assert!(h
+            .try_acquire(AcquireOptions::default())
+            .await
+            .expect("answers")
+            .allowed());
         drop(h);
         peak = peak.max(b.len());
     }
@@ -112,7 +128,11 @@ async fn eviction_prefers_resources_at_rest_and_spares_held_ones() {
     // A held tenant, exhausted.
     let held = b.lazy_limit("held", &t).expect("registers");
     for _ in 0..3 {
-        assert!(held.try_acquire(AcquireOptions::default()).await.expect("answers").allowed());
+        assert!(held
+            .try_acquire(AcquireOptions::default())
+            .await
+            .expect("answers")
+            .allowed());
     }
     // Nine busy tenants used long ago (at rest after a minute) …
     for i in 0..9 {
@@ -126,10 +146,17 @@ async fn eviction_prefers_resources_at_rest_and_spares_held_ones() {
     drop(fresh);
     assert!(b.lazy_resources() <= 10);
     assert!(b.resource("held").is_some(), "a held resource is never evicted");
-    assert!(b.resource("fresh").is_some(), "a busy resource goes after those at rest");
+    assert!(
+        b.resource("fresh").is_some(),
+        "a busy resource goes after those at rest"
+    );
     // The held tenant was kept (its window has drained since).
     let u = b.resource_stats("held").await.expect("registered").usage;
-    assert_eq!(u.get("requestsPerMinute"), Some(&0), "a minute passed, the window drained");
+    assert_eq!(
+        u.get("requestsPerMinute"),
+        Some(&0),
+        "a minute passed, the window drained"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -167,7 +194,12 @@ async fn heavy_stress_keeps_every_bound() {
                     held.fetch_sub(1, Ordering::SeqCst);
                     drop(p);
                 }
-                g_ok += u64::from(b.try_acquire("g", AcquireOptions::default()).await.expect("answers").allowed());
+                g_ok += u64::from(
+                    b.try_acquire("g", AcquireOptions::default())
+                        .await
+                        .expect("answers")
+                        .allowed(),
+                );
             }
             (s_ok, g_ok)
         }));
@@ -178,7 +210,11 @@ async fn heavy_stress_keeps_every_bound() {
         s_ok += s;
         g_ok += g;
     }
-    assert!(peak.load(Ordering::SeqCst) <= 8, "concurrency peak {}", peak.load(Ordering::SeqCst));
+    assert!(
+        peak.load(Ordering::SeqCst) <= 8,
+        "concurrency peak {}",
+        peak.load(Ordering::SeqCst)
+    );
     assert!(s_ok > 0 && s_ok <= 20_000);
     // The bucket: at most burst + elapsed/T; the run takes far less than a minute.
     assert!((100..=200).contains(&g_ok), "gcra admitted {g_ok}");

@@ -6,7 +6,8 @@ mod support;
 
 use parking_lot::Mutex;
 use pressure_core::{
-    AcquireOptions, Attempt, Limits, Priority, QueueConfig, QueueError, Request, Reserved, ResourceConfig, TaskError,
+    AcquireOptions, Attempt, Limits, Priority, QueueConfig, QueueError, Request, Reserved, ResourceConfig,
+    TaskError,
 };
 use std::sync::Arc;
 use std::time::Duration;
@@ -49,7 +50,10 @@ async fn run_order(queue: QueueConfig, labels: &[(&'static str, Priority)]) -> V
         // Let each one join the queue in this order.
         tokio::time::sleep(Duration::from_millis(1)).await;
     }
-    assert_eq!(b.resource_stats("r").await.expect("registered").queued, Some(labels.len() as u64));
+    assert_eq!(
+        b.resource_stats("r").await.expect("registered").queued,
+        Some(labels.len() as u64)
+    );
     drop(holder);
     for t in tasks {
         t.await.expect("task");
@@ -66,7 +70,12 @@ async fn interactive_goes_before_batch() {
             interactive_burst: 100,
             ..QueueConfig::default()
         },
-        &[("b1", Batch), ("b2", Batch), ("i1", Interactive), ("i2", Interactive)],
+        &[
+            ("b1", Batch),
+            ("b2", Batch),
+            ("i1", Interactive),
+            ("i2", Interactive),
+        ],
     )
     .await;
     assert_eq!(order, vec!["i1", "i2", "b1", "b2"]);
@@ -106,12 +115,16 @@ async fn full_queue_fails_fast() {
         }),
     )
     .expect("valid");
-    let _holder = b.try_acquire("r", AcquireOptions::default()).await.expect("answers");
+    let _holder = b
+        .try_acquire("r", AcquireOptions::default())
+        .await
+        .expect("answers");
     let mut waiting = Vec::new();
     for _ in 0..2 {
         let b = b.clone();
         waiting.push(tokio::spawn(async move {
-            b.enqueue(Request::new("r", |_| async { Ok::<_, TaskError<()>>(()) })).await
+            b.enqueue(Request::new("r", |_| async { Ok::<_, TaskError<()>>(()) }))
+                .await
         }));
     }
     tokio::time::sleep(Duration::from_millis(1)).await;
@@ -129,15 +142,24 @@ async fn full_queue_fails_fast() {
 #[tokio::test(start_paused = true)]
 async fn max_wait_times_out_and_leaves_nothing() {
     let b = support::paused_broker();
-    b.register("r", one_at_a_time(QueueConfig::default())).expect("valid");
-    let _holder = b.try_acquire("r", AcquireOptions::default()).await.expect("answers");
+    b.register("r", one_at_a_time(QueueConfig::default()))
+        .expect("valid");
+    let _holder = b
+        .try_acquire("r", AcquireOptions::default())
+        .await
+        .expect("answers");
     let t0 = Instant::now();
     let r = b
-        .enqueue(Request::new("r", |_| async { Ok::<_, TaskError<()>>(()) }).max_wait(Duration::from_millis(250)))
+        .enqueue(
+            Request::new("r", |_| async { Ok::<_, TaskError<()>>(()) }).max_wait(Duration::from_millis(250)),
+        )
         .await;
     assert!(matches!(r, Err(QueueError::Timeout { .. })), "{r:?}");
     let waited = t0.elapsed();
-    assert!(waited >= Duration::from_millis(250) && waited < Duration::from_millis(300), "{waited:?}");
+    assert!(
+        waited >= Duration::from_millis(250) && waited < Duration::from_millis(300),
+        "{waited:?}"
+    );
     let s = b.resource_stats("r").await.expect("registered");
     assert_eq!(s.queued, Some(0));
     assert_eq!(s.denied, 1);
@@ -156,13 +178,18 @@ async fn a_deadline_that_cannot_be_met_fails_at_once() {
         .enqueue(Request::new("r", |_| async { Ok::<_, TaskError<()>>(()) }).max_wait(Duration::from_secs(5)))
         .await;
     assert!(matches!(r, Err(QueueError::Timeout { .. })), "{r:?}");
-    assert!(t0.elapsed() < Duration::from_millis(10), "waited {:?}", t0.elapsed());
+    assert!(
+        t0.elapsed() < Duration::from_millis(10),
+        "waited {:?}",
+        t0.elapsed()
+    );
 }
 
 #[tokio::test(start_paused = true)]
 async fn dropping_an_enqueue_leaves_no_trace() {
     let b = support::paused_broker();
-    b.register("r", one_at_a_time(QueueConfig::default())).expect("valid");
+    b.register("r", one_at_a_time(QueueConfig::default()))
+        .expect("valid");
     let holder = b
         .try_acquire("r", AcquireOptions::default())
         .await
@@ -207,8 +234,11 @@ async fn dropping_an_enqueue_leaves_no_trace() {
 #[tokio::test(start_paused = true)]
 async fn rate_limited_task_is_retried_after_retry_after() {
     let b = support::paused_broker();
-    b.register("r", ResourceConfig::new(Limits::default().requests_per_second(100)))
-        .expect("valid");
+    b.register(
+        "r",
+        ResourceConfig::new(Limits::default().requests_per_second(100)),
+    )
+    .expect("valid");
     let starts = Arc::new(Mutex::new(Vec::new()));
     let s2 = starts.clone();
     let t0 = Instant::now();
@@ -243,8 +273,11 @@ async fn rate_limit_retries_are_bounded() {
         max_rate_limit_retries: 2,
         ..QueueConfig::default()
     };
-    b.register("r", ResourceConfig::new(Limits::default().requests_per_second(100)).queue(queue))
-        .expect("valid");
+    b.register(
+        "r",
+        ResourceConfig::new(Limits::default().requests_per_second(100)).queue(queue),
+    )
+    .expect("valid");
     let r = b
         .enqueue(Request::new("r", |_| async {
             Err::<(), _>(TaskError::RateLimited {
@@ -265,8 +298,11 @@ async fn rate_limit_retries_are_bounded() {
 #[tokio::test(start_paused = true)]
 async fn a_non_rate_limit_failure_is_returned_once() {
     let b = support::paused_broker();
-    b.register("r", ResourceConfig::new(Limits::default().requests_per_second(100)))
-        .expect("valid");
+    b.register(
+        "r",
+        ResourceConfig::new(Limits::default().requests_per_second(100)),
+    )
+    .expect("valid");
     let calls = Arc::new(Mutex::new(0));
     let c2 = calls.clone();
     let r = b
@@ -285,8 +321,11 @@ async fn a_non_rate_limit_failure_is_returned_once() {
 #[tokio::test(start_paused = true)]
 async fn reported_usage_is_reconciled() {
     let b = support::paused_broker();
-    b.register("r", ResourceConfig::new(Limits::default().tokens_per_minute(10_000)))
-        .expect("valid");
+    b.register(
+        "r",
+        ResourceConfig::new(Limits::default().tokens_per_minute(10_000)),
+    )
+    .expect("valid");
     b.enqueue(
         Request::new("r", |a: Attempt| async move {
             a.usage.set(Reserved {
@@ -327,9 +366,16 @@ async fn long_tasks_keep_their_lease() {
     });
     for _ in 0..15 {
         tokio::time::sleep(Duration::from_secs(1)).await;
-        let a = b.try_acquire("r", AcquireOptions::default()).await.expect("answers");
+        let a = b
+            .try_acquire("r", AcquireOptions::default())
+            .await
+            .expect("answers");
         assert!(!a.allowed(), "the running task's lease must be renewed");
     }
     long.await.expect("task").expect("served");
-    assert!(b.try_acquire("r", AcquireOptions::default()).await.expect("answers").allowed());
+    assert!(b
+        .try_acquire("r", AcquireOptions::default())
+        .await
+        .expect("answers")
+        .allowed());
 }
