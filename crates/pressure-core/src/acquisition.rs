@@ -190,10 +190,10 @@ impl<B: Backend> Permit<B> {
     /// Extends the concurrency lease by the TTL. `Ok(false)` when there is no
     /// lease to renew, or it was already reclaimed (the holder lost its slot).
     pub async fn renew(&mut self) -> Result<bool, Error> {
-        match (self.live, self.grant.lease) {
-            (true, Some(lease)) => Ok(self.entry.backend.renew(&self.entry.handle, lease).await?),
-            _ => Ok(false),
+        if !self.live || self.grant.lease.is_none() {
+            return Ok(false);
         }
+        Ok(self.entry.backend.renew(&self.entry.handle, &self.grant).await?)
     }
 
     /// Corrects the reservation to what was actually used: the windows and

@@ -153,6 +153,19 @@ impl Dimension {
     pub fn index(self) -> usize {
         self as usize
     }
+
+    /// The dimension of [`Dimension::index`] `i`.
+    pub fn from_index(i: usize) -> Option<Self> {
+        Some(match i {
+            0 => Dimension::RequestsPerSecond,
+            1 => Dimension::RequestsPerMinute,
+            2 => Dimension::TokensPerMinute,
+            3 => Dimension::InputTokensPerMinute,
+            4 => Dimension::OutputTokensPerMinute,
+            5 => Dimension::MaxConcurrentRequests,
+            _ => return None,
+        })
+    }
 }
 
 impl fmt::Display for Dimension {

@@ -129,6 +129,7 @@ fn granted(now: u64, delay_ns: u64, lease: Option<LeaseId>, demand: &Demand) -> 
         delay: Duration::from_nanos(delay_ns),
         lease,
         reserved: Reserved::from(demand),
+        fallback: false,
     })
 }
 
@@ -341,15 +342,14 @@ impl Backend for MemoryBackend {
     fn renew(
         &self,
         handle: &MemoryHandle,
-        lease: LeaseId,
+        grant: &Grant,
     ) -> impl std::future::Future<Output = Result<bool, BackendError>> + Send {
         let now = self.clock.now_nanos();
-        let ok = match &handle.state {
-            State::Locked(m) => m
-                .lock()
-                .leases
-                .renew(lease.0, now, now + handle.spec.lease_ttl_ns),
-            State::Fast { .. } => false,
+        let ok = match (&handle.state, grant.lease) {
+            (State::Locked(m), Some(lease)) => {
+                m.lock().leases.renew(lease.0, now, now + handle.spec.lease_ttl_ns)
+            }
+            _ => false,
         };
         std::future::ready(Ok(ok))
     }

@@ -33,6 +33,9 @@ pub struct Grant {
     pub lease: Option<LeaseId>,
     /// Units reserved.
     pub reserved: Reserved,
+    /// The grant came from a backend's local fallback (its shared store was
+    /// unreachable), so release and reconcile go to the fallback too.
+    pub fallback: bool,
 }
 
 /// Units reserved by a grant (what reconcile corrects).
@@ -102,6 +105,10 @@ pub enum BackendError {
     /// The store is unreachable or answered with an error.
     #[error("backend unavailable: {0}")]
     Unavailable(String),
+    /// The store cannot represent these limits (e.g. a rate finer than its
+    /// clock's resolution).
+    #[error("backend cannot hold these limits: {0}")]
+    Unsupported(String),
     /// The store answered something this client cannot understand.
     #[error("backend protocol error: {0}")]
     Protocol(String),
@@ -139,12 +146,12 @@ pub trait Backend: Send + Sync + Sized + std::fmt::Debug + 'static {
     /// delivered is recovered by the lease TTL.
     fn release_detached(&self, handle: &Self::Handle, grant: Grant);
 
-    /// Extends a lease by the resource's TTL; `Ok(false)` if it was already
-    /// lost (expired and reclaimed).
+    /// Extends the lease of `grant` by the resource's TTL; `Ok(false)` if it
+    /// was already lost (expired and reclaimed) or there is none.
     fn renew(
         &self,
         handle: &Self::Handle,
-        lease: LeaseId,
+        grant: &Grant,
     ) -> impl Future<Output = Result<bool, BackendError>> + Send;
 
     /// Corrects the units reserved by `grant` to `actual`.

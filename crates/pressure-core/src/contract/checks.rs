@@ -21,7 +21,7 @@ async fn take<B: crate::Backend>(b: &ResourceBroker<B>, id: &str, opts: AcquireO
 
 /// A denial on one dimension consumes nothing on the others.
 pub async fn multi_dimension_denial_consumes_nothing<H: Harness>(h: &H) {
-    let b = h.broker();
+    let b = h.broker().await;
     let id = h.unique("atomic");
     b.register_limit(
         &id,
@@ -46,7 +46,7 @@ pub async fn multi_dimension_denial_consumes_nothing<H: Harness>(h: &H) {
 }
 
 async fn exact_count<H: Harness>(h: &H, limits: Limits, n: u64, name: &str) {
-    let b = h.broker();
+    let b = h.broker().await;
     let id = h.unique(name);
     b.register_limit(&id, limits).expect("valid");
     let tasks: Vec<_> = (0..n * 2)
@@ -92,7 +92,7 @@ pub async fn gcra_counts_exactly_under_concurrency<H: Harness>(h: &H) {
 
 /// `window`: retrying at the denial's wait time succeeds.
 pub async fn window_retry_at_wait_time_succeeds<H: Harness>(h: &H) {
-    let b = h.broker();
+    let b = h.broker().await;
     let id = h.unique("wretry");
     b.register_limit(&id, Limits::default().requests_per_second(5))
         .expect("valid");
@@ -112,7 +112,7 @@ pub async fn window_retry_at_wait_time_succeeds<H: Harness>(h: &H) {
 
 /// `gcra`: retrying at the denial's wait time succeeds.
 pub async fn gcra_retry_at_wait_time_succeeds<H: Harness>(h: &H) {
-    let b = h.broker();
+    let b = h.broker().await;
     let id = h.unique("gretry");
     b.register_limit(&id, Limits::default().requests_per_second(10).gcra(Some(2)))
         .expect("valid");
@@ -132,7 +132,7 @@ pub async fn gcra_retry_at_wait_time_succeeds<H: Harness>(h: &H) {
 /// `gcra`: after a burst, the wait equals one emission interval minus the
 /// time that passed, to within the clock's and the store's resolution.
 pub async fn gcra_wait_time_is_exact<H: Harness>(h: &H) {
-    let b = h.broker();
+    let b = h.broker().await;
     let id = h.unique("gexactwait");
     b.register_limit(&id, Limits::default().requests_per_minute(1).gcra(None))
         .expect("valid");
@@ -152,7 +152,7 @@ pub async fn gcra_wait_time_is_exact<H: Harness>(h: &H) {
 /// Concurrency: a released slot is reusable, releases are idempotent and
 /// never free someone else's slot; a denied acquisition's release is a no-op.
 pub async fn concurrency_release_is_exact_and_idempotent<H: Harness>(h: &H) {
-    let b = h.broker();
+    let b = h.broker().await;
     let id = h.unique("conc");
     b.register_limit(&id, Limits::default().max_concurrent_requests(2))
         .expect("valid");
@@ -189,7 +189,7 @@ pub async fn concurrency_release_is_exact_and_idempotent<H: Harness>(h: &H) {
 /// A permit that is never released nor renewed (`mem::forget`) gives its
 /// slot back after the lease TTL.
 pub async fn forgotten_permit_is_reclaimed_after_ttl<H: Harness>(h: &H) {
-    let b = h.broker();
+    let b = h.broker().await;
     let id = h.unique("forget");
     b.register_limit(
         &id,
@@ -209,7 +209,7 @@ pub async fn forgotten_permit_is_reclaimed_after_ttl<H: Harness>(h: &H) {
 /// A holder that renews keeps its lease past the TTL; when it stops, the
 /// slot comes back after the TTL.
 pub async fn renewed_lease_is_kept<H: Harness>(h: &H) {
-    let b = h.broker();
+    let b = h.broker().await;
     let id = h.unique("renew");
     b.register_limit(
         &id,
@@ -233,7 +233,7 @@ pub async fn renewed_lease_is_kept<H: Harness>(h: &H) {
 }
 
 async fn reconcile_both_ways<H: Harness>(h: &H, limits: Limits, name: &str) {
-    let b = h.broker();
+    let b = h.broker().await;
     let id = h.unique(name);
     b.register_limit(&id, limits).expect("valid");
     let mut p = take(&b, &id, AcquireOptions::default().tokens(100, 400))
@@ -280,7 +280,7 @@ pub async fn reconcile_moves_usage_both_ways_gcra<H: Harness>(h: &H) {
 /// A demand larger than a limit can ever admit is refused at once, in both
 /// strategies.
 pub async fn oversized_demand_is_refused_at_once<H: Harness>(h: &H) {
-    let b = h.broker();
+    let b = h.broker().await;
     let id = h.unique("oversized");
     b.register(&id, ResourceConfig::new(Limits::default().tokens_per_minute(100)))
         .expect("valid");
@@ -312,7 +312,7 @@ pub async fn oversized_demand_is_refused_at_once<H: Harness>(h: &H) {
 
 /// Unknown ids are a typed error.
 pub async fn unknown_resource_is_an_error<H: Harness>(h: &H) {
-    let b = h.broker();
+    let b = h.broker().await;
     let e = b
         .try_acquire(&h.unique("nope"), AcquireOptions::default())
         .await
@@ -323,7 +323,7 @@ pub async fn unknown_resource_is_an_error<H: Harness>(h: &H) {
 /// Batch callers fill at most `1 − batchHeadroom` of a limit; interactive
 /// callers get the rest.
 pub async fn batch_is_confined_below_headroom<H: Harness>(h: &H) {
-    let b = h.broker();
+    let b = h.broker().await;
     let id = h.unique("headroom");
     let queue = QueueConfig {
         batch_headroom: 0.5,
@@ -349,7 +349,7 @@ pub async fn batch_is_confined_below_headroom<H: Harness>(h: &H) {
 /// Many tasks on a multi-threaded runtime: rates never over-admit,
 /// concurrency never exceeds its limit, and every permit comes back.
 pub async fn stress_never_over_admits<H: Harness>(h: &H) {
-    let b = h.broker();
+    let b = h.broker().await;
     let id = h.unique("stress");
     b.register_limit(
         &id,
@@ -406,7 +406,7 @@ pub async fn stress_never_over_admits<H: Harness>(h: &H) {
 /// shared store they enforce one limit together; on a process-local store
 /// each counts alone. The count is exact either way.
 pub async fn two_brokers_share_one_limit<H: Harness>(h: &H) {
-    let (b1, b2) = (h.broker(), h.broker());
+    let (b1, b2) = (h.broker().await, h.broker().await);
     let id = h.unique("fleet");
     for b in [&b1, &b2] {
         b.register_limit(&id, Limits::default().requests_per_minute(20))
@@ -429,7 +429,7 @@ pub async fn two_brokers_share_one_limit<H: Harness>(h: &H) {
 /// queue+execute over `gcra`: every task runs, and start times respect the
 /// bucket (at most `C + d/T` in any span `d`) — each waiter booked a slot.
 pub async fn enqueue_paces_gcra_by_booking<H: Harness>(h: &H) {
-    let b = h.broker();
+    let b = h.broker().await;
     let id = h.unique("qgcra");
     b.register(
         &id,
@@ -469,7 +469,7 @@ pub async fn enqueue_paces_gcra_by_booking<H: Harness>(h: &H) {
 /// queue+execute over `window`: callers beyond N wait for the window and
 /// then all run.
 pub async fn enqueue_waits_for_window_capacity<H: Harness>(h: &H) {
-    let b = h.broker();
+    let b = h.broker().await;
     let id = h.unique("qwindow");
     b.register(&id, ResourceConfig::new(Limits::default().requests_per_second(5)))
         .expect("valid");
@@ -501,7 +501,7 @@ pub async fn enqueue_waits_for_window_capacity<H: Harness>(h: &H) {
 /// queue+execute over concurrency: a waiter runs as soon as a holder
 /// releases; at most the limit run at once.
 pub async fn enqueue_waits_for_concurrency_release<H: Harness>(h: &H) {
-    let b = h.broker();
+    let b = h.broker().await;
     let id = h.unique("qconc");
     b.register(
         &id,

@@ -19,7 +19,7 @@ pub trait Harness: Send + Sync + 'static {
 
     /// A new broker with its own backend instance (its own connections), so
     /// several brokers behave like several processes of a fleet.
-    fn broker(&self) -> ResourceBroker<Self::B>;
+    fn broker(&self) -> impl std::future::Future<Output = ResourceBroker<Self::B>> + Send;
 
     /// A resource id unique to this run, so tests on a shared store never
     /// see each other's state.

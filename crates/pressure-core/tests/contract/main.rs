@@ -9,7 +9,7 @@ struct Memory;
 impl Harness for Memory {
     type B = MemoryBackend;
 
-    fn broker(&self) -> ResourceBroker<MemoryBackend> {
+    async fn broker(&self) -> ResourceBroker<MemoryBackend> {
         ResourceBroker::builder(MemoryBackend::new()).build()
     }
 

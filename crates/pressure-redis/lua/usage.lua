@@ -1,0 +1,31 @@
+-- usage.lua: units counted now per dimension, and live leases.
+--
+-- KEYS[1]  state hash, KEYS[2] lease sorted set (see acquire.lua)
+-- ARGV[1]  number of rate dimensions n
+-- ARGV[2 + 3i .. 4 + 3i], for i = 0..n-1: algo (1 = gcra, 0 = window), dim id,
+--          step (gcra: T in us; window: g in us)
+-- Returns {used_0, ..., used_{n-1}, live_leases}.
+
+local S = 30
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local n = tonumber(ARGV[1])
+local out = {}
+for i = 0, n - 1 do
+  local b = 2 + 3 * i
+  local gcra, id, step = ARGV[b] == '1', ARGV[b + 1], tonumber(ARGV[b + 2])
+  if gcra then
+    local tat = tonumber(redis.call('HGET', KEYS[1], 'g' .. id)) or 0
+    out[#out + 1] = math.max(0, math.ceil((tat - now) / step))
+  else
+    local k = math.floor(now / step)
+    local f = {}
+    for j = k - S, k do f[#f + 1] = 'w' .. id .. ':' .. string.format('%.0f', j) end
+    local v = redis.call('HMGET', KEYS[1], unpack(f))
+    local sum = 0
+    for j = 1, #v do sum = sum + (tonumber(v[j]) or 0) end
+    out[#out + 1] = sum
+  end
+end
+out[#out + 1] = redis.call('ZCOUNT', KEYS[2], '(' .. now, '+inf')
+return out

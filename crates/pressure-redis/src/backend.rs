@@ -1,0 +1,495 @@
+//! [`RedisBackend`]: the `Backend` operations as single scripts over a
+//! shared, pipelined connection pool, with the failure mode and the local
+//! deny cache around them.
+
+use crate::config::{FailureMode, RedisConfig};
+use crate::conn::Pool;
+use crate::health::Health;
+use crate::keys::ResourceKeys;
+use crate::scripts;
+use parking_lot::Mutex;
+use pressure_core::clock::{Clock, MonotonicClock};
+use pressure_core::{
+    Algorithm, Backend, BackendError, Decision, Demand, Denial, Dimension, Grant, LeaseId, LimitSpec, Limits,
+    MemoryBackend, RateSpec, Reserved, PPM,
+};
+use pressure_core::backend::{MemoryHandle, Usage};
+use redis::aio::ConnectionLike;
+use std::future::Future;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Wait suggested by a `closed` failure-mode denial.
+const CLOSED_RETRY: Duration = Duration::from_secs(1);
+
+/// Limiter state in Redis, shared by every instance that points at it.
+/// Cheap to clone.
+#[derive(Clone)]
+pub struct RedisBackend {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    pool: Pool,
+    config: RedisConfig,
+    health: Health,
+    local: MemoryBackend,
+    clock: MonotonicClock,
+}
+
+impl std::fmt::Debug for RedisBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisBackend")
+            .field("url", &self.inner.config.url)
+            .field("cluster_nodes", &self.inner.config.cluster_nodes)
+            .field("healthy", &self.inner.health.is_healthy())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Health counters of a [`RedisBackend`], for metrics.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RedisStatus {
+    /// Whether the last call reached Redis.
+    pub healthy: bool,
+    /// Calls that failed or timed out.
+    pub failures: u64,
+    /// Acquisitions answered by the failure mode.
+    pub fallbacks: u64,
+    /// Healthy ↔ unavailable transitions.
+    pub transitions: u64,
+}
+
+/// Per-resource addressing and script arguments, computed once.
+#[derive(Debug)]
+pub struct RedisHandle {
+    keys: ResourceKeys,
+    spec: Arc<LimitSpec>,
+    dims: Vec<Dim>,
+    local: Option<MemoryHandle>,
+    deny: Mutex<Option<Denied>>,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Dim {
+    rate: RateSpec,
+    gcra: bool,
+    /// gcra: emission interval; window: sub-window length (microseconds).
+    step_us: u64,
+}
+
+/// A denial remembered by the deny cache.
+#[derive(Debug, Clone, Copy)]
+struct Denied {
+    until_ns: u64,
+    demand: Demand,
+    dimension: Dimension,
+}
+
+impl RedisBackend {
+    /// Connects to Redis (or the cluster) with `config`.
+    pub async fn connect(config: RedisConfig) -> Result<Self, BackendError> {
+        config
+            .validate()
+            .map_err(|(field, problem)| BackendError::Unsupported(format!("{field}: {problem}")))?;
+        let pool = Pool::connect(&config).await?;
+        Ok(Self {
+            inner: Arc::new(Inner {
+                pool,
+                health: Health::new(config.failure_mode),
+                local: MemoryBackend::new(),
+                clock: MonotonicClock::new(),
+                config,
+            }),
+        })
+    }
+
+    /// Health counters.
+    pub fn status(&self) -> RedisStatus {
+        let h = &self.inner.health;
+        RedisStatus {
+            healthy: h.is_healthy(),
+            failures: h.failures.load(Ordering::Relaxed),
+            fallbacks: h.fallbacks.load(Ordering::Relaxed),
+            transitions: h.transitions.load(Ordering::Relaxed),
+        }
+    }
+
+    /// The configuration in use.
+    pub fn config(&self) -> &RedisConfig {
+        &self.inner.config
+    }
+
+    /// Runs one script invocation with the call timeout, updating health.
+    async fn call<T: redis::FromRedisValue>(
+        &self,
+        inv: redis::ScriptInvocation<'_>,
+    ) -> Result<T, BackendError> {
+        let timeout = self.inner.config.timeout();
+        let mut conn = self.inner.pool.get();
+        self.finish(tokio::time::timeout(timeout, inv.invoke_async(&mut conn)).await, timeout)
+    }
+
+    fn finish<T>(
+        &self,
+        out: Result<redis::RedisResult<T>, tokio::time::error::Elapsed>,
+        timeout: Duration,
+    ) -> Result<T, BackendError> {
+        match out {
+            Ok(Ok(v)) => {
+                self.inner.health.ok();
+                Ok(v)
+            }
+            Ok(Err(e)) if is_store_failure(&e) => {
+                self.inner.health.failed(&e);
+                Err(BackendError::Unavailable(e.to_string()))
+            }
+            Ok(Err(e)) => {
+                self.inner.health.ok();
+                Err(BackendError::Protocol(e.to_string()))
+            }
+            Err(_) => {
+                let e = BackendError::Timeout(timeout);
+                self.inner.health.failed(&e);
+                Err(e)
+            }
+        }
+    }
+
+    fn fallback(&self, h: &RedisHandle, demand: &Demand) -> Decision {
+        self.inner.health.fallbacks.fetch_add(1, Ordering::Relaxed);
+        match (self.inner.config.failure_mode, &h.local) {
+            (FailureMode::Local, Some(local)) => {
+                let d = self.inner.local.acquire(local, demand);
+                match futures_ready(d) {
+                    Ok(Decision::Granted(mut g)) => {
+                        g.fallback = true;
+                        Decision::Granted(g)
+                    }
+                    Ok(denied) => denied,
+                    Err(_) => closed(h),
+                }
+            }
+            (FailureMode::Open, _) => Decision::Granted(Grant {
+                at_ns: 0,
+                delay: Duration::ZERO,
+                lease: None,
+                reserved: Reserved::from(demand),
+                fallback: true,
+            }),
+            _ => closed(h),
+        }
+    }
+
+    async fn acquire_remote(&self, h: &RedisHandle, demand: &Demand) -> Result<Decision, BackendError> {
+        let lease = (demand.lease && h.spec.concurrency.is_some()).then(rand::random::<u64>);
+        let mut inv = scripts::ACQUIRE.prepare_invoke();
+        inv.key(&h.keys.state).key(&h.keys.leases).arg(h.dims.len());
+        for d in &h.dims {
+            let units = d.rate.units(demand);
+            let limit = if d.gcra {
+                RateSpec::scaled(d.rate.capacity, demand.ceiling_ppm).saturating_mul(d.step_us)
+            } else {
+                RateSpec::scaled(d.rate.limit, demand.ceiling_ppm)
+            };
+            inv.arg(u8::from(d.gcra))
+                .arg(d.rate.dimension.index())
+                .arg(units)
+                .arg(limit)
+                .arg(d.step_us);
+        }
+        let conc = match (lease, h.spec.concurrency) {
+            (Some(_), Some(c)) => RateSpec::scaled(c, demand.ceiling_ppm),
+            _ => 0,
+        };
+        inv.arg(conc)
+            .arg(h.spec.lease_ttl_ns / 1_000)
+            .arg(member(lease.unwrap_or(0)))
+            .arg(demand.book_within_ns / 1_000);
+        let v: Vec<i64> = self.call(inv).await?;
+        let [flag, a, b] = v[..] else {
+            return Err(BackendError::Protocol(format!("acquire returned {v:?}")));
+        };
+        let (a, b) = (a.max(0) as u64, b.max(0) as u64);
+        if flag == 1 {
+            return Ok(Decision::Granted(Grant {
+                at_ns: a.saturating_mul(1_000),
+                delay: Duration::from_micros(b),
+                lease: lease.map(LeaseId),
+                reserved: Reserved::from(demand),
+                fallback: false,
+            }));
+        }
+        let dimension = Dimension::from_index(b as usize).unwrap_or(Dimension::MaxConcurrentRequests);
+        let denial = Denial {
+            wait: Duration::from_micros(a),
+            dimension,
+        };
+        if self.inner.config.deny_cache && denial.is_exact() {
+            *h.deny.lock() = Some(Denied {
+                until_ns: self.inner.clock.now_nanos() + a.saturating_mul(1_000),
+                demand: *demand,
+                dimension,
+            });
+        }
+        Ok(Decision::Denied(denial))
+    }
+
+    /// The local deny cache: a demand at least as large as one the store
+    /// denied until `T`, at the same or a lower ceiling, cannot fit before `T`.
+    #[inline]
+    fn cached_denial(&self, h: &RedisHandle, demand: &Demand) -> Option<Decision> {
+        if !self.inner.config.deny_cache {
+            return None;
+        }
+        let guard = h.deny.lock();
+        let d = guard.as_ref()?;
+        let now = self.inner.clock.now_nanos();
+        let dominated = demand.requests >= d.demand.requests
+            && demand.input_tokens >= d.demand.input_tokens
+            && demand.output_tokens >= d.demand.output_tokens
+            && demand.ceiling_ppm <= d.demand.ceiling_ppm
+            && demand.book_within_ns <= d.demand.book_within_ns;
+        (now < d.until_ns && dominated).then(|| {
+            Decision::Denied(Denial {
+                wait: Duration::from_nanos(d.until_ns - now),
+                dimension: d.dimension,
+            })
+        })
+    }
+}
+
+fn futures_ready<T>(f: impl Future<Output = T>) -> T {
+    // The memory backend's futures are ready at once.
+    let mut f = std::pin::pin!(f);
+    let waker = std::task::Waker::noop();
+    match f.as_mut().poll(&mut std::task::Context::from_waker(waker)) {
+        std::task::Poll::Ready(v) => v,
+        std::task::Poll::Pending => unreachable!("MemoryBackend futures are always ready"),
+    }
+}
+
+fn closed(h: &RedisHandle) -> Decision {
+    Decision::Denied(Denial {
+        wait: CLOSED_RETRY,
+        dimension: h
+            .dims
+            .first()
+            .map(|d| d.rate.dimension)
+            .unwrap_or(Dimension::MaxConcurrentRequests),
+    })
+}
+
+fn member(lease: u64) -> String {
+    format!("{lease:016x}")
+}
+
+/// Whether an error means the store is out (I/O, connection, cluster down)
+/// rather than a bad answer.
+fn is_store_failure(e: &redis::RedisError) -> bool {
+    e.is_io_error() || e.is_connection_dropped() || e.is_connection_refusal() || e.is_timeout() || e.is_unrecoverable_error() || e.is_cluster_error()
+}
+
+/// The limits a process may use alone in `local` mode: `share` of each.
+fn local_limits(limits: &Limits, share: f64) -> Limits {
+    let f = |v: Option<u64>| v.map(|v| ((v as f64 * share).floor() as u64).max(1));
+    Limits {
+        requests_per_second: f(limits.requests_per_second),
+        requests_per_minute: f(limits.requests_per_minute),
+        tokens_per_minute: f(limits.tokens_per_minute),
+        input_tokens_per_minute: f(limits.input_tokens_per_minute),
+        output_tokens_per_minute: f(limits.output_tokens_per_minute),
+        max_concurrent_requests: f(limits.max_concurrent_requests),
+        burst: limits.burst.map(|b| ((b as f64 * share).floor() as u64).max(1)),
+        ..limits.clone()
+    }
+}
+
+impl Backend for RedisBackend {
+    type Handle = RedisHandle;
+
+    fn attach(&self, resource: &str, spec: Arc<LimitSpec>) -> Result<RedisHandle, BackendError> {
+        let mut dims = Vec::with_capacity(spec.rates.len());
+        for r in &spec.rates {
+            let window_us = r.window_ns / 1_000;
+            let gcra = r.algorithm == Algorithm::Gcra;
+            let step_us = if gcra {
+                if r.limit > window_us {
+                    return Err(BackendError::Unsupported(format!(
+                        "{}: {} per window is finer than the store's 1 µs resolution with gcra; use window",
+                        r.dimension, r.limit
+                    )));
+                }
+                window_us.div_ceil(r.limit)
+            } else {
+                window_us.div_ceil(pressure_core::SUB_WINDOWS)
+            };
+            dims.push(Dim {
+                rate: *r,
+                gcra,
+                step_us,
+            });
+        }
+        let local = match self.inner.config.failure_mode {
+            FailureMode::Local => {
+                let limits = local_limits(&spec.limits, self.inner.config.local_share);
+                let local_spec = limits
+                    .compile()
+                    .map_err(|e| BackendError::Unsupported(format!("local share of the limits: {e}")))?;
+                Some(self.inner.local.attach(resource, Arc::new(local_spec))?)
+            }
+            _ => None,
+        };
+        Ok(RedisHandle {
+            keys: ResourceKeys::new(&self.inner.config.key_prefix, resource),
+            spec,
+            dims,
+            local,
+            deny: Mutex::new(None),
+        })
+    }
+
+    async fn acquire(&self, h: &RedisHandle, demand: &Demand) -> Result<Decision, BackendError> {
+        if let Some(d) = self.cached_denial(h, demand) {
+            return Ok(d);
+        }
+        if !self.inner.health.should_try() {
+            return Ok(self.fallback(h, demand));
+        }
+        match self.acquire_remote(h, demand).await {
+            Ok(d) => Ok(d),
+            Err(BackendError::Protocol(e)) => Err(BackendError::Protocol(e)),
+            Err(_) => Ok(self.fallback(h, demand)),
+        }
+    }
+
+    async fn release(&self, h: &RedisHandle, grant: &Grant) -> Result<(), BackendError> {
+        if grant.fallback {
+            if let Some(local) = &h.local {
+                self.inner.local.release_detached(local, *grant);
+            }
+            return Ok(());
+        }
+        let Some(lease) = grant.lease else { return Ok(()) };
+        let timeout = self.inner.config.timeout();
+        let mut conn = self.inner.pool.get();
+        let cmd = redis::cmd("ZREM").arg(&h.keys.leases).arg(member(lease.0)).clone();
+        let out = tokio::time::timeout(timeout, async move { conn.req_packed_command(&cmd).await.map(drop) }).await;
+        self.finish(out, timeout)
+    }
+
+    fn release_detached(&self, h: &RedisHandle, grant: Grant) {
+        if grant.fallback {
+            if let Some(local) = &h.local {
+                self.inner.local.release_detached(local, grant);
+            }
+            return;
+        }
+        let Some(lease) = grant.lease else { return };
+        // Without a runtime the lease TTL gives the slot back.
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            let this = self.clone();
+            let key = h.keys.leases.clone();
+            rt.spawn(async move {
+                let timeout = this.inner.config.timeout();
+                let mut conn = this.inner.pool.get();
+                let cmd = redis::cmd("ZREM").arg(&key).arg(member(lease.0)).clone();
+                let out =
+                    tokio::time::timeout(timeout, async move { conn.req_packed_command(&cmd).await.map(drop) }).await;
+                let _ = this.finish(out, timeout);
+            });
+        }
+    }
+
+    async fn renew(&self, h: &RedisHandle, grant: &Grant) -> Result<bool, BackendError> {
+        if grant.fallback {
+            return match &h.local {
+                Some(local) => self.inner.local.renew(local, grant).await,
+                None => Ok(false),
+            };
+        }
+        let Some(lease) = grant.lease else { return Ok(false) };
+        let mut inv = scripts::RENEW.prepare_invoke();
+        inv.key(&h.keys.leases).arg(member(lease.0)).arg(h.spec.lease_ttl_ns / 1_000);
+        let v: i64 = self.call(inv).await?;
+        Ok(v == 1)
+    }
+
+    async fn reconcile(&self, h: &RedisHandle, grant: &Grant, actual: &Reserved) -> Result<(), BackendError> {
+        if grant.fallback {
+            return match &h.local {
+                Some(local) => self.inner.local.reconcile(local, grant, actual).await,
+                None => Ok(()),
+            };
+        }
+        let before = demand_of(&grant.reserved);
+        let after = demand_of(actual);
+        let changed: Vec<(&Dim, i64)> = h
+            .dims
+            .iter()
+            .map(|d| (d, d.rate.units(&after) as i64 - d.rate.units(&before) as i64))
+            .filter(|(_, delta)| *delta != 0)
+            .collect();
+        if changed.is_empty() {
+            return Ok(());
+        }
+        let mut inv = scripts::RECONCILE.prepare_invoke();
+        inv.key(&h.keys.state).arg(changed.len()).arg(grant.at_ns / 1_000);
+        for (d, delta) in changed {
+            inv.arg(u8::from(d.gcra))
+                .arg(d.rate.dimension.index())
+                .arg(delta)
+                .arg(d.step_us);
+        }
+        let _: i64 = self.call(inv).await?;
+        if delta_frees(&before, &after) {
+            *h.deny.lock() = None;
+        }
+        Ok(())
+    }
+
+    async fn usage(&self, h: &RedisHandle) -> Result<Usage, BackendError> {
+        let mut inv = scripts::USAGE.prepare_invoke();
+        inv.key(&h.keys.state).key(&h.keys.leases).arg(h.dims.len());
+        for d in &h.dims {
+            inv.arg(u8::from(d.gcra)).arg(d.rate.dimension.index()).arg(d.step_us);
+        }
+        let v: Vec<i64> = self.call(inv).await?;
+        if v.len() != h.dims.len() + 1 {
+            return Err(BackendError::Protocol(format!("usage returned {v:?}")));
+        }
+        Ok(Usage {
+            dimensions: h
+                .dims
+                .iter()
+                .zip(&v)
+                .map(|(d, used)| (d.rate.dimension, (*used).max(0) as u64))
+                .collect(),
+            leases: v[h.dims.len()].max(0) as u64,
+        })
+    }
+
+    fn at_rest(&self, _h: &RedisHandle) -> bool {
+        // The state lives in Redis and expires there by itself; dropping the
+        // local handle loses nothing.
+        true
+    }
+}
+
+fn demand_of(r: &Reserved) -> Demand {
+    Demand {
+        requests: r.requests,
+        input_tokens: r.input_tokens,
+        output_tokens: r.output_tokens,
+        lease: false,
+        ceiling_ppm: PPM,
+        book_within_ns: 0,
+    }
+}
+
+fn delta_frees(before: &Demand, after: &Demand) -> bool {
+    after.requests < before.requests
+        || after.input_tokens < before.input_tokens
+        || after.output_tokens < before.output_tokens
+}

@@ -1,0 +1,73 @@
+//! Key names. All keys of one resource share a hash tag built from the
+//! escaped resource id, so they live in one Redis Cluster slot and no id —
+//! whatever braces, colons, spaces or unicode it holds — can address the
+//! keys of another.
+
+/// Escapes a resource id for use inside a hash tag: bytes outside
+/// `[A-Za-z0-9._:-]` become `%XX`. The mapping is injective, and the result
+/// never contains `{` or `}`.
+pub fn escape(resource: &str) -> String {
+    let mut out = String::with_capacity(resource.len() + 1);
+    // A leading letter keeps the tag non-empty for an empty id.
+    out.push('r');
+    for b in resource.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b':' | b'-') {
+            out.push(b as char);
+        } else {
+            out.push('%');
+            out.push(char::from(HEX[usize::from(b >> 4)]));
+            out.push(char::from(HEX[usize::from(b & 0xf)]));
+        }
+    }
+    out
+}
+
+const HEX: &[u8; 16] = b"0123456789ABCDEF";
+
+/// The two keys of a resource: its state hash and its lease set.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResourceKeys {
+    /// Hash with GCRA TATs and window sub-windows.
+    pub state: String,
+    /// Sorted set of concurrency leases scored by expiry.
+    pub leases: String,
+}
+
+impl ResourceKeys {
+    /// Keys of `resource` under `prefix`.
+    pub fn new(prefix: &str, resource: &str) -> Self {
+        let tag = escape(resource);
+        Self {
+            state: format!("{prefix}:{{{tag}}}:s"),
+            leases: format!("{prefix}:{{{tag}}}:c"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashSet;
+
+    fn tag(key: &str) -> &str {
+        let open = key.find('{').expect("has a tag");
+        let close = key[open..].find('}').expect("closed") + open;
+        &key[open + 1..close]
+    }
+
+    #[test]
+    fn hostile_ids_never_collide_or_escape_their_tag() {
+        let ids = [
+            "", "a", "a}", "{a}", "a:s", "a}:s", "}{", "tenant 1", "tenant%201", "tenant%25201", "日本",
+            "a\u{0}b", "a{b}c", "gateway:tenant:x}:c", "r", "%", "%25",
+        ];
+        let mut seen = HashSet::new();
+        for id in ids {
+            let k = ResourceKeys::new("pressure", id);
+            assert!(seen.insert(k.state.clone()), "collision for {id:?}");
+            assert_eq!(tag(&k.state), escape(id), "the tag is exactly the escaped id");
+            assert_eq!(tag(&k.state), tag(&k.leases), "one slot per resource");
+            assert!(!escape(id).contains(['{', '}']));
+        }
+    }
+}

@@ -1,0 +1,36 @@
+//! # pressure-redis
+//!
+//! [`RedisBackend`]: the state of a `pressure_core::ResourceBroker` held in
+//! Redis, so a fleet of instances enforces one limit.
+//!
+//! * **One round trip per acquisition**: `lua/acquire.lua` checks and
+//!   reserves every dimension (rates, tokens, concurrency) or nothing, with
+//!   EVALSHA (reloaded on NOSCRIPT). Reconcile, renew and usage are single
+//!   scripts too; release is one `ZREM`.
+//! * **Server time only**: every script reads `TIME`, so instances with
+//!   skewed clocks share one correct window. Time is counted in
+//!   microseconds (exact in Lua's doubles); the algorithms and their bounds
+//!   are those of `pressure_core::algo` at that resolution. A `gcra` rate
+//!   finer than one unit per microsecond cannot be represented and is
+//!   refused at registration (use `window` for such token limits).
+//! * **Cluster-safe keys**: all keys of a resource share one hash tag made
+//!   from the escaped resource id ([`keys`]), so no tenant id can address
+//!   another resource's keys and Redis Cluster works.
+//! * **Leases** live in a sorted set scored by expiry, swept in the script.
+//! * **Short timeouts and a failure mode**: every call has a timeout (50 ms by
+//!   default). When Redis is unreachable or slow the configured
+//!   [`FailureMode`] applies — `closed` (deny), `open` (allow) or `local`
+//!   (an in-memory limiter with a share of each limit) — logged once per
+//!   transition, counted, and left by itself when Redis answers again.
+//! * **Local deny cache**: after the store denies a demand until `T`, the same
+//!   or a larger demand is refused locally until `T`, with no round trip.
+
+mod backend;
+mod config;
+mod conn;
+mod health;
+pub mod keys;
+mod scripts;
+
+pub use backend::{RedisBackend, RedisHandle, RedisStatus};
+pub use config::{FailureMode, RedisConfig};

@@ -1,0 +1,30 @@
+//! The backend contract suite against a real Redis
+//! (`PRESSURE_REDIS_URL`, default `redis://127.0.0.1:6379`).
+
+#[path = "../support.rs"]
+mod support;
+
+use pressure_core::contract::Harness;
+use pressure_core::ResourceBroker;
+use pressure_redis::RedisBackend;
+
+/// Each broker has its own connections: a fleet of one store.
+struct Redis;
+
+impl Harness for Redis {
+    type B = RedisBackend;
+
+    async fn broker(&self) -> ResourceBroker<RedisBackend> {
+        support::broker().await
+    }
+
+    fn unique(&self, name: &str) -> String {
+        format!("{}:contract:{name}", support::run_id())
+    }
+
+    fn shared_store(&self) -> bool {
+        true
+    }
+}
+
+pressure_core::contract_suite!(Redis);
