@@ -1,0 +1,143 @@
+//! Round trips and key isolation, on a Redis of the test's own:
+//! one client command per `try_acquire` (seen by MONITOR), NOSCRIPT
+//! recovery, no busy polling by queued waiters, hostile ids kept apart.
+
+#[path = "../server.rs"]
+mod server;
+#[path = "../support.rs"]
+mod support;
+
+use futures::StreamExt;
+use pressure_core::{AcquireOptions, Limits, Request, ResourceConfig, TaskError};
+use pressure_redis::RedisConfig;
+use server::RedisServer;
+use std::time::Duration;
+
+/// Commands sent by clients (not from inside scripts) between two markers.
+async fn client_commands_between(
+    srv: &RedisServer,
+    work: impl std::future::Future<Output = ()>,
+) -> Vec<String> {
+    let client = redis::Client::open(srv.url()).expect("url");
+    let mut monitor = client.get_async_monitor().await.expect("monitor");
+    let mut stream = monitor.on_message::<String>();
+    let mut marker = client.get_multiplexed_async_connection().await.expect("conn");
+    let _: String = redis::cmd("ECHO").arg("marker-start").query_async(&mut marker).await.expect("echo");
+    work.await;
+    let _: String = redis::cmd("ECHO").arg("marker-end").query_async(&mut marker).await.expect("echo");
+    let mut lines = Vec::new();
+    let mut started = false;
+    while let Some(line) = tokio::time::timeout(Duration::from_secs(5), stream.next())
+        .await
+        .expect("monitor keeps up")
+    {
+        if line.contains("\"marker-start\"") {
+            started = true;
+        } else if line.contains("\"marker-end\"") {
+            break;
+        } else if started && !line.contains(" lua]") {
+            lines.push(line);
+        }
+    }
+    lines
+}
+
+fn command_of(line: &str) -> String {
+    line.split("] \"").nth(1).and_then(|s| s.split('"').next()).unwrap_or("").to_uppercase()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_command_per_acquisition() {
+    let srv = RedisServer::start();
+    let b = support::broker_with(RedisConfig::new(srv.url())).await;
+    b.register_limit(
+        "rt",
+        Limits::default()
+            .requests_per_minute(1_000)
+            .tokens_per_minute(1_000_000)
+            .max_concurrent_requests(100),
+    )
+    .expect("valid");
+    // Warm up: the first call loads the script (NOSCRIPT, SCRIPT LOAD, EVALSHA).
+    let _ = b.try_acquire("rt", AcquireOptions::default()).await.expect("answers");
+    let mut held = Vec::new();
+    let lines = client_commands_between(&srv, async {
+        for _ in 0..50 {
+            let a = b
+                .try_acquire("rt", AcquireOptions::default().tokens(100, 50))
+                .await
+                .expect("answers");
+            assert!(a.allowed());
+            held.push(a);
+        }
+    })
+    .await;
+    let commands: Vec<String> = lines.iter().map(|l| command_of(l)).collect();
+    assert_eq!(commands.len(), 50, "{commands:?}");
+    assert!(commands.iter().all(|c| c == "EVALSHA"), "{commands:?}");
+    drop(held);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flushed_script_is_reloaded() {
+    let srv = RedisServer::start();
+    let b = support::broker_with(RedisConfig::new(srv.url())).await;
+    b.register_limit("rt", Limits::default().requests_per_minute(10)).expect("valid");
+    assert!(b.try_acquire("rt", AcquireOptions::default()).await.expect("answers").allowed());
+    let _: () = redis::cmd("SCRIPT").arg("FLUSH").query(&mut srv.conn()).expect("flush");
+    assert!(b.try_acquire("rt", AcquireOptions::default()).await.expect("reloads").allowed());
+    let s = b.resource_stats("rt").await.expect("registered");
+    assert_eq!(s.usage.get("requestsPerMinute"), Some(&2));
+    assert_eq!(s.backend_errors, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn queued_waiters_do_not_poll() {
+    let srv = RedisServer::start();
+    let b = support::broker_with(RedisConfig::new(srv.url())).await;
+    b.register("q", ResourceConfig::new(Limits::default().requests_per_second(2)))
+        .expect("valid");
+    let lines = client_commands_between(&srv, async {
+        let tasks: Vec<_> = (0..4)
+            .map(|_| {
+                let b = b.clone();
+                tokio::spawn(async move {
+                    b.enqueue(Request::new("q", |_| async { Ok::<_, TaskError<()>>(()) }))
+                        .await
+                        .expect("served")
+                })
+            })
+            .collect();
+        for t in tasks {
+            t.await.expect("task");
+        }
+    })
+    .await;
+    let evals = lines.iter().filter(|l| command_of(l).starts_with("EVAL")).count();
+    // 4 grants, the first denial of each waiter's turn, plus a few wake-ups:
+    // a busy poller would send hundreds in the second the waiters wait.
+    assert!((4..=16).contains(&evals), "{evals} acquisition attempts for 4 requests");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hostile_tenant_ids_cannot_collide() {
+    let b = support::broker().await;
+    let run = support::run_id();
+    let ids = [
+        "a", "a}", "{a}", "a:s", "a}:s", "}{", "tenant 1", "tenant%201", "日本", "a{b}c", "x}:c", "", "%",
+    ];
+    for id in ids {
+        let id = format!("{run}:{id}");
+        b.register_limit(&id, Limits::default().requests_per_minute(1)).expect("valid");
+    }
+    for id in ids {
+        let id = format!("{run}:{id}");
+        let a = b.try_acquire(&id, AcquireOptions::default()).await.expect("answers");
+        assert!(a.allowed(), "{id:?} saw another tenant's usage");
+    }
+    for id in ids {
+        let id = format!("{run}:{id}");
+        let s = b.resource_stats(&id).await.expect("registered");
+        assert_eq!(s.usage.get("requestsPerMinute"), Some(&1), "{id:?}");
+    }
+}
