@@ -141,3 +141,34 @@ async fn hostile_tenant_ids_cannot_collide() {
         assert_eq!(s.usage.get("requestsPerMinute"), Some(&1), "{id:?}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deny_cache_refuses_locally_until_the_store_said() {
+    let srv = RedisServer::start();
+    let b = support::broker_with(RedisConfig::new(srv.url())).await;
+    b.register_limit("dc", Limits::default().requests_per_second(5).gcra(Some(5)))
+        .expect("valid");
+    for _ in 0..5 {
+        assert!(b.try_acquire("dc", AcquireOptions::default()).await.expect("answers").allowed());
+    }
+    let first = b.try_acquire("dc", AcquireOptions::default()).await.expect("answers");
+    assert!(!first.allowed());
+    let until = tokio::time::Instant::now() + first.wait_time();
+    let mut waits = Vec::new();
+    let lines = client_commands_between(&srv, async {
+        for _ in 0..100 {
+            let a = b.try_acquire("dc", AcquireOptions::default()).await.expect("answers");
+            assert!(!a.allowed());
+            waits.push(a.wait_time());
+        }
+    })
+    .await;
+    assert!(lines.is_empty(), "hammering a full resource costs no round trip: {lines:?}");
+    assert!(waits.windows(2).all(|w| w[1] <= w[0]), "the wait counts down");
+    // At T the store is asked again, and the demand fits.
+    tokio::time::sleep_until(until).await;
+    assert!(b.try_acquire("dc", AcquireOptions::default()).await.expect("answers").allowed());
+    // Cached denials are not counted as store work, but are denials.
+    let s = b.resource_stats("dc").await.expect("registered");
+    assert_eq!(s.allowed, 6);
+}
