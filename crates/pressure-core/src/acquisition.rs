@@ -122,7 +122,9 @@ impl<B: Backend> Acquisition<B> {
 /// lease: a holder that keeps it longer than the TTL must [`Permit::renew`],
 /// and a leaked permit is reclaimed when the lease expires.
 pub struct Permit<B: Backend = MemoryBackend> {
-    entry: Arc<Entry<B>>,
+    /// `None` for an inert permit: a resource without concurrency or token
+    /// dimensions has nothing to give back or correct.
+    entry: Option<Arc<Entry<B>>>,
     grant: Grant,
     live: bool,
 }
@@ -130,7 +132,7 @@ pub struct Permit<B: Backend = MemoryBackend> {
 impl<B: Backend> std::fmt::Debug for Permit<B> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Permit")
-            .field("resource", &self.entry.id)
+            .field("resource", &self.resource())
             .field("grant", &self.grant)
             .field("live", &self.live)
             .finish()
@@ -138,7 +140,8 @@ impl<B: Backend> std::fmt::Debug for Permit<B> {
 }
 
 impl<B: Backend> Permit<B> {
-    pub(crate) fn new(entry: Arc<Entry<B>>, grant: Grant) -> Self {
+    #[inline]
+    pub(crate) fn new(entry: Option<Arc<Entry<B>>>, grant: Grant) -> Self {
         Self {
             entry,
             grant,
@@ -146,9 +149,10 @@ impl<B: Backend> Permit<B> {
         }
     }
 
-    /// The resource this permit belongs to.
-    pub fn resource(&self) -> &str {
-        &self.entry.id
+    /// The resource this permit belongs to; `None` for an inert permit (a
+    /// resource with only request-rate limits), which keeps no reference.
+    pub fn resource(&self) -> Option<&str> {
+        self.entry.as_deref().map(|e| &*e.id)
     }
 
     /// For a booked future slot (`gcra` queueing): how long after the grant
@@ -167,9 +171,13 @@ impl<B: Backend> Permit<B> {
         self.live
     }
 
-    /// Lease time-to-live of the resource (how often a long holder renews).
+    /// Lease time-to-live of the resource (how often a long holder renews);
+    /// zero when the permit holds no lease.
     pub fn lease_ttl(&self) -> Duration {
-        Duration::from_nanos(self.entry.spec.lease_ttl_ns)
+        match (&self.entry, self.grant.lease) {
+            (Some(e), Some(_)) => Duration::from_nanos(e.spec.lease_ttl_ns),
+            _ => Duration::ZERO,
+        }
     }
 
     /// Gives the capacity back now and waits for the backend to confirm.
@@ -178,10 +186,10 @@ impl<B: Backend> Permit<B> {
         if !std::mem::replace(&mut self.live, false) {
             return Ok(());
         }
-        self.entry.counters.active.fetch_sub(1, Ordering::Relaxed);
-        if self.grant.lease.is_some() {
-            let res = self.entry.backend.release(&self.entry.handle, &self.grant).await;
-            self.entry.capacity_freed();
+        if let (Some(e), Some(_)) = (&self.entry, self.grant.lease) {
+            e.counters.active.fetch_sub(1, Ordering::Relaxed);
+            let res = e.backend.release(&e.handle, &self.grant).await;
+            e.capacity_freed();
             res?;
         }
         Ok(())
@@ -190,29 +198,29 @@ impl<B: Backend> Permit<B> {
     /// Extends the concurrency lease by the TTL. `Ok(false)` when there is no
     /// lease to renew, or it was already reclaimed (the holder lost its slot).
     pub async fn renew(&mut self) -> Result<bool, Error> {
-        if !self.live || self.grant.lease.is_none() {
-            return Ok(false);
+        match (&self.entry, self.live && self.grant.lease.is_some()) {
+            (Some(e), true) => Ok(e.backend.renew(&e.handle, &self.grant).await?),
+            _ => Ok(false),
         }
-        Ok(self.entry.backend.renew(&self.entry.handle, &self.grant).await?)
     }
 
     /// Corrects the reservation to what was actually used: the windows and
-    /// buckets are adjusted by the difference, up or down.
+    /// buckets are adjusted by the difference, up or down. A no-op on an
+    /// inert permit (its resource counts no tokens).
     pub async fn reconcile(&mut self, actual: ActualUsage) -> Result<(), Error> {
+        let Some(e) = &self.entry else {
+            return Ok(());
+        };
         if actual == self.grant.reserved {
             return Ok(());
         }
-        self.entry
-            .backend
-            .reconcile(&self.entry.handle, &self.grant, &actual)
-            .await?;
+        e.backend.reconcile(&e.handle, &self.grant, &actual).await?;
+        let r = &self.grant.reserved;
         let freed = actual.input_tokens + actual.output_tokens + actual.requests
-            < self.grant.reserved.input_tokens
-                + self.grant.reserved.output_tokens
-                + self.grant.reserved.requests;
+            < r.input_tokens + r.output_tokens + r.requests;
         self.grant.reserved = actual;
         if freed {
-            self.entry.capacity_freed();
+            e.capacity_freed();
         }
         Ok(())
     }
@@ -221,15 +229,11 @@ impl<B: Backend> Permit<B> {
 impl<B: Backend> Drop for Permit<B> {
     #[inline]
     fn drop(&mut self) {
-        if self.live {
+        if let (true, Some(e), Some(_)) = (self.live, &self.entry, self.grant.lease) {
             self.live = false;
-            self.entry.counters.active.fetch_sub(1, Ordering::Relaxed);
-            if self.grant.lease.is_some() {
-                self.entry
-                    .backend
-                    .release_detached(&self.entry.handle, self.grant);
-                self.entry.capacity_freed();
-            }
+            e.counters.active.fetch_sub(1, Ordering::Relaxed);
+            e.backend.release_detached(&e.handle, self.grant);
+            e.capacity_freed();
         }
     }
 }

@@ -2,7 +2,7 @@
 //! top of one [`Backend`].
 
 use crate::acquisition::{AcquireOptions, Acquisition, Permit};
-use crate::backend::Backend;
+use crate::backend::{Backend, SyncBackend};
 use crate::clock::{Clock, MonotonicClock};
 use crate::entry::{Counters, Entry, ResourceHandle};
 use crate::error::{Error, QueueError};
@@ -237,6 +237,7 @@ impl<B: Backend> ResourceBroker<B> {
         lazy: bool,
     ) -> Result<Arc<Entry<B>>, Error> {
         let handle = self.shared.backend.attach(&resource, Arc::clone(&spec))?;
+        let stateful = spec.permits_hold_state();
         let id: Arc<str> = Arc::from(resource);
         let entry = Arc::new(Entry {
             id: Arc::clone(&id),
@@ -248,6 +249,7 @@ impl<B: Backend> ResourceBroker<B> {
             queue,
             batch_ceiling_ppm,
             lazy,
+            stateful,
             last_used: AtomicU64::new(self.shared.clock.now_nanos()),
         });
         match self.shared.resources.entry(id) {
@@ -346,14 +348,50 @@ impl<B: Backend> ResourceBroker<B> {
     /// the same demand could fit. A denial consumes nothing.
     #[inline]
     pub async fn try_acquire(&self, resource: &str, opts: AcquireOptions) -> Result<Acquisition<B>, Error> {
+        {
+            // A backend that answers at once is asked under the map's read
+            // guard, so a grant that holds nothing costs no reference count.
+            let e = self.lookup(resource)?;
+            if let Some(out) = e.value().try_acquire_now(&opts) {
+                return out;
+            }
+        }
         let entry = self.entry(resource)?;
         entry.try_acquire(&opts).await
+    }
+
+    /// Check+reject without a future, on a backend whose state is in this
+    /// process (the in-memory backend).
+    #[inline]
+    pub fn try_acquire_now(&self, resource: &str, opts: AcquireOptions) -> Result<Acquisition<B>, Error>
+    where
+        B: SyncBackend,
+    {
+        self.lookup(resource)?.value().try_acquire_sync(&opts)
+    }
+
+    #[inline]
+    fn lookup(
+        &self,
+        resource: &str,
+    ) -> Result<dashmap::mapref::one::Ref<'_, Arc<str>, Arc<Entry<B>>>, Error> {
+        let e = self
+            .shared
+            .resources
+            .get(resource)
+            .ok_or_else(|| Error::UnknownResource(resource.to_owned()))?;
+        if e.value().lazy {
+            e.value()
+                .last_used
+                .store(self.shared.clock.now_nanos(), Ordering::Relaxed);
+        }
+        Ok(e)
     }
 
     /// "Wait up to `max_wait`, then reject", built on `try_acquire`: retries
     /// at each denial's wait time while that stays within the bound, and
     /// fails ([`Error::WaitExceeded`]) as soon as a rate limit shows it
-    /// cannot, or when the bound passes.
+    /// cannot, or when the bound passes. Counted as one denial if it fails.
     pub async fn acquire_within(
         &self,
         resource: &str,
@@ -361,9 +399,12 @@ impl<B: Backend> ResourceBroker<B> {
         max_wait: Duration,
     ) -> Result<Permit<B>, Error> {
         let entry = self.entry(resource)?;
+        let mut demand = entry.demand(&opts);
+        demand.count_denial = false;
+        entry.check_size(&demand)?;
         let deadline = tokio::time::Instant::now() + max_wait;
         loop {
-            match entry.try_acquire(&opts).await? {
+            match entry.attempt(&demand).await? {
                 Acquisition::Granted(p) => return Ok(p),
                 Acquisition::Denied(d) => {
                     let now = tokio::time::Instant::now();
@@ -371,6 +412,7 @@ impl<B: Backend> ResourceBroker<B> {
                     // past the deadline. A concurrency wait is an estimate:
                     // keep trying until the deadline itself.
                     if (d.is_exact() && now + d.wait > deadline) || now >= deadline {
+                        entry.counters.rejected.fetch_add(1, Ordering::Relaxed);
                         return Err(Error::WaitExceeded {
                             resource: resource.to_owned(),
                             max_wait,
@@ -440,6 +482,7 @@ async fn stats_of<B: Backend>(e: &Entry<B>) -> ResourceStats {
         }
     }
     let c = &e.counters;
+    let counts = e.backend.counts(&e.handle);
     let (queued, wait_time_ms) = match e.queue.as_deref() {
         Some(q) => (
             Some(q.len() as u64),
@@ -453,9 +496,9 @@ async fn stats_of<B: Backend>(e: &Entry<B>) -> ResourceStats {
         kind: e.kind,
         limits: e.spec.limits.clone(),
         usage,
-        active: c.active.load(Ordering::Relaxed),
-        allowed: c.allowed.load(Ordering::Relaxed),
-        denied: c.denied.load(Ordering::Relaxed),
+        active: e.spec.concurrency.map(|_| c.active.load(Ordering::Relaxed)),
+        allowed: counts.allowed,
+        denied: counts.denied + c.rejected.load(Ordering::Relaxed),
         backend_errors: c.backend_errors.load(Ordering::Relaxed),
         queued,
         wait_time_ms,

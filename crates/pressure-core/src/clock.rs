@@ -30,14 +30,14 @@ impl<C: Clock + ?Sized> Clock for Arc<C> {
 #[derive(Debug, Clone)]
 pub struct MonotonicClock {
     clock: quanta::Clock,
-    origin: quanta::Instant,
+    origin: u64,
 }
 
 impl MonotonicClock {
     /// A clock whose origin is the moment of creation.
     pub fn new() -> Self {
         let clock = quanta::Clock::new();
-        let origin = clock.now();
+        let origin = clock.raw();
         Self { clock, origin }
     }
 }
@@ -52,8 +52,7 @@ impl Clock for MonotonicClock {
     #[inline]
     fn now_nanos(&self) -> u64 {
         // Origin offset of 1 s keeps "0" free as a sentinel for "never".
-        let d = self.clock.now().saturating_duration_since(self.origin);
-        duration_to_nanos(d).saturating_add(1_000_000_000)
+        self.clock.delta_as_nanos(self.origin, self.clock.raw()) + 1_000_000_000
     }
 }
 

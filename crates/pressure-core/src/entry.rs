@@ -3,7 +3,7 @@
 //! wait queue. [`ResourceHandle`] is the public, pre-resolved reference.
 
 use crate::acquisition::{AcquireOptions, Acquisition, Permit};
-use crate::backend::{Backend, Decision};
+use crate::backend::{Backend, BackendError, Decision, Grant, SyncBackend};
 use crate::error::Error;
 use crate::limits::{Demand, LimitSpec, PPM};
 use crate::queue::Queue;
@@ -11,11 +11,13 @@ use crate::stats::ResourceKind;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-/// Counters of this process for one resource.
+/// Counters of this process for one resource, besides the grants and
+/// denials its backend counts on the hot path.
 #[derive(Debug, Default)]
 pub(crate) struct Counters {
-    pub(crate) allowed: AtomicU64,
-    pub(crate) denied: AtomicU64,
+    /// Queue requests refused (full, timed out) and `acquire_within` give-ups.
+    pub(crate) rejected: AtomicU64,
+    /// Live permits holding a concurrency lease.
     pub(crate) active: AtomicU64,
     pub(crate) backend_errors: AtomicU64,
 }
@@ -31,6 +33,9 @@ pub(crate) struct Entry<B: Backend> {
     /// Share of each limit batch callers may fill, parts per million.
     pub(crate) batch_ceiling_ppm: u32,
     pub(crate) lazy: bool,
+    /// Whether permits keep a reference to the entry (see
+    /// `LimitSpec::permits_hold_state`).
+    pub(crate) stateful: bool,
     /// Broker-clock nanoseconds of the last use (lazy resources only).
     pub(crate) last_used: AtomicU64,
 }
@@ -58,6 +63,7 @@ impl<B: Backend> Entry<B> {
                 crate::Priority::Batch => self.batch_ceiling_ppm,
             },
             book_within_ns: 0,
+            count_denial: true,
         }
     }
 
@@ -75,16 +81,24 @@ impl<B: Backend> Entry<B> {
         }
     }
 
-    /// One backend attempt; counts allowed grants and backend errors, but not
-    /// denials (callers decide whether a denial is final).
+    /// One backend attempt, answered without awaiting when the backend can.
     #[inline]
     pub(crate) async fn attempt(self: &Arc<Self>, demand: &Demand) -> Result<Acquisition<B>, Error> {
-        match self.backend.acquire(&self.handle, demand).await {
-            Ok(Decision::Granted(grant)) => {
-                self.counters.allowed.fetch_add(1, Ordering::Relaxed);
-                self.counters.active.fetch_add(1, Ordering::Relaxed);
-                Ok(Acquisition::Granted(Permit::new(Arc::clone(self), grant)))
-            }
+        let decision = match self.backend.acquire_now(&self.handle, demand) {
+            Some(d) => d,
+            None => self.backend.acquire(&self.handle, demand).await,
+        };
+        self.finish(decision)
+    }
+
+    /// Turns a backend decision into an acquisition.
+    #[inline]
+    pub(crate) fn finish(
+        self: &Arc<Self>,
+        decision: Result<Decision, BackendError>,
+    ) -> Result<Acquisition<B>, Error> {
+        match decision {
+            Ok(Decision::Granted(grant)) => Ok(Acquisition::Granted(self.permit(grant))),
             Ok(Decision::Denied(d)) => Ok(Acquisition::Denied(d)),
             Err(e) => {
                 self.counters.backend_errors.fetch_add(1, Ordering::Relaxed);
@@ -93,7 +107,18 @@ impl<B: Backend> Entry<B> {
         }
     }
 
-    /// `try_acquire`: one attempt, a denial is counted and final.
+    #[inline]
+    fn permit(self: &Arc<Self>, grant: Grant) -> Permit<B> {
+        if !self.stateful {
+            return Permit::new(None, grant);
+        }
+        if grant.lease.is_some() {
+            self.counters.active.fetch_add(1, Ordering::Relaxed);
+        }
+        Permit::new(Some(Arc::clone(self)), grant)
+    }
+
+    /// `try_acquire`: one attempt; the backend counts a denial.
     #[inline]
     pub(crate) async fn try_acquire(
         self: &Arc<Self>,
@@ -101,11 +126,34 @@ impl<B: Backend> Entry<B> {
     ) -> Result<Acquisition<B>, Error> {
         let demand = self.demand(opts);
         self.check_size(&demand)?;
-        let out = self.attempt(&demand).await?;
-        if !out.allowed() {
-            self.counters.denied.fetch_add(1, Ordering::Relaxed);
+        self.attempt(&demand).await
+    }
+
+    /// `try_acquire` answered at once, or `None` when the backend must be
+    /// awaited.
+    #[inline]
+    pub(crate) fn try_acquire_now(
+        self: &Arc<Self>,
+        opts: &AcquireOptions,
+    ) -> Option<Result<Acquisition<B>, Error>> {
+        let demand = self.demand(opts);
+        if let Err(e) = self.check_size(&demand) {
+            return Some(Err(e));
         }
-        Ok(out)
+        let d = self.backend.acquire_now(&self.handle, &demand)?;
+        Some(self.finish(d))
+    }
+
+    /// `try_acquire` on a backend that always answers at once.
+    #[inline]
+    pub(crate) fn try_acquire_sync(self: &Arc<Self>, opts: &AcquireOptions) -> Result<Acquisition<B>, Error>
+    where
+        B: SyncBackend,
+    {
+        let demand = self.demand(opts);
+        self.check_size(&demand)?;
+        let d = self.backend.acquire_sync(&self.handle, &demand);
+        self.finish(Ok(d))
     }
 
     /// Tells the queue (if any) that capacity may have been freed.
@@ -147,5 +195,16 @@ impl<B: Backend> ResourceHandle<B> {
     #[inline]
     pub async fn try_acquire(&self, opts: AcquireOptions) -> Result<Acquisition<B>, Error> {
         self.entry.try_acquire(&opts).await
+    }
+
+    /// Check+reject without a future, on a backend whose state is in this
+    /// process (the in-memory backend): for synchronous code paths, and the
+    /// cheapest check there is.
+    #[inline]
+    pub fn try_acquire_now(&self, opts: AcquireOptions) -> Result<Acquisition<B>, Error>
+    where
+        B: SyncBackend,
+    {
+        self.entry.try_acquire_sync(&opts)
     }
 }

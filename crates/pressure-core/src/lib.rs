@@ -78,7 +78,9 @@ pub mod queue;
 mod stats;
 
 pub use acquisition::{AcquireOptions, Acquisition, ActualUsage, Permit};
-pub use backend::{Backend, BackendError, Decision, Denial, Grant, LeaseId, MemoryBackend, Reserved};
+pub use backend::{
+    Backend, BackendError, Counts, Decision, Denial, Grant, LeaseId, MemoryBackend, Reserved, SyncBackend,
+};
 pub use broker::{BrokerBuilder, LimitTemplate, ResourceBroker, ResourceConfig, DEFAULT_MAX_LAZY_RESOURCES};
 pub use entry::ResourceHandle;
 pub use error::{Error, QueueError};

@@ -269,6 +269,9 @@ pub struct Demand {
     /// `gcra` only: if the demand does not fit now but would within this many
     /// nanoseconds, book the future slot instead of denying.
     pub book_within_ns: u64,
+    /// Whether a denial counts in the resource's `denied` counter (false for
+    /// a queue's internal retries, which are not refusals).
+    pub count_denial: bool,
 }
 
 impl Default for Demand {
@@ -280,6 +283,7 @@ impl Default for Demand {
             lease: true,
             ceiling_ppm: PPM,
             book_within_ns: 0,
+            count_denial: true,
         }
     }
 }
@@ -371,6 +375,19 @@ impl LimitSpec {
         })
     }
 
+    /// Whether a permit on this resource has anything to give back or
+    /// correct: a lease, or token dimensions to reconcile. Permits of other
+    /// resources are inert and cost nothing to hold or drop.
+    pub fn permits_hold_state(&self) -> bool {
+        self.concurrency.is_some()
+            || self.rates.iter().any(|r| {
+                !matches!(
+                    r.dimension,
+                    Dimension::RequestsPerSecond | Dimension::RequestsPerMinute
+                )
+            })
+    }
+
     /// Whether every rate dimension uses `gcra` (so future slots can be
     /// booked) and there is at least one.
     pub fn all_gcra(&self) -> bool {
@@ -379,6 +396,7 @@ impl LimitSpec {
 
     /// The first dimension this demand can never fit, with the demand and the
     /// most that dimension can admit at once.
+    #[inline]
     pub fn oversized(&self, demand: &Demand) -> Option<(Dimension, u64, u64)> {
         self.rates.iter().find_map(|r| {
             let units = r.units(demand);

@@ -45,8 +45,9 @@ pub struct ResourceStats {
     /// sees it (fleet-wide with Redis); `maxConcurrentRequests` is the number
     /// of live leases.
     pub usage: BTreeMap<String, u64>,
-    /// Permits handed out by this process and not yet released.
-    pub active: u64,
+    /// Permits of this process holding a concurrency lease now; `null` for
+    /// a resource without `maxConcurrentRequests` (its permits hold nothing).
+    pub active: Option<u64>,
     /// Acquisitions granted by this process.
     pub allowed: u64,
     /// Acquisitions refused by this process (try_acquire denials, queue full

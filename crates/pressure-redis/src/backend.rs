@@ -8,15 +8,15 @@ use crate::health::Health;
 use crate::keys::ResourceKeys;
 use crate::scripts;
 use parking_lot::Mutex;
+use pressure_core::backend::{MemoryHandle, Usage};
 use pressure_core::clock::{Clock, MonotonicClock};
 use pressure_core::{
-    Algorithm, Backend, BackendError, Decision, Demand, Denial, Dimension, Grant, LeaseId, LimitSpec, Limits,
-    MemoryBackend, RateSpec, Reserved, PPM,
+    Algorithm, Backend, BackendError, Counts, Decision, Demand, Denial, Dimension, Grant, LeaseId, LimitSpec,
+    Limits, MemoryBackend, RateSpec, Reserved, PPM,
 };
-use pressure_core::backend::{MemoryHandle, Usage};
 use redis::aio::ConnectionLike;
 use std::future::Future;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -69,6 +69,8 @@ pub struct RedisHandle {
     dims: Vec<Dim>,
     local: Option<MemoryHandle>,
     deny: Mutex<Option<Denied>>,
+    allowed: AtomicU64,
+    denied: AtomicU64,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -128,7 +130,10 @@ impl RedisBackend {
     ) -> Result<T, BackendError> {
         let timeout = self.inner.config.timeout();
         let mut conn = self.inner.pool.get();
-        self.finish(tokio::time::timeout(timeout, inv.invoke_async(&mut conn)).await, timeout)
+        self.finish(
+            tokio::time::timeout(timeout, inv.invoke_async(&mut conn)).await,
+            timeout,
+        )
     }
 
     fn finish<T>(
@@ -288,7 +293,12 @@ fn member(lease: u64) -> String {
 /// Whether an error means the store is out (I/O, connection, cluster down)
 /// rather than a bad answer.
 fn is_store_failure(e: &redis::RedisError) -> bool {
-    e.is_io_error() || e.is_connection_dropped() || e.is_connection_refusal() || e.is_timeout() || e.is_unrecoverable_error() || e.is_cluster_error()
+    e.is_io_error()
+        || e.is_connection_dropped()
+        || e.is_connection_refusal()
+        || e.is_timeout()
+        || e.is_unrecoverable_error()
+        || e.is_cluster_error()
 }
 
 /// The limits a process may use alone in `local` mode: `share` of each.
@@ -347,20 +357,35 @@ impl Backend for RedisBackend {
             dims,
             local,
             deny: Mutex::new(None),
+            allowed: AtomicU64::new(0),
+            denied: AtomicU64::new(0),
         })
     }
 
     async fn acquire(&self, h: &RedisHandle, demand: &Demand) -> Result<Decision, BackendError> {
-        if let Some(d) = self.cached_denial(h, demand) {
-            return Ok(d);
-        }
-        if !self.inner.health.should_try() {
-            return Ok(self.fallback(h, demand));
-        }
-        match self.acquire_remote(h, demand).await {
-            Ok(d) => Ok(d),
-            Err(BackendError::Protocol(e)) => Err(BackendError::Protocol(e)),
-            Err(_) => Ok(self.fallback(h, demand)),
+        let decision = if let Some(d) = self.cached_denial(h, demand) {
+            d
+        } else if !self.inner.health.should_try() {
+            self.fallback(h, demand)
+        } else {
+            match self.acquire_remote(h, demand).await {
+                Ok(d) => d,
+                Err(BackendError::Protocol(e)) => return Err(BackendError::Protocol(e)),
+                Err(_) => self.fallback(h, demand),
+            }
+        };
+        match decision {
+            Decision::Granted(_) => h.allowed.fetch_add(1, Ordering::Relaxed),
+            Decision::Denied(_) if demand.count_denial => h.denied.fetch_add(1, Ordering::Relaxed),
+            Decision::Denied(_) => 0,
+        };
+        Ok(decision)
+    }
+
+    fn counts(&self, h: &RedisHandle) -> Counts {
+        Counts {
+            allowed: h.allowed.load(Ordering::Relaxed),
+            denied: h.denied.load(Ordering::Relaxed),
         }
     }
 
@@ -374,8 +399,15 @@ impl Backend for RedisBackend {
         let Some(lease) = grant.lease else { return Ok(()) };
         let timeout = self.inner.config.timeout();
         let mut conn = self.inner.pool.get();
-        let cmd = redis::cmd("ZREM").arg(&h.keys.leases).arg(member(lease.0)).clone();
-        let out = tokio::time::timeout(timeout, async move { conn.req_packed_command(&cmd).await.map(drop) }).await;
+        let cmd = redis::cmd("ZREM")
+            .arg(&h.keys.leases)
+            .arg(member(lease.0))
+            .clone();
+        let out = tokio::time::timeout(
+            timeout,
+            async move { conn.req_packed_command(&cmd).await.map(drop) },
+        )
+        .await;
         self.finish(out, timeout)
     }
 
@@ -396,7 +428,11 @@ impl Backend for RedisBackend {
                 let mut conn = this.inner.pool.get();
                 let cmd = redis::cmd("ZREM").arg(&key).arg(member(lease.0)).clone();
                 let out =
-                    tokio::time::timeout(timeout, async move { conn.req_packed_command(&cmd).await.map(drop) }).await;
+                    tokio::time::timeout(
+                        timeout,
+                        async move { conn.req_packed_command(&cmd).await.map(drop) },
+                    )
+                    .await;
                 let _ = this.finish(out, timeout);
             });
         }
@@ -409,9 +445,13 @@ impl Backend for RedisBackend {
                 None => Ok(false),
             };
         }
-        let Some(lease) = grant.lease else { return Ok(false) };
+        let Some(lease) = grant.lease else {
+            return Ok(false);
+        };
         let mut inv = scripts::RENEW.prepare_invoke();
-        inv.key(&h.keys.leases).arg(member(lease.0)).arg(h.spec.lease_ttl_ns / 1_000);
+        inv.key(&h.keys.leases)
+            .arg(member(lease.0))
+            .arg(h.spec.lease_ttl_ns / 1_000);
         let v: i64 = self.call(inv).await?;
         Ok(v == 1)
     }
@@ -453,7 +493,9 @@ impl Backend for RedisBackend {
         let mut inv = scripts::USAGE.prepare_invoke();
         inv.key(&h.keys.state).key(&h.keys.leases).arg(h.dims.len());
         for d in &h.dims {
-            inv.arg(u8::from(d.gcra)).arg(d.rate.dimension.index()).arg(d.step_us);
+            inv.arg(u8::from(d.gcra))
+                .arg(d.rate.dimension.index())
+                .arg(d.step_us);
         }
         let v: Vec<i64> = self.call(inv).await?;
         if v.len() != h.dims.len() + 1 {
@@ -485,6 +527,7 @@ fn demand_of(r: &Reserved) -> Demand {
         lease: false,
         ceiling_ppm: PPM,
         book_within_ns: 0,
+        count_denial: false,
     }
 }
 

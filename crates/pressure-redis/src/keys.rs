@@ -58,8 +58,23 @@ mod tests {
     #[test]
     fn hostile_ids_never_collide_or_escape_their_tag() {
         let ids = [
-            "", "a", "a}", "{a}", "a:s", "a}:s", "}{", "tenant 1", "tenant%201", "tenant%25201", "日本",
-            "a\u{0}b", "a{b}c", "gateway:tenant:x}:c", "r", "%", "%25",
+            "",
+            "a",
+            "a}",
+            "{a}",
+            "a:s",
+            "a}:s",
+            "}{",
+            "tenant 1",
+            "tenant%201",
+            "tenant%25201",
+            "日本",
+            "a\u{0}b",
+            "a{b}c",
+            "gateway:tenant:x}:c",
+            "r",
+            "%",
+            "%25",
         ];
         let mut seen = HashSet::new();
         for id in ids {

@@ -4,7 +4,8 @@ use redis::Script;
 use std::sync::LazyLock;
 
 /// Check and reserve all dimensions (`lua/acquire.lua`).
-pub(crate) static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../lua/acquire.lua")));
+pub(crate) static ACQUIRE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../lua/acquire.lua")));
 /// Correct a grant's units (`lua/reconcile.lua`).
 pub(crate) static RECONCILE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../lua/reconcile.lua")));

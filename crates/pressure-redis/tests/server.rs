@@ -10,6 +10,7 @@ use std::time::Duration;
 
 /// An owned redis-server process.
 pub struct RedisServer {
+    /// The loopback port it listens on.
     pub port: u16,
     dir: PathBuf,
     child: Option<Child>,

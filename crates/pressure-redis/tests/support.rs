@@ -35,3 +35,15 @@ pub async fn broker_with(config: RedisConfig) -> ResourceBroker<RedisBackend> {
 pub async fn broker() -> ResourceBroker<RedisBackend> {
     broker_with(RedisConfig::new(redis_url())).await
 }
+
+/// `PRESSURE_REDIS_CLUSTER` (comma-separated node URLs), or the three nodes
+/// of `scripts/redis-cluster.sh`.
+pub fn cluster_nodes() -> Vec<String> {
+    std::env::var("PRESSURE_REDIS_CLUSTER")
+        .unwrap_or_else(|_| "redis://127.0.0.1:7101,redis://127.0.0.1:7102,redis://127.0.0.1:7103".into())
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(String::from)
+        .collect()
+}

@@ -1,16 +1,18 @@
 //! [`MemoryBackend`]: limiter state in this process.
 //!
 //! A resource with a single `gcra` rate dimension and no concurrency limit
-//! (the common "N per second" case) is one atomic word updated with a
-//! compare-and-swap loop: no lock, no allocation. Every other resource keeps
-//! its dimensions behind one short mutex, which is what makes a multi-dimension
-//! acquisition all-or-nothing.
+//! (the common "N per second" case) is one 128-bit atomic word — the TAT and
+//! the count of grants — updated with one compare-and-swap: no lock, no
+//! allocation, and the grant is counted in the same atomic step. Every other
+//! resource keeps its dimensions and counters behind one short mutex, which
+//! is what makes a multi-dimension acquisition all-or-nothing.
 
-use super::{Backend, BackendError, Decision, Denial, Grant, LeaseId, Reserved, Usage};
+use super::{Backend, BackendError, Counts, Decision, Denial, Grant, LeaseId, Reserved, SyncBackend, Usage};
 use crate::algo::{gcra, leases::LeaseSet, window::WindowState};
 use crate::clock::{Clock, MonotonicClock};
 use crate::limits::{Algorithm, Demand, Dimension, LimitSpec, RateSpec};
 use parking_lot::Mutex;
+use portable_atomic::AtomicU128;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -19,7 +21,6 @@ use std::time::Duration;
 #[derive(Debug, Clone)]
 pub struct MemoryBackend {
     clock: Arc<dyn Clock>,
-    next_lease: Arc<AtomicU64>,
 }
 
 impl MemoryBackend {
@@ -30,27 +31,12 @@ impl MemoryBackend {
 
     /// A backend on the given clock (tests use `TokioClock` or `ManualClock`).
     pub fn with_clock(clock: Arc<dyn Clock>) -> Self {
-        Self {
-            clock,
-            next_lease: Arc::new(AtomicU64::new(1)),
-        }
+        Self { clock }
     }
 
     /// The clock this backend counts with.
     pub fn clock(&self) -> &Arc<dyn Clock> {
         &self.clock
-    }
-
-    fn acquire_sync(&self, h: &MemoryHandle, demand: &Demand) -> Decision {
-        let now = self.clock.now_nanos();
-        match &h.state {
-            State::Fast { rate, tat } => fast_acquire(rate, tat, now, demand),
-            State::Locked(m) => {
-                let lease = if demand.lease { h.spec.concurrency } else { None };
-                let id = lease.map(|_| self.next_lease.fetch_add(1, Ordering::Relaxed));
-                m.lock().acquire(&h.spec, now, demand, lease.zip(id))
-            }
-        }
     }
 
     fn release_sync(&self, h: &MemoryHandle, grant: &Grant) {
@@ -75,8 +61,13 @@ pub struct MemoryHandle {
 
 #[derive(Debug)]
 enum State {
-    /// One `gcra` dimension, no concurrency: a lock-free word.
-    Fast { rate: RateSpec, tat: AtomicU64 },
+    /// One `gcra` dimension, no concurrency: TAT (low 64 bits) and grants
+    /// (high 64 bits) in one lock-free word.
+    Fast {
+        rate: RateSpec,
+        word: AtomicU128,
+        denied: AtomicU64,
+    },
     /// Anything else: all dimensions under one lock.
     Locked(Mutex<Counters>),
 }
@@ -85,6 +76,9 @@ enum State {
 struct Counters {
     dims: Vec<DimState>,
     leases: LeaseSet,
+    next_lease: u64,
+    allowed: u64,
+    denied: u64,
 }
 
 #[derive(Debug)]
@@ -94,28 +88,36 @@ enum DimState {
 }
 
 #[inline]
-fn fast_acquire(rate: &RateSpec, tat: &AtomicU64, now: u64, demand: &Demand) -> Decision {
+fn fast_acquire(
+    rate: &RateSpec,
+    word: &AtomicU128,
+    denied: &AtomicU64,
+    now: u64,
+    demand: &Demand,
+) -> Decision {
     let units = rate.units(demand);
     let cap = RateSpec::scaled(rate.capacity, demand.ceiling_ppm);
-    let mut cur = tat.load(Ordering::Acquire);
+    let mut cur = word.load(Ordering::Acquire);
     loop {
-        let (next, delay) = match gcra::check(rate, cur, now, units, cap) {
+        let tat = cur as u64;
+        let (next, delay) = match gcra::check(rate, tat, now, units, cap) {
             Ok(next) => (next, 0),
             Err(wait) if demand.book_within_ns > 0 && wait <= demand.book_within_ns => {
-                let start = now + wait;
-                (gcra::book(rate, cur, start, units), wait)
+                (gcra::book(rate, tat, now + wait, units), wait)
             }
             Err(wait) => {
+                if demand.count_denial {
+                    denied.fetch_add(1, Ordering::Relaxed);
+                }
                 return Decision::Denied(Denial {
                     wait: Duration::from_nanos(wait),
                     dimension: rate.dimension,
-                })
+                });
             }
         };
-        if next == cur {
-            return granted(now, delay, None, demand);
-        }
-        match tat.compare_exchange_weak(cur, next, Ordering::AcqRel, Ordering::Acquire) {
+        let grants = (cur >> 64) as u64 + 1;
+        let new = (u128::from(grants) << 64) | u128::from(next);
+        match word.compare_exchange_weak(cur, new, Ordering::AcqRel, Ordering::Acquire) {
             Ok(_) => return granted(now, delay, None, demand),
             Err(actual) => cur = actual,
         }
@@ -146,16 +148,27 @@ impl Counters {
         Self {
             dims,
             leases: LeaseSet::default(),
+            next_lease: 1,
+            allowed: 0,
+            denied: 0,
         }
     }
 
-    fn acquire(
-        &mut self,
-        spec: &LimitSpec,
-        now: u64,
-        demand: &Demand,
-        lease: Option<(u64, u64)>,
-    ) -> Decision {
+    fn acquire(&mut self, spec: &LimitSpec, now: u64, demand: &Demand) -> Decision {
+        let decision = self.decide(spec, now, demand);
+        match decision {
+            Decision::Granted(_) => self.allowed += 1,
+            Decision::Denied(_) if demand.count_denial => self.denied += 1,
+            Decision::Denied(_) => {}
+        }
+        decision
+    }
+
+    fn decide(&mut self, spec: &LimitSpec, now: u64, demand: &Demand) -> Decision {
+        let lease = match (demand.lease, spec.concurrency) {
+            (true, Some(limit)) => Some((limit, self.next_lease)),
+            _ => None,
+        };
         let mut worst: Option<(u64, Dimension)> = None;
         let mut note = |wait: u64, dim: Dimension| {
             if worst.is_none_or(|(w, _)| wait > w) {
@@ -207,6 +220,7 @@ impl Counters {
             }
         }
         let lease = lease.map(|(_, id)| {
+            self.next_lease += 1;
             self.leases.insert(id, now + spec.lease_ttl_ns);
             LeaseId(id)
         });
@@ -309,11 +323,33 @@ impl Backend for MemoryBackend {
         let state = match spec.rates.as_slice() {
             [rate] if rate.algorithm == Algorithm::Gcra && spec.concurrency.is_none() => State::Fast {
                 rate: *rate,
-                tat: AtomicU64::new(0),
+                word: AtomicU128::new(0),
+                denied: AtomicU64::new(0),
             },
             _ => State::Locked(Mutex::new(Counters::new(&spec))),
         };
         Ok(MemoryHandle { spec, state })
+    }
+
+    #[inline]
+    fn acquire_now(&self, handle: &MemoryHandle, demand: &Demand) -> Option<Result<Decision, BackendError>> {
+        Some(Ok(self.acquire_sync(handle, demand)))
+    }
+
+    fn counts(&self, handle: &MemoryHandle) -> Counts {
+        match &handle.state {
+            State::Fast { word, denied, .. } => Counts {
+                allowed: (word.load(Ordering::Acquire) >> 64) as u64,
+                denied: denied.load(Ordering::Relaxed),
+            },
+            State::Locked(m) => {
+                let c = m.lock();
+                Counts {
+                    allowed: c.allowed,
+                    denied: c.denied,
+                }
+            }
+        }
     }
 
     #[inline]
@@ -347,7 +383,9 @@ impl Backend for MemoryBackend {
         let now = self.clock.now_nanos();
         let ok = match (&handle.state, grant.lease) {
             (State::Locked(m), Some(lease)) => {
-                m.lock().leases.renew(lease.0, now, now + handle.spec.lease_ttl_ns)
+                m.lock()
+                    .leases
+                    .renew(lease.0, now, now + handle.spec.lease_ttl_ns)
             }
             _ => false,
         };
@@ -362,12 +400,13 @@ impl Backend for MemoryBackend {
     ) -> impl std::future::Future<Output = Result<(), BackendError>> + Send {
         let now = self.clock.now_nanos();
         match &handle.state {
-            State::Fast { rate, tat } => {
+            State::Fast { rate, word, .. } => {
                 let delta =
                     rate.units(&demand_of(actual)) as i64 - rate.units(&demand_of(&grant.reserved)) as i64;
                 if delta != 0 {
-                    let _ = tat.fetch_update(Ordering::AcqRel, Ordering::Acquire, |t| {
-                        Some(gcra::adjust(rate, t, delta))
+                    let _ = word.fetch_update(Ordering::AcqRel, Ordering::Acquire, |w| {
+                        let tat = gcra::adjust(rate, w as u64, delta);
+                        Some((w >> 64 << 64) | u128::from(tat))
                     });
                 }
             }
@@ -382,8 +421,11 @@ impl Backend for MemoryBackend {
     ) -> impl std::future::Future<Output = Result<Usage, BackendError>> + Send {
         let now = self.clock.now_nanos();
         let usage = match &handle.state {
-            State::Fast { rate, tat } => Usage {
-                dimensions: vec![(rate.dimension, gcra::used(rate, tat.load(Ordering::Acquire), now))],
+            State::Fast { rate, word, .. } => Usage {
+                dimensions: vec![(
+                    rate.dimension,
+                    gcra::used(rate, word.load(Ordering::Acquire) as u64, now),
+                )],
                 leases: 0,
             },
             State::Locked(m) => m.lock().usage(&handle.spec, now),
@@ -394,8 +436,19 @@ impl Backend for MemoryBackend {
     fn at_rest(&self, handle: &MemoryHandle) -> bool {
         let now = self.clock.now_nanos();
         match &handle.state {
-            State::Fast { tat, .. } => tat.load(Ordering::Acquire) <= now,
+            State::Fast { word, .. } => (word.load(Ordering::Acquire) as u64) <= now,
             State::Locked(m) => m.try_lock().is_some_and(|mut c| c.at_rest(&handle.spec, now)),
+        }
+    }
+}
+
+impl SyncBackend for MemoryBackend {
+    #[inline]
+    fn acquire_sync(&self, h: &MemoryHandle, demand: &Demand) -> Decision {
+        let now = self.clock.now_nanos();
+        match &h.state {
+            State::Fast { rate, word, denied } => fast_acquire(rate, word, denied, now, demand),
+            State::Locked(m) => m.lock().acquire(&h.spec, now, demand),
         }
     }
 }

@@ -96,6 +96,16 @@ pub struct Usage {
     pub leases: u64,
 }
 
+/// Acquisitions this process made on one resource, as its backend counted
+/// them (on the hot path, inside the same atomic step where it can).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Counts {
+    /// Granted acquisitions.
+    pub allowed: u64,
+    /// Denied acquisitions whose demand asked to be counted.
+    pub denied: u64,
+}
+
 /// A failure of the state store itself (not a denial).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum BackendError {
@@ -126,6 +136,18 @@ pub trait Backend: Send + Sync + Sized + std::fmt::Debug + 'static {
 
     /// Prepares `resource` with `spec`. Called once per registration.
     fn attach(&self, resource: &str, spec: Arc<LimitSpec>) -> Result<Self::Handle, BackendError>;
+
+    /// Checks and reserves every dimension of `demand`, or nothing, and
+    /// answers at once when the backend can do so without waiting (state in
+    /// this process); `None` means "use [`Backend::acquire`]".
+    #[inline]
+    fn acquire_now(&self, handle: &Self::Handle, demand: &Demand) -> Option<Result<Decision, BackendError>> {
+        let _ = (handle, demand);
+        None
+    }
+
+    /// Acquisitions counted for this resource by this process.
+    fn counts(&self, handle: &Self::Handle) -> Counts;
 
     /// Checks and reserves every dimension of `demand`, or nothing.
     fn acquire(
@@ -168,4 +190,12 @@ pub trait Backend: Send + Sync + Sized + std::fmt::Debug + 'static {
     /// Whether the resource's state holds nothing any more (every window
     /// drained, bucket full, no lease), so evicting it loses no accuracy.
     fn at_rest(&self, handle: &Self::Handle) -> bool;
+}
+
+/// A backend that always answers at once (its state is in this process), so
+/// the broker offers synchronous `try_acquire_now` on it — usable where no
+/// `.await` is possible, and the cheapest check there is.
+pub trait SyncBackend: Backend {
+    /// [`Backend::acquire`] without a future.
+    fn acquire_sync(&self, handle: &Self::Handle, demand: &Demand) -> Decision;
 }

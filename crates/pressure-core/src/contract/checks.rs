@@ -183,7 +183,7 @@ pub async fn concurrency_release_is_exact_and_idempotent<H: Harness>(h: &H) {
         assert!(Instant::now() < deadline, "leases not returned after drop");
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
-    assert_eq!(b.resource_stats(&id).await.expect("registered").active, 0);
+    assert_eq!(b.resource_stats(&id).await.expect("registered").active, Some(0));
 }
 
 /// A permit that is never released nor renewed (`mem::forget`) gives its
@@ -397,7 +397,7 @@ pub async fn stress_never_over_admits<H: Harness>(h: &H) {
         peak.load(Ordering::SeqCst)
     );
     let s = b.resource_stats(&id).await.expect("registered");
-    assert_eq!(s.active, 0);
+    assert_eq!(s.active, Some(0));
     assert_eq!(s.usage.get("maxConcurrentRequests"), Some(&0));
     assert_eq!(s.usage.get("requestsPerMinute"), Some(&allowed));
 }
@@ -540,6 +540,6 @@ pub async fn enqueue_waits_for_concurrency_release<H: Harness>(h: &H) {
         t0.elapsed()
     );
     let s = b.resource_stats(&id).await.expect("registered");
-    assert_eq!(s.active, 0);
+    assert_eq!(s.active, Some(0));
     assert_eq!(s.usage.get("maxConcurrentRequests"), Some(&0));
 }

@@ -49,10 +49,12 @@ where
             Priority::Batch => entry.batch_ceiling_ppm,
         },
         book_within_ns: 0,
+        // Waiting is not a refusal: only Full and Timeout count as denied.
+        count_denial: false,
     };
     entry.check_size(&demand)?;
     let timeout = |entry: &Entry<B>| {
-        entry.counters.denied.fetch_add(1, Ordering::Relaxed);
+        entry.counters.rejected.fetch_add(1, Ordering::Relaxed);
         QueueError::Timeout {
             resource: entry.id.to_string(),
             max_wait,
@@ -66,7 +68,7 @@ where
             .await
             .map_err(|e| match e {
                 Turn::Full => {
-                    entry.counters.denied.fetch_add(1, Ordering::Relaxed);
+                    entry.counters.rejected.fetch_add(1, Ordering::Relaxed);
                     QueueError::Full {
                         resource: entry.id.to_string(),
                         max_queued: queue.config.max_queued,
@@ -125,11 +127,11 @@ where
 async fn settle<B: Backend>(permit: &mut Permit<B>, actual: Option<Reserved>) {
     if let Some(actual) = actual {
         if let Err(e) = permit.reconcile(actual).await {
-            tracing::warn!(resource = permit.resource(), error = %e, "reconcile failed");
+            tracing::warn!(resource = ?permit.resource(), error = %e, "reconcile failed");
         }
     }
     if let Err(e) = permit.release().await {
-        tracing::warn!(resource = permit.resource(), error = %e, "release failed; the lease TTL will reclaim it");
+        tracing::warn!(resource = ?permit.resource(), error = %e, "release failed; the lease TTL will reclaim it");
     }
 }
 
@@ -145,7 +147,7 @@ async fn keep_alive<B: Backend, O>(permit: &mut Permit<B>, fut: impl Future<Outp
             out = &mut fut => return out,
             _ = tokio::time::sleep(every) => {
                 if let Ok(false) = permit.renew().await {
-                    tracing::warn!(resource = permit.resource(), "lease lost while the task ran");
+                    tracing::warn!(resource = ?permit.resource(), "lease lost while the task ran");
                 }
             }
         }

@@ -53,17 +53,32 @@ async fn stats_have_null_queue_fields_for_limits_only() {
         .try_acquire("limit", AcquireOptions::default())
         .await
         .expect("answers");
+    b.register_limit("leased", Limits::default().max_concurrent_requests(3))
+        .expect("valid");
+    let _held = b
+        .try_acquire("leased", AcquireOptions::default())
+        .await
+        .expect("answers");
     let json = serde_json::to_value(b.stats().await).expect("serializes");
-    let limit = &json[0];
+    let by_id = |id: &str| {
+        json.as_array()
+            .and_then(|a| a.iter().find(|r| r["resource"] == id))
+            .cloned()
+            .expect("listed")
+    };
+    let limit = &by_id("limit");
     assert_eq!(limit["resource"], "limit");
     assert_eq!(limit["kind"], "limit");
     assert!(limit["queued"].is_null());
     assert!(limit["waitTimeMs"].is_null());
     assert_eq!(limit["allowed"], 1);
-    assert_eq!(limit["active"], 1);
+    assert!(limit["active"].is_null(), "rate-only permits hold nothing");
     assert_eq!(limit["usage"]["requestsPerSecond"], 1);
     assert_eq!(limit["limits"]["requestsPerSecond"], 5);
-    let queue = &json[1];
+    let leased = &by_id("leased");
+    assert_eq!(leased["active"], 1);
+    assert_eq!(leased["usage"]["maxConcurrentRequests"], 1);
+    let queue = &by_id("queue");
     assert_eq!(queue["kind"], "queue");
     assert_eq!(queue["queued"], 0);
 }
@@ -219,7 +234,7 @@ async fn heavy_stress_keeps_every_bound() {
     // The bucket: at most burst + elapsed/T; the run takes far less than a minute.
     assert!((100..=200).contains(&g_ok), "gcra admitted {g_ok}");
     let stats = b.resource_stats("s").await.expect("registered");
-    assert_eq!(stats.active, 0);
+    assert_eq!(stats.active, Some(0));
     assert_eq!(stats.usage.get("maxConcurrentRequests"), Some(&0));
     assert_eq!(stats.allowed, s_ok);
     assert_eq!(stats.allowed + stats.denied, 64 * 500);

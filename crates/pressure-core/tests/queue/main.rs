@@ -223,7 +223,7 @@ async fn dropping_an_enqueue_leaves_no_trace() {
     tokio::time::sleep(Duration::from_millis(5)).await;
     assert_eq!(*ran.lock(), 0, "abandoned tasks never run");
     let s = b.resource_stats("r").await.expect("registered");
-    assert_eq!(s.active, 0);
+    assert_eq!(s.active, Some(0));
     assert_eq!(s.usage.get("maxConcurrentRequests"), Some(&0));
     // The queue still serves newcomers.
     b.enqueue(Request::new("r", |_| async { Ok::<_, TaskError<()>>(()) }))

@@ -28,7 +28,10 @@ async fn child_holds_permits_until_killed() {
     b.register_limit(&id, limits()).expect("valid");
     let mut permits = Vec::new();
     for _ in 0..SLOTS {
-        let p = b.try_acquire(&id, AcquireOptions::default()).await.expect("answers");
+        let p = b
+            .try_acquire(&id, AcquireOptions::default())
+            .await
+            .expect("answers");
         permits.push(p.into_permit().expect("granted"));
     }
     println!("HELD");
@@ -48,7 +51,13 @@ async fn killed_holder_gives_slots_back_within_the_ttl() {
     }
     let id = format!("{}:crash", support::run_id());
     let mut child = Command::new(std::env::current_exe().expect("test binary"))
-        .args(["--exact", "child_holds_permits_until_killed", "--nocapture", "--test-threads", "1"])
+        .args([
+            "--exact",
+            "child_holds_permits_until_killed",
+            "--nocapture",
+            "--test-threads",
+            "1",
+        ])
         .env("PRESSURE_CRASH_CHILD", &id)
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
@@ -56,29 +65,51 @@ async fn killed_holder_gives_slots_back_within_the_ttl() {
         .expect("child starts");
     let stdout = child.stdout.take().expect("piped");
     let held = tokio::task::spawn_blocking(move || {
-        BufReader::new(stdout).lines().map_while(Result::ok).any(|l| l.contains("HELD"))
+        BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+            .any(|l| l.contains("HELD"))
     });
     assert!(
-        tokio::time::timeout(Duration::from_secs(20), held).await.expect("child reports").expect("reader"),
+        tokio::time::timeout(Duration::from_secs(20), held)
+            .await
+            .expect("child reports")
+            .expect("reader"),
         "child never held its permits"
     );
     let b = support::broker().await;
     b.register_limit(&id, limits()).expect("valid");
     // While the child lives (and renews past the TTL), nothing is free.
     tokio::time::sleep(TTL + TTL / 2).await;
-    assert!(!b.try_acquire(&id, AcquireOptions::default()).await.expect("answers").allowed());
+    assert!(!b
+        .try_acquire(&id, AcquireOptions::default())
+        .await
+        .expect("answers")
+        .allowed());
 
     child.kill().expect("SIGKILL");
     let killed = Instant::now();
     let _ = child.wait();
     let mut got = Vec::new();
     while (got.len() as u64) < SLOTS {
-        assert!(killed.elapsed() < TTL + Duration::from_millis(300), "slots not back after {:?}", killed.elapsed());
-        if let Some(p) = b.try_acquire(&id, AcquireOptions::default()).await.expect("answers").into_permit() {
+        assert!(
+            killed.elapsed() < TTL + Duration::from_millis(300),
+            "slots not back after {:?}",
+            killed.elapsed()
+        );
+        if let Some(p) = b
+            .try_acquire(&id, AcquireOptions::default())
+            .await
+            .expect("answers")
+            .into_permit()
+        {
             got.push(p);
         } else {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
     }
-    println!("all {SLOTS} slots back {:?} after SIGKILL (lease TTL {TTL:?})", killed.elapsed());
+    println!(
+        "all {SLOTS} slots back {:?} after SIGKILL (lease TTL {TTL:?})",
+        killed.elapsed()
+    );
 }

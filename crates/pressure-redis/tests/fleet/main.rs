@@ -28,7 +28,11 @@ async fn drive(id: &str, limits: Limits, windows: u64) -> Vec<u64> {
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
             for _ in 0..(N * windows) {
                 tick.tick().await;
-                if let Acquisition::Granted(p) = b.try_acquire(&id, AcquireOptions::default()).await.expect("answers") {
+                if let Acquisition::Granted(p) = b
+                    .try_acquire(&id, AcquireOptions::default())
+                    .await
+                    .expect("answers")
+                {
                     times.push(p.grant().at_ns / 1_000);
                 }
             }
@@ -72,7 +76,11 @@ async fn window_fleet_never_exceeds_n_in_any_window() {
     let times = drive(&id, Limits::default().requests_per_second(N), 4).await;
     let peak = max_in_any_window(&times, W_US);
     let util = utilization(&times, 4);
-    println!("window fleet: {} admitted, peak {peak} in any 1 s (N = {N}), utilization {:.1} %", times.len(), util * 100.0);
+    println!(
+        "window fleet: {} admitted, peak {peak} in any 1 s (N = {N}), utilization {:.1} %",
+        times.len(),
+        util * 100.0
+    );
     assert!(peak as u64 <= N, "peak {peak} > {N}");
     assert!(util >= 0.95, "utilization {util}");
 }
@@ -85,7 +93,12 @@ async fn gcra_fleet_stays_within_burst_plus_rate() {
     // GCRA bound: at most C + d / T in any span d; check every span of a window.
     let peak = max_in_any_window(&times, W_US);
     let util = utilization(&times, 4);
-    println!("gcra fleet: {} admitted, peak {peak} in any 1 s (bound {}), utilization {:.1} %", times.len(), N + burst, util * 100.0);
+    println!(
+        "gcra fleet: {} admitted, peak {peak} in any 1 s (bound {}), utilization {:.1} %",
+        times.len(),
+        N + burst,
+        util * 100.0
+    );
     assert!(peak as u64 <= N + burst, "peak {peak}");
     assert!(util >= 0.95, "utilization {util}");
 }

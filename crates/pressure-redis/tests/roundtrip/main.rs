@@ -22,9 +22,17 @@ async fn client_commands_between(
     let mut monitor = client.get_async_monitor().await.expect("monitor");
     let mut stream = monitor.on_message::<String>();
     let mut marker = client.get_multiplexed_async_connection().await.expect("conn");
-    let _: String = redis::cmd("ECHO").arg("marker-start").query_async(&mut marker).await.expect("echo");
+    let _: String = redis::cmd("ECHO")
+        .arg("marker-start")
+        .query_async(&mut marker)
+        .await
+        .expect("echo");
     work.await;
-    let _: String = redis::cmd("ECHO").arg("marker-end").query_async(&mut marker).await.expect("echo");
+    let _: String = redis::cmd("ECHO")
+        .arg("marker-end")
+        .query_async(&mut marker)
+        .await
+        .expect("echo");
     let mut lines = Vec::new();
     let mut started = false;
     while let Some(line) = tokio::time::timeout(Duration::from_secs(5), stream.next())
@@ -43,7 +51,11 @@ async fn client_commands_between(
 }
 
 fn command_of(line: &str) -> String {
-    line.split("] \"").nth(1).and_then(|s| s.split('"').next()).unwrap_or("").to_uppercase()
+    line.split("] \"")
+        .nth(1)
+        .and_then(|s| s.split('"').next())
+        .unwrap_or("")
+        .to_uppercase()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -59,7 +71,10 @@ async fn one_command_per_acquisition() {
     )
     .expect("valid");
     // Warm up: the first call loads the script (NOSCRIPT, SCRIPT LOAD, EVALSHA).
-    let _ = b.try_acquire("rt", AcquireOptions::default()).await.expect("answers");
+    let _ = b
+        .try_acquire("rt", AcquireOptions::default())
+        .await
+        .expect("answers");
     let mut held = Vec::new();
     let lines = client_commands_between(&srv, async {
         for _ in 0..50 {
@@ -82,10 +97,22 @@ async fn one_command_per_acquisition() {
 async fn a_flushed_script_is_reloaded() {
     let srv = RedisServer::start();
     let b = support::broker_with(RedisConfig::new(srv.url())).await;
-    b.register_limit("rt", Limits::default().requests_per_minute(10)).expect("valid");
-    assert!(b.try_acquire("rt", AcquireOptions::default()).await.expect("answers").allowed());
-    let _: () = redis::cmd("SCRIPT").arg("FLUSH").query(&mut srv.conn()).expect("flush");
-    assert!(b.try_acquire("rt", AcquireOptions::default()).await.expect("reloads").allowed());
+    b.register_limit("rt", Limits::default().requests_per_minute(10))
+        .expect("valid");
+    assert!(b
+        .try_acquire("rt", AcquireOptions::default())
+        .await
+        .expect("answers")
+        .allowed());
+    let _: () = redis::cmd("SCRIPT")
+        .arg("FLUSH")
+        .query(&mut srv.conn())
+        .expect("flush");
+    assert!(b
+        .try_acquire("rt", AcquireOptions::default())
+        .await
+        .expect("reloads")
+        .allowed());
     let s = b.resource_stats("rt").await.expect("registered");
     assert_eq!(s.usage.get("requestsPerMinute"), Some(&2));
     assert_eq!(s.backend_errors, 0);
@@ -116,7 +143,10 @@ async fn queued_waiters_do_not_poll() {
     let evals = lines.iter().filter(|l| command_of(l).starts_with("EVAL")).count();
     // 4 grants, the first denial of each waiter's turn, plus a few wake-ups:
     // a busy poller would send hundreds in the second the waiters wait.
-    assert!((4..=16).contains(&evals), "{evals} acquisition attempts for 4 requests");
+    assert!(
+        (4..=16).contains(&evals),
+        "{evals} acquisition attempts for 4 requests"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -124,15 +154,31 @@ async fn hostile_tenant_ids_cannot_collide() {
     let b = support::broker().await;
     let run = support::run_id();
     let ids = [
-        "a", "a}", "{a}", "a:s", "a}:s", "}{", "tenant 1", "tenant%201", "日本", "a{b}c", "x}:c", "", "%",
+        "a",
+        "a}",
+        "{a}",
+        "a:s",
+        "a}:s",
+        "}{",
+        "tenant 1",
+        "tenant%201",
+        "日本",
+        "a{b}c",
+        "x}:c",
+        "",
+        "%",
     ];
     for id in ids {
         let id = format!("{run}:{id}");
-        b.register_limit(&id, Limits::default().requests_per_minute(1)).expect("valid");
+        b.register_limit(&id, Limits::default().requests_per_minute(1))
+            .expect("valid");
     }
     for id in ids {
         let id = format!("{run}:{id}");
-        let a = b.try_acquire(&id, AcquireOptions::default()).await.expect("answers");
+        let a = b
+            .try_acquire(&id, AcquireOptions::default())
+            .await
+            .expect("answers");
         assert!(a.allowed(), "{id:?} saw another tenant's usage");
     }
     for id in ids {
@@ -149,25 +195,42 @@ async fn deny_cache_refuses_locally_until_the_store_said() {
     b.register_limit("dc", Limits::default().requests_per_second(5).gcra(Some(5)))
         .expect("valid");
     for _ in 0..5 {
-        assert!(b.try_acquire("dc", AcquireOptions::default()).await.expect("answers").allowed());
+        assert!(b
+            .try_acquire("dc", AcquireOptions::default())
+            .await
+            .expect("answers")
+            .allowed());
     }
-    let first = b.try_acquire("dc", AcquireOptions::default()).await.expect("answers");
+    let first = b
+        .try_acquire("dc", AcquireOptions::default())
+        .await
+        .expect("answers");
     assert!(!first.allowed());
     let until = tokio::time::Instant::now() + first.wait_time();
     let mut waits = Vec::new();
     let lines = client_commands_between(&srv, async {
         for _ in 0..100 {
-            let a = b.try_acquire("dc", AcquireOptions::default()).await.expect("answers");
+            let a = b
+                .try_acquire("dc", AcquireOptions::default())
+                .await
+                .expect("answers");
             assert!(!a.allowed());
             waits.push(a.wait_time());
         }
     })
     .await;
-    assert!(lines.is_empty(), "hammering a full resource costs no round trip: {lines:?}");
+    assert!(
+        lines.is_empty(),
+        "hammering a full resource costs no round trip: {lines:?}"
+    );
     assert!(waits.windows(2).all(|w| w[1] <= w[0]), "the wait counts down");
     // At T the store is asked again, and the demand fits.
     tokio::time::sleep_until(until).await;
-    assert!(b.try_acquire("dc", AcquireOptions::default()).await.expect("answers").allowed());
+    assert!(b
+        .try_acquire("dc", AcquireOptions::default())
+        .await
+        .expect("answers")
+        .allowed());
     // Cached denials are not counted as store work, but are denials.
     let s = b.resource_stats("dc").await.expect("registered");
     assert_eq!(s.allowed, 6);

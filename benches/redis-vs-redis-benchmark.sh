@@ -1,0 +1,220 @@
+#!/usr/bin/env bash
+# Our RedisBackend versus redis-benchmark, side by side, against one local Redis.
+#
+# 1. Runs the bench binary crates/pressure-redis/benches/redis_acquire.rs
+#    (`cargo bench -p pressure-redis --bench redis_acquire`): ONE process,
+#    64 tokio tasks calling ResourceBroker::try_acquire on one resource, limits
+#    never reached; throughput, p50/p99 latency and the server time per call
+#    (INFO commandstats after CONFIG RESETSTAT) for each case.
+# 2. Replays, with redis-benchmark (64 clients, pipelined -P 16 and not
+#    pipelined -P 1), EXACTLY the EVALSHA our backend sent for the same case
+#    (captured by the bench with MONITOR), same request count, and reads the
+#    server time per call the same way.
+# 3. Prints the table: throughput ours / redis-benchmark, and the server time
+#    per acquisition of each case against a bare one-key GCRA script.
+#
+# Usage:
+#   benches/redis-vs-redis-benchmark.sh               # Redis at 127.0.0.1:6379
+#   benches/redis-vs-redis-benchmark.sh --own-redis   # starts a private redis-server
+#                                                     # on 127.0.0.1:${BENCH_REDIS_PORT:-6399}
+# Environment:
+#   PRESSURE_REDIS_URL  redis://127.0.0.1:6379 (host must be 127.0.0.1 or localhost)
+#   BENCH_SECS=10 (window1, dim3)  BENCH_AUX_SECS=5 (other cases)  BENCH_TASKS=64
+#   RB_PIPELINE=16      pipeline depth of the pipelined redis-benchmark runs
+#
+# Side effects on that Redis: CONFIG RESETSTAT (server statistics are reset),
+# SCRIPT LOAD of two scripts, keys with the hash tags {rbench.*}, deleted at the
+# end. Only 127.0.0.1 is contacted; every step has a timeout.
+set -euo pipefail
+
+cd "$(dirname "$0")/.."
+
+own_redis=0
+for arg in "$@"; do
+  case "$arg" in
+    --own-redis) own_redis=1 ;;
+    -h|--help) sed -n '2,30p' "$0"; exit 0 ;;
+    *) echo "unknown argument: $arg" >&2; exit 64 ;;
+  esac
+done
+
+for tool in redis-cli redis-benchmark cargo awk; do
+  command -v "$tool" >/dev/null || { echo "missing tool: $tool" >&2; exit 69; }
+done
+
+tmp=$(mktemp -d)
+server_pid=""
+keys_to_delete=()
+cleanup() {
+  if [[ ${#keys_to_delete[@]} -gt 0 ]] && [[ -n "${RHOST:-}" ]]; then
+    timeout 5 redis-cli -h "$RHOST" -p "$RPORT" DEL "${keys_to_delete[@]}" >/dev/null 2>&1 || true
+  fi
+  if [[ -n "$server_pid" ]]; then
+    kill "$server_pid" 2>/dev/null || true
+    wait "$server_pid" 2>/dev/null || true
+  fi
+  rm -rf "$tmp"
+}
+trap cleanup EXIT
+
+if [[ $own_redis == 1 ]]; then
+  command -v redis-server >/dev/null || { echo "missing tool: redis-server" >&2; exit 69; }
+  port=${BENCH_REDIS_PORT:-6399}
+  redis-server --bind 127.0.0.1 --port "$port" --save '' --appendonly no \
+    --protected-mode yes --daemonize no --logfile "$tmp/redis.log" &
+  server_pid=$!
+  for _ in $(seq 50); do
+    redis-cli -h 127.0.0.1 -p "$port" PING >/dev/null 2>&1 && break
+    sleep 0.1
+  done
+  export PRESSURE_REDIS_URL="redis://127.0.0.1:$port"
+fi
+
+url=${PRESSURE_REDIS_URL:-redis://127.0.0.1:6379}
+export PRESSURE_REDIS_URL="$url"
+hostport=${url#redis://}
+hostport=${hostport%%/*}
+if [[ "$hostport" == *@* ]]; then
+  echo "PRESSURE_REDIS_URL with credentials is not supported by this script" >&2
+  exit 64
+fi
+RHOST=${hostport%%:*}
+RPORT=${hostport##*:}
+[[ "$RPORT" == "$hostport" ]] && RPORT=6379
+case "$RHOST" in
+  127.0.0.1|localhost) RHOST=127.0.0.1 ;;
+  *) echo "refusing to talk to $RHOST: only 127.0.0.1 is allowed" >&2; exit 64 ;;
+esac
+rcli() { timeout 10 redis-cli -h "$RHOST" -p "$RPORT" "$@"; }
+if [[ "$(rcli PING 2>/dev/null)" != "PONG" ]]; then
+  echo "no Redis at $RHOST:$RPORT (start one, or use --own-redis)" >&2
+  exit 69
+fi
+pipeline=${RB_PIPELINE:-16}
+tasks=${BENCH_TASKS:-64}
+
+echo "== building the bench (cargo bench --no-run)"
+timeout 600 cargo bench -q -p pressure-redis --bench redis_acquire --no-run
+
+echo "== our side: cargo bench -p pressure-redis --bench redis_acquire (Redis $RHOST:$RPORT, $tasks tasks)"
+timeout 300 cargo bench -q -p pressure-redis --bench redis_acquire | tee "$tmp/ours.out"
+
+# Value of key=value field $2 in the RESULT line of case $1.
+field() {
+  awk -v c="case=$1" -v k="$2=" '$1 == "RESULT" && $2 == c {
+    for (i = 3; i <= NF; i++) if (index($i, k) == 1) { print substr($i, length(k) + 1); exit } }' "$tmp/ours.out"
+}
+# The captured command of case $1 (EVALSHA sha numkeys keys.. args..).
+cmd_of() {
+  awk -v c="case=$1" '$1 == "CMD" && $2 == c { for (i = 3; i <= NF; i++) printf "%s%s", $i, (i < NF ? " " : "\n") }' \
+    "$tmp/ours.out"
+}
+
+grep -q '^ARGCHECK .* ok=false' "$tmp/ours.out" && echo "WARNING: captured EVALSHA args differ from the expected ones (see ARGCHECK)" >&2
+
+# The SHA the backend uses must be the file's, byte for byte (redis-cli -x keeps
+# the trailing newline; "$(cat file)" would drop it and load another SHA).
+file_sha=$(rcli -x SCRIPT LOAD < crates/pressure-redis/lua/acquire.lua)
+read -r -a w1 <<< "$(cmd_of window1)"
+if [[ "${w1[1]:-}" != "$file_sha" ]]; then
+  echo "acquire.lua SHA mismatch: backend sent ${w1[1]:-?}, file is $file_sha" >&2
+  exit 1
+fi
+
+# redis-benchmark run: $1 label, $2 case, $3 pipeline, $4 requests.
+# Appends "label case P rps p50_ms p99_ms evalsha_usec_per_call calls failed" to rb.tsv.
+rb() {
+  local label=$1 case=$2 p=$3 n=$4 cmd csv stats
+  read -r -a cmd <<< "$(cmd_of "$case")"
+  [[ ${#cmd[@]} -gt 0 ]] || return 0
+  for ((i = 3; i < 3 + cmd[2]; i++)); do keys_to_delete+=("${cmd[i]}"); done
+  rcli CONFIG RESETSTAT >/dev/null
+  csv=$(timeout 90 redis-benchmark -h "$RHOST" -p "$RPORT" -c "$tasks" -P "$p" -n "$n" --csv "${cmd[@]}")
+  stats=$(rcli INFO commandstats | tr -d '\r' | grep '^cmdstat_evalsha:' || true)
+  echo "$csv" | tail -n 1 | awk -F'","' -v label="$label" -v c="$case" -v p="$p" -v st="$stats" '{
+      gsub(/"/, "", $NF)
+      # cmdstat_evalsha:calls=N,usec=N,usec_per_call=F,rejected_calls=N,failed_calls=N
+      calls = 0; usec = 0; failed = 0
+      m = split(st, kv, /[:,=]/)
+      for (i = 2; i < m; i += 2) {
+        if (kv[i] == "calls") calls = kv[i + 1]
+        else if (kv[i] == "usec") usec = kv[i + 1]
+        else if (kv[i] == "failed_calls") failed = kv[i + 1]
+      }
+      upc = (calls > 0) ? usec / calls : 0
+      printf "%s\t%s\t%s\t%s\t%s\t%s\t%.3f\t%s\t%s\n", label, c, p, $2, $5, $7, upc, calls, failed
+    }' >> "$tmp/rb.tsv"
+  echo "   $label $case -P $p -n $n: $(tail -n 1 "$tmp/rb.tsv" | cut -f4) req/s"
+}
+
+echo "== redis-benchmark replaying the same EVALSHA ($tasks clients, same request count)"
+: > "$tmp/rb.tsv"
+for c in window1 gcra1 dim3 gcra-bare; do
+  n=$(field "$c" granted)
+  [[ -n "$n" && "$n" -gt 0 ]] || continue
+  rb "rb-P$pipeline" "$c" "$pipeline" "$n"
+  if [[ $c == window1 || $c == dim3 ]]; then
+    rb "rb-P1" "$c" 1 "$n"
+  fi
+done
+for c in window1 gcra1 dim3 window1-raw gcra-bare; do
+  read -r -a cmd <<< "$(cmd_of "$c")"
+  for ((i = 3; i < 3 + ${cmd[2]:-0}; i++)); do keys_to_delete+=("${cmd[i]}"); done
+done
+
+# The table.
+rbv() { awk -F'\t' -v l="$1" -v c="$2" -v col="$3" '$1 == l && $2 == c { print $col; exit }' "$tmp/rb.tsv"; }
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a != "" && b != "" && b + 0 > 0) printf "%.2f", a / b; else printf "-" }'; }
+ms() { awk -v u="$1" 'BEGIN { if (u == "") printf "-"; else printf "%.3f", u / 1000 }'; }
+
+echo
+echo "== (a) throughput: one process of ours ($tasks tasks) vs redis-benchmark ($tasks clients), same EVALSHA"
+printf '%-12s %-26s %12s %9s %9s %14s %12s %12s\n' case driver "acq/s" "p50 ms" "p99 ms" "evalsha us/call" "ours/rb-P$pipeline" "ours/rb-P1"
+for c in window1 window1-raw gcra1 dim3 gcra-bare; do
+  ops=$(field "$c" ops_per_sec)
+  [[ -n "$ops" ]] || continue
+  driver=$(field "$c" driver)
+  base=${c%-raw}
+  rbp=$(rbv "rb-P$pipeline" "$base" 4)
+  rb1=$(rbv rb-P1 "$base" 4)
+  printf '%-12s %-26s %12s %9s %9s %14s %12s %12s\n' "$c" "ours ($driver)" "$ops" \
+    "$(ms "$(field "$c" p50_us)")" "$(ms "$(field "$c" p99_us)")" "$(field "$c" evalsha_usec_per_call)" \
+    "$(ratio "$ops" "$rbp")" "$(ratio "$ops" "$rb1")"
+  [[ $c == *-raw ]] && continue
+  for label in "rb-P$pipeline" rb-P1; do
+    rps=$(rbv "$label" "$c" 4)
+    [[ -n "$rps" ]] || continue
+    printf '%-12s %-26s %12.0f %9s %9s %14s %12s %12s\n' "$c" "redis-benchmark -P ${label#rb-P}" "$rps" \
+      "$(rbv "$label" "$c" 5)" "$(rbv "$label" "$c" 6)" "$(rbv "$label" "$c" 7)" "" ""
+  done
+done
+
+echo
+echo "== (b) server time per acquisition (INFO commandstats after CONFIG RESETSTAT)"
+bare=$(field gcra-bare evalsha_usec_per_call)
+bare_rb=$(rbv "rb-P$pipeline" gcra-bare 7)
+printf '%-10s %-62s %13s %13s %14s %14s\n' case what "ours us/call" "rb us/call" "ours/bare" "rb/bare(rb)"
+for c in window1 gcra1 dim3 gcra-bare; do
+  v=$(field "$c" evalsha_usec_per_call)
+  [[ -n "$v" ]] || continue
+  case $c in
+    window1) what="window, requestsPerMinute (1 dim)" ;;
+    gcra1) what="gcra, requestsPerSecond (1 dim)" ;;
+    dim3) what="window, rpm + tpm + maxConcurrentRequests (EVALSHA only)" ;;
+    gcra-bare) what="bare one-key GCRA (GET, TIME, SET PX)" ;;
+  esac
+  r=$(rbv "rb-P$pipeline" "$c" 7)
+  printf '%-10s %-62s %13s %13s %14s %14s\n' "$c" "$what" "$v" "${r:--}" "$(ratio "$v" "$bare")" "$(ratio "$r" "$bare_rb")"
+  if [[ $c == dim3 ]]; then
+    acq=$(field dim3 server_usec_per_acq)
+    printf '%-10s %-62s %13s %13s %14s %14s\n' "dim3" "  + lease release (ZREM $(field dim3 zrem_usec_per_call) us), per acquisition" \
+      "$acq" "-" "$(ratio "$acq" "$bare")" "-"
+  fi
+done
+echo
+d3=$(field dim3 evalsha_usec_per_call)
+echo "3-dimension / bare GCRA server time per call: $(ratio "$d3" "$bare")x (goal <= 2x)"
+awk -F'\t' '$9 != "" && $9 != "0" { print "WARNING: " $9 " failed EVALSHA calls in redis-benchmark run " $1 " " $2 }' "$tmp/rb.tsv" >&2
+echo
+echo "raw lines: RESULT/CMDSTATS from the bench above; redis-benchmark: label case P rps p50_ms p99_ms usec_per_call calls failed"
+cat "$tmp/rb.tsv"
