@@ -158,7 +158,7 @@ impl<B: Backend> Permit<B> {
     /// For a booked future slot (`gcra` queueing): how long after the grant
     /// the slot starts. Zero for an immediate grant.
     pub fn delay(&self) -> Duration {
-        self.grant.delay
+        self.grant.delay()
     }
 
     /// What the backend reserved.
@@ -237,3 +237,4 @@ impl<B: Backend> Drop for Permit<B> {
         }
     }
 }
+

@@ -68,7 +68,7 @@ impl<B: Backend> Entry<B> {
     }
 
     /// Refuses a demand that can never fit.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn check_size(&self, demand: &Demand) -> Result<(), Error> {
         match self.spec.oversized(demand) {
             None => Ok(()),

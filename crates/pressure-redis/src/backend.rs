@@ -178,7 +178,7 @@ impl RedisBackend {
             }
             (FailureMode::Open, _) => Decision::Granted(Grant {
                 at_ns: 0,
-                delay: Duration::ZERO,
+                delay_ns: 0,
                 lease: None,
                 reserved: Reserved::from(demand),
                 fallback: true,
@@ -220,7 +220,7 @@ impl RedisBackend {
         if flag == 1 {
             return Ok(Decision::Granted(Grant {
                 at_ns: a.saturating_mul(1_000),
-                delay: Duration::from_micros(b),
+                delay_ns: b.saturating_mul(1_000),
                 lease: lease.map(LeaseId),
                 reserved: Reserved::from(demand),
                 fallback: false,

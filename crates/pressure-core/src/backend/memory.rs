@@ -1,9 +1,9 @@
 //! [`MemoryBackend`]: limiter state in this process.
 //!
 //! A resource with a single `gcra` rate dimension and no concurrency limit
-//! (the common "N per second" case) is one 128-bit atomic word — the TAT and
-//! the count of grants — updated with one compare-and-swap: no lock, no
-//! allocation, and the grant is counted in the same atomic step. Every other
+//! (the common "N per second" case) is one atomic word updated with a
+//! compare-and-swap, plus its grant and denial counters: no lock, no
+//! allocation. Every other
 //! resource keeps its dimensions and counters behind one short mutex, which
 //! is what makes a multi-dimension acquisition all-or-nothing.
 
@@ -12,7 +12,6 @@ use crate::algo::{gcra, leases::LeaseSet, window::WindowState};
 use crate::clock::{Clock, MonotonicClock};
 use crate::limits::{Algorithm, Demand, Dimension, LimitSpec, RateSpec};
 use parking_lot::Mutex;
-use portable_atomic::AtomicU128;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -61,11 +60,12 @@ pub struct MemoryHandle {
 
 #[derive(Debug)]
 enum State {
-    /// One `gcra` dimension, no concurrency: TAT (low 64 bits) and grants
-    /// (high 64 bits) in one lock-free word.
+    /// One `gcra` dimension, no concurrency: the TAT in a lock-free word,
+    /// next to its counters (one cache line).
     Fast {
         rate: RateSpec,
-        word: AtomicU128,
+        tat: AtomicU64,
+        allowed: AtomicU64,
         denied: AtomicU64,
     },
     /// Anything else: all dimensions under one lock.
@@ -90,20 +90,18 @@ enum DimState {
 #[inline]
 fn fast_acquire(
     rate: &RateSpec,
-    word: &AtomicU128,
-    denied: &AtomicU64,
+    [tat, allowed, denied]: [&AtomicU64; 3],
     now: u64,
     demand: &Demand,
 ) -> Decision {
     let units = rate.units(demand);
     let cap = RateSpec::scaled(rate.capacity, demand.ceiling_ppm);
-    let mut cur = word.load(Ordering::Acquire);
+    let mut cur = tat.load(Ordering::Acquire);
     loop {
-        let tat = cur as u64;
-        let (next, delay) = match gcra::check(rate, tat, now, units, cap) {
+        let (next, delay) = match gcra::check(rate, cur, now, units, cap) {
             Ok(next) => (next, 0),
             Err(wait) if demand.book_within_ns > 0 && wait <= demand.book_within_ns => {
-                (gcra::book(rate, tat, now + wait, units), wait)
+                (gcra::book(rate, cur, now + wait, units), wait)
             }
             Err(wait) => {
                 if demand.count_denial {
@@ -115,12 +113,11 @@ fn fast_acquire(
                 });
             }
         };
-        let grants = (cur >> 64) as u64 + 1;
-        let new = (u128::from(grants) << 64) | u128::from(next);
-        match word.compare_exchange_weak(cur, new, Ordering::AcqRel, Ordering::Acquire) {
-            Ok(_) => return granted(now, delay, None, demand),
-            Err(actual) => cur = actual,
+        if next == cur || tat.compare_exchange_weak(cur, next, Ordering::AcqRel, Ordering::Acquire).is_ok() {
+            allowed.fetch_add(1, Ordering::Relaxed);
+            return granted(now, delay, None, demand);
         }
+        cur = tat.load(Ordering::Acquire);
     }
 }
 
@@ -128,7 +125,7 @@ fn fast_acquire(
 fn granted(now: u64, delay_ns: u64, lease: Option<LeaseId>, demand: &Demand) -> Decision {
     Decision::Granted(Grant {
         at_ns: now,
-        delay: Duration::from_nanos(delay_ns),
+        delay_ns,
         lease,
         reserved: Reserved::from(demand),
         fallback: false,
@@ -323,7 +320,8 @@ impl Backend for MemoryBackend {
         let state = match spec.rates.as_slice() {
             [rate] if rate.algorithm == Algorithm::Gcra && spec.concurrency.is_none() => State::Fast {
                 rate: *rate,
-                word: AtomicU128::new(0),
+                tat: AtomicU64::new(0),
+                allowed: AtomicU64::new(0),
                 denied: AtomicU64::new(0),
             },
             _ => State::Locked(Mutex::new(Counters::new(&spec))),
@@ -338,8 +336,8 @@ impl Backend for MemoryBackend {
 
     fn counts(&self, handle: &MemoryHandle) -> Counts {
         match &handle.state {
-            State::Fast { word, denied, .. } => Counts {
-                allowed: (word.load(Ordering::Acquire) >> 64) as u64,
+            State::Fast { allowed, denied, .. } => Counts {
+                allowed: allowed.load(Ordering::Relaxed),
                 denied: denied.load(Ordering::Relaxed),
             },
             State::Locked(m) => {
@@ -400,13 +398,12 @@ impl Backend for MemoryBackend {
     ) -> impl std::future::Future<Output = Result<(), BackendError>> + Send {
         let now = self.clock.now_nanos();
         match &handle.state {
-            State::Fast { rate, word, .. } => {
-                let delta =
-                    rate.units(&demand_of(actual)) as i64 - rate.units(&demand_of(&grant.reserved)) as i64;
+            State::Fast { rate, tat, .. } => {
+                let delta = rate.units(&demand_of(actual)) as i64
+                    - rate.units(&demand_of(&grant.reserved)) as i64;
                 if delta != 0 {
-                    let _ = word.fetch_update(Ordering::AcqRel, Ordering::Acquire, |w| {
-                        let tat = gcra::adjust(rate, w as u64, delta);
-                        Some((w >> 64 << 64) | u128::from(tat))
+                    let _ = tat.fetch_update(Ordering::AcqRel, Ordering::Acquire, |t| {
+                        Some(gcra::adjust(rate, t, delta))
                     });
                 }
             }
@@ -421,10 +418,10 @@ impl Backend for MemoryBackend {
     ) -> impl std::future::Future<Output = Result<Usage, BackendError>> + Send {
         let now = self.clock.now_nanos();
         let usage = match &handle.state {
-            State::Fast { rate, word, .. } => Usage {
+            State::Fast { rate, tat, .. } => Usage {
                 dimensions: vec![(
                     rate.dimension,
-                    gcra::used(rate, word.load(Ordering::Acquire) as u64, now),
+                    gcra::used(rate, tat.load(Ordering::Acquire), now),
                 )],
                 leases: 0,
             },
@@ -436,7 +433,7 @@ impl Backend for MemoryBackend {
     fn at_rest(&self, handle: &MemoryHandle) -> bool {
         let now = self.clock.now_nanos();
         match &handle.state {
-            State::Fast { word, .. } => (word.load(Ordering::Acquire) as u64) <= now,
+            State::Fast { tat, .. } => tat.load(Ordering::Acquire) <= now,
             State::Locked(m) => m.try_lock().is_some_and(|mut c| c.at_rest(&handle.spec, now)),
         }
     }
@@ -447,7 +444,12 @@ impl SyncBackend for MemoryBackend {
     fn acquire_sync(&self, h: &MemoryHandle, demand: &Demand) -> Decision {
         let now = self.clock.now_nanos();
         match &h.state {
-            State::Fast { rate, word, denied } => fast_acquire(rate, word, denied, now, demand),
+            State::Fast {
+                rate,
+                tat,
+                allowed,
+                denied,
+            } => fast_acquire(rate, [tat, allowed, denied], now, demand),
             State::Locked(m) => m.lock().acquire(&h.spec, now, demand),
         }
     }
@@ -526,7 +528,7 @@ mod tests {
         };
         let delays: Vec<_> = (0..4)
             .map(|_| match now(b.acquire(&h, &book)).unwrap() {
-                Decision::Granted(g) => g.delay,
+                Decision::Granted(g) => g.delay(),
                 Decision::Denied(d) => panic!("denied {d:?}"),
             })
             .collect();

@@ -26,9 +26,9 @@ pub struct Grant {
     /// Backend time (nanoseconds) at which the units were counted; the window
     /// algorithm reconciles against the sub-window of this instant.
     pub at_ns: u64,
-    /// How long the caller must wait before using a booked future slot
+    /// Nanoseconds the caller must wait before using a booked future slot
     /// (`gcra` booking); zero for an immediate grant.
-    pub delay: Duration,
+    pub delay_ns: u64,
     /// The concurrency lease taken, if the resource limits concurrency.
     pub lease: Option<LeaseId>,
     /// Units reserved.
@@ -67,6 +67,13 @@ pub struct Denial {
     pub wait: Duration,
     /// The dimension that needed the longest wait.
     pub dimension: Dimension,
+}
+
+impl Grant {
+    /// How long the caller must wait before using a booked future slot.
+    pub fn delay(&self) -> Duration {
+        Duration::from_nanos(self.delay_ns)
+    }
 }
 
 impl Denial {
