@@ -237,4 +237,3 @@ impl<B: Backend> Drop for Permit<B> {
         }
     }
 }
-

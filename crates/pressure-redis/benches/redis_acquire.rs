@@ -10,8 +10,8 @@
 //! * acquisitions per second and the p50 / p99 / p99.9 / max latency of one
 //!   call as the caller sees it (hdrhistogram, nanosecond resolution);
 //! * the server time from `INFO commandstats` (after `CONFIG RESETSTAT`):
-//!   `usec_per_call` of `EVALSHA` and of `ZREM` (lease release), and the
-//!   server time per acquisition (`EVALSHA` + `ZREM` microseconds / grants);
+//!   `usec_per_call` of `EVALSHA` (acquisitions, and lease releases in `dim3`), and the
+//!   server time per acquisition (all `EVALSHA` microseconds / grants);
 //! * the CPU time of this process per acquisition (`/proc/self/stat`): the
 //!   client-side cost, which the throughput hides when Redis is the
 //!   bottleneck.
@@ -22,7 +22,7 @@
 //! |---|---|---|
 //! | `window1` | broker | `window`, `requestsPerMinute` = 10¹² (one dimension, no lease) |
 //! | `gcra1` | broker | `gcra`, `requestsPerSecond` = 10⁶ (one dimension, no lease) |
-//! | `dim3` | broker | `window`: `requestsPerMinute` + `tokensPerMinute` + `maxConcurrentRequests` (each 10¹²), 100 + 200 tokens; the permit is dropped at once (lease released by `ZREM`) |
+//! | `dim3` | broker | `window`: `requestsPerMinute` + `tokensPerMinute` + `maxConcurrentRequests` (each 10¹²), 100 + 200 tokens; the permit is dropped at once (lease released by one `EVALSHA` of release.lua) |
 //! | `window1-raw` | redis-rs | the exact `EVALSHA` of `window1`, sent straight through a `ConnectionManager` (no broker, no backend): separates our overhead from the client library's |
 //! | `gcra-bare` | redis-rs | a minimal one-key GCRA script (`GET` the TAT, `TIME`, `SET .. PX`): the classic redis-cell-like shape, the reference for server time |
 //!
@@ -179,7 +179,7 @@ impl Target {
     async fn once(&self) -> Outcome {
         match self {
             Target::Broker { broker, id, opts } => match broker.try_acquire(id, *opts).await {
-                // Dropping the permit releases its lease (one detached ZREM).
+                // Dropping the permit releases its lease (one detached release EVALSHA).
                 Ok(Acquisition::Granted(permit)) => {
                     drop(permit);
                     Outcome::Granted
@@ -369,7 +369,7 @@ fn expected_args(resource: &str, limits: &Limits, opts: &AcquireOptions) -> Res<
         output_tokens: opts.output_tokens,
         ..Demand::default()
     };
-    let mut a: Vec<Option<String>> = vec![Some("2".into()), Some(keys.state), Some(keys.leases)];
+    let mut a: Vec<Option<String>> = vec![Some("1".into()), Some(keys.state)];
     a.push(Some(spec.rates.len().to_string()));
     for r in &spec.rates {
         let window_us = r.window_ns / 1_000;
@@ -393,6 +393,8 @@ fn expected_args(resource: &str, limits: &Limits, opts: &AcquireOptions) -> Res<
         ] {
             a.push(Some(v.to_string()));
         }
+        let id = r.dimension.index();
+        a.push(Some(if gcra { format!("g{id}") } else { format!("w{id}:") }));
     }
     a.push(Some(spec.concurrency.unwrap_or(0).to_string()));
     a.push(Some((spec.lease_ttl_ns / 1_000).to_string()));
@@ -463,7 +465,6 @@ impl Bench {
                 broker.register_limit(case.resource, limits.clone())?;
                 let keys = ResourceKeys::new(PREFIX, case.resource);
                 self.keys.push(keys.state.clone());
-                self.keys.push(keys.leases.clone());
                 let target = Target::Broker {
                     broker: broker.clone(),
                     id: Arc::from(case.resource),
@@ -527,7 +528,7 @@ impl Bench {
         let cpu0 = process_cpu_us();
         let (tally, elapsed) = drive(&target, self.tasks, case.secs).await?;
         let cpu = process_cpu_us().zip(cpu0).map(|(b, a)| b.saturating_sub(a));
-        // Let detached lease releases (ZREM) of the last permits land.
+        // Let detached lease releases of the last permits land.
         tokio::time::sleep(Duration::from_millis(200)).await;
         let stats = cmdstats(&mut self.admin).await?;
 
@@ -680,7 +681,6 @@ async fn main_async() -> Res<()> {
         let k = ResourceKeys::new(PREFIX, c.resource);
         let _: i64 = redis::cmd("DEL")
             .arg(&k.state)
-            .arg(&k.leases)
             .query_async(&mut bench.admin)
             .await?;
     }

@@ -1,179 +1,232 @@
 -- acquire.lua: check and reserve every dimension of one demand, or nothing.
 -- One call per acquisition; time is the server's (TIME), in microseconds.
+-- All state of a resource is one hash, so a steady acquisition is three
+-- server calls: TIME, HMGET, HSET. Written for speed: no table per
+-- dimension, field names precomputed by the client.
 --
--- KEYS[1]  state hash of the resource  (gcra: g<d> = TAT;
---          window: w<d>:s = sum, w<d>:lo = oldest live sub-window, w<d>:<k> = units)
--- KEYS[2]  lease sorted set            (member = lease id, score = expiry)
+-- KEYS[1]  state hash of the resource:
+--          g<d>      gcra TAT of dimension d
+--          w<d>:s    window sum, w<d>:lo oldest live sub-window, w<d>:<k> units of sub-window k
+--          c         leases counted (live, or expired and not yet swept)
+--          cm        lower bound of the earliest lease expiry
+--          l:<id>    expiry of lease <id>
+--          x         the key's expiry as last set (PEXPIREAT only when it must move)
 -- ARGV[1]  number of rate dimensions n
--- ARGV[2 + 5i .. 6 + 5i], for i = 0..n-1:
+-- ARGV[2 + 6i .. 7 + 6i], for i = 0..n-1:
 --          algo (1 = gcra, 0 = window), dim id, units,
---          limit (gcra: tolerance C*T in us; window: N), step (gcra: T in us; window: g in us)
--- ARGV[2 + 5n]  concurrency limit (0 = take no lease)
--- ARGV[3 + 5n]  lease TTL in us
--- ARGV[4 + 5n]  lease member
--- ARGV[5 + 5n]  book within (us; 0 = never book a future slot)
+--          limit (gcra: tolerance C*T in us; window: N),
+--          step (gcra: T in us; window: g in us),
+--          field (gcra: "g<d>"; window: the prefix "w<d>:")
+-- ARGV[2 + 6n]  concurrency limit (0 = take no lease)
+-- ARGV[3 + 6n]  lease TTL in us
+-- ARGV[4 + 6n]  lease id
+-- ARGV[5 + 6n]  book within (us; 0 = never book a future slot)
 -- Returns {1, now_us, delay_us} when granted, {0, wait_us, dim id} when denied.
 
 local S = 30
 local HINT = 100000
+local SLACK = 10000000
 local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local now = t[1] * 1000000 + t[2]
+local key = KEYS[1]
 local n = tonumber(ARGV[1])
-local c = 2 + 5 * n
-local conc = tonumber(ARGV[c])
-local ttl = tonumber(ARGV[c + 1])
-local member = ARGV[c + 2]
-local book_within = tonumber(ARGV[c + 3])
+local c0 = 2 + 6 * n
+local conc = tonumber(ARGV[c0])
 
-local function fmt(x) return string.format('%.0f', x) end
-
-local dims = {}
-local fields = {}
-for i = 0, n - 1 do
-  local b = 2 + 5 * i
-  local d = {
-    gcra = ARGV[b] == '1', id = ARGV[b + 1], units = tonumber(ARGV[b + 2]),
-    limit = tonumber(ARGV[b + 3]), step = tonumber(ARGV[b + 4]),
-  }
-  if d.gcra then
-    d.f = 'g' .. d.id
-    fields[#fields + 1] = d.f
+local gcra, units, limit, step, pre, k = {}, {}, {}, {}, {}, {}
+local fields = {'x', 'c', 'cm'}
+local nf = 3
+local all_gcra = n > 0
+for i = 1, n do
+  local b = 6 * i - 4
+  local g = ARGV[b] == '1'
+  gcra[i] = g
+  units[i] = tonumber(ARGV[b + 2])
+  limit[i] = tonumber(ARGV[b + 3])
+  step[i] = tonumber(ARGV[b + 4])
+  local f = ARGV[b + 5]
+  pre[i] = f
+  if g then
+    nf = nf + 1; fields[nf] = f
   else
-    d.k = math.floor(now / d.step)
-    d.pre = 'w' .. d.id .. ':'
-    fields[#fields + 1] = d.pre .. 's'
-    fields[#fields + 1] = d.pre .. 'lo'
-    fields[#fields + 1] = d.pre .. fmt(d.k)
+    all_gcra = false
+    local ki = math.floor(now / step[i])
+    k[i] = ki
+    fields[nf + 1] = f .. 's'; fields[nf + 2] = f .. 'lo'; fields[nf + 3] = f .. ki
+    nf = nf + 3
   end
-  dims[#dims + 1] = d
 end
 
-local vals = {}
-if #fields > 0 then vals = redis.call('HMGET', KEYS[1], unpack(fields)) end
+local v = redis.call('HMGET', key, unpack(fields))
+local x = tonumber(v[1]) or 0
+local count = tonumber(v[2]) or 0
+local cmin = tonumber(v[3])
 
-local worst, worst_dim = -1, nil
-local dels = {}
-local pos = 1
-for _, d in ipairs(dims) do
-  if d.gcra then
-    d.tat = tonumber(vals[pos]) or 0
+local worst, worst_dim = -1, 0
+local tat, sum, lo, cur, dirty = {}, {}, {}, {}, {}
+local dels, nd = {}, 0
+local pos = 4
+for i = 1, n do
+  local u = units[i]
+  if gcra[i] then
+    local ti = tonumber(v[pos]) or 0
+    tat[i] = ti
     pos = pos + 1
-    if d.units > 0 then
-      local nt = math.max(d.tat, now) + d.units * d.step
-      if nt - now > d.limit then
-        local w = nt - d.limit - now
-        if w > worst then worst, worst_dim = w, d.id end
-      end
+    if u > 0 then
+      local base = ti > now and ti or now
+      local w = base + u * step[i] - limit[i] - now
+      if w > 0 and w > worst then worst, worst_dim = w, i end
     end
   else
-    d.sum = tonumber(vals[pos]) or 0
-    d.lo = tonumber(vals[pos + 1]) or d.k
-    d.cur = tonumber(vals[pos + 2]) or 0
+    local s, l, ki = tonumber(v[pos]) or 0, tonumber(v[pos + 1]) or k[i], k[i]
+    cur[i] = tonumber(v[pos + 2]) or 0
     pos = pos + 3
     -- Evict sub-windows older than k - S (live ones span at most S + 1).
-    if d.lo < d.k - S then
-      local hi = math.min(d.k - S - 1, d.lo + S)
+    if l < ki - S then
       local old = {}
-      for j = d.lo, hi do old[#old + 1] = d.pre .. fmt(j) end
-      local ov = redis.call('HMGET', KEYS[1], unpack(old))
+      local hi = math.min(ki - S - 1, l + S)
+      for j = l, hi do old[#old + 1] = pre[i] .. j end
+      local ov = redis.call('HMGET', key, unpack(old))
       for j = 1, #old do
-        local v = tonumber(ov[j])
-        if v then d.sum = d.sum - v end
-        dels[#dels + 1] = old[j]
+        s = s - (tonumber(ov[j]) or 0)
+        nd = nd + 1; dels[nd] = old[j]
       end
-      d.lo = d.k - S
-      d.dirty = true
+      l = ki - S
+      dirty[i] = true
     end
-    if d.units > 0 and d.sum + d.units > d.limit then
-      local w = d.step * (S + 1)
-      if d.units <= d.limit then
-        local need = d.sum + d.units - d.limit
+    sum[i], lo[i] = s, l
+    if u > 0 and s + u > limit[i] then
+      local w = step[i] * (S + 1)
+      if u <= limit[i] then
+        local need = s + u - limit[i]
         local live = {}
-        for j = d.lo, d.k do live[#live + 1] = d.pre .. fmt(j) end
-        local lv = redis.call('HMGET', KEYS[1], unpack(live))
+        for j = l, ki do live[#live + 1] = pre[i] .. j end
+        local lv = redis.call('HMGET', key, unpack(live))
         local freed = 0
         for j = 1, #live do
           freed = freed + (tonumber(lv[j]) or 0)
           if freed >= need then
-            w = math.max((d.lo + j - 1 + S + 1) * d.step - now, 1)
+            w = math.max((l + j + S) * step[i] - now, 1)
             break
           end
         end
       end
-      if w > worst then worst, worst_dim = w, d.id end
+      if w > worst then worst, worst_dim = w, i end
     end
   end
 end
 
-if conc > 0 then
-  local live = redis.call('ZCARD', KEYS[2])
-  if live >= conc then
-    redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
-    live = redis.call('ZCARD', KEYS[2])
+-- Removes expired leases; returns the live count and the exact earliest expiry.
+local function sweep()
+  local h = redis.call('HGETALL', key)
+  local dead, live, first = {}, 0, nil
+  for j = 1, #h, 2 do
+    local f = h[j]
+    if string.sub(f, 1, 2) == 'l:' then
+      local e = tonumber(h[j + 1])
+      if e <= now then
+        dead[#dead + 1] = f
+      else
+        live = live + 1
+        if first == nil or e < first then first = e end
+      end
+    end
   end
-  if live >= conc then
-    local first = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
+  if #dead > 0 then redis.call('HDEL', key, unpack(dead)) end
+  return live, first
+end
+
+local swept = false
+if conc > 0 and count >= conc then
+  if cmin ~= nil and now >= cmin then
+    count, cmin = sweep()
+    swept = true
+  end
+  if count >= conc then
     local w = HINT
-    if first[2] then w = math.max(1, math.min(tonumber(first[2]) - now, HINT)) end
-    if w > worst then worst, worst_dim = w, '5' end
+    if cmin ~= nil then w = math.max(1, math.min(cmin - now, HINT)) end
+    if w > worst then worst, worst_dim = w, -1 end
   end
 end
 
+local upd, nu = {}, 0
 local start = now
 if worst >= 0 then
   -- Book a future slot: only when every rate dimension is gcra and no lease.
-  local bookable = book_within > 0 and conc == 0 and #dims > 0
-  for _, d in ipairs(dims) do
-    if not d.gcra then bookable = false end
-  end
+  local book_within = tonumber(ARGV[c0 + 3])
+  local bookable = all_gcra and book_within > 0 and conc == 0
   if bookable then
-    for _, d in ipairs(dims) do
-      if d.units > 0 then
-        start = math.max(start, math.max(d.tat, now) + d.units * d.step - d.limit)
+    for i = 1, n do
+      if units[i] > 0 then
+        local base = tat[i] > now and tat[i] or now
+        start = math.max(start, base + units[i] * step[i] - limit[i])
       end
     end
   end
   if not bookable or start - now > book_within then
-    if #dels > 0 then
-      redis.call('HDEL', KEYS[1], unpack(dels))
-      local upd = {}
-      for _, d in ipairs(dims) do
-        if d.dirty then
-          upd[#upd + 1] = d.pre .. 's'; upd[#upd + 1] = fmt(d.sum)
-          upd[#upd + 1] = d.pre .. 'lo'; upd[#upd + 1] = fmt(d.lo)
-        end
+    -- Denied: keep only the housekeeping (evictions, sweep).
+    for i = 1, n do
+      if dirty[i] then
+        upd[nu + 1] = pre[i] .. 's'; upd[nu + 2] = sum[i]
+        upd[nu + 3] = pre[i] .. 'lo'; upd[nu + 4] = lo[i]
+        nu = nu + 4
       end
-      redis.call('HSET', KEYS[1], unpack(upd))
     end
-    return {0, worst, tonumber(worst_dim)}
+    if swept then
+      upd[nu + 1] = 'c'; upd[nu + 2] = count; nu = nu + 2
+      if cmin ~= nil then upd[nu + 1] = 'cm'; upd[nu + 2] = cmin; nu = nu + 2 end
+    end
+    if nd > 0 then redis.call('HDEL', key, unpack(dels)) end
+    if nu > 0 then redis.call('HSET', key, unpack(upd)) end
+    local dim = 5
+    if worst_dim > 0 then dim = tonumber(ARGV[6 * worst_dim - 3]) end
+    return {0, worst, dim}
   end
 end
 
-local upd = {}
 local keep = 0
-for _, d in ipairs(dims) do
-  if d.gcra then
-    if d.units > 0 then
-      local nt = math.max(d.tat, start) + d.units * d.step
-      upd[#upd + 1] = d.f; upd[#upd + 1] = fmt(nt)
-      keep = math.max(keep, nt - now)
+for i = 1, n do
+  local u = units[i]
+  if gcra[i] then
+    if u > 0 then
+      local base = tat[i] > start and tat[i] or start
+      local nt = base + u * step[i]
+      upd[nu + 1] = pre[i]; upd[nu + 2] = nt; nu = nu + 2
+      if nt - now > keep then keep = nt - now end
     end
-  elseif d.units > 0 or d.dirty then
-    upd[#upd + 1] = d.pre .. 's'; upd[#upd + 1] = fmt(d.sum + d.units)
-    upd[#upd + 1] = d.pre .. 'lo'; upd[#upd + 1] = fmt(d.lo)
-    if d.units > 0 then
-      upd[#upd + 1] = d.pre .. fmt(d.k); upd[#upd + 1] = fmt(d.cur + d.units)
+  elseif u > 0 or dirty[i] then
+    upd[nu + 1] = pre[i] .. 's'; upd[nu + 2] = sum[i] + u
+    upd[nu + 3] = pre[i] .. 'lo'; upd[nu + 4] = lo[i]
+    nu = nu + 4
+    if u > 0 then
+      upd[nu + 1] = pre[i] .. k[i]; upd[nu + 2] = cur[i] + u; nu = nu + 2
     end
-    keep = math.max(keep, d.step * (S + 2))
+    local kw = step[i] * (S + 2)
+    if kw > keep then keep = kw end
   end
 end
-if #dels > 0 then redis.call('HDEL', KEYS[1], unpack(dels)) end
-if #upd > 0 then
-  redis.call('HSET', KEYS[1], unpack(upd))
-  redis.call('PEXPIRE', KEYS[1], math.ceil(keep / 1000) + 1000)
-end
 if conc > 0 then
-  redis.call('ZADD', KEYS[2], now + ttl, member)
-  redis.call('PEXPIRE', KEYS[2], math.ceil(ttl / 1000) + 1000)
+  local ttl = tonumber(ARGV[c0 + 1])
+  local exp = now + ttl
+  upd[nu + 1] = 'c'; upd[nu + 2] = count + 1
+  upd[nu + 3] = 'l:' .. ARGV[c0 + 2]; upd[nu + 4] = exp
+  nu = nu + 4
+  if cmin == nil or exp < cmin then
+    upd[nu + 1] = 'cm'; upd[nu + 2] = exp; nu = nu + 2
+  elseif swept then
+    upd[nu + 1] = 'cm'; upd[nu + 2] = cmin; nu = nu + 2
+  end
+  if ttl > keep then keep = ttl end
+elseif swept then
+  upd[nu + 1] = 'c'; upd[nu + 2] = count; nu = nu + 2
+  if cmin ~= nil then upd[nu + 1] = 'cm'; upd[nu + 2] = cmin; nu = nu + 2 end
 end
+-- The key outlives everything it holds; move its expiry only when needed.
+if now + keep > x then
+  x = now + keep + SLACK
+  upd[nu + 1] = 'x'; upd[nu + 2] = x; nu = nu + 2
+  redis.call('PEXPIREAT', key, math.ceil(x / 1000))
+end
+if nd > 0 then redis.call('HDEL', key, unpack(dels)) end
+if nu > 0 then redis.call('HSET', key, unpack(upd)) end
 return {1, now, start - now}

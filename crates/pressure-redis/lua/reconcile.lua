@@ -9,41 +9,48 @@
 
 local S = 30
 local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local now = t[1] * 1000000 + t[2]
 local n = tonumber(ARGV[1])
 local at = tonumber(ARGV[2])
-local function fmt(x) return string.format('%.0f', x) end
+local key = KEYS[1]
 
 for i = 0, n - 1 do
   local b = 3 + 4 * i
   local gcra, id, delta, step = ARGV[b] == '1', ARGV[b + 1], tonumber(ARGV[b + 2]), tonumber(ARGV[b + 3])
   if delta ~= 0 then
     if gcra then
-      local tat = tonumber(redis.call('HGET', KEYS[1], 'g' .. id))
+      local v = redis.call('HMGET', key, 'g' .. id, 'x')
+      local tat, x = tonumber(v[1]), tonumber(v[2]) or 0
+      local nt = nil
       if tat then
-        redis.call('HSET', KEYS[1], 'g' .. id, fmt(math.max(tat + delta * step, 0)))
+        nt = math.max(tat + delta * step, 0)
       elseif delta > 0 then
-        redis.call('HSET', KEYS[1], 'g' .. id, fmt(now + delta * step))
+        nt = now + delta * step
+      end
+      if nt then
+        redis.call('HSET', key, 'g' .. id, nt)
+        -- The key must outlive the corrected bucket.
+        if nt > x then
+          redis.call('HSET', key, 'x', nt + 10000000)
+          redis.call('PEXPIREAT', key, math.ceil((nt + 10000000) / 1000))
+        end
       end
     else
       local pre = 'w' .. id .. ':'
       local k_at = math.floor(at / step)
       local k = math.floor(now / step)
-      local v = redis.call('HMGET', KEYS[1], pre .. 's', pre .. 'lo', pre .. fmt(k_at))
+      local v = redis.call('HMGET', key, pre .. 's', pre .. 'lo', pre .. k_at)
       local sum, lo, cur = tonumber(v[1]) or 0, tonumber(v[2]), tonumber(v[3])
       if k_at + S >= k and (lo == nil or k_at >= lo) then
-        local next_cur = (cur or 0) + delta
-        if next_cur < 0 then next_cur = 0 end
+        local next_cur = math.max((cur or 0) + delta, 0)
         local applied = next_cur - (cur or 0)
         if cur ~= nil or applied > 0 then
-          redis.call('HSET', KEYS[1], pre .. fmt(k_at), fmt(next_cur), pre .. 's', fmt(math.max(sum + applied, 0)),
-            pre .. 'lo', fmt(lo or k_at))
-          if redis.call('PTTL', KEYS[1]) < 0 then
-            redis.call('PEXPIRE', KEYS[1], math.ceil(step * (S + 2) / 1000) + 1000)
-          end
+          redis.call('HSET', key, pre .. k_at, next_cur, pre .. 's', math.max(sum + applied, 0), pre .. 'lo', lo or k_at)
         end
       end
     end
   end
 end
+-- Window corrections stay within sub-windows the key already outlives
+-- (acquire set its expiry past them).
 return 1

@@ -1,19 +1,28 @@
 -- renew.lua: extend a live lease; a lease that has expired is gone for good.
 --
--- KEYS[1]  lease sorted set of the resource
--- ARGV[1]  lease member
+-- KEYS[1]  state hash of the resource (see acquire.lua)
+-- ARGV[1]  lease id
 -- ARGV[2]  lease TTL in us
 -- Returns 1 when renewed, 0 when the lease was already lost.
 
 local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local now = t[1] * 1000000 + t[2]
 local ttl = tonumber(ARGV[2])
-local exp = tonumber(redis.call('ZSCORE', KEYS[1], ARGV[1]))
+local f = 'l:' .. ARGV[1]
+local v = redis.call('HMGET', KEYS[1], f, 'x')
+local exp = tonumber(v[1])
 if exp == nil then return 0 end
 if exp <= now then
-  redis.call('ZREM', KEYS[1], ARGV[1])
+  redis.call('HDEL', KEYS[1], f)
+  redis.call('HINCRBY', KEYS[1], 'c', -1)
   return 0
 end
-redis.call('ZADD', KEYS[1], 'XX', now + ttl, ARGV[1])
-redis.call('PEXPIRE', KEYS[1], math.ceil(ttl / 1000) + 1000)
+local upd = {f, now + ttl}
+local x = tonumber(v[2]) or 0
+if now + ttl > x then
+  x = now + ttl + 10000000
+  upd[#upd + 1] = 'x'; upd[#upd + 1] = x
+  redis.call('PEXPIREAT', KEYS[1], math.ceil(x / 1000))
+end
+redis.call('HSET', KEYS[1], unpack(upd))
 return 1

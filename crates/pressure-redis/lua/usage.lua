@@ -1,6 +1,6 @@
 -- usage.lua: units counted now per dimension, and live leases.
 --
--- KEYS[1]  state hash, KEYS[2] lease sorted set (see acquire.lua)
+-- KEYS[1]  state hash (see acquire.lua)
 -- ARGV[1]  number of rate dimensions n
 -- ARGV[2 + 3i .. 4 + 3i], for i = 0..n-1: algo (1 = gcra, 0 = window), dim id,
 --          step (gcra: T in us; window: g in us)
@@ -8,7 +8,7 @@
 
 local S = 30
 local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local now = t[1] * 1000000 + t[2]
 local n = tonumber(ARGV[1])
 local out = {}
 for i = 0, n - 1 do
@@ -20,12 +20,17 @@ for i = 0, n - 1 do
   else
     local k = math.floor(now / step)
     local f = {}
-    for j = k - S, k do f[#f + 1] = 'w' .. id .. ':' .. string.format('%.0f', j) end
+    for j = k - S, k do f[#f + 1] = 'w' .. id .. ':' .. j end
     local v = redis.call('HMGET', KEYS[1], unpack(f))
     local sum = 0
     for j = 1, #v do sum = sum + (tonumber(v[j]) or 0) end
     out[#out + 1] = sum
   end
 end
-out[#out + 1] = redis.call('ZCOUNT', KEYS[2], '(' .. now, '+inf')
+local live = 0
+local all = redis.call('HGETALL', KEYS[1])
+for i = 1, #all, 2 do
+  if string.sub(all[i], 1, 2) == 'l:' and tonumber(all[i + 1]) > now then live = live + 1 end
+end
+out[#out + 1] = live
 return out

@@ -14,7 +14,6 @@ use pressure_core::{
     Algorithm, Backend, BackendError, Counts, Decision, Demand, Denial, Dimension, Grant, LeaseId, LimitSpec,
     Limits, MemoryBackend, RateSpec, Reserved, PPM,
 };
-use redis::aio::ConnectionLike;
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -73,12 +72,14 @@ pub struct RedisHandle {
     denied: AtomicU64,
 }
 
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 struct Dim {
     rate: RateSpec,
     gcra: bool,
     /// gcra: emission interval; window: sub-window length (microseconds).
     step_us: u64,
+    /// Hash field (gcra: `g<d>`) or field prefix (window: `w<d>:`).
+    field: String,
 }
 
 /// A denial remembered by the deny cache.
@@ -190,7 +191,7 @@ impl RedisBackend {
     async fn acquire_remote(&self, h: &RedisHandle, demand: &Demand) -> Result<Decision, BackendError> {
         let lease = (demand.lease && h.spec.concurrency.is_some()).then(rand::random::<u64>);
         let mut inv = scripts::ACQUIRE.prepare_invoke();
-        inv.key(&h.keys.state).key(&h.keys.leases).arg(h.dims.len());
+        inv.key(&h.keys.state).arg(h.dims.len());
         for d in &h.dims {
             let units = d.rate.units(demand);
             let limit = if d.gcra {
@@ -202,7 +203,8 @@ impl RedisBackend {
                 .arg(d.rate.dimension.index())
                 .arg(units)
                 .arg(limit)
-                .arg(d.step_us);
+                .arg(d.step_us)
+                .arg(&d.field);
         }
         let conc = match (lease, h.spec.concurrency) {
             (Some(_), Some(c)) => RateSpec::scaled(c, demand.ceiling_ppm),
@@ -335,10 +337,12 @@ impl Backend for RedisBackend {
             } else {
                 window_us.div_ceil(pressure_core::SUB_WINDOWS)
             };
+            let id = r.dimension.index();
             dims.push(Dim {
                 rate: *r,
                 gcra,
                 step_us,
+                field: if gcra { format!("g{id}") } else { format!("w{id}:") },
             });
         }
         let local = match self.inner.config.failure_mode {
@@ -397,18 +401,10 @@ impl Backend for RedisBackend {
             return Ok(());
         }
         let Some(lease) = grant.lease else { return Ok(()) };
-        let timeout = self.inner.config.timeout();
-        let mut conn = self.inner.pool.get();
-        let cmd = redis::cmd("ZREM")
-            .arg(&h.keys.leases)
-            .arg(member(lease.0))
-            .clone();
-        let out = tokio::time::timeout(
-            timeout,
-            async move { conn.req_packed_command(&cmd).await.map(drop) },
-        )
-        .await;
-        self.finish(out, timeout)
+        let mut inv = scripts::RELEASE.prepare_invoke();
+        inv.key(&h.keys.state).arg(member(lease.0));
+        let _: i64 = self.call(inv).await?;
+        Ok(())
     }
 
     fn release_detached(&self, h: &RedisHandle, grant: Grant) {
@@ -422,18 +418,11 @@ impl Backend for RedisBackend {
         // Without a runtime the lease TTL gives the slot back.
         if let Ok(rt) = tokio::runtime::Handle::try_current() {
             let this = self.clone();
-            let key = h.keys.leases.clone();
+            let key = h.keys.state.clone();
             rt.spawn(async move {
-                let timeout = this.inner.config.timeout();
-                let mut conn = this.inner.pool.get();
-                let cmd = redis::cmd("ZREM").arg(&key).arg(member(lease.0)).clone();
-                let out =
-                    tokio::time::timeout(
-                        timeout,
-                        async move { conn.req_packed_command(&cmd).await.map(drop) },
-                    )
-                    .await;
-                let _ = this.finish(out, timeout);
+                let mut inv = scripts::RELEASE.prepare_invoke();
+                inv.key(&key).arg(member(lease.0));
+                let _ = this.call::<i64>(inv).await;
             });
         }
     }
@@ -449,7 +438,7 @@ impl Backend for RedisBackend {
             return Ok(false);
         };
         let mut inv = scripts::RENEW.prepare_invoke();
-        inv.key(&h.keys.leases)
+        inv.key(&h.keys.state)
             .arg(member(lease.0))
             .arg(h.spec.lease_ttl_ns / 1_000);
         let v: i64 = self.call(inv).await?;
@@ -491,7 +480,7 @@ impl Backend for RedisBackend {
 
     async fn usage(&self, h: &RedisHandle) -> Result<Usage, BackendError> {
         let mut inv = scripts::USAGE.prepare_invoke();
-        inv.key(&h.keys.state).key(&h.keys.leases).arg(h.dims.len());
+        inv.key(&h.keys.state).arg(h.dims.len());
         for d in &h.dims {
             inv.arg(u8::from(d.gcra))
                 .arg(d.rate.dimension.index())

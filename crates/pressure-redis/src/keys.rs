@@ -24,23 +24,29 @@ pub fn escape(resource: &str) -> String {
 
 const HEX: &[u8; 16] = b"0123456789ABCDEF";
 
-/// The two keys of a resource: its state hash and its lease set.
+/// The keys of a resource: today one state hash (rates, windows and leases
+/// together, so an acquisition touches one key); every key of the resource
+/// carries the same hash tag.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ResourceKeys {
-    /// Hash with GCRA TATs and window sub-windows.
+    /// Hash with GCRA TATs, window sub-windows and concurrency leases.
     pub state: String,
-    /// Sorted set of concurrency leases scored by expiry.
-    pub leases: String,
+    prefix_tag: String,
 }
 
 impl ResourceKeys {
     /// Keys of `resource` under `prefix`.
     pub fn new(prefix: &str, resource: &str) -> Self {
-        let tag = escape(resource);
+        let prefix_tag = format!("{prefix}:{{{}}}", escape(resource));
         Self {
-            state: format!("{prefix}:{{{tag}}}:s"),
-            leases: format!("{prefix}:{{{tag}}}:c"),
+            state: format!("{prefix_tag}:s"),
+            prefix_tag,
         }
+    }
+
+    /// Another key of the same resource (same slot), named by `suffix`.
+    pub fn sibling(&self, suffix: &str) -> String {
+        format!("{}:{suffix}", self.prefix_tag)
     }
 }
 
@@ -81,7 +87,7 @@ mod tests {
             let k = ResourceKeys::new("pressure", id);
             assert!(seen.insert(k.state.clone()), "collision for {id:?}");
             assert_eq!(tag(&k.state), escape(id), "the tag is exactly the escaped id");
-            assert_eq!(tag(&k.state), tag(&k.leases), "one slot per resource");
+            assert_eq!(tag(&k.state), tag(&k.sibling("q")), "one slot per resource");
             assert!(!escape(id).contains(['{', '}']));
         }
     }

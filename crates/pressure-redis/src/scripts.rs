@@ -9,6 +9,9 @@ pub(crate) static ACQUIRE: LazyLock<Script> =
 /// Correct a grant's units (`lua/reconcile.lua`).
 pub(crate) static RECONCILE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../lua/reconcile.lua")));
+/// Give a lease back (`lua/release.lua`).
+pub(crate) static RELEASE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../lua/release.lua")));
 /// Extend a live lease (`lua/renew.lua`).
 pub(crate) static RENEW: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../lua/renew.lua")));
 /// Read current usage (`lua/usage.lua`).

@@ -113,7 +113,11 @@ fn fast_acquire(
                 });
             }
         };
-        if next == cur || tat.compare_exchange_weak(cur, next, Ordering::AcqRel, Ordering::Acquire).is_ok() {
+        if next == cur
+            || tat
+                .compare_exchange_weak(cur, next, Ordering::AcqRel, Ordering::Acquire)
+                .is_ok()
+        {
             allowed.fetch_add(1, Ordering::Relaxed);
             return granted(now, delay, None, demand);
         }
@@ -399,8 +403,8 @@ impl Backend for MemoryBackend {
         let now = self.clock.now_nanos();
         match &handle.state {
             State::Fast { rate, tat, .. } => {
-                let delta = rate.units(&demand_of(actual)) as i64
-                    - rate.units(&demand_of(&grant.reserved)) as i64;
+                let delta =
+                    rate.units(&demand_of(actual)) as i64 - rate.units(&demand_of(&grant.reserved)) as i64;
                 if delta != 0 {
                     let _ = tat.fetch_update(Ordering::AcqRel, Ordering::Acquire, |t| {
                         Some(gcra::adjust(rate, t, delta))
@@ -419,10 +423,7 @@ impl Backend for MemoryBackend {
         let now = self.clock.now_nanos();
         let usage = match &handle.state {
             State::Fast { rate, tat, .. } => Usage {
-                dimensions: vec![(
-                    rate.dimension,
-                    gcra::used(rate, tat.load(Ordering::Acquire), now),
-                )],
+                dimensions: vec![(rate.dimension, gcra::used(rate, tat.load(Ordering::Acquire), now))],
                 leases: 0,
             },
             State::Locked(m) => m.lock().usage(&handle.spec, now),
