@@ -33,26 +33,25 @@ local n = tonumber(ARGV[1])
 local c0 = 2 + 6 * n
 local conc = tonumber(ARGV[c0])
 
-local gcra, units, limit, step, pre, k = {}, {}, {}, {}, {}, {}
+-- Per dimension i, slots of D at o = 10 * (i - 1):
+-- o+1 gcra?, o+2 units, o+3 limit, o+4 step, o+5 field/prefix, o+6 k,
+-- o+7 tat (gcra) or sum (window), o+8 lo, o+9 units of sub-window k, o+10 dirty.
+local D = {}
 local fields = {'x', 'c', 'cm'}
 local nf = 3
 local all_gcra = n > 0
 for i = 1, n do
-  local b = 6 * i - 4
+  local b, o = 6 * i - 4, 10 * i - 10
   local g = ARGV[b] == '1'
-  gcra[i] = g
-  units[i] = tonumber(ARGV[b + 2])
-  limit[i] = tonumber(ARGV[b + 3])
-  step[i] = tonumber(ARGV[b + 4])
-  local f = ARGV[b + 5]
-  pre[i] = f
+  local f, step = ARGV[b + 5], tonumber(ARGV[b + 4])
+  D[o + 1], D[o + 2], D[o + 3], D[o + 4], D[o + 5] = g, tonumber(ARGV[b + 2]), tonumber(ARGV[b + 3]), step, f
   if g then
     nf = nf + 1; fields[nf] = f
   else
     all_gcra = false
-    local ki = math.floor(now / step[i])
-    k[i] = ki
-    fields[nf + 1] = f .. 's'; fields[nf + 2] = f .. 'lo'; fields[nf + 3] = f .. ki
+    local k = math.floor(now / step)
+    D[o + 6] = k
+    fields[nf + 1] = f .. 's'; fields[nf + 2] = f .. 'lo'; fields[nf + 3] = f .. k
     nf = nf + 3
   end
 end
@@ -63,50 +62,50 @@ local count = tonumber(v[2]) or 0
 local cmin = tonumber(v[3])
 
 local worst, worst_dim = -1, 0
-local tat, sum, lo, cur, dirty = {}, {}, {}, {}, {}
-local dels, nd = {}, 0
+local dels, nd = nil, 0
 local pos = 4
 for i = 1, n do
-  local u = units[i]
-  if gcra[i] then
-    local ti = tonumber(v[pos]) or 0
-    tat[i] = ti
+  local o = 10 * i - 10
+  local u, limit, step = D[o + 2], D[o + 3], D[o + 4]
+  if D[o + 1] then
+    local tat = tonumber(v[pos]) or 0
+    D[o + 7] = tat
     pos = pos + 1
     if u > 0 then
-      local base = ti > now and ti or now
-      local w = base + u * step[i] - limit[i] - now
+      local base = tat > now and tat or now
+      local w = base + u * step - limit - now
       if w > 0 and w > worst then worst, worst_dim = w, i end
     end
   else
-    local s, l, ki = tonumber(v[pos]) or 0, tonumber(v[pos + 1]) or k[i], k[i]
-    cur[i] = tonumber(v[pos + 2]) or 0
+    local k = D[o + 6]
+    local s, l = tonumber(v[pos]) or 0, tonumber(v[pos + 1]) or k
+    D[o + 9] = tonumber(v[pos + 2]) or 0
     pos = pos + 3
     -- Evict sub-windows older than k - S (live ones span at most S + 1).
-    if l < ki - S then
-      local old = {}
-      local hi = math.min(ki - S - 1, l + S)
-      for j = l, hi do old[#old + 1] = pre[i] .. j end
+    if l < k - S then
+      local pre, old = D[o + 5], {}
+      for j = l, math.min(k - S - 1, l + S) do old[#old + 1] = pre .. j end
       local ov = redis.call('HMGET', key, unpack(old))
+      dels = dels or {}
       for j = 1, #old do
         s = s - (tonumber(ov[j]) or 0)
         nd = nd + 1; dels[nd] = old[j]
       end
-      l = ki - S
-      dirty[i] = true
+      l = k - S
+      D[o + 10] = true
     end
-    sum[i], lo[i] = s, l
-    if u > 0 and s + u > limit[i] then
-      local w = step[i] * (S + 1)
-      if u <= limit[i] then
-        local need = s + u - limit[i]
-        local live = {}
-        for j = l, ki do live[#live + 1] = pre[i] .. j end
+    D[o + 7], D[o + 8] = s, l
+    if u > 0 and s + u > limit then
+      local w = step * (S + 1)
+      if u <= limit then
+        local pre, need, live = D[o + 5], s + u - limit, {}
+        for j = l, k do live[#live + 1] = pre .. j end
         local lv = redis.call('HMGET', key, unpack(live))
         local freed = 0
         for j = 1, #live do
           freed = freed + (tonumber(lv[j]) or 0)
           if freed >= need then
-            w = math.max((l + j + S) * step[i] - now, 1)
+            w = math.max((l + j + S) * step - now, 1)
             break
           end
         end
@@ -116,31 +115,26 @@ for i = 1, n do
   end
 end
 
--- Removes expired leases; returns the live count and the exact earliest expiry.
-local function sweep()
-  local h = redis.call('HGETALL', key)
-  local dead, live, first = {}, 0, nil
-  for j = 1, #h, 2 do
-    local f = h[j]
-    if string.sub(f, 1, 2) == 'l:' then
-      local e = tonumber(h[j + 1])
-      if e <= now then
-        dead[#dead + 1] = f
-      else
-        live = live + 1
-        if first == nil or e < first then first = e end
-      end
-    end
-  end
-  if #dead > 0 then redis.call('HDEL', key, unpack(dead)) end
-  return live, first
-end
-
 local swept = false
 if conc > 0 and count >= conc then
   if cmin ~= nil and now >= cmin then
-    count, cmin = sweep()
-    swept = true
+    -- Sweep expired leases; recount and find the exact earliest expiry.
+    local h = redis.call('HGETALL', key)
+    local dead, live, first = {}, 0, nil
+    for j = 1, #h, 2 do
+      local f = h[j]
+      if string.sub(f, 1, 2) == 'l:' then
+        local e = tonumber(h[j + 1])
+        if e <= now then
+          dead[#dead + 1] = f
+        else
+          live = live + 1
+          if first == nil or e < first then first = e end
+        end
+      end
+    end
+    if #dead > 0 then redis.call('HDEL', key, unpack(dead)) end
+    count, cmin, swept = live, first, true
   end
   if count >= conc then
     local w = HINT
@@ -157,18 +151,22 @@ if worst >= 0 then
   local bookable = all_gcra and book_within > 0 and conc == 0
   if bookable then
     for i = 1, n do
-      if units[i] > 0 then
-        local base = tat[i] > now and tat[i] or now
-        start = math.max(start, base + units[i] * step[i] - limit[i])
+      local o = 10 * i - 10
+      if D[o + 2] > 0 then
+        local tat = D[o + 7]
+        local base = tat > now and tat or now
+        start = math.max(start, base + D[o + 2] * D[o + 4] - D[o + 3])
       end
     end
   end
   if not bookable or start - now > book_within then
     -- Denied: keep only the housekeeping (evictions, sweep).
     for i = 1, n do
-      if dirty[i] then
-        upd[nu + 1] = pre[i] .. 's'; upd[nu + 2] = sum[i]
-        upd[nu + 3] = pre[i] .. 'lo'; upd[nu + 4] = lo[i]
+      local o = 10 * i - 10
+      if D[o + 10] then
+        local pre = D[o + 5]
+        upd[nu + 1] = pre .. 's'; upd[nu + 2] = D[o + 7]
+        upd[nu + 3] = pre .. 'lo'; upd[nu + 4] = D[o + 8]
         nu = nu + 4
       end
     end
@@ -186,22 +184,24 @@ end
 
 local keep = 0
 for i = 1, n do
-  local u = units[i]
-  if gcra[i] then
+  local o = 10 * i - 10
+  local u = D[o + 2]
+  if D[o + 1] then
     if u > 0 then
-      local base = tat[i] > start and tat[i] or start
-      local nt = base + u * step[i]
-      upd[nu + 1] = pre[i]; upd[nu + 2] = nt; nu = nu + 2
+      local tat = D[o + 7]
+      local nt = (tat > start and tat or start) + u * D[o + 4]
+      upd[nu + 1] = D[o + 5]; upd[nu + 2] = nt; nu = nu + 2
       if nt - now > keep then keep = nt - now end
     end
-  elseif u > 0 or dirty[i] then
-    upd[nu + 1] = pre[i] .. 's'; upd[nu + 2] = sum[i] + u
-    upd[nu + 3] = pre[i] .. 'lo'; upd[nu + 4] = lo[i]
+  elseif u > 0 or D[o + 10] then
+    local pre = D[o + 5]
+    upd[nu + 1] = pre .. 's'; upd[nu + 2] = D[o + 7] + u
+    upd[nu + 3] = pre .. 'lo'; upd[nu + 4] = D[o + 8]
     nu = nu + 4
     if u > 0 then
-      upd[nu + 1] = pre[i] .. k[i]; upd[nu + 2] = cur[i] + u; nu = nu + 2
+      upd[nu + 1] = pre .. D[o + 6]; upd[nu + 2] = D[o + 9] + u; nu = nu + 2
     end
-    local kw = step[i] * (S + 2)
+    local kw = D[o + 4] * (S + 2)
     if kw > keep then keep = kw end
   end
 end
