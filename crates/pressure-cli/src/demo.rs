@@ -3,9 +3,10 @@
 
 use anyhow::Context;
 use pressure_core::{
-    AcquireOptions, Acquisition, Attempt, BrokerStats, Limits, Priority, QueueConfig, Request, Reserved,
-    ResourceBroker, ResourceConfig, TaskError,
+    AcquireOptions, Acquisition, Attempt, Backend, BrokerStats, Limits, Priority, QueueConfig, Request,
+    Reserved, ResourceBroker, ResourceConfig, TaskError,
 };
+use pressure_redis::{RedisBackend, RedisConfig};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -23,18 +24,41 @@ pub(crate) struct DemoArgs {
     /// Print the stats as compact JSON only (for scripts).
     #[arg(long)]
     json: bool,
+    /// Count in this Redis instead of in memory (e.g. redis://127.0.0.1:6379),
+    /// as a fleet of instances would.
+    #[arg(long, value_name = "URL")]
+    redis: Option<String>,
 }
 
 pub(crate) async fn run(args: DemoArgs) -> anyhow::Result<()> {
-    let broker = ResourceBroker::new();
+    match args.redis.clone() {
+        None => tour(ResourceBroker::new(), args).await,
+        Some(url) => {
+            let backend = RedisBackend::connect(RedisConfig::new(url))
+                .await
+                .context("connecting to redis")?;
+            tour(ResourceBroker::builder(backend).build(), args).await
+        }
+    }
+}
+
+async fn tour<B: Backend>(broker: ResourceBroker<B>, args: DemoArgs) -> anyhow::Result<()> {
+    // Distinct ids per run, so runs against a shared Redis never meet.
+    let run = if args.redis.is_some() {
+        format!("demo-{}:", std::process::id())
+    } else {
+        String::new()
+    };
+    let webhooks = format!("{run}gateway:route:webhooks-github");
+    let llm = format!("{run}llm:mock:gpt-4o-mini");
     broker.register_limit(
-        "gateway:route:webhooks-github",
+        webhooks.as_str(),
         Limits::default()
             .requests_per_second(10)
             .max_concurrent_requests(20),
     )?;
     broker.register(
-        "llm:mock:gpt-4o-mini",
+        llm.as_str(),
         ResourceConfig::new(
             Limits::default()
                 .requests_per_second(8)
@@ -52,10 +76,7 @@ pub(crate) async fn run(args: DemoArgs) -> anyhow::Result<()> {
     let mut allowed = 0;
     let mut retry_after = Duration::ZERO;
     for _ in 0..args.flood {
-        match broker
-            .try_acquire("gateway:route:webhooks-github", AcquireOptions::default())
-            .await?
-        {
+        match broker.try_acquire(&webhooks, AcquireOptions::default()).await? {
             Acquisition::Granted(_permit) => allowed += 1,
             Acquisition::Denied(d) => retry_after = retry_after.max(d.wait),
         }
@@ -76,13 +97,14 @@ pub(crate) async fn run(args: DemoArgs) -> anyhow::Result<()> {
     for i in 0..args.jobs {
         let broker = broker.clone();
         let throttled_once = throttled_once.clone();
+        let llm = llm.clone();
         let priority = if i % 2 == 0 {
             Priority::Interactive
         } else {
             Priority::Batch
         };
         jobs.push(tokio::spawn(async move {
-            let request = Request::new("llm:mock:gpt-4o-mini", move |a: Attempt| {
+            let request = Request::new(llm, move |a: Attempt| {
                 let throttled_once = throttled_once.clone();
                 async move {
                     tokio::time::sleep(Duration::from_millis(120)).await;

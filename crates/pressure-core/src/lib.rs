@@ -11,6 +11,41 @@
 //! State lives behind the [`Backend`] trait: [`MemoryBackend`] here,
 //! `pressure-redis` for a fleet.
 //!
+//! ```
+//! use pressure_core::{AcquireOptions, Acquisition, Limits, Request, ResourceBroker, ResourceConfig, TaskError};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let broker = ResourceBroker::new();
+//!
+//! // check+reject
+//! broker.register_limit("webhooks", Limits::default().requests_per_second(2))?;
+//! let mut refused = 0;
+//! for _ in 0..3 {
+//!     match broker.try_acquire("webhooks", AcquireOptions::default()).await? {
+//!         Acquisition::Granted(_permit) => {} // handle; the permit releases on drop
+//!         Acquisition::Denied(d) => {
+//!             refused += 1;
+//!             assert!(d.wait > std::time::Duration::ZERO); // → Retry-After
+//!         }
+//!     }
+//! }
+//! assert_eq!(refused, 1);
+//!
+//! // queue+execute
+//! broker.register("llm", ResourceConfig::new(Limits::default().tokens_per_minute(10_000)))?;
+//! let answer = broker
+//!     .enqueue(Request::new("llm", |attempt| async move {
+//!         // Call the provider here; report its usage with attempt.usage.set(..)
+//!         // and return Err(TaskError::RateLimited { .. }) on a 429.
+//!         Ok::<_, TaskError<String>>(format!("attempt {}", attempt.number))
+//!     }).tokens(1_200, 512))
+//!     .await?;
+//! assert_eq!(answer.value, "attempt 1");
+//! # Ok(())
+//! # }
+//! ```
+//!
 //! ## Limits and their exact meaning
 //!
 //! [`Limits`] may set `requestsPerSecond`, `requestsPerMinute`,

@@ -124,7 +124,10 @@ pub struct Request<F> {
 impl<F> Request<F> {
     /// A request for one unit of `resource`, at interactive priority, running
     /// `task` (a closure called once per attempt).
-    pub fn new(resource: impl Into<String>, task: F) -> Self {
+    pub fn new<Fut>(resource: impl Into<String>, task: F) -> Self
+    where
+        F: FnMut(Attempt) -> Fut,
+    {
         Self {
             resource: resource.into(),
             priority: Priority::Interactive,
