@@ -394,7 +394,12 @@ fn expected_args(resource: &str, limits: &Limits, opts: &AcquireOptions) -> Res<
             a.push(Some(v.to_string()));
         }
         let id = r.dimension.index();
-        a.push(Some(if gcra { format!("g{id}") } else { format!("w{id}:") }));
+        let fields = if gcra {
+            [format!("g{id}"), "-".to_owned(), "-".to_owned()]
+        } else {
+            [format!("w{id}:"), format!("w{id}:s"), format!("w{id}:lo")]
+        };
+        a.extend(fields.map(Some));
     }
     a.push(Some(spec.concurrency.unwrap_or(0).to_string()));
     a.push(Some((spec.lease_ttl_ns / 1_000).to_string()));

@@ -12,15 +12,15 @@
 --          l:<id>    expiry of lease <id>
 --          x         the key's expiry as last set (PEXPIREAT only when it must move)
 -- ARGV[1]  number of rate dimensions n
--- ARGV[2 + 6i .. 7 + 6i], for i = 0..n-1:
+-- ARGV[2 + 8i .. 9 + 8i], for i = 0..n-1:
 --          algo (1 = gcra, 0 = window), dim id, units,
 --          limit (gcra: tolerance C*T in us; window: N),
 --          step (gcra: T in us; window: g in us),
---          field (gcra: "g<d>"; window: the prefix "w<d>:")
--- ARGV[2 + 6n]  concurrency limit (0 = take no lease)
--- ARGV[3 + 6n]  lease TTL in us
--- ARGV[4 + 6n]  lease id
--- ARGV[5 + 6n]  book within (us; 0 = never book a future slot)
+--          fields (gcra: "g<d>", "-", "-"; window: "w<d>:", "w<d>:s", "w<d>:lo")
+-- ARGV[2 + 8n]  concurrency limit (0 = take no lease)
+-- ARGV[3 + 8n]  lease TTL in us
+-- ARGV[4 + 8n]  lease id
+-- ARGV[5 + 8n]  book within (us; 0 = never book a future slot)
 -- Returns {1, now_us, delay_us} when granted, {0, wait_us, dim id} when denied.
 
 local S = 30
@@ -30,18 +30,19 @@ local t = redis.call('TIME')
 local now = t[1] * 1000000 + t[2]
 local key = KEYS[1]
 local n = tonumber(ARGV[1])
-local c0 = 2 + 6 * n
+local c0 = 2 + 8 * n
 local conc = tonumber(ARGV[c0])
 
--- Per dimension i, slots of D at o = 10 * (i - 1):
+-- Per dimension i, slots of D at o = 12 * (i - 1):
 -- o+1 gcra?, o+2 units, o+3 limit, o+4 step, o+5 field/prefix, o+6 k,
--- o+7 tat (gcra) or sum (window), o+8 lo, o+9 units of sub-window k, o+10 dirty.
-local D = {}
+-- o+7 tat (gcra) or sum (window), o+8 lo, o+9 units of sub-window k, o+10 dirty,
+-- o+11 sum field, o+12 lo field; the field of sub-window k is at F[i].
+local D, F = {}, {}
 local fields = {'x', 'c', 'cm'}
 local nf = 3
 local all_gcra = n > 0
 for i = 1, n do
-  local b, o = 6 * i - 4, 10 * i - 10
+  local b, o = 8 * i - 6, 12 * i - 12
   local g = ARGV[b] == '1'
   local f, step = ARGV[b + 5], tonumber(ARGV[b + 4])
   D[o + 1], D[o + 2], D[o + 3], D[o + 4], D[o + 5] = g, tonumber(ARGV[b + 2]), tonumber(ARGV[b + 3]), step, f
@@ -50,8 +51,9 @@ for i = 1, n do
   else
     all_gcra = false
     local k = math.floor(now / step)
-    D[o + 6] = k
-    fields[nf + 1] = f .. 's'; fields[nf + 2] = f .. 'lo'; fields[nf + 3] = f .. k
+    local fs, fl, fk = ARGV[b + 6], ARGV[b + 7], f .. k
+    D[o + 6], D[o + 11], D[o + 12], F[i] = k, fs, fl, fk
+    fields[nf + 1] = fs; fields[nf + 2] = fl; fields[nf + 3] = fk
     nf = nf + 3
   end
 end
@@ -65,7 +67,7 @@ local worst, worst_dim = -1, 0
 local dels, nd = nil, 0
 local pos = 4
 for i = 1, n do
-  local o = 10 * i - 10
+  local o = 12 * i - 12
   local u, limit, step = D[o + 2], D[o + 3], D[o + 4]
   if D[o + 1] then
     local tat = tonumber(v[pos]) or 0
@@ -151,7 +153,7 @@ if worst >= 0 then
   local bookable = all_gcra and book_within > 0 and conc == 0
   if bookable then
     for i = 1, n do
-      local o = 10 * i - 10
+      local o = 12 * i - 12
       if D[o + 2] > 0 then
         local tat = D[o + 7]
         local base = tat > now and tat or now
@@ -162,11 +164,10 @@ if worst >= 0 then
   if not bookable or start - now > book_within then
     -- Denied: keep only the housekeeping (evictions, sweep).
     for i = 1, n do
-      local o = 10 * i - 10
+      local o = 12 * i - 12
       if D[o + 10] then
-        local pre = D[o + 5]
-        upd[nu + 1] = pre .. 's'; upd[nu + 2] = D[o + 7]
-        upd[nu + 3] = pre .. 'lo'; upd[nu + 4] = D[o + 8]
+        upd[nu + 1] = D[o + 11]; upd[nu + 2] = D[o + 7]
+        upd[nu + 3] = D[o + 12]; upd[nu + 4] = D[o + 8]
         nu = nu + 4
       end
     end
@@ -177,14 +178,14 @@ if worst >= 0 then
     if nd > 0 then redis.call('HDEL', key, unpack(dels)) end
     if nu > 0 then redis.call('HSET', key, unpack(upd)) end
     local dim = 5
-    if worst_dim > 0 then dim = tonumber(ARGV[6 * worst_dim - 3]) end
+    if worst_dim > 0 then dim = tonumber(ARGV[8 * worst_dim - 5]) end
     return {0, worst, dim}
   end
 end
 
 local keep = 0
 for i = 1, n do
-  local o = 10 * i - 10
+  local o = 12 * i - 12
   local u = D[o + 2]
   if D[o + 1] then
     if u > 0 then
@@ -194,12 +195,11 @@ for i = 1, n do
       if nt - now > keep then keep = nt - now end
     end
   elseif u > 0 or D[o + 10] then
-    local pre = D[o + 5]
-    upd[nu + 1] = pre .. 's'; upd[nu + 2] = D[o + 7] + u
-    upd[nu + 3] = pre .. 'lo'; upd[nu + 4] = D[o + 8]
+    upd[nu + 1] = D[o + 11]; upd[nu + 2] = D[o + 7] + u
+    upd[nu + 3] = D[o + 12]; upd[nu + 4] = D[o + 8]
     nu = nu + 4
     if u > 0 then
-      upd[nu + 1] = pre .. D[o + 6]; upd[nu + 2] = D[o + 9] + u; nu = nu + 2
+      upd[nu + 1] = F[i]; upd[nu + 2] = D[o + 9] + u; nu = nu + 2
     end
     local kw = D[o + 4] * (S + 2)
     if kw > keep then keep = kw end

@@ -78,8 +78,9 @@ struct Dim {
     gcra: bool,
     /// gcra: emission interval; window: sub-window length (microseconds).
     step_us: u64,
-    /// Hash field (gcra: `g<d>`) or field prefix (window: `w<d>:`).
-    field: String,
+    /// Hash fields: gcra `g<d>`; window the prefix `w<d>:` of its
+    /// sub-windows, its sum `w<d>:s` and its oldest sub-window `w<d>:lo`.
+    fields: [String; 3],
 }
 
 /// A denial remembered by the deny cache.
@@ -204,7 +205,9 @@ impl RedisBackend {
                 .arg(units)
                 .arg(limit)
                 .arg(d.step_us)
-                .arg(&d.field);
+                .arg(&d.fields[0])
+                .arg(&d.fields[1])
+                .arg(&d.fields[2]);
         }
         let conc = match (lease, h.spec.concurrency) {
             (Some(_), Some(c)) => RateSpec::scaled(c, demand.ceiling_ppm),
@@ -342,7 +345,11 @@ impl Backend for RedisBackend {
                 rate: *r,
                 gcra,
                 step_us,
-                field: if gcra { format!("g{id}") } else { format!("w{id}:") },
+                fields: if gcra {
+                    [format!("g{id}"), "-".to_owned(), "-".to_owned()]
+                } else {
+                    [format!("w{id}:"), format!("w{id}:s"), format!("w{id}:lo")]
+                },
             });
         }
         let local = match self.inner.config.failure_mode {

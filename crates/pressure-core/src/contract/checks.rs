@@ -426,21 +426,13 @@ pub async fn two_brokers_share_one_limit<H: Harness>(h: &H) {
     }
 }
 
-/// queue+execute over `gcra`: every task runs, and start times respect the
-/// bucket (at most `C + d/T` in any span `d`) — each waiter booked a slot.
-pub async fn enqueue_paces_gcra_by_booking<H: Harness>(h: &H) {
-    let b = h.broker().await;
-    let id = h.unique("qgcra");
-    b.register(
-        &id,
-        ResourceConfig::new(Limits::default().requests_per_second(20).gcra(Some(5))),
-    )
-    .expect("valid");
+/// Enqueues `n` tasks at once on `id` and returns when each started, sorted,
+/// measured from just before the first was enqueued.
+async fn start_times<B: crate::Backend>(b: &ResourceBroker<B>, id: &str, n: usize) -> Vec<Duration> {
     let t0 = Instant::now();
-    let tasks: Vec<_> = (0..15)
+    let tasks: Vec<_> = (0..n)
         .map(|_| {
-            let b = b.clone();
-            let id = id.clone();
+            let (b, id) = (b.clone(), id.to_owned());
             tokio::spawn(async move {
                 b.enqueue(Request::new(&id, |_| async {
                     Ok::<_, TaskError<()>>(Instant::now())
@@ -456,6 +448,20 @@ pub async fn enqueue_paces_gcra_by_booking<H: Harness>(h: &H) {
         starts.push(t.await.expect("task").duration_since(t0));
     }
     starts.sort();
+    starts
+}
+
+/// queue+execute over `gcra`: every task runs, and start times respect the
+/// bucket (at most `C + d/T` in any span `d`) — each waiter booked a slot.
+pub async fn enqueue_paces_gcra_by_booking<H: Harness>(h: &H) {
+    let b = h.broker().await;
+    let id = h.unique("qgcra");
+    b.register(
+        &id,
+        ResourceConfig::new(Limits::default().requests_per_second(20).gcra(Some(5))),
+    )
+    .expect("valid");
+    let starts = start_times(&b, &id, 15).await;
     // 5 at once, then one per 50 ms: the 15th not before ~500 ms.
     assert!(starts[14] >= Duration::from_millis(480), "{starts:?}");
     assert!(starts[14] < Duration::from_secs(3), "{starts:?}");
@@ -473,26 +479,7 @@ pub async fn enqueue_waits_for_window_capacity<H: Harness>(h: &H) {
     let id = h.unique("qwindow");
     b.register(&id, ResourceConfig::new(Limits::default().requests_per_second(5)))
         .expect("valid");
-    let t0 = Instant::now();
-    let tasks: Vec<_> = (0..8)
-        .map(|_| {
-            let b = b.clone();
-            let id = id.clone();
-            tokio::spawn(async move {
-                b.enqueue(Request::new(&id, |_| async {
-                    Ok::<_, TaskError<()>>(Instant::now())
-                }))
-                .await
-                .expect("served")
-                .value
-            })
-        })
-        .collect();
-    let mut starts = Vec::new();
-    for t in tasks {
-        starts.push(t.await.expect("task").duration_since(t0));
-    }
-    starts.sort();
+    let starts = start_times(&b, &id, 8).await;
     assert!(starts[4] < Duration::from_millis(500), "{starts:?}");
     assert!(starts[5] >= Duration::from_millis(900), "{starts:?}");
     assert!(starts[7] < Duration::from_secs(4), "{starts:?}");
