@@ -200,20 +200,23 @@ for c in window1 gcra1 dim3 gcra-bare; do
   case $c in
     window1) what="window, requestsPerMinute (1 dim)" ;;
     gcra1) what="gcra, requestsPerSecond (1 dim)" ;;
-    dim3) what="window, rpm + tpm + maxConcurrentRequests (EVALSHA only)" ;;
+    dim3) what="window, rpm + tpm + maxConcurrentRequests (ours: acquire/release mix; rb: acquire only)" ;;
     gcra-bare) what="bare one-key GCRA (GET, TIME, SET PX)" ;;
   esac
   r=$(rbv "rb-P$pipeline" "$c" 7)
   printf '%-10s %-62s %13s %13s %14s %14s\n' "$c" "$what" "$v" "${r:--}" "$(ratio "$v" "$bare")" "$(ratio "$r" "$bare_rb")"
   if [[ $c == dim3 ]]; then
     acq=$(field dim3 server_usec_per_acq)
-    printf '%-10s %-62s %13s %13s %14s %14s\n' "dim3" "  + lease release (ZREM $(field dim3 zrem_usec_per_call) us), per acquisition" \
+    printf '%-10s %-62s %13s %13s %14s %14s\n' "dim3" "  ours per acquisition, acquire + release EVALSHAs" \
       "$acq" "-" "$(ratio "$acq" "$bare")" "-"
   fi
 done
 echo
-d3=$(field dim3 evalsha_usec_per_call)
-echo "3-dimension / bare GCRA server time per call: $(ratio "$d3" "$bare")x (goal <= 2x)"
+# Our dim3 run releases every lease (a second, cheap EVALSHA), so its
+# per-call average mixes both; redis-benchmark replays the acquisition alone.
+d3=$(rbv "rb-P$pipeline" dim3 7)
+echo "3-dimension acquisition / bare GCRA, server time per call (redis-benchmark replay): $(ratio "$d3" "$bare_rb")x (goal <= 2x)"
+echo "3-dimension acquisition + its release / bare GCRA: $(ratio "$(field dim3 server_usec_per_acq)" "$bare")x"
 awk -F'\t' '$9 != "" && $9 != "0" { print "WARNING: " $9 " failed EVALSHA calls in redis-benchmark run " $1 " " $2 }' "$tmp/rb.tsv" >&2
 echo
 echo "raw lines: RESULT/CMDSTATS from the bench above; redis-benchmark: label case P rps p50_ms p99_ms usec_per_call calls failed"
