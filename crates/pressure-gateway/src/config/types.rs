@@ -1,0 +1,265 @@
+//! The gateway's configuration, in the `kb.config.json` shape: the file's
+//! top-level `gateway` key. JSON names are camelCase; unknown keys are
+//! errors. Validation beyond the shape lives in `validate.rs`.
+
+use pressure_core::Limits;
+use pressure_redis::RedisConfig;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// The whole config file: only `gateway` is read; other top-level keys
+/// belong to other components and are ignored.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct ConfigFile {
+    /// The gateway's section.
+    pub gateway: GatewayConfig,
+}
+
+/// `gateway`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct GatewayConfig {
+    /// Address of the proxy listener, e.g. `127.0.0.1:8080`.
+    pub listen: String,
+    /// Upstream services by name.
+    pub upstreams: BTreeMap<String, UpstreamConfig>,
+    /// Where limiter state lives.
+    #[serde(default)]
+    pub backend: BackendConfig,
+    /// Authentication.
+    #[serde(default)]
+    pub auth: AuthConfig,
+    /// The admin listener.
+    #[serde(default)]
+    pub admin: AdminConfig,
+    /// The limits.
+    #[serde(default)]
+    pub pressure: PressureConfig,
+    /// Bounds on what clients may send.
+    #[serde(default)]
+    pub limits: RequestLimits,
+    /// Upstream timeouts.
+    #[serde(default)]
+    pub timeouts: TimeoutConfig,
+}
+
+/// `gateway.upstreams.<name>`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct UpstreamConfig {
+    /// Base URL, `http://host:port` (an optional path is prepended).
+    pub url: String,
+    /// Requests whose path starts with this prefix go to this upstream.
+    pub path_prefix: String,
+}
+
+/// `gateway.backend`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[serde(tag = "type", rename_all = "lowercase", deny_unknown_fields)]
+pub enum BackendConfig {
+    /// In this process (one gateway).
+    #[default]
+    Memory,
+    /// In Redis (a fleet of gateways shares the limits).
+    Redis(RedisConfig),
+}
+
+/// `gateway.auth`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct AuthConfig {
+    /// Whether a request without a token is refused (401). Off by default:
+    /// webhooks carry no JWT.
+    #[serde(default)]
+    pub required: bool,
+    /// JWT verification; without it, tokens are not read at all.
+    #[serde(default)]
+    pub jwt: Option<JwtConfig>,
+}
+
+/// `gateway.auth.jwt`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct JwtConfig {
+    /// Accepted algorithms (`HS256`, `RS256`, …); `none` is never accepted.
+    pub algorithms: Vec<String>,
+    /// Environment variable holding the HMAC secret (HS*).
+    #[serde(default)]
+    pub secret_env: Option<String>,
+    /// PEM file with the RSA/EC public key (RS*, ES*).
+    #[serde(default)]
+    pub public_key_file: Option<String>,
+    /// Claim naming the tenant.
+    #[serde(default = "default_tenant_claim")]
+    pub tenant_claim: String,
+    /// Required `aud`, if any.
+    #[serde(default)]
+    pub audience: Option<String>,
+    /// Required `iss`, if any.
+    #[serde(default)]
+    pub issuer: Option<String>,
+    /// Clock skew tolerated on `exp`/`nbf`, in seconds.
+    #[serde(default = "default_leeway")]
+    pub leeway_secs: u64,
+}
+
+fn default_tenant_claim() -> String {
+    "namespaceId".into()
+}
+
+fn default_leeway() -> u64 {
+    30
+}
+
+/// `gateway.admin`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct AdminConfig {
+    /// Address of the admin listener (loopback by default).
+    #[serde(default = "default_admin_listen")]
+    pub listen: String,
+    /// Environment variable holding a bearer token the admin endpoints
+    /// require; none means no token.
+    #[serde(default)]
+    pub token_env: Option<String>,
+}
+
+impl Default for AdminConfig {
+    fn default() -> Self {
+        Self {
+            listen: default_admin_listen(),
+            token_env: None,
+        }
+    }
+}
+
+fn default_admin_listen() -> String {
+    "127.0.0.1:8081".into()
+}
+
+/// `gateway.pressure`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct PressureConfig {
+    /// Whether any limit applies.
+    #[serde(default = "yes")]
+    pub enabled: bool,
+    /// Limits per upstream name (resource `gateway:service:<name>`).
+    #[serde(default)]
+    pub per_service: BTreeMap<String, Limits>,
+    /// Limits per path prefix; the longest matching prefix wins over the
+    /// upstream's `perService` entry.
+    #[serde(default)]
+    pub per_route: Vec<RouteLimit>,
+    /// Limits per tenant (resource `gateway:tenant:<id>`, registered lazily).
+    #[serde(default)]
+    pub per_tenant: TenantLimits,
+    /// Directory of plugin manifests declaring more routes and budgets.
+    #[serde(default)]
+    pub manifests_dir: Option<String>,
+}
+
+impl Default for PressureConfig {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            per_service: BTreeMap::new(),
+            per_route: Vec::new(),
+            per_tenant: TenantLimits::default(),
+            manifests_dir: None,
+        }
+    }
+}
+
+fn yes() -> bool {
+    true
+}
+
+/// `gateway.pressure.perRoute[i]`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RouteLimit {
+    /// Resource id, e.g. `gateway:route:webhooks-github`.
+    pub resource: String,
+    /// Path prefix the route covers.
+    pub path_prefix: String,
+    /// Its limits.
+    pub limits: Limits,
+}
+
+/// `gateway.pressure.perTenant`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct TenantLimits {
+    /// Whether tenants are limited.
+    #[serde(default)]
+    pub enabled: bool,
+    /// Limits of each tenant.
+    #[serde(default)]
+    pub limits: Option<Limits>,
+    /// Most tenants kept at once (idle ones are evicted beyond).
+    #[serde(default = "default_max_tenants")]
+    pub max_tenants: usize,
+}
+
+fn default_max_tenants() -> usize {
+    pressure_core::DEFAULT_MAX_LAZY_RESOURCES
+}
+
+/// `gateway.limits`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RequestLimits {
+    /// Largest request head (request line + headers), bytes; beyond: 431.
+    #[serde(default = "default_max_header_bytes")]
+    pub max_header_bytes: usize,
+    /// Largest request body, bytes; beyond: 413.
+    #[serde(default = "default_max_body_bytes")]
+    pub max_body_bytes: u64,
+}
+
+impl Default for RequestLimits {
+    fn default() -> Self {
+        Self {
+            max_header_bytes: default_max_header_bytes(),
+            max_body_bytes: default_max_body_bytes(),
+        }
+    }
+}
+
+fn default_max_header_bytes() -> usize {
+    64 * 1024
+}
+
+fn default_max_body_bytes() -> u64 {
+    10 * 1024 * 1024
+}
+
+/// `gateway.timeouts` (milliseconds).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct TimeoutConfig {
+    /// Connecting to an upstream; beyond: 502.
+    #[serde(default = "default_connect_ms")]
+    pub connect_ms: u64,
+    /// Whole upstream exchange until the response head; beyond: 504.
+    #[serde(default = "default_total_ms")]
+    pub total_ms: u64,
+}
+
+impl Default for TimeoutConfig {
+    fn default() -> Self {
+        Self {
+            connect_ms: default_connect_ms(),
+            total_ms: default_total_ms(),
+        }
+    }
+}
+
+fn default_connect_ms() -> u64 {
+    1_000
+}
+
+fn default_total_ms() -> u64 {
+    30_000
+}
