@@ -2,6 +2,7 @@
 //! (gateway, mock provider, chaos); for now `demo` exercises the broker.
 
 mod demo;
+mod gateway;
 
 use clap::{Parser, Subcommand};
 
@@ -19,19 +20,36 @@ enum Command {
     /// Runs a short in-memory tour of the broker: check+reject on a webhook
     /// flood, queue+execute on a rate-limited LLM resource, then the stats.
     Demo(demo::DemoArgs),
+    /// Runs the gateway: a reverse proxy applying per-route, per-service and
+    /// per-tenant limits (config: the `gateway` key of a JSON file).
+    Gateway(gateway::GatewayArgs),
+    /// Validates a config file without starting anything; exit code 2 and
+    /// the JSON path of the first problem when it is invalid.
+    CheckConfig(gateway::CheckConfigArgs),
 }
 
 fn main() -> anyhow::Result<()> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
-        )
-        .with_writer(std::io::stderr)
-        .init();
     let cli = Cli::parse();
+    let filter = |default: &str| {
+        tracing_subscriber::EnvFilter::try_from_default_env()
+            .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default))
+    };
+    match &cli.command {
+        // The gateway logs structured JSON lines (denials, transitions).
+        Command::Gateway(_) => tracing_subscriber::fmt()
+            .json()
+            .with_env_filter(filter("info"))
+            .with_writer(std::io::stderr)
+            .init(),
+        _ => tracing_subscriber::fmt()
+            .with_env_filter(filter("warn"))
+            .with_writer(std::io::stderr)
+            .init(),
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     match cli.command {
         Command::Demo(args) => runtime.block_on(demo::run(args)),
+        Command::Gateway(args) => runtime.block_on(gateway::run(args)),
+        Command::CheckConfig(args) => gateway::check(args),
     }
 }

@@ -5,5 +5,17 @@
 //! per-tenant limits after it, every permit released exactly once when the
 //! response body ends or the client goes away.
 
+pub mod admin;
+pub mod app;
 pub mod backend;
+pub mod body_limit;
 pub mod config;
+pub mod demo_upstream;
+pub mod layers;
+pub mod metrics;
+pub mod permits;
+pub mod proxy;
+pub mod routes;
+pub mod server;
+
+pub use app::{run, Gateway, GatewayError, GatewayService};

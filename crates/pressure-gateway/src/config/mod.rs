@@ -1,6 +1,14 @@
 //! Gateway configuration: types, loading with JSON-path errors, semantic
 //! validation, and plugin manifests.
 
+mod error;
+mod load;
+pub mod manifest;
 mod types;
+mod validate;
 
+pub use error::ConfigError;
+pub use load::{load, parse, parse_in, parse_shape};
+pub use manifest::{LoadedManifest, PluginManifest};
 pub use types::*;
+pub use validate::{check_limits, validate, JWT_ALGORITHMS, MAX_HEADER_BYTES, MIN_HEADER_BYTES};

@@ -188,7 +188,7 @@ pub struct RouteLimit {
 }
 
 /// `gateway.pressure.perTenant`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct TenantLimits {
     /// Whether tenants are limited.
@@ -200,6 +200,16 @@ pub struct TenantLimits {
     /// Most tenants kept at once (idle ones are evicted beyond).
     #[serde(default = "default_max_tenants")]
     pub max_tenants: usize,
+}
+
+impl Default for TenantLimits {
+    fn default() -> Self {
+        Self {
+            enabled: false,
+            limits: None,
+            max_tenants: default_max_tenants(),
+        }
+    }
 }
 
 fn default_max_tenants() -> usize {

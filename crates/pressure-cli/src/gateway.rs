@@ -1,0 +1,91 @@
+//! `pressure gateway` and `pressure check-config`.
+
+use anyhow::Context;
+use std::path::{Path, PathBuf};
+
+/// Options of `pressure gateway`.
+#[derive(Debug, clap::Args)]
+pub(crate) struct GatewayArgs {
+    /// The config file (its `gateway` key).
+    #[arg(long, short)]
+    config: PathBuf,
+    /// Also serve the built-in demo upstream on the address of the
+    /// upstream named `demo`, for trying the gateway with nothing else
+    /// running.
+    #[arg(long)]
+    demo_upstream: bool,
+}
+
+/// Options of `pressure check-config`.
+#[derive(Debug, clap::Args)]
+pub(crate) struct CheckConfigArgs {
+    /// The config file to validate.
+    file: PathBuf,
+}
+
+fn load_or_exit(path: &Path) -> pressure_gateway::config::GatewayConfig {
+    match pressure_gateway::config::load(path) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("error: {}: {e}", path.display());
+            std::process::exit(2);
+        }
+    }
+}
+
+fn base_dir(path: &Path) -> PathBuf {
+    path.parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| PathBuf::from("."))
+}
+
+pub(crate) fn check(args: CheckConfigArgs) -> anyhow::Result<()> {
+    let cfg = load_or_exit(&args.file);
+    println!(
+        "{}: ok ({} upstreams, {} route limits, {} service limits, tenants {})",
+        args.file.display(),
+        cfg.upstreams.len(),
+        cfg.pressure.per_route.len(),
+        cfg.pressure.per_service.len(),
+        if cfg.pressure.per_tenant.enabled {
+            "limited"
+        } else {
+            "not limited"
+        }
+    );
+    Ok(())
+}
+
+pub(crate) async fn run(args: GatewayArgs) -> anyhow::Result<()> {
+    let cfg = load_or_exit(&args.config);
+    if args.demo_upstream {
+        let up = cfg
+            .upstreams
+            .get("demo")
+            .context("--demo-upstream needs an upstream named \"demo\"")?;
+        let uri: http::Uri = up.url.parse().context("demo upstream url")?;
+        let addr = uri
+            .authority()
+            .context("demo upstream url has no host:port")?
+            .as_str()
+            .to_owned();
+        let listener = tokio::net::TcpListener::bind(&addr)
+            .await
+            .with_context(|| format!("demo upstream cannot listen on {addr}"))?;
+        eprintln!("demo upstream on http://{addr}");
+        tokio::spawn(pressure_gateway::demo_upstream::serve(listener));
+    }
+    eprintln!(
+        "gateway on http://{}  admin on http://{}",
+        cfg.listen, cfg.admin.listen
+    );
+    match pressure_gateway::run(cfg, &base_dir(&args.config)).await {
+        Ok(()) => Ok(()),
+        Err(pressure_gateway::GatewayError::Config(e)) => {
+            eprintln!("error: {}: {e}", args.config.display());
+            std::process::exit(2);
+        }
+        Err(e) => Err(e.into()),
+    }
+}

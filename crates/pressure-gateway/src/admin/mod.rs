@@ -1,0 +1,132 @@
+//! The admin listener: the broker's stats, Prometheus metrics and a health
+//! check, on their own address (loopback by default), apart from the traffic.
+//!
+//! | route | answer |
+//! |---|---|
+//! | `GET /admin/pressure/stats` | `{"resources":[...]}` ([`BrokerStats`]), `application/json` |
+//! | `GET /metrics` | Prometheus text 0.0.4 ([`GatewayMetrics::encode`]) |
+//! | `GET /healthz` | `{"status":"ok"}`, or `{"status":"degraded","redis":"unavailable"}` |
+//!
+//! `/healthz` always answers 200 while the process serves: when Redis is
+//! unavailable the gateway is still up and the configured failure mode
+//! decides, so a load balancer must not take the instance out; the body says
+//! it is degraded. With a token configured every other route requires
+//! `Authorization: Bearer <token>` (compared in constant time) and answers
+//! 401 with `WWW-Authenticate: Bearer` otherwise. Unknown routes answer 404,
+//! wrong methods 405, all errors with a JSON body
+//! `{"error":"<code>","message":"..."}`.
+
+mod auth;
+
+use crate::backend::{AnyBackend, Broker};
+use crate::metrics::{GatewayMetrics, CONTENT_TYPE};
+use axum::extract::State;
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::middleware;
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::{Json, Router};
+use pressure_core::BrokerStats;
+use pressure_redis::{RedisBackend, RedisStatus};
+use std::sync::Arc;
+
+/// What the admin routes read.
+#[derive(Clone)]
+pub struct AdminState {
+    /// The gateway's broker (stats).
+    pub broker: Broker,
+    /// The gateway's counters.
+    pub metrics: Arc<GatewayMetrics>,
+    /// Bearer token required by every route but `/healthz`; `None` leaves
+    /// them open (bind the listener to loopback then).
+    pub token: Option<String>,
+    /// The Redis backend whose health `/metrics` and `/healthz` report; when
+    /// `None`, the broker's own backend is used if it is Redis.
+    pub redis: Option<RedisBackend>,
+}
+
+impl std::fmt::Debug for AdminState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AdminState")
+            .field("broker", &self.broker)
+            .field("token", &self.token.as_ref().map(|_| "<redacted>"))
+            .field("redis", &self.redis)
+            .finish_non_exhaustive()
+    }
+}
+
+impl AdminState {
+    /// The health of the Redis backend in use, if any.
+    fn redis_status(&self) -> Option<RedisStatus> {
+        match (&self.redis, self.broker.backend()) {
+            (Some(r), _) | (None, AnyBackend::Redis(r)) => Some(r.status()),
+            (None, AnyBackend::Memory(_)) => None,
+        }
+    }
+}
+
+/// The admin routes over `state`.
+pub fn router(state: AdminState) -> Router {
+    let protected = Router::new()
+        .route("/admin/pressure/stats", get(stats))
+        .route("/metrics", get(metrics))
+        .route_layer(middleware::from_fn_with_state(state.clone(), auth::require_token));
+    Router::new()
+        .merge(protected)
+        .route("/healthz", get(healthz))
+        .method_not_allowed_fallback(method_not_allowed)
+        .fallback(not_found)
+        .with_state(state)
+}
+
+/// A JSON error response: `{"error": code, "message": message}`.
+pub(crate) fn error_response(status: StatusCode, code: &str, message: &str) -> Response {
+    (
+        status,
+        Json(serde_json::json!({ "error": code, "message": message })),
+    )
+        .into_response()
+}
+
+async fn stats(State(state): State<AdminState>) -> Json<BrokerStats> {
+    Json(BrokerStats {
+        resources: state.broker.stats().await,
+    })
+}
+
+async fn metrics(State(state): State<AdminState>) -> Response {
+    let stats = state.broker.stats().await;
+    let body = state.metrics.encode(&stats, state.redis_status());
+    (
+        [
+            (header::CONTENT_TYPE, HeaderValue::from_static(CONTENT_TYPE)),
+            (header::CACHE_CONTROL, HeaderValue::from_static("no-store")),
+        ],
+        body,
+    )
+        .into_response()
+}
+
+async fn healthz(State(state): State<AdminState>) -> Response {
+    let body = match state.redis_status() {
+        Some(s) if !s.healthy => serde_json::json!({ "status": "degraded", "redis": "unavailable" }),
+        _ => serde_json::json!({ "status": "ok" }),
+    };
+    (
+        [(header::CACHE_CONTROL, HeaderValue::from_static("no-store"))],
+        Json(body),
+    )
+        .into_response()
+}
+
+async fn not_found() -> Response {
+    error_response(StatusCode::NOT_FOUND, "not_found", "no such admin route")
+}
+
+async fn method_not_allowed() -> Response {
+    error_response(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "method_not_allowed",
+        "admin routes answer GET only",
+    )
+}

@@ -1,0 +1,259 @@
+//! [`Gateway`]: everything one gateway process runs, built from a validated
+//! config — the broker on the configured backend with every route and
+//! service limit registered, the layered proxy service, and the admin
+//! router — plus [`run`], which binds both listeners and serves them.
+
+use crate::admin::{self, AdminState};
+use crate::backend::{AnyBackend, Broker};
+use crate::body_limit::BodyLimitLayer;
+use crate::config::{BackendConfig, ConfigError, GatewayConfig};
+use crate::layers::pre_auth::PreAuthLayer;
+use crate::layers::release::ReleaseLayer;
+use crate::layers::tenant::{Authenticator, TenantLayer};
+use crate::metrics::GatewayMetrics;
+use crate::proxy::ProxyService;
+use crate::routes::{service_resource, RouteTable};
+use axum::body::Body;
+use http::{Request, Response};
+use pressure_core::{LimitTemplate, MemoryBackend, ResourceBroker};
+use pressure_redis::RedisBackend;
+use std::convert::Infallible;
+use std::future::Future;
+use std::path::Path;
+use std::sync::Arc;
+use tokio::net::TcpListener;
+use tower::util::BoxCloneSyncService;
+use tower::ServiceBuilder;
+
+/// The gateway's request service: body limit → release → pre-auth → tenant
+/// → proxy.
+pub type GatewayService = BoxCloneSyncService<Request<Body>, Response<Body>, Infallible>;
+
+/// Why the gateway could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum GatewayError {
+    /// The config is invalid (names the JSON path).
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// The Redis backend could not connect.
+    #[error("gateway.backend: {0}")]
+    Backend(#[from] pressure_core::BackendError),
+    /// A listener could not bind.
+    #[error("{what}: cannot listen on {addr}: {source}")]
+    Bind {
+        /// `gateway.listen` or `gateway.admin.listen`.
+        what: &'static str,
+        /// The address.
+        addr: String,
+        /// Why.
+        source: std::io::Error,
+    },
+}
+
+/// One gateway, built and ready to serve.
+#[derive(Clone)]
+pub struct Gateway {
+    config: GatewayConfig,
+    broker: Broker,
+    metrics: Arc<GatewayMetrics>,
+    redis: Option<RedisBackend>,
+    service: GatewayService,
+}
+
+impl std::fmt::Debug for Gateway {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Gateway")
+            .field("listen", &self.config.listen)
+            .field("broker", &self.broker)
+            .finish_non_exhaustive()
+    }
+}
+
+fn config_error(path: &str, problem: impl Into<String>) -> ConfigError {
+    ConfigError::new(path, problem)
+}
+
+impl Gateway {
+    /// Builds the gateway from a validated `config`; `base_dir` resolves
+    /// relative files (JWT keys). Connects to Redis when configured.
+    pub async fn build(config: GatewayConfig, base_dir: &Path) -> Result<Self, GatewayError> {
+        let (backend, redis) = match &config.backend {
+            BackendConfig::Memory => (AnyBackend::Memory(MemoryBackend::new()), None),
+            BackendConfig::Redis(rc) => {
+                let r = RedisBackend::connect(rc.clone()).await?;
+                (AnyBackend::Redis(r.clone()), Some(r))
+            }
+        };
+        let broker: Broker = ResourceBroker::builder(backend)
+            .max_lazy_resources(config.pressure.per_tenant.max_tenants)
+            .build();
+        let pressure = &config.pressure;
+        if pressure.enabled {
+            for (name, limits) in &pressure.per_service {
+                broker
+                    .register_limit(service_resource(name), limits.clone())
+                    .map_err(|e| {
+                        config_error(&format!("gateway.pressure.perService.{name}"), e.to_string())
+                    })?;
+            }
+            for (i, r) in pressure.per_route.iter().enumerate() {
+                broker
+                    .register_limit(r.resource.clone(), r.limits.clone())
+                    .map_err(|e| config_error(&format!("gateway.pressure.perRoute[{i}]"), e.to_string()))?;
+            }
+        }
+        let routes = Arc::new(RouteTable::new(&config, &broker));
+        let metrics = Arc::new(GatewayMetrics::new());
+        let auth = match &config.auth.jwt {
+            Some(j) => Some(Arc::new(Authenticator::new(j, base_dir).map_err(
+                |(field, problem)| config_error(&format!("gateway.auth.jwt.{field}"), problem),
+            )?)),
+            None => None,
+        };
+        let template = match (
+            &pressure.per_tenant.limits,
+            pressure.enabled && pressure.per_tenant.enabled,
+        ) {
+            (Some(l), true) => Some(LimitTemplate::new(l).map_err(|e| {
+                config_error(
+                    &format!("gateway.pressure.perTenant.limits.{}", e.field),
+                    e.problem,
+                )
+            })?),
+            _ => None,
+        };
+        let proxy = ProxyService::from_config(&config.upstreams, &config.timeouts)
+            .map_err(|e| config_error("gateway.upstreams", e.to_string()))?;
+        let tenant = TenantLayer::new(
+            auth,
+            config.auth.required,
+            template,
+            broker.clone(),
+            metrics.clone(),
+        );
+        let service = if pressure.enabled {
+            BoxCloneSyncService::new(
+                ServiceBuilder::new()
+                    .layer(BodyLimitLayer::new(config.limits.max_body_bytes))
+                    .layer(ReleaseLayer::new(metrics.clone()))
+                    .layer(PreAuthLayer::new(routes, metrics.clone()))
+                    .layer(tenant)
+                    .service(proxy),
+            )
+        } else {
+            BoxCloneSyncService::new(
+                ServiceBuilder::new()
+                    .layer(BodyLimitLayer::new(config.limits.max_body_bytes))
+                    .layer(tenant)
+                    .service(proxy),
+            )
+        };
+        Ok(Self {
+            config,
+            broker,
+            metrics,
+            redis,
+            service,
+        })
+    }
+
+    /// The broker (for stats, and for embedding applications).
+    pub fn broker(&self) -> &Broker {
+        &self.broker
+    }
+
+    /// The metrics registry.
+    pub fn metrics(&self) -> &Arc<GatewayMetrics> {
+        &self.metrics
+    }
+
+    /// The config in use.
+    pub fn config(&self) -> &GatewayConfig {
+        &self.config
+    }
+
+    /// The layered request service.
+    pub fn service(&self) -> GatewayService {
+        self.service.clone()
+    }
+
+    /// The admin router; `token` from `admin.tokenEnv` when set.
+    pub fn admin_router(&self) -> axum::Router {
+        let token = self
+            .config
+            .admin
+            .token_env
+            .as_deref()
+            .and_then(|v| std::env::var(v).ok())
+            .filter(|t| !t.is_empty());
+        admin::router(AdminState {
+            broker: self.broker.clone(),
+            metrics: self.metrics.clone(),
+            token,
+            redis: self.redis.clone(),
+        })
+    }
+
+    /// Serves the proxy on `listener` and the admin router on `admin` until
+    /// `shutdown` resolves.
+    pub async fn serve(
+        self,
+        listener: TcpListener,
+        admin: TcpListener,
+        shutdown: impl Future<Output = ()> + Send,
+    ) {
+        let (tx, rx) = tokio::sync::watch::channel(false);
+        let mut admin_rx = rx.clone();
+        let router = self.admin_router();
+        let admin_task = tokio::spawn(async move {
+            let _ = axum::serve(admin, router)
+                .with_graceful_shutdown(async move {
+                    let _ = admin_rx.wait_for(|v| *v).await;
+                })
+                .await;
+        });
+        let mut proxy_rx = rx;
+        let max_header = self.config.limits.max_header_bytes;
+        let proxy_task = tokio::spawn(crate::server::serve(
+            listener,
+            self.service(),
+            max_header,
+            async move {
+                let _ = proxy_rx.wait_for(|v| *v).await;
+            },
+        ));
+        shutdown.await;
+        let _ = tx.send(true);
+        let _ = proxy_task.await;
+        let _ = admin_task.await;
+    }
+}
+
+/// Binds `gateway.listen` and `gateway.admin.listen` and serves until
+/// Ctrl-C.
+pub async fn run(config: GatewayConfig, base_dir: &Path) -> Result<(), GatewayError> {
+    let listen = config.listen.clone();
+    let admin = config.admin.listen.clone();
+    let gateway = Gateway::build(config, base_dir).await?;
+    let listener = TcpListener::bind(&listen)
+        .await
+        .map_err(|source| GatewayError::Bind {
+            what: "gateway.listen",
+            addr: listen.clone(),
+            source,
+        })?;
+    let admin_listener = TcpListener::bind(&admin)
+        .await
+        .map_err(|source| GatewayError::Bind {
+            what: "gateway.admin.listen",
+            addr: admin.clone(),
+            source,
+        })?;
+    tracing::info!(listen, admin, "gateway listening");
+    gateway
+        .serve(listener, admin_listener, async {
+            let _ = tokio::signal::ctrl_c().await;
+        })
+        .await;
+    Ok(())
+}

@@ -1,0 +1,49 @@
+//! The one error type of config loading: where the problem is (a JSON path
+//! such as `gateway.pressure.perRoute[1].limits.requestsPerSecond`, or a file
+//! name) and what it is, so that an operator can fix the file without reading
+//! the code. Its `Display` is `"{path}: {problem}"`.
+
+use std::path::{Path, PathBuf};
+
+/// A config problem: `path` names where, `problem` says what.
+///
+/// * Problems in the main config carry its JSON path in the dotted, indexed
+///   form: `gateway.upstreams.rest.url`, `gateway.pressure.perRoute[1].limits`.
+/// * Problems inside a plugin manifest carry the manifest's file name, then
+///   the path inside it: `manifests/github.json: routes[0].limits.requestsPerSecond`.
+/// * Problems reading a file (the config, the manifest directory, a manifest,
+///   a key file) also set [`ConfigError::file`], so callers can tell "cannot
+///   read" from "invalid".
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{path}: {problem}")]
+pub struct ConfigError {
+    /// Where: a JSON path, or a file name (optionally followed by a path in it).
+    pub path: String,
+    /// What is wrong, e.g. `must be > 0`.
+    pub problem: String,
+    /// The file that could not be read, for I/O errors; `None` when the
+    /// content is at fault.
+    pub file: Option<PathBuf>,
+}
+
+impl ConfigError {
+    /// A problem with the content at `path`.
+    pub fn new(path: impl Into<String>, problem: impl Into<String>) -> Self {
+        Self {
+            path: path.into(),
+            problem: problem.into(),
+            file: None,
+        }
+    }
+
+    /// Marks the error as an I/O error on `file` (see [`ConfigError::file`]).
+    pub fn with_file(mut self, file: &Path) -> Self {
+        self.file = Some(file.to_path_buf());
+        self
+    }
+
+    /// Whether this error is about reading a file rather than its content.
+    pub fn is_io(&self) -> bool {
+        self.file.is_some()
+    }
+}

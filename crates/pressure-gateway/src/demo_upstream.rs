@@ -1,0 +1,58 @@
+//! A built-in upstream for trying the gateway on a machine with nothing
+//! else running (`pressure gateway --demo-upstream`): it answers every path
+//! with a small JSON echo, `/slow` streams five chunks over a second, and
+//! `/events` is a short `text/event-stream`.
+
+use axum::body::Body;
+use axum::extract::Request;
+use axum::response::Response;
+use axum::Router;
+use bytes::Bytes;
+use std::time::Duration;
+use tokio::net::TcpListener;
+
+/// The demo upstream's router.
+pub fn router() -> Router {
+    Router::new().fallback(handle)
+}
+
+async fn handle(req: Request) -> Response {
+    let path = req.uri().path().to_owned();
+    match path.as_str() {
+        "/slow" => stream("application/octet-stream", |i| format!("chunk {i}\n")),
+        "/events" => stream("text/event-stream", |i| format!("data: event {i}\n\n")),
+        _ => {
+            let body = serde_json::json!({
+                "upstream": "demo",
+                "method": req.method().as_str(),
+                "path": path,
+                "forwardedFor": req.headers().get("x-forwarded-for").and_then(|v| v.to_str().ok()),
+            });
+            Response::builder()
+                .header(http::header::CONTENT_TYPE, "application/json")
+                .body(Body::from(body.to_string()))
+                .unwrap_or_default()
+        }
+    }
+}
+
+fn stream(content_type: &'static str, chunk: fn(u32) -> String) -> Response {
+    let s = futures::stream::unfold(0u32, move |i| async move {
+        if i == 5 {
+            return None;
+        }
+        if i > 0 {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        Some((Ok::<_, std::convert::Infallible>(Bytes::from(chunk(i))), i + 1))
+    });
+    Response::builder()
+        .header(http::header::CONTENT_TYPE, content_type)
+        .body(Body::from_stream(s))
+        .unwrap_or_default()
+}
+
+/// Serves the demo upstream on `listener` until the task is dropped.
+pub async fn serve(listener: TcpListener) -> std::io::Result<()> {
+    axum::serve(listener, router()).await
+}

@@ -1,0 +1,39 @@
+//! The three tower layers of the request path, outermost first:
+//!
+//! 1. [`release`]: gives every permit of a request back once its response
+//!    body has been sent, or the client went away first.
+//! 2. [`pre_auth`]: before auth, the route's (or service's) limit — a cheap
+//!    floor against floods.
+//! 3. [`tenant`]: verifies the JWT and applies the tenant's limit.
+//!
+//! A denial is a `429` with `Retry-After` and IETF `RateLimit` /
+//! `RateLimit-Policy` headers ([`deny`]), logged as structured fields.
+
+pub mod deny;
+pub mod pre_auth;
+pub mod release;
+pub mod tenant;
+
+use crate::permits::PermitSlot;
+
+/// The permit slot of a request: the one the release layer put in its
+/// extensions, or a new one (then the permits live as long as the request).
+pub(crate) fn slot_of<B>(req: &mut http::Request<B>) -> PermitSlot {
+    match req.extensions().get::<PermitSlot>() {
+        Some(s) => s.clone(),
+        None => {
+            let s = PermitSlot::default();
+            req.extensions_mut().insert(s.clone());
+            s
+        }
+    }
+}
+
+/// Whether the request asks for a WebSocket upgrade (bypasses pressure: a
+/// long-lived connection would hold a slot).
+pub(crate) fn is_websocket<B>(req: &http::Request<B>) -> bool {
+    req.headers()
+        .get(http::header::UPGRADE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.eq_ignore_ascii_case("websocket"))
+}

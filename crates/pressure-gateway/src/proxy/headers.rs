@@ -1,0 +1,167 @@
+//! Header rewriting at the proxy boundary: hop-by-hop headers (RFC 9110
+//! §7.6.1) are dropped both ways, and the request gains the
+//! `X-Forwarded-*` headers and the upstream's `Host`.
+
+use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use http::uri::Authority;
+use std::net::IpAddr;
+
+/// `X-Forwarded-For`.
+pub(crate) static X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
+/// `X-Forwarded-Proto`.
+pub(crate) static X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
+/// `X-Forwarded-Host`.
+pub(crate) static X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host");
+
+/// Headers that describe one connection, never the message: they are not
+/// forwarded.
+static HOP_BY_HOP: [HeaderName; 9] = [
+    header::CONNECTION,
+    HeaderName::from_static("keep-alive"),
+    HeaderName::from_static("proxy-connection"),
+    header::PROXY_AUTHENTICATE,
+    header::PROXY_AUTHORIZATION,
+    header::TE,
+    header::TRAILER,
+    header::TRANSFER_ENCODING,
+    header::UPGRADE,
+];
+
+/// Removes the hop-by-hop headers, and every header that `Connection`
+/// names, from `headers`.
+pub(crate) fn strip_hop_by_hop(headers: &mut HeaderMap) {
+    let named: Vec<HeaderName> = headers
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|value| value.to_str().ok())
+        .flat_map(|value| value.split(','))
+        .filter_map(|token| HeaderName::from_bytes(token.trim().as_bytes()).ok())
+        .collect();
+    for name in named.iter().chain(HOP_BY_HOP.iter()) {
+        headers.remove(name);
+    }
+}
+
+/// Sets the forwarding headers of a request bound for `upstream`:
+/// `X-Forwarded-For` gains `client` (appended to what earlier proxies
+/// wrote), `X-Forwarded-Proto` is `http`, `X-Forwarded-Host` is the host the
+/// client asked for (`original_host`; removed when unknown, so a client
+/// cannot plant one), and `Host` is the upstream's authority.
+pub(crate) fn set_forwarding(
+    headers: &mut HeaderMap,
+    client: Option<IpAddr>,
+    original_host: Option<HeaderValue>,
+    upstream: &Authority,
+) {
+    if let Some(ip) = client {
+        let ip = ip.to_canonical().to_string();
+        let mut value: Vec<u8> = Vec::new();
+        for earlier in headers.get_all(&X_FORWARDED_FOR) {
+            let earlier = trim_ascii(earlier.as_bytes());
+            if !earlier.is_empty() {
+                value.extend_from_slice(earlier);
+                value.extend_from_slice(b", ");
+            }
+        }
+        value.extend_from_slice(ip.as_bytes());
+        let value = HeaderValue::from_bytes(&value)
+            .or_else(|_| HeaderValue::from_str(&ip))
+            .ok();
+        headers.remove(&X_FORWARDED_FOR);
+        if let Some(value) = value {
+            headers.insert(X_FORWARDED_FOR.clone(), value);
+        }
+    }
+    headers.insert(X_FORWARDED_PROTO.clone(), HeaderValue::from_static("http"));
+    match original_host {
+        Some(host) => {
+            headers.insert(X_FORWARDED_HOST.clone(), host);
+        }
+        None => {
+            headers.remove(&X_FORWARDED_HOST);
+        }
+    }
+    if let Ok(host) = HeaderValue::from_str(upstream.as_str()) {
+        headers.insert(header::HOST, host);
+    }
+}
+
+fn trim_ascii(bytes: &[u8]) -> &[u8] {
+    let start = bytes
+        .iter()
+        .position(|b| !b.is_ascii_whitespace())
+        .unwrap_or(bytes.len());
+    let end = bytes
+        .iter()
+        .rposition(|b| !b.is_ascii_whitespace())
+        .map_or(start, |i| i + 1);
+    &bytes[start..end]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn map(pairs: &[(&str, &str)]) -> HeaderMap {
+        let mut headers = HeaderMap::new();
+        for (name, value) in pairs {
+            headers.append(
+                HeaderName::from_bytes(name.as_bytes()).expect("name"),
+                HeaderValue::from_str(value).expect("value"),
+            );
+        }
+        headers
+    }
+
+    #[test]
+    fn strips_listed_and_connection_named_headers() {
+        let mut headers = map(&[
+            ("connection", "X-Custom, keep-alive"),
+            ("connection", "x-other"),
+            ("keep-alive", "timeout=5"),
+            ("x-custom", "1"),
+            ("x-other", "2"),
+            ("te", "trailers"),
+            ("trailer", "x-sum"),
+            ("transfer-encoding", "chunked"),
+            ("upgrade", "websocket"),
+            ("proxy-authorization", "Basic x"),
+            ("proxy-authenticate", "Basic"),
+            ("proxy-connection", "keep-alive"),
+            ("x-kept", "3"),
+            ("content-length", "4"),
+        ]);
+        strip_hop_by_hop(&mut headers);
+        let mut left: Vec<&str> = headers.keys().map(HeaderName::as_str).collect();
+        left.sort_unstable();
+        assert_eq!(left, ["content-length", "x-kept"]);
+    }
+
+    #[test]
+    fn forwarding_headers() {
+        let upstream: Authority = "10.0.0.9:9001".parse().expect("authority");
+        let mut headers = map(&[
+            ("x-forwarded-for", "203.0.113.7"),
+            ("x-forwarded-for", " 198.51.100.2 "),
+            ("x-forwarded-proto", "https"),
+            ("host", "gw.example"),
+        ]);
+        let client: IpAddr = "::ffff:192.0.2.1".parse().expect("ip");
+        set_forwarding(
+            &mut headers,
+            Some(client),
+            Some(HeaderValue::from_static("gw.example")),
+            &upstream,
+        );
+        assert_eq!(headers[&X_FORWARDED_FOR], "203.0.113.7, 198.51.100.2, 192.0.2.1");
+        assert_eq!(headers.get_all(&X_FORWARDED_FOR).iter().count(), 1);
+        assert_eq!(headers[&X_FORWARDED_PROTO], "http");
+        assert_eq!(headers[&X_FORWARDED_HOST], "gw.example");
+        assert_eq!(headers[header::HOST], "10.0.0.9:9001");
+
+        let mut planted = map(&[("x-forwarded-host", "evil.example")]);
+        set_forwarding(&mut planted, None, None, &upstream);
+        assert!(planted.get(&X_FORWARDED_HOST).is_none());
+        assert!(planted.get(&X_FORWARDED_FOR).is_none());
+    }
+}

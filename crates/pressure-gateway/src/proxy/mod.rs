@@ -1,0 +1,54 @@
+//! The reverse proxy: routes a request to the upstream whose `pathPrefix`
+//! is the longest one covering its path, and forwards it over a pooled
+//! keep-alive HTTP/1.1 client.
+//!
+//! * **Routing** ([`Upstreams::route`]): prefixes match on path segments —
+//!   `/api/v1` covers `/api/v1` and `/api/v1/x` but not `/api/v10`; `/`
+//!   covers everything. No match: `404` ([`not_found`]).
+//! * **Rewriting** ([`Proxy::forward`]): the URI becomes the upstream's
+//!   scheme and authority, with the base URL's path (if any) prepended to
+//!   the request's path; the query is kept. Hop-by-hop headers (`Connection`
+//!   and what it names, `Keep-Alive`, `Proxy-Connection`,
+//!   `Proxy-Authenticate`, `Proxy-Authorization`, `TE`, `Trailer`,
+//!   `Transfer-Encoding`, `Upgrade`) are dropped on the request and on the
+//!   response. `X-Forwarded-For` gains the client's IP, `X-Forwarded-Proto`
+//!   is `http`, `X-Forwarded-Host` is the `Host` the client sent, and `Host`
+//!   names the upstream.
+//! * **Streaming**: the request body is passed through as it arrives and the
+//!   upstream's body is returned as it arrives; nothing is buffered.
+//! * **Failures**, answered as JSON `{"error":{"type":..,"message":..}}`:
+//!   no response head within `timeouts.totalMs` → `504 upstream_timeout`;
+//!   no connection (refused, unreachable, beyond `timeouts.connectMs`) →
+//!   `502 upstream_unavailable` at once, never retried; any other failure →
+//!   `502 upstream_error`.
+//!
+//! [`ProxyService`] is the same as a `tower::Service` (errors: none), to sit
+//! under the pressure layers:
+//!
+//! ```no_run
+//! # async fn run(cfg: pressure_gateway::config::GatewayConfig) -> std::io::Result<()> {
+//! use pressure_gateway::proxy::ProxyService;
+//! use std::net::SocketAddr;
+//!
+//! let service = ProxyService::from_config(&cfg.upstreams, &cfg.timeouts)
+//!     .map_err(std::io::Error::other)?;
+//! let app = axum::Router::new().fallback_service(service);
+//! let listener = tokio::net::TcpListener::bind(&cfg.listen).await?;
+//! axum::serve(listener, app.into_make_service_with_connect_info::<SocketAddr>()).await
+//! # }
+//! ```
+//!
+//! Not (yet) handled: protocol upgrades (WebSocket) are not tunnelled — the
+//! `Upgrade` header is hop-by-hop and dropped — and upstreams speak plain
+//! `http://` only.
+
+mod client;
+mod error;
+mod headers;
+mod routing;
+mod service;
+
+pub use client::Proxy;
+pub use error::{error_response, not_found, ProxyError};
+pub use routing::{Upstream, Upstreams};
+pub use service::ProxyService;

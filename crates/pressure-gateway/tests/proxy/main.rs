@@ -1,0 +1,604 @@
+//! The reverse proxy over real sockets: echo upstreams on `127.0.0.1:0`, a
+//! `ProxyService` served by axum on another `127.0.0.1:0`, and a hyper
+//! client. Every test stops its servers and is bounded in time.
+
+use axum::body::Body;
+use axum::extract::{ConnectInfo, State};
+use axum::Router;
+use bytes::Bytes;
+use futures::StreamExt;
+use http::{header, HeaderMap, HeaderName, HeaderValue, Method, Request, Response, StatusCode};
+use http_body_util::BodyExt;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
+use pressure_gateway::config::{TimeoutConfig, UpstreamConfig};
+use pressure_gateway::proxy::{Proxy, ProxyService};
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::convert::Infallible;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::net::TcpListener;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+/// Upper bound on any one test.
+const TEST_BOUND: Duration = Duration::from_secs(20);
+
+async fn bounded<F: Future<Output = ()>>(test: F) {
+    tokio::time::timeout(TEST_BOUND, test)
+        .await
+        .expect("test exceeded its time bound");
+}
+
+/// A server on `127.0.0.1:0`, stopped by [`Server::stop`] (or aborted when
+/// dropped, e.g. by a failing test).
+struct Server {
+    addr: SocketAddr,
+    shutdown: Option<oneshot::Sender<()>>,
+    handle: Option<JoinHandle<()>>,
+}
+
+impl Server {
+    async fn serve(router: Router) -> Server {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().expect("local addr");
+        let (tx, rx) = oneshot::channel::<()>();
+        let handle = tokio::spawn(async move {
+            axum::serve(
+                listener,
+                router.into_make_service_with_connect_info::<SocketAddr>(),
+            )
+            .with_graceful_shutdown(async move {
+                let _ = rx.await;
+            })
+            .await
+            .expect("serve");
+        });
+        Server {
+            addr,
+            shutdown: Some(tx),
+            handle: Some(handle),
+        }
+    }
+
+    fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// Graceful shutdown, aborted after a second (pooled keep-alive
+    /// connections of other servers may hold it open).
+    async fn stop(mut self) {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+        if let Some(mut handle) = self.handle.take() {
+            if tokio::time::timeout(Duration::from_secs(1), &mut handle)
+                .await
+                .is_err()
+            {
+                handle.abort();
+            }
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if let Some(handle) = &self.handle {
+            handle.abort();
+        }
+    }
+}
+
+/// Echoes what it received as JSON (`/…/mirror` streams the body back
+/// instead); answers with hop-by-hop headers the proxy must drop.
+async fn echo(
+    State(name): State<&'static str>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    req: Request<Body>,
+) -> Response<Body> {
+    if req.uri().path().ends_with("/mirror") {
+        return Response::new(req.into_body());
+    }
+    let (parts, body) = req.into_parts();
+    let mut headers: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for (name, value) in &parts.headers {
+        headers
+            .entry(name.as_str().to_owned())
+            .or_default()
+            .push(value.to_str().expect("ascii header").to_owned());
+    }
+    let body = body.collect().await.expect("request body").to_bytes();
+    let json = serde_json::json!({
+        "upstream": name,
+        "peer": peer.to_string(),
+        "method": parts.method.as_str(),
+        "path": parts.uri.path(),
+        "query": parts.uri.query(),
+        "headers": headers,
+        "body": String::from_utf8_lossy(&body),
+    });
+    Response::builder()
+        .header(header::CONTENT_TYPE, "application/json")
+        .header(header::CONNECTION, "x-upstream-hop")
+        .header("x-upstream-hop", "1")
+        .header("keep-alive", "timeout=5")
+        .header("x-upstream-kept", "yes")
+        .body(Body::from(json.to_string()))
+        .expect("response")
+}
+
+async fn echo_upstream(name: &'static str) -> Server {
+    Server::serve(Router::new().fallback(echo).with_state(name)).await
+}
+
+fn upstreams(entries: &[(&str, String, &str)]) -> BTreeMap<String, UpstreamConfig> {
+    entries
+        .iter()
+        .map(|(name, url, prefix)| {
+            (
+                (*name).to_owned(),
+                UpstreamConfig {
+                    url: url.clone(),
+                    path_prefix: (*prefix).to_owned(),
+                },
+            )
+        })
+        .collect()
+}
+
+fn timeouts(total_ms: u64) -> TimeoutConfig {
+    TimeoutConfig {
+        connect_ms: 1_000,
+        total_ms,
+    }
+}
+
+async fn proxy_server(entries: &[(&str, String, &str)], total_ms: u64) -> Server {
+    let service = ProxyService::from_config(&upstreams(entries), &timeouts(total_ms)).expect("proxy config");
+    Server::serve(Router::new().fallback_service(service)).await
+}
+
+fn client() -> Client<HttpConnector, Body> {
+    Client::builder(TokioExecutor::new()).build(HttpConnector::new())
+}
+
+async fn send(req: Request<Body>) -> Response<Body> {
+    client().request(req).await.expect("request").map(Body::new)
+}
+
+async fn get(url: String) -> Response<Body> {
+    send(Request::get(url).body(Body::empty()).expect("request")).await
+}
+
+async fn body_bytes(response: Response<Body>) -> Bytes {
+    response
+        .into_body()
+        .collect()
+        .await
+        .expect("response body")
+        .to_bytes()
+}
+
+async fn json(response: Response<Body>) -> Value {
+    let bytes = body_bytes(response).await;
+    serde_json::from_slice(&bytes).unwrap_or_else(|e| panic!("not JSON ({e}): {bytes:?}"))
+}
+
+fn header_values(echoed: &Value, name: &str) -> Vec<String> {
+    echoed["headers"][name]
+        .as_array()
+        .map(|values| {
+            values
+                .iter()
+                .filter_map(|v| v.as_str().map(str::to_owned))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[tokio::test]
+async fn forwards_method_path_query_and_body() {
+    bounded(async {
+        let up = echo_upstream("rest").await;
+        let proxy = proxy_server(&[("rest", up.url(), "/api")], 5_000).await;
+
+        let response = send(
+            Request::builder()
+                .method(Method::PUT)
+                .uri(format!("{}/api/items/7?x=1&y=two%20words", proxy.url()))
+                .header(header::CONTENT_TYPE, "text/plain")
+                .body(Body::from("hello upstream"))
+                .expect("request"),
+        )
+        .await;
+        assert_eq!(response.status(), StatusCode::OK);
+        let echoed = json(response).await;
+        assert_eq!(echoed["upstream"], "rest");
+        assert_eq!(echoed["method"], "PUT");
+        assert_eq!(echoed["path"], "/api/items/7");
+        assert_eq!(echoed["query"], "x=1&y=two%20words");
+        assert_eq!(echoed["body"], "hello upstream");
+        assert_eq!(header_values(&echoed, "content-type"), ["text/plain"]);
+        assert_eq!(header_values(&echoed, "host"), [up.addr.to_string()]);
+
+        proxy.stop().await;
+        up.stop().await;
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn base_path_of_the_upstream_url_is_prepended() {
+    bounded(async {
+        let up = echo_upstream("based").await;
+        let proxy = proxy_server(&[("based", format!("{}/base/", up.url()), "/b")], 5_000).await;
+
+        let echoed = json(get(format!("{}/b/x?q=1", proxy.url())).await).await;
+        assert_eq!(echoed["path"], "/base/b/x");
+        assert_eq!(echoed["query"], "q=1");
+
+        proxy.stop().await;
+        up.stop().await;
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn hop_by_hop_headers_are_dropped_both_ways_and_forwarding_headers_set() {
+    bounded(async {
+        let up = echo_upstream("rest").await;
+        let proxy = proxy_server(&[("rest", up.url(), "/")], 5_000).await;
+
+        let response = send(
+            Request::get(format!("{}/h", proxy.url()))
+                .header(header::CONNECTION, "x-custom, keep-alive")
+                .header("x-custom", "1")
+                .header("keep-alive", "timeout=5")
+                .header(header::TE, "trailers")
+                .header(header::PROXY_AUTHORIZATION, "Basic Zm9vOmJhcg==")
+                .header("proxy-connection", "keep-alive")
+                .header("x-kept", "yes")
+                .header("x-forwarded-for", "203.0.113.7")
+                .header("x-forwarded-proto", "https")
+                .body(Body::empty())
+                .expect("request"),
+        )
+        .await;
+        assert_eq!(response.status(), StatusCode::OK);
+
+        // Response side: what the upstream marked hop-by-hop is gone.
+        let headers: HeaderMap = response.headers().clone();
+        assert!(headers.get("x-upstream-hop").is_none(), "{headers:?}");
+        assert!(headers.get("keep-alive").is_none(), "{headers:?}");
+        assert!(headers.get(header::CONNECTION).is_none(), "{headers:?}");
+        assert_eq!(headers["x-upstream-kept"], "yes");
+
+        // Request side.
+        let echoed = json(response).await;
+        for dropped in [
+            "connection",
+            "x-custom",
+            "keep-alive",
+            "te",
+            "proxy-authorization",
+            "proxy-connection",
+        ] {
+            assert!(
+                header_values(&echoed, dropped).is_empty(),
+                "upstream saw {dropped}: {}",
+                echoed["headers"]
+            );
+        }
+        assert_eq!(header_values(&echoed, "x-kept"), ["yes"]);
+        assert_eq!(
+            header_values(&echoed, "x-forwarded-for"),
+            ["203.0.113.7, 127.0.0.1"]
+        );
+        assert_eq!(header_values(&echoed, "x-forwarded-proto"), ["http"]);
+        assert_eq!(
+            header_values(&echoed, "x-forwarded-host"),
+            [proxy.addr.to_string()]
+        );
+        assert_eq!(header_values(&echoed, "host"), [up.addr.to_string()]);
+
+        proxy.stop().await;
+        up.stop().await;
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn longest_prefix_wins_on_segment_boundaries() {
+    bounded(async {
+        let root = echo_upstream("root").await;
+        let v1 = echo_upstream("v1").await;
+        let proxy = proxy_server(&[("root", root.url(), "/"), ("v1", v1.url(), "/api/v1")], 5_000).await;
+
+        for (path, expected) in [
+            ("/api/v1", "v1"),
+            ("/api/v1/users/3", "v1"),
+            ("/api/v10", "root"),
+            ("/api/v10/users", "root"),
+            ("/api", "root"),
+            ("/", "root"),
+        ] {
+            let echoed = json(get(format!("{}{path}", proxy.url())).await).await;
+            assert_eq!(echoed["upstream"], expected, "{path}");
+            assert_eq!(echoed["path"], path);
+        }
+
+        proxy.stop().await;
+        root.stop().await;
+        v1.stop().await;
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn unmatched_path_is_404_json() {
+    bounded(async {
+        let v1 = echo_upstream("v1").await;
+        let proxy = proxy_server(&[("v1", v1.url(), "/api/v1")], 5_000).await;
+
+        for path in ["/api/v10", "/api", "/other"] {
+            let response = get(format!("{}{path}", proxy.url())).await;
+            assert_eq!(response.status(), StatusCode::NOT_FOUND, "{path}");
+            assert_eq!(response.headers()[header::CONTENT_TYPE], "application/json");
+            let body = json(response).await;
+            assert_eq!(body["error"]["type"], "not_found");
+            assert_eq!(
+                body["error"]["message"],
+                format!("no upstream serves path {path}")
+            );
+        }
+
+        proxy.stop().await;
+        v1.stop().await;
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn upstream_connections_are_pooled() {
+    bounded(async {
+        let up = echo_upstream("rest").await;
+        let proxy = proxy_server(&[("rest", up.url(), "/")], 5_000).await;
+
+        let first = json(get(format!("{}/a", proxy.url())).await).await;
+        let second = json(get(format!("{}/b", proxy.url())).await).await;
+        assert_eq!(
+            first["peer"], second["peer"],
+            "the second request reuses the connection"
+        );
+
+        proxy.stop().await;
+        up.stop().await;
+    })
+    .await;
+}
+
+type Chunks = Arc<Mutex<Option<futures::channel::mpsc::Receiver<Bytes>>>>;
+
+/// Streams whatever the test pushes into its channel, as it arrives.
+async fn streaming(State(chunks): State<Chunks>) -> Response<Body> {
+    let rx = chunks
+        .lock()
+        .expect("lock")
+        .take()
+        .expect("one streaming request");
+    let mut response = Response::new(Body::from_stream(rx.map(Ok::<_, Infallible>)));
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/event-stream"),
+    );
+    response
+}
+
+#[tokio::test]
+async fn response_body_streams_chunk_by_chunk() {
+    bounded(async {
+        let (mut tx, rx) = futures::channel::mpsc::channel::<Bytes>(4);
+        let chunks: Chunks = Arc::new(Mutex::new(Some(rx)));
+        let up = Server::serve(Router::new().fallback(streaming).with_state(chunks)).await;
+        let proxy = proxy_server(&[("sse", up.url(), "/")], 5_000).await;
+
+        tx.try_send(Bytes::from_static(b"data: first\n\n"))
+            .expect("first chunk");
+        let response = get(format!("{}/events", proxy.url())).await;
+        assert_eq!(response.status(), StatusCode::OK);
+        assert_eq!(response.headers()[header::CONTENT_TYPE], "text/event-stream");
+        let mut body = response.into_body();
+
+        // The first chunk arrives while the upstream has not sent the last.
+        let first = tokio::time::timeout(Duration::from_secs(2), body.frame())
+            .await
+            .expect("first chunk arrives before the upstream finishes")
+            .expect("a frame")
+            .expect("no error")
+            .into_data()
+            .expect("data");
+        assert_eq!(first, Bytes::from_static(b"data: first\n\n"));
+
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        tx.try_send(Bytes::from_static(b"data: second\n\n"))
+            .expect("second chunk");
+        let second = tokio::time::timeout(Duration::from_secs(2), body.frame())
+            .await
+            .expect("second chunk")
+            .expect("a frame")
+            .expect("no error")
+            .into_data()
+            .expect("data");
+        assert_eq!(second, Bytes::from_static(b"data: second\n\n"));
+
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        tx.try_send(Bytes::from_static(b"data: last\n\n"))
+            .expect("last chunk");
+        drop(tx);
+        let rest = body.collect().await.expect("rest").to_bytes();
+        assert_eq!(rest, Bytes::from_static(b"data: last\n\n"));
+
+        proxy.stop().await;
+        up.stop().await;
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn upstream_down_is_502_at_once() {
+    bounded(async {
+        // A port nothing listens on: bound, then released.
+        let dead = {
+            let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+            listener.local_addr().expect("addr")
+        };
+        let proxy = proxy_server(&[("down", format!("http://{dead}"), "/")], 5_000).await;
+
+        let started = Instant::now();
+        let response = get(format!("{}/x", proxy.url())).await;
+        let elapsed = started.elapsed();
+        assert_eq!(response.status(), StatusCode::BAD_GATEWAY);
+        assert!(elapsed < Duration::from_secs(1), "took {elapsed:?}");
+        assert_eq!(response.headers()[header::CONTENT_TYPE], "application/json");
+        let body = json(response).await;
+        assert_eq!(body["error"]["type"], "upstream_unavailable");
+        let message = body["error"]["message"].as_str().expect("message");
+        assert!(message.starts_with("upstream down is unavailable"), "{message}");
+
+        proxy.stop().await;
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn silent_upstream_is_504_after_total_timeout() {
+    bounded(async {
+        // Accepts connections, never reads nor answers.
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let silent = listener.local_addr().expect("addr");
+        let hold = tokio::spawn(async move {
+            let mut held = Vec::new();
+            while let Ok((stream, _)) = listener.accept().await {
+                held.push(stream);
+            }
+        });
+        let proxy = proxy_server(&[("slow", format!("http://{silent}"), "/")], 200).await;
+
+        let started = Instant::now();
+        let response = get(format!("{}/x", proxy.url())).await;
+        let elapsed = started.elapsed();
+        assert_eq!(response.status(), StatusCode::GATEWAY_TIMEOUT);
+        assert!(elapsed >= Duration::from_millis(200), "took {elapsed:?}");
+        assert!(elapsed < Duration::from_millis(1_500), "took {elapsed:?}");
+        assert_eq!(response.headers()[header::CONTENT_TYPE], "application/json");
+        let body = json(response).await;
+        assert_eq!(
+            body,
+            serde_json::json!({"error": {
+                "type": "upstream_timeout",
+                "message": "upstream slow did not answer within 200 ms",
+            }})
+        );
+
+        proxy.stop().await;
+        hold.abort();
+    })
+    .await;
+}
+
+/// 5 MB of a pattern that catches reordered or dropped chunks.
+fn large_payload() -> Vec<u8> {
+    (0..5 * 1024 * 1024u32).map(|i| (i % 251) as u8).collect()
+}
+
+fn chunked(payload: &[u8]) -> Body {
+    let chunks: Vec<Result<Bytes, Infallible>> = payload
+        .chunks(64 * 1024)
+        .map(|chunk| Ok(Bytes::copy_from_slice(chunk)))
+        .collect();
+    Body::from_stream(futures::stream::iter(chunks))
+}
+
+#[tokio::test]
+async fn large_bodies_stream_through_intact() {
+    bounded(async {
+        let up = echo_upstream("rest").await;
+        let proxy = proxy_server(&[("rest", up.url(), "/")], 10_000).await;
+        let payload = large_payload();
+
+        // Chunked (no length known up front).
+        let response = send(
+            Request::post(format!("{}/upload/mirror", proxy.url()))
+                .body(chunked(&payload))
+                .expect("request"),
+        )
+        .await;
+        assert_eq!(response.status(), StatusCode::OK);
+        let echoed = body_bytes(response).await;
+        assert_eq!(echoed.len(), payload.len());
+        assert!(echoed == payload[..], "chunked body altered");
+
+        // With Content-Length.
+        let response = send(
+            Request::post(format!("{}/upload/mirror", proxy.url()))
+                .header(header::CONTENT_LENGTH, payload.len())
+                .body(Body::from(payload.clone()))
+                .expect("request"),
+        )
+        .await;
+        assert_eq!(response.status(), StatusCode::OK);
+        let echoed = body_bytes(response).await;
+        assert!(echoed == payload[..], "sized body altered");
+
+        proxy.stop().await;
+        up.stop().await;
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn body_cut_by_a_length_limit_is_413() {
+    bounded(async {
+        let up = echo_upstream("rest").await;
+        let proxy = Proxy::new(&upstreams(&[("rest", up.url(), "/")]), &timeouts(5_000)).expect("proxy");
+        let upstream = proxy.upstreams().route("/upload/mirror").expect("routed").clone();
+
+        let limited = Body::new(http_body_util::Limited::new(chunked(&large_payload()), 1_000));
+        let req = Request::post("/upload/mirror").body(limited).expect("request");
+        let response = proxy.forward(&upstream, req, None).await;
+        assert_eq!(response.status(), StatusCode::PAYLOAD_TOO_LARGE);
+        assert_eq!(json(response).await["error"]["type"], "payload_too_large");
+
+        up.stop().await;
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn service_without_connect_info_sets_no_forwarded_for() {
+    bounded(async {
+        use tower::ServiceExt;
+
+        let up = echo_upstream("rest").await;
+        let service = ProxyService::from_config(&upstreams(&[("rest", up.url(), "/")]), &timeouts(5_000))
+            .expect("proxy");
+        let req = Request::get("/no-addr")
+            .header(header::HOST, "gw.example")
+            .header(HeaderName::from_static("x-forwarded-for"), "198.51.100.1")
+            .body(Body::empty())
+            .expect("request");
+        let response = service.oneshot(req).await.expect("infallible");
+        let echoed = json(response).await;
+        assert_eq!(header_values(&echoed, "x-forwarded-for"), ["198.51.100.1"]);
+        assert_eq!(header_values(&echoed, "x-forwarded-host"), ["gw.example"]);
+
+        up.stop().await;
+    })
+    .await;
+}
