@@ -28,12 +28,3 @@ pub(crate) fn slot_of<B>(req: &mut http::Request<B>) -> PermitSlot {
         }
     }
 }
-
-/// Whether the request asks for a WebSocket upgrade (bypasses pressure: a
-/// long-lived connection would hold a slot).
-pub(crate) fn is_websocket<B>(req: &http::Request<B>) -> bool {
-    req.headers()
-        .get(http::header::UPGRADE)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.eq_ignore_ascii_case("websocket"))
-}

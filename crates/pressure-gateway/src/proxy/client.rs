@@ -8,10 +8,12 @@ use super::error::{
 };
 use super::headers::{set_forwarding, strip_hop_by_hop};
 use super::routing::{Upstream, Upstreams};
+use super::upgrade::ClientUpgrade;
 use crate::config::{TimeoutConfig, UpstreamConfig};
 use axum::body::Body;
 use http::uri::PathAndQuery;
 use http::{header, HeaderValue, Request, Response, StatusCode, Version};
+use hyper::upgrade::OnUpgrade;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
@@ -99,6 +101,14 @@ impl Proxy {
     /// `client_addr` is known), `X-Forwarded-Proto` and `X-Forwarded-Host`
     /// are set and `Host` names the upstream. Both bodies are streamed.
     ///
+    /// WebSocket: a request with `Connection: upgrade` and `Upgrade:
+    /// websocket`, served on a connection hyper can upgrade (its `OnUpgrade`
+    /// extension present), keeps those two headers; when the upstream
+    /// answers `101`, the `101` is returned with the upstream's `Upgrade`
+    /// and `Connection: upgrade`, and a spawned task splices the two
+    /// upgraded connections until both sides close. A `101` the client did
+    /// not ask for is `502 upstream_error`.
+    ///
     /// Failures: no response head within `total_ms` → `504
     /// upstream_timeout`; no connection (refused, unreachable, connect
     /// timeout) → `502 upstream_unavailable` at once, without retry; any
@@ -130,7 +140,11 @@ impl Proxy {
                 .authority()
                 .and_then(|authority| HeaderValue::from_str(authority.as_str()).ok())
         });
+        let client_upgrade = ClientUpgrade::take(&parts.headers, &mut parts.extensions);
         strip_hop_by_hop(&mut parts.headers);
+        if let Some(upgrade) = &client_upgrade {
+            upgrade.restore_request_headers(&mut parts.headers);
+        }
         set_forwarding(
             &mut parts.headers,
             client_addr.map(|addr| addr.ip()),
@@ -142,6 +156,9 @@ impl Proxy {
         let req = Request::from_parts(parts, body);
 
         match tokio::time::timeout(self.total_timeout(), self.client.request(req)).await {
+            Ok(Ok(response)) if response.status() == StatusCode::SWITCHING_PROTOCOLS => {
+                self.switch_protocols(upstream, response, client_upgrade)
+            }
             Ok(Ok(response)) => {
                 let (mut parts, body) = response.into_parts();
                 strip_hop_by_hop(&mut parts.headers);
@@ -157,6 +174,34 @@ impl Proxy {
                 upstream_timeout(upstream.name(), self.total_ms)
             }
         }
+    }
+
+    /// The answer to the client for an upstream `101`: the `101` itself, with
+    /// the tunnel between the two upgraded connections spawned, when the
+    /// client asked for the upgrade and both connections can be handed over;
+    /// otherwise `502 upstream_error`.
+    fn switch_protocols(
+        &self,
+        upstream: &Upstream,
+        response: Response<hyper::body::Incoming>,
+        client_upgrade: Option<ClientUpgrade>,
+    ) -> Response<Body> {
+        let (mut parts, _body) = response.into_parts();
+        let Some(client_upgrade) = client_upgrade else {
+            tracing::warn!(upstream = upstream.name(), "upstream switched protocols unasked");
+            return upstream_error(upstream.name(), "switched protocols without an upgrade request");
+        };
+        let Some(upstream_upgrade) = parts.extensions.remove::<OnUpgrade>() else {
+            tracing::warn!(
+                upstream = upstream.name(),
+                "upstream connection cannot be upgraded"
+            );
+            return upstream_error(upstream.name(), "the upstream connection cannot be upgraded");
+        };
+        let protocol = parts.headers.get(header::UPGRADE).cloned();
+        strip_hop_by_hop(&mut parts.headers);
+        client_upgrade.tunnel(upstream.name(), protocol, upstream_upgrade, &mut parts.headers);
+        Response::from_parts(parts, Body::empty())
     }
 
     /// The answer for a failed exchange.

@@ -11,9 +11,9 @@
 //!   and what it names, `Keep-Alive`, `Proxy-Connection`,
 //!   `Proxy-Authenticate`, `Proxy-Authorization`, `TE`, `Trailer`,
 //!   `Transfer-Encoding`, `Upgrade`) are dropped on the request and on the
-//!   response. `X-Forwarded-For` gains the client's IP, `X-Forwarded-Proto`
-//!   is `http`, `X-Forwarded-Host` is the `Host` the client sent, and `Host`
-//!   names the upstream.
+//!   response (WebSocket upgrades excepted, below). `X-Forwarded-For` gains
+//!   the client's IP, `X-Forwarded-Proto` is `http`, `X-Forwarded-Host` is
+//!   the `Host` the client sent, and `Host` names the upstream.
 //! * **Streaming**: the request body is passed through as it arrives and the
 //!   upstream's body is returned as it arrives; nothing is buffered.
 //! * **Failures**, answered as JSON `{"error":{"type":..,"message":..}}`:
@@ -21,6 +21,15 @@
 //!   no connection (refused, unreachable, beyond `timeouts.connectMs`) →
 //!   `502 upstream_unavailable` at once, never retried; any other failure →
 //!   `502 upstream_error`.
+//! * **WebSocket** (`upgrade.rs`): an HTTP/1.1 request with `Connection:
+//!   upgrade` and `Upgrade: websocket` keeps those two headers on the way
+//!   to the upstream; an upstream `101` is returned to the client with its
+//!   `Upgrade` and `Connection: upgrade`, and a spawned task splices the two
+//!   upgraded connections (`tokio::io::copy_bidirectional`) until both
+//!   sides close. Serve the service with upgrades enabled
+//!   ([`crate::server::serve`], or `axum::serve`) so the request carries
+//!   hyper's upgrade handle; without it the request is forwarded as a plain
+//!   one. Other `Upgrade` protocols (`h2c`, …) are dropped as hop-by-hop.
 //!
 //! [`ProxyService`] is the same as a `tower::Service` (errors: none), to sit
 //! under the pressure layers:
@@ -38,15 +47,14 @@
 //! # }
 //! ```
 //!
-//! Not (yet) handled: protocol upgrades (WebSocket) are not tunnelled — the
-//! `Upgrade` header is hop-by-hop and dropped — and upstreams speak plain
-//! `http://` only.
+//! Not handled: upstreams speak plain `http://` only.
 
 mod client;
 mod error;
 mod headers;
 mod routing;
 mod service;
+mod upgrade;
 
 pub use client::Proxy;
 pub use error::{error_response, not_found, ProxyError};

@@ -602,3 +602,348 @@ async fn service_without_connect_info_sets_no_forwarded_for() {
     })
     .await;
 }
+
+/// The `Sec-WebSocket-Key` of RFC 6455's example handshake, and the
+/// `Sec-WebSocket-Accept` that answers it.
+const WS_KEY: &str = "dGhlIHNhbXBsZSBub25jZQ==";
+const WS_ACCEPT: &str = "s3pPLMBiTxaQ9kYGzzhZRbK+xOo=";
+
+/// A hyper HTTP/1.1 upstream that accepts `Upgrade: websocket` with a `101`
+/// (reporting the `Connection` / `Upgrade` it received in `x-seen-*`
+/// headers) and then echoes raw bytes over the upgraded connection; other
+/// requests get `426` with the same report.
+async fn ws_upstream() -> (SocketAddr, JoinHandle<()>) {
+    use hyper::server::conn::http1;
+    use hyper::service::service_fn;
+    use hyper_util::rt::TokioIo;
+
+    async fn handle(
+        mut req: Request<hyper::body::Incoming>,
+    ) -> Result<Response<http_body_util::Empty<Bytes>>, Infallible> {
+        let seen = |name: header::HeaderName| {
+            req.headers()
+                .get_all(name)
+                .iter()
+                .map(|v| v.to_str().expect("ascii"))
+                .collect::<Vec<_>>()
+                .join(" | ")
+        };
+        let seen_connection = seen(header::CONNECTION);
+        let seen_upgrade = seen(header::UPGRADE);
+        let mut response = Response::builder()
+            .header("x-seen-connection", seen_connection.as_str())
+            .header("x-seen-upgrade", seen_upgrade.as_str());
+        if !seen_upgrade.eq_ignore_ascii_case("websocket") {
+            return Ok(response
+                .status(StatusCode::UPGRADE_REQUIRED)
+                .body(http_body_util::Empty::new())
+                .expect("response"));
+        }
+        let accept =
+            if req.headers().get("sec-websocket-key").map(HeaderValue::as_bytes) == Some(WS_KEY.as_bytes()) {
+                WS_ACCEPT
+            } else {
+                "unexpected-key"
+            };
+        let on_upgrade = hyper::upgrade::on(&mut req);
+        tokio::spawn(async move {
+            let upgraded = on_upgrade.await.expect("upstream side upgraded");
+            let (mut read, mut write) = tokio::io::split(TokioIo::new(upgraded));
+            let _ = tokio::io::copy(&mut read, &mut write).await;
+            let _ = tokio::io::AsyncWriteExt::shutdown(&mut write).await;
+        });
+        response = response
+            .status(StatusCode::SWITCHING_PROTOCOLS)
+            .header(header::UPGRADE, "websocket")
+            .header(header::CONNECTION, "Upgrade")
+            .header("sec-websocket-accept", accept)
+            .header("x-upstream-kept", "yes");
+        Ok(response.body(http_body_util::Empty::new()).expect("response"))
+    }
+
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let handle = tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let _ = http1::Builder::new()
+                    .serve_connection(TokioIo::new(stream), service_fn(handle))
+                    .with_upgrades()
+                    .await;
+            });
+        }
+    });
+    (addr, handle)
+}
+
+/// The proxy served by the gateway's own accept loop
+/// (`pressure_gateway::server::serve`, upgrades enabled).
+async fn upgrading_proxy(up: SocketAddr) -> (SocketAddr, oneshot::Sender<()>, JoinHandle<()>) {
+    let service = ProxyService::from_config(
+        &upstreams(&[("ws", format!("http://{up}"), "/")]),
+        &timeouts(5_000),
+    )
+    .expect("proxy config");
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let (tx, rx) = oneshot::channel::<()>();
+    let handle = tokio::spawn(pressure_gateway::server::serve(
+        listener,
+        service,
+        65_536,
+        async move {
+            let _ = rx.await;
+        },
+    ));
+    (addr, tx, handle)
+}
+
+/// Reads a response head (up to the blank line) byte by byte, so that
+/// nothing after it is consumed; returns the status code and the headers
+/// (names lower-cased).
+async fn read_head(stream: &mut tokio::net::TcpStream) -> (u16, Vec<(String, String)>) {
+    use tokio::io::AsyncReadExt;
+
+    let mut head = Vec::new();
+    while !head.ends_with(b"\r\n\r\n") {
+        let byte = stream.read_u8().await.expect("response head");
+        head.push(byte);
+        assert!(head.len() < 16 * 1024, "response head too long");
+    }
+    let text = String::from_utf8(head).expect("utf-8 head");
+    let mut lines = text.split("\r\n");
+    let status_line = lines.next().expect("status line");
+    let status = status_line
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("bad status line {status_line:?}"));
+    let headers = lines
+        .filter(|line| !line.is_empty())
+        .map(|line| {
+            let (name, value) = line.split_once(':').expect("header line");
+            (name.trim().to_ascii_lowercase(), value.trim().to_owned())
+        })
+        .collect();
+    (status, headers)
+}
+
+fn head_value<'a>(headers: &'a [(String, String)], name: &str) -> Vec<&'a str> {
+    headers
+        .iter()
+        .filter(|(n, _)| n == name)
+        .map(|(_, v)| v.as_str())
+        .collect()
+}
+
+/// Opens a raw connection to `proxy`, sends a WebSocket upgrade request for
+/// `/ws/chat`, and checks the `101` that comes back and what the upstream
+/// saw; returns the upgraded stream.
+async fn open_tunnel(proxy: SocketAddr) -> tokio::net::TcpStream {
+    use tokio::io::AsyncWriteExt;
+
+    let mut stream = tokio::net::TcpStream::connect(proxy).await.expect("connect");
+    let request = format!(
+        "GET /ws/chat?room=1 HTTP/1.1\r\nHost: {proxy}\r\nConnection: keep-alive, Upgrade\r\n\
+         Upgrade: websocket\r\nSec-WebSocket-Key: {WS_KEY}\r\nSec-WebSocket-Version: 13\r\n\r\n"
+    );
+    stream
+        .write_all(request.as_bytes())
+        .await
+        .expect("send upgrade request");
+
+    let (status, headers) = read_head(&mut stream).await;
+    assert_eq!(status, 101, "{headers:?}");
+    assert_eq!(head_value(&headers, "upgrade"), ["websocket"], "{headers:?}");
+    assert_eq!(head_value(&headers, "connection"), ["upgrade"], "{headers:?}");
+    assert_eq!(head_value(&headers, "sec-websocket-accept"), [WS_ACCEPT]);
+    assert_eq!(head_value(&headers, "x-upstream-kept"), ["yes"]);
+    // What the upstream received: the upgrade, without the other connection
+    // options of the client.
+    assert_eq!(head_value(&headers, "x-seen-connection"), ["upgrade"]);
+    assert_eq!(head_value(&headers, "x-seen-upgrade"), ["websocket"]);
+    stream
+}
+
+/// Writes `message` into the tunnel and reads the echo back.
+async fn round_trip(stream: &mut tokio::net::TcpStream, message: &[u8]) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    stream.write_all(message).await.expect("write");
+    let mut echoed = vec![0u8; message.len()];
+    stream.read_exact(&mut echoed).await.expect("echo");
+    assert_eq!(echoed, message);
+}
+
+/// Streams 256 KiB through the tunnel while reading the echo, then closes
+/// the client's side: the upstream's echo ends, which closes the tunnel.
+async fn stream_and_close(stream: tokio::net::TcpStream) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    let payload = large_payload()[..256 * 1024].to_vec();
+    let (mut read, mut write) = stream.into_split();
+    let expected = payload.clone();
+    let writer = tokio::spawn(async move {
+        write.write_all(&payload).await.expect("write payload");
+        write.shutdown().await.expect("shutdown");
+    });
+    let mut echoed = Vec::new();
+    read.read_to_end(&mut echoed).await.expect("read to the end");
+    writer.await.expect("writer");
+    assert_eq!(echoed.len(), expected.len());
+    assert!(echoed == expected, "payload altered in the tunnel");
+}
+
+#[tokio::test]
+async fn websocket_upgrade_is_tunnelled_both_ways() {
+    bounded(async {
+        let (up, up_task) = ws_upstream().await;
+        let (proxy, stop, proxy_task) = upgrading_proxy(up).await;
+
+        let mut stream = open_tunnel(proxy).await;
+        // Raw bytes go through the tunnel and come back, several times.
+        for message in [&b"hello through the tunnel"[..], b"\x00\x01\x02\xff binary", b"x"] {
+            round_trip(&mut stream, message).await;
+        }
+        // Plain requests still go through while the tunnel is open (the
+        // upgraded upstream connection is not handed back to the pool).
+        for _ in 0..3 {
+            let response = get(format!("http://{proxy}/plain")).await;
+            assert_eq!(response.status(), StatusCode::UPGRADE_REQUIRED);
+            assert_eq!(response.headers()["x-seen-upgrade"], "");
+        }
+        round_trip(&mut stream, b"still open").await;
+        stream_and_close(stream).await;
+
+        let _ = stop.send(());
+        tokio::time::timeout(Duration::from_secs(6), proxy_task)
+            .await
+            .expect("proxy stops")
+            .expect("proxy task");
+        up_task.abort();
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn websocket_tunnels_through_the_whole_gateway_without_holding_a_slot() {
+    bounded(async {
+        let (up, up_task) = ws_upstream().await;
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let admin = TcpListener::bind("127.0.0.1:0").await.expect("bind admin");
+        let addr = listener.local_addr().expect("addr");
+        let admin_addr = admin.local_addr().expect("admin addr");
+        // One request at a time on the service: an open tunnel must not hold
+        // that slot.
+        let config = serde_json::json!({ "gateway": {
+            "listen": addr.to_string(),
+            "upstreams": { "ws": { "url": format!("http://{up}"), "pathPrefix": "/" } },
+            "admin": { "listen": admin_addr.to_string() },
+            "pressure": { "perService": { "ws": { "maxConcurrentRequests": 1 } } },
+        }});
+        let config = pressure_gateway::config::parse_in(&config.to_string(), std::path::Path::new("."))
+            .expect("config");
+        let gateway = pressure_gateway::Gateway::build(config, std::path::Path::new("."))
+            .await
+            .expect("gateway");
+        let (stop, stopped) = oneshot::channel::<()>();
+        let task = tokio::spawn(gateway.serve(listener, admin, async {
+            let _ = stopped.await;
+        }));
+
+        let mut stream = open_tunnel(addr).await;
+        round_trip(&mut stream, b"through the layers").await;
+        for _ in 0..3 {
+            let response = get(format!("http://{addr}/plain")).await;
+            assert_eq!(response.status(), StatusCode::UPGRADE_REQUIRED);
+        }
+        round_trip(&mut stream, b"still open").await;
+        let metrics = body_bytes(get(format!("http://{admin_addr}/metrics")).await).await;
+        let metrics = String::from_utf8_lossy(&metrics);
+        assert!(
+            metrics.contains("pressure_gateway_bypassed_total{kind=\"websocket\"} 1\n"),
+            "{metrics}"
+        );
+        // The upgrade request was counted like any other (so upgrade floods
+        // are limited), then gave its slot back at the 101.
+        assert!(
+            metrics.contains("pressure_gateway_allowed_total{layer=\"pre_auth\"} 4\n"),
+            "{metrics}"
+        );
+        stream_and_close(stream).await;
+
+        let _ = stop.send(());
+        tokio::time::timeout(Duration::from_secs(10), task)
+            .await
+            .expect("gateway stops")
+            .expect("gateway task");
+        up_task.abort();
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn refused_or_foreign_upgrades_are_plain_requests() {
+    use tokio::io::AsyncWriteExt;
+
+    bounded(async {
+        let (up, up_task) = ws_upstream().await;
+        let (proxy, stop, proxy_task) = upgrading_proxy(up).await;
+
+        // `Upgrade: h2c` is not tunnelled: it is dropped as hop-by-hop, and
+        // the upstream's refusal comes back as an ordinary response.
+        let mut stream = tokio::net::TcpStream::connect(proxy).await.expect("connect");
+        let request = format!(
+            "GET /x HTTP/1.1\r\nHost: {proxy}\r\nConnection: Upgrade, HTTP2-Settings\r\n\
+             Upgrade: h2c\r\nHTTP2-Settings: AAMAAABkAAQCAAAAAAIAAAAA\r\nContent-Length: 0\r\n\r\n"
+        );
+        stream.write_all(request.as_bytes()).await.expect("send");
+        let (status, headers) = read_head(&mut stream).await;
+        assert_eq!(status, 426, "{headers:?}");
+        assert_eq!(head_value(&headers, "x-seen-connection"), [""]);
+        assert_eq!(head_value(&headers, "x-seen-upgrade"), [""]);
+        assert!(head_value(&headers, "upgrade").is_empty(), "{headers:?}");
+
+        // `Upgrade: websocket` without `Connection: upgrade` is not an
+        // upgrade request either.
+        let response = get_with(format!("http://{proxy}/y"), &[(header::UPGRADE, "websocket")]).await;
+        assert_eq!(response.status(), StatusCode::UPGRADE_REQUIRED);
+        assert_eq!(response.headers()["x-seen-upgrade"], "");
+
+        // Called without hyper's upgrade handle (no connection to upgrade),
+        // a WebSocket request is forwarded as a plain one.
+        {
+            use tower::ServiceExt;
+            let service = ProxyService::from_config(
+                &upstreams(&[("ws", format!("http://{up}"), "/")]),
+                &timeouts(5_000),
+            )
+            .expect("proxy");
+            let req = Request::get("/z")
+                .header(header::CONNECTION, "upgrade")
+                .header(header::UPGRADE, "websocket")
+                .header("sec-websocket-key", WS_KEY)
+                .body(Body::empty())
+                .expect("request");
+            let response = service.oneshot(req).await.expect("infallible");
+            assert_eq!(response.status(), StatusCode::UPGRADE_REQUIRED);
+            assert_eq!(response.headers()["x-seen-upgrade"], "");
+        }
+
+        let _ = stop.send(());
+        tokio::time::timeout(Duration::from_secs(6), proxy_task)
+            .await
+            .expect("proxy stops")
+            .expect("proxy task");
+        up_task.abort();
+    })
+    .await;
+}
+
+async fn get_with(url: String, headers: &[(header::HeaderName, &str)]) -> Response<Body> {
+    let mut req = Request::get(url);
+    for (name, value) in headers {
+        req = req.header(name, *value);
+    }
+    send(req.body(Body::empty()).expect("request")).await
+}

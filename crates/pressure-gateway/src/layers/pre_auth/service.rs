@@ -1,7 +1,7 @@
 //! [`PreAuth`]: resolve, acquire, refuse or pass on.
 
 use super::layer::PreAuthLayer;
-use crate::layers::{deny, is_websocket, slot_of};
+use crate::layers::{deny, slot_of};
 use crate::metrics::Layer;
 use axum::body::Body;
 use futures::future::BoxFuture;
@@ -37,13 +37,8 @@ where
         let mut inner = std::mem::replace(&mut self.inner, clone);
         let layer = self.layer.clone();
         Box::pin(async move {
-            let handle = match layer.routes.resolve(req.uri().path()) {
-                Some(h) if !is_websocket(&req) => h.clone(),
-                Some(_) => {
-                    layer.metrics.bypassed("websocket");
-                    return inner.call(req).await;
-                }
-                None => return inner.call(req).await,
+            let Some(handle) = layer.routes.resolve(req.uri().path()).cloned() else {
+                return inner.call(req).await;
             };
             match handle.try_acquire(AcquireOptions::default()).await {
                 Ok(Acquisition::Granted(permit)) => {

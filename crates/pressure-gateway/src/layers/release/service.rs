@@ -79,6 +79,15 @@ where
             if slot.is_empty() {
                 return Ok(resp);
             }
+            // Long-lived answers must not hold a slot: a WebSocket tunnel
+            // (101) or an event stream gives its permits back at the head.
+            // The request itself was counted, so a flood of upgrade
+            // requests is still limited.
+            if resp.status() == http::StatusCode::SWITCHING_PROTOCOLS {
+                metrics.bypassed("websocket");
+                slot.release_all();
+                return Ok(resp);
+            }
             if is_event_stream(&resp) {
                 metrics.bypassed("sse");
                 slot.release_all();

@@ -97,14 +97,21 @@ impl Authenticator {
         validation.leeway = cfg.leeway_secs;
         validation.validate_exp = true;
         validation.validate_nbf = true;
-        validation.set_required_spec_claims(&["exp"]);
+        // A configured audience or issuer must be present, not only match
+        // when present.
+        let mut required = vec!["exp"];
         match &cfg.audience {
-            Some(aud) => validation.set_audience(&[aud]),
+            Some(aud) => {
+                validation.set_audience(&[aud]);
+                required.push("aud");
+            }
             None => validation.validate_aud = false,
         }
         if let Some(iss) = &cfg.issuer {
             validation.set_issuer(&[iss]);
+            required.push("iss");
         }
+        validation.set_required_spec_claims(&required);
         Ok(Self {
             key,
             validation,

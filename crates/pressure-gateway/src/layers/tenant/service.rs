@@ -2,7 +2,7 @@
 
 use super::jwt::{bearer, AuthError};
 use super::layer::TenantLayer;
-use crate::layers::{deny, is_websocket, slot_of};
+use crate::layers::{deny, slot_of};
 use crate::metrics::Layer;
 use crate::routes::tenant_resource;
 use axum::body::Body;
@@ -70,10 +70,6 @@ where
             let Some(template) = layer.template.as_ref() else {
                 return inner.call(req).await;
             };
-            if is_websocket(&req) {
-                layer.metrics.bypassed("websocket");
-                return inner.call(req).await;
-            }
             let handle = match layer.broker.lazy_limit(&resource, template) {
                 Ok(h) => h,
                 Err(e) => {
