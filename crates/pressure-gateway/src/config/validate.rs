@@ -17,8 +17,9 @@ pub const JWT_ALGORITHMS: [&str; 12] = [
     "EdDSA",
 ];
 
-/// Smallest accepted `limits.maxHeaderBytes`.
-pub const MIN_HEADER_BYTES: usize = 1024;
+/// Smallest accepted `limits.maxHeaderBytes` (hyper buffers at least 8 KiB
+/// of request head, so a smaller bound could not be honoured).
+pub const MIN_HEADER_BYTES: usize = 8192;
 /// Largest accepted `limits.maxHeaderBytes` (1 MiB).
 pub const MAX_HEADER_BYTES: usize = 1024 * 1024;
 

@@ -559,13 +559,13 @@ const CASES: &[Case] = &[
     // ---- request limits and timeouts
     (
         "maxHeaderBytes too small",
-        |v| v["gateway"]["limits"]["maxHeaderBytes"] = json!(1023),
-        "gateway.limits.maxHeaderBytes: must be between 1024 and 1048576",
+        |v| v["gateway"]["limits"]["maxHeaderBytes"] = json!(8191),
+        "gateway.limits.maxHeaderBytes: must be between 8192 and 1048576",
     ),
     (
         "maxHeaderBytes too large",
         |v| v["gateway"]["limits"]["maxHeaderBytes"] = json!(1_048_577),
-        "gateway.limits.maxHeaderBytes: must be between 1024 and 1048576",
+        "gateway.limits.maxHeaderBytes: must be between 8192 and 1048576",
     ),
     (
         "maxBodyBytes zero",
