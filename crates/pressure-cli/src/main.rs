@@ -34,18 +34,30 @@ fn main() -> anyhow::Result<()> {
         tracing_subscriber::EnvFilter::try_from_default_env()
             .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default))
     };
-    match &cli.command {
-        // The gateway logs structured JSON lines (denials, transitions).
-        Command::Gateway(_) => tracing_subscriber::fmt()
-            .json()
-            .with_env_filter(filter("info"))
-            .with_writer(std::io::stderr)
-            .init(),
-        _ => tracing_subscriber::fmt()
-            .with_env_filter(filter("warn"))
-            .with_writer(std::io::stderr)
-            .init(),
-    }
+    // Kept alive until exit: flushes the log writer thread.
+    let _log_guard = match &cli.command {
+        // The gateway logs structured JSON lines (denials, transitions),
+        // written by a background thread so a flood of denials does not
+        // serialize the request path on stderr; no line is dropped.
+        Command::Gateway(_) => {
+            let (writer, guard) = tracing_appender::non_blocking::NonBlockingBuilder::default()
+                .lossy(false)
+                .finish(std::io::stderr());
+            tracing_subscriber::fmt()
+                .json()
+                .with_env_filter(filter("info"))
+                .with_writer(writer)
+                .init();
+            Some(guard)
+        }
+        _ => {
+            tracing_subscriber::fmt()
+                .with_env_filter(filter("warn"))
+                .with_writer(std::io::stderr)
+                .init();
+            None
+        }
+    };
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     match cli.command {
         Command::Demo(args) => runtime.block_on(demo::run(args)),

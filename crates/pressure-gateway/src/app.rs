@@ -57,7 +57,40 @@ pub struct Gateway {
     broker: Broker,
     metrics: Arc<GatewayMetrics>,
     redis: Option<RedisBackend>,
+    parts: Arc<Parts>,
     service: GatewayService,
+}
+
+/// What every copy of the request service shares.
+struct Parts {
+    routes: Arc<RouteTable>,
+    tenant: TenantLayer,
+}
+
+/// The layer stack over `proxy`.
+fn stack(
+    config: &GatewayConfig,
+    metrics: &Arc<GatewayMetrics>,
+    parts: &Parts,
+    proxy: ProxyService,
+) -> GatewayService {
+    if config.pressure.enabled {
+        BoxCloneSyncService::new(
+            ServiceBuilder::new()
+                .layer(BodyLimitLayer::new(config.limits.max_body_bytes))
+                .layer(ReleaseLayer::new(metrics.clone()))
+                .layer(PreAuthLayer::new(parts.routes.clone(), metrics.clone()))
+                .layer(parts.tenant.clone())
+                .service(proxy),
+        )
+    } else {
+        BoxCloneSyncService::new(
+            ServiceBuilder::new()
+                .layer(BodyLimitLayer::new(config.limits.max_body_bytes))
+                .layer(parts.tenant.clone())
+                .service(proxy),
+        )
+    }
 }
 
 impl std::fmt::Debug for Gateway {
@@ -122,6 +155,7 @@ impl Gateway {
             })?),
             _ => None,
         };
+        // Checked once here; `stack` builds more proxies from the same config.
         let proxy = ProxyService::from_config(&config.upstreams, &config.timeouts)
             .map_err(|e| config_error("gateway.upstreams", e.to_string()))?;
         let tenant = TenantLayer::new(
@@ -131,28 +165,14 @@ impl Gateway {
             broker.clone(),
             metrics.clone(),
         );
-        let service = if pressure.enabled {
-            BoxCloneSyncService::new(
-                ServiceBuilder::new()
-                    .layer(BodyLimitLayer::new(config.limits.max_body_bytes))
-                    .layer(ReleaseLayer::new(metrics.clone()))
-                    .layer(PreAuthLayer::new(routes, metrics.clone()))
-                    .layer(tenant)
-                    .service(proxy),
-            )
-        } else {
-            BoxCloneSyncService::new(
-                ServiceBuilder::new()
-                    .layer(BodyLimitLayer::new(config.limits.max_body_bytes))
-                    .layer(tenant)
-                    .service(proxy),
-            )
-        };
+        let parts = Arc::new(Parts { routes, tenant });
+        let service = stack(&config, &metrics, &parts, proxy);
         Ok(Self {
             config,
             broker,
             metrics,
             redis,
+            parts,
             service,
         })
     }
@@ -175,6 +195,17 @@ impl Gateway {
     /// The layered request service.
     pub fn service(&self) -> GatewayService {
         self.service.clone()
+    }
+
+    /// A copy of the request service with its own upstream connection pool,
+    /// for a server thread of its own: limits, tenants and metrics are
+    /// shared, connections are not, so no request hops between threads.
+    pub fn service_with_own_pool(&self) -> GatewayService {
+        match ProxyService::from_config(&self.config.upstreams, &self.config.timeouts) {
+            Ok(proxy) => stack(&self.config, &self.metrics, &self.parts, proxy),
+            // Unreachable: the same config built a proxy in `build`.
+            Err(_) => self.service(),
+        }
     }
 
     /// The admin router; `token` from `admin.tokenEnv` when set.
@@ -230,30 +261,91 @@ impl Gateway {
 }
 
 /// Binds `gateway.listen` and `gateway.admin.listen` and serves until
-/// Ctrl-C.
+/// Ctrl-C: one server thread per core, each with its own accept socket
+/// (`SO_REUSEPORT`), its own single-threaded runtime and its own upstream
+/// pool, like nginx's workers; limits, tenants and stats are shared.
 pub async fn run(config: GatewayConfig, base_dir: &Path) -> Result<(), GatewayError> {
     let listen = config.listen.clone();
     let admin = config.admin.listen.clone();
     let gateway = Gateway::build(config, base_dir).await?;
-    let listener = TcpListener::bind(&listen)
-        .await
-        .map_err(|source| GatewayError::Bind {
-            what: "gateway.listen",
-            addr: listen.clone(),
-            source,
-        })?;
+    let bind_err = |what: &'static str, addr: &str| {
+        let addr = addr.to_owned();
+        move |source| GatewayError::Bind { what, addr, source }
+    };
+    let addr: std::net::SocketAddr = listen.parse().map_err(|e| {
+        GatewayError::Config(config_error(
+            "gateway.listen",
+            format!("not a socket address: {e}"),
+        ))
+    })?;
+    let workers = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let mut sockets = Vec::with_capacity(workers);
+    for _ in 0..workers {
+        sockets.push(reuseport_listener(addr).map_err(bind_err("gateway.listen", &listen))?);
+    }
     let admin_listener = TcpListener::bind(&admin)
         .await
-        .map_err(|source| GatewayError::Bind {
-            what: "gateway.admin.listen",
-            addr: admin.clone(),
-            source,
-        })?;
-    tracing::info!(listen, admin, "gateway listening");
-    gateway
-        .serve(listener, admin_listener, async {
-            let _ = tokio::signal::ctrl_c().await;
-        })
-        .await;
+        .map_err(bind_err("gateway.admin.listen", &admin))?;
+    tracing::info!(listen, admin, workers, "gateway listening");
+    let (tx, rx) = tokio::sync::watch::channel(false);
+    let max_header = gateway.config.limits.max_header_bytes;
+    let mut threads = Vec::with_capacity(workers);
+    for (i, socket) in sockets.into_iter().enumerate() {
+        let service = gateway.service_with_own_pool();
+        let mut stop = rx.clone();
+        let thread = std::thread::Builder::new()
+            .name(format!("pressure-gw-{i}"))
+            .spawn(move || {
+                let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+                    Ok(rt) => rt,
+                    Err(e) => {
+                        tracing::error!(error = %e, "cannot start a server thread");
+                        return;
+                    }
+                };
+                rt.block_on(async move {
+                    let Ok(listener) = TcpListener::from_std(socket) else {
+                        return;
+                    };
+                    crate::server::serve(listener, service, max_header, async move {
+                        let _ = stop.wait_for(|v| *v).await;
+                    })
+                    .await;
+                });
+            })
+            .map_err(bind_err("gateway.listen", &listen))?;
+        threads.push(thread);
+    }
+    let router = gateway.admin_router();
+    let mut admin_stop = rx;
+    let admin_task = tokio::spawn(async move {
+        let _ = axum::serve(admin_listener, router)
+            .with_graceful_shutdown(async move {
+                let _ = admin_stop.wait_for(|v| *v).await;
+            })
+            .await;
+    });
+    let _ = tokio::signal::ctrl_c().await;
+    let _ = tx.send(true);
+    let _ = admin_task.await;
+    for t in threads {
+        let _ = tokio::task::spawn_blocking(move || t.join()).await;
+    }
     Ok(())
+}
+
+/// A non-blocking listening socket on `addr` that other sockets of this
+/// process may also bind (`SO_REUSEPORT`): the kernel spreads connections.
+fn reuseport_listener(addr: std::net::SocketAddr) -> std::io::Result<std::net::TcpListener> {
+    let socket = if addr.is_ipv4() {
+        tokio::net::TcpSocket::new_v4()?
+    } else {
+        tokio::net::TcpSocket::new_v6()?
+    };
+    socket.set_reuseaddr(true)?;
+    socket.set_reuseport(true)?;
+    socket.set_nodelay(true)?;
+    socket.bind(addr)?;
+    let listener = socket.listen(1024)?;
+    listener.into_std()
 }
