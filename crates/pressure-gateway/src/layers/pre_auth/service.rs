@@ -1,12 +1,11 @@
 //! [`PreAuth`]: resolve, acquire, refuse or pass on.
 
 use super::layer::PreAuthLayer;
-use crate::layers::{deny, slot_of};
+use crate::layers::charge;
 use crate::metrics::Layer;
 use axum::body::Body;
 use futures::future::BoxFuture;
-use http::{Request, Response, StatusCode};
-use pressure_core::{AcquireOptions, Acquisition};
+use http::{Request, Response};
 use std::convert::Infallible;
 use std::task::{Context, Poll};
 
@@ -40,28 +39,9 @@ where
             let Some(handle) = layer.routes.resolve(req.uri().path()).cloned() else {
                 return inner.call(req).await;
             };
-            match handle.try_acquire(AcquireOptions::default()).await {
-                Ok(Acquisition::Granted(permit)) => {
-                    layer.metrics.allowed(Layer::PreAuth);
-                    slot_of(&mut req).push(permit);
-                    inner.call(req).await
-                }
-                Ok(Acquisition::Denied(d)) => Ok(deny::too_many_requests(
-                    handle.id(),
-                    handle.limits(),
-                    &d,
-                    Layer::PreAuth,
-                    None,
-                    &layer.metrics,
-                )),
-                Err(e) => {
-                    tracing::warn!(resource = handle.id(), error = %e, "limiter failed");
-                    Ok(deny::json_error(
-                        StatusCode::SERVICE_UNAVAILABLE,
-                        "limiter_unavailable",
-                        "the limiter could not decide; try again",
-                    ))
-                }
+            match charge(&handle, &mut req, Layer::PreAuth, None, &layer.metrics).await {
+                Ok(()) => inner.call(req).await,
+                Err(refusal) => Ok(refusal),
             }
         })
     }

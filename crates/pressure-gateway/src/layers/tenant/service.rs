@@ -2,13 +2,12 @@
 
 use super::jwt::{bearer, AuthError};
 use super::layer::TenantLayer;
-use crate::layers::{deny, slot_of};
+use crate::layers::{charge, deny, limiter_unavailable};
 use crate::metrics::Layer;
 use crate::routes::tenant_resource;
 use axum::body::Body;
 use futures::future::BoxFuture;
 use http::{HeaderValue, Request, Response, StatusCode};
-use pressure_core::{AcquireOptions, Acquisition};
 use std::convert::Infallible;
 use std::task::{Context, Poll};
 
@@ -74,35 +73,12 @@ where
                 Ok(h) => h,
                 Err(e) => {
                     tracing::warn!(resource, error = %e, "tenant registration failed");
-                    return Ok(deny::json_error(
-                        StatusCode::SERVICE_UNAVAILABLE,
-                        "limiter_unavailable",
-                        "the limiter could not decide; try again",
-                    ));
+                    return Ok(limiter_unavailable());
                 }
             };
-            match handle.try_acquire(AcquireOptions::default()).await {
-                Ok(Acquisition::Granted(permit)) => {
-                    layer.metrics.allowed(Layer::Tenant);
-                    slot_of(&mut req).push(permit);
-                    inner.call(req).await
-                }
-                Ok(Acquisition::Denied(d)) => Ok(deny::too_many_requests(
-                    &resource,
-                    handle.limits(),
-                    &d,
-                    Layer::Tenant,
-                    Some(&tenant.0),
-                    &layer.metrics,
-                )),
-                Err(e) => {
-                    tracing::warn!(resource, error = %e, "limiter failed");
-                    Ok(deny::json_error(
-                        StatusCode::SERVICE_UNAVAILABLE,
-                        "limiter_unavailable",
-                        "the limiter could not decide; try again",
-                    ))
-                }
+            match charge(&handle, &mut req, Layer::Tenant, Some(&tenant.0), &layer.metrics).await {
+                Ok(()) => inner.call(req).await,
+                Err(refusal) => Ok(refusal),
             }
         })
     }
