@@ -438,20 +438,34 @@ impl<B: Backend> ResourceBroker<B> {
         queue::enqueue(entry, request).await
     }
 
-    /// A snapshot of every resource, sorted by id.
+    /// A snapshot of every resource, sorted by id. Usage is read from the
+    /// backend, up to 64 resources at a time (one round trip each on Redis).
     pub async fn stats(&self) -> Vec<ResourceStats> {
-        let entries: Vec<Arc<Entry<B>>> = self
-            .shared
+        use futures::StreamExt;
+        let mut out: Vec<ResourceStats> = futures::stream::iter(self.entries())
+            .map(|e| async move { stats_of(&e).await })
+            .buffer_unordered(64)
+            .collect()
+            .await;
+        out.sort_by(|a, b| a.resource.cmp(&b.resource));
+        out
+    }
+
+    /// The same snapshot without asking the backend for usage (`usage` is
+    /// empty): only this process's counters, no store round trip — for
+    /// frequent scrapes such as `/metrics`, whatever the number of tenants.
+    pub fn local_stats(&self) -> Vec<ResourceStats> {
+        let mut out: Vec<ResourceStats> = self.entries().iter().map(|e| local_stats_of(e)).collect();
+        out.sort_by(|a, b| a.resource.cmp(&b.resource));
+        out
+    }
+
+    fn entries(&self) -> Vec<Arc<Entry<B>>> {
+        self.shared
             .resources
             .iter()
             .map(|e| Arc::clone(e.value()))
-            .collect();
-        let mut out = Vec::with_capacity(entries.len());
-        for e in entries {
-            out.push(stats_of(&e).await);
-        }
-        out.sort_by(|a, b| a.resource.cmp(&b.resource));
-        out
+            .collect()
     }
 
     /// A snapshot of one resource.
@@ -467,20 +481,26 @@ impl<B: Backend> ResourceBroker<B> {
 }
 
 async fn stats_of<B: Backend>(e: &Entry<B>) -> ResourceStats {
-    let mut usage = std::collections::BTreeMap::new();
+    let mut stats = local_stats_of(e);
     match e.backend.usage(&e.handle).await {
         Ok(u) => {
             for (d, v) in u.dimensions {
-                usage.insert(d.as_str().to_owned(), v);
+                stats.usage.insert(d.as_str().to_owned(), v);
             }
             if e.spec.concurrency.is_some() {
-                usage.insert("maxConcurrentRequests".to_owned(), u.leases);
+                stats.usage.insert("maxConcurrentRequests".to_owned(), u.leases);
             }
         }
         Err(_) => {
-            e.counters.backend_errors.fetch_add(1, Ordering::Relaxed);
+            stats.backend_errors = e.counters.backend_errors.fetch_add(1, Ordering::Relaxed) + 1;
         }
     }
+    stats
+}
+
+/// The snapshot of this process's counters, without usage.
+fn local_stats_of<B: Backend>(e: &Entry<B>) -> ResourceStats {
+    let usage = std::collections::BTreeMap::new();
     let c = &e.counters;
     let counts = e.backend.counts(&e.handle);
     let (queued, wait_time_ms) = match e.queue.as_deref() {

@@ -239,3 +239,34 @@ async fn heavy_stress_keeps_every_bound() {
     assert_eq!(stats.allowed, s_ok);
     assert_eq!(stats.allowed + stats.denied, 64 * 500);
 }
+
+#[tokio::test]
+async fn local_stats_are_the_counters_without_usage() {
+    let b = ResourceBroker::new();
+    b.register_limit(
+        "r",
+        Limits::default()
+            .requests_per_minute(1)
+            .max_concurrent_requests(5),
+    )
+    .expect("valid");
+    let _held = b
+        .try_acquire("r", AcquireOptions::default())
+        .await
+        .expect("answers");
+    assert!(!b
+        .try_acquire("r", AcquireOptions::default())
+        .await
+        .expect("answers")
+        .allowed());
+    let full = b.stats().await;
+    let local = b.local_stats();
+    assert_eq!(local.len(), 1);
+    assert!(local[0].usage.is_empty(), "no backend read");
+    assert_eq!(full[0].usage.get("requestsPerMinute"), Some(&1));
+    assert_eq!(
+        (local[0].allowed, local[0].denied, local[0].active),
+        (1, 1, Some(1))
+    );
+    assert_eq!((full[0].allowed, full[0].denied, full[0].active), (1, 1, Some(1)));
+}
