@@ -40,8 +40,8 @@ use futures::FutureExt;
 use governor::{Quota, RateLimiter};
 use pressure_core::clock::{Clock, MonotonicClock};
 use pressure_core::{
-    AcquireOptions, Acquisition, Attempt, Limits, Request, ResourceBroker, ResourceConfig, ResourceHandle,
-    TaskError, UsageReport, MAX_LIMIT,
+    AcquireOptions, Acquisition, Attempt, Backend, Decision, Demand, Limits, MemoryBackend, Request,
+    ResourceBroker, ResourceConfig, ResourceHandle, SyncBackend, TaskError, UsageReport, MAX_LIMIT,
 };
 use std::num::NonZeroU32;
 use std::sync::Barrier;
@@ -163,6 +163,22 @@ fn free_one_key(c: &mut Criterion) {
 
     let gov = RateLimiter::direct(governor_free_quota());
     g.bench_function("governor_direct", |bn| bn.iter(|| black_box(gov.check()).is_ok()));
+
+    // The backend's decision alone (clock read, CAS, grant counter), no
+    // permit or acquisition value: what governor's check() compares to.
+    let mem = MemoryBackend::new();
+    let spec = std::sync::Arc::new(
+        Limits::default()
+            .requests_per_second(MAX_LIMIT)
+            .gcra(None)
+            .compile()
+            .expect("valid"),
+    );
+    let raw = mem.attach("raw", spec).expect("attaches");
+    let demand = Demand::default();
+    g.bench_function("gcra_backend_decision", |bn| {
+        bn.iter(|| matches!(black_box(mem.acquire_sync(&raw, &demand)), Decision::Granted(_)))
+    });
 
     let h = handle(&b, "gcra");
     g.bench_function("gcra_handle", |bn| bn.iter(|| acquire_handle(&h, opts)));
