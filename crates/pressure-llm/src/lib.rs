@@ -7,3 +7,8 @@
 //! the retry policy with backoff, jitter, `retry-after` and a money budget,
 //! and the circuit breaker per (provider, model). The provider client and
 //! the OpenAI-compatible endpoint build on them.
+pub mod breaker;
+
+pub mod price;
+pub mod retry;
+pub mod taxonomy;

@@ -1,0 +1,127 @@
+//! Settings of a circuit breaker (JSON names in camelCase).
+//!
+//! The defaults follow DESIGN §6: trip at a 50 % failure rate over a 30 s
+//! sliding window once at least 10 calls were seen, stay open for 30 s, then
+//! admit 3 probes. The slow-call rule is off by default
+//! (`slowCallRateThreshold` = 1.0); set it below 1 to also trip when too many
+//! calls take longer than `slowCallDurationMs` (e.g. time to first token).
+//!
+//! The window is kept in buckets ([`BreakerConfig::bucket_ms`] wide,
+//! [`BreakerConfig::buckets`] of them), so a call is forgotten between one
+//! bucket before and exactly the end of the window after it was recorded.
+
+use serde::{Deserialize, Serialize};
+use std::time::Duration;
+
+/// Largest number of buckets of the sliding window; longer windows get wider
+/// buckets.
+const MAX_BUCKETS: u64 = 600;
+/// Widest bucket for windows that fit in [`MAX_BUCKETS`]: one second, as in
+/// resilience4j's time-based window.
+const MAX_BUCKET_MS: u64 = 1_000;
+
+/// Settings of one [`super::CircuitBreaker`]; every field has a default.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct BreakerConfig {
+    /// Failure rate (0 < r ≤ 1) in the window at or above which a closed
+    /// breaker opens, and among the probes at or above which a half-open one
+    /// opens again.
+    pub failure_rate_threshold: f64,
+    /// Share of slow calls (0 < r ≤ 1) at or above which the breaker opens;
+    /// 1.0 turns the slow-call rule off.
+    pub slow_call_rate_threshold: f64,
+    /// A call taking longer than this many milliseconds is slow.
+    pub slow_call_duration_ms: u64,
+    /// Length of the sliding time window, in milliseconds.
+    pub window_ms: u64,
+    /// Calls the window must hold before any rate is evaluated.
+    pub minimum_calls: u64,
+    /// How long an open breaker rejects calls before turning half-open, in
+    /// milliseconds (unless a longer retry-after was given).
+    pub open_wait_ms: u64,
+    /// Probes a half-open breaker admits; the decision is taken once they all
+    /// reported (or earlier, once the failures alone reach the threshold).
+    pub half_open_probes: u32,
+}
+
+impl Default for BreakerConfig {
+    fn default() -> Self {
+        Self {
+            failure_rate_threshold: 0.5,
+            slow_call_rate_threshold: 1.0,
+            slow_call_duration_ms: 10_000,
+            window_ms: 30_000,
+            minimum_calls: 10,
+            open_wait_ms: 30_000,
+            half_open_probes: 3,
+        }
+    }
+}
+
+impl BreakerConfig {
+    /// Checks the values; `Err((field, problem))` names the JSON field.
+    pub fn validate(&self) -> Result<(), (&'static str, String)> {
+        let rate_ok = |r: f64| r.is_finite() && r > 0.0 && r <= 1.0;
+        if !rate_ok(self.failure_rate_threshold) {
+            return Err(("failureRateThreshold", "must be > 0 and at most 1".into()));
+        }
+        if !rate_ok(self.slow_call_rate_threshold) {
+            return Err((
+                "slowCallRateThreshold",
+                "must be > 0 and at most 1 (1 = off)".into(),
+            ));
+        }
+        if self.slow_call_duration_ms == 0 {
+            return Err(("slowCallDurationMs", "must be > 0".into()));
+        }
+        if !(10..=3_600_000).contains(&self.window_ms) {
+            return Err(("windowMs", "must be between 10 and 3600000".into()));
+        }
+        if self.minimum_calls == 0 {
+            return Err(("minimumCalls", "must be > 0".into()));
+        }
+        if !(1..=86_400_000).contains(&self.open_wait_ms) {
+            return Err(("openWaitMs", "must be between 1 and 86400000".into()));
+        }
+        if !(1..=1_000).contains(&self.half_open_probes) {
+            return Err(("halfOpenProbes", "must be between 1 and 1000".into()));
+        }
+        Ok(())
+    }
+
+    /// Whether the slow-call rule is on (`slowCallRateThreshold` < 1).
+    pub fn slow_calls_enabled(&self) -> bool {
+        self.slow_call_rate_threshold < 1.0
+    }
+
+    /// A call taking longer than this is slow.
+    pub fn slow_call_duration(&self) -> Duration {
+        Duration::from_millis(self.slow_call_duration_ms)
+    }
+
+    /// How long an open breaker waits before admitting probes.
+    pub fn open_wait(&self) -> Duration {
+        Duration::from_millis(self.open_wait_ms)
+    }
+
+    /// The length of the sliding window.
+    pub fn window(&self) -> Duration {
+        Duration::from_millis(self.window_ms)
+    }
+
+    /// Width of one bucket of the sliding window, in milliseconds: a tenth
+    /// of the window, at most 1 s, but wide enough that the window needs at
+    /// most 600 buckets.
+    pub fn bucket_ms(&self) -> u64 {
+        let w = self.window_ms.max(1);
+        (w / 10).clamp(1, MAX_BUCKET_MS).max(w.div_ceil(MAX_BUCKETS))
+    }
+
+    /// Number of buckets of the sliding window (the window rounded up to a
+    /// whole bucket). A call recorded in bucket `e` counts while the current
+    /// bucket is before `e + buckets()`.
+    pub fn buckets(&self) -> u64 {
+        self.window_ms.max(1).div_ceil(self.bucket_ms())
+    }
+}

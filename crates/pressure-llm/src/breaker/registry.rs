@@ -1,0 +1,127 @@
+//! [`BreakerRegistry`]: one [`CircuitBreaker`] per (provider, model),
+//! created lazily on first use with the registry's config, clock and
+//! transition hook.
+//!
+//! Lookups take a read lock over a two-level map (provider → model), so the
+//! hot path neither allocates nor contends; only the first call for a new
+//! pair takes the write lock.
+
+use super::circuit::{BreakerSnapshot, CircuitBreaker, InvalidBreakerConfig, TransitionHook};
+use super::config::BreakerConfig;
+use parking_lot::RwLock;
+use pressure_core::clock::Clock;
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::Arc;
+
+type Models = HashMap<String, Arc<CircuitBreaker>>;
+
+/// Circuit breakers per (provider, model).
+pub struct BreakerRegistry {
+    config: BreakerConfig,
+    clock: Arc<dyn Clock>,
+    hook: Option<TransitionHook>,
+    breakers: RwLock<HashMap<String, Models>>,
+}
+
+/// The snapshot of one breaker of a registry.
+#[derive(Debug, Clone, PartialEq)]
+pub struct KeyedSnapshot {
+    /// Provider name.
+    pub provider: String,
+    /// Model name.
+    pub model: String,
+    /// The breaker's state and counts.
+    pub snapshot: BreakerSnapshot,
+}
+
+impl fmt::Debug for BreakerRegistry {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("BreakerRegistry")
+            .field("config", &self.config)
+            .field("breakers", &self.len())
+            .finish()
+    }
+}
+
+impl BreakerRegistry {
+    /// An empty registry whose breakers use `config` and `clock`.
+    pub fn new(config: BreakerConfig, clock: Arc<dyn Clock>) -> Result<Self, InvalidBreakerConfig> {
+        Self::with_hook(config, clock, None)
+    }
+
+    /// Like [`BreakerRegistry::new`], with a hook every breaker calls after
+    /// each of its transitions (e.g. to export the state gauge).
+    pub fn with_hook(
+        config: BreakerConfig,
+        clock: Arc<dyn Clock>,
+        hook: Option<TransitionHook>,
+    ) -> Result<Self, InvalidBreakerConfig> {
+        config.validate()?;
+        Ok(Self {
+            config,
+            clock,
+            hook,
+            breakers: RwLock::new(HashMap::new()),
+        })
+    }
+
+    /// The config of every breaker.
+    pub fn config(&self) -> &BreakerConfig {
+        &self.config
+    }
+
+    /// The breaker of (`provider`, `model`), created closed on first use. Its
+    /// name is `provider/model`.
+    pub fn get(&self, provider: &str, model: &str) -> Arc<CircuitBreaker> {
+        if let Some(b) = self.breakers.read().get(provider).and_then(|m| m.get(model)) {
+            return Arc::clone(b);
+        }
+        let mut map = self.breakers.write();
+        let models = map.entry(provider.to_owned()).or_default();
+        let breaker = models.entry(model.to_owned()).or_insert_with(|| {
+            Arc::new(CircuitBreaker::from_valid(
+                Arc::from(format!("{provider}/{model}")),
+                self.config.clone(),
+                Arc::clone(&self.clock),
+                self.hook.clone(),
+            ))
+        });
+        Arc::clone(breaker)
+    }
+
+    /// Number of breakers created so far.
+    pub fn len(&self) -> usize {
+        self.breakers.read().values().map(HashMap::len).sum()
+    }
+
+    /// Whether no breaker was created yet.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Snapshots of every breaker, sorted by provider then model.
+    pub fn snapshot(&self) -> Vec<KeyedSnapshot> {
+        // Collect the breakers first so no breaker lock is taken under the map lock.
+        let breakers: Vec<(String, String, Arc<CircuitBreaker>)> = self
+            .breakers
+            .read()
+            .iter()
+            .flat_map(|(p, models)| {
+                models
+                    .iter()
+                    .map(move |(m, b)| (p.clone(), m.clone(), Arc::clone(b)))
+            })
+            .collect();
+        let mut out: Vec<KeyedSnapshot> = breakers
+            .into_iter()
+            .map(|(provider, model, b)| KeyedSnapshot {
+                provider,
+                model,
+                snapshot: b.snapshot(),
+            })
+            .collect();
+        out.sort_by(|a, b| (&a.provider, &a.model).cmp(&(&b.provider, &b.model)));
+        out
+    }
+}
