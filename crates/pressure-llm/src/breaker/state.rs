@@ -4,13 +4,13 @@
 //!            failure or slow rate ≥ threshold, calls ≥ minimumCalls
 //!   Closed ───────────────────────────────────────────────────────▶ Open
 //!     ▲                 (or open_for(retry-after) from any state)     │
-//!     │ all halfOpenProbes reported,                                  │ openWaitMs (or the
-//!     │ rates below the thresholds                                    │ retry-after) elapsed,
+//!     │ all halfOpenProbes succeeded                                  │ openWaitMs (or the
+//!     │ (none failed, none slow)                                      │ retry-after) elapsed,
 //!     │                                                               ▼ seen lazily
 //!     └──────────────────────────── HalfOpen ◀────────────────────────┘
 //!                                      │
-//!                                      └──▶ Open when the probes' failure (or
-//!                                           slow) rate reaches the threshold
+//!                                      └──▶ Open at the first failed (or, with
+//!                                           the slow rule on, slow) probe
 //! ```
 
 use serde::Serialize;
