@@ -10,5 +10,8 @@
 pub mod breaker;
 
 pub mod price;
+pub mod provider;
+pub mod reservation;
 pub mod retry;
 pub mod taxonomy;
+pub mod tokens;

@@ -1,0 +1,558 @@
+//! [`ProviderClient`]: one OpenAI-compatible provider, called with explicit
+//! per-phase timeouts.
+//!
+//! # Phases of one call
+//!
+//! | Phase | Bounded by | Error |
+//! |---|---|---|
+//! | wait for a connection slot | `poolWaitMs` (a semaphore of `maxConnections` permits) | `Timeout { PoolWait }` |
+//! | DNS + TCP + TLS | `connectMs` (reqwest's connect timeout) | `Timeout { Connect }`; refused / DNS failure: `Connection` |
+//! | hand the body to the connection | `writeMs`, from the moment the connection takes the body | `Timeout { Write }` |
+//! | wait for the response head | `firstByteMs`, from the body written | `Timeout { FirstByte }` |
+//! | each body chunk (stream chunk) | `readMs` between chunks | `Timeout { Read }` |
+//! | everything above | the caller's `deadline` | `Timeout { Total }` |
+//!
+//! Each phase's timer is capped by the deadline; when the deadline is the
+//! nearer of the two, the error says `Total`. "Written" is observed when the
+//! HTTP connection has taken the whole request body (for bodies larger than
+//! the socket buffers that means all but the last buffer are on the wire).
+//!
+//! A non-2xx answer's body is read (at most 64 KiB) and classified by
+//! [`taxonomy::classify`]; a 2xx body that is not a completion (some
+//! providers answer 200 with an `error` object) is classified the same way.
+
+use std::fmt;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures::{Stream, StreamExt};
+use reqwest::header::{HeaderMap, HeaderValue, ACCEPT, AUTHORIZATION, CONTENT_LENGTH, CONTENT_TYPE};
+use serde::Serialize;
+use serde_json::{Map, Value};
+use tokio::sync::{oneshot, OwnedSemaphorePermit, Semaphore};
+use tokio::time::{sleep_until, timeout_at, Instant};
+
+use super::config::{ProviderConfig, TimeoutsConfig};
+use super::error::{CallError, ProviderError};
+use super::ratelimit::RateLimitHints;
+use super::stream::ChatStream;
+use super::types::{ChatRequest, ChatResponse, Message, StreamOptions, Usage};
+use crate::taxonomy::{self, ErrorKind, TimeoutPhase};
+
+/// At most this much of an error body is read and classified.
+const ERROR_BODY_LIMIT: usize = 64 * 1024;
+/// A non-streamed completion larger than this is refused.
+const RESPONSE_BODY_LIMIT: usize = 32 * 1024 * 1024;
+
+/// The response body as a stream of byte chunks.
+pub(crate) type BodyStream = Pin<Box<dyn Stream<Item = reqwest::Result<Bytes>> + Send>>;
+
+/// A client for one OpenAI-compatible provider. Cheap to clone (shared pool).
+#[derive(Clone)]
+pub struct ProviderClient {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    name: String,
+    url: reqwest::Url,
+    auth: Option<HeaderValue>,
+    http: reqwest::Client,
+    timeouts: TimeoutsConfig,
+    pool: Arc<Semaphore>,
+}
+
+impl fmt::Debug for ProviderClient {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ProviderClient")
+            .field("name", &self.inner.name)
+            .field("url", &self.inner.url.as_str())
+            .field("has_api_key", &self.inner.auth.is_some())
+            .field("timeouts", &self.inner.timeouts)
+            .finish()
+    }
+}
+
+/// A successful non-streamed call.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Completion {
+    /// The parsed answer.
+    pub response: ChatResponse,
+    /// The answer's `usage` (a copy of `response.usage`).
+    pub usage: Option<Usage>,
+    /// From the start of the call (including pool wait) to the response head.
+    pub ttft: Duration,
+    /// From the start of the call to the last body byte.
+    pub total: Duration,
+    /// The rate-limit hints of the response headers.
+    pub ratelimit: RateLimitHints,
+}
+
+/// A response head that arrived in time, with its body still to read.
+pub(crate) struct Sent {
+    pub(crate) status: u16,
+    pub(crate) headers: Vec<(String, String)>,
+    pub(crate) ratelimit: RateLimitHints,
+    pub(crate) body: BodyStream,
+    pub(crate) permit: OwnedSemaphorePermit,
+    pub(crate) started: Instant,
+    pub(crate) first_byte: Duration,
+}
+
+/// The request as sent: the caller's fields with `stream` and `stream_options` set by the client.
+#[derive(Serialize)]
+struct Wire<'a> {
+    model: &'a str,
+    messages: &'a [Message],
+    #[serde(skip_serializing_if = "Option::is_none")]
+    max_tokens: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    stream: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    stream_options: Option<StreamOptions>,
+    #[serde(flatten)]
+    extra: &'a Map<String, Value>,
+}
+
+impl<'a> Wire<'a> {
+    fn new(req: &'a ChatRequest, streaming: bool) -> Self {
+        let stream_options = streaming.then(|| {
+            let mut o = req.stream_options.clone().unwrap_or_default();
+            o.include_usage = Some(true);
+            o
+        });
+        Self {
+            model: &req.model,
+            messages: &req.messages,
+            max_tokens: req.max_tokens,
+            stream: streaming.then_some(true),
+            stream_options,
+            extra: &req.extra,
+        }
+    }
+}
+
+impl ProviderClient {
+    /// Builds the client: validates the URL, reads the API key from its
+    /// environment variable, sets the connect timeout and the pool size.
+    pub fn new(cfg: ProviderConfig) -> Result<Self, ProviderError> {
+        let name = cfg.name.clone();
+        let bad_url = |reason: String| ProviderError::InvalidBaseUrl {
+            provider: name.clone(),
+            url: cfg.base_url.clone(),
+            reason,
+        };
+        let base = cfg.base_url.trim_end_matches('/');
+        let url =
+            reqwest::Url::parse(&format!("{base}/chat/completions")).map_err(|e| bad_url(e.to_string()))?;
+        if !matches!(url.scheme(), "http" | "https") {
+            return Err(bad_url("scheme must be http or https".into()));
+        }
+        if cfg.timeouts.max_connections == 0 {
+            return Err(ProviderError::NoConnections { provider: name });
+        }
+        let auth = match &cfg.api_key_env {
+            None => None,
+            Some(var) => {
+                let missing = || ProviderError::MissingApiKey {
+                    provider: name.clone(),
+                    var: var.clone(),
+                };
+                let key = std::env::var(var).map_err(|_| missing())?;
+                let mut value =
+                    HeaderValue::from_str(&format!("Bearer {}", key.trim())).map_err(|_| missing())?;
+                value.set_sensitive(true);
+                Some(value)
+            }
+        };
+        let t = cfg.timeouts;
+        let http = reqwest::Client::builder()
+            .connect_timeout(t.connect())
+            .pool_max_idle_per_host(t.max_connections as usize)
+            .pool_idle_timeout(Duration::from_secs(90))
+            .tcp_nodelay(true)
+            .build()
+            .map_err(|e| ProviderError::Client {
+                provider: name.clone(),
+                reason: error_chain(&e),
+            })?;
+        Ok(Self {
+            inner: Arc::new(Inner {
+                name,
+                url,
+                auth,
+                http,
+                timeouts: t,
+                pool: Arc::new(Semaphore::new(t.max_connections as usize)),
+            }),
+        })
+    }
+
+    /// The provider's configured name.
+    pub fn name(&self) -> &str {
+        &self.inner.name
+    }
+
+    /// The endpoint URL (`{baseUrl}/chat/completions`).
+    pub fn url(&self) -> &str {
+        self.inner.url.as_str()
+    }
+
+    /// The configured timeouts.
+    pub fn timeouts(&self) -> &TimeoutsConfig {
+        &self.inner.timeouts
+    }
+
+    /// Connection slots free right now (of `maxConnections`).
+    pub fn available_connections(&self) -> usize {
+        self.inner.pool.available_permits()
+    }
+
+    /// A non-streamed chat completion (`stream` and `stream_options` are
+    /// removed from the request), bounded per phase and by `deadline`.
+    pub async fn complete(&self, req: &ChatRequest, deadline: Instant) -> Result<Completion, CallError> {
+        let body = serde_json::to_vec(&Wire::new(req, false)).map_err(|e| {
+            CallError::transport(ErrorKind::BadRequest, format!("serialising the request: {e}"))
+        })?;
+        let mut sent = self.send(body, false, deadline).await?;
+        let read = self.inner.timeouts.read();
+        let mut buf = Vec::new();
+        while let Some(chunk) = next_chunk(&mut sent.body, read, deadline)
+            .await
+            .map_err(|e| e.with_response(sent.status, &sent.ratelimit))?
+        {
+            buf.extend_from_slice(&chunk);
+            if buf.len() > RESPONSE_BODY_LIMIT {
+                return Err(CallError::transport(
+                    ErrorKind::Other,
+                    format!("response body exceeds {RESPONSE_BODY_LIMIT} bytes"),
+                )
+                .with_response(sent.status, &sent.ratelimit));
+            }
+        }
+        drop(sent.permit);
+        let total = sent.started.elapsed();
+        match serde_json::from_slice::<ChatResponse>(&buf) {
+            Ok(response) => Ok(Completion {
+                usage: response.usage.clone(),
+                response,
+                ttft: sent.first_byte,
+                total,
+                ratelimit: sent.ratelimit,
+            }),
+            Err(e) => {
+                let text = String::from_utf8_lossy(&buf);
+                let kind = taxonomy::classify(sent.status, &sent.headers, &text);
+                let message = match kind {
+                    ErrorKind::Other => format!("malformed completion: {e}"),
+                    _ => error_message(&text, sent.status),
+                };
+                Err(CallError {
+                    kind,
+                    status: Some(sent.status),
+                    message,
+                    ratelimit: sent.ratelimit,
+                })
+            }
+        }
+    }
+
+    /// A streamed chat completion (`stream: true`, `stream_options.include_usage:
+    /// true`). Returns once the response head arrived; the [`ChatStream`] then
+    /// enforces `readMs` between chunks and the `deadline`, and holds the
+    /// connection slot until it ends or is dropped.
+    pub async fn stream(&self, req: &ChatRequest, deadline: Instant) -> Result<ChatStream, CallError> {
+        let body = serde_json::to_vec(&Wire::new(req, true)).map_err(|e| {
+            CallError::transport(ErrorKind::BadRequest, format!("serialising the request: {e}"))
+        })?;
+        let sent = self.send(body, true, deadline).await?;
+        Ok(ChatStream::new(sent, self.inner.timeouts.read(), deadline))
+    }
+
+    /// Pool wait, connect, write, first byte; a non-2xx answer becomes a classified error.
+    async fn send(&self, body: Vec<u8>, streaming: bool, deadline: Instant) -> Result<Sent, CallError> {
+        let started = Instant::now();
+        let t = &self.inner.timeouts;
+
+        let (at, phase) = bound(TimeoutPhase::PoolWait, t.pool_wait(), deadline);
+        let permit = match timeout_at(at, self.inner.pool.clone().acquire_owned()).await {
+            Ok(Ok(permit)) => permit,
+            Ok(Err(_)) => return Err(CallError::transport(ErrorKind::Other, "connection pool closed")),
+            Err(_) => {
+                return Err(CallError::timeout(
+                    phase,
+                    format!(
+                        "no free connection to {} within {} ms",
+                        self.inner.name,
+                        elapsed_ms(started)
+                    ),
+                ))
+            }
+        };
+
+        let (started_tx, started_rx) = oneshot::channel();
+        let (written_tx, written_rx) = oneshot::channel();
+        let len = body.len();
+        let tracked = TrackedBody {
+            data: Some(Bytes::from(body)),
+            started: Some(started_tx),
+            written: Some(written_tx),
+        };
+        let accept = if streaming {
+            "text/event-stream"
+        } else {
+            "application/json"
+        };
+        let mut builder = self
+            .inner
+            .http
+            .post(self.inner.url.clone())
+            .header(CONTENT_TYPE, "application/json")
+            .header(CONTENT_LENGTH, len)
+            .header(ACCEPT, accept)
+            .body(reqwest::Body::wrap_stream(tracked));
+        if let Some(auth) = &self.inner.auth {
+            builder = builder.header(AUTHORIZATION, auth.clone());
+        }
+        let fut = builder.send();
+        tokio::pin!(fut);
+
+        let total_timeout = |what: &str| {
+            CallError::timeout(
+                TimeoutPhase::Total,
+                format!("deadline passed {what} after {} ms", elapsed_ms(started)),
+            )
+        };
+        // Connect: bounded by reqwest's connect timeout, and by the deadline here.
+        let early = tokio::select! {
+            biased;
+            r = &mut fut => Some(r),
+            _ = started_rx => None,
+            _ = sleep_until(deadline) => return Err(total_timeout("while connecting")),
+        };
+        let result = match early {
+            Some(r) => r,
+            None => {
+                let (at, phase) = bound(TimeoutPhase::Write, t.write(), deadline);
+                let written = tokio::select! {
+                    biased;
+                    r = &mut fut => Some(r),
+                    _ = written_rx => None,
+                    _ = sleep_until(at) => {
+                        return Err(CallError::timeout(
+                            phase,
+                            format!("request body ({len} bytes) not written after {} ms", elapsed_ms(started)),
+                        ))
+                    }
+                };
+                match written {
+                    Some(r) => r,
+                    None => {
+                        let (at, phase) = bound(TimeoutPhase::FirstByte, t.first_byte(), deadline);
+                        match timeout_at(at, &mut fut).await {
+                            Ok(r) => r,
+                            Err(_) => {
+                                return Err(CallError::timeout(
+                                    phase,
+                                    format!("no response head after {} ms", elapsed_ms(started)),
+                                ))
+                            }
+                        }
+                    }
+                }
+            }
+        };
+        let response = result.map_err(|e| send_error(&e, t))?;
+        let first_byte = started.elapsed();
+        let status = response.status().as_u16();
+        let headers = header_pairs(response.headers());
+        let ratelimit = RateLimitHints::from_pairs(&headers);
+        let mut body: BodyStream = Box::pin(response.bytes_stream());
+
+        if !(200..300).contains(&status) {
+            let raw = read_bounded(&mut body, ERROR_BODY_LIMIT, t.read(), deadline).await;
+            let text = String::from_utf8_lossy(&raw);
+            let kind = taxonomy::classify(status, &headers, &text);
+            tracing::debug!(provider = %self.inner.name, status, kind = kind.label(), "provider error response");
+            return Err(CallError {
+                kind,
+                status: Some(status),
+                message: error_message(&text, status),
+                ratelimit,
+            });
+        }
+        Ok(Sent {
+            status,
+            headers,
+            ratelimit,
+            body,
+            permit,
+            started,
+            first_byte,
+        })
+    }
+}
+
+impl CallError {
+    /// Attaches the status and rate-limit hints of the response the error happened in.
+    fn with_response(mut self, status: u16, ratelimit: &RateLimitHints) -> Self {
+        self.status = Some(status);
+        self.ratelimit = ratelimit.clone();
+        self
+    }
+}
+
+/// The instant a phase of length `d` ends, capped by `deadline`; the phase
+/// is reported as `Total` when the deadline is the nearer bound.
+pub(crate) fn bound(phase: TimeoutPhase, d: Duration, deadline: Instant) -> (Instant, TimeoutPhase) {
+    match Instant::now().checked_add(d) {
+        Some(at) if at < deadline => (at, phase),
+        _ => (deadline, TimeoutPhase::Total),
+    }
+}
+
+/// The next body chunk, within `read` and the deadline.
+async fn next_chunk(
+    body: &mut BodyStream,
+    read: Duration,
+    deadline: Instant,
+) -> Result<Option<Bytes>, CallError> {
+    let (at, phase) = bound(TimeoutPhase::Read, read, deadline);
+    match timeout_at(at, body.next()).await {
+        Err(_) => Err(CallError::timeout(
+            phase,
+            format!("no body bytes for {} ms", read.as_millis()),
+        )),
+        Ok(None) => Ok(None),
+        Ok(Some(Ok(bytes))) => Ok(Some(bytes)),
+        Ok(Some(Err(e))) => Err(body_error(&e)),
+    }
+}
+
+/// Up to `limit` bytes of an (error) body; a read failure or timeout ends it early.
+async fn read_bounded(body: &mut BodyStream, limit: usize, read: Duration, deadline: Instant) -> Vec<u8> {
+    let mut buf = Vec::new();
+    while buf.len() < limit {
+        match next_chunk(body, read, deadline).await {
+            Ok(Some(chunk)) => {
+                let take = chunk.len().min(limit - buf.len());
+                buf.extend_from_slice(&chunk[..take]);
+            }
+            Ok(None) => break,
+            Err(e) => {
+                tracing::debug!(error = %e, "reading an error body failed; classifying what arrived");
+                break;
+            }
+        }
+    }
+    buf
+}
+
+/// A failure while reading a response body: the connection broke mid-body.
+pub(crate) fn body_error(e: &reqwest::Error) -> CallError {
+    CallError::transport(
+        ErrorKind::Connection,
+        format!("connection lost while reading the body: {}", error_chain(e)),
+    )
+}
+
+/// Maps a failure of sending the request (before any response head).
+fn send_error(e: &reqwest::Error, t: &TimeoutsConfig) -> CallError {
+    let chain = error_chain(e);
+    if e.is_timeout() {
+        // The only timeout configured inside reqwest is the connect timeout.
+        CallError::timeout(
+            TimeoutPhase::Connect,
+            format!("connect timed out after {} ms: {chain}", t.connect_ms),
+        )
+    } else if e.is_builder() {
+        CallError::transport(ErrorKind::BadRequest, chain)
+    } else {
+        // Refused, reset, DNS failure, TLS failure, closed before the head.
+        CallError::transport(ErrorKind::Connection, chain)
+    }
+}
+
+/// An error with all its sources, `a: b: c`.
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut source = e.source();
+    while let Some(inner) = source {
+        let text = inner.to_string();
+        if !s.contains(&text) {
+            s.push_str(": ");
+            s.push_str(&text);
+        }
+        source = inner.source();
+    }
+    s
+}
+
+/// The provider's `error.message` (or `message`), else the start of the body.
+fn error_message(body: &str, status: u16) -> String {
+    let parsed: Option<Value> = serde_json::from_str(body).ok();
+    let message = parsed.as_ref().and_then(|v| {
+        v.pointer("/error/message")
+            .or_else(|| v.get("message"))
+            .or_else(|| v.get("error").filter(|e| e.is_string()))
+            .and_then(Value::as_str)
+            .map(str::to_owned)
+    });
+    match message {
+        Some(m) => m,
+        None if body.trim().is_empty() => format!("HTTP {status} with an empty body"),
+        None => body.chars().take(512).collect(),
+    }
+}
+
+/// Header (name, value) pairs; values that are not UTF-8 are skipped.
+fn header_pairs(headers: &HeaderMap) -> Vec<(String, String)> {
+    headers
+        .iter()
+        .filter_map(|(k, v)| v.to_str().ok().map(|v| (k.as_str().to_owned(), v.to_owned())))
+        .collect()
+}
+
+fn elapsed_ms(since: Instant) -> u128 {
+    since.elapsed().as_millis()
+}
+
+/// The request body, signalling when the connection first polls it (it is
+/// ready to write) and when it has taken all of it (or dropped it).
+struct TrackedBody {
+    data: Option<Bytes>,
+    started: Option<oneshot::Sender<()>>,
+    written: Option<oneshot::Sender<()>>,
+}
+
+impl Stream for TrackedBody {
+    type Item = Result<Bytes, std::io::Error>;
+
+    fn poll_next(mut self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        if let Some(tx) = self.started.take() {
+            let _ = tx.send(());
+        }
+        if let Some(data) = self.data.take() {
+            return Poll::Ready(Some(Ok(data)));
+        }
+        if let Some(tx) = self.written.take() {
+            let _ = tx.send(());
+        }
+        Poll::Ready(None)
+    }
+}
+
+impl Drop for TrackedBody {
+    fn drop(&mut self) {
+        // A length-delimited body may be dropped once its bytes are taken,
+        // without being polled to its end.
+        if self.data.is_none() {
+            if let Some(tx) = self.written.take() {
+                let _ = tx.send(());
+            }
+        }
+    }
+}

@@ -1,0 +1,83 @@
+//! Configuration of one provider: where it is, which key, which timeouts.
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+/// One OpenAI-compatible provider.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ProviderConfig {
+    /// The provider's name in logs, metrics and the fallback chain.
+    pub name: String,
+    /// The API root, e.g. `https://api.openai.com/v1`; the client posts to
+    /// `{baseUrl}/chat/completions`.
+    pub base_url: String,
+    /// The environment variable holding the API key, sent as
+    /// `Authorization: Bearer <key>`. Omitted: no `Authorization` header
+    /// (local servers such as vLLM).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub api_key_env: Option<String>,
+    /// Per-attempt timeouts and the connection limit.
+    #[serde(default)]
+    pub timeouts: TimeoutsConfig,
+}
+
+/// Per-attempt timeouts and the connection limit of one provider.
+///
+/// The phases follow each other: pool wait → connect → write → first byte →
+/// read (between body chunks); each is bounded on its own, and every one is
+/// also cut by the caller's total deadline (reported as `Total`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct TimeoutsConfig {
+    /// Establishing TCP (and TLS) to the provider, in ms.
+    pub connect_ms: u64,
+    /// Handing the request body to the connection, from the moment the
+    /// connection is ready, in ms.
+    pub write_ms: u64,
+    /// From the request written to the response head, in ms.
+    pub first_byte_ms: u64,
+    /// Between two chunks of the response body (stream chunks), in ms.
+    pub read_ms: u64,
+    /// Waiting for one of the `maxConnections` slots, in ms.
+    pub pool_wait_ms: u64,
+    /// Concurrent calls to this provider (the local connection pool size).
+    pub max_connections: u32,
+}
+
+impl Default for TimeoutsConfig {
+    fn default() -> Self {
+        Self {
+            connect_ms: 2_000,
+            write_ms: 10_000,
+            first_byte_ms: 30_000,
+            read_ms: 30_000,
+            pool_wait_ms: 1_000,
+            max_connections: 64,
+        }
+    }
+}
+
+impl TimeoutsConfig {
+    /// The connect timeout.
+    pub fn connect(&self) -> Duration {
+        Duration::from_millis(self.connect_ms)
+    }
+    /// The write timeout.
+    pub fn write(&self) -> Duration {
+        Duration::from_millis(self.write_ms)
+    }
+    /// The first-byte timeout.
+    pub fn first_byte(&self) -> Duration {
+        Duration::from_millis(self.first_byte_ms)
+    }
+    /// The read timeout between body chunks.
+    pub fn read(&self) -> Duration {
+        Duration::from_millis(self.read_ms)
+    }
+    /// The pool-wait timeout.
+    pub fn pool_wait(&self) -> Duration {
+        Duration::from_millis(self.pool_wait_ms)
+    }
+}
