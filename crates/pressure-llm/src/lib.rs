@@ -9,6 +9,7 @@
 //! the OpenAI-compatible endpoint build on them.
 pub mod breaker;
 
+pub mod pipeline;
 pub mod price;
 pub mod provider;
 pub mod reservation;

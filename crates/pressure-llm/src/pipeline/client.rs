@@ -1,0 +1,464 @@
+//! [`LlmClient`]: one event through deadline, chain, retry, breaker, limiter.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use pressure_core::clock::{duration_to_nanos, Clock, TokioClock};
+use pressure_core::{Backend, ResourceBroker};
+use tokio::time::Instant;
+
+use super::config::{ChainLevel, LlmConfig, UseCaseConfig};
+use super::fallback::{FallbackHandler, InMemoryQueue, KeywordRules, ManualQueue};
+use super::metrics::{Metrics, MetricsSnapshot};
+use super::{Answer, Degradation, LlmError, Reply};
+use crate::breaker::BreakerRegistry;
+use crate::price::{ModelPrice, Money};
+use crate::provider::{CallError, ChatRequest, ProviderClient};
+use crate::reservation::{resource_id, ModelLimits, Reservation};
+use crate::retry::{Decision, RetryState};
+use crate::taxonomy::{Disposition, ErrorKind};
+use crate::tokens::TokenCounter;
+
+/// One configured model, ready to call.
+#[derive(Debug)]
+struct ModelEntry {
+    provider: String,
+    model: String,
+    key: String,
+    /// The broker resource, when the model has limits.
+    resource: Option<String>,
+    context: ModelLimits,
+    price: ModelPrice,
+}
+
+/// The LLM client: every use case of one configuration, on one broker.
+pub struct LlmClient<B: pressure_core::Backend> {
+    config: LlmConfig,
+    broker: ResourceBroker<B>,
+    providers: HashMap<String, ProviderClient>,
+    models: HashMap<String, ModelEntry>,
+    breakers: BreakerRegistry,
+    counter: TokenCounter,
+    handlers: HashMap<String, Arc<dyn FallbackHandler>>,
+    queue: Arc<dyn ManualQueue>,
+    clock: Arc<dyn Clock>,
+    metrics: Metrics,
+}
+
+impl<B: Backend> std::fmt::Debug for LlmClient<B> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LlmClient")
+            .field("providers", &self.providers.len())
+            .field("models", &self.models.len())
+            .field("use_cases", &self.config.use_cases.len())
+            .finish_non_exhaustive()
+    }
+}
+
+/// How a model level ended without an answer.
+enum LevelEnd {
+    /// Move on to the next level; the error is remembered.
+    Next(LlmError),
+    /// Fail the event.
+    Fail(LlmError),
+}
+
+/// The running totals of one event.
+struct Event {
+    retry: RetryState,
+    attempts: u32,
+    spent: Money,
+    failed_spent: Money,
+}
+
+impl<B: Backend> LlmClient<B> {
+    /// Validates `config`, registers each model's resource
+    /// `llm:<provider>:<model>` with its limits on `broker`, builds the
+    /// provider clients, the breakers (on tokio's clock), the keyword rule
+    /// handlers of `config.rules` and an [`InMemoryQueue`].
+    pub fn new(config: LlmConfig, broker: ResourceBroker<B>) -> Result<Self, LlmError> {
+        config.validate()?;
+        let clock: Arc<dyn Clock> = Arc::new(TokioClock::new());
+        let mut providers = HashMap::new();
+        for (name, p) in &config.providers {
+            providers.insert(name.clone(), ProviderClient::new(p.to_provider_config(name))?);
+        }
+        let mut models = HashMap::new();
+        for m in &config.models {
+            let resource = match &m.limits {
+                Some(limits) => {
+                    let id = resource_id(&m.provider, &m.model);
+                    broker.register_limit(id.clone(), limits.clone())?;
+                    Some(id)
+                }
+                None => None,
+            };
+            models.insert(
+                m.key(),
+                ModelEntry {
+                    provider: m.provider.clone(),
+                    model: m.model.clone(),
+                    key: m.key(),
+                    resource,
+                    context: m.context,
+                    price: m.price,
+                },
+            );
+        }
+        let breakers = BreakerRegistry::new(config.breaker.clone(), Arc::clone(&clock)).map_err(|e| {
+            super::ConfigError {
+                path: format!("breaker.{}", e.field),
+                problem: e.problem,
+            }
+        })?;
+        let mut handlers: HashMap<String, Arc<dyn FallbackHandler>> = HashMap::new();
+        for (name, rules) in &config.rules {
+            handlers.insert(
+                name.clone(),
+                Arc::new(KeywordRules::new(name.clone(), rules.clone())),
+            );
+        }
+        Ok(Self {
+            config,
+            broker,
+            providers,
+            models,
+            breakers,
+            counter: TokenCounter::new(),
+            handlers,
+            queue: Arc::new(InMemoryQueue::default()),
+            clock,
+            metrics: Metrics::default(),
+        })
+    }
+
+    /// Registers (or replaces) the handler of `{"rules": name}` levels.
+    pub fn with_handler(mut self, name: impl Into<String>, handler: Arc<dyn FallbackHandler>) -> Self {
+        self.handlers.insert(name.into(), handler);
+        self
+    }
+
+    /// Replaces the manual queue.
+    pub fn with_manual_queue(mut self, queue: Arc<dyn ManualQueue>) -> Self {
+        self.queue = queue;
+        self
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &LlmConfig {
+        &self.config
+    }
+
+    /// The broker.
+    pub fn broker(&self) -> &ResourceBroker<B> {
+        &self.broker
+    }
+
+    /// The circuit breakers, one per (provider, model).
+    pub fn breakers(&self) -> &BreakerRegistry {
+        &self.breakers
+    }
+
+    /// A copy of the counters.
+    pub fn snapshot(&self) -> MetricsSnapshot {
+        self.metrics.snapshot()
+    }
+
+    /// Runs one event of `use_case`: see the [module docs](super).
+    pub async fn complete(&self, use_case: &str, req: ChatRequest) -> Result<Answer, LlmError> {
+        Metrics::add(&self.metrics.requests, 1);
+        let result = self.run(use_case, req).await;
+        match &result {
+            Ok(a) => self.metrics.served(a.degradation.as_str()),
+            Err(e) => self.metrics.error(e.label()),
+        }
+        result
+    }
+
+    async fn run(&self, use_case: &str, req: ChatRequest) -> Result<Answer, LlmError> {
+        let uc = self
+            .config
+            .use_cases
+            .get(use_case)
+            .ok_or_else(|| LlmError::UnknownUseCase(use_case.to_owned()))?;
+        let total = uc.total();
+        let deadline = Instant::now() + total;
+        let deadline_nanos = self.clock.now_nanos().saturating_add(duration_to_nanos(total));
+
+        // Reservations of every model level, before anything is touched.
+        let mut plans: Vec<Option<Reservation>> = Vec::with_capacity(uc.chain.len());
+        let mut first_context_error = None;
+        let mut model_levels = 0usize;
+        for level in &uc.chain {
+            let ChainLevel::Model(key) = level else {
+                plans.push(None);
+                continue;
+            };
+            model_levels += 1;
+            let Some(m) = self.models.get(key) else {
+                plans.push(None);
+                continue;
+            };
+            let input = self.count_input(&m.model, &req)?;
+            let max_tokens = req.max_output_tokens().map(u64::from);
+            match Reservation::for_request(input, max_tokens, &m.context) {
+                Ok(r) => plans.push(Some(r.with_priority(uc.priority.broker_priority()))),
+                Err(e) => {
+                    first_context_error.get_or_insert(e);
+                    plans.push(None);
+                }
+            }
+        }
+        if model_levels > 0 && plans.iter().all(Option::is_none) {
+            if let Some(e) = first_context_error {
+                return Err(LlmError::ContextLength(e));
+            }
+        }
+
+        let mut event = Event {
+            retry: RetryState::new(&uc.retry, Some(deadline_nanos)),
+            attempts: 0,
+            spent: Money::ZERO,
+            failed_spent: Money::ZERO,
+        };
+        let mut last_error: Option<LlmError> = None;
+        let mut model_ordinal = 0usize;
+        for (i, level) in uc.chain.iter().enumerate() {
+            match level {
+                ChainLevel::Model(key) => {
+                    let ordinal = model_ordinal;
+                    model_ordinal += 1;
+                    let (Some(m), Some(reservation)) = (self.models.get(key), plans[i]) else {
+                        continue;
+                    };
+                    if Instant::now() >= deadline {
+                        last_error = Some(LlmError::DeadlineExceeded {
+                            total_ms: duration_ms(total),
+                        });
+                        continue;
+                    }
+                    event.retry.start_fallback_level();
+                    match self
+                        .run_model(uc, m, reservation, &req, deadline, &mut event)
+                        .await
+                    {
+                        Ok(response) => {
+                            return Ok(Answer {
+                                reply: Reply::Completion(response),
+                                level: i,
+                                degradation: if ordinal == 0 {
+                                    Degradation::Primary
+                                } else {
+                                    Degradation::Backup(ordinal)
+                                },
+                                model: Some(m.key.clone()),
+                                attempts: event.attempts,
+                                spent: event.spent,
+                                failed_spent: event.failed_spent,
+                            })
+                        }
+                        Err(LevelEnd::Next(e)) => last_error = Some(e),
+                        Err(LevelEnd::Fail(e)) => return Err(e),
+                    }
+                }
+                ChainLevel::Rules(name) => {
+                    let Some(handler) = self.handlers.get(name) else {
+                        tracing::warn!(use_case, rules = %name, "no handler registered for rules level; skipped");
+                        continue;
+                    };
+                    if let Some(response) = handler.handle(&req) {
+                        return Ok(self.answer(Reply::Completion(response), i, Degradation::Rules, &event));
+                    }
+                }
+                ChainLevel::ManualQueue(_) => {
+                    let ticket = self.queue.push(use_case, &req).await?;
+                    return Ok(self.answer(Reply::Queued { ticket }, i, Degradation::ManualQueue, &event));
+                }
+            }
+        }
+        Err(last_error.unwrap_or(LlmError::NoAnswer))
+    }
+
+    fn answer(&self, reply: Reply, level: usize, degradation: Degradation, event: &Event) -> Answer {
+        Answer {
+            reply,
+            level,
+            degradation,
+            model: None,
+            attempts: event.attempts,
+            spent: event.spent,
+            failed_spent: event.failed_spent,
+        }
+    }
+
+    fn count_input(&self, model: &str, req: &ChatRequest) -> Result<u64, LlmError> {
+        let messages: Vec<(String, String)> =
+            req.messages.iter().map(|m| (m.role.clone(), m.text())).collect();
+        Ok(self.counter.count_chat(model, &messages)?)
+    }
+
+    /// Retries one model level until it answers, gives up, or the deadline passes.
+    async fn run_model(
+        &self,
+        uc: &UseCaseConfig,
+        m: &ModelEntry,
+        reservation: Reservation,
+        req: &ChatRequest,
+        deadline: Instant,
+        event: &mut Event,
+    ) -> Result<crate::provider::ChatResponse, LevelEnd> {
+        let Some(provider) = self.providers.get(&m.provider) else {
+            return Err(LevelEnd::Next(LlmError::NoAnswer));
+        };
+        let breaker = self.breakers.get(&m.provider, &m.model);
+        let mut call = req.clone();
+        call.model = m.model.clone();
+        let deadline_error = || LlmError::DeadlineExceeded {
+            total_ms: uc.total().as_millis().try_into().unwrap_or(u64::MAX),
+        };
+        loop {
+            let now = Instant::now();
+            if now >= deadline {
+                return Err(LevelEnd::Next(deadline_error()));
+            }
+            // Breaker first: an open breaker costs no quota and no call.
+            let bp = match breaker.try_acquire() {
+                Ok(p) => p,
+                Err(_) => {
+                    Metrics::add(&self.metrics.breaker_rejections, 1);
+                    return Err(LevelEnd::Next(LlmError::BreakerOpen {
+                        provider: m.provider.clone(),
+                        model: m.model.clone(),
+                    }));
+                }
+            };
+            let remaining = deadline.saturating_duration_since(now);
+            let acquired = match &m.resource {
+                Some(resource) => {
+                    self.broker
+                        .acquire_within(resource, reservation.acquire_options(), remaining)
+                        .await
+                }
+                None => Err(pressure_core::Error::UnknownResource(String::new())),
+            };
+            let mut permit = match (acquired, &m.resource) {
+                (Ok(p), _) => Some(p),
+                (Err(_), None) => None,
+                (Err(e), Some(resource)) => {
+                    bp.ignore();
+                    Metrics::add(&self.metrics.limiter_rejections, 1);
+                    let err = match e {
+                        pressure_core::Error::WaitExceeded { .. }
+                        | pressure_core::Error::DemandTooLarge { .. } => LlmError::NoCapacity {
+                            resource: resource.clone(),
+                        },
+                        other => LlmError::Limiter(other),
+                    };
+                    return Err(LevelEnd::Next(err));
+                }
+            };
+            event.attempts += 1;
+            Metrics::add(&self.metrics.attempts, 1);
+            match provider.complete(&call, deadline).await {
+                Ok(done) => {
+                    let (prompt, completion) = done
+                        .usage
+                        .as_ref()
+                        .map(|u| (u.prompt_tokens, u.completion_tokens))
+                        .unwrap_or((reservation.input_tokens, reservation.output_tokens));
+                    if let Some(permit) = permit.as_mut() {
+                        if let Err(e) = permit.reconcile(Reservation::actual((prompt, completion))).await {
+                            tracing::warn!(model = %m.key, error = %e, "reconcile failed");
+                        }
+                    }
+                    bp.success(done.ttft);
+                    let cost = m.price.cost(prompt, completion);
+                    event.spent = event.spent + cost;
+                    Metrics::add(&self.metrics.spent_micro_usd, cost.micro_usd());
+                    return Ok(done.response);
+                }
+                Err(e) => {
+                    let elapsed = bp.elapsed();
+                    match breaker_outcome(&e.kind) {
+                        Outcome::Failure => bp.failure(elapsed),
+                        Outcome::Success => bp.success(elapsed),
+                        Outcome::Ignore => bp.ignore(),
+                    }
+                    // A non-streamed failure generated no output: refund it.
+                    let generated = 0;
+                    if let Some(permit) = permit.as_mut() {
+                        let actual = Reservation::actual((reservation.input_tokens, generated));
+                        if let Err(re) = permit.reconcile(actual).await {
+                            tracing::warn!(model = %m.key, error = %re, "reconcile failed");
+                        }
+                    }
+                    self.metrics.attempt_error(e.kind.label());
+                    let cost = m.price.cost(reservation.input_tokens, generated);
+                    let next = m.price.cost(reservation.input_tokens, reservation.output_tokens);
+                    event.spent = event.spent + cost;
+                    event.failed_spent = event.failed_spent + cost;
+                    Metrics::add(&self.metrics.spent_micro_usd, cost.micro_usd());
+                    Metrics::add(&self.metrics.failed_spent_micro_usd, cost.micro_usd());
+                    let decision = event
+                        .retry
+                        .on_failure(&e.kind, cost, next, self.clock.now_nanos());
+                    tracing::debug!(model = %m.key, error = %e.kind, ?decision, "attempt failed");
+                    let err = upstream(m, e);
+                    match decision {
+                        Decision::RetryAfter(wait) => {
+                            Metrics::add(&self.metrics.retries, 1);
+                            tokio::time::sleep_until((Instant::now() + wait).min(deadline)).await;
+                        }
+                        Decision::GiveUp(reason) => {
+                            let err = match &err {
+                                LlmError::Upstream {
+                                    kind:
+                                        ErrorKind::Timeout {
+                                            phase: crate::taxonomy::TimeoutPhase::Total,
+                                        },
+                                    ..
+                                } => deadline_error(),
+                                _ => err,
+                            };
+                            return Err(match reason.disposition() {
+                                Disposition::Fail if !matches!(err, LlmError::DeadlineExceeded { .. }) => {
+                                    LevelEnd::Fail(err)
+                                }
+                                _ => LevelEnd::Next(err),
+                            });
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn duration_ms(d: std::time::Duration) -> u64 {
+    d.as_millis().try_into().unwrap_or(u64::MAX)
+}
+
+fn upstream(m: &ModelEntry, e: CallError) -> LlmError {
+    LlmError::Upstream {
+        provider: m.provider.clone(),
+        model: m.model.clone(),
+        kind: e.kind,
+        status: e.status,
+        message: e.message,
+    }
+}
+
+enum Outcome {
+    Failure,
+    Success,
+    Ignore,
+}
+
+/// How a failed attempt counts for the breaker; see the module docs.
+fn breaker_outcome(kind: &ErrorKind) -> Outcome {
+    match kind {
+        ErrorKind::RateLimited { .. } | ErrorKind::QuotaExhausted | ErrorKind::Conflict => Outcome::Ignore,
+        ErrorKind::BadRequest | ErrorKind::ContextLength | ErrorKind::ContentRefusal => Outcome::Success,
+        _ => Outcome::Failure,
+    }
+}

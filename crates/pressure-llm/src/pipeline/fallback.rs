@@ -1,0 +1,209 @@
+//! The non-LLM levels of a chain: pluggable rule handlers and the manual queue.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use futures::future::BoxFuture;
+use parking_lot::Mutex;
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use crate::provider::{ChatRequest, ChatResponse, Choice, Message};
+
+/// A degraded, non-LLM answerer (a `{"rules": "name"}` level).
+///
+/// `None` means "no answer": the chain moves on to its next level.
+pub trait FallbackHandler: Send + Sync {
+    /// An answer for `req`, or `None`.
+    fn handle(&self, req: &ChatRequest) -> Option<ChatResponse>;
+}
+
+/// One keyword rule: any keyword found (case-insensitively) in the last user
+/// message selects the canned answer.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct KeywordRule {
+    /// Keywords, matched as case-insensitive substrings.
+    pub keywords: Vec<String>,
+    /// The assistant's canned answer.
+    pub answer: String,
+    /// An optional label (e.g. a routing category), returned in the
+    /// response's `pressure_label` field.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub label: Option<String>,
+}
+
+/// The shipped [`FallbackHandler`]: the first matching [`KeywordRule`] answers.
+#[derive(Debug, Clone, Default)]
+pub struct KeywordRules {
+    name: String,
+    rules: Vec<(Vec<String>, KeywordRule)>,
+}
+
+impl KeywordRules {
+    /// A handler named `name` (reported as the response's `model`, `rules:<name>`).
+    pub fn new(name: impl Into<String>, rules: Vec<KeywordRule>) -> Self {
+        let rules = rules
+            .into_iter()
+            .map(|r| {
+                let lowered = r
+                    .keywords
+                    .iter()
+                    .map(|k| k.trim().to_lowercase())
+                    .filter(|k| !k.is_empty())
+                    .collect();
+                (lowered, r)
+            })
+            .collect();
+        Self {
+            name: name.into(),
+            rules,
+        }
+    }
+
+    /// Adds a rule; builder style.
+    pub fn rule(self, keywords: &[&str], answer: impl Into<String>, label: Option<&str>) -> Self {
+        let mut rules: Vec<KeywordRule> = self.rules.into_iter().map(|(_, r)| r).collect();
+        rules.push(KeywordRule {
+            keywords: keywords.iter().map(|k| (*k).to_owned()).collect(),
+            answer: answer.into(),
+            label: label.map(str::to_owned),
+        });
+        Self::new(self.name, rules)
+    }
+
+    /// The rule matching `text`, if any.
+    pub fn matching(&self, text: &str) -> Option<&KeywordRule> {
+        let text = text.to_lowercase();
+        self.rules
+            .iter()
+            .find(|(keys, _)| keys.iter().any(|k| text.contains(k.as_str())))
+            .map(|(_, r)| r)
+    }
+}
+
+impl FallbackHandler for KeywordRules {
+    fn handle(&self, req: &ChatRequest) -> Option<ChatResponse> {
+        let text = req
+            .messages
+            .iter()
+            .rev()
+            .find(|m| m.role == "user")
+            .map(Message::text)?;
+        let rule = self.matching(&text)?;
+        let mut extra = Map::new();
+        if let Some(label) = &rule.label {
+            extra.insert("pressure_label".into(), Value::String(label.clone()));
+        }
+        Some(ChatResponse {
+            id: format!("rules-{}", self.name),
+            object: "chat.completion".into(),
+            created: 0,
+            model: format!("rules:{}", self.name),
+            choices: vec![Choice {
+                index: 0,
+                message: Message::new("assistant", rule.answer.clone()),
+                finish_reason: Some("stop".into()),
+                extra: Map::new(),
+            }],
+            usage: None,
+            extra,
+        })
+    }
+}
+
+/// The manual queue could not take the request.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("manual queue: {0}")]
+pub struct ManualQueueError(pub String);
+
+/// The last level of a chain: parks a request for a person and returns a
+/// ticket id. The answer is then "accepted" (HTTP 202-like), not a completion.
+pub trait ManualQueue: Send + Sync {
+    /// Stores the request of `use_case`; returns its ticket id.
+    fn push<'a>(
+        &'a self,
+        use_case: &'a str,
+        req: &'a ChatRequest,
+    ) -> BoxFuture<'a, Result<String, ManualQueueError>>;
+}
+
+/// One parked request.
+#[derive(Debug, Clone, PartialEq)]
+pub struct QueuedRequest {
+    /// Ticket id.
+    pub ticket: String,
+    /// The use case it came from.
+    pub use_case: String,
+    /// The request as received.
+    pub request: ChatRequest,
+}
+
+/// An in-process [`ManualQueue`]: not durable, lost on restart. The durable
+/// implementation (a Redis Stream, with a command to list and drain it) is a
+/// later step behind the same trait.
+#[derive(Debug)]
+pub struct InMemoryQueue {
+    items: Mutex<VecDeque<QueuedRequest>>,
+    next: AtomicU64,
+    capacity: usize,
+}
+
+impl Default for InMemoryQueue {
+    fn default() -> Self {
+        Self::new(10_000)
+    }
+}
+
+impl InMemoryQueue {
+    /// A queue holding at most `capacity` requests (a full queue refuses).
+    pub fn new(capacity: usize) -> Self {
+        Self {
+            items: Mutex::new(VecDeque::new()),
+            next: AtomicU64::new(1),
+            capacity,
+        }
+    }
+
+    /// Requests parked now.
+    pub fn len(&self) -> usize {
+        self.items.lock().len()
+    }
+
+    /// Whether nothing is parked.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// A copy of the parked requests, oldest first.
+    pub fn list(&self) -> Vec<QueuedRequest> {
+        self.items.lock().iter().cloned().collect()
+    }
+
+    /// Removes and returns every parked request, oldest first.
+    pub fn drain(&self) -> Vec<QueuedRequest> {
+        self.items.lock().drain(..).collect()
+    }
+}
+
+impl ManualQueue for InMemoryQueue {
+    fn push<'a>(
+        &'a self,
+        use_case: &'a str,
+        req: &'a ChatRequest,
+    ) -> BoxFuture<'a, Result<String, ManualQueueError>> {
+        Box::pin(async move {
+            let mut items = self.items.lock();
+            if items.len() >= self.capacity {
+                return Err(ManualQueueError(format!("full ({} requests)", self.capacity)));
+            }
+            let ticket = format!("mq-{}", self.next.fetch_add(1, Ordering::Relaxed));
+            items.push_back(QueuedRequest {
+                ticket: ticket.clone(),
+                use_case: use_case.to_owned(),
+                request: req.clone(),
+            });
+            Ok(ticket)
+        })
+    }
+}

@@ -1,0 +1,268 @@
+//! The pipeline that composes the stack (DESIGN §6), outer to inner:
+//! total deadline → fallback chain → retry (with its money budget) →
+//! circuit breaker → limiter reservation → per-attempt timeouts.
+//!
+//! [`LlmClient::complete`] runs one event of a use case:
+//!
+//! * one deadline (`totalMs`) covers every retry and every fallback;
+//! * the request is checked against every model level's context window
+//!   first: levels it cannot fit are skipped, and when it fits none, the
+//!   event fails with [`LlmError::ContextLength`] (HTTP 400) before any
+//!   provider or quota is touched;
+//! * each model level asks its breaker first (open: next level, no network
+//!   call, no quota), then reserves its own capacity on
+//!   `llm:<provider>:<model>` within the time left (none: next level), then
+//!   calls the provider; the reservation is reconciled to the `usage` of an
+//!   answer, or to the input tokens alone after a failure (the reserved output
+//!   is refunded);
+//! * a failure is priced (input tokens plus output generated) into the
+//!   event's [`RetryState`](crate::retry::RetryState) whose decision retries
+//!   the same level, falls to the next level, or fails the event;
+//! * `rules` levels ask a [`FallbackHandler`]; the `manualQueue` level parks
+//!   the request in a [`ManualQueue`] and answers with a ticket.
+//!
+//! Breaker accounting: server errors, overload, timeouts, refused
+//! connections, unknown errors and 401/403/404 (a broken credential or model
+//! name of this pair) are failures. A rate limit (429, spend cap) and 409 are
+//! *not* (the provider is healthy, only busy for us: the limiter and
+//! `retry-after` handle it), and a request-caused error (400, context length,
+//! content refusal) proves the provider healthy, so it is recorded as a
+//! success.
+//!
+//! When the deadline has passed, remaining model levels are skipped but
+//! `rules` and `manualQueue` levels still run: they make no provider call and
+//! answer at once, and a degraded answer beats none.
+
+mod client;
+pub mod config;
+pub mod fallback;
+mod metrics;
+
+use serde_json::{json, Value};
+
+pub use client::LlmClient;
+pub use config::{
+    ChainLevel, ConfigError, LlmConfig, ModelConfig, ProviderSettings, UseCaseConfig, UseCasePriority,
+};
+pub use fallback::{
+    FallbackHandler, InMemoryQueue, KeywordRule, KeywordRules, ManualQueue, ManualQueueError, QueuedRequest,
+};
+pub use metrics::MetricsSnapshot;
+
+use crate::price::Money;
+use crate::provider::{ChatResponse, ProviderError};
+use crate::reservation::ContextError;
+use crate::taxonomy::ErrorKind;
+use crate::tokens::TokenizerError;
+
+/// Which kind of level served an answer; the `x-pressure-degradation` header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Degradation {
+    /// The first model level of the chain.
+    Primary,
+    /// A later model level: `Backup(1)` is the first backup.
+    Backup(usize),
+    /// A non-LLM handler.
+    Rules,
+    /// The request was parked in the manual queue.
+    ManualQueue,
+}
+
+impl Degradation {
+    /// The header value: `primary`, `backup`, `rules` or `manual_queue`.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Self::Primary => "primary",
+            Self::Backup(_) => "backup",
+            Self::Rules => "rules",
+            Self::ManualQueue => "manual_queue",
+        }
+    }
+}
+
+/// What answered: a completion, or a manual-queue ticket.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Reply {
+    /// A chat completion (from a model or a rules handler).
+    Completion(ChatResponse),
+    /// The request was accepted into the manual queue.
+    Queued {
+        /// The ticket id.
+        ticket: String,
+    },
+}
+
+/// The result of one event.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Answer {
+    /// The answer.
+    pub reply: Reply,
+    /// Index of the chain level that served it.
+    pub level: usize,
+    /// Which kind of level that was.
+    pub degradation: Degradation,
+    /// `provider/model` for a model level.
+    pub model: Option<String>,
+    /// Provider calls made (all levels).
+    pub attempts: u32,
+    /// Money spent on every attempt, the successful one included.
+    pub spent: Money,
+    /// Money spent on failed attempts.
+    pub failed_spent: Money,
+}
+
+impl Answer {
+    /// The completion, if this is not a manual-queue ticket.
+    pub fn response(&self) -> Option<&ChatResponse> {
+        match &self.reply {
+            Reply::Completion(r) => Some(r),
+            Reply::Queued { .. } => None,
+        }
+    }
+
+    /// The manual-queue ticket, if any.
+    pub fn ticket(&self) -> Option<&str> {
+        match &self.reply {
+            Reply::Queued { ticket } => Some(ticket),
+            Reply::Completion(_) => None,
+        }
+    }
+
+    /// The HTTP status to answer with: 200, or 202 for a queued request.
+    pub fn http_status(&self) -> u16 {
+        match self.reply {
+            Reply::Completion(_) => 200,
+            Reply::Queued { .. } => 202,
+        }
+    }
+}
+
+/// Why an event got no answer (or the client could not be built).
+#[derive(Debug, thiserror::Error)]
+pub enum LlmError {
+    /// No such use case.
+    #[error("unknown use case {0:?}")]
+    UnknownUseCase(String),
+    /// The request fits no model of the chain.
+    #[error(transparent)]
+    ContextLength(ContextError),
+    /// The last provider failure (after retries and fallbacks).
+    #[error("{provider}/{model}: {kind}: {message}")]
+    Upstream {
+        /// Provider name.
+        provider: String,
+        /// Model name.
+        model: String,
+        /// The classified failure.
+        kind: ErrorKind,
+        /// Its HTTP status, if any.
+        status: Option<u16>,
+        /// The provider's message.
+        message: String,
+    },
+    /// The event's total deadline passed.
+    #[error("deadline of {total_ms} ms exceeded")]
+    DeadlineExceeded {
+        /// The use case's total budget.
+        total_ms: u64,
+    },
+    /// The local limiter had no capacity for the (last) model within the deadline.
+    #[error("no capacity on {resource} within the deadline")]
+    NoCapacity {
+        /// The broker resource.
+        resource: String,
+    },
+    /// The (last) model's circuit breaker was open.
+    #[error("circuit breaker of {provider}/{model} is open")]
+    BreakerOpen {
+        /// Provider name.
+        provider: String,
+        /// Model name.
+        model: String,
+    },
+    /// Every level declined (no rule matched and no queue level).
+    #[error("no level of the chain answered")]
+    NoAnswer,
+    /// The manual queue refused the request.
+    #[error(transparent)]
+    ManualQueue(#[from] ManualQueueError),
+    /// The prompt could not be counted.
+    #[error(transparent)]
+    Tokenizer(#[from] TokenizerError),
+    /// The broker failed (backend error).
+    #[error("limiter: {0}")]
+    Limiter(#[from] pressure_core::Error),
+    /// Invalid configuration.
+    #[error("invalid llm configuration: {0}")]
+    Config(#[from] ConfigError),
+    /// A provider client could not be built.
+    #[error(transparent)]
+    Provider(#[from] ProviderError),
+}
+
+impl LlmError {
+    /// A stable label for the "errors by type" metric.
+    pub fn label(&self) -> &'static str {
+        match self {
+            Self::UnknownUseCase(_) => "unknown_use_case",
+            Self::ContextLength(_) => "context_length",
+            Self::Upstream { kind, .. } => kind.label(),
+            Self::DeadlineExceeded { .. } => "deadline",
+            Self::NoCapacity { .. } => "no_capacity",
+            Self::BreakerOpen { .. } => "breaker_open",
+            Self::NoAnswer => "no_answer",
+            Self::ManualQueue(_) => "manual_queue",
+            Self::Tokenizer(_) => "tokenizer",
+            Self::Limiter(_) => "limiter",
+            Self::Config(_) => "config",
+            Self::Provider(_) => "provider",
+        }
+    }
+
+    /// The HTTP status and OpenAI-style error body
+    /// (`{"error": {"message", "type", "param", "code"}}`) to answer with.
+    pub fn openai_error(&self) -> (u16, Value) {
+        let body = |status: u16, ty: &str, code: Option<&str>, param: Option<&str>| {
+            (
+                status,
+                json!({"error": {"message": self.to_string(), "type": ty, "param": param, "code": code}}),
+            )
+        };
+        match self {
+            Self::UnknownUseCase(_) => body(
+                404,
+                "invalid_request_error",
+                Some("model_not_found"),
+                Some("model"),
+            ),
+            Self::ContextLength(e) => body(400, e.error_type(), Some(e.code()), Some(e.param())),
+            Self::Upstream { kind, .. } => match kind {
+                ErrorKind::BadRequest => body(400, "invalid_request_error", None, None),
+                ErrorKind::ContextLength => body(
+                    400,
+                    "invalid_request_error",
+                    Some("context_length_exceeded"),
+                    Some("messages"),
+                ),
+                ErrorKind::ContentRefusal => body(400, "invalid_request_error", Some("content_filter"), None),
+                ErrorKind::RateLimited { .. } => {
+                    body(429, "rate_limit_error", Some("rate_limit_exceeded"), None)
+                }
+                ErrorKind::QuotaExhausted => {
+                    body(429, "insufficient_quota", Some("insufficient_quota"), None)
+                }
+                ErrorKind::Timeout { .. } => body(504, "timeout_error", Some("upstream_timeout"), None),
+                ErrorKind::Overloaded { .. } => body(503, "server_error", Some("overloaded"), None),
+                _ => body(502, "server_error", Some("upstream_error"), None),
+            },
+            Self::DeadlineExceeded { .. } => body(504, "timeout_error", Some("deadline_exceeded"), None),
+            Self::NoCapacity { .. } => body(429, "rate_limit_error", Some("rate_limit_exceeded"), None),
+            Self::BreakerOpen { .. } | Self::NoAnswer | Self::ManualQueue(_) => {
+                body(503, "server_error", Some("service_unavailable"), None)
+            }
+            Self::Tokenizer(_) | Self::Limiter(_) | Self::Config(_) | Self::Provider(_) => {
+                body(500, "server_error", None, None)
+            }
+        }
+    }
+}

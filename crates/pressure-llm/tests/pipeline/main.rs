@@ -1,0 +1,453 @@
+//! The pipeline (deadline → chain → retry → breaker → limiter → attempt)
+//! against scripted mock OpenAI-compatible servers on 127.0.0.1.
+
+#![allow(clippy::unwrap_used)]
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use axum::{Json, Router};
+use pressure_core::ResourceBroker;
+use pressure_llm::pipeline::{Degradation, LlmClient, LlmConfig, LlmError};
+use pressure_llm::provider::{ChatRequest, Message};
+use pressure_llm::taxonomy::ErrorKind;
+use pressure_llm::tokens::TokenCounter;
+use serde_json::{json, Value};
+use tokio::time::Instant;
+
+const PROMPT_TOKENS: u64 = 11;
+const COMPLETION_TOKENS: u64 = 7;
+
+/// What the mock does for one request.
+#[derive(Clone, Copy, Debug)]
+enum Step {
+    Ok,
+    Status(u16),
+    RateLimited { retry_after_ms: u64 },
+    Hang,
+}
+
+#[derive(Default)]
+struct MockState {
+    script: Mutex<VecDeque<Step>>,
+    default: Mutex<Option<Step>>,
+    hits: Mutex<Vec<Instant>>,
+}
+
+struct Mock {
+    state: Arc<MockState>,
+    url: String,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Mock {
+    /// A server answering `script` in order, then `default` forever.
+    async fn start(script: Vec<Step>, default: Step) -> Self {
+        let state = Arc::new(MockState {
+            script: Mutex::new(script.into()),
+            default: Mutex::new(Some(default)),
+            hits: Mutex::new(Vec::new()),
+        });
+        let app = Router::new()
+            .route("/v1/chat/completions", post(handler))
+            .with_state(Arc::clone(&state));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let task = tokio::spawn(async move {
+            axum::serve(listener, app).await.unwrap();
+        });
+        Self {
+            state,
+            url: format!("http://{addr}/v1"),
+            task,
+        }
+    }
+
+    fn hits(&self) -> usize {
+        self.state.hits.lock().unwrap().len()
+    }
+
+    fn hit_times(&self) -> Vec<Instant> {
+        self.state.hits.lock().unwrap().clone()
+    }
+
+    fn set_default(&self, step: Step) {
+        *self.state.default.lock().unwrap() = Some(step);
+    }
+}
+
+impl Drop for Mock {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+async fn handler(State(state): State<Arc<MockState>>, Json(body): Json<Value>) -> Response {
+    state.hits.lock().unwrap().push(Instant::now());
+    let step = {
+        let next = state.script.lock().unwrap().pop_front();
+        next.or(*state.default.lock().unwrap()).unwrap()
+    };
+    match step {
+        Step::Ok => Json(json!({
+            "id": "chatcmpl-1",
+            "object": "chat.completion",
+            "created": 1,
+            "model": body["model"],
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": "hi"}, "finish_reason": "stop"}],
+            "usage": {"prompt_tokens": PROMPT_TOKENS, "completion_tokens": COMPLETION_TOKENS,
+                      "total_tokens": PROMPT_TOKENS + COMPLETION_TOKENS}
+        }))
+        .into_response(),
+        Step::Status(code) => (
+            StatusCode::from_u16(code).unwrap(),
+            Json(json!({"error": {"message": format!("mock {code}"), "type": "server_error"}})),
+        )
+            .into_response(),
+        Step::RateLimited { retry_after_ms } => (
+            StatusCode::TOO_MANY_REQUESTS,
+            [("retry-after-ms", retry_after_ms.to_string())],
+            Json(json!({"error": {"message": "slow down", "type": "rate_limit_error"}})),
+        )
+            .into_response(),
+        Step::Hang => {
+            tokio::time::sleep(Duration::from_secs(60)).await;
+            StatusCode::OK.into_response()
+        }
+    }
+}
+
+fn model(provider: &str, limits: Value) -> Value {
+    // `{}` means "no limits": the field is left out (null).
+    let limits = if limits == json!({}) { Value::Null } else { limits };
+    json!({
+        "provider": provider, "model": "m", "limits": limits,
+        "context": {"contextTokens": 8000, "maxOutputTokens": 1000},
+        "price": {"inputMicroUsdPer1M": 1_000_000, "outputMicroUsdPer1M": 1_000_000}
+    })
+}
+
+/// A configuration with providers `p` (primary) and `b` (backup), one model
+/// `m` each, and the given use cases / breaker / limits of `p/m`.
+fn config(p: &Mock, b: &Mock, use_cases: Value, breaker: Value, p_limits: Value) -> LlmConfig {
+    let v = json!({
+        "providers": {"p": {"baseUrl": p.url}, "b": {"baseUrl": b.url}},
+        "models": [model("p", p_limits), model("b", json!({}))],
+        "rules": {"keyword": [{"keywords": ["Refund"], "answer": "See /refunds", "label": "refund"}]},
+        "useCases": use_cases,
+        "breaker": breaker,
+    });
+    serde_json::from_value(v).unwrap()
+}
+
+fn client(cfg: LlmConfig) -> LlmClient<pressure_core::MemoryBackend> {
+    LlmClient::new(cfg, ResourceBroker::new()).unwrap()
+}
+
+fn request(text: &str) -> ChatRequest {
+    let mut r = ChatRequest::new("ignored", vec![Message::new("user", text)]);
+    r.max_tokens = Some(100);
+    r
+}
+
+fn fast_retry(max_attempts: u32) -> Value {
+    json!({"maxAttempts": max_attempts, "baseDelayMs": 5, "maxDelayMs": 20})
+}
+
+async fn bounded<F: std::future::Future>(f: F) -> F::Output {
+    tokio::time::timeout(Duration::from_secs(20), f)
+        .await
+        .expect("test timed out")
+}
+
+#[tokio::test]
+async fn happy_path_reconciles_usage() {
+    bounded(async {
+        let p = Mock::start(vec![], Step::Ok).await;
+        let b = Mock::start(vec![], Step::Ok).await;
+        let limits = json!({"requestsPerMinute": 100, "inputTokensPerMinute": 100000, "outputTokensPerMinute": 100000});
+        let c = client(config(&p, &b, json!({"chat": {"chain": [{"model": "p/m"}]}}), json!({}), limits));
+        let a = c.complete("chat", request("hello")).await.unwrap();
+        assert_eq!(p.hits(), 1);
+        assert_eq!(a.degradation, Degradation::Primary);
+        assert_eq!(a.degradation.as_str(), "primary");
+        assert_eq!(a.attempts, 1);
+        assert_eq!(a.http_status(), 200);
+        assert_eq!(a.response().unwrap().model, "m");
+        let stats = c.broker().resource_stats("llm:p:m").await.unwrap();
+        assert_eq!(stats.usage["inputTokensPerMinute"], PROMPT_TOKENS);
+        assert_eq!(stats.usage["outputTokensPerMinute"], COMPLETION_TOKENS);
+        assert_eq!(stats.usage["requestsPerMinute"], 1);
+        assert_eq!(a.spent.micro_usd(), PROMPT_TOKENS + COMPLETION_TOKENS);
+        let m = c.snapshot();
+        assert_eq!((m.requests, m.attempts, m.served["primary"]), (1, 1, 1));
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn bad_request_is_one_hit_no_retry_no_fallback() {
+    bounded(async {
+        let p = Mock::start(vec![Step::Status(400)], Step::Ok).await;
+        let b = Mock::start(vec![], Step::Ok).await;
+        let uc = json!({"chat": {"chain": [{"model": "p/m"}, {"model": "b/m"}], "retry": fast_retry(3)}});
+        let c = client(config(&p, &b, uc, json!({}), json!({})));
+        let e = c.complete("chat", request("hello")).await.unwrap_err();
+        assert!(
+            matches!(
+                e,
+                LlmError::Upstream {
+                    kind: ErrorKind::BadRequest,
+                    ..
+                }
+            ),
+            "{e:?}"
+        );
+        assert_eq!(e.openai_error().0, 400);
+        assert_eq!((p.hits(), b.hits()), (1, 0));
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn server_error_then_success_is_two_attempts() {
+    bounded(async {
+        let p = Mock::start(vec![Step::Status(500)], Step::Ok).await;
+        let b = Mock::start(vec![], Step::Ok).await;
+        let uc = json!({"chat": {"chain": [{"model": "p/m"}], "retry": fast_retry(3)}});
+        let c = client(config(
+            &p,
+            &b,
+            uc,
+            json!({}),
+            json!({"inputTokensPerMinute": 100000}),
+        ));
+        let a = c.complete("chat", request("hello")).await.unwrap();
+        assert_eq!(p.hits(), 2);
+        assert_eq!(a.attempts, 2);
+        assert_eq!(a.degradation, Degradation::Primary);
+        let input = TokenCounter::new().count_chat("m", &[("user", "hello")]).unwrap();
+        assert_eq!(a.failed_spent.micro_usd(), input);
+        // The failed attempt was refunded to its input tokens only.
+        let stats = c.broker().resource_stats("llm:p:m").await.unwrap();
+        assert_eq!(stats.usage["inputTokensPerMinute"], input + PROMPT_TOKENS);
+        let m = c.snapshot();
+        assert_eq!((m.retries, m.attempt_errors["server"]), (1, 1));
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn retry_after_ms_is_honoured() {
+    bounded(async {
+        let p = Mock::start(vec![Step::RateLimited { retry_after_ms: 300 }], Step::Ok).await;
+        let b = Mock::start(vec![], Step::Ok).await;
+        let uc = json!({"chat": {"chain": [{"model": "p/m"}], "retry": fast_retry(3)}});
+        let c = client(config(&p, &b, uc, json!({}), json!({})));
+        let a = c.complete("chat", request("hello")).await.unwrap();
+        assert_eq!(a.attempts, 2);
+        let t = p.hit_times();
+        assert_eq!(t.len(), 2);
+        assert!(t[1] - t[0] >= Duration::from_millis(300), "{:?}", t[1] - t[0]);
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn money_budget_of_one_attempt_stops_the_retry() {
+    bounded(async {
+        let p = Mock::start(vec![], Step::Status(500)).await;
+        let b = Mock::start(vec![], Step::Ok).await;
+        let input = TokenCounter::new().count_chat("m", &[("user", "hello")]).unwrap();
+        // One attempt's estimate: input + max_tokens at 1 µUSD per token.
+        let budget = input + 100;
+        let retry = json!({"maxAttempts": 5, "baseDelayMs": 5, "maxDelayMs": 20, "budgetMicroUsd": budget});
+        let uc = json!({
+            "solo": {"chain": [{"model": "p/m"}], "retry": retry},
+            "chain": {"chain": [{"model": "p/m"}, {"model": "b/m"}], "retry": retry},
+        });
+        let c = client(config(&p, &b, uc, json!({}), json!({})));
+        let e = c.complete("solo", request("hello")).await.unwrap_err();
+        assert!(
+            matches!(
+                e,
+                LlmError::Upstream {
+                    kind: ErrorKind::Server { status: 500, .. },
+                    ..
+                }
+            ),
+            "{e:?}"
+        );
+        assert_eq!(e.openai_error().0, 502);
+        assert_eq!(p.hits(), 1);
+        // Budget exhaustion is a fallback disposition: the backup answers.
+        let a = c.complete("chain", request("hello")).await.unwrap();
+        assert_eq!(p.hits(), 2);
+        assert_eq!(a.degradation, Degradation::Backup(1));
+        assert_eq!(a.degradation.as_str(), "backup");
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn breaker_opens_skips_primary_then_probes_and_returns() {
+    bounded(async {
+        let p = Mock::start(vec![], Step::Status(500)).await;
+        let b = Mock::start(vec![], Step::Ok).await;
+        let uc = json!({"chat": {"chain": [{"model": "p/m"}, {"model": "b/m"}], "retry": fast_retry(1)}});
+        let breaker =
+            json!({"minimumCalls": 2, "failureRateThreshold": 0.5, "openWaitMs": 300, "halfOpenProbes": 1});
+        let c = client(config(&p, &b, uc, breaker, json!({})));
+        for _ in 0..2 {
+            let a = c.complete("chat", request("hello")).await.unwrap();
+            assert_eq!(a.degradation, Degradation::Backup(1));
+        }
+        assert_eq!(p.hits(), 2);
+        // Open: the primary gets no request at all.
+        for _ in 0..3 {
+            let a = c.complete("chat", request("hello")).await.unwrap();
+            assert_eq!(a.degradation, Degradation::Backup(1));
+            assert_eq!(a.attempts, 1);
+        }
+        assert_eq!(p.hits(), 2);
+        assert_eq!(c.snapshot().breaker_rejections, 3);
+        // Recovered primary: after the wait a probe goes there and closes it.
+        p.set_default(Step::Ok);
+        tokio::time::sleep(Duration::from_millis(350)).await;
+        for _ in 0..2 {
+            let a = c.complete("chat", request("hello")).await.unwrap();
+            assert_eq!(a.degradation, Degradation::Primary);
+        }
+        assert_eq!(p.hits(), 4);
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn fallback_order_backup_rules_manual_queue() {
+    bounded(async {
+        let p = Mock::start(vec![], Step::Status(500)).await;
+        let b = Mock::start(vec![], Step::Status(503)).await;
+        let chain = json!([{"model": "p/m"}, {"model": "b/m"}, {"rules": "keyword"}, {"manualQueue": true}]);
+        let uc = json!({"chat": {"chain": chain, "retry": fast_retry(2)}});
+        let c = client(config(&p, &b, uc, json!({"minimumCalls": 100}), json!({})));
+        let a = c.complete("chat", request("I want a REFUND now")).await.unwrap();
+        assert_eq!((p.hits(), b.hits()), (2, 2));
+        assert_eq!((a.level, a.degradation, a.attempts), (2, Degradation::Rules, 4));
+        let r = a.response().unwrap();
+        assert_eq!(r.choices[0].message.text(), "See /refunds");
+        assert_eq!(r.extra["pressure_label"], "refund");
+        let a = c.complete("chat", request("something else")).await.unwrap();
+        assert_eq!((a.level, a.degradation), (3, Degradation::ManualQueue));
+        assert_eq!(a.degradation.as_str(), "manual_queue");
+        assert_eq!(a.http_status(), 202);
+        assert!(a.ticket().unwrap().starts_with("mq-"));
+        assert_eq!((p.hits(), b.hits()), (4, 4));
+        let m = c.snapshot();
+        assert_eq!((m.served["rules"], m.served["manual_queue"]), (1, 1));
+        assert!(m.failed_spent_micro_usd > 0);
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn limiter_without_capacity_falls_back_or_errors() {
+    bounded(async {
+        let p = Mock::start(vec![], Step::Ok).await;
+        let b = Mock::start(vec![], Step::Ok).await;
+        let uc = json!({
+            "chain": {"chain": [{"model": "p/m"}, {"model": "b/m"}], "totalMs": 1000},
+            "solo": {"chain": [{"model": "p/m"}], "totalMs": 300},
+        });
+        let c = client(config(&p, &b, uc, json!({}), json!({"requestsPerMinute": 1})));
+        assert_eq!(
+            c.complete("chain", request("a")).await.unwrap().degradation,
+            Degradation::Primary
+        );
+        let a = c.complete("chain", request("b")).await.unwrap();
+        assert_eq!(a.degradation, Degradation::Backup(1));
+        assert_eq!(p.hits(), 1);
+        let started = Instant::now();
+        let e = c.complete("solo", request("c")).await.unwrap_err();
+        assert!(matches!(e, LlmError::NoCapacity { .. }), "{e:?}");
+        assert_eq!(e.openai_error().0, 429);
+        assert!(started.elapsed() < Duration::from_millis(600));
+        assert_eq!(p.hits(), 1);
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn total_deadline_cuts_a_hanging_primary() {
+    bounded(async {
+        let p = Mock::start(vec![], Step::Hang).await;
+        let b = Mock::start(vec![], Step::Ok).await;
+        let uc = json!({
+            "solo": {"chain": [{"model": "p/m"}], "totalMs": 500, "retry": fast_retry(3)},
+            "rules": {"chain": [{"model": "p/m"}, {"rules": "keyword"}], "totalMs": 500},
+        });
+        let c = client(config(&p, &b, uc, json!({"minimumCalls": 100}), json!({})));
+        let started = Instant::now();
+        let e = c.complete("solo", request("hello")).await.unwrap_err();
+        let took = started.elapsed();
+        assert!(matches!(e, LlmError::DeadlineExceeded { total_ms: 500 }), "{e:?}");
+        assert_eq!(e.openai_error().0, 504);
+        assert!(
+            took >= Duration::from_millis(450) && took < Duration::from_millis(900),
+            "{took:?}"
+        );
+        assert_eq!(p.hits(), 1);
+        let started = Instant::now();
+        let a = c.complete("rules", request("refund please")).await.unwrap();
+        assert_eq!(a.degradation, Degradation::Rules);
+        assert!(started.elapsed() < Duration::from_millis(900));
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn context_overflow_and_unknown_use_case_touch_nothing() {
+    bounded(async {
+        let p = Mock::start(vec![], Step::Ok).await;
+        let b = Mock::start(vec![], Step::Ok).await;
+        let uc = json!({"chat": {"chain": [{"model": "p/m"}, {"model": "b/m"}]}});
+        let c = client(config(&p, &b, uc, json!({}), json!({})));
+        let mut r = request("hello");
+        r.max_tokens = Some(999);
+        r.messages = vec![Message::new("user", "word ".repeat(8000))];
+        let e = c.complete("chat", r).await.unwrap_err();
+        let (status, body) = e.openai_error();
+        assert_eq!(status, 400);
+        assert_eq!(body["error"]["code"], "context_length_exceeded");
+        let e = c.complete("nope", request("hello")).await.unwrap_err();
+        assert_eq!(e.openai_error().0, 404);
+        assert_eq!((p.hits(), b.hits()), (0, 0));
+    })
+    .await;
+}
+
+#[test]
+fn config_validation_names_the_field() {
+    let v = json!({
+        "providers": {"p": {"baseUrl": "http://127.0.0.1:1/v1"}},
+        "models": [model("p", json!({}))],
+        "useCases": {"chat": {"chain": [{"model": "p/x"}], "priority": "batch"}},
+    });
+    let cfg: LlmConfig = serde_json::from_value(v).unwrap();
+    let e = cfg.validate().unwrap_err();
+    assert_eq!(e.path, "useCases.chat.chain[0].model");
+    assert_eq!(cfg.use_cases["chat"].total(), Duration::from_secs(120));
+    let bad = json!({"providers": {}, "useCase": {}});
+    assert!(serde_json::from_value::<LlmConfig>(bad).is_err());
+    let v = json!({"useCases": {"c": {"chain": [{"manualQueue": true}, {"rules": "k"}]}}});
+    let cfg: LlmConfig = serde_json::from_value(v).unwrap();
+    assert_eq!(
+        cfg.validate().unwrap_err().path,
+        "useCases.c.chain[0].manualQueue"
+    );
+}
