@@ -10,6 +10,7 @@ use tokio::time::Instant;
 use super::config::{ChainLevel, LlmConfig, UseCaseConfig};
 use super::fallback::{FallbackHandler, InMemoryQueue, KeywordRules, ManualQueue};
 use super::metrics::{Metrics, MetricsSnapshot};
+use super::stream::{AnswerStream, Live};
 use super::{Answer, Degradation, LlmError, Reply};
 use crate::breaker::BreakerRegistry;
 use crate::price::{ModelPrice, Money};
@@ -42,7 +43,7 @@ pub struct LlmClient<B: pressure_core::Backend> {
     handlers: HashMap<String, Arc<dyn FallbackHandler>>,
     queue: Arc<dyn ManualQueue>,
     clock: Arc<dyn Clock>,
-    metrics: Metrics,
+    metrics: Arc<Metrics>,
 }
 
 impl<B: Backend> std::fmt::Debug for LlmClient<B> {
@@ -61,6 +62,48 @@ enum LevelEnd {
     Next(LlmError),
     /// Fail the event.
     Fail(LlmError),
+}
+
+/// One provider call's success.
+enum Attempt {
+    Done(Box<crate::provider::Completion>),
+    Live(
+        Box<(
+            crate::provider::ChatStream,
+            std::collections::VecDeque<crate::provider::ChatChunk>,
+        )>,
+    ),
+}
+
+/// Whether an event wants a complete answer or a stream.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    Complete,
+    Stream,
+}
+
+/// What a model level produced.
+enum Got<B: Backend> {
+    Response(crate::provider::ChatResponse),
+    /// A stream committed at its first output chunk (stream mode only).
+    Live(Box<Live<B>>),
+}
+
+/// What served an event, with the event's totals.
+pub(super) struct Served<B: Backend> {
+    pub(super) level: usize,
+    pub(super) degradation: Degradation,
+    pub(super) model: Option<String>,
+    pub(super) attempts: u32,
+    pub(super) spent: Money,
+    pub(super) failed_spent: Money,
+    pub(super) payload: Payload<B>,
+}
+
+/// A complete reply (any level), or a live stream of a model level.
+pub(super) enum Payload<B: Backend> {
+    Reply(Reply),
+    Live(Box<Live<B>>),
 }
 
 /// The running totals of one event.
@@ -128,7 +171,7 @@ impl<B: Backend> LlmClient<B> {
             handlers,
             queue: Arc::new(InMemoryQueue::default()),
             clock,
-            metrics: Metrics::default(),
+            metrics: Arc::new(Metrics::default()),
         })
     }
 
@@ -167,7 +210,22 @@ impl<B: Backend> LlmClient<B> {
     /// Runs one event of `use_case`: see the [module docs](super).
     pub async fn complete(&self, use_case: &str, req: ChatRequest) -> Result<Answer, LlmError> {
         Metrics::add(&self.metrics.requests, 1);
-        let result = self.run(use_case, req).await;
+        let result = self.run(use_case, req, Mode::Complete).await.and_then(|s| {
+            let reply = match s.payload {
+                Payload::Reply(reply) => reply,
+                // Complete mode never commits a stream.
+                Payload::Live(_) => return Err(LlmError::NoAnswer),
+            };
+            Ok(Answer {
+                reply,
+                level: s.level,
+                degradation: s.degradation,
+                model: s.model,
+                attempts: s.attempts,
+                spent: s.spent,
+                failed_spent: s.failed_spent,
+            })
+        });
         match &result {
             Ok(a) => self.metrics.served(a.degradation.as_str()),
             Err(e) => self.metrics.error(e.label()),
@@ -175,7 +233,22 @@ impl<B: Backend> LlmClient<B> {
         result
     }
 
-    async fn run(&self, use_case: &str, req: ChatRequest) -> Result<Answer, LlmError> {
+    /// Runs one event of `use_case` as a stream: see [`AnswerStream`]. The
+    /// chain is walked like [`complete`](Self::complete) until a model level
+    /// produces its first output chunk (or a `rules` / `manualQueue` level
+    /// answers); failures before that retry and fall back, failures after it
+    /// end the stream with an error item.
+    pub async fn stream(&self, use_case: &str, req: ChatRequest) -> Result<AnswerStream<B>, LlmError> {
+        Metrics::add(&self.metrics.requests, 1);
+        let result = self.run(use_case, req, Mode::Stream).await;
+        match &result {
+            Ok(s) => self.metrics.served(s.degradation.as_str()),
+            Err(e) => self.metrics.error(e.label()),
+        }
+        result.map(|s| AnswerStream::new(s, Arc::clone(&self.metrics), self.counter.clone()))
+    }
+
+    async fn run(&self, use_case: &str, req: ChatRequest, mode: Mode) -> Result<Served<B>, LlmError> {
         let uc = self
             .config
             .use_cases
@@ -239,12 +312,15 @@ impl<B: Backend> LlmClient<B> {
                     }
                     event.retry.start_fallback_level();
                     match self
-                        .run_model(uc, m, reservation, &req, deadline, &mut event)
+                        .run_model(uc, m, reservation, &req, deadline, &mut event, mode)
                         .await
                     {
-                        Ok(response) => {
-                            return Ok(Answer {
-                                reply: Reply::Completion(response),
+                        Ok(got) => {
+                            return Ok(Served {
+                                payload: match got {
+                                    Got::Response(response) => Payload::Reply(Reply::Completion(response)),
+                                    Got::Live(live) => Payload::Live(live),
+                                },
                                 level: i,
                                 degradation: if ordinal == 0 {
                                     Degradation::Primary
@@ -279,9 +355,9 @@ impl<B: Backend> LlmClient<B> {
         Err(last_error.unwrap_or(LlmError::NoAnswer))
     }
 
-    fn answer(&self, reply: Reply, level: usize, degradation: Degradation, event: &Event) -> Answer {
-        Answer {
-            reply,
+    fn answer(&self, reply: Reply, level: usize, degradation: Degradation, event: &Event) -> Served<B> {
+        Served {
+            payload: Payload::Reply(reply),
             level,
             degradation,
             model: None,
@@ -298,6 +374,7 @@ impl<B: Backend> LlmClient<B> {
     }
 
     /// Retries one model level until it answers, gives up, or the deadline passes.
+    #[allow(clippy::too_many_arguments)]
     async fn run_model(
         &self,
         uc: &UseCaseConfig,
@@ -306,7 +383,8 @@ impl<B: Backend> LlmClient<B> {
         req: &ChatRequest,
         deadline: Instant,
         event: &mut Event,
-    ) -> Result<crate::provider::ChatResponse, LevelEnd> {
+        mode: Mode,
+    ) -> Result<Got<B>, LevelEnd> {
         let Some(provider) = self.providers.get(&m.provider) else {
             return Err(LevelEnd::Next(LlmError::NoAnswer));
         };
@@ -359,8 +437,31 @@ impl<B: Backend> LlmClient<B> {
             };
             event.attempts += 1;
             Metrics::add(&self.metrics.attempts, 1);
-            match provider.complete(&call, deadline).await {
-                Ok(done) => {
+            let attempt = match mode {
+                Mode::Complete => provider
+                    .complete(&call, deadline)
+                    .await
+                    .map(|done| Attempt::Done(Box::new(done))),
+                Mode::Stream => super::stream::open(provider, &call, deadline)
+                    .await
+                    .map(|opened| Attempt::Live(Box::new(opened))),
+            };
+            match attempt {
+                Ok(Attempt::Live(opened)) => {
+                    let (stream, buffered) = *opened;
+                    // Committed at the first output chunk: the permits now live in the stream.
+                    return Ok(Got::Live(Box::new(Live {
+                        stream,
+                        buffered,
+                        permit,
+                        breaker: bp,
+                        provider: m.provider.clone(),
+                        model: m.model.clone(),
+                        input_tokens: reservation.input_tokens,
+                        price: m.price,
+                    })));
+                }
+                Ok(Attempt::Done(done)) => {
                     let (prompt, completion) = done
                         .usage
                         .as_ref()
@@ -375,7 +476,7 @@ impl<B: Backend> LlmClient<B> {
                     let cost = m.price.cost(prompt, completion);
                     event.spent = event.spent + cost;
                     Metrics::add(&self.metrics.spent_micro_usd, cost.micro_usd());
-                    return Ok(done.response);
+                    return Ok(Got::Response(done.response));
                 }
                 Err(e) => {
                     let elapsed = bp.elapsed();
@@ -384,7 +485,7 @@ impl<B: Backend> LlmClient<B> {
                         Outcome::Success => bp.success(elapsed),
                         Outcome::Ignore => bp.ignore(),
                     }
-                    // A non-streamed failure generated no output: refund it.
+                    // A failure before any output chunk generated no output: refund it.
                     let generated = 0;
                     if let Some(permit) = permit.as_mut() {
                         let actual = Reservation::actual((reservation.input_tokens, generated));
@@ -448,14 +549,14 @@ fn upstream(m: &ModelEntry, e: CallError) -> LlmError {
     }
 }
 
-enum Outcome {
+pub(super) enum Outcome {
     Failure,
     Success,
     Ignore,
 }
 
 /// How a failed attempt counts for the breaker; see the module docs.
-fn breaker_outcome(kind: &ErrorKind) -> Outcome {
+pub(super) fn breaker_outcome(kind: &ErrorKind) -> Outcome {
     match kind {
         ErrorKind::RateLimited { .. } | ErrorKind::QuotaExhausted | ErrorKind::Conflict => Outcome::Ignore,
         ErrorKind::BadRequest | ErrorKind::ContextLength | ErrorKind::ContentRefusal => Outcome::Success,

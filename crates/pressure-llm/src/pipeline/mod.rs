@@ -29,6 +29,9 @@
 //! content refusal) proves the provider healthy, so it is recorded as a
 //! success.
 //!
+//! [`LlmClient::stream`] runs the same walk for a streamed answer, which may
+//! fall back only before its first output chunk; see [`AnswerStream`].
+//!
 //! When the deadline has passed, remaining model levels are skipped but
 //! `rules` and `manualQueue` levels still run: they make no provider call and
 //! answer at once, and a degraded answer beats none.
@@ -37,6 +40,7 @@ mod client;
 pub mod config;
 pub mod fallback;
 mod metrics;
+mod stream;
 
 use serde_json::{json, Value};
 
@@ -48,6 +52,7 @@ pub use fallback::{
     FallbackHandler, InMemoryQueue, KeywordRule, KeywordRules, ManualQueue, ManualQueueError, QueuedRequest,
 };
 pub use metrics::MetricsSnapshot;
+pub use stream::AnswerStream;
 
 use crate::price::Money;
 use crate::provider::{ChatResponse, ProviderError};

@@ -10,7 +10,7 @@
 //! * the connection breaks, or the body ends without `[DONE]` and without any
 //!   `finish_reason` (`Connection`);
 //! * an event carries an `error` object (classified by
-//!   [`taxonomy::classify`](crate::taxonomy::classify) with the HTTP status, e.g.
+//!   [`crate::taxonomy::classify`] with the HTTP status, e.g.
 //!   `overloaded_error` → `Overloaded`), or is not valid JSON (`Other`).
 //!
 //! Any bytes (including SSE comments used as keep-alives) reset the read

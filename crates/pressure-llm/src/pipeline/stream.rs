@@ -1,0 +1,394 @@
+//! [`AnswerStream`]: a streamed event (DESIGN §6: "a streamed answer may fall
+//! back only before its first byte reached the client").
+//!
+//! See [`AnswerStream`].
+
+use std::collections::VecDeque;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use futures::{FutureExt, Stream, StreamExt};
+use pressure_core::{Backend, MemoryBackend, Permit};
+use serde_json::{Map, Value};
+use tokio::time::Instant;
+
+use super::client::{breaker_outcome, Outcome, Payload, Served};
+use super::metrics::Metrics;
+use super::{Degradation, LlmError, Reply};
+use crate::breaker::CallPermit;
+use crate::price::{ModelPrice, Money};
+use crate::provider::{
+    CallError, ChatChunk, ChatRequest, ChatResponse, ChatStream, ChunkChoice, Delta, ProviderClient,
+};
+use crate::reservation::Reservation;
+use crate::taxonomy::ErrorKind;
+use crate::tokens::TokenCounter;
+
+/// Opens a provider stream and reads it up to its first chunk with output
+/// (or its successful end). The chunks read are returned, to be replayed.
+pub(super) async fn open(
+    provider: &ProviderClient,
+    call: &ChatRequest,
+    deadline: Instant,
+) -> Result<(ChatStream, VecDeque<ChatChunk>), CallError> {
+    let mut stream = provider.stream(call, deadline).await?;
+    let mut buffered = VecDeque::new();
+    loop {
+        match stream.next().await {
+            Some(Ok(chunk)) => {
+                let output = chunk.has_output();
+                buffered.push_back(chunk);
+                if output {
+                    return Ok((stream, buffered));
+                }
+            }
+            Some(Err(e)) => return Err(e),
+            None => return Ok((stream, buffered)),
+        }
+    }
+}
+
+/// A model level's stream, committed at its first output chunk.
+pub(super) struct Live<B: Backend> {
+    pub(super) stream: ChatStream,
+    /// Chunks read while opening, not yet yielded.
+    pub(super) buffered: VecDeque<ChatChunk>,
+    pub(super) permit: Option<Permit<B>>,
+    pub(super) breaker: CallPermit,
+    pub(super) provider: String,
+    pub(super) model: String,
+    /// The counted prompt tokens (the reservation's input).
+    pub(super) input_tokens: u64,
+    pub(super) price: ModelPrice,
+}
+
+/// How a live stream ended.
+enum End {
+    Completed,
+    Failed(ErrorKind),
+    Dropped,
+}
+
+enum Inner<B: Backend> {
+    /// Fixed chunks (a `rules` or `manualQueue` level).
+    Ready(VecDeque<ChatChunk>),
+    /// A model level's stream.
+    Live(Box<Live<B>>),
+    /// The provider stream ended: the reservation is being reconciled, then
+    /// `last` (the error, if it failed) is yielded.
+    Settling {
+        reconcile: BoxFuture<'static, ()>,
+        last: Option<LlmError>,
+    },
+    Done,
+}
+
+/// A streamed answer: a [`Stream`] of chunks, ending with an `Err` item if
+/// the committed level failed mid-stream.
+///
+/// [`LlmClient::stream`](super::LlmClient::stream) walks the chain like
+/// `complete` until a model level yields its first chunk carrying output
+/// (chunks before it, such as a role-only delta, are held back and replayed).
+/// A failure before that point retries and falls back exactly like `complete`;
+/// nothing has reached the caller. From that chunk on the level is
+/// *committed*: a later failure (read timeout, an `error` event such as
+/// `overloaded_error`, a cut connection, the deadline) is yielded as the last
+/// item, `Err(LlmError::Upstream { .. })`, and no other level is asked.
+///
+/// The limiter permit and the breaker permit live in the stream. When the
+/// provider stream ends, before the last item (or the end) is yielded, the
+/// stream
+///
+/// * reconciles the limiter reservation to the final `usage`, or — without
+///   one, e.g. after a failure — to the input tokens plus the output generated
+///   so far (counted with the model's tokenizer);
+/// * records the breaker outcome: a success with the time to first token, or
+///   the failure as `complete` classifies it;
+/// * adds the attempt's price to the metrics (and, when it failed, to the
+///   money spent on failed attempts, the "errors by type" and the failed
+///   attempts by kind).
+///
+/// Dropping the stream early (the client went away) releases both permits:
+/// the breaker records nothing (a cancelled call says nothing about the
+/// provider), the reservation is reconciled to the output generated so far
+/// (the provider bills it) and then released, on a spawned task when a tokio
+/// runtime is around (otherwise it is released without the correction).
+///
+/// A `rules` level answers as a one-chunk stream (the answer's text as one
+/// delta); a `manualQueue` level as one chunk without choices whose extra
+/// field `pressure_ticket` holds the ticket (also [`AnswerStream::ticket`]).
+pub struct AnswerStream<B: Backend = MemoryBackend> {
+    level: usize,
+    degradation: Degradation,
+    model: Option<String>,
+    attempts: u32,
+    spent: Money,
+    failed_spent: Money,
+    ticket: Option<String>,
+    inner: Inner<B>,
+    metrics: Arc<Metrics>,
+    counter: TokenCounter,
+}
+
+impl<B: Backend> std::fmt::Debug for AnswerStream<B> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AnswerStream")
+            .field("level", &self.level)
+            .field("degradation", &self.degradation)
+            .field("model", &self.model)
+            .field("attempts", &self.attempts)
+            .field("ticket", &self.ticket)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<B: Backend> AnswerStream<B> {
+    pub(super) fn new(served: Served<B>, metrics: Arc<Metrics>, counter: TokenCounter) -> Self {
+        let mut ticket = None;
+        let inner = match served.payload {
+            Payload::Live(live) => Inner::Live(live),
+            Payload::Reply(Reply::Completion(r)) => Inner::Ready(VecDeque::from([response_chunk(r)])),
+            Payload::Reply(Reply::Queued { ticket: t }) => {
+                let mut extra = Map::new();
+                extra.insert("pressure_ticket".to_owned(), Value::String(t.clone()));
+                ticket = Some(t);
+                Inner::Ready(VecDeque::from([ChatChunk {
+                    id: String::new(),
+                    object: "chat.completion.chunk".to_owned(),
+                    created: 0,
+                    model: String::new(),
+                    choices: Vec::new(),
+                    usage: None,
+                    extra,
+                }]))
+            }
+        };
+        Self {
+            level: served.level,
+            degradation: served.degradation,
+            model: served.model,
+            attempts: served.attempts,
+            spent: served.spent,
+            failed_spent: served.failed_spent,
+            ticket,
+            inner,
+            metrics,
+            counter,
+        }
+    }
+
+    /// Which kind of level serves the stream.
+    pub fn degradation(&self) -> Degradation {
+        self.degradation
+    }
+
+    /// Index of the chain level that serves the stream.
+    pub fn level(&self) -> usize {
+        self.level
+    }
+
+    /// `provider/model` for a model level.
+    pub fn model(&self) -> Option<&str> {
+        self.model.as_deref()
+    }
+
+    /// Provider calls made (all levels, the streaming one included).
+    pub fn attempts(&self) -> u32 {
+        self.attempts
+    }
+
+    /// Money spent so far; the streaming attempt is added once it ended.
+    pub fn spent(&self) -> Money {
+        self.spent
+    }
+
+    /// Money spent on failed attempts (the streaming one, once it failed).
+    pub fn failed_spent(&self) -> Money {
+        self.failed_spent
+    }
+
+    /// The manual-queue ticket, if the request was queued.
+    pub fn ticket(&self) -> Option<&str> {
+        self.ticket.as_deref()
+    }
+
+    /// The HTTP status to answer with: 200, or 202 for a queued request.
+    pub fn http_status(&self) -> u16 {
+        if self.ticket.is_some() {
+            202
+        } else {
+            200
+        }
+    }
+
+    /// Time to first token of the model stream, while it is live.
+    pub fn ttft(&self) -> Option<Duration> {
+        match &self.inner {
+            Inner::Live(live) => live.stream.ttft(),
+            _ => None,
+        }
+    }
+
+    /// Settles a live stream that ended: breaker, metrics, money; returns the
+    /// reconciliation (and release) of the limiter permit.
+    fn settle(&mut self, live: Live<B>, end: End) -> BoxFuture<'static, ()> {
+        let Live {
+            stream,
+            permit,
+            breaker,
+            model,
+            input_tokens,
+            price,
+            ..
+        } = live;
+        let end = match end {
+            // The provider had finished; only the caller stopped reading.
+            End::Dropped if stream.is_done() && stream.error().is_none() => End::Completed,
+            other => other,
+        };
+        let (prompt, completion) = match stream.usage() {
+            Some(u) => (u.prompt_tokens, u.completion_tokens),
+            None => {
+                let text = stream.output_text();
+                let generated = self
+                    .counter
+                    .count_text(&model, text)
+                    .unwrap_or_else(|_| u64::try_from(text.len().div_ceil(4)).unwrap_or(u64::MAX));
+                (input_tokens, generated)
+            }
+        };
+        let cost = price.cost(prompt, completion);
+        self.spent = self.spent + cost;
+        Metrics::add(&self.metrics.spent_micro_usd, cost.micro_usd());
+        match &end {
+            End::Completed => {
+                let ttft = stream.ttft().unwrap_or_else(|| breaker.elapsed());
+                breaker.success(ttft);
+            }
+            End::Failed(kind) => {
+                let elapsed = breaker.elapsed();
+                match breaker_outcome(kind) {
+                    Outcome::Failure => breaker.failure(elapsed),
+                    Outcome::Success => breaker.success(elapsed),
+                    Outcome::Ignore => breaker.ignore(),
+                }
+                self.failed_spent = self.failed_spent + cost;
+                Metrics::add(&self.metrics.failed_spent_micro_usd, cost.micro_usd());
+                self.metrics.attempt_error(kind.label());
+                self.metrics.error(kind.label());
+            }
+            // A cancelled call says nothing about the provider's health.
+            End::Dropped => breaker.ignore(),
+        }
+        drop(stream);
+        let actual = Reservation::actual((prompt, completion));
+        async move {
+            if let Some(mut permit) = permit {
+                if let Err(e) = permit.reconcile(actual).await {
+                    tracing::warn!(%model, error = %e, "reconcile failed");
+                }
+                drop(permit);
+            }
+        }
+        .boxed()
+    }
+}
+
+impl<B: Backend> Stream for AnswerStream<B> {
+    type Item = Result<ChatChunk, LlmError>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let this = &mut *self;
+        loop {
+            match &mut this.inner {
+                Inner::Ready(chunks) => {
+                    let next = chunks.pop_front();
+                    if next.is_none() {
+                        this.inner = Inner::Done;
+                    }
+                    return Poll::Ready(next.map(Ok));
+                }
+                Inner::Live(live) => {
+                    if let Some(chunk) = live.buffered.pop_front() {
+                        return Poll::Ready(Some(Ok(chunk)));
+                    }
+                    let (end, last) = match live.stream.poll_next_unpin(cx) {
+                        Poll::Pending => return Poll::Pending,
+                        Poll::Ready(Some(Ok(chunk))) => return Poll::Ready(Some(Ok(chunk))),
+                        Poll::Ready(Some(Err(e))) => {
+                            let err = LlmError::Upstream {
+                                provider: live.provider.clone(),
+                                model: live.model.clone(),
+                                kind: e.kind.clone(),
+                                status: e.status,
+                                message: e.message,
+                            };
+                            (End::Failed(e.kind), Some(err))
+                        }
+                        Poll::Ready(None) => (End::Completed, None),
+                    };
+                    let Inner::Live(live) = std::mem::replace(&mut this.inner, Inner::Done) else {
+                        continue;
+                    };
+                    let reconcile = this.settle(*live, end);
+                    this.inner = Inner::Settling { reconcile, last };
+                }
+                Inner::Settling { reconcile, last } => {
+                    if reconcile.poll_unpin(cx).is_pending() {
+                        return Poll::Pending;
+                    }
+                    let last = last.take();
+                    this.inner = Inner::Done;
+                    return Poll::Ready(last.map(Err));
+                }
+                Inner::Done => return Poll::Ready(None),
+            }
+        }
+    }
+}
+
+impl<B: Backend> Drop for AnswerStream<B> {
+    fn drop(&mut self) {
+        let reconcile = match std::mem::replace(&mut self.inner, Inner::Done) {
+            Inner::Live(live) => self.settle(*live, End::Dropped),
+            Inner::Settling { reconcile, .. } => reconcile,
+            Inner::Ready(_) | Inner::Done => return,
+        };
+        match tokio::runtime::Handle::try_current() {
+            Ok(handle) => {
+                handle.spawn(reconcile);
+            }
+            // No runtime: dropping the future drops the permit, which releases it.
+            Err(_) => drop(reconcile),
+        }
+    }
+}
+
+/// A complete answer as one chunk: each choice's text as one delta.
+fn response_chunk(r: ChatResponse) -> ChatChunk {
+    ChatChunk {
+        id: r.id,
+        object: "chat.completion.chunk".to_owned(),
+        created: r.created,
+        model: r.model,
+        choices: r
+            .choices
+            .into_iter()
+            .map(|c| ChunkChoice {
+                index: c.index,
+                delta: Delta {
+                    role: Some(c.message.role.clone()),
+                    content: Some(c.message.text()),
+                    extra: Map::new(),
+                },
+                finish_reason: c.finish_reason,
+                extra: Map::new(),
+            })
+            .collect(),
+        usage: r.usage,
+        extra: Map::new(),
+    }
+}
