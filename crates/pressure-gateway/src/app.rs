@@ -10,12 +10,14 @@ use crate::config::{BackendConfig, ConfigError, GatewayConfig};
 use crate::layers::pre_auth::PreAuthLayer;
 use crate::layers::release::ReleaseLayer;
 use crate::layers::tenant::{Authenticator, TenantLayer};
+use crate::llm::{Llm, LlmRoute};
 use crate::metrics::GatewayMetrics;
 use crate::proxy::ProxyService;
 use crate::routes::{service_resource, RouteTable};
 use axum::body::Body;
 use http::{Request, Response};
 use pressure_core::{LimitTemplate, MemoryBackend, ResourceBroker};
+use pressure_llm::pipeline::{LlmClient, LlmError};
 use pressure_redis::RedisBackend;
 use std::convert::Infallible;
 use std::future::Future;
@@ -26,7 +28,7 @@ use tower::util::BoxCloneSyncService;
 use tower::ServiceBuilder;
 
 /// The gateway's request service: body limit → release → pre-auth → tenant
-/// → proxy.
+/// → (`POST /v1/chat/completions` when `gateway.llm` is set) → proxy.
 pub type GatewayService = BoxCloneSyncService<Request<Body>, Response<Body>, Infallible>;
 
 /// Why the gateway could not start.
@@ -65,15 +67,21 @@ pub struct Gateway {
 struct Parts {
     routes: Arc<RouteTable>,
     tenant: TenantLayer,
+    llm: Option<Llm>,
 }
 
-/// The layer stack over `proxy`.
+/// The layer stack over `proxy` (and the LLM endpoint, when configured:
+/// inside the pressure layers, so its traffic is limited like the proxied).
 fn stack(
     config: &GatewayConfig,
     metrics: &Arc<GatewayMetrics>,
     parts: &Parts,
     proxy: ProxyService,
 ) -> GatewayService {
+    let inner: GatewayService = match &parts.llm {
+        Some(llm) => BoxCloneSyncService::new(LlmRoute::new(Arc::clone(llm), proxy)),
+        None => BoxCloneSyncService::new(proxy),
+    };
     if config.pressure.enabled {
         BoxCloneSyncService::new(
             ServiceBuilder::new()
@@ -81,14 +89,14 @@ fn stack(
                 .layer(ReleaseLayer::new(metrics.clone()))
                 .layer(PreAuthLayer::new(parts.routes.clone(), metrics.clone()))
                 .layer(parts.tenant.clone())
-                .service(proxy),
+                .service(inner),
         )
     } else {
         BoxCloneSyncService::new(
             ServiceBuilder::new()
                 .layer(BodyLimitLayer::new(config.limits.max_body_bytes))
                 .layer(parts.tenant.clone())
-                .service(proxy),
+                .service(inner),
         )
     }
 }
@@ -104,6 +112,14 @@ impl std::fmt::Debug for Gateway {
 
 fn config_error(path: &str, problem: impl Into<String>) -> ConfigError {
     ConfigError::new(path, problem)
+}
+
+/// Why the LLM client could not be built, under `gateway.llm`.
+fn llm_error(e: LlmError) -> ConfigError {
+    match e {
+        LlmError::Config(c) => config_error(&format!("gateway.llm.{}", c.path), c.problem),
+        other => config_error("gateway.llm", other.to_string()),
+    }
 }
 
 impl Gateway {
@@ -165,7 +181,20 @@ impl Gateway {
             broker.clone(),
             metrics.clone(),
         );
-        let parts = Arc::new(Parts { routes, tenant });
+        // On the gateway's broker: `llm:<provider>:<model>` resources live
+        // beside the gateway's own, on the same backend.
+        let llm: Option<Llm> = match &config.llm {
+            Some(c) => {
+                let client = Arc::new(LlmClient::new(c.clone(), broker.clone()).map_err(llm_error)?);
+                let scraped = Arc::clone(&client);
+                metrics.add_section(Arc::new(move |out: &mut String| {
+                    crate::llm::encode_metrics(&scraped, out)
+                }));
+                Some(client)
+            }
+            None => None,
+        };
+        let parts = Arc::new(Parts { routes, tenant, llm });
         let service = stack(&config, &metrics, &parts, proxy);
         Ok(Self {
             config,
@@ -185,6 +214,11 @@ impl Gateway {
     /// The metrics registry.
     pub fn metrics(&self) -> &Arc<GatewayMetrics> {
         &self.metrics
+    }
+
+    /// The LLM client behind `POST /v1/chat/completions`, when `gateway.llm` is set.
+    pub fn llm(&self) -> Option<&Llm> {
+        self.parts.llm.as_ref()
     }
 
     /// The config in use.

@@ -12,6 +12,7 @@ pub mod body_limit;
 pub mod config;
 pub mod demo_upstream;
 pub mod layers;
+pub mod llm;
 pub mod metrics;
 pub mod permits;
 pub mod proxy;

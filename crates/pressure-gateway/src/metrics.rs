@@ -36,6 +36,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::registry::Registry;
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::{self, Write as _};
+use std::sync::Arc;
 
 /// The prefix of per-tenant resource ids.
 pub const TENANT_RESOURCE_PREFIX: &str = "gateway:tenant:";
@@ -126,6 +127,22 @@ pub struct GatewayMetrics {
     unauthorized: Family<ReasonLabels, Counter>,
     bypassed: Family<KindLabels, Counter>,
     upstream_errors: Family<KindLabels, Counter>,
+    /// Sections appended at scrape time (e.g. the LLM client's counters).
+    sections: Sections,
+}
+
+/// A section of the `/metrics` page rendered at scrape time: it appends
+/// whole metric families (`# HELP`, `# TYPE`, samples) in the Prometheus
+/// text format to the page.
+pub type MetricsSection = Arc<dyn Fn(&mut String) + Send + Sync>;
+
+#[derive(Default)]
+struct Sections(RwLock<Vec<MetricsSection>>);
+
+impl fmt::Debug for Sections {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Sections({})", self.0.read().len())
+    }
 }
 
 impl Default for GatewayMetrics {
@@ -181,7 +198,17 @@ impl GatewayMetrics {
             unauthorized,
             bypassed,
             upstream_errors,
+            sections: Sections::default(),
         }
+    }
+
+    /// Adds a section rendered after the built-in families on every scrape.
+    pub fn add_section(&self, section: MetricsSection) {
+        self.sections_lock().write().push(section);
+    }
+
+    fn sections_lock(&self) -> &RwLock<Vec<MetricsSection>> {
+        &self.sections.0
     }
 
     /// Counts a request admitted by `layer`.
@@ -236,6 +263,10 @@ impl GatewayMetrics {
             openmetrics_to_prometheus(&openmetrics, &mut out);
         }
         let _ = encode_snapshot(&mut out, stats, redis);
+        let sections: Vec<MetricsSection> = self.sections_lock().read().clone();
+        for section in sections {
+            section(&mut out);
+        }
         out
     }
 }
@@ -388,13 +419,13 @@ fn encode_snapshot(out: &mut String, stats: &[ResourceStats], redis: Option<Redi
     Ok(())
 }
 
-fn header(out: &mut String, name: &str, kind: &str, help: &str) -> fmt::Result {
+pub(crate) fn header(out: &mut String, name: &str, kind: &str, help: &str) -> fmt::Result {
     writeln!(out, "# HELP {name} {help}")?;
     writeln!(out, "# TYPE {name} {kind}")
 }
 
 /// Label value escaping of the text format: `\`, `"` and newline.
-fn escape_label_value(out: &mut String, value: &str) {
+pub(crate) fn escape_label_value(out: &mut String, value: &str) {
     for c in value.chars() {
         match c {
             '\\' => out.push_str("\\\\"),

@@ -3,6 +3,7 @@
 //! errors. Validation beyond the shape lives in `validate.rs`.
 
 use pressure_core::Limits;
+use pressure_llm::pipeline::LlmConfig;
 use pressure_redis::RedisConfig;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -41,6 +42,10 @@ pub struct GatewayConfig {
     /// Upstream timeouts.
     #[serde(default)]
     pub timeouts: TimeoutConfig,
+    /// The LLM pipeline behind `POST /v1/chat/completions`; absent: the
+    /// gateway serves no LLM endpoint (the path is proxied like any other).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub llm: Option<LlmConfig>,
 }
 
 /// `gateway.upstreams.<name>`.

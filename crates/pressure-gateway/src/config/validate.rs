@@ -42,7 +42,18 @@ pub fn validate(cfg: &GatewayConfig, base_dir: &Path) -> Result<(), ConfigError>
     check_auth(&cfg.auth, base_dir)?;
     check_pressure(&cfg.pressure, cfg)?;
     check_request_limits(cfg)?;
+    check_llm(cfg)?;
     Ok(())
+}
+
+/// `gateway.llm`: the pipeline's own checks, their paths under `gateway.llm`.
+fn check_llm(cfg: &GatewayConfig) -> Result<(), ConfigError> {
+    match &cfg.llm {
+        Some(llm) => llm
+            .validate()
+            .map_err(|e| ConfigError::new(format!("gateway.llm.{}", e.path), e.problem)),
+        None => Ok(()),
+    }
 }
 
 /// Checks `limits` with `pressure_core`'s compiler; the error's path is

@@ -224,7 +224,7 @@ const CASES: &[Case] = &[
         "unknown key in gateway",
         |v| v["gateway"]["listn"] = json!("x"),
         "gateway.listn: unknown key `listn` in gateway (known keys: `listen`, `upstreams`, `backend`, `auth`, \
-         `admin`, `pressure`, `limits`, `timeouts`)",
+         `admin`, `pressure`, `limits`, `timeouts`, `llm`)",
     ),
     (
         "wrong type",
@@ -581,6 +581,26 @@ const CASES: &[Case] = &[
         "totalMs zero",
         |v| v["gateway"]["timeouts"]["totalMs"] = json!(0),
         "gateway.timeouts.totalMs: must be > 0",
+    ),
+    (
+        "llm: a model of an unknown provider",
+        |v| {
+            v["gateway"]["llm"] = json!({
+                "providers": { "mock": { "baseUrl": "http://127.0.0.1:9003/v1" } },
+                "models": [
+                    { "provider": "mock", "model": "m1", "context": { "contextTokens": 1000, "maxOutputTokens": 100 } },
+                    { "provider": "nope", "model": "m2", "context": { "contextTokens": 1000, "maxOutputTokens": 100 } }
+                ],
+                "useCases": { "support": { "chain": [ { "model": "mock/m1" } ] } }
+            })
+        },
+        "gateway.llm.models[1].provider: unknown provider \"nope\"",
+    ),
+    (
+        "llm: unknown key",
+        |v| v["gateway"]["llm"] = json!({ "useCase": {} }),
+        "gateway.llm.useCase: unknown key `useCase` in gateway.llm (known keys: `providers`, `models`, `rules`, \
+         `useCases`, `breaker`)",
     ),
     (
         "connectMs above totalMs",
