@@ -3,6 +3,7 @@
 
 mod demo;
 mod gateway;
+mod queue;
 
 use clap::{Parser, Subcommand};
 
@@ -26,6 +27,9 @@ enum Command {
     /// Validates a config file without starting anything; exit code 2 and
     /// the JSON path of the first problem when it is invalid.
     CheckConfig(gateway::CheckConfigArgs),
+    /// Lists or drains the durable manual queue (a Redis stream) of a
+    /// gateway on the redis backend; one JSON line per queued request.
+    Queue(queue::QueueArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -63,5 +67,6 @@ fn main() -> anyhow::Result<()> {
         Command::Demo(args) => runtime.block_on(demo::run(args)),
         Command::Gateway(args) => runtime.block_on(gateway::run(args)),
         Command::CheckConfig(args) => gateway::check(args),
+        Command::Queue(args) => runtime.block_on(queue::run(args)),
     }
 }

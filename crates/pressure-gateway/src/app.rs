@@ -11,6 +11,7 @@ use crate::layers::pre_auth::PreAuthLayer;
 use crate::layers::release::ReleaseLayer;
 use crate::layers::tenant::{Authenticator, TenantLayer};
 use crate::llm::{Llm, LlmRoute};
+use crate::manual_queue::RedisManualQueue;
 use crate::metrics::GatewayMetrics;
 use crate::proxy::ProxyService;
 use crate::routes::{service_resource, RouteTable};
@@ -185,7 +186,12 @@ impl Gateway {
         // beside the gateway's own, on the same backend.
         let llm: Option<Llm> = match &config.llm {
             Some(c) => {
-                let client = Arc::new(LlmClient::new(c.clone(), broker.clone()).map_err(llm_error)?);
+                let mut client = LlmClient::new(c.clone(), broker.clone()).map_err(llm_error)?;
+                // The durable manual queue on the backend's Redis (DESIGN §6).
+                if let BackendConfig::Redis(rc) = &config.backend {
+                    client = client.with_manual_queue(Arc::new(RedisManualQueue::new(rc)));
+                }
+                let client = Arc::new(client);
                 let scraped = Arc::clone(&client);
                 metrics.add_section(Arc::new(move |out: &mut String| {
                     crate::llm::encode_metrics(&scraped, out)

@@ -1,7 +1,9 @@
 //! A built-in upstream for trying the gateway on a machine with nothing
 //! else running (`pressure gateway --demo-upstream`): it answers every path
-//! with a small JSON echo, `/slow` streams five chunks over a second, and
-//! `/events` is a short `text/event-stream`.
+//! with a small JSON echo, `/slow` streams five chunks over a second,
+//! `/events` is a short `text/event-stream`, and `POST /v1/chat/completions`
+//! answers like an OpenAI-compatible provider (a canned reply with usage), so
+//! the gateway's LLM endpoint can be tried too.
 
 use axum::body::Body;
 use axum::extract::Request;
@@ -19,6 +21,7 @@ pub fn router() -> Router {
 async fn handle(req: Request) -> Response {
     let path = req.uri().path().to_owned();
     match path.as_str() {
+        "/v1/chat/completions" if req.method() == http::Method::POST => chat(req).await,
         "/slow" => stream("application/octet-stream", |i| format!("chunk {i}\n")),
         "/events" => stream("text/event-stream", |i| format!("data: event {i}\n\n")),
         _ => {
@@ -34,6 +37,41 @@ async fn handle(req: Request) -> Response {
                 .unwrap_or_default()
         }
     }
+}
+
+/// A canned OpenAI-style completion that echoes the model and the length of
+/// the last message.
+async fn chat(req: Request) -> Response {
+    let body = axum::body::to_bytes(req.into_body(), 1 << 20)
+        .await
+        .unwrap_or_default();
+    let parsed: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
+    let model = parsed["model"].as_str().unwrap_or("demo").to_owned();
+    let last = parsed["messages"]
+        .as_array()
+        .and_then(|m| m.last())
+        .and_then(|m| m["content"].as_str())
+        .unwrap_or("")
+        .to_owned();
+    let prompt_tokens = (last.len() / 4 + 8) as u64;
+    let answer = format!(
+        "Demo answer from {model}: you said {} characters.",
+        last.chars().count()
+    );
+    let out = serde_json::json!({
+        "id": "chatcmpl-demo",
+        "object": "chat.completion",
+        "created": 0,
+        "model": model,
+        "choices": [{ "index": 0, "finish_reason": "stop",
+                      "message": { "role": "assistant", "content": answer } }],
+        "usage": { "prompt_tokens": prompt_tokens, "completion_tokens": 12,
+                   "total_tokens": prompt_tokens + 12 }
+    });
+    Response::builder()
+        .header(http::header::CONTENT_TYPE, "application/json")
+        .body(Body::from(out.to_string()))
+        .unwrap_or_default()
 }
 
 fn stream(content_type: &'static str, chunk: fn(u32) -> String) -> Response {

@@ -13,6 +13,7 @@ pub mod config;
 pub mod demo_upstream;
 pub mod layers;
 pub mod llm;
+pub mod manual_queue;
 pub mod metrics;
 pub mod permits;
 pub mod proxy;

@@ -311,6 +311,8 @@ type Plain = (&'static str, &'static str, u64);
 /// | `pressure_llm_attempt_errors_total` | counter | `kind` |
 /// | `pressure_llm_answers_total` | counter | `degradation` |
 /// | `pressure_llm_breaker_state` | gauge (0 closed, 1 half-open, 2 open) | `provider`, `model` |
+/// | `pressure_llm_ttft_seconds` | histogram | `provider`, `model` |
+/// | `pressure_llm_latency_seconds` | histogram | `provider`, `model` |
 pub fn encode_metrics(llm: &LlmClient<AnyBackend>, out: &mut String) {
     // Writing into a `String` cannot fail.
     let _ = try_encode_metrics(llm, out);
@@ -414,6 +416,44 @@ fn try_encode_metrics(llm: &LlmClient<AnyBackend>, out: &mut String) -> fmt::Res
         out.push_str("\",model=\"");
         escape_label_value(out, &model);
         writeln!(out, "\"}} {v}")?;
+    }
+    let histograms = [
+        (
+            "pressure_llm_ttft_seconds",
+            "Time to first token of successful provider calls.",
+            &s.ttft,
+        ),
+        (
+            "pressure_llm_latency_seconds",
+            "Total latency of successful provider calls.",
+            &s.latency,
+        ),
+    ];
+    for (name, help, series) in histograms {
+        header(out, name, "histogram", help)?;
+        for ((provider, model), h) in series {
+            let labels = |out: &mut String| {
+                out.push_str("provider=\"");
+                escape_label_value(out, provider);
+                out.push_str("\",model=\"");
+                escape_label_value(out, model);
+                out.push('"');
+            };
+            for (le, n) in h.cumulative() {
+                write!(out, "{name}_bucket{{")?;
+                labels(out);
+                writeln!(out, ",le=\"{le}\"}} {n}")?;
+            }
+            write!(out, "{name}_bucket{{")?;
+            labels(out);
+            writeln!(out, ",le=\"+Inf\"}} {}", h.count)?;
+            write!(out, "{name}_sum{{")?;
+            labels(out);
+            writeln!(out, "}} {}", h.sum_seconds())?;
+            write!(out, "{name}_count{{")?;
+            labels(out);
+            writeln!(out, "}} {}", h.count)?;
+        }
     }
     Ok(())
 }

@@ -614,15 +614,37 @@ async fn metrics_export_the_llm_counters_and_breakers() {
             .parse()
             .expect("a number");
         assert!(failed > 0, "the failed attempt on `bad` cost its input tokens");
+        // Time to first token and latency are histograms per (provider, model).
+        for family in ["pressure_llm_ttft_seconds", "pressure_llm_latency_seconds"] {
+            let count: u64 = text
+                .lines()
+                .find_map(|l| l.strip_prefix(&format!("{family}_count{{provider=\"mock\",model=\"good\"}} ")))
+                .unwrap_or_else(|| panic!("no {family}_count for mock/good in:\n{text}"))
+                .parse()
+                .expect("a number");
+            assert!(count >= 1, "{family}: the successful call was recorded");
+        }
         // Valid exposition: every sample belongs to a family announced before it.
+        // Histogram families announce `x` and sample `x_bucket`, `x_sum`, `x_count`.
         let mut families = BTreeSet::new();
+        let mut histograms = BTreeSet::new();
         for l in text.lines() {
             if let Some(rest) = l.strip_prefix("# TYPE ") {
-                let name = rest.split(' ').next().expect("valid");
+                let mut parts = rest.split(' ');
+                let name = parts.next().expect("valid");
                 assert!(families.insert(name.to_owned()), "family {name} announced twice");
+                if parts.next() == Some("histogram") {
+                    histograms.insert(name.to_owned());
+                }
             } else if !l.starts_with('#') && !l.is_empty() {
                 let name = l.split(['{', ' ']).next().expect("valid");
-                assert!(families.contains(name), "sample `{l}` of an unannounced family");
+                let base = ["_bucket", "_sum", "_count"]
+                    .iter()
+                    .find_map(|sfx| name.strip_suffix(sfx).filter(|b| histograms.contains(*b)));
+                assert!(
+                    families.contains(name) || base.is_some(),
+                    "sample `{l}` of an unannounced family"
+                );
             }
         }
     })

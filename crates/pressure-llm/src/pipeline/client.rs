@@ -1,10 +1,12 @@
 //! [`LlmClient`]: one event through deadline, chain, retry, breaker, limiter.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 use pressure_core::clock::{duration_to_nanos, Clock, TokioClock};
-use pressure_core::{Backend, ResourceBroker};
+use pressure_core::{Backend, QueueConfig, ResourceBroker, ResourceConfig};
 use tokio::time::Instant;
 
 use super::config::{ChainLevel, LlmConfig, UseCaseConfig};
@@ -14,7 +16,7 @@ use super::stream::{AnswerStream, Live};
 use super::{Answer, Degradation, LlmError, Reply};
 use crate::breaker::BreakerRegistry;
 use crate::price::{ModelPrice, Money};
-use crate::provider::{CallError, ChatRequest, ProviderClient};
+use crate::provider::{CallError, ChatRequest, ProviderClient, RateLimitHints};
 use crate::reservation::{resource_id, ModelLimits, Reservation};
 use crate::retry::{Decision, RetryState};
 use crate::taxonomy::{Disposition, ErrorKind};
@@ -30,6 +32,9 @@ struct ModelEntry {
     resource: Option<String>,
     context: ModelLimits,
     price: ModelPrice,
+    /// Provider hold: no call before this instant (nanoseconds on the
+    /// client's clock; 0 = none). See [`hold_for`].
+    hold: Arc<AtomicU64>,
 }
 
 /// The LLM client: every use case of one configuration, on one broker.
@@ -131,7 +136,13 @@ impl<B: Backend> LlmClient<B> {
             let resource = match &m.limits {
                 Some(limits) => {
                     let id = resource_id(&m.provider, &m.model);
-                    broker.register_limit(id.clone(), limits.clone())?;
+                    // A `queue` resource (not `register_limit`) so that the
+                    // batch ceiling applies to `Priority::Batch` acquisitions.
+                    let queue = QueueConfig {
+                        batch_headroom: m.batch_headroom(),
+                        ..QueueConfig::default()
+                    };
+                    broker.register(id.clone(), ResourceConfig::new(limits.clone()).queue(queue))?;
                     Some(id)
                 }
                 None => None,
@@ -145,6 +156,7 @@ impl<B: Backend> LlmClient<B> {
                     resource,
                     context: m.context,
                     price: m.price,
+                    hold: Arc::new(AtomicU64::new(0)),
                 },
             );
         }
@@ -399,6 +411,23 @@ impl<B: Backend> LlmClient<B> {
             if now >= deadline {
                 return Err(LevelEnd::Next(deadline_error()));
             }
+            // A provider hold (its rate-limit headers said the quota is
+            // spent) is a limiter denial: wait when it ends before the
+            // deadline, else move on to the next level. No breaker permit,
+            // no quota, no call.
+            let held = m.hold.load(Ordering::Relaxed);
+            let now_nanos = self.clock.now_nanos();
+            if held > now_nanos {
+                let wait = Duration::from_nanos(held - now_nanos);
+                if now + wait <= deadline {
+                    tokio::time::sleep_until(now + wait).await;
+                    continue;
+                }
+                Metrics::add(&self.metrics.limiter_rejections, 1);
+                return Err(LevelEnd::Next(LlmError::NoCapacity {
+                    resource: resource_id(&m.provider, &m.model),
+                }));
+            }
             // Breaker first: an open breaker costs no quota and no call.
             let bp = match breaker.try_acquire() {
                 Ok(p) => p,
@@ -449,6 +478,7 @@ impl<B: Backend> LlmClient<B> {
             match attempt {
                 Ok(Attempt::Live(opened)) => {
                     let (stream, buffered) = *opened;
+                    self.apply_hints(m, stream.ratelimit(), &reservation);
                     // Committed at the first output chunk: the permits now live in the stream.
                     return Ok(Got::Live(Box::new(Live {
                         stream,
@@ -462,6 +492,9 @@ impl<B: Backend> LlmClient<B> {
                     })));
                 }
                 Ok(Attempt::Done(done)) => {
+                    self.apply_hints(m, &done.ratelimit, &reservation);
+                    self.metrics
+                        .timing(&m.provider, &m.model, Some(done.ttft), Some(done.total));
                     let (prompt, completion) = done
                         .usage
                         .as_ref()
@@ -533,6 +566,60 @@ impl<B: Backend> LlmClient<B> {
             }
         }
     }
+}
+
+impl<B: Backend> LlmClient<B> {
+    /// Holds `m` until the reset the provider announced, when [`hold_for`]
+    /// says its quota is spent. A hold only ever extends.
+    fn apply_hints(&self, m: &ModelEntry, hints: &RateLimitHints, typical: &Reservation) {
+        if let Some(d) = hold_for(hints, typical) {
+            let until = self.clock.now_nanos().saturating_add(duration_to_nanos(d));
+            let before = m.hold.fetch_max(until, Ordering::Relaxed);
+            if before < until {
+                tracing::info!(model = %m.key, hold_ms = duration_ms(d), "provider rate-limit headers: holding model until reset");
+            }
+        }
+    }
+}
+
+/// Longest hold a provider's headers can impose (a guard against a bogus reset).
+pub const MAX_PROVIDER_HOLD: Duration = Duration::from_secs(60);
+
+/// How long a (provider, model) must not be called after a successful answer
+/// whose rate-limit headers say the quota is spent, before the provider
+/// would answer 429:
+///
+/// * remaining requests is 0 → until the request window resets;
+/// * remaining tokens (or, Anthropic, input / output tokens) is below what
+///   `typical` (the reservation of the call that got the answer, as an
+///   estimate of the next one) needs → until the token window resets.
+///
+/// Without a reset figure there is no hold (the local limiter and the
+/// provider's 429 with `retry-after` still apply). The longest applicable
+/// reset wins, capped at [`MAX_PROVIDER_HOLD`]. The hold is kept in this
+/// process only (not shared through the broker backend).
+pub fn hold_for(hints: &RateLimitHints, typical: &Reservation) -> Option<Duration> {
+    let mut hold: Option<Duration> = None;
+    let mut extend = |d: Option<Duration>| {
+        if let Some(d) = d {
+            hold = Some(hold.map_or(d, |h| h.max(d)));
+        }
+    };
+    if hints.remaining_requests == Some(0) {
+        extend(hints.reset_requests);
+    }
+    let total = typical.input_tokens.saturating_add(typical.output_tokens);
+    let short = hints.remaining_tokens.is_some_and(|r| r < total)
+        || hints
+            .remaining_input_tokens
+            .is_some_and(|r| r < typical.input_tokens)
+        || hints
+            .remaining_output_tokens
+            .is_some_and(|r| r < typical.output_tokens);
+    if short {
+        extend(hints.reset_tokens);
+    }
+    hold.filter(|d| !d.is_zero()).map(|d| d.min(MAX_PROVIDER_HOLD))
 }
 
 fn duration_ms(d: std::time::Duration) -> u64 {

@@ -101,12 +101,26 @@ pub struct ModelConfig {
     /// Price per 1M tokens (for the retry money budget and the spend figures).
     #[serde(default)]
     pub price: ModelPrice,
+    /// Share of every limit kept free of batch use cases (0 ≤ h < 1; absent:
+    /// [`DEFAULT_BATCH_HEADROOM`]): a `batch` use case may only use
+    /// `1 − batchHeadroom` of each limit of `limits`, so interactive use
+    /// cases still find capacity when batch traffic saturates the model.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub batch_headroom: Option<f64>,
 }
+
+/// The batch headroom of a model that sets none.
+pub const DEFAULT_BATCH_HEADROOM: f64 = 0.2;
 
 impl ModelConfig {
     /// `provider/model`, how chains name it.
     pub fn key(&self) -> String {
         format!("{}/{}", self.provider, self.model)
+    }
+
+    /// `batchHeadroom`, or [`DEFAULT_BATCH_HEADROOM`].
+    pub fn batch_headroom(&self) -> f64 {
+        self.batch_headroom.unwrap_or(DEFAULT_BATCH_HEADROOM)
     }
 }
 
@@ -236,6 +250,12 @@ impl LlmConfig {
                     f => format!("{path}.limits.{f}"),
                 };
                 return Err(ConfigError::new(field, e.problem));
+            }
+            if !(0.0..1.0).contains(&m.batch_headroom()) {
+                return Err(ConfigError::new(
+                    format!("{path}.batchHeadroom"),
+                    "must be at least 0 and below 1",
+                ));
             }
             if m.context.context_tokens == 0 {
                 return Err(ConfigError::new(

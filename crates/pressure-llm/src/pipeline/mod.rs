@@ -15,6 +15,14 @@
 //!   calls the provider; the reservation is reconciled to the `usage` of an
 //!   answer, or to the input tokens alone after a failure (the reserved output
 //!   is refunded);
+//! * a successful answer's rate-limit headers (`x-ratelimit-*`,
+//!   `anthropic-ratelimit-*`) saying the quota is spent ([`hold_for`]) hold
+//!   the model until the announced reset: a held level is treated like a
+//!   limiter denial (wait when the hold ends before the deadline, else next
+//!   level), so the provider is not asked again before it would answer 429;
+//! * a `batch` use case reserves under the model's batch ceiling
+//!   (`1 − batchHeadroom` of each limit, [`ModelConfig::batch_headroom`]);
+//!   interactive ones may use the whole limit;
 //! * a failure is priced (input tokens plus output generated) into the
 //!   event's [`RetryState`](crate::retry::RetryState) whose decision retries
 //!   the same level, falls to the next level, or fails the event;
@@ -44,14 +52,14 @@ mod stream;
 
 use serde_json::{json, Value};
 
-pub use client::LlmClient;
+pub use client::{hold_for, LlmClient, MAX_PROVIDER_HOLD};
 pub use config::{
     ChainLevel, ConfigError, LlmConfig, ModelConfig, ProviderSettings, UseCaseConfig, UseCasePriority,
 };
 pub use fallback::{
     FallbackHandler, InMemoryQueue, KeywordRule, KeywordRules, ManualQueue, ManualQueueError, QueuedRequest,
 };
-pub use metrics::MetricsSnapshot;
+pub use metrics::{Histogram, MetricsSnapshot, LATENCY_BUCKETS};
 pub use stream::AnswerStream;
 
 use crate::price::Money;

@@ -239,6 +239,7 @@ impl<B: Backend> AnswerStream<B> {
             stream,
             permit,
             breaker,
+            provider,
             model,
             input_tokens,
             price,
@@ -265,6 +266,8 @@ impl<B: Backend> AnswerStream<B> {
         Metrics::add(&self.metrics.spent_micro_usd, cost.micro_usd());
         match &end {
             End::Completed => {
+                self.metrics
+                    .timing(&provider, &model, stream.ttft(), stream.total());
                 let ttft = stream.ttft().unwrap_or_else(|| breaker.elapsed());
                 breaker.success(ttft);
             }

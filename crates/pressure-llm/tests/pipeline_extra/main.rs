@@ -1,0 +1,317 @@
+//! Latency histograms, provider rate-limit headers holding a model, and
+//! interactive before batch under contention — against mock
+//! OpenAI-compatible servers on 127.0.0.1.
+
+#![allow(clippy::unwrap_used)]
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::extract::State;
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use axum::{Json, Router};
+use pressure_core::ResourceBroker;
+use pressure_llm::pipeline::{Degradation, LlmClient, LlmConfig, LlmError};
+use pressure_llm::provider::{ChatRequest, Message};
+use serde_json::{json, Value};
+use tokio::time::Instant;
+
+#[derive(Default)]
+struct MockState {
+    /// Response headers added to every 200.
+    headers: Mutex<Vec<(String, String)>>,
+    hits: Mutex<Vec<Instant>>,
+}
+
+struct Mock {
+    state: Arc<MockState>,
+    url: String,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Mock {
+    async fn start(headers: &[(&str, &str)]) -> Self {
+        let state = Arc::new(MockState {
+            headers: Mutex::new(
+                headers
+                    .iter()
+                    .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                    .collect(),
+            ),
+            hits: Mutex::new(Vec::new()),
+        });
+        let app = Router::new()
+            .route("/v1/chat/completions", post(handler))
+            .with_state(Arc::clone(&state));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let task = tokio::spawn(async move {
+            axum::serve(listener, app).await.unwrap();
+        });
+        Self {
+            state,
+            url: format!("http://{addr}/v1"),
+            task,
+        }
+    }
+
+    fn hits(&self) -> usize {
+        self.state.hits.lock().unwrap().len()
+    }
+
+    fn hit_times(&self) -> Vec<Instant> {
+        self.state.hits.lock().unwrap().clone()
+    }
+
+    fn clear_headers(&self) {
+        self.state.headers.lock().unwrap().clear();
+    }
+}
+
+impl Drop for Mock {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+async fn handler(State(state): State<Arc<MockState>>, Json(body): Json<Value>) -> Response {
+    state.hits.lock().unwrap().push(Instant::now());
+    let mut resp = if body["stream"] == json!(true) {
+        let chunk = |delta: Value, finish: Value| {
+            json!({"id": "c1", "object": "chat.completion.chunk", "created": 1, "model": body["model"],
+                   "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
+        };
+        let usage = json!({"id": "c1", "object": "chat.completion.chunk", "created": 1, "model": body["model"],
+                           "choices": [], "usage": {"prompt_tokens": 11, "completion_tokens": 1, "total_tokens": 12}});
+        let sse = format!(
+            "data: {}\n\ndata: {}\n\ndata: {}\n\ndata: [DONE]\n\n",
+            chunk(json!({"role": "assistant", "content": "hi"}), Value::Null),
+            chunk(json!({}), json!("stop")),
+            usage
+        );
+        ([("content-type", "text/event-stream")], sse).into_response()
+    } else {
+        Json(json!({
+        "id": "chatcmpl-1",
+        "object": "chat.completion",
+        "created": 1,
+        "model": body["model"],
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": "hi"}, "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": 11, "completion_tokens": 7, "total_tokens": 18}
+    }))
+        .into_response()
+    };
+    for (k, v) in state.headers.lock().unwrap().iter() {
+        resp.headers_mut().insert(
+            axum::http::HeaderName::from_bytes(k.as_bytes()).unwrap(),
+            axum::http::HeaderValue::from_str(v).unwrap(),
+        );
+    }
+    resp
+}
+
+fn model(provider: &str, extra: Value) -> Value {
+    let mut m = json!({
+        "provider": provider, "model": "m",
+        "context": {"contextTokens": 8000, "maxOutputTokens": 1000},
+        "price": {"inputMicroUsdPer1M": 1_000_000, "outputMicroUsdPer1M": 1_000_000}
+    });
+    for (k, v) in extra.as_object().unwrap() {
+        m[k] = v.clone();
+    }
+    m
+}
+
+/// Providers `p` (primary) and `b` (backup), one model `m` each.
+fn client(p: &Mock, b: &Mock, p_extra: Value, use_cases: Value) -> LlmClient<pressure_core::MemoryBackend> {
+    let v = json!({
+        "providers": {"p": {"baseUrl": p.url}, "b": {"baseUrl": b.url}},
+        "models": [model("p", p_extra), model("b", json!({}))],
+        "useCases": use_cases,
+    });
+    let cfg: LlmConfig = serde_json::from_value(v).unwrap();
+    LlmClient::new(cfg, ResourceBroker::new()).unwrap()
+}
+
+fn request() -> ChatRequest {
+    let mut r = ChatRequest::new("ignored", vec![Message::new("user", "hello")]);
+    r.max_tokens = Some(100);
+    r
+}
+
+async fn bounded<F: std::future::Future>(f: F) -> F::Output {
+    tokio::time::timeout(Duration::from_secs(20), f)
+        .await
+        .expect("test timed out")
+}
+
+#[tokio::test]
+async fn latency_histograms_per_model() {
+    bounded(async {
+        let p = Mock::start(&[]).await;
+        let b = Mock::start(&[]).await;
+        let c = client(&p, &b, json!({}), json!({"chat": {"chain": [{"model": "p/m"}]}}));
+        for _ in 0..3 {
+            c.complete("chat", request()).await.unwrap();
+        }
+        let s = c.snapshot();
+        let key = ("p".to_owned(), "m".to_owned());
+        let ttft = s.ttft[&key];
+        let total = s.latency[&key];
+        assert_eq!((ttft.count, total.count), (3, 3));
+        // Local calls: everything well below the last bound, buckets cumulative.
+        assert_eq!(*ttft.buckets.last().unwrap(), 3);
+        assert!(ttft.buckets.windows(2).all(|w| w[0] <= w[1]));
+        assert!(total.sum_micros >= ttft.sum_micros);
+        assert!(total.sum_seconds() > 0.0);
+        assert!(!s.ttft.contains_key(&("b".to_owned(), "m".to_owned())));
+    })
+    .await;
+}
+
+const SPENT: [(&str, &str); 2] = [
+    ("x-ratelimit-remaining-requests", "0"),
+    ("x-ratelimit-reset-requests", "1s"),
+];
+
+#[tokio::test]
+async fn spent_quota_headers_fall_back_until_reset() {
+    bounded(async {
+        let p = Mock::start(&SPENT).await;
+        let b = Mock::start(&[]).await;
+        // 500 ms total: a 1 s hold cannot end in time, so the level is skipped.
+        let uc = json!({"chat": {"chain": [{"model": "p/m"}, {"model": "b/m"}], "totalMs": 500}});
+        let c = client(&p, &b, json!({}), uc);
+        let a = c.complete("chat", request()).await.unwrap();
+        assert_eq!(a.degradation, Degradation::Primary);
+        let held_at = Instant::now();
+        p.clear_headers();
+        let a = c.complete("chat", request()).await.unwrap();
+        assert_eq!(a.degradation, Degradation::Backup(1));
+        assert_eq!((p.hits(), b.hits()), (1, 1));
+        assert_eq!(c.snapshot().limiter_rejections, 1);
+        tokio::time::sleep_until(held_at + Duration::from_millis(1050)).await;
+        let a = c.complete("chat", request()).await.unwrap();
+        assert_eq!(a.degradation, Degradation::Primary);
+        assert_eq!((p.hits(), b.hits()), (2, 1));
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn spent_quota_headers_wait_for_reset_within_deadline() {
+    bounded(async {
+        let p = Mock::start(&SPENT).await;
+        let b = Mock::start(&[]).await;
+        let uc = json!({"chat": {"chain": [{"model": "p/m"}, {"model": "b/m"}], "totalMs": 5000}});
+        let c = client(&p, &b, json!({}), uc);
+        c.complete("chat", request()).await.unwrap();
+        let a = c.complete("chat", request()).await.unwrap();
+        assert_eq!(a.degradation, Degradation::Primary);
+        assert_eq!((p.hits(), b.hits()), (2, 0));
+        let t = p.hit_times();
+        let gap = t[1] - t[0];
+        assert!(gap >= Duration::from_millis(990), "{gap:?}");
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn streams_record_latency_and_apply_spent_quota_headers() {
+    use futures::StreamExt;
+    bounded(async {
+        let p = Mock::start(&SPENT).await;
+        let b = Mock::start(&[]).await;
+        let uc = json!({"chat": {"chain": [{"model": "p/m"}, {"model": "b/m"}], "totalMs": 500}});
+        let c = client(&p, &b, json!({}), uc);
+        let mut s = c.stream("chat", request()).await.unwrap();
+        assert_eq!(s.degradation(), Degradation::Primary);
+        while let Some(item) = s.next().await {
+            item.unwrap();
+        }
+        drop(s);
+        let key = ("p".to_owned(), "m".to_owned());
+        let m = c.snapshot();
+        assert_eq!((m.ttft[&key].count, m.latency[&key].count), (1, 1));
+        // The stream's head said the request quota is spent for 1 s.
+        let s = c.stream("chat", request()).await.unwrap();
+        assert_eq!(s.degradation(), Degradation::Backup(1));
+        assert_eq!((p.hits(), b.hits()), (1, 1));
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn low_remaining_tokens_hold_until_token_reset() {
+    bounded(async {
+        // The call reserves prompt + 100 output tokens; 50 remaining is too few.
+        let p = Mock::start(&[
+            ("x-ratelimit-remaining-tokens", "50"),
+            ("x-ratelimit-reset-tokens", "800ms"),
+        ])
+        .await;
+        let b = Mock::start(&[]).await;
+        let uc = json!({"chat": {"chain": [{"model": "p/m"}, {"model": "b/m"}], "totalMs": 300}});
+        let c = client(&p, &b, json!({}), uc);
+        c.complete("chat", request()).await.unwrap();
+        let a = c.complete("chat", request()).await.unwrap();
+        assert_eq!(a.degradation, Degradation::Backup(1));
+        assert_eq!((p.hits(), b.hits()), (1, 1));
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn interactive_served_before_batch_under_contention() {
+    bounded(async {
+        let p = Mock::start(&[]).await;
+        let b = Mock::start(&[]).await;
+        let limits = json!({"limits": {"requestsPerMinute": 5}, "batchHeadroom": 0.4});
+        let uc = json!({
+            "bulk": {"chain": [{"model": "p/m"}, {"model": "b/m"}], "priority": "batch", "totalMs": 2000},
+            "solo": {"chain": [{"model": "p/m"}], "priority": "batch", "totalMs": 2000},
+            "chat": {"chain": [{"model": "p/m"}], "totalMs": 2000},
+        });
+        let c = client(&p, &b, limits, uc);
+        let mut served = Vec::new();
+        for _ in 0..5 {
+            served.push(c.complete("bulk", request()).await.unwrap().degradation);
+        }
+        // Batch gets 60 % of the 5 requests; the rest goes to the backup.
+        assert_eq!(
+            served,
+            [
+                Degradation::Primary,
+                Degradation::Primary,
+                Degradation::Primary,
+                Degradation::Backup(1),
+                Degradation::Backup(1)
+            ]
+        );
+        assert_eq!((p.hits(), b.hits()), (3, 2));
+        // Without a backup, batch fails with no capacity, no primary hit.
+        let e = c.complete("solo", request()).await.unwrap_err();
+        assert!(matches!(e, LlmError::NoCapacity { .. }), "{e:?}");
+        assert_eq!(p.hits(), 3);
+        // Interactive still gets the remaining 2.
+        for _ in 0..2 {
+            let a = c.complete("chat", request()).await.unwrap();
+            assert_eq!(a.degradation, Degradation::Primary);
+        }
+        assert_eq!(p.hits(), 5);
+    })
+    .await;
+}
+
+#[test]
+fn batch_headroom_is_validated() {
+    let v = json!({
+        "providers": {"p": {"baseUrl": "http://127.0.0.1:1/v1"}},
+        "models": [model("p", json!({"batchHeadroom": 1.0}))],
+        "useCases": {"chat": {"chain": [{"model": "p/m"}]}},
+    });
+    let cfg: LlmConfig = serde_json::from_value(v).unwrap();
+    let e = cfg.validate().unwrap_err();
+    assert_eq!(e.path, "models[0].batchHeadroom");
+}
