@@ -58,6 +58,9 @@ async fn chat(req: Request) -> Response {
         "Demo answer from {model}: you said {} characters.",
         last.chars().count()
     );
+    if parsed["stream"].as_bool() == Some(true) {
+        return chat_stream(model, answer, prompt_tokens);
+    }
     let out = serde_json::json!({
         "id": "chatcmpl-demo",
         "object": "chat.completion",
@@ -71,6 +74,44 @@ async fn chat(req: Request) -> Response {
     Response::builder()
         .header(http::header::CONTENT_TYPE, "application/json")
         .body(Body::from(out.to_string()))
+        .unwrap_or_default()
+}
+
+/// The same answer as server-sent events, one word per chunk, then the
+/// usage chunk and `[DONE]`, like OpenAI with `include_usage`.
+fn chat_stream(model: String, answer: String, prompt_tokens: u64) -> Response {
+    let chunk = |delta: serde_json::Value, finish: Option<&str>, usage: Option<serde_json::Value>| {
+        let mut c = serde_json::json!({
+            "id": "chatcmpl-demo", "object": "chat.completion.chunk", "created": 0, "model": model,
+            "choices": [{ "index": 0, "delta": delta, "finish_reason": finish }],
+        });
+        if let Some(u) = usage {
+            c["choices"] = serde_json::json!([]);
+            c["usage"] = u;
+        }
+        format!("data: {c}\n\n")
+    };
+    let mut events = vec![chunk(
+        serde_json::json!({ "role": "assistant", "content": "" }),
+        None,
+        None,
+    )];
+    for word in answer.split_inclusive(' ') {
+        events.push(chunk(serde_json::json!({ "content": word }), None, None));
+    }
+    events.push(chunk(serde_json::json!({}), Some("stop"), None));
+    let usage = serde_json::json!({ "prompt_tokens": prompt_tokens, "completion_tokens": 12,
+                                    "total_tokens": prompt_tokens + 12 });
+    events.push(chunk(serde_json::json!({}), None, Some(usage)));
+    events.push("data: [DONE]\n\n".to_owned());
+    let s = futures::stream::iter(
+        events
+            .into_iter()
+            .map(|e| Ok::<_, std::convert::Infallible>(Bytes::from(e))),
+    );
+    Response::builder()
+        .header(http::header::CONTENT_TYPE, "text/event-stream")
+        .body(Body::from_stream(s))
         .unwrap_or_default()
 }
 
