@@ -215,6 +215,37 @@ async fn bad_request_is_one_hit_no_retry_no_fallback() {
 }
 
 #[tokio::test]
+async fn unauthorized_and_forbidden_are_one_hit_each_never_retried() {
+    // 401/403 are this (provider, model)'s configuration problem: never
+    // retried (one hit); the chain may go on to a backup with its own key.
+    for status in [401u16, 403] {
+        bounded(async {
+            let p = Mock::start(vec![Step::Status(status)], Step::Ok).await;
+            let b = Mock::start(vec![], Step::Ok).await;
+            let uc = json!({"chat": {"chain": [{"model": "p/m"}, {"model": "b/m"}], "retry": fast_retry(3)}});
+            let c = client(config(&p, &b, uc, json!({}), json!({})));
+            let a = c
+                .complete("chat", request("hello"))
+                .await
+                .expect("the backup answers");
+            assert_eq!(a.degradation.as_str(), "backup", "{status}");
+            assert_eq!(
+                (p.hits(), b.hits()),
+                (1, 1),
+                "{status}: exactly one hit on the primary"
+            );
+            // Without a backup the error is returned after that single hit.
+            let p = Mock::start(vec![Step::Status(status)], Step::Ok).await;
+            let uc = json!({"chat": {"chain": [{"model": "p/m"}], "retry": fast_retry(3)}});
+            let c = client(config(&p, &b, uc, json!({}), json!({})));
+            assert!(c.complete("chat", request("hello")).await.is_err(), "{status}");
+            assert_eq!(p.hits(), 1, "{status}: never retried");
+        })
+        .await;
+    }
+}
+
+#[tokio::test]
 async fn server_error_then_success_is_two_attempts() {
     bounded(async {
         let p = Mock::start(vec![Step::Status(500)], Step::Ok).await;
