@@ -15,6 +15,18 @@
 //!   [`ProviderError`] (configuration).
 //!
 //! The HTTP client is `reqwest` with rustls (HTTP/1.1 and HTTP/2 via ALPN).
+//!
+//! # How the timeouts agree along the chain
+//! The use case's total budget (`totalMs`: 15 s interactive, 120 s batch by
+//! default) is the one deadline of an event: every retry, backoff sleep,
+//! limiter wait and fallback level runs inside it. Each per-attempt timer
+//! (pool wait, connect, write, first byte, read between chunks) is the
+//! smaller of its own setting and the time left before that deadline; when
+//! the deadline is the nearer bound the error says `Total`, and the pipeline
+//! stops trying further models (rules and the manual queue still answer).
+//! A retry whose backoff or `retry-after` would end past the deadline is not
+//! made. So an attempt can never outlive its event, and a slow first attempt
+//! shortens, never extends, what the fallbacks get.
 
 pub mod client;
 pub mod config;
