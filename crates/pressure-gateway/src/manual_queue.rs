@@ -25,9 +25,9 @@
 
 use pressure_llm::pipeline::{ManualQueue, ManualQueueError};
 use pressure_llm::provider::ChatRequest;
-use pressure_redis::RedisConfig;
-use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
-use redis::{Cmd, Pipeline, RedisFuture, Value};
+use pressure_redis::{RedisConfig, RedisConnection as Conn};
+use redis::aio::ConnectionLike;
+use redis::{Cmd, Value};
 use serde_json::{json, Value as Json};
 use std::fmt;
 use std::time::Duration;
@@ -76,40 +76,6 @@ impl QueueItem {
     }
 }
 
-#[derive(Clone)]
-enum Conn {
-    Single(ConnectionManager),
-    Cluster(redis::cluster_async::ClusterConnection),
-}
-
-impl ConnectionLike for Conn {
-    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
-        match self {
-            Conn::Single(c) => c.req_packed_command(cmd),
-            Conn::Cluster(c) => c.req_packed_command(cmd),
-        }
-    }
-
-    fn req_packed_commands<'a>(
-        &'a mut self,
-        cmd: &'a Pipeline,
-        offset: usize,
-        count: usize,
-    ) -> RedisFuture<'a, Vec<Value>> {
-        match self {
-            Conn::Single(c) => c.req_packed_commands(cmd, offset, count),
-            Conn::Cluster(c) => c.req_packed_commands(cmd, offset, count),
-        }
-    }
-
-    fn get_db(&self) -> i64 {
-        match self {
-            Conn::Single(c) => c.get_db(),
-            Conn::Cluster(c) => c.get_db(),
-        }
-    }
-}
-
 /// The manual queue on a Redis stream.
 pub struct RedisManualQueue {
     config: RedisConfig,
@@ -150,29 +116,9 @@ impl RedisManualQueue {
     }
 
     async fn connect(&self) -> Result<Conn, ManualQueueError> {
-        let connect_timeout = Duration::from_millis(self.config.connect_timeout_ms).max(MIN_TIMEOUT);
-        if self.config.cluster_nodes.is_empty() {
-            let client = redis::Client::open(self.config.url.as_str()).map_err(err)?;
-            let cfg = ConnectionManagerConfig::new()
-                .set_connection_timeout(Some(connect_timeout))
-                .set_response_timeout(Some(self.timeout));
-            let cm = tokio::time::timeout(connect_timeout, ConnectionManager::new_with_config(client, cfg))
-                .await
-                .map_err(|_| err(format!("connect timed out after {connect_timeout:?}")))?
-                .map_err(err)?;
-            Ok(Conn::Single(cm))
-        } else {
-            let client = redis::cluster::ClusterClientBuilder::new(self.config.cluster_nodes.clone())
-                .connection_timeout(connect_timeout)
-                .response_timeout(self.timeout)
-                .build()
-                .map_err(err)?;
-            let c = tokio::time::timeout(connect_timeout, client.get_async_connection())
-                .await
-                .map_err(|_| err(format!("connect timed out after {connect_timeout:?}")))?
-                .map_err(err)?;
-            Ok(Conn::Cluster(c))
-        }
+        let mut cfg = self.config.clone();
+        cfg.connect_timeout_ms = cfg.connect_timeout_ms.max(MIN_TIMEOUT.as_millis() as u64);
+        pressure_redis::connect(&cfg, self.timeout).await.map_err(err)
     }
 
     /// Runs `cmd` with the call timeout.

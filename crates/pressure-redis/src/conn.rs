@@ -9,10 +9,14 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-/// One connection of either kind; cheap to clone (multiplexed).
+/// One multiplexed, auto-reconnecting connection to a Redis or a Redis
+/// Cluster, as configured; cheap to clone. Other parts of pressure that keep
+/// data in the same Redis (the LLM manual queue) use it too.
 #[derive(Clone)]
-pub(crate) enum Conn {
+pub enum Conn {
+    /// A single Redis.
     Single(ConnectionManager),
+    /// A Redis Cluster.
     Cluster(redis::cluster_async::ClusterConnection),
 }
 
@@ -51,40 +55,49 @@ pub(crate) struct Pool {
     next: Arc<AtomicUsize>,
 }
 
+/// Opens one connection to the Redis (or cluster) of `config`, bounded by
+/// its connect timeout; each command then runs with `response_timeout`.
+pub async fn connect(config: &RedisConfig, response_timeout: Duration) -> Result<Conn, BackendError> {
+    let connect_timeout = Duration::from_millis(config.connect_timeout_ms);
+    let unavailable = |e: redis::RedisError| BackendError::Unavailable(e.to_string());
+    if config.cluster_nodes.is_empty() {
+        let client = redis::Client::open(config.url.as_str()).map_err(unavailable)?;
+        let cfg = ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(connect_timeout))
+            .set_response_timeout(Some(response_timeout))
+            .set_min_delay(Duration::from_millis(10))
+            .set_max_delay(Duration::from_millis(200))
+            .set_number_of_retries(usize::MAX >> 1);
+        let cm = tokio::time::timeout(connect_timeout, ConnectionManager::new_with_config(client, cfg))
+            .await
+            .map_err(|_| BackendError::Timeout(connect_timeout))?
+            .map_err(unavailable)?;
+        Ok(Conn::Single(cm))
+    } else {
+        let client = redis::cluster::ClusterClientBuilder::new(config.cluster_nodes.clone())
+            .connection_timeout(connect_timeout)
+            .response_timeout(response_timeout)
+            .build()
+            .map_err(unavailable)?;
+        let c = tokio::time::timeout(connect_timeout, client.get_async_connection())
+            .await
+            .map_err(|_| BackendError::Timeout(connect_timeout))?
+            .map_err(unavailable)?;
+        Ok(Conn::Cluster(c))
+    }
+}
+
 impl Pool {
     pub(crate) async fn connect(config: &RedisConfig) -> Result<Self, BackendError> {
-        let connect_timeout = Duration::from_millis(config.connect_timeout_ms);
-        let unavailable = |e: redis::RedisError| BackendError::Unavailable(e.to_string());
-        let mut conns = Vec::with_capacity(config.connections);
-        if config.cluster_nodes.is_empty() {
-            let client = redis::Client::open(config.url.as_str()).map_err(unavailable)?;
-            for _ in 0..config.connections {
-                let cfg = ConnectionManagerConfig::new()
-                    .set_connection_timeout(Some(connect_timeout))
-                    .set_response_timeout(Some(config.timeout() * 4))
-                    .set_min_delay(Duration::from_millis(10))
-                    .set_max_delay(Duration::from_millis(200))
-                    .set_number_of_retries(usize::MAX >> 1);
-                let cm = tokio::time::timeout(
-                    connect_timeout,
-                    ConnectionManager::new_with_config(client.clone(), cfg),
-                )
-                .await
-                .map_err(|_| BackendError::Timeout(connect_timeout))?
-                .map_err(unavailable)?;
-                conns.push(Conn::Single(cm));
-            }
+        // A cluster connection is already multiplexed across nodes: one.
+        let n = if config.cluster_nodes.is_empty() {
+            config.connections
         } else {
-            let client = redis::cluster::ClusterClientBuilder::new(config.cluster_nodes.clone())
-                .connection_timeout(connect_timeout)
-                .response_timeout(config.timeout() * 4)
-                .build()
-                .map_err(unavailable)?;
-            let c = tokio::time::timeout(connect_timeout, client.get_async_connection())
-                .await
-                .map_err(|_| BackendError::Timeout(connect_timeout))?
-                .map_err(unavailable)?;
-            conns.push(Conn::Cluster(c));
+            1
+        };
+        let mut conns = Vec::with_capacity(n);
+        for _ in 0..n {
+            conns.push(connect(config, config.timeout() * 4).await?);
         }
         Ok(Self {
             conns: Arc::new(conns),

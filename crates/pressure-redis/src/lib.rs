@@ -28,6 +28,8 @@
 mod backend;
 mod config;
 mod conn;
+
+pub use conn::{connect, Conn as RedisConnection};
 mod health;
 pub mod keys;
 mod scripts;
