@@ -330,18 +330,7 @@ impl<B: Backend> ResourceBroker<B> {
     }
 
     fn entry(&self, resource: &str) -> Result<Arc<Entry<B>>, Error> {
-        match self.shared.resources.get(resource) {
-            Some(e) => {
-                let entry = Arc::clone(e.value());
-                if entry.lazy {
-                    entry
-                        .last_used
-                        .store(self.shared.clock.now_nanos(), Ordering::Relaxed);
-                }
-                Ok(entry)
-            }
-            None => Err(Error::UnknownResource(resource.to_owned())),
-        }
+        self.lookup(resource).map(|e| Arc::clone(e.value()))
     }
 
     /// Check+reject: reserve now, or get a denial carrying the earliest time

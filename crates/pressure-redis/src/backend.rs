@@ -12,9 +12,8 @@ use pressure_core::backend::{MemoryHandle, Usage};
 use pressure_core::clock::{Clock, MonotonicClock};
 use pressure_core::{
     Algorithm, Backend, BackendError, Counts, Decision, Demand, Denial, Dimension, Grant, LeaseId, LimitSpec,
-    Limits, MemoryBackend, RateSpec, Reserved, PPM,
+    Limits, MemoryBackend, RateSpec, Reserved, SyncBackend,
 };
-use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -167,17 +166,13 @@ impl RedisBackend {
     fn fallback(&self, h: &RedisHandle, demand: &Demand) -> Decision {
         self.inner.health.fallbacks.fetch_add(1, Ordering::Relaxed);
         match (self.inner.config.failure_mode, &h.local) {
-            (FailureMode::Local, Some(local)) => {
-                let d = self.inner.local.acquire(local, demand);
-                match futures_ready(d) {
-                    Ok(Decision::Granted(mut g)) => {
-                        g.fallback = true;
-                        Decision::Granted(g)
-                    }
-                    Ok(denied) => denied,
-                    Err(_) => closed(h),
+            (FailureMode::Local, Some(local)) => match self.inner.local.acquire_sync(local, demand) {
+                Decision::Granted(mut g) => {
+                    g.fallback = true;
+                    Decision::Granted(g)
                 }
-            }
+                denied => denied,
+            },
             (FailureMode::Open, _) => Decision::Granted(Grant {
                 at_ns: 0,
                 delay_ns: 0,
@@ -267,16 +262,6 @@ impl RedisBackend {
                 dimension: d.dimension,
             })
         })
-    }
-}
-
-fn futures_ready<T>(f: impl Future<Output = T>) -> T {
-    // The memory backend's futures are ready at once.
-    let mut f = std::pin::pin!(f);
-    let waker = std::task::Waker::noop();
-    match f.as_mut().poll(&mut std::task::Context::from_waker(waker)) {
-        std::task::Poll::Ready(v) => v,
-        std::task::Poll::Pending => unreachable!("MemoryBackend futures are always ready"),
     }
 }
 
@@ -459,8 +444,8 @@ impl Backend for RedisBackend {
                 None => Ok(()),
             };
         }
-        let before = demand_of(&grant.reserved);
-        let after = demand_of(actual);
+        let before = Demand::from(&grant.reserved);
+        let after = Demand::from(actual);
         let changed: Vec<(&Dim, i64)> = h
             .dims
             .iter()
@@ -512,18 +497,6 @@ impl Backend for RedisBackend {
         // The state lives in Redis and expires there by itself; dropping the
         // local handle loses nothing.
         true
-    }
-}
-
-fn demand_of(r: &Reserved) -> Demand {
-    Demand {
-        requests: r.requests,
-        input_tokens: r.input_tokens,
-        output_tokens: r.output_tokens,
-        lease: false,
-        ceiling_ppm: PPM,
-        book_within_ns: 0,
-        count_denial: false,
     }
 }
 

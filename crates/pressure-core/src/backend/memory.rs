@@ -254,8 +254,8 @@ impl Counters {
     }
 
     fn reconcile(&mut self, spec: &LimitSpec, now: u64, grant: &Grant, actual: &Reserved) {
-        let before = demand_of(&grant.reserved);
-        let after = demand_of(actual);
+        let before = Demand::from(&grant.reserved);
+        let after = Demand::from(actual);
         for (r, st) in spec.rates.iter().zip(self.dims.iter_mut()) {
             let delta = r.units(&after) as i64 - r.units(&before) as i64;
             if delta == 0 {
@@ -305,15 +305,6 @@ impl Counters {
                         w.is_empty()
                     }
                 })
-    }
-}
-
-fn demand_of(r: &Reserved) -> Demand {
-    Demand {
-        requests: r.requests,
-        input_tokens: r.input_tokens,
-        output_tokens: r.output_tokens,
-        ..Demand::default()
     }
 }
 
@@ -403,8 +394,8 @@ impl Backend for MemoryBackend {
         let now = self.clock.now_nanos();
         match &handle.state {
             State::Fast { rate, tat, .. } => {
-                let delta =
-                    rate.units(&demand_of(actual)) as i64 - rate.units(&demand_of(&grant.reserved)) as i64;
+                let delta = rate.units(&Demand::from(actual)) as i64
+                    - rate.units(&Demand::from(&grant.reserved)) as i64;
                 if delta != 0 {
                     let _ = tat.fetch_update(Ordering::AcqRel, Ordering::Acquire, |t| {
                         Some(gcra::adjust(rate, t, delta))

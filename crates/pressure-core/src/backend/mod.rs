@@ -59,6 +59,19 @@ impl From<&Demand> for Reserved {
     }
 }
 
+impl From<&Reserved> for Demand {
+    /// The units of a reservation as a demand, for the rate arithmetic of
+    /// reconcile (other fields at their defaults).
+    fn from(r: &Reserved) -> Self {
+        Self {
+            requests: r.requests,
+            input_tokens: r.input_tokens,
+            output_tokens: r.output_tokens,
+            ..Demand::default()
+        }
+    }
+}
+
 /// A refusal: nothing was consumed on any dimension.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Denial {

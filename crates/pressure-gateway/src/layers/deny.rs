@@ -80,17 +80,8 @@ pub fn too_many_requests(
     resp
 }
 
-/// A JSON error response (401, 503, …).
-pub fn json_error(status: StatusCode, kind: &str, message: &str) -> Response<Body> {
-    let body = serde_json::json!({ "error": { "type": kind, "message": message } });
-    let mut resp = Response::new(Body::from(body.to_string()));
-    *resp.status_mut() = status;
-    resp.headers_mut().insert(
-        http::header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    );
-    resp
-}
+/// A JSON error response (401, 503, …), in the gateway's one error shape.
+pub use crate::proxy::error_response as json_error;
 
 #[cfg(test)]
 mod tests {

@@ -102,7 +102,7 @@ impl Upstream {
 
     /// Whether this upstream's prefix covers `path`.
     pub fn matches(&self, path: &str) -> bool {
-        prefix_matches(&self.path_prefix, path)
+        crate::routes::prefix_matches(&self.path_prefix, path)
     }
 
     /// The URI a request for `path_and_query` is sent to: the base's scheme
@@ -119,14 +119,6 @@ impl Upstream {
             .path_and_query(path_and_query)
             .build()
     }
-}
-
-/// Whether `prefix` covers `path` on a segment boundary.
-fn prefix_matches(prefix: &str, path: &str) -> bool {
-    if prefix == "/" || path == prefix {
-        return true;
-    }
-    path.starts_with(prefix) && (prefix.ends_with('/') || path.as_bytes().get(prefix.len()) == Some(&b'/'))
 }
 
 /// All upstreams, ready to route paths.
