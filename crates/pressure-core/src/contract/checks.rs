@@ -90,43 +90,33 @@ pub async fn gcra_counts_exactly_under_concurrency<H: Harness>(h: &H) {
     .await;
 }
 
-/// `window`: retrying at the denial's wait time succeeds.
-pub async fn window_retry_at_wait_time_succeeds<H: Harness>(h: &H) {
+/// Exhausts `burst` grants, then retries at the denial's wait time (which
+/// must be positive and at most `max_wait`): the retry succeeds.
+async fn retry_at_wait_time<H: Harness>(h: &H, limits: Limits, burst: usize, max_wait: Duration, name: &str) {
     let b = h.broker().await;
-    let id = h.unique("wretry");
-    b.register_limit(&id, Limits::default().requests_per_second(5))
-        .expect("valid");
-    for _ in 0..5 {
+    let id = h.unique(name);
+    b.register_limit(&id, limits).expect("valid");
+    for _ in 0..burst {
         assert!(take(&b, &id, AcquireOptions::default()).await.allowed());
     }
     let d = take(&b, &id, AcquireOptions::default()).await;
     assert!(!d.allowed());
     let wait = d.wait_time();
-    assert!(
-        wait > Duration::ZERO && wait <= Duration::from_millis(1_100),
-        "wait {wait:?}"
-    );
+    assert!(wait > Duration::ZERO && wait <= max_wait, "wait {wait:?}");
     tokio::time::sleep(wait).await;
     assert!(take(&b, &id, AcquireOptions::default()).await.allowed());
 }
 
+/// `window`: retrying at the denial's wait time succeeds.
+pub async fn window_retry_at_wait_time_succeeds<H: Harness>(h: &H) {
+    let limits = Limits::default().requests_per_second(5);
+    retry_at_wait_time(h, limits, 5, Duration::from_millis(1_100), "wretry").await;
+}
+
 /// `gcra`: retrying at the denial's wait time succeeds.
 pub async fn gcra_retry_at_wait_time_succeeds<H: Harness>(h: &H) {
-    let b = h.broker().await;
-    let id = h.unique("gretry");
-    b.register_limit(&id, Limits::default().requests_per_second(10).gcra(Some(2)))
-        .expect("valid");
-    assert!(take(&b, &id, AcquireOptions::default()).await.allowed());
-    assert!(take(&b, &id, AcquireOptions::default()).await.allowed());
-    let d = take(&b, &id, AcquireOptions::default()).await;
-    assert!(!d.allowed());
-    let wait = d.wait_time();
-    assert!(
-        wait > Duration::ZERO && wait <= Duration::from_millis(100),
-        "wait {wait:?}"
-    );
-    tokio::time::sleep(wait).await;
-    assert!(take(&b, &id, AcquireOptions::default()).await.allowed());
+    let limits = Limits::default().requests_per_second(10).gcra(Some(2));
+    retry_at_wait_time(h, limits, 2, Duration::from_millis(100), "gretry").await;
 }
 
 /// `gcra`: after a burst, the wait equals one emission interval minus the
