@@ -1,0 +1,1 @@
+//! The triage example.
