@@ -1,9 +1,12 @@
 //! The `pressure` command. Subcommands are added by the crates that own them
-//! (gateway, mock provider, chaos); for now `demo` exercises the broker.
+//! (gateway, mock provider, chaos, triage); `demo` exercises the broker alone.
 
+mod chaos;
 mod demo;
 mod gateway;
+mod mock_provider;
 mod queue;
+mod triage;
 
 use clap::{Parser, Subcommand};
 
@@ -30,6 +33,16 @@ enum Command {
     /// Lists or drains the durable manual queue (a Redis stream) of a
     /// gateway on the redis backend; one JSON line per queued request.
     Queue(queue::QueueArgs),
+    /// Runs the chaos stand's mock provider: OpenAI-compatible, misbehaving
+    /// on demand (scenario at start, switchable through `/mock/*`).
+    MockProvider(mock_provider::MockProviderArgs),
+    /// Starts the mock provider and the gateway, loads the whole stack per
+    /// scenario and writes report.json, report.md and SVG plots; exit code 0
+    /// only if every criterion passes.
+    Chaos(chaos::ChaosArgs),
+    /// The triage example: `pressure triage eval` measures each degradation
+    /// level's accuracy on the golden ticket set.
+    Triage(triage::TriageArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -68,5 +81,8 @@ fn main() -> anyhow::Result<()> {
         Command::Gateway(args) => runtime.block_on(gateway::run(args)),
         Command::CheckConfig(args) => gateway::check(args),
         Command::Queue(args) => runtime.block_on(queue::run(args)),
+        Command::MockProvider(args) => runtime.block_on(mock_provider::run(args)),
+        Command::Chaos(args) => runtime.block_on(chaos::run(args)),
+        Command::Triage(args) => runtime.block_on(triage::run(args)),
     }
 }
