@@ -148,8 +148,73 @@ fn is_too_large(err: &(dyn std::error::Error + 'static)) -> bool {
     false
 }
 
-/// Handles one call of the endpoint.
+/// The request header whose value (when it is 1–128 characters of
+/// `[A-Za-z0-9._:-]`) becomes the event's id; otherwise one is generated.
+/// Echoed on the response and sent to the provider as `x-pressure-request-id`.
+pub const REQUEST_ID_HEADER: &str = "x-request-id";
+
+/// The caller's `x-request-id`, when it is a safe id.
+fn caller_request_id<B>(req: &Request<B>) -> Option<String> {
+    let v = req.headers().get(REQUEST_ID_HEADER)?.to_str().ok()?;
+    let ok = (1..=128).contains(&v.len())
+        && v.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b':' | b'-'));
+    ok.then(|| v.to_owned())
+}
+
+/// Handles one call of the endpoint: one JSON log line per event (target
+/// `pressure::llm`) with its id, use case, the level that answered, the
+/// attempts and the time taken; the response carries `x-request-id`.
 pub async fn chat_completions(llm: &LlmClient<AnyBackend>, req: Request<Body>) -> Response<Body> {
+    let request_id = caller_request_id(&req).unwrap_or_else(|| llm.new_request_id());
+    let started = tokio::time::Instant::now();
+    let mut resp = chat_completions_as(llm, req, &request_id, started).await;
+    if let Ok(v) = HeaderValue::from_str(&request_id) {
+        resp.headers_mut().insert(REQUEST_ID_HEADER, v);
+    }
+    resp
+}
+
+/// Logs the outcome of one event.
+fn log_event(
+    request_id: &str,
+    use_case: &str,
+    started: tokio::time::Instant,
+    outcome: Result<&Answer, &LlmError>,
+) {
+    let elapsed_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+    match outcome {
+        Ok(a) => tracing::info!(
+            target: "pressure::llm",
+            request_id,
+            use_case,
+            degradation = a.degradation.as_str(),
+            level = a.level,
+            model = a.model.as_deref().unwrap_or("-"),
+            attempts = a.attempts,
+            status = a.http_status(),
+            elapsed_ms,
+            "llm answer"
+        ),
+        Err(e) => tracing::warn!(
+            target: "pressure::llm",
+            request_id,
+            use_case,
+            degradation = "none",
+            error = e.label(),
+            status = e.openai_error().0,
+            elapsed_ms,
+            "llm request failed: {e}"
+        ),
+    }
+}
+
+async fn chat_completions_as(
+    llm: &LlmClient<AnyBackend>,
+    req: Request<Body>,
+    request_id: &str,
+    started: tokio::time::Instant,
+) -> Response<Body> {
     // The body-limit layer bounds the body (413 on a declared length above
     // the limit, a cut stream otherwise).
     let bytes = match axum::body::to_bytes(req.into_body(), usize::MAX).await {
@@ -199,12 +264,29 @@ pub async fn chat_completions(llm: &LlmClient<AnyBackend>, req: Request<Body>) -
     };
     let use_case = chat.model.clone();
     if chat.stream == Some(true) {
-        return match llm.stream(&use_case, chat).await {
-            Ok(stream) => sse_response(stream),
-            Err(e) => error_response(&e),
+        return match llm.stream_as(&use_case, chat, request_id.to_owned()).await {
+            Ok(stream) => {
+                let elapsed_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+                tracing::info!(
+                    target: "pressure::llm",
+                    request_id,
+                    use_case,
+                    degradation = stream.degradation().as_str(),
+                    status = stream.http_status(),
+                    elapsed_ms,
+                    "llm stream started"
+                );
+                sse_response(stream)
+            }
+            Err(e) => {
+                log_event(request_id, &use_case, started, Err(&e));
+                error_response(&e)
+            }
         };
     }
-    match llm.complete(&use_case, chat).await {
+    let result = llm.complete_as(&use_case, chat, request_id.to_owned()).await;
+    log_event(request_id, &use_case, started, result.as_ref());
+    match result {
         Ok(answer) => answer_response(&answer),
         Err(e) => error_response(&e),
     }

@@ -53,6 +53,8 @@ struct MockState {
     failing: Mutex<BTreeSet<String>>,
     /// Proxied HTTP requests (`GET /api/hello`).
     http_hits: Mutex<usize>,
+    /// Per provider call: model, `x-pressure-request-id`, `x-pressure-attempt`.
+    tags: Mutex<Vec<(String, String, String)>>,
 }
 
 /// A mock OpenAI provider (`/v1/chat/completions`) that is also a plain HTTP
@@ -107,8 +109,24 @@ async fn api_hello(State(state): State<Arc<MockState>>) -> &'static str {
     "hello"
 }
 
-async fn chat(State(state): State<Arc<MockState>>, Json(body): Json<Value>) -> Response {
+async fn chat(
+    State(state): State<Arc<MockState>>,
+    headers: http::HeaderMap,
+    Json(body): Json<Value>,
+) -> Response {
     let model = body["model"].as_str().unwrap_or_default().to_owned();
+    let header = |name: &str| {
+        headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("-")
+            .to_owned()
+    };
+    state.tags.lock().push((
+        model.clone(),
+        header("x-pressure-request-id"),
+        header("x-pressure-attempt"),
+    ));
     *state.hits.lock().entry(model.clone()).or_default() += 1;
     if state.failing.lock().contains(&model) {
         return (
@@ -398,6 +416,42 @@ async fn a_failing_primary_falls_back_to_the_backup() {
         assert_eq!(body["model"], "good");
         assert_eq!(mock.hits_of("bad"), 1);
         assert_eq!(mock.hits_of("good"), 1);
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn the_request_id_reaches_the_provider_with_each_attempt() {
+    bounded(async {
+        let mock = Mock::start().await;
+        mock.fail("bad");
+        let gw = TestGateway::start(config(&mock, no_limits())).await;
+        let req = Request::post(format!("http://{}/v1/chat/completions", gw.addr))
+            .header("content-type", "application/json")
+            .header("x-request-id", "chaos-42")
+            .body(Full::new(Bytes::from(hello("fallback").to_string())))
+            .expect("request");
+        let (status, headers, _) = gw.send(req).await;
+        assert_eq!(status, StatusCode::OK);
+        assert_eq!(headers.get("x-request-id").expect("echoed"), "chaos-42");
+        let tag = |m: &str, id: &str, n: &str| (m.to_owned(), id.to_owned(), n.to_owned());
+        assert_eq!(
+            *mock.state.tags.lock(),
+            [tag("bad", "chaos-42", "1"), tag("good", "chaos-42", "2")],
+            "one event id, attempts numbered across the fallback"
+        );
+
+        // Without a usable id the gateway makes one, and says which.
+        mock.state.tags.lock().clear();
+        let (status, headers, _) = gw.chat(hello("support")).await;
+        assert_eq!(status, StatusCode::OK);
+        let id = headers
+            .get("x-request-id")
+            .expect("generated")
+            .to_str()
+            .expect("ascii");
+        assert!(!id.is_empty());
+        assert_eq!(*mock.state.tags.lock(), [tag("good", id, "1")]);
     })
     .await;
 }

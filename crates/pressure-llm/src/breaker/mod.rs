@@ -43,5 +43,5 @@ pub use circuit::{
     BreakerSnapshot, CallPermit, CircuitBreaker, InvalidBreakerConfig, Rejected, TransitionHook,
 };
 pub use config::BreakerConfig;
-pub use registry::{BreakerRegistry, KeyedSnapshot};
+pub use registry::{BreakerRegistry, KeyedSnapshot, RECENT_TRANSITIONS};
 pub use state::{State, Transition, TransitionReason};

@@ -8,9 +8,11 @@
 
 use super::circuit::{BreakerSnapshot, CircuitBreaker, InvalidBreakerConfig, TransitionHook};
 use super::config::BreakerConfig;
-use parking_lot::RwLock;
+use super::state::Transition;
+use parking_lot::{Mutex, RwLock};
 use pressure_core::clock::Clock;
 use std::collections::HashMap;
+use std::collections::VecDeque;
 use std::fmt;
 use std::sync::Arc;
 
@@ -22,7 +24,11 @@ pub struct BreakerRegistry {
     clock: Arc<dyn Clock>,
     hook: Option<TransitionHook>,
     breakers: RwLock<HashMap<String, Models>>,
+    recent: Arc<Mutex<VecDeque<Transition>>>,
 }
+
+/// How many transitions [`BreakerRegistry::recent_transitions`] keeps.
+pub const RECENT_TRANSITIONS: usize = 256;
 
 /// The snapshot of one breaker of a registry.
 #[derive(Debug, Clone, PartialEq)]
@@ -58,11 +64,26 @@ impl BreakerRegistry {
         hook: Option<TransitionHook>,
     ) -> Result<Self, InvalidBreakerConfig> {
         config.validate()?;
+        let recent = Arc::new(Mutex::new(VecDeque::with_capacity(RECENT_TRANSITIONS)));
+        let log = Arc::clone(&recent);
+        let recording: TransitionHook = Arc::new(move |t: &Transition| {
+            {
+                let mut log = log.lock();
+                if log.len() == RECENT_TRANSITIONS {
+                    log.pop_front();
+                }
+                log.push_back(t.clone());
+            }
+            if let Some(hook) = &hook {
+                hook(t);
+            }
+        });
         Ok(Self {
             config,
             clock,
-            hook,
+            hook: Some(recording),
             breakers: RwLock::new(HashMap::new()),
+            recent,
         })
     }
 
@@ -88,6 +109,18 @@ impl BreakerRegistry {
             ))
         });
         Arc::clone(breaker)
+    }
+
+    /// The last [`RECENT_TRANSITIONS`] transitions of every breaker, oldest
+    /// first: what an operator (or the chaos report) reads to see when a
+    /// breaker opened, probed and closed. `at_nanos` is on [`clock`](Self::clock).
+    pub fn recent_transitions(&self) -> Vec<Transition> {
+        self.recent.lock().iter().cloned().collect()
+    }
+
+    /// The clock the breakers run on.
+    pub fn clock(&self) -> &Arc<dyn Clock> {
+        &self.clock
     }
 
     /// Number of breakers created so far.
@@ -123,5 +156,41 @@ impl BreakerRegistry {
             .collect();
         out.sort_by(|a, b| (&a.provider, &a.model).cmp(&(&b.provider, &b.model)));
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::breaker::State;
+    use pressure_core::clock::ManualClock;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::time::Duration;
+
+    #[test]
+    fn transitions_are_kept_bounded_and_the_hook_still_runs() {
+        let calls = Arc::new(AtomicUsize::new(0));
+        let seen = Arc::clone(&calls);
+        let hook: TransitionHook = Arc::new(move |_| {
+            seen.fetch_add(1, Ordering::Relaxed);
+        });
+        let clock: Arc<dyn Clock> = Arc::new(ManualClock::default());
+        let reg = BreakerRegistry::with_hook(BreakerConfig::default(), clock, Some(hook)).unwrap();
+        assert!(reg.recent_transitions().is_empty());
+        let b = reg.get("p", "m");
+        b.open_for(Duration::from_secs(1));
+        let recent = reg.recent_transitions();
+        assert_eq!(recent.len(), 1);
+        assert_eq!((recent[0].from, recent[0].to), (State::Closed, State::Open));
+        assert_eq!(&*recent[0].name, "p/m");
+        assert_eq!(calls.load(Ordering::Relaxed), 1);
+        for i in 0..RECENT_TRANSITIONS {
+            reg.get("p", &format!("other{i}"))
+                .open_for(Duration::from_secs(1));
+        }
+        let recent = reg.recent_transitions();
+        assert_eq!(recent.len(), RECENT_TRANSITIONS, "the log is bounded");
+        assert_eq!(&*recent[0].name, "p/other0", "the oldest went first");
+        assert_eq!(calls.load(Ordering::Relaxed), 1 + RECENT_TRANSITIONS);
     }
 }

@@ -16,7 +16,7 @@ use super::stream::{AnswerStream, Live};
 use super::{Answer, Degradation, LlmError, Reply};
 use crate::breaker::BreakerRegistry;
 use crate::price::{ModelPrice, Money};
-use crate::provider::{CallError, ChatRequest, ProviderClient, RateLimitHints};
+use crate::provider::{CallError, CallTag, ChatRequest, ProviderClient, RateLimitHints};
 use crate::reservation::{resource_id, ModelLimits, Reservation};
 use crate::retry::{Decision, RetryState};
 use crate::taxonomy::{Disposition, ErrorKind};
@@ -49,6 +49,8 @@ pub struct LlmClient<B: pressure_core::Backend> {
     queue: Arc<dyn ManualQueue>,
     clock: Arc<dyn Clock>,
     metrics: Arc<Metrics>,
+    /// Per-client random prefix and counter of generated event ids.
+    ids: (u64, Arc<AtomicU64>),
 }
 
 impl<B: Backend> std::fmt::Debug for LlmClient<B> {
@@ -113,6 +115,8 @@ pub(super) enum Payload<B: Backend> {
 
 /// The running totals of one event.
 struct Event {
+    /// Sent with every call of the event (`x-pressure-request-id`).
+    request_id: String,
     retry: RetryState,
     attempts: u32,
     spent: Money,
@@ -184,6 +188,7 @@ impl<B: Backend> LlmClient<B> {
             queue: Arc::new(InMemoryQueue::default()),
             clock,
             metrics: Arc::new(Metrics::default()),
+            ids: (rand::random::<u64>(), Arc::new(AtomicU64::new(0))),
         })
     }
 
@@ -219,25 +224,46 @@ impl<B: Backend> LlmClient<B> {
         self.metrics.snapshot()
     }
 
+    /// A fresh event id, unique per client: a random prefix and a counter.
+    pub fn new_request_id(&self) -> String {
+        let n = self.ids.1.fetch_add(1, Ordering::Relaxed);
+        format!("{:012x}-{n}", self.ids.0 & 0xffff_ffff_ffff)
+    }
+
     /// Runs one event of `use_case`: see the [module docs](super).
     pub async fn complete(&self, use_case: &str, req: ChatRequest) -> Result<Answer, LlmError> {
+        self.complete_as(use_case, req, self.new_request_id()).await
+    }
+
+    /// [`complete`](Self::complete) under the caller's event id (e.g. the
+    /// HTTP request's `x-request-id`), sent with every provider call of the
+    /// event as `x-pressure-request-id` along with the attempt number.
+    pub async fn complete_as(
+        &self,
+        use_case: &str,
+        req: ChatRequest,
+        request_id: String,
+    ) -> Result<Answer, LlmError> {
         Metrics::add(&self.metrics.requests, 1);
-        let result = self.run(use_case, req, Mode::Complete).await.and_then(|s| {
-            let reply = match s.payload {
-                Payload::Reply(reply) => reply,
-                // Complete mode never commits a stream.
-                Payload::Live(_) => return Err(LlmError::NoAnswer),
-            };
-            Ok(Answer {
-                reply,
-                level: s.level,
-                degradation: s.degradation,
-                model: s.model,
-                attempts: s.attempts,
-                spent: s.spent,
-                failed_spent: s.failed_spent,
-            })
-        });
+        let result = self
+            .run(use_case, req, Mode::Complete, request_id)
+            .await
+            .and_then(|s| {
+                let reply = match s.payload {
+                    Payload::Reply(reply) => reply,
+                    // Complete mode never commits a stream.
+                    Payload::Live(_) => return Err(LlmError::NoAnswer),
+                };
+                Ok(Answer {
+                    reply,
+                    level: s.level,
+                    degradation: s.degradation,
+                    model: s.model,
+                    attempts: s.attempts,
+                    spent: s.spent,
+                    failed_spent: s.failed_spent,
+                })
+            });
         match &result {
             Ok(a) => self.metrics.served(a.degradation.as_str()),
             Err(e) => self.metrics.error(e.label()),
@@ -251,8 +277,19 @@ impl<B: Backend> LlmClient<B> {
     /// answers); failures before that retry and fall back, failures after it
     /// end the stream with an error item.
     pub async fn stream(&self, use_case: &str, req: ChatRequest) -> Result<AnswerStream<B>, LlmError> {
+        self.stream_as(use_case, req, self.new_request_id()).await
+    }
+
+    /// [`stream`](Self::stream) under the caller's event id, like
+    /// [`complete_as`](Self::complete_as).
+    pub async fn stream_as(
+        &self,
+        use_case: &str,
+        req: ChatRequest,
+        request_id: String,
+    ) -> Result<AnswerStream<B>, LlmError> {
         Metrics::add(&self.metrics.requests, 1);
-        let result = self.run(use_case, req, Mode::Stream).await;
+        let result = self.run(use_case, req, Mode::Stream, request_id).await;
         match &result {
             Ok(s) => self.metrics.served(s.degradation.as_str()),
             Err(e) => self.metrics.error(e.label()),
@@ -260,7 +297,13 @@ impl<B: Backend> LlmClient<B> {
         result.map(|s| AnswerStream::new(s, Arc::clone(&self.metrics), self.counter.clone()))
     }
 
-    async fn run(&self, use_case: &str, req: ChatRequest, mode: Mode) -> Result<Served<B>, LlmError> {
+    async fn run(
+        &self,
+        use_case: &str,
+        req: ChatRequest,
+        mode: Mode,
+        request_id: String,
+    ) -> Result<Served<B>, LlmError> {
         let uc = self
             .config
             .use_cases
@@ -301,6 +344,7 @@ impl<B: Backend> LlmClient<B> {
         }
 
         let mut event = Event {
+            request_id,
             retry: RetryState::new(&uc.retry, Some(deadline_nanos)),
             attempts: 0,
             spent: Money::ZERO,
@@ -466,12 +510,17 @@ impl<B: Backend> LlmClient<B> {
             };
             event.attempts += 1;
             Metrics::add(&self.metrics.attempts, 1);
+            let tag = CallTag {
+                request_id: Some(event.request_id.clone()),
+                attempt: event.attempts,
+                probe: bp.is_probe(),
+            };
             let attempt = match mode {
                 Mode::Complete => provider
-                    .complete(&call, deadline)
+                    .complete_tagged(&call, deadline, &tag)
                     .await
                     .map(|done| Attempt::Done(Box::new(done))),
-                Mode::Stream => super::stream::open(provider, &call, deadline)
+                Mode::Stream => super::stream::open(provider, &call, deadline, &tag)
                     .await
                     .map(|opened| Attempt::Live(Box::new(opened))),
             };

@@ -21,7 +21,7 @@ use super::{Degradation, LlmError, Reply};
 use crate::breaker::CallPermit;
 use crate::price::{ModelPrice, Money};
 use crate::provider::{
-    CallError, ChatChunk, ChatRequest, ChatResponse, ChatStream, ChunkChoice, Delta, ProviderClient,
+    CallError, CallTag, ChatChunk, ChatRequest, ChatResponse, ChatStream, ChunkChoice, Delta, ProviderClient,
 };
 use crate::reservation::Reservation;
 use crate::taxonomy::ErrorKind;
@@ -33,8 +33,9 @@ pub(super) async fn open(
     provider: &ProviderClient,
     call: &ChatRequest,
     deadline: Instant,
+    tag: &CallTag,
 ) -> Result<(ChatStream, VecDeque<ChatChunk>), CallError> {
-    let mut stream = provider.stream(call, deadline).await?;
+    let mut stream = provider.stream_tagged(call, deadline, tag).await?;
     let mut buffered = VecDeque::new();
     loop {
         match stream.next().await {

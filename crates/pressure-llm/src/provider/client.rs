@@ -39,6 +39,7 @@ use super::config::{ProviderConfig, TimeoutsConfig};
 use super::error::{CallError, ProviderError};
 use super::ratelimit::RateLimitHints;
 use super::stream::ChatStream;
+use super::tag::CallTag;
 use super::types::{ChatRequest, ChatResponse, Message, StreamOptions, Usage};
 use crate::taxonomy::{self, ErrorKind, TimeoutPhase};
 
@@ -214,10 +215,20 @@ impl ProviderClient {
     /// A non-streamed chat completion (`stream` and `stream_options` are
     /// removed from the request), bounded per phase and by `deadline`.
     pub async fn complete(&self, req: &ChatRequest, deadline: Instant) -> Result<Completion, CallError> {
+        self.complete_tagged(req, deadline, &CallTag::default()).await
+    }
+
+    /// [`complete`](Self::complete), sending `tag` as `x-pressure-*` headers.
+    pub async fn complete_tagged(
+        &self,
+        req: &ChatRequest,
+        deadline: Instant,
+        tag: &CallTag,
+    ) -> Result<Completion, CallError> {
         let body = serde_json::to_vec(&Wire::new(req, false)).map_err(|e| {
             CallError::transport(ErrorKind::BadRequest, format!("serialising the request: {e}"))
         })?;
-        let mut sent = self.send(body, false, deadline).await?;
+        let mut sent = self.send(body, false, deadline, tag).await?;
         let read = self.inner.timeouts.read();
         let mut buf = Vec::new();
         while let Some(chunk) = next_chunk(&mut sent.body, read, deadline)
@@ -265,15 +276,31 @@ impl ProviderClient {
     /// enforces `readMs` between chunks and the `deadline`, and holds the
     /// connection slot until it ends or is dropped.
     pub async fn stream(&self, req: &ChatRequest, deadline: Instant) -> Result<ChatStream, CallError> {
+        self.stream_tagged(req, deadline, &CallTag::default()).await
+    }
+
+    /// [`stream`](Self::stream), sending `tag` as `x-pressure-*` headers.
+    pub async fn stream_tagged(
+        &self,
+        req: &ChatRequest,
+        deadline: Instant,
+        tag: &CallTag,
+    ) -> Result<ChatStream, CallError> {
         let body = serde_json::to_vec(&Wire::new(req, true)).map_err(|e| {
             CallError::transport(ErrorKind::BadRequest, format!("serialising the request: {e}"))
         })?;
-        let sent = self.send(body, true, deadline).await?;
+        let sent = self.send(body, true, deadline, tag).await?;
         Ok(ChatStream::new(sent, self.inner.timeouts.read(), deadline))
     }
 
     /// Pool wait, connect, write, first byte; a non-2xx answer becomes a classified error.
-    async fn send(&self, body: Vec<u8>, streaming: bool, deadline: Instant) -> Result<Sent, CallError> {
+    async fn send(
+        &self,
+        body: Vec<u8>,
+        streaming: bool,
+        deadline: Instant,
+        tag: &CallTag,
+    ) -> Result<Sent, CallError> {
         let started = Instant::now();
         let t = &self.inner.timeouts;
 
@@ -316,6 +343,9 @@ impl ProviderClient {
             .body(reqwest::Body::wrap_stream(tracked));
         if let Some(auth) = &self.inner.auth {
             builder = builder.header(AUTHORIZATION, auth.clone());
+        }
+        for (name, value) in tag.headers() {
+            builder = builder.header(name, value);
         }
         let fut = builder.send();
         tokio::pin!(fut);

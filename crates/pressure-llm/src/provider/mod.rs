@@ -11,6 +11,8 @@
 //!   answer, with time to first token, final usage and the output so far.
 //! * [`ratelimit`] — [`RateLimitHints`] from `x-ratelimit-*` /
 //!   `anthropic-ratelimit-*` headers.
+//! * [`tag`] — [`CallTag`]: the event id, attempt number and probe flag sent
+//!   as `x-pressure-*` headers with every call.
 //! * [`error`] — [`CallError`] (classified by [`crate::taxonomy`]) and
 //!   [`ProviderError`] (configuration).
 //!
@@ -33,6 +35,7 @@ pub mod config;
 pub mod error;
 pub mod ratelimit;
 pub mod stream;
+pub mod tag;
 pub mod types;
 
 pub use client::{Completion, ProviderClient};
@@ -40,6 +43,7 @@ pub use config::{ProviderConfig, TimeoutsConfig};
 pub use error::{CallError, ProviderError};
 pub use ratelimit::RateLimitHints;
 pub use stream::ChatStream;
+pub use tag::{CallTag, ATTEMPT_HEADER, PROBE_HEADER, REQUEST_ID_HEADER};
 pub use types::{
     ChatChunk, ChatRequest, ChatResponse, Choice, ChunkChoice, Delta, Message, MessageContent, StreamOptions,
     Usage,
