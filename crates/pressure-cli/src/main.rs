@@ -68,8 +68,14 @@ fn main() -> anyhow::Result<()> {
             Some(guard)
         }
         _ => {
+            // The chaos run provokes failures on purpose: only errors of
+            // the stack itself are worth a line among the progress bars.
+            let default = match &cli.command {
+                Command::Chaos(_) | Command::Triage(_) => "error",
+                _ => "warn",
+            };
             tracing_subscriber::fmt()
-                .with_env_filter(filter("warn"))
+                .with_env_filter(filter(default))
                 .with_writer(std::io::stderr)
                 .init();
             None

@@ -13,8 +13,13 @@
 //! output tokens when generation finishes even if the client has gone.
 
 mod behaviour;
+mod handler;
+mod quota;
 mod record;
 mod responder;
+mod server;
+mod sse;
+mod state;
 
 pub use behaviour::{Behaviour, Latency, Phase, RateLimit, PRESETS};
 pub use record::{
@@ -22,3 +27,4 @@ pub use record::{
     REQUEST_ID_HEADER,
 };
 pub use responder::{FillerResponder, Responder};
+pub use server::{parse_behaviour, unknown_scenario, MockConfig, MockError, MockProvider};

@@ -1,1 +1,20 @@
-//! The triage example.
+//! The support-ticket triage example (`examples/triage/`): a use case whose
+//! chain is primary model → cheaper model → keyword rules → manual queue,
+//! a golden dataset of labelled tickets, and the evaluation that measures
+//! each degradation level's accuracy on it, so the cost of each level is
+//! known in accuracy and not only in money.
+//!
+//! * [`dataset`]: load and check the JSONL golden set.
+//! * [`prompt`]: the system prompt and the robust label parser.
+//! * [`classifier`]: [`LexicalClassifier`], the mock provider's stand-in
+//!   for a model (a lexicon, not a model: CI needs no network).
+//! * [`eval`]: `pressure triage eval`, one measurement per chain level.
+
+pub mod classifier;
+pub mod dataset;
+pub mod eval;
+pub mod prompt;
+
+pub use classifier::LexicalClassifier;
+pub use dataset::{Dataset, DatasetError, Ticket, LABELS};
+pub use eval::{evaluate, EvalError, EvalOptions, EvalReport, LevelKind, LevelReport};

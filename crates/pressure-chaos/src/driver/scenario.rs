@@ -1,0 +1,135 @@
+//! The scenarios of a chaos run: what the mock does over time and how the
+//! clients call. The criteria each scenario must meet are in
+//! [`criteria`](super::criteria).
+
+use std::time::Duration;
+
+use crate::mock::{Behaviour, Phase, RateLimit};
+
+/// The model every chain tries first.
+pub const PRIMARY: &str = "primary";
+/// The cheaper model the chain falls back to.
+pub const BACKUP: &str = "backup";
+
+/// The scenarios, in the order `--scenario all` runs them (`normal` first:
+/// the others compare with its latency).
+pub const SCENARIOS: &[&str] = &["normal", "hang", "stall", "rate-limit-storm", "500-storm"];
+
+/// One scenario.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Scenario {
+    /// Its name (one of [`SCENARIOS`]).
+    pub name: &'static str,
+    /// What the mock does, in one sentence.
+    pub description: &'static str,
+    /// Whether clients ask for streams.
+    pub stream: bool,
+    /// The mock's behaviour over a load of `duration`.
+    pub behaviour: Behaviour,
+    /// When the fault starts and ends, in ms since the load started
+    /// (`None`: the fault lasts the whole scenario, or there is none).
+    pub fault_window: Option<(u64, u64)>,
+}
+
+impl Scenario {
+    /// The scenario called `name`, its phases scaled to `duration`.
+    pub fn named(name: &str, duration: Duration) -> Option<Self> {
+        let d = u64::try_from(duration.as_millis()).unwrap_or(u64::MAX).max(3_000);
+        let third = d / 3;
+        let s = match name {
+            "normal" => Self {
+                name: "normal",
+                description: "The provider answers every request in 40–60 ms: the baseline the others compare with.",
+                stream: false,
+                behaviour: Behaviour::single(Phase::normal("normal")),
+                fault_window: None,
+            },
+            "hang" => Self {
+                name: "hang",
+                description: "20 % of requests to any model hang without sending a byte; the rest answer in 40–60 ms.",
+                stream: false,
+                behaviour: Behaviour::single(Phase {
+                    hang_share: 0.2,
+                    ..Phase::normal("hang")
+                }),
+                fault_window: None,
+            },
+            "stall" => Self {
+                name: "stall",
+                description: "Streams: 20 % send their head and first chunk, then stall; the provider keeps generating (and billing) the rest.",
+                stream: true,
+                behaviour: Behaviour::single(Phase {
+                    stall_share: 0.2,
+                    ..Phase::normal("stall")
+                }),
+                fault_window: None,
+            },
+            "rate-limit-storm" => Self {
+                name: "rate-limit-storm",
+                description: "For the middle third the provider allows each model 10 requests per second and answers the rest 429 with retry-after, then lifts the limit.",
+                stream: false,
+                behaviour: Behaviour {
+                    phases: vec![
+                        Phase::normal("before").lasting(third),
+                        Phase {
+                            rate_limit: Some(RateLimit {
+                                requests: 10,
+                                tokens: 0,
+                                window_ms: 1_000,
+                            }),
+                            ..Phase::normal("429-storm")
+                        }
+                        .lasting(third),
+                        Phase::normal("after"),
+                    ],
+                },
+                fault_window: Some((third, 2 * third)),
+            },
+            "500-storm" => Self {
+                name: "500-storm",
+                description: "For the middle third the primary model answers every request 500; the backup stays healthy; then the primary recovers.",
+                stream: false,
+                behaviour: Behaviour {
+                    phases: vec![
+                        Phase::normal("before").lasting(third),
+                        Phase {
+                            error_share: 1.0,
+                            ..Phase::normal("500-storm")
+                        }
+                        .on_models(&[PRIMARY])
+                        .lasting(third),
+                        Phase::normal("after"),
+                    ],
+                },
+                fault_window: Some((third, 2 * third)),
+            },
+            _ => return None,
+        };
+        Some(s)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_scenario_has_a_valid_behaviour() {
+        for name in SCENARIOS {
+            let s = Scenario::named(name, Duration::from_secs(9)).expect(name);
+            assert_eq!(s.behaviour.validate(), Ok(()), "{name}");
+            assert_eq!(s.name, *name);
+        }
+        assert!(Scenario::named("nope", Duration::from_secs(9)).is_none());
+    }
+
+    #[test]
+    fn storms_sit_in_the_middle_third() {
+        let s = Scenario::named("500-storm", Duration::from_secs(9)).unwrap();
+        assert_eq!(s.fault_window, Some((3_000, 6_000)));
+        assert_eq!(s.behaviour.phase_at(2_999).1.name, "before");
+        assert_eq!(s.behaviour.phase_at(3_000).1.name, "500-storm");
+        assert!(!s.behaviour.phase_at(3_000).1.hits(BACKUP));
+        assert_eq!(s.behaviour.phase_at(6_000).1.name, "after");
+    }
+}

@@ -1,0 +1,651 @@
+//! The per-level evaluation: what each degradation level of a use case's
+//! chain costs in accuracy on the golden set, not only in money.
+//!
+//! * a model level is measured through the real client stack
+//!   ([`LlmClient`]) built from the config with a one-level use case for
+//!   that model only, so that no fallback hides its failures: every ticket is
+//!   sent as system prompt + ticket text and the label is parsed from the
+//!   answer;
+//! * a rules level runs its [`KeywordRules`] on every ticket text;
+//! * the manual queue is a person: not measured.
+//!
+//! For every level, *coverage* is the share of tickets it gave a label
+//! (for a model, a parsable label), *precision* the share of those that were
+//! right, and *accuracy* = correct / all tickets = coverage × precision.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Arc;
+
+use futures::stream::{self, StreamExt};
+use pressure_core::ResourceBroker;
+use pressure_llm::pipeline::{ChainLevel, KeywordRules, LlmClient, LlmConfig, LlmError};
+use pressure_llm::price::ModelPrice;
+use serde::Serialize;
+use tokio::time::Instant;
+
+use super::classifier::LexicalClassifier;
+use super::dataset::{Dataset, DatasetError, Ticket, LABELS};
+use super::prompt;
+use crate::mock::{MockConfig, MockError, MockProvider};
+
+/// The name of the one-level use case the eval builds per model level.
+const EVAL_USE_CASE: &str = "triage-eval";
+
+/// Default number of tickets in flight per model level.
+pub const DEFAULT_CONCURRENCY: usize = 16;
+
+/// Why an evaluation could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum EvalError {
+    /// The gateway config file is invalid or unreadable.
+    #[error(transparent)]
+    Config(#[from] pressure_gateway::config::ConfigError),
+    /// The config has no `gateway.llm` section.
+    #[error("{0}: the config has no `gateway.llm` section")]
+    NoLlm(String),
+    /// The use case is not in `gateway.llm.useCases`.
+    #[error("unknown use case {name:?} (the config has: {known})")]
+    UnknownUseCase {
+        /// The name asked for.
+        name: String,
+        /// The use cases of the config, comma-separated.
+        known: String,
+    },
+    /// The dataset is invalid.
+    #[error(transparent)]
+    Dataset(#[from] DatasetError),
+    /// A client could not be built for a model level.
+    #[error("level {level} ({model}): cannot build the client: {error}")]
+    Client {
+        /// The chain level.
+        level: usize,
+        /// `provider/model`.
+        model: String,
+        /// Why.
+        error: Box<LlmError>,
+    },
+    /// The in-process mock provider could not start.
+    #[error("mock provider: {0}")]
+    Mock(MockError),
+}
+
+/// Reads the gateway config at `path` with the gateway's own loader (so the
+/// eval measures exactly what the gateway would run) and returns its
+/// `gateway.llm` section.
+pub fn load_llm_config(path: &Path) -> Result<LlmConfig, EvalError> {
+    let gateway = pressure_gateway::config::load(path)?;
+    gateway
+        .llm
+        .ok_or_else(|| EvalError::NoLlm(path.display().to_string()))
+}
+
+/// Points every provider of `config` at `base_url` (e.g. the in-process mock).
+pub fn point_providers_at(config: &mut LlmConfig, base_url: &str) {
+    for p in config.providers.values_mut() {
+        p.base_url = base_url.to_owned();
+        p.api_key_env = None;
+    }
+}
+
+/// Starts the mock provider on `addr` (port 0: any free port) with the
+/// normal behaviour, the [`LexicalClassifier`] as its responder and the
+/// prices of `config`'s models.
+pub async fn start_mock(addr: SocketAddr, config: &LlmConfig) -> Result<MockProvider, EvalError> {
+    let prices: BTreeMap<String, ModelPrice> =
+        config.models.iter().map(|m| (m.model.clone(), m.price)).collect();
+    let mock = MockProvider::start(
+        addr,
+        MockConfig {
+            prices,
+            responder: Arc::new(LexicalClassifier),
+            seed: Some(1),
+            ..MockConfig::default()
+        },
+    )
+    .await
+    .map_err(EvalError::Mock)?;
+    Ok(mock)
+}
+
+/// The header line saying what answered the LLM levels when the providers
+/// are the in-process mock at `base_url`.
+pub fn mock_source(config: &LlmConfig, base_url: &str) -> String {
+    format!(
+        "{} at {base_url} — pressure's mock provider with its built-in lexical classifier \
+         (a stand-in, not a model)",
+        provider_names(config)
+    )
+}
+
+/// The header line saying what answered the LLM levels: the configured
+/// providers and their base URLs.
+pub fn configured_source(config: &LlmConfig) -> String {
+    let list: Vec<String> = config
+        .providers
+        .iter()
+        .map(|(name, p)| format!("provider {name:?} at {}", p.base_url))
+        .collect();
+    format!("{} (as configured)", list.join(", "))
+}
+
+fn provider_names(config: &LlmConfig) -> String {
+    let names: Vec<String> = config.providers.keys().map(|n| format!("{n:?}")).collect();
+    match names.len() {
+        1 => format!("provider {}", names[0]),
+        _ => format!("providers {}", names.join(", ")),
+    }
+}
+
+/// How to evaluate.
+#[derive(Debug, Clone)]
+pub struct EvalOptions {
+    /// The use case whose chain is measured.
+    pub use_case: String,
+    /// Tickets in flight per model level (at least 1).
+    pub concurrency: usize,
+    /// What answers the LLM levels, for the report's header
+    /// ([`mock_source`] or [`configured_source`]).
+    pub llm_source: String,
+    /// Where the dataset came from, for the header.
+    pub dataset_name: String,
+}
+
+/// The kind of a chain level.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LevelKind {
+    /// A model call.
+    Model,
+    /// Keyword rules (or another non-LLM handler).
+    Rules,
+    /// The manual queue: a person.
+    ManualQueue,
+}
+
+impl LevelKind {
+    /// `model`, `rules` or `manual queue`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Model => "model",
+            Self::Rules => "rules",
+            Self::ManualQueue => "manual queue",
+        }
+    }
+}
+
+/// One class's score at one level.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct ClassScore {
+    /// Tickets of this class.
+    pub total: usize,
+    /// Of those, labelled correctly.
+    pub correct: usize,
+}
+
+impl ClassScore {
+    /// `correct / total` (0 when there is none).
+    pub fn accuracy(&self) -> f64 {
+        ratio(self.correct, self.total)
+    }
+}
+
+/// The measurement of one chain level.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct LevelReport {
+    /// Index in the chain (0 = primary).
+    pub level: usize,
+    /// Kind of level.
+    pub kind: LevelKind,
+    /// `provider/model`, the rules name, or `manual queue`.
+    pub name: String,
+    /// Whether the level was measured (the manual queue and rules handlers
+    /// registered in code are not).
+    pub measured: bool,
+    /// Why not, or a remark.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+    /// Tickets sent to the level.
+    pub total: usize,
+    /// Tickets the level gave a known label (model: a parsable label;
+    /// rules: a rule matched).
+    pub labelled: usize,
+    /// Tickets labelled correctly.
+    pub correct: usize,
+    /// `correct / total`.
+    pub accuracy: f64,
+    /// `labelled / total` (for a model level: its answered share).
+    pub coverage: f64,
+    /// `correct / labelled`.
+    pub precision: f64,
+    /// Model level: calls that got no answer (after the level's retries).
+    pub errors: usize,
+    /// Model level: those errors by type.
+    pub error_kinds: BTreeMap<String, usize>,
+    /// Model level: mean latency of the answered calls, in milliseconds.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mean_latency_ms: Option<f64>,
+    /// Model level: money spent on all calls, failed ones included, in
+    /// micro-USD (the client's own price table).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub spent_micro_usd: Option<u64>,
+    /// Accuracy per class of [`LABELS`].
+    pub per_class: BTreeMap<String, ClassScore>,
+}
+
+impl LevelReport {
+    fn unmeasured(level: usize, kind: LevelKind, name: String, note: &str) -> Self {
+        Self {
+            level,
+            kind,
+            name,
+            measured: false,
+            note: Some(note.to_owned()),
+            total: 0,
+            labelled: 0,
+            correct: 0,
+            accuracy: 0.0,
+            coverage: 0.0,
+            precision: 0.0,
+            errors: 0,
+            error_kinds: BTreeMap::new(),
+            mean_latency_ms: None,
+            spent_micro_usd: None,
+            per_class: BTreeMap::new(),
+        }
+    }
+
+    /// Scores `predictions` (one per ticket, `None` = no label) against the
+    /// tickets' labels.
+    fn scored(
+        level: usize,
+        kind: LevelKind,
+        name: String,
+        tickets: &[Ticket],
+        predictions: &[Option<String>],
+    ) -> Self {
+        let mut r = Self::unmeasured(level, kind, name, "");
+        r.measured = true;
+        r.note = None;
+        r.total = tickets.len();
+        r.per_class = LABELS
+            .iter()
+            .map(|l| ((*l).to_owned(), ClassScore::default()))
+            .collect();
+        for (t, p) in tickets.iter().zip(predictions) {
+            let class = r.per_class.entry(t.label.clone()).or_default();
+            class.total += 1;
+            if let Some(p) = p {
+                r.labelled += 1;
+                if *p == t.label {
+                    r.correct += 1;
+                    class.correct += 1;
+                }
+            }
+        }
+        r.accuracy = ratio(r.correct, r.total);
+        r.coverage = ratio(r.labelled, r.total);
+        r.precision = ratio(r.correct, r.labelled);
+        r
+    }
+}
+
+/// The whole evaluation.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct EvalReport {
+    /// The use case measured.
+    pub use_case: String,
+    /// Where the tickets came from.
+    pub dataset: String,
+    /// Tickets evaluated.
+    pub tickets: usize,
+    /// Tickets per class.
+    pub class_counts: BTreeMap<String, usize>,
+    /// What answered the LLM levels.
+    pub llm_source: String,
+    /// One entry per chain level, in chain order.
+    pub levels: Vec<LevelReport>,
+}
+
+/// Measures every level of `options.use_case`'s chain in `config` on `dataset`.
+pub async fn evaluate(
+    config: &LlmConfig,
+    dataset: &Dataset,
+    options: &EvalOptions,
+) -> Result<EvalReport, EvalError> {
+    let use_case = config
+        .use_cases
+        .get(&options.use_case)
+        .ok_or_else(|| EvalError::UnknownUseCase {
+            name: options.use_case.clone(),
+            known: config.use_cases.keys().cloned().collect::<Vec<_>>().join(", "),
+        })?;
+    let mut levels = Vec::with_capacity(use_case.chain.len());
+    for (i, level) in use_case.chain.iter().enumerate() {
+        let report = match level {
+            ChainLevel::Model(key) => {
+                model_level(config, &options.use_case, i, key, dataset, options).await?
+            }
+            ChainLevel::Rules(name) => rules_level(config, i, name, &dataset.tickets),
+            ChainLevel::ManualQueue(_) => LevelReport::unmeasured(
+                i,
+                LevelKind::ManualQueue,
+                "manual queue".to_owned(),
+                "a person; not measured",
+            ),
+        };
+        levels.push(report);
+    }
+    Ok(EvalReport {
+        use_case: options.use_case.clone(),
+        dataset: options.dataset_name.clone(),
+        tickets: dataset.tickets.len(),
+        class_counts: dataset.counts(),
+        llm_source: options.llm_source.clone(),
+        levels,
+    })
+}
+
+fn rules_level(config: &LlmConfig, level: usize, name: &str, tickets: &[Ticket]) -> LevelReport {
+    let Some(rules) = config.rules.get(name) else {
+        return LevelReport::unmeasured(
+            level,
+            LevelKind::Rules,
+            name.to_owned(),
+            "no such rule set in the config (a handler registered in code); not measured",
+        );
+    };
+    let rules = KeywordRules::new(name, rules.clone());
+    // A matching rule without a label answers, but gives no class: it counts
+    // as labelled (it took the ticket) and wrong.
+    let predictions: Vec<Option<String>> = tickets
+        .iter()
+        .map(|t| {
+            rules
+                .matching(&t.text)
+                .map(|r| r.label.clone().unwrap_or_else(|| "(no label)".to_owned()))
+        })
+        .collect();
+    LevelReport::scored(level, LevelKind::Rules, name.to_owned(), tickets, &predictions)
+}
+
+/// The outcome of one ticket at a model level.
+enum Call {
+    Answered { label: Option<String>, micros: u64 },
+    Failed(&'static str),
+}
+
+async fn model_level(
+    config: &LlmConfig,
+    use_case: &str,
+    level: usize,
+    key: &str,
+    dataset: &Dataset,
+    options: &EvalOptions,
+) -> Result<LevelReport, EvalError> {
+    let mut one = config.clone();
+    let mut uc = config.use_cases[use_case].clone();
+    uc.chain = vec![ChainLevel::Model(key.to_owned())];
+    one.use_cases = BTreeMap::from([(EVAL_USE_CASE.to_owned(), uc)]);
+    let client = LlmClient::new(one, ResourceBroker::new()).map_err(|source| EvalError::Client {
+        level,
+        model: key.to_owned(),
+        error: Box::new(source),
+    })?;
+    let client = &client;
+    let calls: Vec<Call> = stream::iter(&dataset.tickets)
+        .map(|t| async move {
+            let start = Instant::now();
+            match client
+                .complete(EVAL_USE_CASE, prompt::request(EVAL_USE_CASE, &t.text))
+                .await
+            {
+                Ok(answer) => {
+                    let text = answer
+                        .response()
+                        .and_then(|r| r.choices.first())
+                        .map(|c| c.message.text())
+                        .unwrap_or_default();
+                    Call::Answered {
+                        label: prompt::parse_label(&text, LABELS).map(str::to_owned),
+                        micros: u64::try_from(start.elapsed().as_micros()).unwrap_or(u64::MAX),
+                    }
+                }
+                Err(e) => Call::Failed(e.label()),
+            }
+        })
+        .buffered(options.concurrency.max(1))
+        .collect()
+        .await;
+    let mut predictions = Vec::with_capacity(calls.len());
+    let mut error_kinds: BTreeMap<String, usize> = BTreeMap::new();
+    let (mut answered, mut micros) = (0u64, 0u64);
+    for c in calls {
+        match c {
+            Call::Answered { label, micros: m } => {
+                answered += 1;
+                micros = micros.saturating_add(m);
+                predictions.push(label);
+            }
+            Call::Failed(kind) => {
+                *error_kinds.entry(kind.to_owned()).or_default() += 1;
+                predictions.push(None);
+            }
+        }
+    }
+    let mut r = LevelReport::scored(
+        level,
+        LevelKind::Model,
+        key.to_owned(),
+        &dataset.tickets,
+        &predictions,
+    );
+    r.errors = error_kinds.values().sum();
+    r.error_kinds = error_kinds;
+    r.mean_latency_ms = (answered > 0).then(|| micros as f64 / answered as f64 / 1_000.0);
+    r.spent_micro_usd = Some(client.snapshot().spent_micro_usd);
+    Ok(r)
+}
+
+fn ratio(a: usize, b: usize) -> f64 {
+    if b == 0 {
+        0.0
+    } else {
+        a as f64 / b as f64
+    }
+}
+
+fn pct(x: f64) -> String {
+    format!("{:.1} %", x * 100.0)
+}
+
+/// Micro-USD as dollars: `$0.0123`.
+fn dollars(micros: u64) -> String {
+    format!("${:.4}", micros as f64 / 1_000_000.0)
+}
+
+impl EvalReport {
+    /// The report as readable text: a header, one table row per level, the
+    /// per-class accuracy per level, and a legend.
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        out.push_str(&format!(
+            "pressure triage eval: use case {:?}, {} tickets from {}\n",
+            self.use_case, self.tickets, self.dataset
+        ));
+        out.push_str(&format!("LLM levels: {}\n", self.llm_source));
+        out.push_str("rules levels: keyword rules of the config, run in process\n\n");
+
+        let header = [
+            "level",
+            "kind",
+            "answered by",
+            "accuracy",
+            "coverage",
+            "precision",
+            "errors",
+            "latency",
+            "cost",
+        ];
+        let mut rows: Vec<Vec<String>> = vec![header.iter().map(|s| (*s).to_owned()).collect()];
+        for l in &self.levels {
+            if !l.measured {
+                rows.push(vec![
+                    l.level.to_string(),
+                    l.kind.as_str().to_owned(),
+                    l.name.clone(),
+                    l.note.clone().unwrap_or_default(),
+                ]);
+                continue;
+            }
+            let model = l.kind == LevelKind::Model;
+            rows.push(vec![
+                l.level.to_string(),
+                l.kind.as_str().to_owned(),
+                l.name.clone(),
+                pct(l.accuracy),
+                pct(l.coverage),
+                pct(l.precision),
+                if model {
+                    l.errors.to_string()
+                } else {
+                    "-".to_owned()
+                },
+                l.mean_latency_ms
+                    .map_or_else(|| "-".to_owned(), |ms| format!("{ms:.0} ms")),
+                match l.spent_micro_usd {
+                    Some(m) => dollars(m),
+                    None => "$0".to_owned(),
+                },
+            ]);
+        }
+        out.push_str(&table(&rows));
+
+        let measured: Vec<&LevelReport> = self.levels.iter().filter(|l| l.measured).collect();
+        if !measured.is_empty() {
+            out.push_str("\nper-class accuracy\n");
+            let mut rows = vec![{
+                let mut h = vec!["class".to_owned(), "tickets".to_owned()];
+                h.extend(measured.iter().map(|l| format!("L{} {}", l.level, l.name)));
+                h
+            }];
+            for label in LABELS {
+                let n = self.class_counts.get(*label).copied().unwrap_or(0);
+                let mut row = vec![(*label).to_owned(), n.to_string()];
+                row.extend(measured.iter().map(|l| {
+                    l.per_class
+                        .get(*label)
+                        .filter(|c| c.total > 0)
+                        .map_or_else(|| "-".to_owned(), |c| pct(c.accuracy()))
+                }));
+                rows.push(row);
+            }
+            out.push_str(&table(&rows));
+        }
+        for l in self.levels.iter().filter(|l| !l.error_kinds.is_empty()) {
+            let kinds: Vec<String> = l.error_kinds.iter().map(|(k, n)| format!("{k} {n}")).collect();
+            out.push_str(&format!("\nlevel {} errors: {}", l.level, kinds.join(", ")));
+            if l.errors == l.total {
+                out.push_str(
+                    " (every call failed: is the provider running? `--mock` starts pressure's mock)",
+                );
+            }
+            out.push('\n');
+        }
+        out.push_str(
+            "\naccuracy = correct / all tickets; coverage = share given a label (model: a parsable answer; \
+             rules: a rule matched);\nprecision = correct / labelled; latency = mean of the answered calls; \
+             cost = what the client's price table charged.\n",
+        );
+        out
+    }
+}
+
+/// Left-aligned columns separated by two spaces; rows may be shorter than
+/// the header (their last cell then runs on).
+fn table(rows: &[Vec<String>]) -> String {
+    let cols = rows.iter().map(Vec::len).max().unwrap_or(0);
+    let mut widths = vec![0usize; cols];
+    for row in rows {
+        // The last cell of a short row runs on and sets no width.
+        let sized = if row.len() == cols {
+            row.len()
+        } else {
+            row.len().saturating_sub(1)
+        };
+        for (i, cell) in row.iter().take(sized).enumerate() {
+            widths[i] = widths[i].max(cell.chars().count());
+        }
+    }
+    let mut out = String::new();
+    for row in rows {
+        let mut line = String::new();
+        for (i, cell) in row.iter().enumerate() {
+            if i + 1 == row.len() {
+                line.push_str(cell);
+            } else {
+                line.push_str(&format!("{cell:<w$}  ", w = widths[i]));
+            }
+        }
+        out.push_str(line.trim_end());
+        out.push('\n');
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ticket(id: &str, text: &str, label: &str) -> Ticket {
+        Ticket {
+            id: id.into(),
+            text: text.into(),
+            label: label.into(),
+        }
+    }
+
+    #[test]
+    fn scores_coverage_precision_and_accuracy() {
+        let tickets = vec![
+            ticket("1", "a", "billing"),
+            ticket("2", "b", "billing"),
+            ticket("3", "c", "shipping"),
+            ticket("4", "d", "shipping"),
+        ];
+        let p = vec![
+            Some("billing".into()),
+            Some("shipping".into()),
+            None,
+            Some("shipping".into()),
+        ];
+        let r = LevelReport::scored(0, LevelKind::Rules, "r".into(), &tickets, &p);
+        assert_eq!((r.total, r.labelled, r.correct), (4, 3, 2));
+        assert!((r.accuracy - 0.5).abs() < 1e-9);
+        assert!((r.coverage - 0.75).abs() < 1e-9);
+        assert!((r.precision - 2.0 / 3.0).abs() < 1e-9);
+        assert_eq!(r.per_class["billing"], ClassScore { total: 2, correct: 1 });
+        assert_eq!(r.per_class["shipping"], ClassScore { total: 2, correct: 1 });
+        assert_eq!(r.per_class["cancellation"], ClassScore::default());
+    }
+
+    #[test]
+    fn table_aligns_columns() {
+        let rows = vec![
+            vec!["a".to_owned(), "bbb".to_owned(), "c".to_owned()],
+            vec!["aaaa".to_owned(), "b".to_owned(), "c".to_owned()],
+            vec!["x".to_owned(), "a long note".to_owned()],
+        ];
+        assert_eq!(table(&rows), "a     bbb  c\naaaa  b    c\nx     a long note\n");
+        let rows = vec![
+            vec!["a".to_owned(), "b".to_owned(), "c".to_owned()],
+            vec!["x".to_owned(), "yyyy".to_owned(), "note".to_owned()],
+            vec!["long first".to_owned(), "note".to_owned()],
+        ];
+        assert_eq!(
+            table(&rows),
+            "a           b     c\nx           yyyy  note\nlong first  note\n"
+        );
+    }
+}
