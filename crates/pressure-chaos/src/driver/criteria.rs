@@ -233,28 +233,44 @@ fn hang(run: &RunData, normal_p95: Option<f64>) -> Vec<Criterion> {
 
 fn stall(run: &RunData) -> Vec<Criterion> {
     let events = by_request(&run.arrivals);
-    let stalled_ids: Vec<&str> = events
+    let stalled_ids: std::collections::HashSet<&str> = events
         .iter()
         .filter(|(_, a)| a.iter().any(|a| a.outcome == Outcome::Stalled))
         .map(|(id, _)| *id)
         .collect();
-    let samples: std::collections::HashMap<&str, &Sample> =
-        run.samples.iter().map(|s| (s.id.as_str(), s)).collect();
+    let hit = |s: &&Sample| stalled_ids.contains(s.id.as_str());
     let bound = run.settings.provider_timeout_ms as f64 + 1_000.0;
-    let mut cut_in_time = 0usize;
-    let mut slowest = 0.0_f64;
-    let mut retried = 0usize;
-    for id in &stalled_ids {
-        if let Some(s) = samples.get(id) {
-            slowest = slowest.max(s.latency_ms());
-            if s.status == 200 && s.stream_error && s.latency_ms() <= bound {
-                cut_in_time += 1;
-            }
-        }
-        if events.get(id).is_some_and(|a| a.len() > 1) {
-            retried += 1;
-        }
-    }
+
+    // Streams: committed at the first chunk, so a stall ends them with an
+    // error event; they must not be retried.
+    let streams: Vec<&Sample> = good(&run.samples).filter(|s| s.stream).collect();
+    let stalled_streams: Vec<&Sample> = streams.iter().copied().filter(hit).collect();
+    let cut_in_time = stalled_streams
+        .iter()
+        .filter(|s| s.status == 200 && s.stream_error && s.latency_ms() <= bound)
+        .count();
+    let slowest = stalled_streams
+        .iter()
+        .map(|s| s.latency_ms())
+        .fold(0.0_f64, f64::max);
+    let retried = stalled_streams
+        .iter()
+        .filter(|s| events.get(s.id.as_str()).is_some_and(|a| a.len() > 1))
+        .count();
+    let healthy_streams: Vec<&Sample> = streams.iter().copied().filter(|s| !hit(s)).collect();
+    let healthy_ok = healthy_streams
+        .iter()
+        .filter(|s| s.status == 200 && !s.stream_error)
+        .count();
+
+    // JSON answers: nothing reached the client before the stall, so the
+    // gateway may retry or fall back, and the client must get an answer.
+    let stalled_json: Vec<&Sample> = good(&run.samples).filter(|s| !s.stream).filter(hit).collect();
+    let json_ok = stalled_json
+        .iter()
+        .filter(|s| matches!(s.status, 200 | 202))
+        .count();
+
     let stalled: Vec<&Arrival> = run
         .arrivals
         .iter()
@@ -264,39 +280,43 @@ fn stall(run: &RunData) -> Vec<Criterion> {
         .iter()
         .filter(|a| a.client_gone && a.output_tokens > 0)
         .count();
-    let healthy = good(&run.samples)
-        .filter(|s| !stalled_ids.contains(&s.id.as_str()))
-        .count();
-    let healthy_ok = good(&run.samples)
-        .filter(|s| !stalled_ids.contains(&s.id.as_str()))
-        .filter(|s| s.status == 200 && !s.stream_error)
-        .count();
     vec![
         criterion(
             "Stalled streams end by the read timeout",
-            !stalled_ids.is_empty() && cut_in_time == stalled_ids.len(),
+            !stalled_streams.is_empty() && cut_in_time == stalled_streams.len(),
             format!(
                 "{cut_in_time} of {} stalled streams ended with an error event within {bound:.0} ms (slowest {slowest:.0} ms)",
-                stalled_ids.len()
+                stalled_streams.len()
             ),
         ),
         criterion(
             "A stream is never retried after its first chunk",
             retried == 0,
-            format!("{retried} stalled requests called the provider again"),
+            format!("{retried} stalled streams called the provider again"),
         ),
         criterion(
-            "The provider bills the whole output of a stream the client left",
+            "A stalled JSON answer is retried or falls back",
+            !stalled_json.is_empty() && json_ok == stalled_json.len(),
+            format!(
+                "{json_ok} of {} requests whose JSON answer stalled still got an answer",
+                stalled_json.len()
+            ),
+        ),
+        criterion(
+            "The provider bills the whole answer of a call the gateway left",
             !stalled.is_empty() && billed == stalled.len(),
             format!(
-                "{billed} of {} stalled calls billed with their output after the gateway had gone",
+                "{billed} of {} stalled calls billed with their full output after the gateway had gone",
                 stalled.len()
             ),
         ),
         criterion(
             "Healthy streams complete",
-            healthy > 0 && healthy_ok == healthy,
-            format!("{healthy_ok} of {healthy} streams without a stall ended with [DONE]"),
+            !healthy_streams.is_empty() && healthy_ok == healthy_streams.len(),
+            format!(
+                "{healthy_ok} of {} streams without a stall ended with [DONE]",
+                healthy_streams.len()
+            ),
         ),
     ]
 }

@@ -10,6 +10,7 @@ use futures::StreamExt;
 use serde_json::{json, Value};
 use tokio::time::Instant;
 
+use super::scenario::Streaming;
 use super::stack::USE_CASE;
 use crate::mock::BAD_REQUEST_MARKER;
 
@@ -48,6 +49,8 @@ pub struct Sample {
     pub degradation: Option<String>,
     /// Whether this request carried the bad-request marker.
     pub bad: bool,
+    /// Whether this request asked for a stream.
+    pub stream: bool,
     /// Whether a stream ended with an error event instead of `[DONE]`.
     pub stream_error: bool,
 }
@@ -88,8 +91,8 @@ pub struct Load {
     pub concurrency: usize,
     /// How long clients start new requests.
     pub duration: Duration,
-    /// Whether requests ask for streams.
-    pub stream: bool,
+    /// Which workers ask for streams.
+    pub streaming: Streaming,
     /// A prefix making request ids unique to the run.
     pub tag: String,
 }
@@ -116,7 +119,8 @@ pub async fn drive(load: &Load, t0: Instant, done: Arc<AtomicU64>) -> Vec<Sample
                 let bad = (n + w as u64) % BAD_REQUEST_EVERY == BAD_REQUEST_EVERY - 1;
                 let prompt = PROMPTS[(n as usize + w) % PROMPTS.len()];
                 let id = format!("{}-{w}-{n}", load.tag);
-                samples.push(one(&client, &load, t0, id, prompt, bad).await);
+                let stream = load.streaming.for_worker(w);
+                samples.push(one(&client, &load.url, t0, id, prompt, bad, stream).await);
                 done.fetch_add(1, Ordering::Relaxed);
                 n += 1;
             }
@@ -137,11 +141,12 @@ fn ms_since(t0: Instant) -> f64 {
 
 async fn one(
     client: &reqwest::Client,
-    load: &Load,
+    url: &str,
     t0: Instant,
     id: String,
     prompt: &str,
     bad: bool,
+    stream: bool,
 ) -> Sample {
     let text = if bad {
         format!("{prompt} {BAD_REQUEST_MARKER}")
@@ -156,7 +161,7 @@ async fn one(
         ],
         "max_tokens": 64
     });
-    if load.stream {
+    if stream {
         body["stream"] = Value::Bool(true);
     }
     let start_ms = ms_since(t0);
@@ -167,10 +172,11 @@ async fn one(
         status: 0,
         degradation: None,
         bad,
+        stream,
         stream_error: false,
     };
     let sent = client
-        .post(&load.url)
+        .post(url)
         .header("x-request-id", &id)
         .json(&body)
         .send()
@@ -228,6 +234,7 @@ mod tests {
             status: 200,
             degradation: Some("primary".into()),
             bad: false,
+            stream: false,
             stream_error: false,
         };
         assert_eq!(s.result(), "primary");

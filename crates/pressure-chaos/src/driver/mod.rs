@@ -22,8 +22,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use self::analysis::{
-    billed_micro_usd, breaker_spans, bucket_width, buckets, failed_attempt, latency_series, percentiles,
-    TransitionAt,
+    billed_micro_usd, breaker_spans, bucket_width, buckets, latency_series, percentiles, TransitionAt,
 };
 use self::criteria::{evaluate, healthy_p95, RunData};
 use self::load::{drive, Load};
@@ -212,11 +211,12 @@ fn redacted(url: &str) -> String {
     }
 }
 
-/// Micro-dollars the mock billed for calls that did not answer.
+/// Micro-dollars the mock billed for retries: every call after the first
+/// of its event (a retry or a fallback after a failure).
 fn burned(run: &RunData) -> u64 {
     run.arrivals
         .iter()
-        .filter(|a| failed_attempt(a))
+        .filter(|a| a.attempt.unwrap_or(1) > 1)
         .map(billed_micro_usd)
         .sum()
 }
@@ -254,7 +254,7 @@ async fn run_once(
         url: url.clone(),
         concurrency: opts.concurrency.min(8),
         duration: Duration::from_millis(300),
-        stream: scenario.stream,
+        streaming: scenario.streaming,
         tag: format!("{run_tag}-warm"),
     };
     drive(&warm, Instant::now(), Arc::new(AtomicU64::new(0))).await;
@@ -277,7 +277,7 @@ async fn run_once(
         url,
         concurrency: opts.concurrency,
         duration: opts.duration,
-        stream: scenario.stream,
+        streaming: scenario.streaming,
         tag: run_tag,
     };
     let done = Arc::new(AtomicU64::new(0));

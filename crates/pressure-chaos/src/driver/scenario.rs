@@ -15,6 +15,25 @@ pub const BACKUP: &str = "backup";
 /// the others compare with its latency).
 pub const SCENARIOS: &[&str] = &["normal", "hang", "stall", "rate-limit-storm", "500-storm"];
 
+/// Which clients ask for streamed answers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Streaming {
+    /// None: every answer is one JSON body.
+    Never,
+    /// Every other client (even worker numbers) streams, the rest do not.
+    Half,
+}
+
+impl Streaming {
+    /// Whether worker `w` streams.
+    pub fn for_worker(self, w: usize) -> bool {
+        match self {
+            Self::Never => false,
+            Self::Half => w % 2 == 0,
+        }
+    }
+}
+
 /// One scenario.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Scenario {
@@ -22,8 +41,8 @@ pub struct Scenario {
     pub name: &'static str,
     /// What the mock does, in one sentence.
     pub description: &'static str,
-    /// Whether clients ask for streams.
-    pub stream: bool,
+    /// Which clients ask for streams.
+    pub streaming: Streaming,
     /// The mock's behaviour over a load of `duration`.
     pub behaviour: Behaviour,
     /// When the fault starts and ends, in ms since the load started
@@ -40,14 +59,14 @@ impl Scenario {
             "normal" => Self {
                 name: "normal",
                 description: "The provider answers every request in 40–60 ms: the baseline the others compare with.",
-                stream: false,
+                streaming: Streaming::Never,
                 behaviour: Behaviour::single(Phase::normal("normal")),
                 fault_window: None,
             },
             "hang" => Self {
                 name: "hang",
                 description: "20 % of requests to any model hang without sending a byte; the rest answer in 40–60 ms.",
-                stream: false,
+                streaming: Streaming::Never,
                 behaviour: Behaviour::single(Phase {
                     hang_share: 0.2,
                     ..Phase::normal("hang")
@@ -56,8 +75,8 @@ impl Scenario {
             },
             "stall" => Self {
                 name: "stall",
-                description: "Streams: 20 % send their head and first chunk, then stall; the provider keeps generating (and billing) the rest.",
-                stream: true,
+                description: "20 % of answers stall after their first bytes (a stream after its first chunk); the provider keeps generating, and billing, the whole answer. Half the clients stream.",
+                streaming: Streaming::Half,
                 behaviour: Behaviour::single(Phase {
                     stall_share: 0.2,
                     ..Phase::normal("stall")
@@ -67,7 +86,7 @@ impl Scenario {
             "rate-limit-storm" => Self {
                 name: "rate-limit-storm",
                 description: "For the middle third the provider allows each model 10 requests per second and answers the rest 429 with retry-after, then lifts the limit.",
-                stream: false,
+                streaming: Streaming::Never,
                 behaviour: Behaviour {
                     phases: vec![
                         Phase::normal("before").lasting(third),
@@ -88,7 +107,7 @@ impl Scenario {
             "500-storm" => Self {
                 name: "500-storm",
                 description: "For the middle third the primary model answers every request 500; the backup stays healthy; then the primary recovers.",
-                stream: false,
+                streaming: Streaming::Never,
                 behaviour: Behaviour {
                     phases: vec![
                         Phase::normal("before").lasting(third),

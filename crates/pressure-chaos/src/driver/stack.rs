@@ -29,8 +29,12 @@ pub const PRIMARY_PRICE: ModelPrice = ModelPrice::new(2_500_000, 10_000_000);
 /// The backup model's price: $0.15 / $0.60 per 1M tokens in / out.
 pub const BACKUP_PRICE: ModelPrice = ModelPrice::new(150_000, 600_000);
 /// The per-event retry budget of the "with budget" runs, in micro-dollars:
-/// room for one retry of a primary call of the driver's size, not two.
-pub const BUDGET_MICRO_USD: u64 = 1_500;
+/// one full primary call of the driver's size (about 75 tokens in, 64 out:
+/// 828 µ$). A timed-out call is charged in full (the provider bills it), so
+/// after one the next primary try would exceed the budget and the event
+/// moves on to the cheaper backup; a refused call (500, 429) is charged only
+/// its prompt (188 µ$) and is retried as the policy allows.
+pub const BUDGET_MICRO_USD: u64 = 1_000;
 
 /// Timeouts and breaker settings of the stack, explicit so the criteria can
 /// refer to them.

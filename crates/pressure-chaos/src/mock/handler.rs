@@ -283,9 +283,23 @@ fn cut_text(counter: &TokenCounter, model: &str, text: &str, limit: u64) -> Cut 
             .count_text(model, piece)
             .unwrap_or_else(|_| (piece.len() as u64).div_ceil(4));
         if tokens + n > limit {
+            // Fill the budget with the longest prefix of the word that fits.
+            let mut end = start;
+            let mut used = tokens;
+            let ends = piece.char_indices().skip(1).map(|(j, _)| j);
+            for j in ends {
+                let prefix = &piece[..j];
+                let m = counter
+                    .count_text(model, prefix)
+                    .unwrap_or_else(|_| (prefix.len() as u64).div_ceil(4));
+                if tokens + m > limit {
+                    break;
+                }
+                (end, used) = (start + j, tokens + m);
+            }
             return Cut {
-                text: text[..start].to_owned(),
-                tokens,
+                text: text[..end].to_owned(),
+                tokens: used,
                 truncated: true,
             };
         }
@@ -515,9 +529,13 @@ mod tests {
         let whole = counter.count_text("gpt-4o", text).unwrap();
         let all = cut_text(&counter, "gpt-4o", text, 1_000);
         assert_eq!((all.tokens, all.truncated), (whole, false));
-        let cut = cut_text(&counter, "gpt-4o", text, 5);
-        assert!(cut.truncated && cut.tokens <= 5 && !cut.text.is_empty());
-        assert_eq!(counter.count_text("gpt-4o", &cut.text).unwrap(), cut.tokens);
+        for limit in 1..whole {
+            let cut = cut_text(&counter, "gpt-4o", text, limit);
+            assert!(cut.truncated && !cut.text.is_empty() && text.starts_with(&cut.text));
+            // The budget is filled (a word may be cut inside).
+            assert_eq!(cut.tokens, limit, "{limit}: {:?}", cut.text);
+            assert_eq!(counter.count_text("gpt-4o", &cut.text).unwrap(), cut.tokens);
+        }
         assert_eq!(cut_text(&counter, "gpt-4o", text, 0).tokens, 0);
     }
 

@@ -11,6 +11,16 @@
 //!
 //! It bills like a provider: input tokens for every accepted request,
 //! output tokens when generation finishes even if the client has gone.
+//!
+//! Start one with [`MockProvider::start`] (a [`MockConfig`]: behaviour,
+//! prices, [`Responder`], seed) and point an OpenAI client at
+//! [`MockProvider::base_url`]; the handle reads and changes the same state
+//! as the admin endpoints. How a request is decided (parse, bad-request
+//! marker, quota, fault draw, latency) is documented in `handler.rs`; the
+//! quota's exact sliding-log scheme in `quota.rs`: per model, at most
+//! `requests` requests and `tokens` tokens in ANY window of `windowMs`
+//! (not only aligned ones); a 429 costs no quota; a new behaviour or a
+//! reset starts with an empty quota.
 
 mod behaviour;
 mod handler;

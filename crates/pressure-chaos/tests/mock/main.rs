@@ -699,3 +699,95 @@ async fn hundreds_of_concurrent_requests_and_a_bounded_shutdown() {
     })
     .await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn thousands_of_requests_per_second() {
+    bounded(async {
+        let instant = Phase {
+            latency: Latency {
+                min_ms: 0,
+                max_ms: 0,
+                tail_share: 0.0,
+                tail_ms: 0,
+            },
+            ..Phase::normal("instant")
+        };
+        let mock = start(Behaviour::single(instant)).await;
+        let c = client(
+            &mock,
+            TimeoutsConfig {
+                max_connections: 64,
+                ..TimeoutsConfig::default()
+            },
+        );
+        let n = 3_000u64;
+        let t = Instant::now();
+        let results: Vec<_> = futures::stream::iter(0..n)
+            .map(|i| {
+                let c = c.clone();
+                async move { c.complete(&request(&format!("r{i}"), Some(4)), deadline()).await }
+            })
+            .buffer_unordered(64)
+            .collect()
+            .await;
+        let elapsed = t.elapsed();
+        assert!(results.iter().all(Result::is_ok));
+        let rate = n as f64 / elapsed.as_secs_f64();
+        eprintln!("{n} requests in {elapsed:?}: {rate:.0}/s");
+        assert_eq!(mock.stats().requests, n);
+        // About 4 000/s in a debug build; the bound leaves room for a loaded machine.
+        assert!(rate > 500.0, "{rate:.0} requests/s");
+        mock.shutdown().await;
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_client_leaving_mid_answer_is_still_billed_the_output() {
+    bounded(async {
+        let slow = Phase {
+            latency: Latency {
+                min_ms: 500,
+                max_ms: 500,
+                tail_share: 0.0,
+                tail_ms: 0,
+            },
+            ..Phase::normal("slow")
+        };
+        let mock = start(Behaviour::single(slow)).await;
+        let c = client(
+            &mock,
+            TimeoutsConfig {
+                first_byte_ms: 150,
+                ..TimeoutsConfig::default()
+            },
+        );
+        // JSON: the client gives up before the answer.
+        let err = c
+            .complete(&request("json", Some(12)), deadline())
+            .await
+            .unwrap_err();
+        assert!(matches!(err.kind, ErrorKind::Timeout { .. }), "{err:?}");
+        // Stream: the client reads the first content chunk (at ~100 ms) and leaves.
+        let mut s = c.stream(&request("stream", Some(12)), deadline()).await.unwrap();
+        while s.output_chunks() == 0 {
+            s.next().await.unwrap().unwrap();
+        }
+        drop(s);
+        let arrivals = eventually(Duration::from_secs(3), || {
+            let a = mock.arrivals();
+            a.iter()
+                .all(|a| a.client_gone && a.output_tokens == 12)
+                .then_some(a)
+        })
+        .await;
+        assert_eq!(arrivals.len(), 2);
+        assert!(arrivals
+            .iter()
+            .all(|a| a.outcome == Outcome::Ok && a.status == 200));
+        let s = mock.stats();
+        assert_eq!((s.billed_output_tokens, s.in_flight), (24, 0));
+        mock.shutdown().await;
+    })
+    .await;
+}

@@ -19,7 +19,7 @@ use crate::price::{ModelPrice, Money};
 use crate::provider::{CallError, CallTag, ChatRequest, ProviderClient, RateLimitHints};
 use crate::reservation::{resource_id, ModelLimits, Reservation};
 use crate::retry::{Decision, RetryState};
-use crate::taxonomy::{Disposition, ErrorKind};
+use crate::taxonomy::{Disposition, ErrorKind, TimeoutPhase};
 use crate::tokens::TokenCounter;
 
 /// One configured model, ready to call.
@@ -576,7 +576,9 @@ impl<B: Backend> LlmClient<B> {
                         }
                     }
                     self.metrics.attempt_error(e.kind.label());
-                    let cost = m.price.cost(reservation.input_tokens, generated);
+                    let cost = m
+                        .price
+                        .cost(reservation.input_tokens, billed_output(&e.kind, &reservation));
                     let next = m.price.cost(reservation.input_tokens, reservation.output_tokens);
                     event.spent = event.spent + cost;
                     event.failed_spent = event.failed_spent + cost;
@@ -597,7 +599,7 @@ impl<B: Backend> LlmClient<B> {
                                 LlmError::Upstream {
                                     kind:
                                         ErrorKind::Timeout {
-                                            phase: crate::taxonomy::TimeoutPhase::Total,
+                                            phase: TimeoutPhase::Total,
                                         },
                                     ..
                                 } => deadline_error(),
@@ -692,10 +694,49 @@ pub(super) enum Outcome {
 }
 
 /// How a failed attempt counts for the breaker; see the module docs.
+/// Output tokens a failed attempt is assumed to have cost: the whole
+/// reservation when we stopped waiting for a provider that had the request
+/// (a first-byte, read or deadline timeout: providers go on generating, and
+/// billing, after the client has gone — the chaos stand's stall scenario
+/// measures it), none otherwise. The money budget then stops retries that
+/// would burn more than it allows, instead of counting only the prompt.
+pub(super) fn billed_output(kind: &ErrorKind, reservation: &Reservation) -> u64 {
+    match kind {
+        ErrorKind::Timeout {
+            phase: TimeoutPhase::FirstByte | TimeoutPhase::Read | TimeoutPhase::Total,
+        } => reservation.output_tokens,
+        _ => 0,
+    }
+}
+
 pub(super) fn breaker_outcome(kind: &ErrorKind) -> Outcome {
     match kind {
         ErrorKind::RateLimited { .. } | ErrorKind::QuotaExhausted | ErrorKind::Conflict => Outcome::Ignore,
         ErrorKind::BadRequest | ErrorKind::ContextLength | ErrorKind::ContentRefusal => Outcome::Success,
         _ => Outcome::Failure,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_call_we_stopped_waiting_for_is_charged_its_whole_output() {
+        let limits = ModelLimits {
+            context_tokens: 1_000,
+            max_output_tokens: 100,
+            default_max_tokens: None,
+        };
+        let r = Reservation::for_request(40, Some(64), &limits).unwrap();
+        let timeout = |phase| ErrorKind::Timeout { phase };
+        for phase in [TimeoutPhase::FirstByte, TimeoutPhase::Read, TimeoutPhase::Total] {
+            assert_eq!(billed_output(&timeout(phase), &r), 64, "{phase:?}");
+        }
+        for phase in [TimeoutPhase::Connect, TimeoutPhase::PoolWait, TimeoutPhase::Write] {
+            assert_eq!(billed_output(&timeout(phase), &r), 0, "{phase:?}: the provider never had it");
+        }
+        assert_eq!(billed_output(&ErrorKind::RateLimited { retry_after: None }, &r), 0);
+        assert_eq!(billed_output(&ErrorKind::BadRequest, &r), 0);
     }
 }
