@@ -39,7 +39,7 @@ use futures::future::BoxFuture;
 use futures::StreamExt;
 use http::{HeaderValue, Method, Request, Response, StatusCode};
 use pressure_llm::pipeline::{Answer, AnswerStream, LlmClient, LlmError, Reply};
-use pressure_llm::provider::ChatRequest;
+use pressure_llm::provider::{ChatRequest, PoolStats};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::convert::Infallible;
@@ -377,6 +377,9 @@ pub fn answer_response(answer: &Answer) -> Response<Body> {
 /// One counter family without labels.
 type Plain = (&'static str, &'static str, u64);
 
+/// One per-provider pool family: name, type, help and its value.
+type PoolFamily = (&'static str, &'static str, &'static str, fn(&PoolStats) -> u64);
+
 /// Appends the LLM client's counters and breaker states to a `/metrics`
 /// page (Prometheus text 0.0.4):
 ///
@@ -393,6 +396,8 @@ type Plain = (&'static str, &'static str, u64);
 /// | `pressure_llm_attempt_errors_total` | counter | `kind` |
 /// | `pressure_llm_answers_total` | counter | `degradation` |
 /// | `pressure_llm_breaker_state` | gauge (0 closed, 1 half-open, 2 open) | `provider`, `model` |
+/// | `pressure_llm_pool_in_use`, `_peak`, `_max` | gauge | `provider` |
+/// | `pressure_llm_pool_wait_timeouts_total` | counter | `provider` |
 /// | `pressure_llm_ttft_seconds` | histogram | `provider`, `model` |
 /// | `pressure_llm_latency_seconds` | histogram | `provider`, `model` |
 pub fn encode_metrics(llm: &LlmClient<AnyBackend>, out: &mut String) {
@@ -498,6 +503,41 @@ fn try_encode_metrics(llm: &LlmClient<AnyBackend>, out: &mut String) -> fmt::Res
         out.push_str("\",model=\"");
         escape_label_value(out, &model);
         writeln!(out, "\"}} {v}")?;
+    }
+    let pools = llm.provider_pools();
+    let families: [PoolFamily; 4] = [
+        (
+            "pressure_llm_pool_in_use",
+            "gauge",
+            "Provider connection slots in use now.",
+            |p| p.in_use as u64,
+        ),
+        (
+            "pressure_llm_pool_peak",
+            "gauge",
+            "Most provider connection slots in use at once.",
+            |p| p.peak as u64,
+        ),
+        (
+            "pressure_llm_pool_max",
+            "gauge",
+            "Provider connection slots (maxConnections).",
+            |p| p.max as u64,
+        ),
+        (
+            "pressure_llm_pool_wait_timeouts_total",
+            "counter",
+            "Calls that found no free provider connection within poolWaitMs.",
+            |p| p.wait_timeouts,
+        ),
+    ];
+    for (name, kind, help, value) in families {
+        header(out, name, kind, help)?;
+        for (provider, p) in &pools {
+            write!(out, "{name}{{provider=\"")?;
+            escape_label_value(out, provider);
+            writeln!(out, "\"}} {}", value(p))?;
+        }
     }
     let histograms = [
         (

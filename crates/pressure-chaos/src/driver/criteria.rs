@@ -41,6 +41,8 @@ pub struct RunData {
     pub mock: MockStats,
     /// Resources still holding slots after the run (`resource: n`).
     pub leaks: Vec<String>,
+    /// The gateway's connection pool to the mock.
+    pub pool: pressure_llm::provider::PoolStats,
     /// When the clients stopped starting requests.
     pub load_ms: f64,
     /// When the observation ended.
@@ -221,10 +223,10 @@ fn hang(run: &RunData, normal_p95: Option<f64>) -> Vec<Criterion> {
         ),
         criterion(
             "The connection pool is never exhausted",
-            run.mock.max_in_flight <= run.concurrency as u64,
+            run.pool.peak <= run.concurrency && run.pool.peak < run.pool.max && run.pool.wait_timeouts == 0,
             format!(
-                "at most {} calls open at the provider at once, for {} clients (pool: {} connections); hung calls do not pile up",
-                run.mock.max_in_flight, run.concurrency, run.settings.max_connections
+                "at most {} of {} provider connections in use at once, for {} clients (each holds at most one: a hung call gives its slot back when cut); {} calls waited for a slot in vain",
+                run.pool.peak, run.pool.max, run.concurrency, run.pool.wait_timeouts
             ),
         ),
         all_answered(run),

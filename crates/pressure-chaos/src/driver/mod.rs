@@ -22,7 +22,8 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use self::analysis::{
-    billed_micro_usd, breaker_spans, bucket_width, buckets, latency_series, percentiles, TransitionAt,
+    billed_micro_usd, breaker_spans, bucket_width, buckets, failed_attempt, latency_series, percentiles,
+    TransitionAt,
 };
 use self::criteria::{evaluate, healthy_p95, RunData};
 use self::load::{drive, Load};
@@ -211,12 +212,14 @@ fn redacted(url: &str) -> String {
     }
 }
 
-/// Micro-dollars the mock billed for retries: every call after the first
-/// of its event (a retry or a fallback after a failure).
+/// Micro-dollars the mock billed for retries that did not answer: calls
+/// after the first of their event (a retry, or a fallback after a failure)
+/// that failed. The first call of an event is made under any policy; what
+/// a retry policy decides is how much more is burned.
 fn burned(run: &RunData) -> u64 {
     run.arrivals
         .iter()
-        .filter(|a| a.attempt.unwrap_or(1) > 1)
+        .filter(|a| a.attempt.unwrap_or(1) > 1 && failed_attempt(a))
         .map(billed_micro_usd)
         .sum()
 }
@@ -330,6 +333,7 @@ async fn run_once(
         .map(|s| format!("{}: {}", s.resource, s.active.unwrap_or(0)))
         .collect();
     let mock = stack.mock.stats();
+    let pool = stack.llm.provider_pools().remove("mock").unwrap_or_default();
     stack.stop().await;
     Ok(RunData {
         scenario: scenario.clone(),
@@ -340,6 +344,7 @@ async fn run_once(
         transitions,
         mock,
         leaks,
+        pool,
         load_ms,
         end_ms,
     })

@@ -30,10 +30,10 @@ pub const PRIMARY_PRICE: ModelPrice = ModelPrice::new(2_500_000, 10_000_000);
 pub const BACKUP_PRICE: ModelPrice = ModelPrice::new(150_000, 600_000);
 /// The per-event retry budget of the "with budget" runs, in micro-dollars:
 /// one full primary call of the driver's size (about 75 tokens in, 64 out:
-/// 828 µ$). A timed-out call is charged in full (the provider bills it), so
-/// after one the next primary try would exceed the budget and the event
-/// moves on to the cheaper backup; a refused call (500, 429) is charged only
-/// its prompt (188 µ$) and is retried as the policy allows.
+/// 828 µ$). A failed call is charged its prompt (188 µ$), or its whole
+/// answer when it timed out while the provider had it, so after any failure
+/// the next primary try would exceed the budget and the event moves on to
+/// the cheaper backup instead of retrying the expensive model.
 pub const BUDGET_MICRO_USD: u64 = 1_000;
 
 /// Timeouts and breaker settings of the stack, explicit so the criteria can

@@ -307,7 +307,10 @@ mod tests {
     fn invalid_behaviours_name_the_path() {
         let mut b = Behaviour::single(Phase::normal("x"));
         b.phases[0].hang_share = 1.5;
-        assert_eq!(b.validate(), Err("phases[0].hangShare: must be between 0 and 1".into()));
+        assert_eq!(
+            b.validate(),
+            Err("phases[0].hangShare: must be between 0 and 1".into())
+        );
         let b = Behaviour {
             phases: vec![Phase::normal("a"), Phase::normal("b")],
         };

@@ -52,12 +52,15 @@ pub fn render_markdown(r: &Report) -> String {
 
     md.push_str("\n## Money: retries with and without the budget\n\n");
     md.push_str(
-        "Billed by the mock for retry attempts (every attempt after the first of an event), \
-         under the same load with the retry money budget and without it.\n\n",
+        "What the mock billed for retries that did not answer (calls after the first of an event \
+         that hung, stalled or were refused), under the same load with the retry money budget and \
+         without it. Refused calls (429, 500) cost nothing, as with real providers; a call the \
+         gateway stopped waiting for costs its prompt, and its whole answer when the provider was \
+         already generating it.\n\n",
     );
     md.push_str(
-        "| scenario | budget/event | retries (with) | billed for retries (with) | retries (without) \
-         | billed for retries (without) | saved |\n",
+        "| scenario | budget/event | retries (with) | burned by retries (with) | retries (without) \
+         | burned by retries (without) | saved |\n",
     );
     md.push_str("|---|---:|---:|---:|---:|---:|---:|\n");
     for m in &r.money {
@@ -295,8 +298,8 @@ mod tests {
         ));
         assert!(md.contains("## Money: retries with and without the budget"));
         assert!(md.contains(
-            "| scenario | budget/event | retries (with) | billed for retries (with) | retries (without) \
-             | billed for retries (without) | saved |"
+            "| scenario | budget/event | retries (with) | burned by retries (with) | retries (without) \
+             | burned by retries (without) | saved |"
         ));
         assert!(md.contains(
             "| 500 storm &lt;&&gt; | $0.002000 | 12 | $0.001234 | 70 | $0.007000 | $0.005766 (82.4%) |"

@@ -164,9 +164,10 @@ pub struct MoneyRow {
     pub scenario: String,
     /// The per-event budget used in the "with" run, in micro-dollars.
     pub budget_micro_usd: u64,
-    /// Billed for retries (attempts after the first of an event) with the budget.
+    /// Billed for retries that did not answer (calls after the first of an
+    /// event that failed: hung, stalled, refused), with the budget.
     pub with_budget_micro_usd: u64,
-    /// Billed for retries without the budget.
+    /// The same without the budget.
     pub without_budget_micro_usd: u64,
     /// Retry attempts that reached the mock, with the budget.
     pub with_budget_retries: u64,

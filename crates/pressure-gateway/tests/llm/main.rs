@@ -653,6 +653,10 @@ async fn metrics_export_the_llm_counters_and_breakers() {
             "pressure_llm_breaker_state{provider=\"mock\",model=\"good\"} 0",
             "pressure_llm_breaker_state{provider=\"mock\",model=\"tiny\"} 0",
             "pressure_llm_breaker_state{provider=\"mock\",model=\"cut\"} 0",
+            "# TYPE pressure_llm_pool_peak gauge",
+            "pressure_llm_pool_in_use{provider=\"mock\"} 0",
+            "pressure_llm_pool_peak{provider=\"mock\"} 1",
+            "pressure_llm_pool_wait_timeouts_total{provider=\"mock\"} 0",
         ] {
             assert!(text.lines().any(|l| l == line), "missing `{line}` in:\n{text}");
         }

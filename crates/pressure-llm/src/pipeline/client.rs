@@ -16,7 +16,7 @@ use super::stream::{AnswerStream, Live};
 use super::{Answer, Degradation, LlmError, Reply};
 use crate::breaker::BreakerRegistry;
 use crate::price::{ModelPrice, Money};
-use crate::provider::{CallError, CallTag, ChatRequest, ProviderClient, RateLimitHints};
+use crate::provider::{CallError, CallTag, ChatRequest, PoolStats, ProviderClient, RateLimitHints};
 use crate::reservation::{resource_id, ModelLimits, Reservation};
 use crate::retry::{Decision, RetryState};
 use crate::taxonomy::{Disposition, ErrorKind, TimeoutPhase};
@@ -217,6 +217,14 @@ impl<B: Backend> LlmClient<B> {
     /// The circuit breakers, one per (provider, model).
     pub fn breakers(&self) -> &BreakerRegistry {
         &self.breakers
+    }
+
+    /// Each provider's connection pool use, by provider name.
+    pub fn provider_pools(&self) -> std::collections::BTreeMap<String, PoolStats> {
+        self.providers
+            .iter()
+            .map(|(name, p)| (name.clone(), p.pool_stats()))
+            .collect()
     }
 
     /// A copy of the counters.
@@ -734,9 +742,16 @@ mod tests {
             assert_eq!(billed_output(&timeout(phase), &r), 64, "{phase:?}");
         }
         for phase in [TimeoutPhase::Connect, TimeoutPhase::PoolWait, TimeoutPhase::Write] {
-            assert_eq!(billed_output(&timeout(phase), &r), 0, "{phase:?}: the provider never had it");
+            assert_eq!(
+                billed_output(&timeout(phase), &r),
+                0,
+                "{phase:?}: the provider never had it"
+            );
         }
-        assert_eq!(billed_output(&ErrorKind::RateLimited { retry_after: None }, &r), 0);
+        assert_eq!(
+            billed_output(&ErrorKind::RateLimited { retry_after: None }, &r),
+            0
+        );
         assert_eq!(billed_output(&ErrorKind::BadRequest, &r), 0);
     }
 }

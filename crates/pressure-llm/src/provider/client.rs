@@ -23,6 +23,7 @@
 
 use std::fmt;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -64,6 +65,25 @@ struct Inner {
     http: reqwest::Client,
     timeouts: TimeoutsConfig,
     pool: Arc<Semaphore>,
+    /// The most connection slots ever in use at once.
+    peak: AtomicUsize,
+    /// Calls that found no free slot within `poolWaitMs`.
+    pool_timeouts: AtomicU64,
+}
+
+/// How busy a provider's connection pool is: whether calls queue for a
+/// connection (the pool is exhausted) or hung calls keep slots they should
+/// have given back.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PoolStats {
+    /// Slots in use now.
+    pub in_use: usize,
+    /// The most slots in use at once since start.
+    pub peak: usize,
+    /// `maxConnections`.
+    pub max: usize,
+    /// Calls that waited `poolWaitMs` for a slot in vain.
+    pub wait_timeouts: u64,
 }
 
 impl fmt::Debug for ProviderClient {
@@ -188,6 +208,8 @@ impl ProviderClient {
                 http,
                 timeouts: t,
                 pool: Arc::new(Semaphore::new(t.max_connections as usize)),
+                peak: AtomicUsize::new(0),
+                pool_timeouts: AtomicU64::new(0),
             }),
         })
     }
@@ -210,6 +232,17 @@ impl ProviderClient {
     /// Connection slots free right now (of `maxConnections`).
     pub fn available_connections(&self) -> usize {
         self.inner.pool.available_permits()
+    }
+
+    /// The connection pool's use now and at its peak.
+    pub fn pool_stats(&self) -> PoolStats {
+        let max = self.inner.timeouts.max_connections as usize;
+        PoolStats {
+            in_use: max.saturating_sub(self.inner.pool.available_permits()),
+            peak: self.inner.peak.load(Ordering::Relaxed),
+            max,
+            wait_timeouts: self.inner.pool_timeouts.load(Ordering::Relaxed),
+        }
     }
 
     /// A non-streamed chat completion (`stream` and `stream_options` are
@@ -306,9 +339,15 @@ impl ProviderClient {
 
         let (at, phase) = bound(TimeoutPhase::PoolWait, t.pool_wait(), deadline);
         let permit = match timeout_at(at, self.inner.pool.clone().acquire_owned()).await {
-            Ok(Ok(permit)) => permit,
+            Ok(Ok(permit)) => {
+                let max = t.max_connections as usize;
+                let in_use = max.saturating_sub(self.inner.pool.available_permits());
+                self.inner.peak.fetch_max(in_use, Ordering::Relaxed);
+                permit
+            }
             Ok(Err(_)) => return Err(CallError::transport(ErrorKind::Other, "connection pool closed")),
             Err(_) => {
+                self.inner.pool_timeouts.fetch_add(1, Ordering::Relaxed);
                 return Err(CallError::timeout(
                     phase,
                     format!(
@@ -316,7 +355,7 @@ impl ProviderClient {
                         self.inner.name,
                         elapsed_ms(started)
                     ),
-                ))
+                ));
             }
         };
 

@@ -38,7 +38,7 @@ pub mod stream;
 pub mod tag;
 pub mod types;
 
-pub use client::{Completion, ProviderClient};
+pub use client::{Completion, PoolStats, ProviderClient};
 pub use config::{ProviderConfig, TimeoutsConfig};
 pub use error::{CallError, ProviderError};
 pub use ratelimit::RateLimitHints;

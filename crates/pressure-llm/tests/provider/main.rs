@@ -474,6 +474,11 @@ async fn pool_wait_times_out_behind_a_slow_call() {
     assert_timed(t0.elapsed(), SHORT);
     assert!(slow.await.unwrap().is_ok(), "the in-flight call is unaffected");
     assert_eq!(c.available_connections(), 1);
+    let pool = c.pool_stats();
+    assert_eq!(
+        (pool.in_use, pool.peak, pool.max, pool.wait_timeouts),
+        (0, 1, 1, 1)
+    );
 }
 
 #[tokio::test]
