@@ -22,6 +22,10 @@ pub(crate) struct MockProviderArgs {
     /// Seeds the random draws for a repeatable run.
     #[arg(long)]
     seed: Option<u64>,
+    /// What the answers say: `filler` text, or `triage`, the lexical
+    /// stand-in classifier of the triage example (answers a ticket's label).
+    #[arg(long, default_value = "filler", value_parser = ["filler", "triage"])]
+    responder: String,
 }
 
 /// Runs the mock provider until interrupted (Ctrl-C).
@@ -39,11 +43,14 @@ pub(crate) async fn run(args: MockProviderArgs) -> anyhow::Result<()> {
             (b, args.scenario.clone())
         }
     };
-    let config = MockConfig {
+    let mut config = MockConfig {
         behaviour,
         seed: args.seed,
         ..MockConfig::default()
     };
+    if args.responder == "triage" {
+        config.responder = std::sync::Arc::new(pressure_chaos::triage::LexicalClassifier);
+    }
     let mock = MockProvider::start(args.listen, config).await?;
     println!("mock provider listening on {} (scenario {name})", mock.base_url());
     tokio::signal::ctrl_c().await.context("waiting for Ctrl-C")?;

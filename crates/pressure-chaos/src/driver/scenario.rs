@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use crate::mock::{Behaviour, Phase, RateLimit};
+use crate::mock::{Behaviour, Latency, Phase, RateLimit};
 
 /// The model every chain tries first.
 pub const PRIMARY: &str = "primary";
@@ -14,6 +14,25 @@ pub const BACKUP: &str = "backup";
 /// The scenarios, in the order `--scenario all` runs them (`normal` first:
 /// the others compare with its latency).
 pub const SCENARIOS: &[&str] = &["normal", "hang", "stall", "rate-limit-storm", "500-storm"];
+
+/// The provider's healthy answer time in every scenario: 100–150 ms. Long
+/// enough that the gateway's own share of a request's time is small, so
+/// the latency comparison between scenarios measures the stack's behaviour
+/// rather than the machine's noise.
+pub const HEALTHY: Latency = Latency {
+    min_ms: 100,
+    max_ms: 150,
+    tail_share: 0.0,
+    tail_ms: 0,
+};
+
+/// A healthy phase called `name`.
+fn healthy(name: &str) -> Phase {
+    Phase {
+        latency: HEALTHY,
+        ..Phase::normal(name)
+    }
+}
 
 /// Which clients ask for streamed answers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -58,18 +77,18 @@ impl Scenario {
         let s = match name {
             "normal" => Self {
                 name: "normal",
-                description: "The provider answers every request in 40–60 ms: the baseline the others compare with.",
+                description: "The provider answers every request in 100–150 ms: the baseline the others compare with.",
                 streaming: Streaming::Never,
-                behaviour: Behaviour::single(Phase::normal("normal")),
+                behaviour: Behaviour::single(healthy("normal")),
                 fault_window: None,
             },
             "hang" => Self {
                 name: "hang",
-                description: "20 % of requests to any model hang without sending a byte; the rest answer in 40–60 ms.",
+                description: "20 % of requests to any model hang without sending a byte; the rest answer in 100–150 ms.",
                 streaming: Streaming::Never,
                 behaviour: Behaviour::single(Phase {
                     hang_share: 0.2,
-                    ..Phase::normal("hang")
+                    ..healthy("hang")
                 }),
                 fault_window: None,
             },
@@ -79,7 +98,7 @@ impl Scenario {
                 streaming: Streaming::Half,
                 behaviour: Behaviour::single(Phase {
                     stall_share: 0.2,
-                    ..Phase::normal("stall")
+                    ..healthy("stall")
                 }),
                 fault_window: None,
             },
@@ -89,17 +108,17 @@ impl Scenario {
                 streaming: Streaming::Never,
                 behaviour: Behaviour {
                     phases: vec![
-                        Phase::normal("before").lasting(third),
+                        healthy("before").lasting(third),
                         Phase {
                             rate_limit: Some(RateLimit {
                                 requests: 10,
                                 tokens: 0,
                                 window_ms: 1_000,
                             }),
-                            ..Phase::normal("429-storm")
+                            ..healthy("429-storm")
                         }
                         .lasting(third),
-                        Phase::normal("after"),
+                        healthy("after"),
                     ],
                 },
                 fault_window: Some((third, 2 * third)),
@@ -110,14 +129,14 @@ impl Scenario {
                 streaming: Streaming::Never,
                 behaviour: Behaviour {
                     phases: vec![
-                        Phase::normal("before").lasting(third),
+                        healthy("before").lasting(third),
                         Phase {
                             error_share: 1.0,
-                            ..Phase::normal("500-storm")
+                            ..healthy("500-storm")
                         }
                         .on_models(&[PRIMARY])
                         .lasting(third),
-                        Phase::normal("after"),
+                        healthy("after"),
                     ],
                 },
                 fault_window: Some((third, 2 * third)),
