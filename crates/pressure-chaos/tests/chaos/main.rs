@@ -8,8 +8,13 @@ use std::time::Duration;
 use pressure_chaos::driver::{self, ChaosOptions, Quiet};
 use pressure_chaos::report;
 
+/// One load at a time: the latency criteria compare runs, so two tests
+/// loading the machine at once would measure each other.
+static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_scenario_passes_in_short_mode() {
+    let _turn = ONE_AT_A_TIME.lock().await;
     let opts = ChaosOptions {
         concurrency: 50,
         ..ChaosOptions::short()
@@ -68,4 +73,34 @@ async fn every_scenario_passes_in_short_mode() {
     let md = std::fs::read_to_string(dir.join("report.md")).expect("report.md");
     assert!(md.contains("**PASS**"), "{md}");
     std::fs::remove_dir_all(&dir).expect("clean up");
+}
+
+/// The same stack with its limits in Redis: the backend swap changes nothing
+/// the criteria can see.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_500_storm_passes_on_the_redis_backend() {
+    let _turn = ONE_AT_A_TIME.lock().await;
+    let url = std::env::var("PRESSURE_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into());
+    let opts = ChaosOptions {
+        scenarios: vec!["500-storm".into()],
+        concurrency: 50,
+        duration: Duration::from_secs(6),
+        redis: Some(url),
+        money: false,
+        ..ChaosOptions::short()
+    };
+    let rep = tokio::time::timeout(Duration::from_secs(120), driver::run(&opts, &Quiet))
+        .await
+        .expect("the run ends within 2 minutes")
+        .expect("the stack starts on Redis");
+    assert!(rep.backend.starts_with("redis://"), "{}", rep.backend);
+    let storm = &rep.scenarios[0];
+    let failed: Vec<String> = storm
+        .criteria
+        .iter()
+        .filter(|c| !c.passed)
+        .map(|c| format!("{} — {}", c.name, c.detail))
+        .collect();
+    assert!(failed.is_empty(), "failed criteria:\n{}", failed.join("\n"));
+    assert_eq!(storm.criteria.len(), 7, "{:?}", storm.criteria);
 }
