@@ -156,7 +156,7 @@ fn summary(r: &report::Report) -> String {
     }
     for m in &r.money {
         out.push_str(&format!(
-            "money {}: burned on failed calls {} µ$ with a {} µ$ budget ({} retries), {} µ$ without ({} retries)\n",
+            "money {}: failed retries burned {} µ$ with a {} µ$ budget ({} calls after the first), {} µ$ without ({} calls)\n",
             m.scenario,
             m.with_budget_micro_usd,
             m.budget_micro_usd,

@@ -420,3 +420,296 @@ fn server_error_storm(run: &RunData) -> Vec<Criterion> {
     );
     vec![opened, only_probes, closes, all_answered(run)]
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::driver::scenario::BACKUP;
+
+    fn arrival(seq: u64, at_ms: f64, model: &str, id: &str, attempt: u32, outcome: Outcome) -> Arrival {
+        let status = match outcome {
+            Outcome::Ok | Outcome::Stalled => 200,
+            Outcome::RateLimited => 429,
+            Outcome::ServerError => 500,
+            Outcome::BadRequest => 400,
+            Outcome::Hung => 0,
+        };
+        Arrival {
+            seq,
+            at_ms,
+            model: model.into(),
+            request_id: Some(id.into()),
+            attempt: Some(attempt),
+            probe: false,
+            stream: false,
+            phase: "p".into(),
+            outcome,
+            status,
+            input_tokens: 10,
+            output_tokens: 0,
+            client_gone: false,
+        }
+    }
+
+    fn sample(id: &str, start_ms: f64, latency: f64, degradation: &str) -> Sample {
+        Sample {
+            id: id.into(),
+            start_ms,
+            end_ms: start_ms + latency,
+            status: 200,
+            degradation: Some(degradation.into()),
+            bad: false,
+            stream: false,
+            stream_error: false,
+        }
+    }
+
+    fn run(
+        name: &str,
+        samples: Vec<Sample>,
+        arrivals: Vec<Arrival>,
+        transitions: Vec<TransitionAt>,
+    ) -> RunData {
+        let scenario = Scenario::named(name, std::time::Duration::from_secs(9)).unwrap();
+        RunData {
+            scenario,
+            settings: StackSettings::for_concurrency(4),
+            concurrency: 4,
+            samples,
+            arrivals,
+            transitions,
+            mock: MockStats::default(),
+            leaks: Vec::new(),
+            pool: pressure_llm::provider::PoolStats {
+                in_use: 0,
+                peak: 2,
+                max: 8,
+                wait_timeouts: 0,
+            },
+            load_ms: 9_000.0,
+            end_ms: 9_500.0,
+        }
+    }
+
+    fn verdict(criteria: &[Criterion], name: &str) -> bool {
+        criteria
+            .iter()
+            .find(|c| c.name == name)
+            .unwrap_or_else(|| panic!("no criterion {name:?} in {criteria:?}"))
+            .passed
+    }
+
+    const NO_400: &str = "No 400 is ever retried";
+    const POLICY: &str = "Attempts per request stay within the policy";
+    const LEAK: &str = "No slot is left behind";
+
+    #[test]
+    fn a_retried_400_or_none_at_all_fails() {
+        let good = vec![
+            arrival(0, 1.0, PRIMARY, "a", 1, Outcome::BadRequest),
+            arrival(1, 2.0, PRIMARY, "b", 1, Outcome::Ok),
+        ];
+        assert!(verdict(
+            &common(&run("normal", vec![], good.clone(), vec![])),
+            NO_400
+        ));
+        let mut retried = good.clone();
+        retried.push(arrival(2, 3.0, BACKUP, "a", 2, Outcome::BadRequest));
+        assert!(!verdict(&common(&run("normal", vec![], retried, vec![])), NO_400));
+        let none = vec![arrival(0, 1.0, PRIMARY, "b", 1, Outcome::Ok)];
+        assert!(
+            !verdict(&common(&run("normal", vec![], none, vec![])), NO_400),
+            "not exercised"
+        );
+    }
+
+    #[test]
+    fn too_many_attempts_untagged_calls_and_leaks_fail() {
+        let ok = vec![arrival(0, 1.0, PRIMARY, "a", 1, Outcome::Ok)];
+        let c = common(&run("normal", vec![], ok.clone(), vec![]));
+        assert!(verdict(&c, POLICY) && verdict(&c, LEAK));
+        let four: Vec<Arrival> = (0..4)
+            .map(|i| arrival(i, i as f64, PRIMARY, "a", i as u32 + 1, Outcome::ServerError))
+            .collect();
+        assert!(!verdict(&common(&run("normal", vec![], four, vec![])), POLICY));
+        let mut untagged = ok.clone();
+        untagged[0].request_id = None;
+        assert!(!verdict(
+            &common(&run("normal", vec![], untagged, vec![])),
+            POLICY
+        ));
+        let mut leaky = run("normal", vec![], ok.clone(), vec![]);
+        leaky.leaks.push("gateway:route:chat: 1".into());
+        assert!(!verdict(&common(&leaky), LEAK));
+        let mut open_call = run("normal", vec![], ok, vec![]);
+        open_call.mock.in_flight = 1;
+        assert!(!verdict(&common(&open_call), LEAK));
+    }
+
+    fn t(at_ms: f64, from: State, to: State) -> TransitionAt {
+        TransitionAt {
+            at_ms,
+            breaker: format!("mock/{PRIMARY}"),
+            from,
+            to,
+        }
+    }
+
+    const ONLY_PROBES: &str = "While open, the provider sees only half-open probes";
+    const OPENS: &str = "The breaker opens within its window";
+    const CLOSES: &str = "The breaker closes after the provider recovers";
+
+    #[test]
+    fn the_breaker_criteria_see_calls_while_open_and_late_or_early_moves() {
+        // Storm from 3 000 to 6 000 ms (a 9 s run); window 2 000 ms, 3 probes.
+        let ts = vec![
+            t(3_400.0, State::Closed, State::Open),
+            t(4_400.0, State::Open, State::HalfOpen),
+            t(4_500.0, State::HalfOpen, State::Open),
+            t(5_500.0, State::Open, State::HalfOpen),
+            t(5_600.0, State::HalfOpen, State::Open),
+            t(6_600.0, State::Open, State::HalfOpen),
+            t(6_750.0, State::HalfOpen, State::Closed),
+        ];
+        let mut probe = arrival(1, 4_410.0, PRIMARY, "p", 1, Outcome::ServerError);
+        probe.probe = true;
+        let mut calls = vec![
+            arrival(0, 3_405.0, PRIMARY, "late", 1, Outcome::ServerError), // admitted just before opening
+            probe,
+            arrival(2, 7_000.0, PRIMARY, "after", 1, Outcome::Ok),
+        ];
+        let c = server_error_storm(&run("500-storm", vec![], calls.clone(), ts.clone()));
+        assert!(
+            verdict(&c, OPENS) && verdict(&c, ONLY_PROBES) && verdict(&c, CLOSES),
+            "{c:?}"
+        );
+
+        calls.push(arrival(3, 5_000.0, PRIMARY, "sneaked", 1, Outcome::ServerError));
+        let c = server_error_storm(&run("500-storm", vec![], calls, ts.clone()));
+        assert!(!verdict(&c, ONLY_PROBES), "a non-probe call while open");
+
+        let late = vec![t(5_500.0, State::Closed, State::Open)];
+        let c = server_error_storm(&run("500-storm", vec![], vec![], late));
+        assert!(!verdict(&c, OPENS), "opened after its window");
+
+        let early = vec![
+            t(3_400.0, State::Closed, State::Open),
+            t(4_400.0, State::Open, State::HalfOpen),
+            t(4_500.0, State::HalfOpen, State::Closed),
+        ];
+        let c = server_error_storm(&run("500-storm", vec![], vec![], early));
+        assert!(!verdict(&c, CLOSES), "closed while the provider still failed");
+        let never = server_error_storm(&run("500-storm", vec![], vec![], vec![]));
+        assert!(!verdict(&never, OPENS) && !verdict(&never, ONLY_PROBES) && !verdict(&never, CLOSES));
+    }
+
+    const FALLS: &str = "Outgoing requests fall during the 429 storm";
+    const RECOVERS: &str = "The rate recovers by itself after the storm";
+
+    #[test]
+    fn a_429_storm_that_grows_or_does_not_recover_fails() {
+        // 10 calls/s before (0–3 s), `during`/s in the storm (3–6 s), `after`/s after 7 s.
+        let series = |during: u64, after: u64| {
+            let mut v = Vec::new();
+            let mut seq = 0;
+            let mut add = |from: f64, to: f64, per_s: u64, outcome: Outcome| {
+                let n = ((to - from) / 1_000.0 * per_s as f64) as u64;
+                for i in 0..n {
+                    let at = from + i as f64 * (to - from) / n as f64;
+                    v.push(arrival(seq, at, PRIMARY, &format!("r{seq}"), 1, outcome));
+                    seq += 1;
+                }
+            };
+            add(0.0, 3_000.0, 10, Outcome::Ok);
+            add(3_000.0, 6_000.0, during, Outcome::RateLimited);
+            add(7_000.0, 9_000.0, after, Outcome::Ok);
+            v
+        };
+        let c = rate_limit_storm(&run("rate-limit-storm", vec![], series(4, 10), vec![]));
+        assert!(verdict(&c, FALLS) && verdict(&c, RECOVERS), "{c:?}");
+        let c = rate_limit_storm(&run("rate-limit-storm", vec![], series(30, 10), vec![]));
+        assert!(!verdict(&c, FALLS), "a retry storm");
+        let c = rate_limit_storm(&run("rate-limit-storm", vec![], series(4, 2), vec![]));
+        assert!(!verdict(&c, RECOVERS), "stuck low");
+    }
+
+    const KEEPS: &str = "Healthy requests keep their latency (p95 ≤ 1.1 × normal)";
+    const POOL: &str = "The connection pool is never exhausted";
+
+    #[test]
+    fn slower_healthy_requests_or_a_full_pool_fail_the_hang_scenario() {
+        let mut arrivals = Vec::new();
+        let mut samples = Vec::new();
+        for i in 0..20u64 {
+            let id = format!("r{i}");
+            arrivals.push(arrival(i, i as f64, PRIMARY, &id, 1, Outcome::Ok));
+            samples.push(sample(&id, i as f64, 100.0 + i as f64, "primary"));
+        }
+        let mut hung = arrival(99, 50.0, PRIMARY, "h", 1, Outcome::Hung);
+        hung.client_gone = true;
+        arrivals.push(hung);
+        arrivals.push(arrival(100, 600.0, PRIMARY, "h", 2, Outcome::Ok));
+        samples.push(sample("h", 50.0, 700.0, "primary"));
+        let r = run("hang", samples, arrivals, vec![]);
+        let c = hang(&r, Some(119.0));
+        assert!(verdict(&c, KEEPS), "{c:?}");
+        assert!(verdict(&c, "Hanging calls are cut by the timeout"));
+        assert!(verdict(&c, POOL));
+        assert!(!verdict(&hang(&r, Some(100.0)), KEEPS), "p95 119 > 1.1 × 100");
+        assert!(!verdict(&hang(&r, None), KEEPS), "no baseline");
+        let mut full = r.clone();
+        full.pool.peak = 5;
+        assert!(
+            !verdict(&hang(&full, Some(119.0)), POOL),
+            "more connections than clients"
+        );
+        let mut not_cut = r;
+        not_cut.arrivals.iter_mut().for_each(|a| a.client_gone = false);
+        assert!(!verdict(
+            &hang(&not_cut, Some(119.0)),
+            "Hanging calls are cut by the timeout"
+        ));
+    }
+
+    const NOT_RETRIED: &str = "A stream is never retried after its first chunk";
+    const BILLED: &str = "The provider bills the whole answer of a call the gateway left";
+    const CUT: &str = "Stalled streams end by the read timeout";
+
+    #[test]
+    fn a_retried_or_unbilled_stall_fails() {
+        let mut stalled = arrival(0, 0.0, PRIMARY, "s", 1, Outcome::Stalled);
+        stalled.stream = true;
+        stalled.client_gone = true;
+        stalled.output_tokens = 64;
+        let mut cut = sample("s", 0.0, 520.0, "primary");
+        cut.stream = true;
+        cut.stream_error = true;
+        let mut ok = sample("o", 0.0, 120.0, "primary");
+        ok.stream = true;
+        let mut json_stall = arrival(2, 0.0, PRIMARY, "j", 1, Outcome::Stalled);
+        json_stall.client_gone = true;
+        json_stall.output_tokens = 64;
+        let arrivals = vec![
+            stalled.clone(),
+            arrival(1, 0.0, PRIMARY, "o", 1, Outcome::Ok),
+            json_stall,
+            arrival(3, 600.0, BACKUP, "j", 2, Outcome::Ok),
+        ];
+        let samples = vec![cut.clone(), ok, sample("j", 0.0, 700.0, "backup")];
+        let r = run("stall", samples, arrivals, vec![]);
+        let c = stall(&r);
+        assert!(c.iter().all(|c| c.passed), "{c:?}");
+
+        let mut retried = r.clone();
+        retried
+            .arrivals
+            .push(arrival(4, 530.0, BACKUP, "s", 2, Outcome::Ok));
+        assert!(!verdict(&stall(&retried), NOT_RETRIED));
+        let mut unbilled = r.clone();
+        unbilled.arrivals[0].output_tokens = 0;
+        assert!(!verdict(&stall(&unbilled), BILLED));
+        let mut slow = r;
+        slow.samples[0].end_ms = 5_000.0;
+        assert!(!verdict(&stall(&slow), CUT), "cut long after the read timeout");
+    }
+}
