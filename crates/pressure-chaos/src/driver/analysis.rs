@@ -99,7 +99,7 @@ pub fn latency_series(samples: &[Sample], end_ms: f64, width: f64) -> Vec<Latenc
         .map(|(i, v)| {
             let p = percentiles(v);
             LatencyPoint {
-                t_ms: i as f64 * width,
+                t_ms: (i as f64 + 0.5) * width,
                 p50: p.p50,
                 p95: p.p95,
                 p99: p.p99,

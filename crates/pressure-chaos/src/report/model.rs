@@ -119,7 +119,7 @@ pub struct Bucket {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct LatencyPoint {
-    /// Bucket start, in milliseconds since the scenario started.
+    /// The middle of the bucket, in milliseconds since the scenario started.
     pub t_ms: f64,
     /// Median, in milliseconds.
     pub p50: f64,

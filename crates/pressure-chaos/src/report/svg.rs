@@ -373,15 +373,16 @@ fn pick<T: TimedMs>(items: &[&T], value: impl Fn(&T) -> f64) -> Vec<(f64, f64)> 
         .collect()
 }
 
-/// An item of a time series, placed at its start.
+/// An item of a time series, placed in the middle of the time it covers, so
+/// a change inside a bucket shows where it happened rather than before it.
 trait TimedMs {
-    /// Start, in milliseconds since the scenario started.
+    /// Where to draw it, in milliseconds since the scenario started.
     fn t_ms(&self) -> f64;
 }
 
 impl TimedMs for super::model::Bucket {
     fn t_ms(&self) -> f64 {
-        self.t_ms
+        self.t_ms + self.width_ms / 2.0
     }
 }
 
