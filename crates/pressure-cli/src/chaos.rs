@@ -89,7 +89,8 @@ impl Progress for Bar {
     }
 }
 
-/// Runs the chaos scenarios; exit code 1 when a criterion failed.
+/// Runs the chaos scenarios; exit code 1 when a criterion failed, 2 on an
+/// unknown scenario.
 pub(crate) async fn run(args: ChaosArgs) -> anyhow::Result<()> {
     let base = if args.short {
         ChaosOptions::short()
@@ -111,7 +112,12 @@ pub(crate) async fn run(args: ChaosArgs) -> anyhow::Result<()> {
         money: !args.no_money,
         ..base
     };
-    opts.resolve()?;
+    if let Err(e) = opts.resolve() {
+        // A usage error, like an invalid config: exit 2, not the "criteria
+        // failed" 1.
+        eprintln!("pressure chaos: {e}");
+        std::process::exit(2);
+    }
     let bar = ProgressBar::new(1);
     bar.set_style(
         ProgressStyle::with_template("{prefix:>28} [{bar:30}] {elapsed:>4} {msg}")
