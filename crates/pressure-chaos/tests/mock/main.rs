@@ -701,7 +701,7 @@ async fn hundreds_of_concurrent_requests_and_a_bounded_shutdown() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn thousands_of_requests_per_second() {
+async fn thousands_of_requests_are_each_answered_and_counted() {
     bounded(async {
         let instant = Phase {
             latency: Latency {
@@ -721,7 +721,6 @@ async fn thousands_of_requests_per_second() {
             },
         );
         let n = 3_000u64;
-        let t = Instant::now();
         let results: Vec<_> = futures::stream::iter(0..n)
             .map(|i| {
                 let c = c.clone();
@@ -730,13 +729,13 @@ async fn thousands_of_requests_per_second() {
             .buffer_unordered(64)
             .collect()
             .await;
-        let elapsed = t.elapsed();
+        // Counts, not speed: a rate bound would measure the shared machine.
         assert!(results.iter().all(Result::is_ok));
-        let rate = n as f64 / elapsed.as_secs_f64();
-        eprintln!("{n} requests in {elapsed:?}: {rate:.0}/s");
-        assert_eq!(mock.stats().requests, n);
-        // About 4 000/s in a debug build; the bound leaves room for a loaded machine.
-        assert!(rate > 500.0, "{rate:.0} requests/s");
+        let stats = mock.stats();
+        assert_eq!(stats.requests, n);
+        assert_eq!(stats.by_status.get("200"), Some(&n));
+        assert_eq!(mock.arrivals().len() as u64, n);
+        assert_eq!(stats.in_flight, 0);
         mock.shutdown().await;
     })
     .await;
