@@ -262,6 +262,7 @@ impl Gateway {
             metrics: self.metrics.clone(),
             token,
             redis: self.redis.clone(),
+            llm: self.parts.llm.clone(),
         })
     }
 

@@ -4,6 +4,7 @@
 //! | route | answer |
 //! |---|---|
 //! | `GET /admin/pressure/stats` | `{"resources":[...]}` ([`BrokerStats`]), `application/json` |
+//! | `GET /admin/pressure/llm` | breakers, their recent transitions, provider pools, answers by level (404 without `gateway.llm`) |
 //! | `GET /metrics` | Prometheus text 0.0.4 ([`GatewayMetrics::encode`]) |
 //! | `GET /healthz` | `{"status":"ok"}`, or `{"status":"degraded","redis":"unavailable"}` |
 //!
@@ -17,6 +18,7 @@
 //! `{"error":"<code>","message":"..."}`.
 
 mod auth;
+mod llm;
 
 use crate::backend::{AnyBackend, Broker};
 use crate::metrics::{GatewayMetrics, CONTENT_TYPE};
@@ -43,6 +45,8 @@ pub struct AdminState {
     /// The Redis backend whose health `/metrics` and `/healthz` report; when
     /// `None`, the broker's own backend is used if it is Redis.
     pub redis: Option<RedisBackend>,
+    /// The LLM client behind `/v1/chat/completions`, when `gateway.llm` is set.
+    pub llm: Option<crate::llm::Llm>,
 }
 
 impl std::fmt::Debug for AdminState {
@@ -69,6 +73,7 @@ impl AdminState {
 pub fn router(state: AdminState) -> Router {
     let protected = Router::new()
         .route("/admin/pressure/stats", get(stats))
+        .route("/admin/pressure/llm", get(llm::llm))
         .route("/metrics", get(metrics))
         .route_layer(middleware::from_fn_with_state(state.clone(), auth::require_token));
     Router::new()

@@ -126,6 +126,7 @@ fn state(broker: Broker, metrics: Arc<GatewayMetrics>, token: Option<&str>) -> A
         metrics,
         token: token.map(str::to_owned),
         redis: None,
+        llm: None,
     }
 }
 
@@ -344,6 +345,11 @@ async fn stats_and_metrics_report_the_broker() {
     metrics.upstream_error("timeout");
 
     let server = Server::start(state(broker.clone(), Arc::clone(&metrics), None)).await;
+
+    // ---- the LLM page needs gateway.llm
+    let reply = server.get("/admin/pressure/llm").await;
+    assert_eq!(reply.status, StatusCode::NOT_FOUND);
+    assert_eq!(reply.json()["error"], "no_llm");
 
     // ---- stats
     let reply = server.get("/admin/pressure/stats").await;
@@ -643,6 +649,7 @@ async fn healthz_reports_redis_degraded_but_stays_up() {
         metrics: Arc::new(GatewayMetrics::new()),
         token: None,
         redis: Some(backend.clone()),
+        llm: None,
     })
     .await;
     let reply = server.get("/healthz").await;

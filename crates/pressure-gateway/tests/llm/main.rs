@@ -288,6 +288,15 @@ impl TestGateway {
             .0
     }
 
+    /// `GET` on the admin listener, as JSON.
+    async fn admin_json(&self, path: &str) -> (StatusCode, Value) {
+        let req = Request::get(format!("http://{}{path}", self.admin))
+            .body(Full::new(Bytes::new()))
+            .expect("valid");
+        let (status, _, bytes) = self.send(req).await;
+        (status, serde_json::from_slice(&bytes).expect("JSON body"))
+    }
+
     async fn metrics(&self) -> String {
         let req = Request::get(format!("http://{}/metrics", self.admin))
             .body(Full::new(Bytes::new()))
@@ -452,6 +461,61 @@ async fn the_request_id_reaches_the_provider_with_each_attempt() {
             .expect("ascii");
         assert!(!id.is_empty());
         assert_eq!(*mock.state.tags.lock(), [tag("good", id, "1")]);
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn the_admin_llm_page_shows_breakers_transitions_and_pools() {
+    bounded(async {
+        let mock = Mock::start().await;
+        mock.fail("bad");
+        let gw = TestGateway::start(config(&mock, no_limits())).await;
+        let (status, _, _) = gw.chat(hello("fallback")).await;
+        assert_eq!(status, StatusCode::OK);
+        let (status, page) = gw.admin_json("/admin/pressure/llm").await;
+        assert_eq!(status, StatusCode::OK, "{page}");
+        let bad = page["breakers"]
+            .as_array()
+            .expect("breakers")
+            .iter()
+            .find(|b| b["model"] == "bad")
+            .expect("the failing model's breaker");
+        assert_eq!(
+            (bad["state"].as_str(), bad["failures"].as_u64()),
+            (Some("closed"), Some(1)),
+            "{page}"
+        );
+        assert_eq!(page["pools"]["mock"]["peak"], 1, "{page}");
+        assert_eq!(page["pools"]["mock"]["inUse"], 0, "{page}");
+        assert_eq!(page["answers"]["backup"], 1, "{page}");
+        assert_eq!(page["attemptErrors"]["server"], 1, "{page}");
+        assert_eq!(page["transitions"], json!([]), "one failure opens nothing");
+
+        // Nine more failures reach the default minimum of 10 calls at 100 %.
+        for _ in 0..9 {
+            let (status, _, _) = gw.chat(hello("fallback")).await;
+            assert_eq!(status, StatusCode::OK);
+        }
+        let (_, page) = gw.admin_json("/admin/pressure/llm").await;
+        let t = &page["transitions"][0];
+        assert_eq!(
+            (t["breaker"].as_str(), t["from"].as_str(), t["to"].as_str()),
+            (Some("mock/bad"), Some("closed"), Some("open")),
+            "{page}"
+        );
+        assert!(t["msAgo"].as_u64().is_some_and(|ms| ms < 60_000), "{page}");
+        let bad = page["breakers"]
+            .as_array()
+            .expect("breakers")
+            .iter()
+            .find(|b| b["model"] == "bad")
+            .expect("bad");
+        assert_eq!(
+            (bad["state"].as_str(), bad["timesOpened"].as_u64()),
+            (Some("open"), Some(1)),
+            "{page}"
+        );
     })
     .await;
 }

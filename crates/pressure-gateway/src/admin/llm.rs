@@ -1,0 +1,86 @@
+//! `GET /admin/pressure/llm`: the LLM path at a glance for the person on
+//! call — each breaker's state and counts, its recent transitions (when it
+//! opened, probed and closed), each provider's connection pool, and the
+//! answers by degradation level. `404` when the gateway has no `gateway.llm`.
+
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde_json::{json, Value};
+
+use super::{error_response, AdminState};
+
+/// Milliseconds, for JSON.
+fn ms(d: std::time::Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+pub(super) async fn llm(State(state): State<AdminState>) -> Response {
+    let Some(llm) = &state.llm else {
+        return error_response(
+            StatusCode::NOT_FOUND,
+            "no_llm",
+            "this gateway has no gateway.llm section",
+        );
+    };
+    let registry = llm.breakers();
+    let now = registry.clock().now_nanos();
+    let breakers: Vec<Value> = registry
+        .snapshot()
+        .into_iter()
+        .map(|b| {
+            let s = b.snapshot;
+            json!({
+                "provider": b.provider,
+                "model": b.model,
+                "state": s.state.as_str(),
+                "calls": s.calls,
+                "failures": s.failures,
+                "slowCalls": s.slow_calls,
+                "failureRate": s.failure_rate,
+                "slowCallRate": s.slow_call_rate,
+                "retryInMs": ms(s.retry_in),
+                "timesOpened": s.times_opened,
+                "rejected": s.rejected,
+            })
+        })
+        .collect();
+    let transitions: Vec<Value> = registry
+        .recent_transitions()
+        .into_iter()
+        .rev()
+        .map(|t| {
+            json!({
+                "breaker": &*t.name,
+                "from": t.from.as_str(),
+                "to": t.to.as_str(),
+                "reason": t.reason.as_str(),
+                "failureRate": t.failure_rate,
+                "calls": t.calls,
+                "msAgo": now.saturating_sub(t.at_nanos) / 1_000_000,
+            })
+        })
+        .collect();
+    let pools: serde_json::Map<String, Value> = llm
+        .provider_pools()
+        .into_iter()
+        .map(|(name, p)| {
+            (
+                name,
+                json!({ "inUse": p.in_use, "peak": p.peak, "max": p.max, "waitTimeouts": p.wait_timeouts }),
+            )
+        })
+        .collect();
+    let snapshot = llm.snapshot();
+    Json(json!({
+        "breakers": breakers,
+        "transitions": transitions,
+        "pools": pools,
+        "answers": snapshot.served,
+        "errors": snapshot.errors,
+        "attemptErrors": snapshot.attempt_errors,
+        "failedSpentMicroUsd": snapshot.failed_spent_micro_usd,
+    }))
+    .into_response()
+}
