@@ -47,7 +47,7 @@ use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
-use pressure_gateway::Gateway;
+use pressure_gateway::{Gateway, Serving};
 use serde_json::json;
 use std::error::Error;
 use std::net::SocketAddr;
@@ -150,10 +150,7 @@ async fn start_mock(think_ms: Arc<AtomicU64>) -> Result<SocketAddr, BoxError> {
 
 // ---------------------------------------------------------------- gateway
 
-async fn start_gateway(
-    mock: SocketAddr,
-    stopped: tokio::sync::oneshot::Receiver<()>,
-) -> Result<(SocketAddr, tokio::task::JoinHandle<()>), BoxError> {
+async fn start_gateway(mock: SocketAddr) -> Result<(SocketAddr, Serving), BoxError> {
     let listener = TcpListener::bind("127.0.0.1:0").await?;
     let admin = TcpListener::bind("127.0.0.1:0").await?;
     let addr = listener.local_addr()?;
@@ -185,14 +182,7 @@ async fn start_gateway(
     if gateway.llm().is_none() {
         return Err("gateway.llm built no client".into());
     }
-    let task = tokio::spawn(async move {
-        gateway
-            .serve(listener, admin, async move {
-                let _ = stopped.await;
-            })
-            .await;
-    });
-    Ok((addr, task))
+    Ok((addr, gateway.spawn(listener, admin)))
 }
 
 // ---------------------------------------------------------------- load
@@ -276,8 +266,7 @@ fn main() -> Result<(), BoxError> {
 
     let think_ms = Arc::new(AtomicU64::new(0));
     let mock = mock_rt.block_on(start_mock(Arc::clone(&think_ms)))?;
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let (gateway, gateway_task) = gateway_rt.block_on(start_gateway(mock, stopped))?;
+    let (gateway, serving) = gateway_rt.block_on(start_gateway(mock))?;
 
     let direct_url = format!("http://{mock}/v1/chat/completions");
     let gateway_url = format!("http://{gateway}/v1/chat/completions");
@@ -375,10 +364,7 @@ fn main() -> Result<(), BoxError> {
         );
     }
 
-    let _ = stop.send(());
-    gateway_rt.block_on(async {
-        let _ = tokio::time::timeout(Duration::from_secs(5), gateway_task).await;
-    });
+    gateway_rt.block_on(serving.stop(Duration::from_secs(5)));
     client_rt.shutdown_timeout(Duration::from_secs(1));
     gateway_rt.shutdown_timeout(Duration::from_secs(1));
     mock_rt.shutdown_timeout(Duration::from_secs(1));

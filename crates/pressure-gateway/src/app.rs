@@ -266,6 +266,22 @@ impl Gateway {
         })
     }
 
+    /// [`serve`](Self::serve) in a background task until the returned
+    /// [`Serving`] is stopped or dropped.
+    pub fn spawn(self, listener: TcpListener, admin: TcpListener) -> Serving {
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        let task = tokio::spawn(async move {
+            self.serve(listener, admin, async move {
+                let _ = rx.await;
+            })
+            .await;
+        });
+        Serving {
+            stop: Some(tx),
+            task: Some(task),
+        }
+    }
+
     /// Serves the proxy on `listener` and the admin router on `admin` until
     /// `shutdown` resolves.
     pub async fn serve(
@@ -298,6 +314,42 @@ impl Gateway {
         let _ = tx.send(true);
         let _ = proxy_task.await;
         let _ = admin_task.await;
+    }
+}
+
+/// A gateway serving in a background task (from [`Gateway::spawn`]): what
+/// tests, examples and the chaos stand hold to stop it. Dropping it aborts
+/// the task at once; [`Serving::stop`] shuts down gracefully.
+#[derive(Debug)]
+pub struct Serving {
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    task: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl Serving {
+    /// Stops accepting, lets requests in flight finish, and waits at most
+    /// `grace` for that; `false` when the grace ran out and the task was
+    /// aborted.
+    pub async fn stop(mut self, grace: std::time::Duration) -> bool {
+        if let Some(tx) = self.stop.take() {
+            let _ = tx.send(());
+        }
+        let Some(mut task) = self.task.take() else {
+            return true;
+        };
+        if tokio::time::timeout(grace, &mut task).await.is_ok() {
+            return true;
+        }
+        task.abort();
+        false
+    }
+}
+
+impl Drop for Serving {
+    fn drop(&mut self) {
+        if let Some(task) = &self.task {
+            task.abort();
+        }
     }
 }
 

@@ -20,4 +20,4 @@ pub mod proxy;
 pub mod routes;
 pub mod server;
 
-pub use app::{run, Gateway, GatewayError, GatewayService};
+pub use app::{run, Gateway, GatewayError, GatewayService, Serving};

@@ -32,7 +32,7 @@
 //! the admin `/metrics` page.
 
 use crate::backend::AnyBackend;
-use crate::metrics::{escape_label_value, header};
+use crate::metrics::{header, sample};
 use axum::body::Body;
 use bytes::Bytes;
 use futures::future::BoxFuture;
@@ -475,9 +475,7 @@ fn try_encode_metrics(llm: &LlmClient<AnyBackend>, out: &mut String) -> fmt::Res
     for (name, help, label, values) in labelled {
         header(out, name, "counter", help)?;
         for (value, n) in values {
-            write!(out, "{name}{{{label}=\"")?;
-            escape_label_value(out, value);
-            writeln!(out, "\"}} {n}")?;
+            sample(out, name, &[(label, value)], n)?;
         }
     }
     // Every configured model has a series (closed until its breaker exists).
@@ -498,11 +496,7 @@ fn try_encode_metrics(llm: &LlmClient<AnyBackend>, out: &mut String) -> fmt::Res
         "Circuit breaker state per (provider, model): 0 closed, 1 half-open, 2 open.",
     )?;
     for ((provider, model), v) in states {
-        write!(out, "{name}{{provider=\"")?;
-        escape_label_value(out, &provider);
-        out.push_str("\",model=\"");
-        escape_label_value(out, &model);
-        writeln!(out, "\"}} {v}")?;
+        sample(out, name, &[("provider", &provider), ("model", &model)], v)?;
     }
     let pools = llm.provider_pools();
     let families: [PoolFamily; 4] = [
@@ -534,9 +528,7 @@ fn try_encode_metrics(llm: &LlmClient<AnyBackend>, out: &mut String) -> fmt::Res
     for (name, kind, help, value) in families {
         header(out, name, kind, help)?;
         for (provider, p) in &pools {
-            write!(out, "{name}{{provider=\"")?;
-            escape_label_value(out, provider);
-            writeln!(out, "\"}} {}", value(p))?;
+            sample(out, name, &[("provider", provider)], value(p))?;
         }
     }
     let histograms = [
@@ -553,28 +545,20 @@ fn try_encode_metrics(llm: &LlmClient<AnyBackend>, out: &mut String) -> fmt::Res
     ];
     for (name, help, series) in histograms {
         header(out, name, "histogram", help)?;
+        let (bucket, sum, count) = (
+            format!("{name}_bucket"),
+            format!("{name}_sum"),
+            format!("{name}_count"),
+        );
         for ((provider, model), h) in series {
-            let labels = |out: &mut String| {
-                out.push_str("provider=\"");
-                escape_label_value(out, provider);
-                out.push_str("\",model=\"");
-                escape_label_value(out, model);
-                out.push('"');
-            };
+            let labels = [("provider", provider.as_str()), ("model", model.as_str())];
             for (le, n) in h.cumulative() {
-                write!(out, "{name}_bucket{{")?;
-                labels(out);
-                writeln!(out, ",le=\"{le}\"}} {n}")?;
+                let le = le.to_string();
+                sample(out, &bucket, &[labels[0], labels[1], ("le", &le)], n)?;
             }
-            write!(out, "{name}_bucket{{")?;
-            labels(out);
-            writeln!(out, ",le=\"+Inf\"}} {}", h.count)?;
-            write!(out, "{name}_sum{{")?;
-            labels(out);
-            writeln!(out, "}} {}", h.sum_seconds())?;
-            write!(out, "{name}_count{{")?;
-            labels(out);
-            writeln!(out, "}} {}", h.count)?;
+            sample(out, &bucket, &[labels[0], labels[1], ("le", "+Inf")], h.count)?;
+            sample(out, &sum, &labels, h.sum_seconds())?;
+            sample(out, &count, &labels, h.count)?;
         }
     }
     Ok(())

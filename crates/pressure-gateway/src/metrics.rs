@@ -377,10 +377,7 @@ fn encode_snapshot(out: &mut String, stats: &[ResourceStats], redis: Option<Redi
         header(out, name, kind, help)?;
         for (label, a) in &by_label {
             if let Some(v) = value(a) {
-                out.push_str(name);
-                out.push_str("{resource=\"");
-                escape_label_value(out, label);
-                writeln!(out, "\"}} {v}")?;
+                sample(out, name, &[("resource", label)], v)?;
             }
         }
     }
@@ -422,6 +419,27 @@ fn encode_snapshot(out: &mut String, stats: &[ResourceStats], redis: Option<Redi
 pub(crate) fn header(out: &mut String, name: &str, kind: &str, help: &str) -> fmt::Result {
     writeln!(out, "# HELP {name} {help}")?;
     writeln!(out, "# TYPE {name} {kind}")
+}
+
+/// One sample line, `name{k1="v1",k2="v2"} v`, the label values escaped.
+pub(crate) fn sample(
+    out: &mut String,
+    name: &str,
+    labels: &[(&str, &str)],
+    v: impl fmt::Display,
+) -> fmt::Result {
+    out.push_str(name);
+    out.push('{');
+    for (i, (key, value)) in labels.iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        out.push_str(key);
+        out.push_str("=\"");
+        escape_label_value(out, value);
+        out.push('"');
+    }
+    writeln!(out, "}} {v}")
 }
 
 /// Label value escaping of the text format: `\`, `"` and newline.

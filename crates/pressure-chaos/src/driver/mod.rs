@@ -263,19 +263,15 @@ async fn run_once(
     drive(&warm, Instant::now(), Arc::new(AtomicU64::new(0))).await;
     settle(&stack, Duration::from_secs(2)).await;
     stack.mock.reset();
-    let before: std::collections::HashSet<String> = stack
-        .llm
-        .breakers()
-        .recent_transitions()
-        .iter()
-        .map(|t| format!("{}@{}", t.name, t.at_nanos))
-        .collect();
 
     stack
         .mock
         .set_behaviour(scenario.behaviour.clone())
         .map_err(ChaosError::Start)?;
     let t0 = Instant::now();
+    // The breakers' clock at `t0`: their transitions from then on, on the run's axis.
+    let registry = stack.llm.breakers();
+    let t0_nanos = registry.clock().now_nanos();
     let load = Load {
         url,
         concurrency: opts.concurrency,
@@ -311,15 +307,12 @@ async fn run_once(
     for a in &mut arrivals {
         a.at_ms -= offset_ms;
     }
-    let registry = stack.llm.breakers();
-    let (clock_now, instant_now) = (registry.clock().now_nanos(), Instant::now());
-    let now_ms = ms(instant_now.saturating_duration_since(t0));
     let transitions = registry
         .recent_transitions()
         .into_iter()
-        .filter(|t| !before.contains(&format!("{}@{}", t.name, t.at_nanos)))
+        .filter(|t| t.at_nanos >= t0_nanos)
         .map(|t| TransitionAt {
-            at_ms: now_ms - (clock_now.saturating_sub(t.at_nanos) as f64 / 1e6),
+            at_ms: (t.at_nanos - t0_nanos) as f64 / 1e6,
             breaker: t.name.to_string(),
             from: t.from,
             to: t.to,

@@ -6,15 +6,12 @@
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::Path;
-use std::sync::Arc;
 
 use pressure_gateway::llm::Llm;
-use pressure_gateway::Gateway;
+use pressure_gateway::{Gateway, Serving};
 use pressure_llm::price::ModelPrice;
 use serde_json::{json, Value};
 use tokio::net::TcpListener;
-use tokio::sync::oneshot;
-use tokio::task::JoinHandle;
 
 use super::scenario::{Scenario, BACKUP, PRIMARY};
 use super::ChaosError;
@@ -86,8 +83,7 @@ pub struct Stack {
     pub llm: Llm,
     /// The gateway's broker (slot counts).
     pub broker: pressure_gateway::backend::Broker,
-    stop: Option<oneshot::Sender<()>>,
-    task: JoinHandle<()>,
+    serving: Serving,
 }
 
 impl std::fmt::Debug for Stack {
@@ -209,32 +205,19 @@ impl Stack {
         let admin_listener = TcpListener::bind(loopback).await.map_err(ChaosError::Io)?;
         let addr = listener.local_addr().map_err(ChaosError::Io)?;
         let admin = admin_listener.local_addr().map_err(ChaosError::Io)?;
-        let (stop, stopped) = oneshot::channel::<()>();
-        let task = tokio::spawn(async move {
-            gateway
-                .serve(listener, admin_listener, async move {
-                    let _ = stopped.await;
-                })
-                .await;
-        });
         Ok(Self {
             mock,
             addr,
             admin,
-            llm: Arc::clone(&llm),
+            llm,
             broker,
-            stop: Some(stop),
-            task,
+            serving: gateway.spawn(listener, admin_listener),
         })
     }
 
     /// Stops the gateway and the mock.
-    pub async fn stop(mut self) {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
-        }
-        let _ = tokio::time::timeout(std::time::Duration::from_secs(5), &mut self.task).await;
-        self.task.abort();
+    pub async fn stop(self) {
+        self.serving.stop(std::time::Duration::from_secs(5)).await;
         self.mock.shutdown().await;
     }
 }

@@ -18,7 +18,7 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use pressure_core::ResourceStats;
-use pressure_gateway::Gateway;
+use pressure_gateway::{Gateway, Serving};
 use serde_json::{json, Value};
 use std::future::Future;
 use std::net::SocketAddr;
@@ -195,8 +195,7 @@ pub(crate) struct TestGateway {
     pub(crate) admin: SocketAddr,
     gateway: Gateway,
     client: TestClient,
-    stop: Option<oneshot::Sender<()>>,
-    task: Option<JoinHandle<()>>,
+    serving: Option<Serving>,
 }
 
 impl TestGateway {
@@ -216,22 +215,13 @@ impl TestGateway {
         let gateway = Gateway::build(config, Path::new("."))
             .await
             .expect("gateway builds");
-        let (stop, stopped) = oneshot::channel::<()>();
-        let serving = gateway.clone();
-        let task = tokio::spawn(async move {
-            serving
-                .serve(listener, admin_listener, async move {
-                    let _ = stopped.await;
-                })
-                .await;
-        });
+        let serving = gateway.clone().spawn(listener, admin_listener);
         Self {
             addr,
             admin,
             gateway,
             client: Client::builder(TokioExecutor::new()).build_http(),
-            stop: Some(stop),
-            task: Some(task),
+            serving: Some(serving),
         }
     }
 
@@ -327,25 +317,11 @@ impl TestGateway {
 
     /// Stops serving and waits for the server task (bounded).
     pub(crate) async fn stop(mut self) {
-        if let Some(tx) = self.stop.take() {
-            let _ = tx.send(());
-        }
-        if let Some(mut task) = self.task.take() {
-            if tokio::time::timeout(Duration::from_secs(10), &mut task)
-                .await
-                .is_err()
-            {
-                task.abort();
-                panic!("the gateway did not shut down within 10 s");
-            }
-        }
-    }
-}
-
-impl Drop for TestGateway {
-    fn drop(&mut self) {
-        if let Some(task) = &self.task {
-            task.abort();
+        if let Some(serving) = self.serving.take() {
+            assert!(
+                serving.stop(Duration::from_secs(10)).await,
+                "the gateway did not shut down within 10 s"
+            );
         }
     }
 }

@@ -17,7 +17,7 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use parking_lot::Mutex;
-use pressure_gateway::Gateway;
+use pressure_gateway::{Gateway, Serving};
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
@@ -25,7 +25,6 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::TcpListener;
-use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
 const SECRET_ENV: &str = "PRESSURE_LLM_TEST_JWT_SECRET";
@@ -216,8 +215,7 @@ pub(crate) struct TestGateway {
     pub(crate) addr: SocketAddr,
     admin: SocketAddr,
     client: TestClient,
-    stop: Option<oneshot::Sender<()>>,
-    task: JoinHandle<()>,
+    _serving: Serving,
 }
 
 impl TestGateway {
@@ -235,20 +233,11 @@ impl TestGateway {
             .await
             .expect("gateway builds");
         assert!(gateway.llm().is_some(), "gateway.llm builds a client");
-        let (stop, stopped) = oneshot::channel::<()>();
-        let task = tokio::spawn(async move {
-            gateway
-                .serve(listener, admin_listener, async move {
-                    let _ = stopped.await;
-                })
-                .await;
-        });
         Self {
             addr,
             admin,
             client: Client::builder(TokioExecutor::new()).build_http(),
-            stop: Some(stop),
-            task,
+            _serving: gateway.spawn(listener, admin_listener),
         }
     }
 
@@ -304,15 +293,6 @@ impl TestGateway {
         let (status, _, bytes) = self.send(req).await;
         assert_eq!(status, StatusCode::OK);
         String::from_utf8(bytes.to_vec()).expect("utf-8 metrics")
-    }
-}
-
-impl Drop for TestGateway {
-    fn drop(&mut self) {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
-        }
-        self.task.abort();
     }
 }
 

@@ -179,14 +179,7 @@ async fn a_gateway_on_redis_parks_in_the_durable_queue() {
         let gateway = Gateway::build(config, Path::new("."))
             .await
             .expect("gateway builds");
-        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let task = tokio::spawn(async move {
-            gateway
-                .serve(listener, admin, async move {
-                    let _ = stopped.await;
-                })
-                .await;
-        });
+        let serving = gateway.spawn(listener, admin);
         let client = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
         let body = json!({"model": "support", "messages": [ { "role": "user", "content": "help me" } ]});
         let req = Request::post(format!("http://{addr}/v1/chat/completions"))
@@ -209,8 +202,7 @@ async fn a_gateway_on_redis_parks_in_the_durable_queue() {
         assert_eq!(items[0].use_case, "support");
         assert_eq!(items[0].request["messages"][0]["content"], "help me");
 
-        let _ = stop.send(());
-        let _ = task.await;
+        serving.stop(Duration::from_secs(10)).await;
         mock_task.abort();
         cleanup(&cfg).await;
     })
