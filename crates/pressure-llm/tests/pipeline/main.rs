@@ -3,25 +3,25 @@
 
 #![allow(clippy::unwrap_used)]
 
-use std::collections::VecDeque;
-use std::sync::{Arc, Mutex};
+#[path = "../support/mod.rs"]
+mod support;
+
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use axum::routing::post;
-use axum::{Json, Router};
-use pressure_core::ResourceBroker;
-use pressure_llm::pipeline::{Degradation, LlmClient, LlmConfig, LlmError};
-use pressure_llm::provider::{ChatRequest, Message};
+use axum::Json;
+use pressure_llm::pipeline::{Degradation, LlmConfig, LlmError};
+use pressure_llm::provider::Message;
 use pressure_llm::taxonomy::ErrorKind;
 use pressure_llm::tokens::TokenCounter;
 use serde_json::{json, Value};
+use support::{
+    bounded, client, fast_retry, model, request, Script, Shared, COMPLETION_TOKENS, PROMPT_TOKENS,
+};
 use tokio::time::Instant;
-
-const PROMPT_TOKENS: u64 = 11;
-const COMPLETION_TOKENS: u64 = 7;
 
 /// What the mock does for one request.
 #[derive(Clone, Copy, Debug)]
@@ -32,67 +32,32 @@ enum Step {
     Hang,
 }
 
-#[derive(Default)]
 struct MockState {
-    script: Mutex<VecDeque<Step>>,
-    default: Mutex<Option<Step>>,
-    hits: Mutex<Vec<Instant>>,
+    script: Script<Step>,
 }
 
-struct Mock {
-    state: Arc<MockState>,
-    url: String,
-    task: tokio::task::JoinHandle<()>,
-}
+type Mock = support::Mock<MockState>;
 
 impl Mock {
     /// A server answering `script` in order, then `default` forever.
     async fn start(script: Vec<Step>, default: Step) -> Self {
-        let state = Arc::new(MockState {
-            script: Mutex::new(script.into()),
-            default: Mutex::new(Some(default)),
-            hits: Mutex::new(Vec::new()),
-        });
-        let app = Router::new()
-            .route("/v1/chat/completions", post(handler))
-            .with_state(Arc::clone(&state));
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        let task = tokio::spawn(async move {
-            axum::serve(listener, app).await.unwrap();
-        });
-        Self {
-            state,
-            url: format!("http://{addr}/v1"),
-            task,
-        }
-    }
-
-    fn hits(&self) -> usize {
-        self.state.hits.lock().unwrap().len()
-    }
-
-    fn hit_times(&self) -> Vec<Instant> {
-        self.state.hits.lock().unwrap().clone()
+        Self::serve(
+            MockState {
+                script: Script::new(script, default),
+            },
+            handler,
+        )
+        .await
     }
 
     fn set_default(&self, step: Step) {
-        *self.state.default.lock().unwrap() = Some(step);
+        self.state.script.set_default(step);
     }
 }
 
-impl Drop for Mock {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
-}
-
-async fn handler(State(state): State<Arc<MockState>>, Json(body): Json<Value>) -> Response {
-    state.hits.lock().unwrap().push(Instant::now());
-    let step = {
-        let next = state.script.lock().unwrap().pop_front();
-        next.or(*state.default.lock().unwrap()).unwrap()
-    };
+async fn handler(State(state): State<Arc<Shared<MockState>>>, Json(body): Json<Value>) -> Response {
+    state.hit();
+    let step = state.script.next();
     match step {
         Step::Ok => Json(json!({
             "id": "chatcmpl-1",
@@ -122,16 +87,6 @@ async fn handler(State(state): State<Arc<MockState>>, Json(body): Json<Value>) -
     }
 }
 
-fn model(provider: &str, limits: Value) -> Value {
-    // `{}` means "no limits": the field is left out (null).
-    let limits = if limits == json!({}) { Value::Null } else { limits };
-    json!({
-        "provider": provider, "model": "m", "limits": limits,
-        "context": {"contextTokens": 8000, "maxOutputTokens": 1000},
-        "price": {"inputMicroUsdPer1M": 1_000_000, "outputMicroUsdPer1M": 1_000_000}
-    })
-}
-
 /// A configuration with providers `p` (primary) and `b` (backup), one model
 /// `m` each, and the given use cases / breaker / limits of `p/m`.
 fn config(p: &Mock, b: &Mock, use_cases: Value, breaker: Value, p_limits: Value) -> LlmConfig {
@@ -143,26 +98,6 @@ fn config(p: &Mock, b: &Mock, use_cases: Value, breaker: Value, p_limits: Value)
         "breaker": breaker,
     });
     serde_json::from_value(v).unwrap()
-}
-
-fn client(cfg: LlmConfig) -> LlmClient<pressure_core::MemoryBackend> {
-    LlmClient::new(cfg, ResourceBroker::new()).unwrap()
-}
-
-fn request(text: &str) -> ChatRequest {
-    let mut r = ChatRequest::new("ignored", vec![Message::new("user", text)]);
-    r.max_tokens = Some(100);
-    r
-}
-
-fn fast_retry(max_attempts: u32) -> Value {
-    json!({"maxAttempts": max_attempts, "baseDelayMs": 5, "maxDelayMs": 20})
-}
-
-async fn bounded<F: std::future::Future>(f: F) -> F::Output {
-    tokio::time::timeout(Duration::from_secs(20), f)
-        .await
-        .expect("test timed out")
 }
 
 #[tokio::test]

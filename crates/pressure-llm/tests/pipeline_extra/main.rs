@@ -4,64 +4,41 @@
 
 #![allow(clippy::unwrap_used)]
 
+#[path = "../support/mod.rs"]
+mod support;
+
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
-use axum::routing::post;
-use axum::{Json, Router};
+use axum::Json;
 use pressure_core::ResourceBroker;
 use pressure_llm::pipeline::{Degradation, LlmClient, LlmConfig, LlmError};
-use pressure_llm::provider::{ChatRequest, Message};
 use serde_json::{json, Value};
+use support::{bounded, request, Shared};
 use tokio::time::Instant;
 
-#[derive(Default)]
 struct MockState {
     /// Response headers added to every 200.
     headers: Mutex<Vec<(String, String)>>,
-    hits: Mutex<Vec<Instant>>,
 }
 
-struct Mock {
-    state: Arc<MockState>,
-    url: String,
-    task: tokio::task::JoinHandle<()>,
-}
+type Mock = support::Mock<MockState>;
 
 impl Mock {
     async fn start(headers: &[(&str, &str)]) -> Self {
-        let state = Arc::new(MockState {
-            headers: Mutex::new(
-                headers
-                    .iter()
-                    .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-                    .collect(),
-            ),
-            hits: Mutex::new(Vec::new()),
-        });
-        let app = Router::new()
-            .route("/v1/chat/completions", post(handler))
-            .with_state(Arc::clone(&state));
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        let task = tokio::spawn(async move {
-            axum::serve(listener, app).await.unwrap();
-        });
-        Self {
-            state,
-            url: format!("http://{addr}/v1"),
-            task,
-        }
-    }
-
-    fn hits(&self) -> usize {
-        self.state.hits.lock().unwrap().len()
-    }
-
-    fn hit_times(&self) -> Vec<Instant> {
-        self.state.hits.lock().unwrap().clone()
+        let headers = headers
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect();
+        Self::serve(
+            MockState {
+                headers: Mutex::new(headers),
+            },
+            handler,
+        )
+        .await
     }
 
     fn clear_headers(&self) {
@@ -69,14 +46,8 @@ impl Mock {
     }
 }
 
-impl Drop for Mock {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
-}
-
-async fn handler(State(state): State<Arc<MockState>>, Json(body): Json<Value>) -> Response {
-    state.hits.lock().unwrap().push(Instant::now());
+async fn handler(State(state): State<Arc<Shared<MockState>>>, Json(body): Json<Value>) -> Response {
+    state.hit();
     let mut resp = if body["stream"] == json!(true) {
         let chunk = |delta: Value, finish: Value| {
             json!({"id": "c1", "object": "chat.completion.chunk", "created": 1, "model": body["model"],
@@ -134,18 +105,6 @@ fn client(p: &Mock, b: &Mock, p_extra: Value, use_cases: Value) -> LlmClient<pre
     LlmClient::new(cfg, ResourceBroker::new()).unwrap()
 }
 
-fn request() -> ChatRequest {
-    let mut r = ChatRequest::new("ignored", vec![Message::new("user", "hello")]);
-    r.max_tokens = Some(100);
-    r
-}
-
-async fn bounded<F: std::future::Future>(f: F) -> F::Output {
-    tokio::time::timeout(Duration::from_secs(20), f)
-        .await
-        .expect("test timed out")
-}
-
 #[tokio::test]
 async fn latency_histograms_per_model() {
     bounded(async {
@@ -153,7 +112,7 @@ async fn latency_histograms_per_model() {
         let b = Mock::start(&[]).await;
         let c = client(&p, &b, json!({}), json!({"chat": {"chain": [{"model": "p/m"}]}}));
         for _ in 0..3 {
-            c.complete("chat", request()).await.unwrap();
+            c.complete("chat", request("hello")).await.unwrap();
         }
         let s = c.snapshot();
         let key = ("p".to_owned(), "m".to_owned());
@@ -183,16 +142,16 @@ async fn spent_quota_headers_fall_back_until_reset() {
         // 500 ms total: a 1 s hold cannot end in time, so the level is skipped.
         let uc = json!({"chat": {"chain": [{"model": "p/m"}, {"model": "b/m"}], "totalMs": 500}});
         let c = client(&p, &b, json!({}), uc);
-        let a = c.complete("chat", request()).await.unwrap();
+        let a = c.complete("chat", request("hello")).await.unwrap();
         assert_eq!(a.degradation, Degradation::Primary);
         let held_at = Instant::now();
         p.clear_headers();
-        let a = c.complete("chat", request()).await.unwrap();
+        let a = c.complete("chat", request("hello")).await.unwrap();
         assert_eq!(a.degradation, Degradation::Backup(1));
         assert_eq!((p.hits(), b.hits()), (1, 1));
         assert_eq!(c.snapshot().limiter_rejections, 1);
         tokio::time::sleep_until(held_at + Duration::from_millis(1050)).await;
-        let a = c.complete("chat", request()).await.unwrap();
+        let a = c.complete("chat", request("hello")).await.unwrap();
         assert_eq!(a.degradation, Degradation::Primary);
         assert_eq!((p.hits(), b.hits()), (2, 1));
     })
@@ -206,8 +165,8 @@ async fn spent_quota_headers_wait_for_reset_within_deadline() {
         let b = Mock::start(&[]).await;
         let uc = json!({"chat": {"chain": [{"model": "p/m"}, {"model": "b/m"}], "totalMs": 5000}});
         let c = client(&p, &b, json!({}), uc);
-        c.complete("chat", request()).await.unwrap();
-        let a = c.complete("chat", request()).await.unwrap();
+        c.complete("chat", request("hello")).await.unwrap();
+        let a = c.complete("chat", request("hello")).await.unwrap();
         assert_eq!(a.degradation, Degradation::Primary);
         assert_eq!((p.hits(), b.hits()), (2, 0));
         let t = p.hit_times();
@@ -225,7 +184,7 @@ async fn streams_record_latency_and_apply_spent_quota_headers() {
         let b = Mock::start(&[]).await;
         let uc = json!({"chat": {"chain": [{"model": "p/m"}, {"model": "b/m"}], "totalMs": 500}});
         let c = client(&p, &b, json!({}), uc);
-        let mut s = c.stream("chat", request()).await.unwrap();
+        let mut s = c.stream("chat", request("hello")).await.unwrap();
         assert_eq!(s.degradation(), Degradation::Primary);
         while let Some(item) = s.next().await {
             item.unwrap();
@@ -235,7 +194,7 @@ async fn streams_record_latency_and_apply_spent_quota_headers() {
         let m = c.snapshot();
         assert_eq!((m.ttft[&key].count, m.latency[&key].count), (1, 1));
         // The stream's head said the request quota is spent for 1 s.
-        let s = c.stream("chat", request()).await.unwrap();
+        let s = c.stream("chat", request("hello")).await.unwrap();
         assert_eq!(s.degradation(), Degradation::Backup(1));
         assert_eq!((p.hits(), b.hits()), (1, 1));
     })
@@ -254,8 +213,8 @@ async fn low_remaining_tokens_hold_until_token_reset() {
         let b = Mock::start(&[]).await;
         let uc = json!({"chat": {"chain": [{"model": "p/m"}, {"model": "b/m"}], "totalMs": 300}});
         let c = client(&p, &b, json!({}), uc);
-        c.complete("chat", request()).await.unwrap();
-        let a = c.complete("chat", request()).await.unwrap();
+        c.complete("chat", request("hello")).await.unwrap();
+        let a = c.complete("chat", request("hello")).await.unwrap();
         assert_eq!(a.degradation, Degradation::Backup(1));
         assert_eq!((p.hits(), b.hits()), (1, 1));
     })
@@ -276,7 +235,7 @@ async fn interactive_served_before_batch_under_contention() {
         let c = client(&p, &b, limits, uc);
         let mut served = Vec::new();
         for _ in 0..5 {
-            served.push(c.complete("bulk", request()).await.unwrap().degradation);
+            served.push(c.complete("bulk", request("hello")).await.unwrap().degradation);
         }
         // Batch gets 60 % of the 5 requests; the rest goes to the backup.
         assert_eq!(
@@ -291,12 +250,12 @@ async fn interactive_served_before_batch_under_contention() {
         );
         assert_eq!((p.hits(), b.hits()), (3, 2));
         // Without a backup, batch fails with no capacity, no primary hit.
-        let e = c.complete("solo", request()).await.unwrap_err();
+        let e = c.complete("solo", request("hello")).await.unwrap_err();
         assert!(matches!(e, LlmError::NoCapacity { .. }), "{e:?}");
         assert_eq!(p.hits(), 3);
         // Interactive still gets the remaining 2.
         for _ in 0..2 {
-            let a = c.complete("chat", request()).await.unwrap();
+            let a = c.complete("chat", request("hello")).await.unwrap();
             assert_eq!(a.degradation, Degradation::Primary);
         }
         assert_eq!(p.hits(), 5);

@@ -4,29 +4,29 @@
 
 #![allow(clippy::unwrap_used)]
 
-use std::collections::VecDeque;
+#[path = "../support/mod.rs"]
+mod support;
+
 use std::convert::Infallible;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::Body;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use axum::routing::post;
-use axum::{Json, Router};
+use axum::Json;
 use bytes::Bytes;
 use futures::StreamExt;
-use pressure_core::ResourceBroker;
-use pressure_llm::pipeline::{AnswerStream, Degradation, LlmClient, LlmConfig, LlmError};
-use pressure_llm::provider::{ChatChunk, ChatRequest, Message};
+use pressure_llm::pipeline::{AnswerStream, Degradation, LlmConfig, LlmError};
+use pressure_llm::provider::ChatChunk;
 use pressure_llm::taxonomy::{ErrorKind, TimeoutPhase};
 use pressure_llm::tokens::TokenCounter;
 use serde_json::{json, Value};
+use support::{
+    bounded, client, fast_retry, model, request, Script, Shared, COMPLETION_TOKENS, PROMPT_TOKENS,
+};
 use tokio::time::Instant;
-
-const PROMPT_TOKENS: u64 = 11;
-const COMPLETION_TOKENS: u64 = 7;
 
 /// What the mock does for one request.
 #[derive(Clone, Copy, Debug)]
@@ -41,54 +41,22 @@ enum Step {
     HangAfterFirst,
 }
 
-#[derive(Default)]
 struct MockState {
-    script: Mutex<VecDeque<Step>>,
-    default: Mutex<Option<Step>>,
-    hits: Mutex<Vec<Instant>>,
+    script: Script<Step>,
 }
 
-struct Mock {
-    state: Arc<MockState>,
-    url: String,
-    task: tokio::task::JoinHandle<()>,
-}
+type Mock = support::Mock<MockState>;
 
 impl Mock {
     /// A server answering `script` in order, then `default` forever.
     async fn start(script: Vec<Step>, default: Step) -> Self {
-        let state = Arc::new(MockState {
-            script: Mutex::new(script.into()),
-            default: Mutex::new(Some(default)),
-            hits: Mutex::new(Vec::new()),
-        });
-        let app = Router::new()
-            .route("/v1/chat/completions", post(handler))
-            .with_state(Arc::clone(&state));
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        let task = tokio::spawn(async move {
-            axum::serve(listener, app).await.unwrap();
-        });
-        Self {
-            state,
-            url: format!("http://{addr}/v1"),
-            task,
-        }
-    }
-
-    fn hits(&self) -> usize {
-        self.state.hits.lock().unwrap().len()
-    }
-
-    fn hit_times(&self) -> Vec<Instant> {
-        self.state.hits.lock().unwrap().clone()
-    }
-}
-
-impl Drop for Mock {
-    fn drop(&mut self) {
-        self.task.abort();
+        Self::serve(
+            MockState {
+                script: Script::new(script, default),
+            },
+            handler,
+        )
+        .await
     }
 }
 
@@ -114,13 +82,10 @@ fn sse(body: Body) -> Response {
         .unwrap()
 }
 
-async fn handler(State(state): State<Arc<MockState>>, Json(body): Json<Value>) -> Response {
-    state.hits.lock().unwrap().push(Instant::now());
+async fn handler(State(state): State<Arc<Shared<MockState>>>, Json(body): Json<Value>) -> Response {
+    state.hit();
     assert_eq!(body["stream"], json!(true));
-    let step = {
-        let next = state.script.lock().unwrap().pop_front();
-        next.or(*state.default.lock().unwrap()).unwrap()
-    };
+    let step = state.script.next();
     let model = body["model"].clone();
     match step {
         Step::Stream(n) => {
@@ -160,15 +125,6 @@ async fn handler(State(state): State<Arc<MockState>>, Json(body): Json<Value>) -
     }
 }
 
-fn model(provider: &str, limits: Value) -> Value {
-    let limits = if limits == json!({}) { Value::Null } else { limits };
-    json!({
-        "provider": provider, "model": "m", "limits": limits,
-        "context": {"contextTokens": 8000, "maxOutputTokens": 1000},
-        "price": {"inputMicroUsdPer1M": 1_000_000, "outputMicroUsdPer1M": 1_000_000}
-    })
-}
-
 /// Providers `p` (primary, `readMs` = `p_read_ms`) and `b` (backup).
 fn config(p: &Mock, b: &Mock, use_cases: Value, p_limits: Value, p_read_ms: u64) -> LlmConfig {
     let v = json!({
@@ -185,26 +141,6 @@ fn config(p: &Mock, b: &Mock, use_cases: Value, p_limits: Value, p_read_ms: u64)
 
 fn chain_pb(retry: Value) -> Value {
     json!({"chat": {"chain": [{"model": "p/m"}, {"model": "b/m"}], "retry": retry}})
-}
-
-fn client(cfg: LlmConfig) -> LlmClient<pressure_core::MemoryBackend> {
-    LlmClient::new(cfg, ResourceBroker::new()).unwrap()
-}
-
-fn request(text: &str) -> ChatRequest {
-    let mut r = ChatRequest::new("ignored", vec![Message::new("user", text)]);
-    r.max_tokens = Some(100);
-    r
-}
-
-fn fast_retry(max_attempts: u32) -> Value {
-    json!({"maxAttempts": max_attempts, "baseDelayMs": 5, "maxDelayMs": 20})
-}
-
-async fn bounded<F: std::future::Future>(f: F) -> F::Output {
-    tokio::time::timeout(Duration::from_secs(20), f)
-        .await
-        .expect("test timed out")
 }
 
 /// Every item of the stream, in order.
@@ -417,7 +353,7 @@ async fn dropping_mid_stream_releases_limiter_and_breaker_permits() {
         // Nothing was spliced in: the backup was never called.
         assert_eq!(b.hits(), 0);
         // The quota is free again for the next event.
-        p.state.script.lock().unwrap().push_back(Step::Stream(1));
+        p.state.script.push(Step::Stream(1));
         let mut s = c.stream("chat", request("hello")).await.unwrap();
         assert_eq!(s.degradation(), Degradation::Primary);
         assert!(drain(&mut s).await.iter().all(Result::is_ok));
