@@ -19,12 +19,7 @@ pub const SCENARIOS: &[&str] = &["normal", "hang", "stall", "rate-limit-storm", 
 /// enough that the gateway's own share of a request's time is small, so
 /// the latency comparison between scenarios measures the stack's behaviour
 /// rather than the machine's noise.
-pub const HEALTHY: Latency = Latency {
-    min_ms: 100,
-    max_ms: 150,
-    tail_share: 0.0,
-    tail_ms: 0,
-};
+pub const HEALTHY: Latency = Latency::uniform(100, 150);
 
 /// A healthy phase called `name`.
 fn healthy(name: &str) -> Phase {

@@ -28,14 +28,21 @@ pub struct Latency {
     pub tail_ms: u64,
 }
 
-impl Default for Latency {
-    fn default() -> Self {
+impl Latency {
+    /// A uniform draw between `min_ms` and `max_ms`, without a tail.
+    pub const fn uniform(min_ms: u64, max_ms: u64) -> Self {
         Self {
-            min_ms: 40,
-            max_ms: 60,
+            min_ms,
+            max_ms,
             tail_share: 0.0,
             tail_ms: 0,
         }
+    }
+}
+
+impl Default for Latency {
+    fn default() -> Self {
+        Self::uniform(40, 60)
     }
 }
 

@@ -31,12 +31,7 @@ async fn bounded<F: Future<Output = ()>>(f: F) {
 
 fn fast(name: &str) -> Phase {
     Phase {
-        latency: Latency {
-            min_ms: 5,
-            max_ms: 15,
-            tail_share: 0.0,
-            tail_ms: 0,
-        },
+        latency: Latency::uniform(5, 15),
         ..Phase::normal(name)
     }
 }
@@ -380,12 +375,7 @@ async fn a_stall_bills_the_full_output_after_the_client_is_gone() {
     bounded(async {
         let phase = Phase {
             stall_share: 1.0,
-            latency: Latency {
-                min_ms: 600,
-                max_ms: 600,
-                tail_share: 0.0,
-                tail_ms: 0,
-            },
+            latency: Latency::uniform(600, 600),
             ..Phase::normal("stall")
         };
         let mock = start(Behaviour::single(phase)).await;
@@ -640,12 +630,7 @@ async fn hundreds_of_concurrent_requests_and_a_bounded_shutdown() {
     bounded(async {
         // Long enough that all 250 are open at once even on a loaded machine.
         let phase = Phase {
-            latency: Latency {
-                min_ms: 1_000,
-                max_ms: 1_200,
-                tail_share: 0.0,
-                tail_ms: 0,
-            },
+            latency: Latency::uniform(1_000, 1_200),
             ..Phase::normal("normal")
         };
         let mock = start(Behaviour::single(phase)).await;
@@ -705,12 +690,7 @@ async fn hundreds_of_concurrent_requests_and_a_bounded_shutdown() {
 async fn thousands_of_requests_are_each_answered_and_counted() {
     bounded(async {
         let instant = Phase {
-            latency: Latency {
-                min_ms: 0,
-                max_ms: 0,
-                tail_share: 0.0,
-                tail_ms: 0,
-            },
+            latency: Latency::uniform(0, 0),
             ..Phase::normal("instant")
         };
         let mock = start(Behaviour::single(instant)).await;
@@ -746,12 +726,7 @@ async fn thousands_of_requests_are_each_answered_and_counted() {
 async fn a_client_leaving_mid_answer_is_still_billed_the_output() {
     bounded(async {
         let slow = Phase {
-            latency: Latency {
-                min_ms: 500,
-                max_ms: 500,
-                tail_share: 0.0,
-                tail_ms: 0,
-            },
+            latency: Latency::uniform(500, 500),
             ..Phase::normal("slow")
         };
         let mock = start(Behaviour::single(slow)).await;
