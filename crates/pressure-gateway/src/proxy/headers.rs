@@ -98,20 +98,23 @@ fn trim_ascii(bytes: &[u8]) -> &[u8] {
     &bytes[start..end]
 }
 
+/// A header map of `(name, value)` pairs, repeats kept, for the proxy's unit tests.
+#[cfg(test)]
+pub(crate) fn test_map(pairs: &[(&str, &str)]) -> HeaderMap {
+    let mut headers = HeaderMap::new();
+    for (name, value) in pairs {
+        headers.append(
+            HeaderName::from_bytes(name.as_bytes()).expect("name"),
+            HeaderValue::from_str(value).expect("value"),
+        );
+    }
+    headers
+}
+
 #[cfg(test)]
 mod tests {
+    use super::test_map as map;
     use super::*;
-
-    fn map(pairs: &[(&str, &str)]) -> HeaderMap {
-        let mut headers = HeaderMap::new();
-        for (name, value) in pairs {
-            headers.append(
-                HeaderName::from_bytes(name.as_bytes()).expect("name"),
-                HeaderValue::from_str(value).expect("value"),
-            );
-        }
-        headers
-    }
 
     #[test]
     fn strips_listed_and_connection_named_headers() {

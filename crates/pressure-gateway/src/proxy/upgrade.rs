@@ -112,19 +112,8 @@ pub(crate) fn websocket_upgrade(headers: &HeaderMap) -> Option<HeaderValue> {
 
 #[cfg(test)]
 mod tests {
+    use super::super::headers::test_map as map;
     use super::*;
-    use http::header::HeaderName;
-
-    fn map(pairs: &[(&str, &str)]) -> HeaderMap {
-        let mut headers = HeaderMap::new();
-        for (name, value) in pairs {
-            headers.append(
-                HeaderName::from_bytes(name.as_bytes()).expect("name"),
-                HeaderValue::from_str(value).expect("value"),
-            );
-        }
-        headers
-    }
 
     #[test]
     fn recognises_websocket_upgrades_only() {
