@@ -124,6 +124,13 @@ pub fn duration_to_nanos(d: Duration) -> u64 {
     u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
 
+/// Saturating conversion of a duration to whole milliseconds (for configs,
+/// logs and JSON).
+#[inline]
+pub fn duration_to_millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -108,7 +108,7 @@ impl Limits {
     }
     /// Sets the concurrency lease TTL.
     pub fn lease_ttl(mut self, ttl: Duration) -> Self {
-        self.lease_ttl_ms = Some(u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX));
+        self.lease_ttl_ms = Some(crate::clock::duration_to_millis(ttl));
         self
     }
 

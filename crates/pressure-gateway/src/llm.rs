@@ -38,6 +38,7 @@ use bytes::Bytes;
 use futures::future::BoxFuture;
 use futures::StreamExt;
 use http::{HeaderValue, Method, Request, Response, StatusCode};
+use pressure_core::clock::duration_to_millis;
 use pressure_llm::pipeline::{Answer, AnswerStream, LlmClient, LlmError, Reply};
 use pressure_llm::provider::{ChatRequest, PoolStats};
 use serde_json::{json, Value};
@@ -182,7 +183,7 @@ fn log_event(
     started: tokio::time::Instant,
     outcome: Result<&Answer, &LlmError>,
 ) {
-    let elapsed_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+    let elapsed_ms = duration_to_millis(started.elapsed());
     match outcome {
         Ok(a) => tracing::info!(
             target: "pressure::llm",
@@ -266,7 +267,7 @@ async fn chat_completions_as(
     if chat.stream == Some(true) {
         return match llm.stream_as(&use_case, chat, request_id.to_owned()).await {
             Ok(stream) => {
-                let elapsed_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+                let elapsed_ms = duration_to_millis(started.elapsed());
                 tracing::info!(
                     target: "pressure::llm",
                     request_id,

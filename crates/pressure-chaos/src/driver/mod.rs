@@ -19,6 +19,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use pressure_core::clock::duration_to_millis;
 use tokio::time::Instant;
 
 use self::analysis::{
@@ -146,7 +147,7 @@ pub async fn run(opts: &ChaosOptions, progress: &dyn Progress) -> Result<Report,
             .as_deref()
             .map_or_else(|| "memory".to_owned(), redacted),
         concurrency: opts.concurrency,
-        duration_ms: u64::try_from(opts.duration.as_millis()).unwrap_or(u64::MAX),
+        duration_ms: duration_to_millis(opts.duration),
         ..Report::default()
     };
     let mut normal_p95 = None;
@@ -290,7 +291,7 @@ async fn run_once(
                 samples = &mut drive => break samples,
                 _ = tick.tick() => progress.tick(
                     ticker_done.load(Ordering::Relaxed),
-                    u64::try_from(t0.elapsed().as_millis()).unwrap_or(u64::MAX),
+                    duration_to_millis(t0.elapsed()),
                 ),
             }
         }

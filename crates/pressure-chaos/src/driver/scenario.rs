@@ -67,7 +67,7 @@ pub struct Scenario {
 impl Scenario {
     /// The scenario called `name`, its phases scaled to `duration`.
     pub fn named(name: &str, duration: Duration) -> Option<Self> {
-        let d = u64::try_from(duration.as_millis()).unwrap_or(u64::MAX).max(3_000);
+        let d = pressure_core::clock::duration_to_millis(duration).max(3_000);
         let third = d / 3;
         let s = match name {
             "normal" => Self {

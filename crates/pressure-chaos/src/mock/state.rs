@@ -17,6 +17,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use parking_lot::{Mutex, RwLock};
+use pressure_core::clock::duration_to_millis;
 use pressure_llm::price::ModelPrice;
 use pressure_llm::tokens::TokenCounter;
 use rand::rngs::StdRng;
@@ -159,13 +160,13 @@ impl Shared {
     pub(crate) fn phase_at(&self, at: Instant) -> Phase {
         let cur = self.current.read();
         let elapsed = at.saturating_duration_since(cur.set_at);
-        let ms = u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX);
+        let ms = duration_to_millis(elapsed);
         cur.behaviour.phase_at(ms).1.clone()
     }
 
     /// Milliseconds from the mock's start to `at`.
     pub(crate) fn ms_since_start(&self, at: Instant) -> u64 {
-        u64::try_from(at.saturating_duration_since(self.started).as_millis()).unwrap_or(u64::MAX)
+        duration_to_millis(at.saturating_duration_since(self.started))
     }
 
     /// One uniform draw decides the fault: `errorShare`, then `hangShare`,

@@ -7,14 +7,10 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
+use pressure_core::clock::duration_to_millis;
 use serde_json::{json, Value};
 
 use super::{error_response, AdminState};
-
-/// Milliseconds, for JSON.
-fn ms(d: std::time::Duration) -> u64 {
-    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
-}
 
 pub(super) async fn llm(State(state): State<AdminState>) -> Response {
     let Some(llm) = &state.llm else {
@@ -40,7 +36,7 @@ pub(super) async fn llm(State(state): State<AdminState>) -> Response {
                 "slowCalls": s.slow_calls,
                 "failureRate": s.failure_rate,
                 "slowCallRate": s.slow_call_rate,
-                "retryInMs": ms(s.retry_in),
+                "retryInMs": duration_to_millis(s.retry_in),
                 "timesOpened": s.times_opened,
                 "rejected": s.rejected,
             })

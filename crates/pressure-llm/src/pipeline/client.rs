@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use pressure_core::clock::{duration_to_nanos, Clock, TokioClock};
+use pressure_core::clock::{duration_to_millis as duration_ms, duration_to_nanos, Clock, TokioClock};
 use pressure_core::{Backend, QueueConfig, ResourceBroker, ResourceConfig};
 use tokio::time::Instant;
 
@@ -679,10 +679,6 @@ pub fn hold_for(hints: &RateLimitHints, typical: &Reservation) -> Option<Duratio
         extend(hints.reset_tokens);
     }
     hold.filter(|d| !d.is_zero()).map(|d| d.min(MAX_PROVIDER_HOLD))
-}
-
-fn duration_ms(d: std::time::Duration) -> u64 {
-    d.as_millis().try_into().unwrap_or(u64::MAX)
 }
 
 fn upstream(m: &ModelEntry, e: CallError) -> LlmError {
