@@ -456,7 +456,7 @@ impl<B: Backend> LlmClient<B> {
         let mut call = req.clone();
         call.model = m.model.clone();
         let deadline_error = || LlmError::DeadlineExceeded {
-            total_ms: uc.total().as_millis().try_into().unwrap_or(u64::MAX),
+            total_ms: duration_ms(uc.total()),
         };
         loop {
             let now = Instant::now();
