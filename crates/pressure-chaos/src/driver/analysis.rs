@@ -5,11 +5,8 @@
 use std::collections::BTreeMap;
 
 use pressure_llm::breaker::State;
-use pressure_llm::price::ModelPrice;
 
 use super::load::Sample;
-use super::scenario::PRIMARY;
-use super::stack::{BACKUP_PRICE, PRIMARY_PRICE};
 use crate::mock::{Arrival, Outcome};
 use crate::report::{BreakerSpan, Bucket, LatencyPoint, Percentiles};
 
@@ -152,22 +149,6 @@ pub fn by_request(arrivals: &[Arrival]) -> BTreeMap<&str, Vec<&Arrival>> {
         v.sort_by_key(|a| a.seq);
     }
     out
-}
-
-/// The price of a mock model.
-pub fn price_of(model: &str) -> ModelPrice {
-    if model == PRIMARY {
-        PRIMARY_PRICE
-    } else {
-        BACKUP_PRICE
-    }
-}
-
-/// What the mock billed for `a`, in micro-dollars.
-pub fn billed_micro_usd(a: &Arrival) -> u64 {
-    price_of(&a.model)
-        .cost(a.input_tokens, a.output_tokens)
-        .micro_usd()
 }
 
 /// Whether `a` was an attempt that did not answer (and so, if billed, money burned).

@@ -450,6 +450,7 @@ mod tests {
             status,
             input_tokens: 10,
             output_tokens: 0,
+            micro_usd: 0,
             client_gone: false,
         }
     }

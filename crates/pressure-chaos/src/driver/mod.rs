@@ -23,8 +23,7 @@ use pressure_core::clock::duration_to_millis;
 use tokio::time::Instant;
 
 use self::analysis::{
-    billed_micro_usd, breaker_spans, bucket_width, buckets, failed_attempt, latency_series, percentiles,
-    TransitionAt,
+    breaker_spans, bucket_width, buckets, failed_attempt, latency_series, percentiles, TransitionAt,
 };
 use self::criteria::{evaluate, healthy_p95, RunData};
 use self::load::{drive, Load};
@@ -221,7 +220,7 @@ fn burned(run: &RunData) -> u64 {
     run.arrivals
         .iter()
         .filter(|a| a.attempt.unwrap_or(1) > 1 && failed_attempt(a))
-        .map(billed_micro_usd)
+        .map(|a| a.micro_usd)
         .sum()
 }
 

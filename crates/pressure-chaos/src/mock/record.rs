@@ -64,6 +64,8 @@ pub struct Arrival {
     /// Output tokens billed, counted when the mock finished generating them
     /// (even if the client had gone); 0 until then.
     pub output_tokens: u64,
+    /// What those tokens cost at the mock's price table, in micro-dollars.
+    pub micro_usd: u64,
     /// Whether the client went away before the answer was complete.
     pub client_gone: bool,
 }

@@ -229,6 +229,7 @@ impl Shared {
             status,
             input_tokens,
             output_tokens: 0,
+            micro_usd: 0,
             client_gone: false,
         });
         ArrivalRef {
@@ -298,7 +299,14 @@ impl Shared {
 
     /// Every arrival since start or the last reset, in order.
     pub(crate) fn arrivals(&self) -> Vec<Arrival> {
-        self.records.lock().arrivals.clone()
+        let mut arrivals = self.records.lock().arrivals.clone();
+        for a in &mut arrivals {
+            a.micro_usd = self
+                .price(&a.model)
+                .cost(a.input_tokens, a.output_tokens)
+                .micro_usd();
+        }
+        arrivals
     }
 
     /// Clears arrivals, counters and the quota logs; the highest in-flight

@@ -145,6 +145,7 @@ async fn normal_json_answer_carries_usage_and_is_billed() {
             (a.input_tokens, a.output_tokens),
             (usage.prompt_tokens, usage.completion_tokens)
         );
+        assert_eq!(a.micro_usd, cost, "the arrival carries its own bill");
 
         // Without max_tokens the phase's outputTokens (48) caps the answer; another
         // model is billed at the default price.
