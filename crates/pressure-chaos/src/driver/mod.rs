@@ -388,7 +388,7 @@ fn scenario_report(run: &RunData, criteria: Vec<crate::report::Criterion>) -> Sc
             name: p.name.clone(),
             start_ms: start,
             end_ms: end,
-            fault: p.rate_limit.is_some() || p.error_share > 0.0 || p.hang_share > 0.0 || p.stall_share > 0.0,
+            fault: p.has_fault(),
         });
         start = end;
     }

@@ -136,6 +136,11 @@ impl Phase {
         self
     }
 
+    /// Whether this phase injects any fault (a quota, 500s, hangs or stalls).
+    pub fn has_fault(&self) -> bool {
+        self.rate_limit.is_some() || self.error_share > 0.0 || self.hang_share > 0.0 || self.stall_share > 0.0
+    }
+
     /// Whether the faults of this phase apply to `model`.
     pub fn hits(&self, model: &str) -> bool {
         self.models.is_empty() || self.models.iter().any(|m| m == model)
