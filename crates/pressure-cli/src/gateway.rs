@@ -14,6 +14,10 @@ pub(crate) struct GatewayArgs {
     /// running.
     #[arg(long)]
     demo_upstream: bool,
+    /// Reload the config when the file changes (besides SIGHUP and
+    /// `POST /admin/pressure/reload`).
+    #[arg(long)]
+    watch: bool,
 }
 
 /// Options of `pressure check-config`.
@@ -80,10 +84,18 @@ pub(crate) async fn run(args: GatewayArgs) -> anyhow::Result<()> {
         "gateway on http://{}  admin on http://{}",
         cfg.listen, cfg.admin.listen
     );
-    match pressure_gateway::run(cfg, &base_dir(&args.config)).await {
+    let options = pressure_gateway::RunOptions {
+        config_path: Some(args.config.clone()),
+        watch: args.watch,
+    };
+    match pressure_gateway::run(cfg, &base_dir(&args.config), options).await {
         Ok(()) => Ok(()),
         Err(pressure_gateway::GatewayError::Config(e)) => {
             eprintln!("error: {}: {e}", args.config.display());
+            std::process::exit(2);
+        }
+        Err(e @ pressure_gateway::GatewayError::Bind { .. }) => {
+            eprintln!("error: {e}");
             std::process::exit(2);
         }
         Err(e) => Err(e.into()),

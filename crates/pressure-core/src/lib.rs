@@ -108,6 +108,7 @@ pub mod clock;
 pub mod contract;
 mod entry;
 mod error;
+mod field_error;
 mod limits;
 pub mod queue;
 mod stats;
@@ -119,6 +120,7 @@ pub use backend::{
 pub use broker::{BrokerBuilder, LimitTemplate, ResourceBroker, ResourceConfig, DEFAULT_MAX_LAZY_RESOURCES};
 pub use entry::ResourceHandle;
 pub use error::{Error, QueueError};
+pub use field_error::FieldError;
 pub use limits::{
     Algorithm, Demand, Dimension, LimitSpec, Limits, LimitsError, RateSpec, DEFAULT_LEASE_TTL, MAX_LIMIT,
     PPM, SUB_WINDOWS,

@@ -4,20 +4,32 @@
 //! crosses the boundary: per-route and per-service limits before auth,
 //! per-tenant limits after it, every permit released exactly once when the
 //! response body ends or the client goes away.
+//!
+//! The request path: a validated config becomes a [`plan::Plan`] (router,
+//! tenant policy, LLM client, bounds); the [`layers`] read the plan of their
+//! request, route it once, and return refusals as [`rejection::Rejection`]
+//! values rendered in one place. [`Gateway`] holds the current plan and
+//! swaps it on reload; [`run`] is the process (signals, drain, reload).
 
 pub mod admin;
-pub mod app;
 pub mod backend;
-pub mod body_limit;
+mod compat;
 pub mod config;
 pub mod demo_upstream;
+mod gateway;
 pub mod layers;
-pub mod llm;
 pub mod manual_queue;
 pub mod metrics;
+pub mod openai;
+pub mod path;
 pub mod permits;
+pub mod plan;
 pub mod proxy;
-pub mod routes;
+pub mod rejection;
+pub mod reload;
+pub mod resources;
+mod run;
 pub mod server;
 
-pub use app::{run, Gateway, GatewayError, GatewayService, Serving};
+pub use gateway::{Gateway, GatewayError, GatewayService, Serving};
+pub use run::{run, RunOptions};

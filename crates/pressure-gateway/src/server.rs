@@ -1,22 +1,95 @@
-//! Serving: an accept loop on a bound listener with hyper's HTTP/1 and
-//! HTTP/2 server, the request-head bound (`431` beyond it; hyper answers
-//! malformed requests with `400`), the client address in the request
-//! extensions, and graceful shutdown.
+//! Serving: the accept loop and the life of each client connection.
+//!
+//! * hyper's HTTP/1 and HTTP/2 server, upgrades enabled, the request head
+//!   bounded by `limits.maxHeaderBytes` on both protocols (`431` on
+//!   HTTP/1; HTTP/2 refuses the stream);
+//! * client-side timeouts (`gateway.timeouts`): a head must arrive within
+//!   `headerReadMs`; a connection with no request in flight and no bytes for
+//!   `idleMs` is closed (also one that never sent a byte, or an h2c
+//!   connection after its preface); a response the client stops reading for
+//!   `sendMs` is dropped, which releases the request's slots;
+//! * accept failures (`EMFILE` when the fd limit is hit) back off
+//!   exponentially up to one second and are logged at most once a second
+//!   with the count of the suppressed ones;
+//! * graceful stop: when `shutdown` resolves the listener is closed, idle
+//!   keep-alive connections are closed, requests and streams in flight
+//!   finish, and [`serve_with`] returns once every connection is gone or
+//!   the grace period is over (the rest are then dropped).
 
 use axum::body::Body;
 use axum::extract::ConnectInfo;
+use bytes::Bytes;
 use http::{Request, Response};
-use hyper_util::rt::{TokioExecutor, TokioIo};
+use http_body::{Frame, SizeHint};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use hyper_util::service::TowerToHyperService;
 use std::convert::Infallible;
 use std::future::Future;
+use std::io;
 use std::net::SocketAddr;
-use tokio::net::TcpListener;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::watch;
+use tokio::time::Instant;
 use tower::ServiceExt;
 
-/// Serves `service` on `listener` until `shutdown` resolves; connections in
-/// flight are then given a moment to finish.
+/// How a listener serves its connections.
+#[derive(Debug, Clone)]
+pub struct ServeOptions {
+    /// Largest request head, bytes.
+    pub max_header_bytes: usize,
+    /// A request head must be complete within this, from its first byte.
+    pub header_read: Duration,
+    /// A connection with nothing in flight and no bytes for this is closed.
+    pub idle: Duration,
+    /// A response write blocked for this (the client stopped reading) drops
+    /// the connection.
+    pub send: Duration,
+    /// How long a stop waits for connections to finish.
+    pub grace: Duration,
+}
+
+impl Default for ServeOptions {
+    fn default() -> Self {
+        Self {
+            max_header_bytes: 64 * 1024,
+            header_read: Duration::from_secs(10),
+            idle: Duration::from_secs(60),
+            send: Duration::from_secs(60),
+            grace: Duration::from_secs(30),
+        }
+    }
+}
+
+impl ServeOptions {
+    /// The options of a gateway config (both listeners use them).
+    pub fn from_config(cfg: &crate::config::GatewayConfig) -> Self {
+        let t = &cfg.timeouts;
+        Self {
+            max_header_bytes: cfg.limits.max_header_bytes,
+            header_read: Duration::from_millis(t.header_read_ms),
+            idle: Duration::from_millis(t.idle_ms),
+            send: Duration::from_millis(t.send_ms),
+            grace: Duration::from_millis(cfg.shutdown_grace_ms),
+        }
+    }
+}
+
+/// What a stop left behind.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Drained {
+    /// Connections still open when the grace period ended (dropped).
+    pub dropped: usize,
+}
+
+/// Serves `service` on `listener` with default timeouts and `max_header_bytes`
+/// until `shutdown` resolves (see [`serve_with`]).
 pub async fn serve<S>(
     listener: TcpListener,
     service: S,
@@ -26,43 +99,346 @@ pub async fn serve<S>(
     S: tower::Service<Request<Body>, Response = Response<Body>, Error = Infallible> + Clone + Send + 'static,
     S::Future: Send + 'static,
 {
+    let options = ServeOptions {
+        max_header_bytes,
+        grace: Duration::from_secs(5),
+        ..ServeOptions::default()
+    };
+    serve_with(listener, service, &options, shutdown).await;
+}
+
+/// Serves `service` on `listener` until `shutdown` resolves, then drains
+/// (module docs).
+pub async fn serve_with<S>(
+    listener: TcpListener,
+    service: S,
+    options: &ServeOptions,
+    shutdown: impl Future<Output = ()>,
+) -> Drained
+where
+    S: tower::Service<Request<Body>, Response = Response<Body>, Error = Infallible> + Clone + Send + 'static,
+    S::Future: Send + 'static,
+{
     let mut builder = auto::Builder::new(TokioExecutor::new());
     builder
         .http1()
-        .max_buf_size(max_header_bytes.max(8192))
-        .timer(hyper_util::rt::TokioTimer::new())
-        .header_read_timeout(std::time::Duration::from_secs(30));
-    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+        .max_buf_size(options.max_header_bytes.max(8192))
+        .timer(TokioTimer::new())
+        .header_read_timeout(options.header_read);
+    builder
+        .http2()
+        .timer(TokioTimer::new())
+        .max_header_list_size(u32::try_from(options.max_header_bytes).unwrap_or(u32::MAX));
+    let builder = Arc::new(builder);
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let open = Arc::new(AtomicUsize::new(0));
+    let all_closed = Arc::new(tokio::sync::Notify::new());
+    let mut failures = AcceptFailures::default();
     tokio::pin!(shutdown);
     loop {
         let (stream, peer) = tokio::select! {
             accepted = listener.accept() => match accepted {
-                Ok(a) => a,
-                Err(e) => {
-                    tracing::warn!(error = %e, "accept failed");
-                    tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-                    continue;
-                }
+                Ok(a) => { failures.reset(); a }
+                Err(e) => { failures.failed(&e).await; continue; }
             },
-            _ = &mut shutdown => break,
+            () = &mut shutdown => break,
         };
         let _ = stream.set_nodelay(true);
+        open.fetch_add(1, Ordering::AcqRel);
+        let conn = Connection {
+            builder: Arc::clone(&builder),
+            options: options.clone(),
+            stop: stop_rx.clone(),
+            open: Arc::clone(&open),
+            all_closed: Arc::clone(&all_closed),
+        };
+        tokio::spawn(conn.run(stream, peer, service.clone()));
+    }
+    drop(listener);
+    let _ = stop_tx.send(true);
+    let deadline = Instant::now() + options.grace;
+    loop {
+        let notified = all_closed.notified();
+        if open.load(Ordering::Acquire) == 0 {
+            return Drained::default();
+        }
+        if tokio::time::timeout_at(deadline, notified).await.is_err() {
+            let dropped = open.load(Ordering::Acquire);
+            if dropped > 0 {
+                tracing::warn!(dropped, "grace period over; dropping connections still open");
+            }
+            return Drained { dropped };
+        }
+    }
+}
+
+/// Backs off after failed accepts and keeps their log lines rare.
+#[derive(Default)]
+struct AcceptFailures {
+    delay: Duration,
+    last_log: Option<Instant>,
+    suppressed: u64,
+}
+
+impl AcceptFailures {
+    fn reset(&mut self) {
+        self.delay = Duration::ZERO;
+    }
+
+    async fn failed(&mut self, e: &io::Error) {
+        let now = Instant::now();
+        if self
+            .last_log
+            .is_none_or(|t| now.duration_since(t) >= Duration::from_secs(1))
+        {
+            tracing::warn!(error = %e, suppressed = self.suppressed, "accept failed; backing off");
+            self.last_log = Some(now);
+            self.suppressed = 0;
+        } else {
+            self.suppressed += 1;
+        }
+        self.delay = (self.delay * 2).clamp(Duration::from_millis(5), Duration::from_secs(1));
+        tokio::time::sleep(self.delay).await;
+    }
+}
+
+/// One accepted connection and what it needs to serve itself.
+struct Connection {
+    builder: Arc<auto::Builder<TokioExecutor>>,
+    options: ServeOptions,
+    stop: watch::Receiver<bool>,
+    open: Arc<AtomicUsize>,
+    all_closed: Arc<tokio::sync::Notify>,
+}
+
+impl Connection {
+    async fn run<S>(mut self, stream: TcpStream, peer: SocketAddr, service: S)
+    where
+        S: tower::Service<Request<Body>, Response = Response<Body>, Error = Infallible>
+            + Clone
+            + Send
+            + 'static,
+        S::Future: Send + 'static,
+    {
+        let activity = Arc::new(Activity::new());
+        let io = Watched {
+            inner: stream,
+            activity: Arc::clone(&activity),
+        };
+        let in_flight = Arc::clone(&activity);
         let svc = service
-            .clone()
             .map_request(move |mut req: Request<hyper::body::Incoming>| {
                 req.extensions_mut().insert(ConnectInfo(peer));
                 req.map(Body::new)
+            })
+            .map_response(move |resp: Response<Body>| {
+                let guard = InFlight::new(Arc::clone(&in_flight));
+                resp.map(|b| {
+                    Body::new(InFlightBody {
+                        inner: b,
+                        _guard: guard,
+                    })
+                })
             });
-        let conn =
-            builder.serve_connection_with_upgrades(TokioIo::new(stream), TowerToHyperService::new(svc));
-        let conn = graceful.watch(conn.into_owned());
-        tokio::spawn(async move {
-            let _ = conn.await;
-        });
+        let conn = self
+            .builder
+            .serve_connection_with_upgrades(TokioIo::new(io), TowerToHyperService::new(svc));
+        tokio::pin!(conn);
+        let mut stopping = *self.stop.borrow();
+        if stopping {
+            conn.as_mut().graceful_shutdown();
+        }
+        loop {
+            tokio::select! {
+                _ = conn.as_mut() => break,
+                reason = activity.expired(&self.options) => {
+                    tracing::debug!(%peer, reason, "closing connection");
+                    break;
+                }
+                changed = self.stop.changed(), if !stopping => {
+                    stopping = true;
+                    if changed.is_ok() {
+                        conn.as_mut().graceful_shutdown();
+                    }
+                }
+            }
+        }
+        drop(conn);
+        if self.open.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.all_closed.notify_waiters();
+        }
     }
-    tokio::select! {
-        _ = graceful.shutdown() => {}
-        _ = tokio::time::sleep(std::time::Duration::from_secs(5)) => {}
+}
+
+/// What a connection's watchdog reads: requests in flight, the last byte
+/// read or written, and since when a write has been blocked (milliseconds
+/// since `base`; 0 = not blocked).
+struct Activity {
+    base: Instant,
+    in_flight: AtomicUsize,
+    last_io_ms: AtomicU64,
+    blocked_since_ms: AtomicU64,
+}
+
+impl Activity {
+    fn new() -> Self {
+        Self {
+            base: Instant::now(),
+            in_flight: AtomicUsize::new(0),
+            last_io_ms: AtomicU64::new(0),
+            blocked_since_ms: AtomicU64::new(0),
+        }
+    }
+
+    fn now_ms(&self) -> u64 {
+        u64::try_from(self.base.elapsed().as_millis())
+            .unwrap_or(u64::MAX)
+            .max(1)
+    }
+
+    fn touched(&self) {
+        self.last_io_ms.store(self.now_ms(), Ordering::Relaxed);
+    }
+
+    /// Resolves when the connection must be dropped, with the reason.
+    async fn expired(&self, o: &ServeOptions) -> &'static str {
+        loop {
+            let now = self.now_ms();
+            let ms = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+            let blocked = self.blocked_since_ms.load(Ordering::Relaxed);
+            let mut next = now + ms(o.idle.min(o.send)).max(1);
+            if blocked > 0 {
+                let deadline = blocked.saturating_add(ms(o.send));
+                if now >= deadline {
+                    return "the client stopped reading the response";
+                }
+                next = next.min(deadline);
+            }
+            if self.in_flight.load(Ordering::Relaxed) == 0 {
+                let deadline = self.last_io_ms.load(Ordering::Relaxed).saturating_add(ms(o.idle));
+                if now >= deadline {
+                    return "idle";
+                }
+                next = next.min(deadline);
+            }
+            tokio::time::sleep_until(self.base + Duration::from_millis(next)).await;
+        }
+    }
+}
+
+/// Counts a response in flight until its body is done or dropped.
+struct InFlight(Arc<Activity>);
+
+impl InFlight {
+    fn new(a: Arc<Activity>) -> Self {
+        a.in_flight.fetch_add(1, Ordering::Relaxed);
+        Self(a)
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.touched();
+        self.0.in_flight.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// A response body that keeps its connection counted as busy.
+    struct InFlightBody {
+        #[pin]
+        inner: Body,
+        _guard: InFlight,
+    }
+}
+
+impl http_body::Body for InFlightBody {
+    type Data = Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+        self.project().inner.poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+/// The client socket, noting every byte read or written and blocked writes.
+struct Watched {
+    inner: TcpStream,
+    activity: Arc<Activity>,
+}
+
+impl AsyncRead for Watched {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let before = buf.filled().len();
+        let r = Pin::new(&mut self.inner).poll_read(cx, buf);
+        if matches!(r, Poll::Ready(Ok(()))) && buf.filled().len() > before {
+            self.activity.touched();
+        }
+        r
+    }
+}
+
+impl Watched {
+    fn note_write<T>(&self, r: &Poll<io::Result<T>>) {
+        match r {
+            Poll::Pending => {
+                let _ = self.activity.blocked_since_ms.compare_exchange(
+                    0,
+                    self.activity.now_ms(),
+                    Ordering::Relaxed,
+                    Ordering::Relaxed,
+                );
+            }
+            Poll::Ready(_) => {
+                self.activity.blocked_since_ms.store(0, Ordering::Relaxed);
+                self.activity.touched();
+            }
+        }
+    }
+}
+
+impl AsyncWrite for Watched {
+    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        let r = Pin::new(&mut self.inner).poll_write(cx, buf);
+        self.note_write(&r);
+        r
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        let r = Pin::new(&mut self.inner).poll_write_vectored(cx, bufs);
+        self.note_write(&r);
+        r
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
     }
 }
 

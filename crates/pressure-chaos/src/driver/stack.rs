@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::Path;
 
-use pressure_gateway::llm::Llm;
+use pressure_gateway::openai::Llm;
 use pressure_gateway::{Gateway, Serving};
 use pressure_llm::price::ModelPrice;
 use serde_json::{json, Value};
@@ -198,7 +198,6 @@ impl Stack {
             .map_err(|e| ChaosError::Start(format!("gateway: {e}")))?;
         let llm = gateway
             .llm()
-            .cloned()
             .ok_or_else(|| ChaosError::Start("the gateway has no LLM client".into()))?;
         let broker = gateway.broker().clone();
         let listener = TcpListener::bind(loopback).await.map_err(ChaosError::Io)?;

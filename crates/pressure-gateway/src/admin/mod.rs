@@ -7,15 +7,17 @@
 //! | `GET /admin/pressure/llm` | breakers, their recent transitions, provider pools, answers by level (404 without `gateway.llm`) |
 //! | `GET /metrics` | Prometheus text 0.0.4 ([`GatewayMetrics::encode`]) |
 //! | `GET /healthz` | `{"status":"ok"}`, or `{"status":"degraded","redis":"unavailable"}` |
+//! | `GET /readyz` | `{"status":"ready"}`, or `503 {"status":"draining"}` once the gateway stops |
+//! | `POST /admin/pressure/reload` | re-reads the config file: `200` with what changed, or `400` naming the JSON path (the old config serves on) |
 //!
-//! `/healthz` always answers 200 while the process serves: when Redis is
+//! `/healthz` (liveness) always answers 200 while the process serves: when Redis is
 //! unavailable the gateway is still up and the configured failure mode
 //! decides, so a load balancer must not take the instance out; the body says
 //! it is degraded. With a token configured every other route requires
 //! `Authorization: Bearer <token>` (compared in constant time) and answers
 //! 401 with `WWW-Authenticate: Bearer` otherwise. Unknown routes answer 404,
-//! wrong methods 405, all errors with a JSON body
-//! `{"error":"<code>","message":"..."}`.
+//! wrong methods 405, all errors in the gateway's one error shape
+//! `{"error":{"type":"<code>","message":"..."}}`.
 
 mod auth;
 mod llm;
@@ -46,7 +48,10 @@ pub struct AdminState {
     /// `None`, the broker's own backend is used if it is Redis.
     pub redis: Option<RedisBackend>,
     /// The LLM client behind `/v1/chat/completions`, when `gateway.llm` is set.
-    pub llm: Option<crate::llm::Llm>,
+    pub llm: Option<crate::openai::Llm>,
+    /// The gateway the listener belongs to, for `/readyz` and reloads;
+    /// `None` (an admin router on its own) answers ready and 404 to reloads.
+    pub control: Option<crate::Gateway>,
 }
 
 impl std::fmt::Debug for AdminState {
@@ -74,23 +79,63 @@ pub fn router(state: AdminState) -> Router {
     let protected = Router::new()
         .route("/admin/pressure/stats", get(stats))
         .route("/admin/pressure/llm", get(llm::llm))
+        .route("/admin/pressure/reload", axum::routing::post(reload))
         .route("/metrics", get(metrics))
         .route_layer(middleware::from_fn_with_state(state.clone(), auth::require_token));
     Router::new()
         .merge(protected)
         .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
         .method_not_allowed_fallback(method_not_allowed)
         .fallback(not_found)
         .with_state(state)
 }
 
-/// A JSON error response: `{"error": code, "message": message}`.
+/// An admin error in the gateway's one error shape.
 pub(crate) fn error_response(status: StatusCode, code: &str, message: &str) -> Response {
     (
         status,
-        Json(serde_json::json!({ "error": code, "message": message })),
+        Json(serde_json::json!({ "error": { "type": code, "message": message } })),
     )
         .into_response()
+}
+
+async fn readyz(State(state): State<AdminState>) -> Response {
+    let draining = state.control.as_ref().is_some_and(crate::Gateway::is_draining);
+    let (status, body) = if draining {
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            serde_json::json!({ "status": "draining" }),
+        )
+    } else {
+        (StatusCode::OK, serde_json::json!({ "status": "ready" }))
+    };
+    (
+        status,
+        [(header::CACHE_CONTROL, HeaderValue::from_static("no-store"))],
+        Json(body),
+    )
+        .into_response()
+}
+
+async fn reload(State(state): State<AdminState>) -> Response {
+    let Some(gateway) = state.control else {
+        return error_response(
+            StatusCode::NOT_FOUND,
+            "not_found",
+            "this admin listener has no gateway to reload",
+        );
+    };
+    match gateway.reload() {
+        Ok(outcome) => Json(serde_json::json!({ "status": "reloaded", "resources": outcome })).into_response(),
+        Err(e) => (
+            StatusCode::BAD_REQUEST,
+            Json(serde_json::json!({
+                "error": { "type": "invalid_config", "message": e.to_string(), "path": e.path, "problem": e.problem }
+            })),
+        )
+            .into_response(),
+    }
 }
 
 async fn stats(State(state): State<AdminState>) -> Json<BrokerStats> {
@@ -134,6 +179,6 @@ async fn method_not_allowed() -> Response {
     error_response(
         StatusCode::METHOD_NOT_ALLOWED,
         "method_not_allowed",
-        "admin routes answer GET only",
+        "this admin route does not answer that method",
     )
 }

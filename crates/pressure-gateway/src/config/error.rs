@@ -47,3 +47,9 @@ impl ConfigError {
         self.file.is_some()
     }
 }
+
+impl From<pressure_core::FieldError> for ConfigError {
+    fn from(e: pressure_core::FieldError) -> Self {
+        Self::new(e.path, e.problem)
+    }
+}

@@ -42,10 +42,18 @@ pub struct GatewayConfig {
     /// Upstream timeouts.
     #[serde(default)]
     pub timeouts: TimeoutConfig,
+    /// How long a stopping gateway lets requests in flight finish
+    /// (SIGTERM/SIGINT), milliseconds.
+    #[serde(default = "default_shutdown_grace_ms")]
+    pub shutdown_grace_ms: u64,
     /// The LLM pipeline behind `POST /v1/chat/completions`; absent: the
     /// gateway serves no LLM endpoint (the path is proxied like any other).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub llm: Option<LlmConfig>,
+}
+
+fn default_shutdown_grace_ms() -> u64 {
+    30_000
 }
 
 /// `gateway.upstreams.<name>`.
@@ -250,7 +258,9 @@ fn default_max_body_bytes() -> u64 {
     10 * 1024 * 1024
 }
 
-/// `gateway.timeouts` (milliseconds).
+/// `gateway.timeouts` (milliseconds): the upstream side (`connectMs`,
+/// `totalMs`) and the client side (`headerReadMs`, `idleMs`, `bodyReadMs`,
+/// `sendMs`), the latter on both listeners.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct TimeoutConfig {
@@ -260,6 +270,21 @@ pub struct TimeoutConfig {
     /// Whole upstream exchange until the response head; beyond: 504.
     #[serde(default = "default_total_ms")]
     pub total_ms: u64,
+    /// Reading a request head, from its first byte; beyond: the connection
+    /// is closed.
+    #[serde(default = "default_header_read_ms")]
+    pub header_read_ms: u64,
+    /// A keep-alive connection with no request in flight (also one that
+    /// never sends a byte); beyond: closed.
+    #[serde(default = "default_idle_ms")]
+    pub idle_ms: u64,
+    /// Inactivity while reading a request body; beyond: 408.
+    #[serde(default = "default_body_read_ms")]
+    pub body_read_ms: u64,
+    /// Inactivity while the client reads the response; beyond: the
+    /// connection is dropped and the request's slots released.
+    #[serde(default = "default_send_ms")]
+    pub send_ms: u64,
 }
 
 impl Default for TimeoutConfig {
@@ -267,8 +292,28 @@ impl Default for TimeoutConfig {
         Self {
             connect_ms: default_connect_ms(),
             total_ms: default_total_ms(),
+            header_read_ms: default_header_read_ms(),
+            idle_ms: default_idle_ms(),
+            body_read_ms: default_body_read_ms(),
+            send_ms: default_send_ms(),
         }
     }
+}
+
+fn default_header_read_ms() -> u64 {
+    10_000
+}
+
+fn default_idle_ms() -> u64 {
+    60_000
+}
+
+fn default_body_read_ms() -> u64 {
+    30_000
+}
+
+fn default_send_ms() -> u64 {
+    60_000
 }
 
 fn default_connect_ms() -> u64 {

@@ -24,7 +24,7 @@ pub const MIN_HEADER_BYTES: usize = 8192;
 pub const MAX_HEADER_BYTES: usize = 1024 * 1024;
 
 /// Resource-id prefix of per-tenant resources; routes may not use it.
-const TENANT_PREFIX: &str = "gateway:tenant:";
+use crate::resources::TENANT_PREFIX;
 
 /// Checks everything the shape cannot express. `base_dir` is the directory
 /// relative file names (`auth.jwt.publicKeyFile`) are resolved against:
@@ -466,6 +466,19 @@ fn check_request_limits(cfg: &GatewayConfig) -> Result<(), ConfigError> {
     }
     if t.total_ms == 0 {
         return Err(ConfigError::new("gateway.timeouts.totalMs", "must be > 0"));
+    }
+    for (value, name) in [
+        (t.header_read_ms, "headerReadMs"),
+        (t.idle_ms, "idleMs"),
+        (t.body_read_ms, "bodyReadMs"),
+        (t.send_ms, "sendMs"),
+    ] {
+        if value == 0 {
+            return Err(ConfigError::new(
+                format!("gateway.timeouts.{name}"),
+                "must be > 0",
+            ));
+        }
     }
     if t.connect_ms > t.total_ms {
         return Err(ConfigError::new(

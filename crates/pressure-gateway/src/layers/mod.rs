@@ -1,29 +1,60 @@
-//! The three tower layers of the request path, outermost first:
+//! The tower layers of the request path, outermost first:
 //!
-//! 1. [`release`]: gives every permit of a request back once its response
+//! 1. [`route`]: normalises the path, checks the request head, reads the
+//!    current [`Plan`] and routes the request once; renders every
+//!    [`Rejection`] the inner layers return, in the route's dialect.
+//! 2. [`body_limit`]: refuses bodies above `limits.maxBodyBytes`.
+//! 3. [`release`]: gives every permit of a request back once its response
 //!    body has been sent, or the client went away first.
-//! 2. [`pre_auth`]: before auth, the route's (or service's) limit — a cheap
-//!    floor against floods.
-//! 3. [`tenant`]: verifies the JWT and applies the tenant's limit.
+//! 4. [`pre_auth`]: before auth, the route's resource — a cheap floor
+//!    against floods.
+//! 5. [`tenant`]: verifies the JWT and applies the tenant's limit.
 //!
-//! A denial is a `429` with `Retry-After` and IETF `RateLimit` /
-//! `RateLimit-Policy` headers ([`deny`]), logged as structured fields.
+//! Every layer under [`route`] is a `tower::Service` whose error is a
+//! [`Rejection`]: a refusal is a value, counted, logged and rendered in one
+//! place.
 
-pub mod deny;
+pub mod body_limit;
 pub mod pre_auth;
 pub mod release;
+pub mod route;
 pub mod tenant;
 
 use crate::backend::AnyBackend;
 use crate::metrics::{GatewayMetrics, Layer};
 use crate::permits::PermitSlot;
+use crate::plan::{Plan, Route};
+use crate::rejection::{RateLimited, Rejection};
 use axum::body::Body;
-use http::{Request, Response, StatusCode};
+use http::{Request, Response};
 use pressure_core::{AcquireOptions, Acquisition, ResourceHandle};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// What the inner layers answer: a response, or a refusal to render.
+pub type Reply = Result<Response<Body>, Rejection>;
+
+/// What the route layer puts in every request's extensions: the plan the
+/// request runs under and its route.
+#[derive(Debug, Clone)]
+pub struct Routed {
+    /// The plan current when the request arrived.
+    pub plan: Arc<Plan>,
+    /// The decision for the request.
+    pub route: Route,
+}
+
+/// The [`Routed`] of a request that went through the route layer.
+pub fn routed<B>(req: &Request<B>) -> Option<&Routed> {
+    req.extensions().get::<Routed>()
+}
+
+/// How long a client is told to wait when the limiter failed outright.
+const LIMITER_RETRY: Duration = Duration::from_secs(1);
 
 /// The permit slot of a request: the one the release layer put in its
 /// extensions, or a new one (then the permits live as long as the request).
-pub(crate) fn slot_of<B>(req: &mut http::Request<B>) -> PermitSlot {
+pub(crate) fn slot_of<B>(req: &mut Request<B>) -> PermitSlot {
     match req.extensions().get::<PermitSlot>() {
         Some(s) => s.clone(),
         None => {
@@ -35,41 +66,39 @@ pub(crate) fn slot_of<B>(req: &mut http::Request<B>) -> PermitSlot {
 }
 
 /// Charges one request to `handle` for `layer`: on a grant the permit joins
-/// the request's slot (`Ok`); a denial is the 429 to answer, a limiter
-/// failure a 503 (`Err`).
+/// the request's slot; a denial is a 429, an outage (or a limiter failure)
+/// a 503 `limiter_unavailable`.
 pub(crate) async fn charge(
     handle: &ResourceHandle<AnyBackend>,
     req: &mut Request<Body>,
     layer: Layer,
     namespace_id: Option<&str>,
     metrics: &GatewayMetrics,
-) -> Result<(), Response<Body>> {
+) -> Result<(), Rejection> {
     match handle.try_acquire(AcquireOptions::default()).await {
         Ok(Acquisition::Granted(permit)) => {
             metrics.allowed(layer);
             slot_of(req).push(permit);
             Ok(())
         }
-        Ok(Acquisition::Denied(d)) => Err(deny::too_many_requests(
+        Ok(Acquisition::Denied(d)) if crate::compat::unavailable(&d) => Err(Rejection::LimiterUnavailable {
+            resource: handle.id().to_owned(),
+            layer,
+            retry_after: d.wait.max(LIMITER_RETRY),
+            reason: "the limiter store is unavailable".into(),
+        }),
+        Ok(Acquisition::Denied(d)) => Err(Rejection::RateLimited(Box::new(RateLimited::new(
             handle.id(),
             handle.limits(),
             &d,
             layer,
             namespace_id,
-            metrics,
-        )),
-        Err(e) => {
-            tracing::warn!(resource = handle.id(), error = %e, "limiter failed");
-            Err(limiter_unavailable())
-        }
+        )))),
+        Err(e) => Err(Rejection::LimiterUnavailable {
+            resource: handle.id().to_owned(),
+            layer,
+            retry_after: LIMITER_RETRY,
+            reason: e.to_string(),
+        }),
     }
-}
-
-/// The 503 of a limiter that could not decide.
-pub(crate) fn limiter_unavailable() -> Response<Body> {
-    deny::json_error(
-        StatusCode::SERVICE_UNAVAILABLE,
-        "limiter_unavailable",
-        "the limiter could not decide; try again",
-    )
 }

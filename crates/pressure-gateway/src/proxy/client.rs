@@ -2,14 +2,14 @@
 //! every request, the request/response rewriting around it, and the mapping
 //! of upstream failures to `502`/`504` answers.
 
-use super::error::{
-    error_response, not_found, payload_too_large, upstream_error, upstream_timeout, upstream_unavailable,
-    ProxyError,
-};
+use super::body::{ClientBody, ClientFault};
+use super::error::ProxyError;
 use super::headers::{set_forwarding, strip_hop_by_hop};
-use super::routing::{Upstream, Upstreams};
+use super::routing::Upstream;
 use super::upgrade::ClientUpgrade;
-use crate::config::{TimeoutConfig, UpstreamConfig};
+use crate::config::TimeoutConfig;
+use crate::layers::Reply;
+use crate::rejection::Rejection;
 use axum::body::Body;
 use http::uri::PathAndQuery;
 use http::{header, HeaderValue, Request, Response, StatusCode, Version};
@@ -17,10 +17,8 @@ use hyper::upgrade::OnUpgrade;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
-use std::collections::BTreeMap;
 use std::error::Error as StdError;
 use std::net::SocketAddr;
-use std::sync::Arc;
 use std::time::Duration;
 
 /// How long an idle pooled upstream connection is kept.
@@ -35,30 +33,31 @@ const TCP_KEEPALIVE: Duration = Duration::from_secs(60);
 #[derive(Debug, Clone)]
 pub struct Proxy {
     client: Client<HttpConnector, Body>,
-    upstreams: Arc<Upstreams>,
-    total_ms: u64,
 }
 
 impl Proxy {
-    /// Parses the upstreams and builds the client: connections are pooled
-    /// (idle ones kept 90 s), `TCP_NODELAY` is set, connecting is bounded by
-    /// `connect_ms` (then `502`), and the exchange up to the response head
-    /// by `total_ms` (then `504`).
-    pub fn new(
-        upstreams: &BTreeMap<String, UpstreamConfig>,
-        timeouts: &TimeoutConfig,
-    ) -> Result<Proxy, ProxyError> {
+    /// Builds the client: connections are pooled (idle ones kept 90 s),
+    /// `TCP_NODELAY` is set, and connecting is bounded by `connect_ms`
+    /// (then `502`). The bound on the exchange up to the response head is
+    /// given per request ([`Proxy::forward`]).
+    pub fn new(timeouts: &TimeoutConfig) -> Result<Proxy, ProxyError> {
         if timeouts.connect_ms == 0 {
             return Err(ProxyError::InvalidTimeout { field: "connectMs" });
         }
         if timeouts.total_ms == 0 {
             return Err(ProxyError::InvalidTimeout { field: "totalMs" });
         }
-        let upstreams = Upstreams::new(upstreams)?;
 
+        Ok(Self::with_connect_timeout(Duration::from_millis(
+            timeouts.connect_ms,
+        )))
+    }
+
+    /// The client with connecting bounded by `connect` (then `502`).
+    pub fn with_connect_timeout(connect: Duration) -> Proxy {
         let mut connector = HttpConnector::new();
         connector.set_nodelay(true);
-        connector.set_connect_timeout(Some(Duration::from_millis(timeouts.connect_ms)));
+        connector.set_connect_timeout(Some(connect));
         connector.set_keepalive(Some(TCP_KEEPALIVE));
         connector.enforce_http(true);
 
@@ -67,30 +66,7 @@ impl Proxy {
             .pool_timer(TokioTimer::new())
             .pool_idle_timeout(POOL_IDLE_TIMEOUT)
             .build(connector);
-        Ok(Proxy {
-            client,
-            upstreams: Arc::new(upstreams),
-            total_ms: timeouts.total_ms,
-        })
-    }
-
-    /// The upstream table requests are routed with.
-    pub fn upstreams(&self) -> &Upstreams {
-        &self.upstreams
-    }
-
-    /// The bound on sending a request and receiving the response head.
-    pub fn total_timeout(&self) -> Duration {
-        Duration::from_millis(self.total_ms)
-    }
-
-    /// Routes `req` by its path and forwards it; `404` when no upstream's
-    /// prefix covers the path.
-    pub async fn handle(&self, req: Request<Body>, client_addr: Option<SocketAddr>) -> Response<Body> {
-        match self.upstreams.route(req.uri().path()) {
-            Some(upstream) => self.forward(upstream, req, client_addr).await,
-            None => not_found(req.uri().path()),
-        }
+        Proxy { client }
     }
 
     /// Forwards `req` to `upstream` and returns its response, or the
@@ -109,29 +85,34 @@ impl Proxy {
     /// upgraded connections until both sides close. A `101` the client did
     /// not ask for is `502 upstream_error`.
     ///
-    /// Failures: no response head within `total_ms` → `504
+    /// Failures: no response head within `total` → `504
     /// upstream_timeout`; no connection (refused, unreachable, connect
     /// timeout) → `502 upstream_unavailable` at once, without retry; any
-    /// other failure of the exchange → `502 upstream_error`. A request body
-    /// that outgrows an [`http_body_util::Limited`] wrapper on the way →
-    /// `413 payload_too_large`.
+    /// other failure of the exchange → `502 upstream_error`. The client's
+    /// own faults are not blamed on the upstream: a request body that
+    /// outgrows an [`http_body_util::Limited`] wrapper → `413`, a malformed
+    /// one (bad chunked framing, cut short) → `400`.
     pub async fn forward(
         &self,
         upstream: &Upstream,
         req: Request<Body>,
         client_addr: Option<SocketAddr>,
-    ) -> Response<Body> {
+        total: Duration,
+    ) -> Reply {
+        let (max_body, body_idle) = crate::layers::routed(&req).map_or((u64::MAX, None), |r| {
+            (r.plan.max_body_bytes(), r.plan.body_read_timeout())
+        });
         let (mut parts, body) = req.into_parts();
+        let fault = ClientFault::new(max_body);
+        let body = Body::new(ClientBody::new(body, fault.clone(), body_idle));
         let path_and_query = parts.uri.path_and_query().map_or("/", PathAndQuery::as_str);
         let uri = match upstream.target_uri(path_and_query) {
             Ok(uri) => uri,
             Err(error) => {
                 tracing::debug!(upstream = upstream.name(), %error, "request target cannot be forwarded");
-                return error_response(
-                    StatusCode::BAD_REQUEST,
-                    "bad_request",
-                    "the request target cannot be forwarded",
-                );
+                return Err(Rejection::BadRequest(
+                    "the request target cannot be forwarded".into(),
+                ));
             }
         };
         let original_host = parts.headers.get(header::HOST).cloned().or_else(|| {
@@ -155,70 +136,66 @@ impl Proxy {
         parts.version = Version::HTTP_11;
         let req = Request::from_parts(parts, body);
 
-        match tokio::time::timeout(self.total_timeout(), self.client.request(req)).await {
+        match tokio::time::timeout(total, self.client.request(req)).await {
             Ok(Ok(response)) if response.status() == StatusCode::SWITCHING_PROTOCOLS => {
-                self.switch_protocols(upstream, response, client_upgrade)
+                switch_protocols(upstream, response, client_upgrade)
             }
             Ok(Ok(response)) => {
                 let (mut parts, body) = response.into_parts();
                 strip_hop_by_hop(&mut parts.headers);
-                Response::from_parts(parts, Body::new(body))
+                Ok(Response::from_parts(parts, Body::new(body)))
             }
-            Ok(Err(error)) => self.failed(upstream, &error),
-            Err(_elapsed) => {
-                tracing::warn!(
-                    upstream = upstream.name(),
-                    total_ms = self.total_ms,
-                    "upstream did not answer in time"
-                );
-                upstream_timeout(upstream.name(), self.total_ms)
-            }
+            Ok(Err(error)) => Err(fault.take().unwrap_or_else(|| failed(upstream, &error))),
+            Err(_elapsed) => Err(fault.take().unwrap_or_else(|| Rejection::UpstreamTimeout {
+                upstream: upstream.name().to_owned(),
+                after_ms: u64::try_from(total.as_millis()).unwrap_or(u64::MAX),
+            })),
         }
     }
+}
 
-    /// The answer to the client for an upstream `101`: the `101` itself, with
-    /// the tunnel between the two upgraded connections spawned, when the
-    /// client asked for the upgrade and both connections can be handed over;
-    /// otherwise `502 upstream_error`.
-    fn switch_protocols(
-        &self,
-        upstream: &Upstream,
-        response: Response<hyper::body::Incoming>,
-        client_upgrade: Option<ClientUpgrade>,
-    ) -> Response<Body> {
-        let (mut parts, _body) = response.into_parts();
-        let Some(client_upgrade) = client_upgrade else {
-            tracing::warn!(upstream = upstream.name(), "upstream switched protocols unasked");
-            return upstream_error(upstream.name(), "switched protocols without an upgrade request");
+/// The answer to the client for an upstream `101`: the `101` itself, with
+/// the tunnel between the two upgraded connections spawned, when the
+/// client asked for the upgrade and both connections can be handed over;
+/// otherwise `502 upstream_error`.
+fn switch_protocols(
+    upstream: &Upstream,
+    response: Response<hyper::body::Incoming>,
+    client_upgrade: Option<ClientUpgrade>,
+) -> Reply {
+    let (mut parts, _body) = response.into_parts();
+    let Some(client_upgrade) = client_upgrade else {
+        return Err(Rejection::UpstreamError {
+            upstream: upstream.name().to_owned(),
+            reason: "switched protocols without an upgrade request".into(),
+        });
+    };
+    let Some(upstream_upgrade) = parts.extensions.remove::<OnUpgrade>() else {
+        return Err(Rejection::UpstreamError {
+            upstream: upstream.name().to_owned(),
+            reason: "the upstream connection cannot be upgraded".into(),
+        });
+    };
+    let protocol = parts.headers.get(header::UPGRADE).cloned();
+    strip_hop_by_hop(&mut parts.headers);
+    client_upgrade.tunnel(upstream.name(), protocol, upstream_upgrade, &mut parts.headers);
+    Ok(Response::from_parts(parts, Body::empty()))
+}
+
+/// The refusal for a failed exchange that the client's body did not cause.
+fn failed(upstream: &Upstream, error: &hyper_util::client::legacy::Error) -> Rejection {
+    let name = upstream.name().to_owned();
+    if error.is_connect() {
+        return Rejection::UpstreamUnavailable {
+            upstream: name,
+            reason: root_cause(error),
         };
-        let Some(upstream_upgrade) = parts.extensions.remove::<OnUpgrade>() else {
-            tracing::warn!(
-                upstream = upstream.name(),
-                "upstream connection cannot be upgraded"
-            );
-            return upstream_error(upstream.name(), "the upstream connection cannot be upgraded");
-        };
-        let protocol = parts.headers.get(header::UPGRADE).cloned();
-        strip_hop_by_hop(&mut parts.headers);
-        client_upgrade.tunnel(upstream.name(), protocol, upstream_upgrade, &mut parts.headers);
-        Response::from_parts(parts, Body::empty())
     }
-
-    /// The answer for a failed exchange.
-    fn failed(&self, upstream: &Upstream, error: &hyper_util::client::legacy::Error) -> Response<Body> {
-        let chain = error_chain(error);
-        if error.is_connect() {
-            tracing::warn!(upstream = upstream.name(), error = %chain, "cannot connect to upstream");
-            return upstream_unavailable(upstream.name(), &root_cause(error));
-        }
-        if find_source::<http_body_util::LengthLimitError>(error).is_some() {
-            tracing::debug!(upstream = upstream.name(), error = %chain, "request body over the limit");
-            return payload_too_large();
-        }
-        tracing::warn!(upstream = upstream.name(), error = %chain, "upstream exchange failed");
-        let reason =
-            find_source::<hyper::Error>(error).map_or_else(|| root_cause(error), ToString::to_string);
-        upstream_error(upstream.name(), &reason)
+    tracing::debug!(upstream = upstream.name(), error = %error_chain(error), "upstream exchange failed");
+    let reason = find_source::<hyper::Error>(error).map_or_else(|| root_cause(error), ToString::to_string);
+    Rejection::UpstreamError {
+        upstream: name,
+        reason,
     }
 }
 

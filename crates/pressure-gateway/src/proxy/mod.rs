@@ -4,7 +4,7 @@
 //!
 //! * **Routing** ([`Upstreams::route`]): prefixes match on path segments —
 //!   `/api/v1` covers `/api/v1` and `/api/v1/x` but not `/api/v10`; `/`
-//!   covers everything. No match: `404` ([`not_found`]).
+//!   covers everything. No match: `404`.
 //! * **Rewriting** ([`Proxy::forward`]): the URI becomes the upstream's
 //!   scheme and authority, with the base URL's path (if any) prepended to
 //!   the request's path; the query is kept. Hop-by-hop headers (`Connection`
@@ -31,8 +31,9 @@
 //!   hyper's upgrade handle; without it the request is forwarded as a plain
 //!   one. Other `Upgrade` protocols (`h2c`, …) are dropped as hop-by-hop.
 //!
-//! [`ProxyService`] is the same as a `tower::Service` (errors: none), to sit
-//! under the pressure layers:
+//! In the gateway, [`Forward`] sits under the pressure layers and forwards
+//! to the upstream the request was routed to; [`ProxyService`] is the proxy
+//! on its own (it routes with its own table, and renders its refusals):
 //!
 //! ```no_run
 //! # async fn run(cfg: pressure_gateway::config::GatewayConfig) -> std::io::Result<()> {
@@ -49,6 +50,7 @@
 //!
 //! Not handled: upstreams speak plain `http://` only.
 
+mod body;
 mod client;
 mod error;
 mod headers;
@@ -56,7 +58,8 @@ mod routing;
 mod service;
 mod upgrade;
 
+pub(crate) use body::is_too_large;
 pub use client::Proxy;
-pub use error::{error_response, not_found, ProxyError};
+pub use error::ProxyError;
 pub use routing::{Upstream, Upstreams};
-pub use service::ProxyService;
+pub use service::{Forward, ProxyService};

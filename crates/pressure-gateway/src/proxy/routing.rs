@@ -8,6 +8,7 @@ use crate::config::UpstreamConfig;
 use http::uri::{Authority, Scheme};
 use http::Uri;
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 /// One upstream service: where it lives and which paths it serves.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -102,7 +103,7 @@ impl Upstream {
 
     /// Whether this upstream's prefix covers `path`.
     pub fn matches(&self, path: &str) -> bool {
-        crate::routes::prefix_matches(&self.path_prefix, path)
+        crate::plan::prefix_matches(&self.path_prefix, path)
     }
 
     /// The URI a request for `path_and_query` is sent to: the base's scheme
@@ -126,7 +127,7 @@ impl Upstream {
 pub struct Upstreams {
     /// Longest prefix first; among equals (impossible, duplicates are
     /// refused) name order.
-    by_prefix: Vec<Upstream>,
+    by_prefix: Vec<Arc<Upstream>>,
 }
 
 impl Upstreams {
@@ -143,24 +144,24 @@ impl Upstreams {
                     second: name.clone(),
                 });
             }
-            by_prefix.push(Upstream::new(name, cfg)?);
+            by_prefix.push(Arc::new(Upstream::new(name, cfg)?));
         }
         by_prefix.sort_by_key(|u| std::cmp::Reverse(u.path_prefix.len()));
         Ok(Self { by_prefix })
     }
 
     /// The upstream whose prefix is the longest one covering `path`.
-    pub fn route(&self, path: &str) -> Option<&Upstream> {
+    pub fn route(&self, path: &str) -> Option<&Arc<Upstream>> {
         self.by_prefix.iter().find(|u| u.matches(path))
     }
 
     /// The upstream named `name`.
-    pub fn get(&self, name: &str) -> Option<&Upstream> {
+    pub fn get(&self, name: &str) -> Option<&Arc<Upstream>> {
         self.by_prefix.iter().find(|u| u.name == name)
     }
 
     /// All upstreams, longest prefix first.
-    pub fn iter(&self) -> impl Iterator<Item = &Upstream> {
+    pub fn iter(&self) -> impl Iterator<Item = &Arc<Upstream>> {
         self.by_prefix.iter()
     }
 
@@ -195,7 +196,7 @@ mod tests {
     }
 
     fn routed<'a>(upstreams: &'a Upstreams, path: &str) -> Option<&'a str> {
-        upstreams.route(path).map(Upstream::name)
+        upstreams.route(path).map(|u| u.name())
     }
 
     #[test]
@@ -222,7 +223,7 @@ mod tests {
         assert_eq!(routed(&ups, "/api"), None);
         assert_eq!(routed(&ups, "/api/v10/x"), None);
         assert_eq!(routed(&ups, ""), None);
-        assert_eq!(ups.get("v1").map(Upstream::path_prefix), Some("/api/v1"));
+        assert_eq!(ups.get("v1").map(|u| u.path_prefix()), Some("/api/v1"));
     }
 
     #[test]

@@ -1,22 +1,77 @@
-//! [`ProxyService`]: the proxy as a `tower::Service`, the innermost service
-//! of the gateway's stack (`Router::fallback_service`, or hyper directly).
+//! The proxy as `tower::Service`s:
+//!
+//! * [`Forward`], the innermost service of the gateway's stack: forwards a
+//!   request to the upstream its route names (routed once, by the route
+//!   layer); `404` when the route has none.
+//! * [`ProxyService`], the proxy on its own, for embedding without the
+//!   pressure layers: it routes with its own upstream table and renders its
+//!   refusals.
 
 use super::client::Proxy;
 use super::error::ProxyError;
+use super::routing::Upstreams;
 use crate::config::{TimeoutConfig, UpstreamConfig};
+use crate::layers::{routed, Reply};
+use crate::rejection::{Dialect, Rejection};
 use axum::body::Body;
 use axum::extract::ConnectInfo;
+use futures::future::BoxFuture;
 use http::{Request, Response};
 use std::collections::BTreeMap;
 use std::convert::Infallible;
-use std::future::Future;
 use std::net::SocketAddr;
-use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
+use std::time::Duration;
 
-/// Routes each request to the upstream with the longest matching prefix and
-/// forwards it (`404` when none matches). Never fails: upstream trouble is
-/// answered with `502`/`504`.
+/// The client address of a request, from [`ConnectInfo<SocketAddr>`].
+fn client_addr<B>(req: &Request<B>) -> Option<SocketAddr> {
+    req.extensions().get::<ConnectInfo<SocketAddr>>().map(|c| c.0)
+}
+
+/// Forwards each request to its route's upstream. Cheap to clone (clones
+/// share the connection pool).
+#[derive(Debug, Clone)]
+pub struct Forward {
+    proxy: Proxy,
+}
+
+impl Forward {
+    /// Forwards with `proxy`.
+    pub fn new(proxy: Proxy) -> Self {
+        Self { proxy }
+    }
+}
+
+impl tower::Service<Request<Body>> for Forward {
+    type Response = Response<Body>;
+    type Error = Rejection;
+    type Future = BoxFuture<'static, Reply>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Rejection>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, req: Request<Body>) -> Self::Future {
+        let Some(routed) = routed(&req) else {
+            return Box::pin(async {
+                Err(Rejection::Internal("a request reached the proxy unrouted".into()))
+            });
+        };
+        let Some(upstream) = routed.route.upstream.clone() else {
+            let path = req.uri().path().to_owned();
+            return Box::pin(async move { Err(Rejection::NotFound(path)) });
+        };
+        let total = routed.plan.upstream_timeout();
+        let proxy = self.proxy.clone();
+        let addr = client_addr(&req);
+        Box::pin(async move { proxy.forward(&upstream, req, addr, total).await })
+    }
+}
+
+/// The proxy alone: routes each request to the upstream with the longest
+/// matching prefix and forwards it (`404` when none matches). Never fails:
+/// upstream trouble is answered with `502`/`504`.
 ///
 /// The client address for `X-Forwarded-For` is read from the request's
 /// [`ConnectInfo<SocketAddr>`] extension, which
@@ -24,38 +79,28 @@ use std::task::{Context, Poll};
 #[derive(Debug, Clone)]
 pub struct ProxyService {
     proxy: Proxy,
+    upstreams: Arc<Upstreams>,
+    total: Duration,
 }
 
 impl ProxyService {
-    /// Wraps a proxy.
-    pub fn new(proxy: Proxy) -> Self {
-        Self { proxy }
-    }
-
-    /// Builds the proxy from config (see [`Proxy::new`]) and wraps it.
+    /// Builds the proxy and its upstream table from config.
     pub fn from_config(
         upstreams: &BTreeMap<String, UpstreamConfig>,
         timeouts: &TimeoutConfig,
     ) -> Result<Self, ProxyError> {
-        Proxy::new(upstreams, timeouts).map(Self::new)
-    }
-
-    /// The wrapped proxy.
-    pub fn proxy(&self) -> &Proxy {
-        &self.proxy
-    }
-}
-
-impl From<Proxy> for ProxyService {
-    fn from(proxy: Proxy) -> Self {
-        Self::new(proxy)
+        Ok(Self {
+            proxy: Proxy::new(timeouts)?,
+            upstreams: Arc::new(Upstreams::new(upstreams)?),
+            total: Duration::from_millis(timeouts.total_ms),
+        })
     }
 }
 
 impl tower::Service<Request<Body>> for ProxyService {
     type Response = Response<Body>;
     type Error = Infallible;
-    type Future = Pin<Box<dyn Future<Output = Result<Response<Body>, Infallible>> + Send + 'static>>;
+    type Future = BoxFuture<'static, Result<Response<Body>, Infallible>>;
 
     fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         Poll::Ready(Ok(()))
@@ -63,10 +108,15 @@ impl tower::Service<Request<Body>> for ProxyService {
 
     fn call(&mut self, req: Request<Body>) -> Self::Future {
         let proxy = self.proxy.clone();
-        let client_addr = req
-            .extensions()
-            .get::<ConnectInfo<SocketAddr>>()
-            .map(|ConnectInfo(addr)| *addr);
-        Box::pin(async move { Ok(proxy.handle(req, client_addr).await) })
+        let upstream = self.upstreams.route(req.uri().path()).cloned();
+        let total = self.total;
+        let addr = client_addr(&req);
+        Box::pin(async move {
+            let reply = match upstream {
+                Some(u) => proxy.forward(&u, req, addr, total).await,
+                None => Err(Rejection::NotFound(req.uri().path().to_owned())),
+            };
+            Ok(reply.unwrap_or_else(|r| r.render(Dialect::Gateway)))
+        })
     }
 }

@@ -127,6 +127,7 @@ fn state(broker: Broker, metrics: Arc<GatewayMetrics>, token: Option<&str>) -> A
         token: token.map(str::to_owned),
         redis: None,
         llm: None,
+        control: None,
     }
 }
 
@@ -349,7 +350,7 @@ async fn stats_and_metrics_report_the_broker() {
     // ---- the LLM page needs gateway.llm
     let reply = server.get("/admin/pressure/llm").await;
     assert_eq!(reply.status, StatusCode::NOT_FOUND);
-    assert_eq!(reply.json()["error"], "no_llm");
+    assert_eq!(reply.json()["error"]["type"], "no_llm");
 
     // ---- stats
     let reply = server.get("/admin/pressure/stats").await;
@@ -498,11 +499,11 @@ async fn stats_and_metrics_report_the_broker() {
 
     let reply = server.get("/admin/nope").await;
     assert_eq!(reply.status, StatusCode::NOT_FOUND);
-    assert_eq!(reply.json()["error"], "not_found");
+    assert_eq!(reply.json()["error"]["type"], "not_found");
 
     let reply = server.request(Method::POST, "/metrics", None).await;
     assert_eq!(reply.status, StatusCode::METHOD_NOT_ALLOWED);
-    assert_eq!(reply.json()["error"], "method_not_allowed");
+    assert_eq!(reply.json()["error"]["type"], "method_not_allowed");
 
     server.shutdown().await;
 }
@@ -541,7 +542,7 @@ async fn bearer_token_guards_everything_but_healthz() {
                 challenge.starts_with("Bearer"),
                 "{path} with {auth:?}: {challenge:?}"
             );
-            assert_eq!(reply.json()["error"], "unauthorized");
+            assert_eq!(reply.json()["error"]["type"], "unauthorized");
             assert!(!reply.body.contains("s3cret"), "the token never echoes");
         }
         for auth in ["Bearer s3cret-token", "bearer s3cret-token"] {
@@ -650,6 +651,7 @@ async fn healthz_reports_redis_degraded_but_stays_up() {
         token: None,
         redis: Some(backend.clone()),
         llm: None,
+        control: None,
     })
     .await;
     let reply = server.get("/healthz").await;

@@ -13,7 +13,8 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use pressure_gateway::config::{TimeoutConfig, UpstreamConfig};
-use pressure_gateway::proxy::{Proxy, ProxyService};
+use pressure_gateway::proxy::{Proxy, ProxyService, Upstreams};
+use pressure_gateway::rejection::Dialect;
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::convert::Infallible;
@@ -156,6 +157,7 @@ fn timeouts(total_ms: u64) -> TimeoutConfig {
     TimeoutConfig {
         connect_ms: 1_000,
         total_ms,
+        ..TimeoutConfig::default()
     }
 }
 
@@ -566,12 +568,17 @@ async fn large_bodies_stream_through_intact() {
 async fn body_cut_by_a_length_limit_is_413() {
     bounded(async {
         let up = echo_upstream("rest").await;
-        let proxy = Proxy::new(&upstreams(&[("rest", up.url(), "/")]), &timeouts(5_000)).expect("proxy");
-        let upstream = proxy.upstreams().route("/upload/mirror").expect("routed").clone();
+        let proxy = Proxy::new(&timeouts(5_000)).expect("proxy");
+        let table = Upstreams::new(&upstreams(&[("rest", up.url(), "/")])).expect("upstreams");
+        let upstream = table.route("/upload/mirror").expect("routed").clone();
 
         let limited = Body::new(http_body_util::Limited::new(chunked(&large_payload()), 1_000));
         let req = Request::post("/upload/mirror").body(limited).expect("request");
-        let response = proxy.forward(&upstream, req, None).await;
+        let refusal = proxy
+            .forward(&upstream, req, None, Duration::from_secs(5))
+            .await
+            .expect_err("refused");
+        let response = refusal.render(Dialect::Gateway);
         assert_eq!(response.status(), StatusCode::PAYLOAD_TOO_LARGE);
         assert_eq!(json(response).await["error"]["type"], "payload_too_large");
 

@@ -3,6 +3,7 @@
 
 use crate::config::JwtConfig;
 use jsonwebtoken::{Algorithm, DecodingKey, Validation};
+use pressure_core::FieldError;
 use std::path::Path;
 
 /// The tenant a verified token names; put in the request extensions.
@@ -54,43 +55,45 @@ impl std::fmt::Debug for Authenticator {
 
 impl Authenticator {
     /// Builds the verifier from validated config; `base` resolves relative
-    /// key files. Errors are config problems (`field`, message).
-    pub fn new(cfg: &JwtConfig, base: &Path) -> Result<Self, (&'static str, String)> {
+    /// key files. Errors name the field under `gateway.auth.jwt`.
+    pub fn new(cfg: &JwtConfig, base: &Path) -> Result<Self, FieldError> {
         let algorithms: Vec<Algorithm> = cfg
             .algorithms
             .iter()
             .map(|a| {
                 a.parse::<Algorithm>()
-                    .map_err(|_| ("algorithms", format!("unknown algorithm {a}")))
+                    .map_err(|_| FieldError::new("algorithms", format!("unknown algorithm {a}")))
             })
             .collect::<Result<_, _>>()?;
         let first = *algorithms
             .first()
-            .ok_or(("algorithms", "must not be empty".to_owned()))?;
+            .ok_or(FieldError::new("algorithms", "must not be empty".to_owned()))?;
         let hmac = matches!(first, Algorithm::HS256 | Algorithm::HS384 | Algorithm::HS512);
         let key = if hmac {
             let var = cfg
                 .secret_env
                 .as_deref()
-                .ok_or(("secretEnv", "required for HS*".to_owned()))?;
-            let secret = std::env::var(var)
-                .map_err(|_| ("secretEnv", format!("environment variable {var} is not set")))?;
+                .ok_or(FieldError::new("secretEnv", "required for HS*".to_owned()))?;
+            let secret = std::env::var(var).map_err(|_| {
+                FieldError::new("secretEnv", format!("environment variable {var} is not set"))
+            })?;
             DecodingKey::from_secret(secret.as_bytes())
-                .map_err(|e| ("secretEnv", format!("not a usable secret: {e}")))?
+                .map_err(|e| FieldError::new("secretEnv", format!("not a usable secret: {e}")))?
         } else {
             let file = cfg
                 .public_key_file
                 .as_deref()
-                .ok_or(("publicKeyFile", "required".to_owned()))?;
+                .ok_or(FieldError::new("publicKeyFile", "required".to_owned()))?;
             let path = base.join(file);
-            let pem = std::fs::read(&path)
-                .map_err(|e| ("publicKeyFile", format!("cannot read {}: {e}", path.display())))?;
+            let pem = std::fs::read(&path).map_err(|e| {
+                FieldError::new("publicKeyFile", format!("cannot read {}: {e}", path.display()))
+            })?;
             let parsed = match first {
                 Algorithm::ES256 | Algorithm::ES384 => DecodingKey::from_ec_pem(&pem),
                 Algorithm::EdDSA => DecodingKey::from_ed_pem(&pem),
                 _ => DecodingKey::from_rsa_pem(&pem),
             };
-            parsed.map_err(|e| ("publicKeyFile", format!("not a usable public key: {e}")))?
+            parsed.map_err(|e| FieldError::new("publicKeyFile", format!("not a usable public key: {e}")))?
         };
         let mut validation = Validation::new(first);
         validation.algorithms = algorithms;
@@ -129,7 +132,6 @@ impl Authenticator {
         .map_err(|e| AuthError::Invalid(e.to_string()))?;
         match data.claims.get(&self.tenant_claim) {
             Some(serde_json::Value::String(s)) if !s.is_empty() && s.len() <= 256 => Ok(Tenant(s.clone())),
-            Some(serde_json::Value::Number(n)) => Ok(Tenant(n.to_string())),
             _ => Err(AuthError::NoTenant(self.tenant_claim.clone())),
         }
     }

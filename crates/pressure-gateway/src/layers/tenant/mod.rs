@@ -1,13 +1,118 @@
-//! Layer 2, after the pre-auth floor: a valid JWT names the tenant (claim
-//! `namespaceId` by default), whose resource `gateway:tenant:<id>` is
-//! registered lazily with `perTenant.limits`. A token that is present but
-//! invalid is always `401`; a missing one is `401` only when auth is
-//! required, and otherwise passes as anonymous without a tenant limit.
+//! After the pre-auth floor: a valid JWT names the tenant (claim
+//! `namespaceId` by default, a non-empty string of at most 256 bytes;
+//! numbers and other types are refused, so `777` and `"777"` can never share
+//! a counter), whose resource `gateway:tenant:<id>` is registered lazily
+//! with the plan's tenant template. A token that is present but invalid is
+//! always `401`; a missing one is `401` only when auth is required, and
+//! otherwise passes as anonymous without a tenant limit.
 
 mod jwt;
-mod layer;
-mod service;
 
 pub use jwt::{AuthError, Authenticator, Tenant};
-pub use layer::TenantLayer;
-pub use service::TenantService;
+
+use super::{charge, routed, Reply};
+use crate::backend::Broker;
+use crate::metrics::{GatewayMetrics, Layer};
+use crate::rejection::Rejection;
+use crate::resources;
+use axum::body::Body;
+use futures::future::BoxFuture;
+use http::{Request, Response};
+use jwt::bearer;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+/// Verifies JWTs and applies per-tenant limits.
+#[derive(Clone, Debug)]
+pub struct TenantLayer {
+    broker: Broker,
+    metrics: Arc<GatewayMetrics>,
+}
+
+impl TenantLayer {
+    /// Tenants are registered in `broker`; admissions counted in `metrics`.
+    pub fn new(broker: Broker, metrics: Arc<GatewayMetrics>) -> Self {
+        Self { broker, metrics }
+    }
+}
+
+impl<S> tower::Layer<S> for TenantLayer {
+    type Service = TenantService<S>;
+
+    fn layer(&self, inner: S) -> TenantService<S> {
+        TenantService {
+            inner,
+            broker: self.broker.clone(),
+            metrics: Arc::clone(&self.metrics),
+        }
+    }
+}
+
+/// See [`TenantLayer`].
+#[derive(Clone, Debug)]
+pub struct TenantService<S> {
+    inner: S,
+    broker: Broker,
+    metrics: Arc<GatewayMetrics>,
+}
+
+impl<S> tower::Service<Request<Body>> for TenantService<S>
+where
+    S: tower::Service<Request<Body>, Response = Response<Body>, Error = Rejection> + Clone + Send + 'static,
+    S::Future: Send + 'static,
+{
+    type Response = Response<Body>;
+    type Error = Rejection;
+    type Future = BoxFuture<'static, Reply>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Rejection>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, mut req: Request<Body>) -> Self::Future {
+        let Some(plan) = routed(&req).map(|r| Arc::clone(&r.plan)) else {
+            return Box::pin(self.inner.call(req));
+        };
+        let policy = plan.tenant();
+        let Some(auth) = policy.auth.as_deref() else {
+            return Box::pin(self.inner.call(req));
+        };
+        let tenant = match bearer(&req) {
+            None if policy.required => {
+                return Box::pin(async { Err(Rejection::Unauthorized(AuthError::Missing)) })
+            }
+            None => return Box::pin(self.inner.call(req)),
+            Some(Err(e)) => return Box::pin(async move { Err(Rejection::Unauthorized(e)) }),
+            Some(Ok(token)) => match auth.verify(token) {
+                Ok(t) => t,
+                Err(e) => return Box::pin(async move { Err(Rejection::Unauthorized(e)) }),
+            },
+        };
+        req.extensions_mut().insert(tenant.clone());
+        let Some(template) = policy.template.as_ref() else {
+            return Box::pin(self.inner.call(req));
+        };
+        let resource = resources::tenant(&tenant.0);
+        let handle = match self.broker.lazy_limit(&resource, template) {
+            Ok(h) => h,
+            Err(e) => {
+                return Box::pin(async move {
+                    Err(Rejection::LimiterUnavailable {
+                        resource,
+                        layer: Layer::Tenant,
+                        retry_after: Duration::from_secs(1),
+                        reason: format!("tenant registration failed: {e}"),
+                    })
+                })
+            }
+        };
+        let clone = self.inner.clone();
+        let mut inner = std::mem::replace(&mut self.inner, clone);
+        let metrics = Arc::clone(&self.metrics);
+        Box::pin(async move {
+            charge(&handle, &mut req, Layer::Tenant, Some(&tenant.0), &metrics).await?;
+            inner.call(req).await
+        })
+    }
+}

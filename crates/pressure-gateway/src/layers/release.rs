@@ -1,31 +1,55 @@
-//! [`Release`]: puts a [`PermitSlot`] in the request, and hands it to the
-//! response body ([`PermitBody`]) — or releases it if the response never
-//! comes.
+//! Every permit a request took is given back exactly once — when its
+//! response body has been fully sent, when the client goes away first (the
+//! body or the response future is dropped), when the request is refused, or
+//! at the response head for WebSocket upgrades (`101`) and
+//! `text/event-stream` answers, whose long-lived connections must not hold a
+//! slot.
 
+use super::Reply;
 use crate::metrics::GatewayMetrics;
 use crate::permits::{PermitBody, PermitSlot};
+use crate::rejection::Rejection;
 use axum::body::Body;
 use futures::future::BoxFuture;
 use http::{Request, Response};
-use std::convert::Infallible;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-/// See [`super::ReleaseLayer`].
+/// Wraps a service so the permits its request took are released with the
+/// response body.
+#[derive(Debug, Clone)]
+pub struct ReleaseLayer {
+    metrics: Arc<GatewayMetrics>,
+}
+
+impl ReleaseLayer {
+    /// A release layer counting long-lived bypasses in `metrics`.
+    pub fn new(metrics: Arc<GatewayMetrics>) -> Self {
+        Self { metrics }
+    }
+}
+
+impl<S> tower::Layer<S> for ReleaseLayer {
+    type Service = Release<S>;
+
+    fn layer(&self, inner: S) -> Release<S> {
+        Release {
+            inner,
+            metrics: Arc::clone(&self.metrics),
+        }
+    }
+}
+
+/// See [`ReleaseLayer`].
 #[derive(Debug, Clone)]
 pub struct Release<S> {
     inner: S,
     metrics: Arc<GatewayMetrics>,
 }
 
-impl<S> Release<S> {
-    pub(crate) fn new(inner: S, metrics: Arc<GatewayMetrics>) -> Self {
-        Self { inner, metrics }
-    }
-}
-
 /// Releases the slot if the response future is dropped before it resolves
-/// (the client disconnected while the upstream was still thinking).
+/// (the client disconnected while the upstream was still thinking) or
+/// resolves to a refusal.
 struct Guard(Option<PermitSlot>);
 
 impl Guard {
@@ -49,21 +73,21 @@ fn is_event_stream(resp: &Response<Body>) -> bool {
         .and_then(|v| v.to_str().ok())
         .is_some_and(|v| {
             v.trim_start()
-                .to_ascii_lowercase()
-                .starts_with("text/event-stream")
+                .get(..17)
+                .is_some_and(|p| p.eq_ignore_ascii_case("text/event-stream"))
         })
 }
 
 impl<S> tower::Service<Request<Body>> for Release<S>
 where
-    S: tower::Service<Request<Body>, Response = Response<Body>, Error = Infallible> + Send + 'static,
+    S: tower::Service<Request<Body>, Response = Response<Body>, Error = Rejection> + Send + 'static,
     S::Future: Send + 'static,
 {
     type Response = Response<Body>;
-    type Error = Infallible;
-    type Future = BoxFuture<'static, Result<Response<Body>, Infallible>>;
+    type Error = Rejection;
+    type Future = BoxFuture<'static, Reply>;
 
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Rejection>> {
         self.inner.poll_ready(cx)
     }
 
@@ -72,7 +96,7 @@ where
         req.extensions_mut().insert(slot.clone());
         let mut guard = Guard(Some(slot.clone()));
         let fut = self.inner.call(req);
-        let metrics = self.metrics.clone();
+        let metrics = Arc::clone(&self.metrics);
         Box::pin(async move {
             let resp = fut.await?;
             guard.disarm();

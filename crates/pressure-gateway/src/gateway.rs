@@ -1,0 +1,398 @@
+//! [`Gateway`]: everything one gateway process runs, built from a validated
+//! config — the broker on the configured backend, the current [`Plan`]
+//! (swapped whole on reload), the layered request service and the admin
+//! router — and [`Serving`], a gateway serving in the background.
+
+use crate::admin::{self, AdminState};
+use crate::backend::{AnyBackend, Broker};
+#[allow(unused_imports)]
+use crate::compat::BrokerReload;
+use crate::config::{BackendConfig, ConfigError, GatewayConfig};
+use crate::layers::body_limit::BodyLimitLayer;
+use crate::layers::pre_auth::PreAuthLayer;
+use crate::layers::release::ReleaseLayer;
+use crate::layers::route::{PlanCell, RouteLayer};
+use crate::layers::tenant::TenantLayer;
+use crate::manual_queue::RedisManualQueue;
+use crate::metrics::GatewayMetrics;
+use crate::openai::{Llm, OpenAiLayer};
+use crate::plan::Plan;
+use crate::proxy::{Forward, Proxy};
+use crate::reload::{self, ReloadOutcome};
+use crate::server::{serve_with, ServeOptions};
+use arc_swap::ArcSwap;
+use axum::body::Body;
+use http::{Request, Response};
+use pressure_core::{MemoryBackend, ResourceBroker};
+use pressure_llm::pipeline::{LlmClient, LlmError};
+use pressure_redis::RedisBackend;
+use std::convert::Infallible;
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use tokio::net::TcpListener;
+use tower::util::BoxCloneSyncService;
+use tower::ServiceBuilder;
+
+/// The gateway's request service: route → body limit → release → pre-auth
+/// → tenant → OpenAI endpoint → proxy.
+pub type GatewayService = BoxCloneSyncService<Request<Body>, Response<Body>, Infallible>;
+
+/// Why the gateway could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum GatewayError {
+    /// The config is invalid (names the JSON path).
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// The Redis backend could not be set up.
+    #[error("gateway.backend: {0}")]
+    Backend(#[from] pressure_core::BackendError),
+    /// A listener could not bind.
+    #[error("{what}: cannot listen on {addr}: {source}")]
+    Bind {
+        /// `gateway.listen` or `gateway.admin.listen`.
+        what: &'static str,
+        /// The address.
+        addr: String,
+        /// Why.
+        source: std::io::Error,
+    },
+}
+
+/// One gateway, built and ready to serve. Cheap to clone: clones share
+/// everything.
+#[derive(Clone)]
+pub struct Gateway {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    plan: PlanCell,
+    broker: Broker,
+    metrics: Arc<GatewayMetrics>,
+    redis: Option<RedisBackend>,
+    base_dir: PathBuf,
+    source: Option<PathBuf>,
+    reload_lock: parking_lot::Mutex<()>,
+    draining: AtomicBool,
+    admin_token: Option<String>,
+}
+
+impl std::fmt::Debug for Gateway {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Gateway")
+            .field("listen", &self.plan().config().listen)
+            .field("broker", &self.inner.broker)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Why the LLM client could not be built, under `gateway.llm`.
+fn llm_error(e: LlmError) -> ConfigError {
+    match e {
+        LlmError::Config(c) => ConfigError::new(format!("gateway.llm.{}", c.path), c.problem),
+        other => ConfigError::new("gateway.llm", other.to_string()),
+    }
+}
+
+impl Gateway {
+    /// Builds the gateway from a validated `config`; `base_dir` resolves
+    /// relative files (JWT keys). Sets up the Redis backend when configured.
+    pub async fn build(config: GatewayConfig, base_dir: &Path) -> Result<Self, GatewayError> {
+        let (backend, redis) = match &config.backend {
+            BackendConfig::Memory => (AnyBackend::Memory(MemoryBackend::new()), None),
+            BackendConfig::Redis(rc) => {
+                let r = RedisBackend::connect(rc.clone()).await?;
+                (AnyBackend::Redis(r.clone()), Some(r))
+            }
+        };
+        let broker: Broker = ResourceBroker::builder(backend)
+            .max_lazy_resources(config.pressure.per_tenant.max_tenants)
+            .build();
+        let metrics = Arc::new(GatewayMetrics::new());
+        // On the gateway's broker: `llm:<provider>:<model>` resources live
+        // beside the gateway's own, on the same backend.
+        let llm: Option<Llm> = match &config.llm {
+            Some(c) => {
+                let mut client = LlmClient::new(c.clone(), broker.clone()).map_err(llm_error)?;
+                // The durable manual queue on the backend's Redis (DESIGN §6).
+                if let BackendConfig::Redis(rc) = &config.backend {
+                    client = client.with_manual_queue(Arc::new(RedisManualQueue::new(rc)));
+                }
+                let client = Arc::new(client);
+                let scraped = Arc::clone(&client);
+                metrics.add_section(Arc::new(move |out: &mut String| {
+                    crate::metrics::llm::encode(&scraped, out);
+                }));
+                Some(client)
+            }
+            None => None,
+        };
+        let admin_token = config
+            .admin
+            .token_env
+            .as_deref()
+            .and_then(|v| std::env::var(v).ok())
+            .filter(|t| !t.is_empty());
+        let plan = Plan::build(config, base_dir, &broker, llm)?;
+        Ok(Self {
+            inner: Arc::new(Inner {
+                plan: Arc::new(ArcSwap::from_pointee(plan)),
+                broker,
+                metrics,
+                redis,
+                base_dir: base_dir.to_path_buf(),
+                source: None,
+                reload_lock: parking_lot::Mutex::new(()),
+                draining: AtomicBool::new(false),
+                admin_token,
+            }),
+        })
+    }
+
+    /// Remembers the config file the gateway was built from, so that
+    /// [`reload`](Self::reload) can read it again.
+    ///
+    /// # Panics
+    /// Never; a gateway already cloned keeps its source unset (call this
+    /// right after [`build`](Self::build)).
+    #[must_use]
+    pub fn with_source(mut self, path: &Path) -> Self {
+        if let Some(inner) = Arc::get_mut(&mut self.inner) {
+            inner.source = Some(path.to_path_buf());
+        }
+        self
+    }
+
+    /// The config file reloads read, if any.
+    pub fn source(&self) -> Option<&Path> {
+        self.inner.source.as_deref()
+    }
+
+    /// The broker (for stats, and for embedding applications).
+    pub fn broker(&self) -> &Broker {
+        &self.inner.broker
+    }
+
+    /// The metrics registry.
+    pub fn metrics(&self) -> &Arc<GatewayMetrics> {
+        &self.inner.metrics
+    }
+
+    /// The plan serving now.
+    pub fn plan(&self) -> Arc<Plan> {
+        self.inner.plan.load_full()
+    }
+
+    /// The LLM client behind `POST /v1/chat/completions`, when `gateway.llm` is set.
+    pub fn llm(&self) -> Option<Llm> {
+        self.plan().llm().cloned()
+    }
+
+    /// The Redis backend, when the config names one.
+    pub fn redis(&self) -> Option<&RedisBackend> {
+        self.inner.redis.as_ref()
+    }
+
+    /// A new copy of the request service with its own upstream connection
+    /// pool (a server thread of its own keeps its connections to itself);
+    /// the plan, limits, tenants and metrics are shared.
+    pub fn service(&self) -> GatewayService {
+        let connect_ms = self.plan().config().timeouts.connect_ms;
+        let proxy = Proxy::with_connect_timeout(std::time::Duration::from_millis(connect_ms));
+        let metrics = Arc::clone(&self.inner.metrics);
+        BoxCloneSyncService::new(
+            ServiceBuilder::new()
+                .layer(RouteLayer::new(
+                    Arc::clone(&self.inner.plan),
+                    Arc::clone(&metrics),
+                ))
+                .layer(BodyLimitLayer)
+                .layer(ReleaseLayer::new(Arc::clone(&metrics)))
+                .layer(PreAuthLayer::new(Arc::clone(&metrics)))
+                .layer(TenantLayer::new(self.inner.broker.clone(), metrics))
+                .layer(OpenAiLayer)
+                .service(Forward::new(proxy)),
+        )
+    }
+
+    /// Re-reads the config file ([`with_source`](Self::with_source)) and
+    /// swaps the plan (see [`apply`](Self::apply)). Counted in
+    /// `pressure_config_reloads_total{result}` and logged either way.
+    pub fn reload(&self) -> Result<ReloadOutcome, ConfigError> {
+        let result = match self.source() {
+            Some(path) => crate::config::load(path).and_then(|c| self.apply(c)),
+            None => Err(ConfigError::new(
+                "(reload)",
+                "the gateway was not started from a config file",
+            )),
+        };
+        match &result {
+            Ok(o) => {
+                self.inner.metrics.reload("ok");
+                tracing::info!(
+                    added = o.added.len(),
+                    changed = o.changed.len(),
+                    removed = o.removed.len(),
+                    "config reloaded"
+                );
+            }
+            Err(e) => {
+                self.inner.metrics.reload("error");
+                tracing::error!(error = %e, "config reload refused; the old config serves on");
+            }
+        }
+        result
+    }
+
+    /// Swaps the plan for one built from `config` (validated): a resource
+    /// whose limits did not change keeps everything; a changed limit applies
+    /// to new acquisitions and keeps current usage; removed resources go.
+    /// Settings that only a restart can change (listeners, backend, …) are
+    /// refused, and a refused config changes nothing.
+    pub fn apply(&self, config: GatewayConfig) -> Result<ReloadOutcome, ConfigError> {
+        let _one_at_a_time = self.inner.reload_lock.lock();
+        let old = self.plan();
+        reload::check_restart_only(old.config(), &config)?;
+        let outcome = ReloadOutcome::between(old.config(), &config);
+        let plan = Plan::build(
+            config,
+            &self.inner.base_dir,
+            &self.inner.broker,
+            old.llm().cloned(),
+        )?;
+        reload::retemplate_tenants(&self.inner.broker, old.config(), plan.config());
+        for id in old.resource_ids().difference(plan.resource_ids()) {
+            self.inner.broker.unregister(id);
+        }
+        self.inner.plan.store(Arc::new(plan));
+        Ok(outcome)
+    }
+
+    /// Marks the gateway as stopping: `/readyz` answers 503 from now on.
+    pub fn set_draining(&self) {
+        self.inner.draining.store(true, Ordering::Release);
+    }
+
+    /// Whether the gateway is stopping.
+    pub fn is_draining(&self) -> bool {
+        self.inner.draining.load(Ordering::Acquire)
+    }
+
+    /// The admin router; its token from `admin.tokenEnv` when set.
+    pub fn admin_router(&self) -> axum::Router {
+        admin::router(AdminState {
+            broker: self.inner.broker.clone(),
+            metrics: Arc::clone(&self.inner.metrics),
+            token: self.inner.admin_token.clone(),
+            redis: self.inner.redis.clone(),
+            llm: self.llm(),
+            control: Some(self.clone()),
+        })
+    }
+
+    /// How both listeners serve connections.
+    pub fn serve_options(&self) -> ServeOptions {
+        ServeOptions::from_config(self.plan().config())
+    }
+
+    /// [`serve`](Self::serve) in a background task until the returned
+    /// [`Serving`] is stopped or dropped.
+    pub fn spawn(self, listener: TcpListener, admin: TcpListener) -> Serving {
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        let task = tokio::spawn(async move {
+            self.serve(listener, admin, async move {
+                let _ = rx.await;
+            })
+            .await;
+        });
+        Serving {
+            stop: Some(tx),
+            task: Some(task),
+        }
+    }
+
+    /// Serves the proxy on `listener` and the admin router on `admin` until
+    /// `shutdown` resolves, then drains: `/readyz` answers 503, the proxy
+    /// stops accepting and lets requests in flight finish (within
+    /// `shutdownGraceMs`), and the admin listener stops last.
+    pub async fn serve(
+        self,
+        listener: TcpListener,
+        admin: TcpListener,
+        shutdown: impl Future<Output = ()> + Send,
+    ) {
+        let options = self.serve_options();
+        let (admin_tx, mut admin_rx) = tokio::sync::watch::channel(false);
+        let (proxy_tx, mut proxy_rx) = tokio::sync::watch::channel(false);
+        let router = self.admin_router();
+        let admin_options = ServeOptions {
+            grace: std::time::Duration::from_secs(1),
+            ..options.clone()
+        };
+        let admin_task = tokio::spawn(async move {
+            serve_with(admin, router, &admin_options, async move {
+                let _ = admin_rx.wait_for(|v| *v).await;
+            })
+            .await
+        });
+        let service = self.service();
+        let proxy_task = tokio::spawn(async move {
+            serve_with(listener, service, &options, async move {
+                let _ = proxy_rx.wait_for(|v| *v).await;
+            })
+            .await
+        });
+        shutdown.await;
+        self.set_draining();
+        // The proxy drains first; meanwhile the admin listener answers
+        // /readyz with 503.
+        let _ = proxy_tx.send(true);
+        let drained = proxy_task.await.unwrap_or_default();
+        let _ = admin_tx.send(true);
+        let _ = admin_task.await;
+        if drained.dropped > 0 {
+            tracing::warn!(
+                dropped = drained.dropped,
+                "connections dropped at the end of the grace period"
+            );
+        }
+    }
+}
+
+/// A gateway serving in a background task (from [`Gateway::spawn`]): what
+/// tests, examples and the chaos stand hold to stop it. Dropping it aborts
+/// the task at once; [`Serving::stop`] shuts down gracefully.
+#[derive(Debug)]
+pub struct Serving {
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    task: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl Serving {
+    /// Stops accepting, lets requests in flight finish, and waits at most
+    /// `grace` for that; `false` when the grace ran out and the task was
+    /// aborted.
+    pub async fn stop(mut self, grace: std::time::Duration) -> bool {
+        if let Some(tx) = self.stop.take() {
+            let _ = tx.send(());
+        }
+        let Some(mut task) = self.task.take() else {
+            return true;
+        };
+        if tokio::time::timeout(grace, &mut task).await.is_ok() {
+            return true;
+        }
+        task.abort();
+        false
+    }
+}
+
+impl Drop for Serving {
+    fn drop(&mut self) {
+        if let Some(task) = &self.task {
+            task.abort();
+        }
+    }
+}

@@ -1,0 +1,184 @@
+//! The outermost layer: one look at the request head, one plan, one route.
+//!
+//! * The head: two `Authorization` headers (the first would be verified,
+//!   an upstream might read the last), two `Host` headers, or none on
+//!   HTTP/1.1 are `400`.
+//! * The path is normalised ([`crate::path`]) and the request continues with
+//!   the normalised path, so the limits, the route and the upstream all see
+//!   the same one.
+//! * The current [`Plan`] is read once and the request routed once; both go
+//!   into the request's extensions ([`Routed`]).
+//! * A [`Rejection`] from any inner layer is counted, logged and rendered
+//!   in the route's dialect.
+
+use super::{Reply, Routed};
+use crate::metrics::GatewayMetrics;
+use crate::path::normalize;
+use crate::plan::Plan;
+use crate::rejection::{Dialect, Rejection};
+use arc_swap::ArcSwap;
+use axum::body::Body;
+use futures::future::BoxFuture;
+use http::uri::PathAndQuery;
+use http::{header, Request, Response, Uri, Version};
+use std::borrow::Cow;
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+/// The plan the gateway serves now, swapped whole on reload.
+pub type PlanCell = Arc<ArcSwap<Plan>>;
+
+/// Routes requests with the current plan of `plan`.
+#[derive(Debug, Clone)]
+pub struct RouteLayer {
+    plan: PlanCell,
+    metrics: Arc<GatewayMetrics>,
+}
+
+impl RouteLayer {
+    /// Routes with `plan`, counting refusals in `metrics`.
+    pub fn new(plan: PlanCell, metrics: Arc<GatewayMetrics>) -> Self {
+        Self { plan, metrics }
+    }
+}
+
+impl<S> tower::Layer<S> for RouteLayer {
+    type Service = RouteService<S>;
+
+    fn layer(&self, inner: S) -> RouteService<S> {
+        RouteService {
+            inner,
+            plan: Arc::clone(&self.plan),
+            metrics: Arc::clone(&self.metrics),
+        }
+    }
+}
+
+/// See [`RouteLayer`].
+#[derive(Debug, Clone)]
+pub struct RouteService<S> {
+    inner: S,
+    plan: PlanCell,
+    metrics: Arc<GatewayMetrics>,
+}
+
+/// Refuses request heads that would let a client smuggle a second value
+/// past a check.
+fn check_head<B>(req: &Request<B>) -> Result<(), Rejection> {
+    let h = req.headers();
+    if h.get_all(header::AUTHORIZATION).iter().nth(1).is_some() {
+        return Err(Rejection::BadRequest("more than one Authorization header".into()));
+    }
+    let mut hosts = h.get_all(header::HOST).iter();
+    match (hosts.next(), hosts.next()) {
+        (_, Some(_)) => Err(Rejection::BadRequest("more than one Host header".into())),
+        (None, None) if req.version() == Version::HTTP_11 => Err(Rejection::BadRequest(
+            "HTTP/1.1 requests must carry a Host header".into(),
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// Replaces the path of `uri` (keeping its query).
+fn with_path(uri: &Uri, path: &str) -> Option<Uri> {
+    let pq = match uri.query() {
+        Some(q) => format!("{path}?{q}"),
+        None => path.to_owned(),
+    };
+    let mut parts = uri.clone().into_parts();
+    parts.path_and_query = Some(PathAndQuery::try_from(pq).ok()?);
+    Uri::from_parts(parts).ok()
+}
+
+/// Normalises the request's path in place.
+fn normalize_path<B>(req: &mut Request<B>) -> Result<(), Rejection> {
+    let normal = match normalize(req.uri().path()) {
+        Ok(Cow::Borrowed(_)) => return Ok(()),
+        Ok(Cow::Owned(p)) => p,
+        Err(e) => return Err(Rejection::BadRequest(e.to_string().into())),
+    };
+    let uri =
+        with_path(req.uri(), &normal).ok_or(Rejection::BadRequest("the request target is invalid".into()))?;
+    *req.uri_mut() = uri;
+    Ok(())
+}
+
+impl<S> tower::Service<Request<Body>> for RouteService<S>
+where
+    S: tower::Service<Request<Body>, Response = Response<Body>, Error = Rejection> + Send + 'static,
+    S::Future: Send + 'static,
+{
+    type Response = Response<Body>;
+    type Error = Infallible;
+    type Future = BoxFuture<'static, Result<Response<Body>, Infallible>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        match self.inner.poll_ready(cx) {
+            Poll::Ready(_) => Poll::Ready(Ok(())),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+
+    fn call(&mut self, mut req: Request<Body>) -> Self::Future {
+        let metrics = Arc::clone(&self.metrics);
+        if let Err(rejection) = check_head(&req).and_then(|()| normalize_path(&mut req)) {
+            rejection.record(&metrics);
+            return Box::pin(async move { Ok(rejection.render(Dialect::Gateway)) });
+        }
+        let plan = self.plan.load_full();
+        let route = plan.router().route(req.method(), req.uri().path());
+        let dialect = route.dialect();
+        req.extensions_mut().insert(Routed { plan, route });
+        let fut = self.inner.call(req);
+        Box::pin(async move {
+            let reply: Reply = fut.await;
+            Ok(reply.unwrap_or_else(|rejection| {
+                rejection.record(&metrics);
+                rejection.render(dialect)
+            }))
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn req(version: Version, headers: &[(&str, &str)]) -> Request<()> {
+        let mut b = Request::builder().uri("/x").version(version);
+        for (k, v) in headers {
+            b = b.header(*k, *v);
+        }
+        b.body(()).expect("request")
+    }
+
+    #[test]
+    fn hostile_heads_are_refused() {
+        assert!(check_head(&req(Version::HTTP_11, &[("host", "a")])).is_ok());
+        assert!(check_head(&req(Version::HTTP_11, &[])).is_err());
+        assert!(check_head(&req(Version::HTTP_10, &[])).is_ok());
+        assert!(check_head(&req(Version::HTTP_2, &[])).is_ok());
+        assert!(check_head(&req(Version::HTTP_11, &[("host", "a"), ("host", "b")])).is_err());
+        assert!(check_head(&req(
+            Version::HTTP_11,
+            &[
+                ("host", "a"),
+                ("authorization", "Bearer x"),
+                ("authorization", "Bearer y")
+            ]
+        ))
+        .is_err());
+    }
+
+    #[test]
+    fn the_query_survives_normalisation() {
+        let mut r = Request::builder()
+            .uri("/a//b/../c?x=1&y=%2F")
+            .body(())
+            .expect("request");
+        normalize_path(&mut r).expect("normal");
+        assert_eq!(r.uri().path(), "/a/c");
+        assert_eq!(r.uri().query(), Some("x=1&y=%2F"));
+    }
+}

@@ -1,0 +1,198 @@
+//! The LLM client's section of `/metrics`.
+
+use super::text::{header, sample};
+use crate::backend::AnyBackend;
+use pressure_llm::pipeline::LlmClient;
+use pressure_llm::provider::PoolStats;
+use std::collections::BTreeMap;
+use std::fmt::{self, Write as _};
+
+/// One counter family without labels.
+type Plain = (&'static str, &'static str, u64);
+
+/// One per-provider pool family: name, type, help and its value.
+type PoolFamily = (&'static str, &'static str, &'static str, fn(&PoolStats) -> u64);
+
+/// Appends the LLM client's counters and breaker states to a `/metrics`
+/// page (Prometheus text 0.0.4):
+///
+/// | series | type | labels |
+/// |---|---|---|
+/// | `pressure_llm_requests_total` | counter | |
+/// | `pressure_llm_attempts_total` | counter | |
+/// | `pressure_llm_retries_total` | counter | |
+/// | `pressure_llm_spent_micro_usd_total` | counter | |
+/// | `pressure_llm_failed_spent_micro_usd_total` | counter | |
+/// | `pressure_llm_breaker_rejections_total` | counter | |
+/// | `pressure_llm_limiter_rejections_total` | counter | |
+/// | `pressure_llm_errors_total` | counter | `kind` |
+/// | `pressure_llm_attempt_errors_total` | counter | `kind` |
+/// | `pressure_llm_answers_total` | counter | `degradation` |
+/// | `pressure_llm_breaker_state` | gauge (0 closed, 1 half-open, 2 open) | `provider`, `model` |
+/// | `pressure_llm_pool_in_use`, `_peak`, `_max` | gauge | `provider` |
+/// | `pressure_llm_pool_wait_timeouts_total` | counter | `provider` |
+/// | `pressure_llm_ttft_seconds` | histogram | `provider`, `model` |
+/// | `pressure_llm_latency_seconds` | histogram | `provider`, `model` |
+pub fn encode(llm: &LlmClient<AnyBackend>, out: &mut String) {
+    // Writing into a `String` cannot fail.
+    let _ = try_encode_metrics(llm, out);
+}
+
+fn try_encode_metrics(llm: &LlmClient<AnyBackend>, out: &mut String) -> fmt::Result {
+    let s = llm.snapshot();
+    let plain: [Plain; 7] = [
+        (
+            "pressure_llm_requests_total",
+            "LLM events started (chat completion requests).",
+            s.requests,
+        ),
+        (
+            "pressure_llm_attempts_total",
+            "Provider calls made (all levels, retries included).",
+            s.attempts,
+        ),
+        (
+            "pressure_llm_retries_total",
+            "Provider calls made after a backoff on the same level.",
+            s.retries,
+        ),
+        (
+            "pressure_llm_spent_micro_usd_total",
+            "Micro-dollars spent on all provider calls.",
+            s.spent_micro_usd,
+        ),
+        (
+            "pressure_llm_failed_spent_micro_usd_total",
+            "Micro-dollars spent on failed provider calls.",
+            s.failed_spent_micro_usd,
+        ),
+        (
+            "pressure_llm_breaker_rejections_total",
+            "Model levels skipped because their circuit breaker was open.",
+            s.breaker_rejections,
+        ),
+        (
+            "pressure_llm_limiter_rejections_total",
+            "Model levels skipped because the limiter had no capacity in time.",
+            s.limiter_rejections,
+        ),
+    ];
+    for (name, help, v) in plain {
+        header(out, name, "counter", help)?;
+        writeln!(out, "{name} {v}")?;
+    }
+    let mut served = s.served.clone();
+    for d in ["primary", "backup", "rules", "manual_queue"] {
+        served.entry(d.to_owned()).or_insert(0);
+    }
+    let labelled: [(&str, &str, &str, &BTreeMap<String, u64>); 3] = [
+        (
+            "pressure_llm_errors_total",
+            "LLM events that failed, by error kind.",
+            "kind",
+            &s.errors,
+        ),
+        (
+            "pressure_llm_attempt_errors_total",
+            "Failed provider calls, by error kind (rate_limited gives the 429 share).",
+            "kind",
+            &s.attempt_errors,
+        ),
+        (
+            "pressure_llm_answers_total",
+            "LLM answers by the chain level that served them.",
+            "degradation",
+            &served,
+        ),
+    ];
+    for (name, help, label, values) in labelled {
+        header(out, name, "counter", help)?;
+        for (value, n) in values {
+            sample(out, name, &[(label, value)], n)?;
+        }
+    }
+    // Every configured model has a series (closed until its breaker exists).
+    let mut states: BTreeMap<(String, String), i64> = llm
+        .config()
+        .models
+        .iter()
+        .map(|m| ((m.provider.clone(), m.model.clone()), 0))
+        .collect();
+    for b in llm.breakers().snapshot() {
+        states.insert((b.provider, b.model), b.snapshot.state.as_gauge());
+    }
+    let name = "pressure_llm_breaker_state";
+    header(
+        out,
+        name,
+        "gauge",
+        "Circuit breaker state per (provider, model): 0 closed, 1 half-open, 2 open.",
+    )?;
+    for ((provider, model), v) in states {
+        sample(out, name, &[("provider", &provider), ("model", &model)], v)?;
+    }
+    let pools = llm.provider_pools();
+    let families: [PoolFamily; 4] = [
+        (
+            "pressure_llm_pool_in_use",
+            "gauge",
+            "Provider connection slots in use now.",
+            |p| p.in_use as u64,
+        ),
+        (
+            "pressure_llm_pool_peak",
+            "gauge",
+            "Most provider connection slots in use at once.",
+            |p| p.peak as u64,
+        ),
+        (
+            "pressure_llm_pool_max",
+            "gauge",
+            "Provider connection slots (maxConnections).",
+            |p| p.max as u64,
+        ),
+        (
+            "pressure_llm_pool_wait_timeouts_total",
+            "counter",
+            "Calls that found no free provider connection within poolWaitMs.",
+            |p| p.wait_timeouts,
+        ),
+    ];
+    for (name, kind, help, value) in families {
+        header(out, name, kind, help)?;
+        for (provider, p) in &pools {
+            sample(out, name, &[("provider", provider)], value(p))?;
+        }
+    }
+    let histograms = [
+        (
+            "pressure_llm_ttft_seconds",
+            "Time to first token of successful provider calls.",
+            &s.ttft,
+        ),
+        (
+            "pressure_llm_latency_seconds",
+            "Total latency of successful provider calls.",
+            &s.latency,
+        ),
+    ];
+    for (name, help, series) in histograms {
+        header(out, name, "histogram", help)?;
+        let (bucket, sum, count) = (
+            format!("{name}_bucket"),
+            format!("{name}_sum"),
+            format!("{name}_count"),
+        );
+        for ((provider, model), h) in series {
+            let labels = [("provider", provider.as_str()), ("model", model.as_str())];
+            for (le, n) in h.cumulative() {
+                let le = le.to_string();
+                sample(out, &bucket, &[labels[0], labels[1], ("le", &le)], n)?;
+            }
+            sample(out, &bucket, &[labels[0], labels[1], ("le", "+Inf")], h.count)?;
+            sample(out, &sum, &labels, h.sum_seconds())?;
+            sample(out, &count, &labels, h.count)?;
+        }
+    }
+    Ok(())
+}

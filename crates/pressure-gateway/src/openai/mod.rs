@@ -1,0 +1,91 @@
+//! The OpenAI-compatible endpoint `POST /v1/chat/completions`, served by the
+//! gateway itself through the LLM pipeline ([`LlmClient`]) when `gateway.llm`
+//! is configured.
+//!
+//! [`OpenAiLayer`] sits where the proxy sits, *inside* the release, pre-auth
+//! and tenant layers: a request to the endpoint is limited like any other
+//! (a `perRoute` entry on `/v1/chat/completions` floors it, and a tenant's
+//! `gateway:tenant:<id>` quota is charged by its LLM and its HTTP traffic
+//! alike); every other request goes on to the proxy. The router decides
+//! which is which, once ([`crate::plan::Endpoint`]).
+//!
+//! * The body is an OpenAI chat request; its `model` names a use case
+//!   (`gateway.llm.useCases`). Malformed JSON, a body that is not an object,
+//!   or a missing `model`/`messages` answer `400` in OpenAI's error shape
+//!   (`{"error":{"message","type","param","code"}}`) before any provider is
+//!   touched; an unknown use case answers `404`; a prompt that fits no model
+//!   of the chain `400 context_length_exceeded`.
+//! * `"stream": true` answers with server-sent events ([`sse`]).
+//! * An answer: `200` with the completion plus a top-level
+//!   `"pressure": {"degradation", "level", "attempts"}` field, or `202`
+//!   `{"id": ticket, "object": "chat.completion.queued", "pressure": ...}`
+//!   when the manual queue took it; both carry the header
+//!   `x-pressure-degradation: primary|backup|rules|manual_queue`.
+//! * A failure: a [`crate::rejection::Rejection`] in the OpenAI dialect.
+
+mod handler;
+pub mod sse;
+
+pub use handler::{answer_response, chat_completions, REQUEST_ID_HEADER};
+
+use crate::backend::AnyBackend;
+use crate::layers::{routed, Reply};
+use crate::plan::Endpoint;
+use crate::rejection::Rejection;
+use axum::body::Body;
+use futures::future::BoxFuture;
+use http::{Request, Response};
+use pressure_llm::pipeline::LlmClient;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+pub use crate::plan::CHAT_COMPLETIONS_PATH;
+
+/// The header naming the chain level that answered.
+pub const DEGRADATION_HEADER: &str = "x-pressure-degradation";
+
+/// The gateway's LLM client, shared by every server thread.
+pub type Llm = Arc<LlmClient<AnyBackend>>;
+
+/// Serves the OpenAI endpoints of the request's plan; every other request
+/// goes to the inner service.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct OpenAiLayer;
+
+impl<S> tower::Layer<S> for OpenAiLayer {
+    type Service = OpenAi<S>;
+
+    fn layer(&self, inner: S) -> OpenAi<S> {
+        OpenAi { inner }
+    }
+}
+
+/// See [`OpenAiLayer`].
+#[derive(Debug, Clone)]
+pub struct OpenAi<S> {
+    inner: S,
+}
+
+impl<S> tower::Service<Request<Body>> for OpenAi<S>
+where
+    S: tower::Service<Request<Body>, Response = Response<Body>, Error = Rejection> + Send + 'static,
+    S::Future: Send + 'static,
+{
+    type Response = Response<Body>;
+    type Error = Rejection;
+    type Future = BoxFuture<'static, Reply>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Rejection>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: Request<Body>) -> Self::Future {
+        let llm = routed(&req)
+            .filter(|r| r.route.endpoint == Endpoint::ChatCompletions)
+            .and_then(|r| r.plan.llm().cloned());
+        match llm {
+            Some(llm) => Box::pin(async move { Ok(chat_completions(&llm, req).await) }),
+            None => Box::pin(self.inner.call(req)),
+        }
+    }
+}

@@ -1,0 +1,53 @@
+//! A streamed answer as server-sent events (`text/event-stream`):
+//! `data: {chunk}` per chunk and `data: [DONE]` at the end. The chain may
+//! fall back only before the first chunk; a failure after it ends the
+//! stream with one `data: {"error": {...}}` event (no `[DONE]`). The
+//! degradation header is sent with the head. (SSE responses release their
+//! pressure permits at the response head, DESIGN §5.)
+
+use super::DEGRADATION_HEADER;
+use crate::backend::AnyBackend;
+use axum::body::Body;
+use bytes::Bytes;
+use futures::StreamExt;
+use http::{HeaderValue, Response, StatusCode};
+use pressure_llm::pipeline::AnswerStream;
+use serde_json::json;
+use std::convert::Infallible;
+/// A streamed answer as server-sent events: `data: {chunk}` per chunk, then
+/// `data: [DONE]`; a mid-stream failure ends it with `data: {"error": ...}`
+/// (no `[DONE]`). The degradation header is set before the first byte.
+pub fn sse_response(stream: AnswerStream<AnyBackend>) -> Response<Body> {
+    let status = stream.http_status();
+    let degradation = stream.degradation().as_str();
+    let events = futures::stream::unfold(Some(stream), |state| async move {
+        let mut stream = state?;
+        let event = match stream.next().await {
+            Some(Ok(chunk)) => match serde_json::to_string(&chunk) {
+                Ok(json) => return Some((Ok::<_, Infallible>(sse_event(&json)), Some(stream))),
+                Err(e) => sse_event(
+                    &json!({"error": {"message": format!("a chunk could not be encoded: {e}"),
+                                      "type": "server_error", "param": null, "code": null}})
+                    .to_string(),
+                ),
+            },
+            Some(Err(e)) => sse_event(&e.openai_error().1.to_string()),
+            None => Bytes::from_static(b"data: [DONE]\n\n"),
+        };
+        Some((Ok(event), None))
+    });
+    let mut resp = Response::new(Body::from_stream(events));
+    *resp.status_mut() = StatusCode::from_u16(status).unwrap_or(StatusCode::OK);
+    let headers = resp.headers_mut();
+    headers.insert(
+        http::header::CONTENT_TYPE,
+        HeaderValue::from_static("text/event-stream"),
+    );
+    headers.insert(http::header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    headers.insert(DEGRADATION_HEADER, HeaderValue::from_static(degradation));
+    resp
+}
+
+fn sse_event(json: &str) -> Bytes {
+    Bytes::from(format!("data: {json}\n\n"))
+}

@@ -1,0 +1,242 @@
+//! [`Router`]: the one decision per request — which upstream serves the
+//! path, which resource the pre-auth layer charges, and whether the gateway
+//! answers it itself (the OpenAI endpoint). Built once per plan.
+//!
+//! * The upstream is the one whose `pathPrefix` is the longest covering the
+//!   path on a segment boundary (`/api/v1` covers `/api/v1` and `/api/v1/x`,
+//!   not `/api/v10`; `/` covers everything).
+//! * The resource is the longest matching `perRoute.pathPrefix`, else the
+//!   `perService` limit **of that upstream** — never another upstream's —
+//!   else none.
+
+use crate::backend::AnyBackend;
+use crate::proxy::Upstream;
+use crate::rejection::Dialect;
+use http::Method;
+use pressure_core::ResourceHandle;
+use std::sync::Arc;
+
+/// Where a request goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Endpoint {
+    /// Forwarded to the route's upstream (`404` without one).
+    Proxy,
+    /// `POST /v1/chat/completions`, answered by the LLM pipeline.
+    ChatCompletions,
+}
+
+/// The decision for one request.
+#[derive(Debug, Clone)]
+pub struct Route {
+    /// The upstream the proxy forwards to (none: `404`, unless the gateway
+    /// answers itself).
+    pub upstream: Option<Arc<Upstream>>,
+    /// The resource the pre-auth layer charges.
+    pub resource: Option<ResourceHandle<AnyBackend>>,
+    /// Who answers.
+    pub endpoint: Endpoint,
+}
+
+impl Route {
+    /// The error shape of the route: OpenAI on the gateway's own LLM
+    /// endpoints, the gateway's elsewhere.
+    pub fn dialect(&self) -> Dialect {
+        match self.endpoint {
+            Endpoint::Proxy => Dialect::Gateway,
+            Endpoint::ChatCompletions => Dialect::OpenAi,
+        }
+    }
+}
+
+/// The path of the OpenAI chat endpoint.
+pub const CHAT_COMPLETIONS_PATH: &str = "/v1/chat/completions";
+
+/// Whether `prefix` covers `path` on a segment boundary.
+pub fn prefix_matches(prefix: &str, path: &str) -> bool {
+    if prefix == "/" || path == prefix {
+        return true;
+    }
+    path.starts_with(prefix) && (prefix.ends_with('/') || path.as_bytes().get(prefix.len()) == Some(&b'/'))
+}
+
+/// One upstream and its `perService` resource.
+#[derive(Debug, Clone)]
+struct ServiceEntry {
+    upstream: Arc<Upstream>,
+    resource: Option<ResourceHandle<AnyBackend>>,
+}
+
+/// One `perRoute` prefix.
+#[derive(Debug, Clone)]
+struct RouteEntry {
+    prefix: String,
+    resource: ResourceHandle<AnyBackend>,
+}
+
+/// Every route of a plan.
+#[derive(Debug, Clone, Default)]
+pub struct Router {
+    /// Longest prefix first.
+    routes: Vec<RouteEntry>,
+    /// Longest prefix first.
+    services: Vec<ServiceEntry>,
+    /// Whether the gateway serves the OpenAI endpoint.
+    llm: bool,
+}
+
+impl Router {
+    /// An empty router: every path is `404`.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Adds an upstream with its `perService` resource, if any.
+    pub fn upstream(mut self, upstream: Arc<Upstream>, resource: Option<ResourceHandle<AnyBackend>>) -> Self {
+        self.services.push(ServiceEntry { upstream, resource });
+        self.services
+            .sort_by_key(|e| std::cmp::Reverse(e.upstream.path_prefix().len()));
+        self
+    }
+
+    /// Adds a `perRoute` limit on `prefix`.
+    pub fn limit(mut self, prefix: &str, resource: ResourceHandle<AnyBackend>) -> Self {
+        self.routes.push(RouteEntry {
+            prefix: prefix.to_owned(),
+            resource,
+        });
+        self.routes.sort_by_key(|e| std::cmp::Reverse(e.prefix.len()));
+        self
+    }
+
+    /// Serves the OpenAI endpoint (`gateway.llm` is set).
+    pub fn with_llm(mut self, on: bool) -> Self {
+        self.llm = on;
+        self
+    }
+
+    /// The decision for a request to `path` (already normalised).
+    pub fn route(&self, method: &Method, path: &str) -> Route {
+        let service = self
+            .services
+            .iter()
+            .find(|e| prefix_matches(e.upstream.path_prefix(), path));
+        let resource = self
+            .routes
+            .iter()
+            .find(|e| prefix_matches(&e.prefix, path))
+            .map(|e| e.resource.clone())
+            .or_else(|| service.and_then(|s| s.resource.clone()));
+        let endpoint = if self.llm && path == CHAT_COMPLETIONS_PATH && method == Method::POST {
+            Endpoint::ChatCompletions
+        } else {
+            Endpoint::Proxy
+        };
+        Route {
+            upstream: service.map(|s| Arc::clone(&s.upstream)),
+            resource,
+            endpoint,
+        }
+    }
+
+    /// Every resource the router charges.
+    pub fn resources(&self) -> impl Iterator<Item = &ResourceHandle<AnyBackend>> {
+        self.routes
+            .iter()
+            .map(|e| &e.resource)
+            .chain(self.services.iter().filter_map(|s| s.resource.as_ref()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::Broker;
+    use crate::config::UpstreamConfig;
+    use pressure_core::{Limits, MemoryBackend, ResourceBroker};
+
+    fn upstream(name: &str, prefix: &str) -> Arc<Upstream> {
+        let cfg = UpstreamConfig {
+            url: "http://127.0.0.1:1".into(),
+            path_prefix: prefix.into(),
+        };
+        Arc::new(Upstream::new(name, &cfg).expect("valid upstream"))
+    }
+
+    fn broker() -> Broker {
+        ResourceBroker::builder(AnyBackend::Memory(MemoryBackend::new())).build()
+    }
+
+    fn handle(b: &Broker, id: &str) -> ResourceHandle<AnyBackend> {
+        b.register_limit(id, Limits::default().requests_per_second(1))
+            .expect("register");
+        b.resource(id).expect("registered")
+    }
+
+    #[test]
+    fn prefixes_match_on_segments() {
+        assert!(prefix_matches("/api/v1", "/api/v1"));
+        assert!(prefix_matches("/api/v1", "/api/v1/x"));
+        assert!(!prefix_matches("/api/v1", "/api/v10"));
+        assert!(prefix_matches("/api/", "/api/x"));
+        assert!(prefix_matches("/", "/anything"));
+    }
+
+    /// The regression of the probe: `/api` (no perService) is never charged
+    /// to the `/` upstream's limit.
+    #[test]
+    fn a_service_limit_charges_only_its_own_upstream() {
+        let b = broker();
+        let web = handle(&b, "gateway:service:web");
+        let router = Router::new()
+            .upstream(upstream("api", "/api"), None)
+            .upstream(upstream("web", "/"), Some(web));
+        let api = router.route(&Method::GET, "/api/orders");
+        assert_eq!(api.upstream.as_ref().map(|u| u.name()), Some("api"));
+        assert!(
+            api.resource.is_none(),
+            "charged {:?}",
+            api.resource.map(|r| r.id().to_owned())
+        );
+        let home = router.route(&Method::GET, "/index.html");
+        assert_eq!(home.upstream.as_ref().map(|u| u.name()), Some("web"));
+        assert_eq!(
+            home.resource.as_ref().map(|r| r.id()),
+            Some("gateway:service:web")
+        );
+    }
+
+    #[test]
+    fn the_longest_route_wins_over_the_service() {
+        let b = broker();
+        let svc = handle(&b, "gateway:service:api");
+        let hooks = handle(&b, "gateway:route:hooks");
+        let deep = handle(&b, "gateway:route:deep");
+        let router = Router::new()
+            .upstream(upstream("api", "/api"), Some(svc))
+            .limit("/api/hooks", hooks)
+            .limit("/api/hooks/github", deep);
+        let id = |p: &str| router.route(&Method::GET, p).resource.map(|r| r.id().to_owned());
+        assert_eq!(id("/api/hooks/github/x").as_deref(), Some("gateway:route:deep"));
+        assert_eq!(id("/api/hooks/stripe").as_deref(), Some("gateway:route:hooks"));
+        assert_eq!(id("/api/hooksx").as_deref(), Some("gateway:service:api"));
+        assert_eq!(id("/other"), None);
+        assert!(router.route(&Method::GET, "/other").upstream.is_none());
+    }
+
+    #[test]
+    fn the_chat_endpoint_only_with_llm_and_post() {
+        let router = Router::new().upstream(upstream("api", "/"), None);
+        assert_eq!(
+            router.route(&Method::POST, CHAT_COMPLETIONS_PATH).endpoint,
+            Endpoint::Proxy
+        );
+        let router = router.with_llm(true);
+        let r = router.route(&Method::POST, CHAT_COMPLETIONS_PATH);
+        assert_eq!(r.endpoint, Endpoint::ChatCompletions);
+        assert_eq!(r.dialect(), Dialect::OpenAi);
+        assert_eq!(
+            router.route(&Method::GET, CHAT_COMPLETIONS_PATH).endpoint,
+            Endpoint::Proxy
+        );
+    }
+}

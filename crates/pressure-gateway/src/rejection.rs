@@ -1,0 +1,501 @@
+//! Every refusal the gateway answers itself, as one value: [`Rejection`].
+//!
+//! The layers, the proxy and the OpenAI endpoint return a `Rejection`
+//! instead of building a response; the outermost layer counts it, logs it
+//! and renders it here, in one of two [`Dialect`]s:
+//!
+//! * **gateway** — `{"error":{"type","message",...}}` (a 429 adds
+//!   `resource`, `dimension`, `retryAfterMs`);
+//! * **OpenAI** on the LLM routes (`/v1/*` when `gateway.llm` is set) —
+//!   `{"error":{"message","type","param","code"}}`, which every OpenAI SDK
+//!   parses.
+//!
+//! Client faults are 4xx (bad request 400, bad token 401, unknown path 404,
+//! body too slow 408, body too large 413, rate limited 429) and upstream
+//! faults 5xx (limiter unavailable 503, upstream unreachable or failed 502,
+//! upstream too slow 504) — never the other way round.
+
+use crate::layers::tenant::AuthError;
+use crate::metrics::{GatewayMetrics, Layer};
+use axum::body::Body;
+use http::{header, HeaderValue, Response, StatusCode};
+use pressure_core::{Denial, Dimension, Limits};
+use pressure_llm::pipeline::LlmError;
+use serde_json::{json, Map, Value};
+use std::borrow::Cow;
+use std::time::Duration;
+
+/// Which error shape a route speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Dialect {
+    /// `{"error":{"type","message",...}}`.
+    #[default]
+    Gateway,
+    /// `{"error":{"message","type","param","code"}}`.
+    OpenAi,
+}
+
+/// A denial by a limit: what the 429 says.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RateLimited {
+    /// The resource that refused.
+    pub resource: String,
+    /// The layer that charged it.
+    pub layer: Layer,
+    /// The dimension that needed the longest wait.
+    pub dimension: Dimension,
+    /// The earliest time the same request could fit.
+    pub wait: Duration,
+    /// `(quota, window seconds)` of that dimension, for `RateLimit-Policy`
+    /// (window 0 for concurrency).
+    pub policy: Option<(u64, u64)>,
+    /// The tenant, when the tenant layer refused.
+    pub namespace_id: Option<String>,
+}
+
+impl RateLimited {
+    /// The 429 of `denial` on `resource` (limited by `limits`).
+    pub fn new(
+        resource: &str,
+        limits: &Limits,
+        denial: &Denial,
+        layer: Layer,
+        namespace_id: Option<&str>,
+    ) -> Self {
+        Self {
+            resource: resource.to_owned(),
+            layer,
+            dimension: denial.dimension,
+            wait: denial.wait,
+            policy: policy(limits, denial.dimension),
+            namespace_id: namespace_id.map(str::to_owned),
+        }
+    }
+}
+
+/// A refusal: see the module docs for the statuses.
+#[derive(Debug)]
+pub enum Rejection {
+    /// `429`: a limit is exhausted.
+    RateLimited(Box<RateLimited>),
+    /// `503`: the limiter could not decide (the store is unavailable in
+    /// `closed` mode, or failed); never dressed up as a 429.
+    LimiterUnavailable {
+        /// The resource being charged.
+        resource: String,
+        /// The layer.
+        layer: Layer,
+        /// When to try again.
+        retry_after: Duration,
+        /// What failed.
+        reason: String,
+    },
+    /// `401`: a token is missing (auth required) or invalid.
+    Unauthorized(AuthError),
+    /// `400`: a request the gateway cannot accept.
+    BadRequest(Cow<'static, str>),
+    /// `400` on the LLM endpoint, with OpenAI's `param` and `code`.
+    InvalidRequest {
+        /// What is wrong.
+        message: String,
+        /// The offending parameter.
+        param: Option<String>,
+        /// OpenAI's code, e.g. `missing_required_parameter`.
+        code: &'static str,
+    },
+    /// `404`: no upstream serves the path.
+    NotFound(String),
+    /// `408`: the client stopped sending its body.
+    RequestTimeout,
+    /// `413`: the body is larger than `limits.maxBodyBytes`.
+    PayloadTooLarge {
+        /// The limit, bytes.
+        max: u64,
+    },
+    /// `502`: no connection to the upstream.
+    UpstreamUnavailable {
+        /// Its name.
+        upstream: String,
+        /// Why.
+        reason: String,
+    },
+    /// `502`: the exchange with the upstream failed.
+    UpstreamError {
+        /// Its name.
+        upstream: String,
+        /// Why.
+        reason: String,
+    },
+    /// `504`: the upstream sent no response head in time.
+    UpstreamTimeout {
+        /// Its name.
+        upstream: String,
+        /// The bound, milliseconds.
+        after_ms: u64,
+    },
+    /// An LLM pipeline failure, with the status its taxonomy gives.
+    Llm(LlmError),
+    /// `503` with `Retry-After` from the LLM pipeline (limiter wait or
+    /// breaker open time), when the pipeline gave up.
+    LlmUnavailable {
+        /// The pipeline's error.
+        error: LlmError,
+        /// When to try again.
+        retry_after: Duration,
+    },
+    /// `500`: the gateway itself failed.
+    Internal(String),
+}
+
+/// How loudly a rejection is logged.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Level {
+    /// A client's own fault or a limit doing its job.
+    Info,
+    /// Something downstream or in the store is wrong.
+    Warn,
+    /// The gateway is wrong.
+    Error,
+}
+
+impl Rejection {
+    /// The HTTP status.
+    pub fn status(&self) -> StatusCode {
+        match self {
+            Self::RateLimited(_) => StatusCode::TOO_MANY_REQUESTS,
+            Self::LimiterUnavailable { .. } => StatusCode::SERVICE_UNAVAILABLE,
+            Self::Unauthorized(_) => StatusCode::UNAUTHORIZED,
+            Self::BadRequest(_) | Self::InvalidRequest { .. } => StatusCode::BAD_REQUEST,
+            Self::NotFound(_) => StatusCode::NOT_FOUND,
+            Self::RequestTimeout => StatusCode::REQUEST_TIMEOUT,
+            Self::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            Self::UpstreamUnavailable { .. } | Self::UpstreamError { .. } => StatusCode::BAD_GATEWAY,
+            Self::UpstreamTimeout { .. } => StatusCode::GATEWAY_TIMEOUT,
+            Self::Llm(e) => StatusCode::from_u16(e.openai_error().0).unwrap_or(StatusCode::BAD_GATEWAY),
+            Self::LlmUnavailable { error, .. } => {
+                StatusCode::from_u16(error.openai_error().0).unwrap_or(StatusCode::SERVICE_UNAVAILABLE)
+            }
+            Self::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+
+    /// How loudly it is logged.
+    pub fn level(&self) -> Level {
+        match self {
+            Self::LimiterUnavailable { .. }
+            | Self::UpstreamUnavailable { .. }
+            | Self::UpstreamError { .. }
+            | Self::UpstreamTimeout { .. } => Level::Warn,
+            Self::Internal(_) => Level::Error,
+            // The LLM endpoint logs its own event line.
+            _ => Level::Info,
+        }
+    }
+
+    /// The machine-readable type of the gateway dialect.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::RateLimited(_) => "rate_limited",
+            Self::LimiterUnavailable { .. } => "limiter_unavailable",
+            Self::Unauthorized(_) => "unauthorized",
+            Self::BadRequest(_) | Self::InvalidRequest { .. } => "bad_request",
+            Self::NotFound(_) => "not_found",
+            Self::RequestTimeout => "request_timeout",
+            Self::PayloadTooLarge { .. } => "payload_too_large",
+            Self::UpstreamUnavailable { .. } => "upstream_unavailable",
+            Self::UpstreamError { .. } => "upstream_error",
+            Self::UpstreamTimeout { .. } => "upstream_timeout",
+            Self::Llm(e) | Self::LlmUnavailable { error: e, .. } => e.label(),
+            Self::Internal(_) => "internal_error",
+        }
+    }
+
+    /// The human-readable message.
+    pub fn message(&self) -> String {
+        match self {
+            Self::RateLimited(r) => format!(
+                "{}: {} exhausted; retry in {} s",
+                r.resource,
+                r.dimension.as_str(),
+                retry_after_secs(r.wait)
+            ),
+            Self::LimiterUnavailable { .. } => "the limiter could not decide; try again".into(),
+            Self::Unauthorized(e) => e.to_string(),
+            Self::BadRequest(m) => m.to_string(),
+            Self::InvalidRequest { message, .. } => message.clone(),
+            Self::NotFound(path) => format!("no upstream serves path {path}"),
+            Self::RequestTimeout => "the request body was not received in time".into(),
+            Self::PayloadTooLarge { max } => format!("request body exceeds {max} bytes"),
+            Self::UpstreamUnavailable { upstream, reason } => {
+                format!("upstream {upstream} is unavailable: {reason}")
+            }
+            Self::UpstreamError { upstream, reason } => format!("upstream {upstream} failed: {reason}"),
+            Self::UpstreamTimeout { upstream, after_ms } => {
+                format!("upstream {upstream} did not answer within {after_ms} ms")
+            }
+            Self::Llm(e) | Self::LlmUnavailable { error: e, .. } => e.to_string(),
+            Self::Internal(m) => m.clone(),
+        }
+    }
+
+    /// `Retry-After`, when the refusal has one.
+    pub fn retry_after(&self) -> Option<Duration> {
+        match self {
+            Self::RateLimited(r) => Some(r.wait),
+            Self::LimiterUnavailable { retry_after, .. } | Self::LlmUnavailable { retry_after, .. } => {
+                Some(*retry_after)
+            }
+            _ => None,
+        }
+    }
+
+    /// Counts it in `metrics` and logs it (one structured line; denials at
+    /// `info` under the target `pressure::denial`).
+    pub fn record(&self, metrics: &GatewayMetrics) {
+        match self {
+            Self::RateLimited(r) => {
+                metrics.denied(&r.resource, r.layer);
+                tracing::info!(
+                    target: "pressure::denial",
+                    resource = r.resource.as_str(),
+                    layer = r.layer.as_str(),
+                    wait_time_ms = u64::try_from(r.wait.as_millis()).unwrap_or(u64::MAX),
+                    namespace_id = r.namespace_id.as_deref().unwrap_or(""),
+                    dimension = r.dimension.as_str(),
+                    "request denied"
+                );
+            }
+            Self::LimiterUnavailable {
+                resource,
+                layer,
+                reason,
+                ..
+            } => {
+                metrics.limiter_unavailable(*layer);
+                tracing::warn!(
+                    target: "pressure::denial",
+                    resource = resource.as_str(),
+                    layer = layer.as_str(),
+                    reason = reason.as_str(),
+                    "limiter unavailable"
+                );
+            }
+            Self::Unauthorized(e) => metrics.unauthorized(e.reason()),
+            Self::UpstreamUnavailable { upstream, reason } => {
+                metrics.upstream_error("unavailable");
+                tracing::warn!(
+                    upstream = upstream.as_str(),
+                    error = reason.as_str(),
+                    "cannot connect to upstream"
+                );
+            }
+            Self::UpstreamError { upstream, reason } => {
+                metrics.upstream_error("error");
+                tracing::warn!(
+                    upstream = upstream.as_str(),
+                    error = reason.as_str(),
+                    "upstream exchange failed"
+                );
+            }
+            Self::UpstreamTimeout { upstream, after_ms } => {
+                metrics.upstream_error("timeout");
+                tracing::warn!(
+                    upstream = upstream.as_str(),
+                    total_ms = after_ms,
+                    "upstream did not answer in time"
+                );
+            }
+            Self::Internal(m) => tracing::error!(error = m.as_str(), "internal error"),
+            _ => {}
+        }
+    }
+
+    /// The response, in `dialect`.
+    pub fn render(&self, dialect: Dialect) -> Response<Body> {
+        let body = match dialect {
+            Dialect::Gateway => self.gateway_body(),
+            Dialect::OpenAi => self.openai_body(),
+        };
+        let mut resp = Response::new(Body::from(body.to_string()));
+        *resp.status_mut() = self.status();
+        let h = resp.headers_mut();
+        h.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        if let Some(wait) = self.retry_after() {
+            h.insert(header::RETRY_AFTER, HeaderValue::from(retry_after_secs(wait)));
+        }
+        match self {
+            Self::Unauthorized(_) => {
+                h.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+            }
+            Self::RateLimited(r) => {
+                if let Some((quota, window)) = r.policy {
+                    let name = r.dimension.as_str();
+                    let policy = if window > 0 {
+                        format!("\"{name}\";q={quota};w={window}")
+                    } else {
+                        format!("\"{name}\";q={quota}")
+                    };
+                    if let Ok(v) = HeaderValue::from_str(&policy) {
+                        h.insert("ratelimit-policy", v);
+                    }
+                    let secs = retry_after_secs(r.wait);
+                    if let Ok(v) = HeaderValue::from_str(&format!("\"{name}\";r=0;t={secs}")) {
+                        h.insert("ratelimit", v);
+                    }
+                }
+            }
+            _ => {}
+        }
+        resp
+    }
+
+    fn gateway_body(&self) -> Value {
+        let mut error = Map::new();
+        error.insert("type".into(), Value::from(self.kind()));
+        error.insert("message".into(), Value::from(self.message()));
+        match self {
+            Self::RateLimited(r) => {
+                error.insert("resource".into(), Value::from(r.resource.as_str()));
+                error.insert("dimension".into(), Value::from(r.dimension.as_str()));
+                error.insert(
+                    "retryAfterMs".into(),
+                    Value::from(u64::try_from(r.wait.as_millis()).unwrap_or(u64::MAX)),
+                );
+            }
+            Self::LimiterUnavailable { resource, .. } => {
+                error.insert("resource".into(), Value::from(resource.as_str()));
+            }
+            Self::Llm(e) | Self::LlmUnavailable { error: e, .. } => return e.openai_error().1,
+            _ => {}
+        }
+        json!({ "error": error })
+    }
+
+    fn openai_body(&self) -> Value {
+        let (ty, code, param): (&str, Option<&str>, Option<&str>) = match self {
+            Self::Llm(e) | Self::LlmUnavailable { error: e, .. } => return e.openai_error().1,
+            Self::InvalidRequest { param, code, .. } => {
+                ("invalid_request_error", Some(code), param.as_deref())
+            }
+            Self::RateLimited(_) => ("rate_limit_error", Some("rate_limit_exceeded"), None),
+            Self::LimiterUnavailable { .. } => ("server_error", Some("limiter_unavailable"), None),
+            Self::Unauthorized(_) => ("invalid_request_error", Some("invalid_api_key"), None),
+            Self::BadRequest(_) => ("invalid_request_error", Some("bad_request"), None),
+            Self::NotFound(_) => ("invalid_request_error", Some("not_found"), None),
+            Self::RequestTimeout => ("invalid_request_error", Some("request_timeout"), None),
+            Self::PayloadTooLarge { .. } => ("invalid_request_error", Some("request_too_large"), None),
+            Self::UpstreamUnavailable { .. } | Self::UpstreamError { .. } => {
+                ("server_error", Some("upstream_error"), None)
+            }
+            Self::UpstreamTimeout { .. } => ("server_error", Some("upstream_timeout"), None),
+            Self::Internal(_) => ("server_error", None, None),
+        };
+        json!({"error": {"message": self.message(), "type": ty, "param": param, "code": code}})
+    }
+}
+
+impl axum::response::IntoResponse for Rejection {
+    /// Gateway dialect (the admin listener).
+    fn into_response(self) -> axum::response::Response {
+        self.render(Dialect::Gateway)
+    }
+}
+
+/// The quota and window (seconds) of `dim` in `limits`, for the policy header.
+fn policy(limits: &Limits, dim: Dimension) -> Option<(u64, u64)> {
+    match dim {
+        Dimension::RequestsPerSecond => limits.requests_per_second.map(|q| (q, 1)),
+        Dimension::RequestsPerMinute => limits.requests_per_minute.map(|q| (q, 60)),
+        Dimension::TokensPerMinute => limits.tokens_per_minute.map(|q| (q, 60)),
+        Dimension::InputTokensPerMinute => limits.input_tokens_per_minute.map(|q| (q, 60)),
+        Dimension::OutputTokensPerMinute => limits.output_tokens_per_minute.map(|q| (q, 60)),
+        Dimension::MaxConcurrentRequests => limits.max_concurrent_requests.map(|q| (q, 0)),
+    }
+}
+
+/// `Retry-After` seconds: the wait rounded up, at least 1.
+pub fn retry_after_secs(wait: Duration) -> u64 {
+    u64::try_from(wait.as_nanos().div_ceil(1_000_000_000))
+        .unwrap_or(u64::MAX)
+        .max(1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http_body_util::BodyExt;
+
+    async fn body(r: Response<Body>) -> Value {
+        let bytes = r.into_body().collect().await.expect("body").to_bytes();
+        serde_json::from_slice(&bytes).expect("json")
+    }
+
+    #[test]
+    fn retry_after_rounds_up() {
+        assert_eq!(retry_after_secs(Duration::from_millis(1)), 1);
+        assert_eq!(retry_after_secs(Duration::from_millis(1_000)), 1);
+        assert_eq!(retry_after_secs(Duration::from_millis(1_001)), 2);
+        assert_eq!(retry_after_secs(Duration::ZERO), 1);
+    }
+
+    #[tokio::test]
+    async fn one_rejection_two_dialects() {
+        let r = Rejection::PayloadTooLarge { max: 10 };
+        let g = r.render(Dialect::Gateway);
+        assert_eq!(g.status(), 413);
+        let g = body(g).await;
+        assert_eq!(g["error"]["type"], "payload_too_large");
+        let o = body(r.render(Dialect::OpenAi)).await;
+        assert_eq!(o["error"]["type"], "invalid_request_error");
+        assert_eq!(o["error"]["code"], "request_too_large");
+        assert!(o["error"].get("param").is_some());
+    }
+
+    #[tokio::test]
+    async fn rate_limited_has_headers_and_fields() {
+        let limits = Limits::default().requests_per_second(5);
+        let r = Rejection::RateLimited(Box::new(RateLimited {
+            resource: "gateway:route:x".into(),
+            layer: Layer::PreAuth,
+            dimension: Dimension::RequestsPerSecond,
+            wait: Duration::from_millis(960),
+            policy: policy(&limits, Dimension::RequestsPerSecond),
+            namespace_id: None,
+        }));
+        let resp = r.render(Dialect::Gateway);
+        assert_eq!(resp.status(), 429);
+        assert_eq!(resp.headers()["retry-after"], "1");
+        assert_eq!(
+            resp.headers()["ratelimit-policy"],
+            "\"requestsPerSecond\";q=5;w=1"
+        );
+        assert_eq!(resp.headers()["ratelimit"], "\"requestsPerSecond\";r=0;t=1");
+        let b = body(resp).await;
+        assert_eq!(b["error"]["resource"], "gateway:route:x");
+        assert_eq!(b["error"]["retryAfterMs"], 960);
+    }
+
+    #[test]
+    fn client_faults_are_4xx_upstream_faults_5xx() {
+        assert_eq!(Rejection::RequestTimeout.status(), 408);
+        assert_eq!(Rejection::BadRequest("x".into()).status(), 400);
+        assert_eq!(
+            Rejection::UpstreamTimeout {
+                upstream: "u".into(),
+                after_ms: 1
+            }
+            .status(),
+            504
+        );
+        assert_eq!(
+            Rejection::LimiterUnavailable {
+                resource: "r".into(),
+                layer: Layer::PreAuth,
+                retry_after: Duration::from_secs(1),
+                reason: "down".into()
+            }
+            .status(),
+            503
+        );
+    }
+}

@@ -1,0 +1,143 @@
+//! What a reload may change, and what it did.
+//!
+//! A reload re-reads the config file, validates it and swaps the whole plan
+//! (routes, limits, auth, tenant template, body and upstream bounds). What
+//! the running process bound or built at start can only change with a
+//! restart: the listeners (`listen`, `admin`), the `backend`, the LLM
+//! section, `limits.maxHeaderBytes`, the client-side and connect timeouts,
+//! `shutdownGraceMs` and `perTenant.maxTenants`. A reload that changes one
+//! of them is refused, naming it, and changes nothing.
+
+use crate::backend::Broker;
+#[allow(unused_imports)]
+use crate::compat::BrokerReload;
+use crate::config::{ConfigError, GatewayConfig};
+use crate::resources;
+use pressure_core::Limits;
+use serde::Serialize;
+use std::collections::BTreeMap;
+
+/// What a successful reload did to the route and service resources.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct ReloadOutcome {
+    /// Resources that are new.
+    pub added: Vec<String>,
+    /// Resources whose limits changed (usage kept).
+    pub changed: Vec<String>,
+    /// Resources whose limits are the same (counters kept).
+    pub unchanged: Vec<String>,
+    /// Resources that are gone.
+    pub removed: Vec<String>,
+}
+
+/// The route and service resources of `cfg` with their limits.
+fn limited(cfg: &GatewayConfig) -> BTreeMap<String, &Limits> {
+    let p = &cfg.pressure;
+    if !p.enabled {
+        return BTreeMap::new();
+    }
+    p.per_service
+        .iter()
+        .map(|(name, l)| (resources::service(name), l))
+        .chain(p.per_route.iter().map(|r| (r.resource.clone(), &r.limits)))
+        .collect()
+}
+
+impl ReloadOutcome {
+    /// The difference between the resources of `old` and `new`.
+    pub fn between(old: &GatewayConfig, new: &GatewayConfig) -> Self {
+        let (old, new) = (limited(old), limited(new));
+        let mut out = Self::default();
+        for (id, limits) in &new {
+            match old.get(id) {
+                None => out.added.push(id.clone()),
+                Some(before) if before != limits => out.changed.push(id.clone()),
+                Some(_) => out.unchanged.push(id.clone()),
+            }
+        }
+        out.removed = old.keys().filter(|id| !new.contains_key(*id)).cloned().collect();
+        out
+    }
+}
+
+/// Refuses a change that needs a restart, naming the first one.
+pub fn check_restart_only(old: &GatewayConfig, new: &GatewayConfig) -> Result<(), ConfigError> {
+    let restart = |path: &str| {
+        Err(ConfigError::new(
+            path,
+            "cannot change on reload (restart the gateway)",
+        ))
+    };
+    if old.listen != new.listen {
+        return restart("gateway.listen");
+    }
+    if old.admin.listen != new.admin.listen {
+        return restart("gateway.admin.listen");
+    }
+    if old.admin.token_env != new.admin.token_env {
+        return restart("gateway.admin.tokenEnv");
+    }
+    if old.backend != new.backend {
+        return restart("gateway.backend");
+    }
+    if old.llm != new.llm {
+        return restart("gateway.llm");
+    }
+    if old.limits.max_header_bytes != new.limits.max_header_bytes {
+        return restart("gateway.limits.maxHeaderBytes");
+    }
+    let (a, b) = (&old.timeouts, &new.timeouts);
+    for (same, name) in [
+        (a.connect_ms == b.connect_ms, "connectMs"),
+        (a.header_read_ms == b.header_read_ms, "headerReadMs"),
+        (a.idle_ms == b.idle_ms, "idleMs"),
+        (a.send_ms == b.send_ms, "sendMs"),
+    ] {
+        if !same {
+            return restart(&format!("gateway.timeouts.{name}"));
+        }
+    }
+    if old.shutdown_grace_ms != new.shutdown_grace_ms {
+        return restart("gateway.shutdownGraceMs");
+    }
+    if old.pressure.per_tenant.max_tenants != new.pressure.per_tenant.max_tenants {
+        return restart("gateway.pressure.perTenant.maxTenants");
+    }
+    Ok(())
+}
+
+/// Applies a changed tenant template to the tenants registered now (new
+/// tenants get the new template from the plan), keeping their usage.
+pub fn retemplate_tenants(broker: &Broker, old: &GatewayConfig, new: &GatewayConfig) {
+    let (before, after) = (&old.pressure.per_tenant, &new.pressure.per_tenant);
+    let active = |t: &crate::config::TenantLimits, enabled: bool| {
+        if enabled && t.enabled {
+            t.limits.clone()
+        } else {
+            None
+        }
+    };
+    let (before, after) = (
+        active(before, old.pressure.enabled),
+        active(after, new.pressure.enabled),
+    );
+    if before == after {
+        return;
+    }
+    for id in broker
+        .resource_ids()
+        .into_iter()
+        .filter(|id| resources::is_tenant(id))
+    {
+        match &after {
+            Some(limits) => {
+                if let Err(e) = broker.set_limits(&id, limits.clone()) {
+                    tracing::warn!(resource = id, error = %e, "tenant limits not updated");
+                }
+            }
+            None => {
+                broker.unregister(&id);
+            }
+        }
+    }
+}

@@ -1,0 +1,171 @@
+//! [`run`]: the gateway as a process — bind, serve on every core, reload on
+//! `SIGHUP` (and on file changes with `watch`), drain on `SIGTERM`/`SIGINT`.
+//!
+//! * Both listeners are bound before anything else starts, without
+//!   `SO_REUSEPORT`: a second process on the same address fails with
+//!   "address already in use" instead of silently sharing the traffic. The
+//!   server threads share the one listening socket.
+//! * The soft `RLIMIT_NOFILE` is raised to the hard limit, so a busy
+//!   gateway is bounded by the system's limit, not by a shell's default.
+//! * One server thread per core, each with its own single-threaded runtime
+//!   and its own upstream pool, like nginx's workers; the plan, limits,
+//!   tenants and stats are shared.
+//! * `SIGTERM`/`SIGINT`: `/readyz` answers 503, the listener closes, requests
+//!   and streams in flight finish within `shutdownGraceMs`, then `run`
+//!   returns (exit 0).
+
+use crate::config::GatewayConfig;
+use crate::gateway::{Gateway, GatewayError};
+use crate::server::{serve_with, ServeOptions};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime};
+use tokio::signal::unix::{signal, SignalKind};
+
+/// How [`run`] was asked to behave.
+#[derive(Debug, Clone, Default)]
+pub struct RunOptions {
+    /// The config file (reloads read it again).
+    pub config_path: Option<PathBuf>,
+    /// Reload when the config file changes (polled once a second).
+    pub watch: bool,
+}
+
+fn bind_error(what: &'static str, addr: &str) -> impl FnOnce(std::io::Error) -> GatewayError {
+    let addr = addr.to_owned();
+    move |source| GatewayError::Bind { what, addr, source }
+}
+
+/// Binds `addr` exclusively (no `SO_REUSEPORT`).
+fn bind(addr: &str, what: &'static str) -> Result<std::net::TcpListener, GatewayError> {
+    let listener = std::net::TcpListener::bind(addr).map_err(bind_error(what, addr))?;
+    listener.set_nonblocking(true).map_err(bind_error(what, addr))?;
+    Ok(listener)
+}
+
+/// Raises the soft fd limit to the hard one.
+fn raise_fd_limit() {
+    match rlimit::increase_nofile_limit(u64::MAX) {
+        Ok(n) => tracing::debug!(nofile = n, "file descriptor limit"),
+        Err(e) => tracing::warn!(error = %e, "cannot raise the file descriptor limit"),
+    }
+}
+
+/// Runs the gateway of `config` until `SIGTERM`/`SIGINT`; `base_dir`
+/// resolves relative files.
+pub async fn run(config: GatewayConfig, base_dir: &Path, options: RunOptions) -> Result<(), GatewayError> {
+    raise_fd_limit();
+    let listen = config.listen.clone();
+    let admin_addr = config.admin.listen.clone();
+    let proxy_socket = bind(&listen, "gateway.listen")?;
+    let admin_socket = bind(&admin_addr, "gateway.admin.listen")?;
+    let mut gateway = Gateway::build(config, base_dir).await?;
+    if let Some(path) = &options.config_path {
+        gateway = gateway.with_source(path);
+    }
+    let serve = gateway.serve_options();
+    let workers = std::thread::available_parallelism().map_or(1, |n| n.get());
+    tracing::info!(listen, admin = admin_addr, workers, "gateway listening");
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let mut threads = Vec::with_capacity(workers);
+    for i in 0..workers {
+        let socket = proxy_socket
+            .try_clone()
+            .map_err(bind_error("gateway.listen", &listen))?;
+        let service = gateway.service();
+        let mut stop = stop_rx.clone();
+        let options = serve.clone();
+        let thread = std::thread::Builder::new()
+            .name(format!("pressure-gw-{i}"))
+            .spawn(move || {
+                let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+                    Ok(rt) => rt,
+                    Err(e) => {
+                        tracing::error!(error = %e, "cannot start a server thread");
+                        return 0;
+                    }
+                };
+                rt.block_on(async move {
+                    let Ok(listener) = tokio::net::TcpListener::from_std(socket) else {
+                        return 0;
+                    };
+                    serve_with(listener, service, &options, async move {
+                        let _ = stop.wait_for(|v| *v).await;
+                    })
+                    .await
+                    .dropped
+                })
+            })
+            .map_err(bind_error("gateway.listen", &listen))?;
+        threads.push(thread);
+    }
+    drop(proxy_socket);
+    let admin_listener = tokio::net::TcpListener::from_std(admin_socket)
+        .map_err(bind_error("gateway.admin.listen", &admin_addr))?;
+    let (admin_tx, mut admin_rx) = tokio::sync::watch::channel(false);
+    let router = gateway.admin_router();
+    let admin_options = ServeOptions {
+        grace: Duration::from_secs(1),
+        ..serve.clone()
+    };
+    let admin_task = tokio::spawn(async move {
+        serve_with(admin_listener, router, &admin_options, async move {
+            let _ = admin_rx.wait_for(|v| *v).await;
+        })
+        .await
+    });
+
+    wait_for_stop(&gateway, &options).await;
+    gateway.set_draining();
+    tracing::info!(
+        grace_ms = serve.grace.as_millis() as u64,
+        "stopping: draining requests in flight"
+    );
+    let _ = stop_tx.send(true);
+    let mut dropped = 0;
+    for t in threads {
+        if let Ok(Ok(n)) = tokio::task::spawn_blocking(move || t.join()).await {
+            dropped += n;
+        }
+    }
+    let _ = admin_tx.send(true);
+    let _ = admin_task.await;
+    tracing::info!(dropped, "gateway stopped");
+    Ok(())
+}
+
+/// Serves reloads until a stop signal arrives.
+async fn wait_for_stop(gateway: &Gateway, options: &RunOptions) {
+    let (Ok(mut term), Ok(mut int), Ok(mut hup)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+        signal(SignalKind::hangup()),
+    ) else {
+        tracing::error!("cannot install signal handlers; stopping on Ctrl-C only");
+        let _ = tokio::signal::ctrl_c().await;
+        return;
+    };
+    let mut seen = options.config_path.as_deref().and_then(modified);
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    loop {
+        tokio::select! {
+            _ = term.recv() => return,
+            _ = int.recv() => return,
+            _ = hup.recv() => {
+                tracing::info!("SIGHUP: reloading the config");
+                let _ = gateway.reload();
+            }
+            _ = tick.tick(), if options.watch => {
+                let now = options.config_path.as_deref().and_then(modified);
+                if now.is_some() && now != seen {
+                    seen = now;
+                    tracing::info!("config file changed: reloading");
+                    let _ = gateway.reload();
+                }
+            }
+        }
+    }
+}
+
+fn modified(path: &Path) -> Option<SystemTime> {
+    std::fs::metadata(path).and_then(|m| m.modified()).ok()
+}
