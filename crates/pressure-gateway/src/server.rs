@@ -240,30 +240,32 @@ impl Connection {
                     })
                 })
             });
-        let conn = self
-            .builder
-            .serve_connection_with_upgrades(TokioIo::new(io), TowerToHyperService::new(svc));
-        tokio::pin!(conn);
-        let mut stopping = *self.stop.borrow();
-        if stopping {
-            conn.as_mut().graceful_shutdown();
-        }
-        loop {
-            tokio::select! {
-                _ = conn.as_mut() => break,
-                reason = activity.expired(&self.options) => {
-                    tracing::debug!(%peer, reason, "closing connection");
-                    break;
-                }
-                changed = self.stop.changed(), if !stopping => {
-                    stopping = true;
-                    if changed.is_ok() {
-                        conn.as_mut().graceful_shutdown();
+        // The connection (and its socket) is gone when this block ends.
+        {
+            let conn = self
+                .builder
+                .serve_connection_with_upgrades(TokioIo::new(io), TowerToHyperService::new(svc));
+            tokio::pin!(conn);
+            let mut stopping = *self.stop.borrow();
+            if stopping {
+                conn.as_mut().graceful_shutdown();
+            }
+            loop {
+                tokio::select! {
+                    _ = conn.as_mut() => break,
+                    reason = activity.expired(&self.options) => {
+                        tracing::debug!(%peer, reason, "closing connection");
+                        break;
+                    }
+                    changed = self.stop.changed(), if !stopping => {
+                        stopping = true;
+                        if changed.is_ok() {
+                            conn.as_mut().graceful_shutdown();
+                        }
                     }
                 }
             }
         }
-        drop(conn);
         if self.open.fetch_sub(1, Ordering::AcqRel) == 1 {
             self.all_closed.notify_waiters();
         }

@@ -1,0 +1,247 @@
+//! A `pressure gateway` child process and a tiny upstream, for the
+//! lifecycle tests.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+use tokio::time::Instant;
+
+/// A temporary directory removed (with its contents) on drop.
+pub struct TempDir(PathBuf);
+
+impl TempDir {
+    pub fn new(name: &str) -> Self {
+        let dir = std::env::temp_dir().join(format!("pressure-lifecycle-{name}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("create the temp dir");
+        Self(dir)
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A port that was free on loopback a moment ago.
+pub fn free_port() -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind a free port");
+    listener.local_addr().expect("local addr").port()
+}
+
+/// An upstream on `127.0.0.1:0`: `/slow?ms=N` answers after N ms, anything
+/// else at once. Aborted on drop.
+pub struct Upstream {
+    pub url: String,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Upstream {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+pub async fn upstream() -> Upstream {
+    async fn handle(req: axum::extract::Request) -> String {
+        if req.uri().path() == "/slow" {
+            let ms: u64 = req
+                .uri()
+                .query()
+                .and_then(|q| q.strip_prefix("ms="))
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(1000);
+            tokio::time::sleep(Duration::from_millis(ms)).await;
+            return format!("slept {ms} ms");
+        }
+        "ok".to_owned()
+    }
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let url = format!("http://{}", listener.local_addr().expect("addr"));
+    let app = axum::Router::new().fallback(handle);
+    let task = tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    Upstream { url, task }
+}
+
+/// A running `pressure gateway`, killed and reaped on drop.
+pub struct Gateway {
+    child: Child,
+    config: PathBuf,
+    log: PathBuf,
+    pub proxy: String,
+    pub admin: String,
+    client: reqwest::Client,
+}
+
+impl Gateway {
+    /// Writes `config` into `dir` and starts the binary on it with `args`.
+    pub fn spawn(name: &str, dir: &Path, config: &serde_json::Value, args: &[&str]) -> Self {
+        let path = dir.join(format!("{name}.json"));
+        std::fs::write(&path, serde_json::to_vec_pretty(config).expect("json")).expect("write config");
+        let log = dir.join(format!("{name}.log"));
+        let stderr = std::fs::File::create(&log).expect("log file");
+        let child = Command::new(env!("CARGO_BIN_EXE_pressure"))
+            .arg("gateway")
+            .arg("--config")
+            .arg(&path)
+            .args(args)
+            .env("RUST_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(stderr)
+            .spawn()
+            .expect("spawn the pressure binary");
+        let addr = |key: &str| {
+            let v = &config["gateway"];
+            let a = if key == "admin" {
+                &v["admin"]["listen"]
+            } else {
+                &v["listen"]
+            };
+            format!("http://{}", a.as_str().expect("listen address"))
+        };
+        Self {
+            child,
+            config: path,
+            log,
+            proxy: addr("listen"),
+            admin: addr("admin"),
+            client: reqwest::Client::builder()
+                .timeout(Duration::from_secs(10))
+                .build()
+                .expect("client"),
+        }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// The last lines the gateway logged.
+    pub fn log_tail(&self) -> String {
+        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        lines[lines.len().saturating_sub(25)..].join("\n")
+    }
+
+    /// Replaces the config file.
+    pub fn rewrite(&self, config: &serde_json::Value) {
+        std::fs::write(&self.config, serde_json::to_vec_pretty(config).expect("json")).expect("write config");
+    }
+
+    pub fn is_running(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+
+    /// Waits (10 s at most) until `/readyz` answers 200.
+    pub async fn wait_ready(&mut self) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                panic!("the gateway exited early ({status}):\n{}", self.log_tail());
+            }
+            if let Ok(r) = self.client.get(format!("{}/readyz", self.admin)).send().await {
+                if r.status() == 200 {
+                    return;
+                }
+            }
+            assert!(
+                Instant::now() < deadline,
+                "not ready within 10 s:\n{}",
+                self.log_tail()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// The exit code within `within`, `None` if it did not exit (or died by
+    /// a signal).
+    pub async fn wait_exit(&mut self, within: Duration) -> Option<i32> {
+        let deadline = Instant::now() + within;
+        loop {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return status.code();
+            }
+            if Instant::now() >= deadline {
+                return None;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// Status and body of `GET path` on the proxy (0 when it failed).
+    pub async fn get(&self, path: &str) -> (u16, String) {
+        match self.client.get(format!("{}{path}", self.proxy)).send().await {
+            Ok(r) => (r.status().as_u16(), r.text().await.unwrap_or_default()),
+            Err(e) => (0, e.to_string()),
+        }
+    }
+
+    /// Status and body of `POST path` on the admin listener.
+    pub async fn admin_post(&self, path: &str) -> (u16, String) {
+        let r = self
+            .client
+            .post(format!("{}{path}", self.admin))
+            .send()
+            .await
+            .expect("admin answers");
+        (r.status().as_u16(), r.text().await.unwrap_or_default())
+    }
+
+    /// Polls `GET path` on the admin listener until it answers `want` or
+    /// `within` passes; the last status.
+    pub async fn admin_get_until(&self, path: &str, want: u16, within: Duration) -> u16 {
+        let deadline = Instant::now() + within;
+        loop {
+            let status = match self.client.get(format!("{}{path}", self.admin)).send().await {
+                Ok(r) => r.status().as_u16(),
+                Err(_) => 0,
+            };
+            if status == want || Instant::now() >= deadline {
+                return status;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// Waits (5 s at most) until `/metrics` holds `line`.
+    pub async fn wait_metric(&self, line: &str) {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            if let Ok(r) = self.client.get(format!("{}/metrics", self.admin)).send().await {
+                if r.text().await.unwrap_or_default().lines().any(|l| l == line) {
+                    return;
+                }
+            }
+            assert!(
+                Instant::now() < deadline,
+                "`{line}` never showed in /metrics:\n{}",
+                self.log_tail()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+impl Drop for Gateway {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Sends `SIG<name>` to the gateway (with the system's `kill`).
+pub fn send_signal(gw: &Gateway, name: &str) {
+    let status = Command::new("kill")
+        .arg(format!("-{name}"))
+        .arg(gw.pid().to_string())
+        .status()
+        .expect("run kill");
+    assert!(status.success(), "kill -{name} failed");
+}
