@@ -14,7 +14,7 @@ use dashmap::DashMap;
 use serde::{Deserialize, Serialize};
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 /// Default bound on lazily registered resources.
@@ -96,6 +96,7 @@ impl<B: Backend> BrokerBuilder<B> {
                 max_lazy: self.max_lazy,
                 clock: self.clock,
                 evicting: parking_lot::Mutex::new(()),
+                reconfiguring: parking_lot::Mutex::new(()),
             }),
         }
     }
@@ -109,6 +110,21 @@ struct Shared<B: Backend> {
     max_lazy: usize,
     clock: Arc<dyn Clock>,
     evicting: parking_lot::Mutex<()>,
+    /// Serializes `set_limits`, so each change continues the latest state.
+    reconfiguring: parking_lot::Mutex<()>,
+}
+
+/// What [`ResourceBroker::set_limits`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum LimitChange {
+    /// The resource was absent and is now registered as a `limit` resource.
+    Registered,
+    /// The resource already had exactly these limits: nothing changed, its
+    /// handles, permits and counters are untouched.
+    Unchanged,
+    /// The limits changed: new acquisitions (also through handles obtained
+    /// before) count against them, current usage and counters carry over.
+    Changed,
 }
 
 /// One broker, two strategies on exhaustion over the same counters:
@@ -175,7 +191,7 @@ impl<B: Backend> ResourceBroker<B> {
             })?;
         let spec = compile(&resource, &config.limits)?;
         let ceiling = ((1.0 - config.queue.batch_headroom) * f64::from(PPM)) as u32;
-        let queue = Some(Box::new(Queue::new(config.queue)));
+        let queue = Some(Arc::new(Queue::new(config.queue)));
         self.insert(resource, spec, ResourceKind::Queue, queue, ceiling, false)
             .map(drop)
     }
@@ -186,6 +202,95 @@ impl<B: Backend> ResourceBroker<B> {
         let spec = compile(&resource, &limits)?;
         self.insert(resource, spec, ResourceKind::Limit, None, PPM, false)
             .map(drop)
+    }
+
+    /// Sets the limits of `resource` live, for a configuration reload:
+    ///
+    /// * absent: registers it as a `limit` resource ([`LimitChange::Registered`]);
+    /// * present with equal limits: does nothing ([`LimitChange::Unchanged`]);
+    /// * present with other limits ([`LimitChange::Changed`]): every new
+    ///   acquisition — also through [`ResourceHandle`]s obtained earlier —
+    ///   counts against `limits`, while current usage is kept: window
+    ///   sub-windows, `gcra` bucket levels (by the units they hold), and live
+    ///   leases, which still release correctly and count against the new
+    ///   `maxConcurrentRequests`. Allowed/denied counters continue; a
+    ///   dimension that is added starts empty, one that is removed stops
+    ///   counting. The resource keeps its kind (a `queue` resource keeps its
+    ///   queue and waiters, which are served under the new limits).
+    ///
+    /// Invalid limits change nothing and return [`Error::InvalidLimits`].
+    pub fn set_limits(&self, resource: &str, limits: Limits) -> Result<LimitChange, Error> {
+        let spec = compile(resource, &limits)?;
+        let _serial = self.shared.reconfiguring.lock();
+        loop {
+            let Some(found) = self.shared.resources.get(resource).map(|e| Arc::clone(e.value())) else {
+                match self.insert(
+                    resource.to_owned(),
+                    Arc::clone(&spec),
+                    ResourceKind::Limit,
+                    None,
+                    PPM,
+                    false,
+                ) {
+                    Ok(_) => return Ok(LimitChange::Registered),
+                    // Registered meanwhile by another caller: change that one.
+                    Err(Error::AlreadyRegistered(_)) => continue,
+                    Err(e) => return Err(e),
+                }
+            };
+            let current = Arc::clone(found.current());
+            if current.spec.limits == limits {
+                return Ok(LimitChange::Unchanged);
+            }
+            let handle = self
+                .shared
+                .backend
+                .reattach(resource, &current.handle, Arc::clone(&spec))?;
+            let stateful = spec.permits_hold_state();
+            let next = Arc::new(Entry {
+                id: Arc::clone(&current.id),
+                kind: current.kind,
+                spec,
+                backend: Arc::clone(&self.shared.backend),
+                handle,
+                counters: Arc::clone(&current.counters),
+                queue: current.queue.clone(),
+                batch_ceiling_ppm: current.batch_ceiling_ppm,
+                lazy: current.lazy,
+                stateful,
+                last_used: AtomicU64::new(current.last_used.load(Ordering::Relaxed)),
+                next: OnceLock::new(),
+            });
+            // Old versions forward to the new one first, then the map
+            // serves it; under `reconfiguring` nobody else links `current`.
+            let _ = current.next.set(Arc::clone(&next));
+            if let Some(mut slot) = self.shared.resources.get_mut(resource) {
+                if Arc::ptr_eq(slot.value(), &found) {
+                    *slot.value_mut() = next;
+                }
+            }
+            if let Some(q) = current.queue.as_deref() {
+                // Waiters may fit under the new limits.
+                q.wake();
+            }
+            return Ok(LimitChange::Changed);
+        }
+    }
+
+    /// Removes `resource` from the broker (a reload dropped it); `false` if
+    /// it was not registered. Permits granted on it still release (their
+    /// state lives as long as they do); handles obtained earlier keep
+    /// counting on that unregistered state, so callers should drop them.
+    pub fn unregister(&self, resource: &str) -> bool {
+        match self.shared.resources.remove(resource) {
+            Some((_, entry)) => {
+                if entry.lazy {
+                    self.shared.lazy_count.fetch_sub(1, Ordering::Relaxed);
+                }
+                true
+            }
+            None => false,
+        }
     }
 
     /// The handle of a registered resource, to acquire without a lookup.
@@ -232,7 +337,7 @@ impl<B: Backend> ResourceBroker<B> {
         resource: String,
         spec: Arc<LimitSpec>,
         kind: ResourceKind,
-        queue: Option<Box<Queue<B>>>,
+        queue: Option<Arc<Queue<B>>>,
         batch_ceiling_ppm: u32,
         lazy: bool,
     ) -> Result<Arc<Entry<B>>, Error> {
@@ -245,12 +350,13 @@ impl<B: Backend> ResourceBroker<B> {
             spec,
             backend: Arc::clone(&self.shared.backend),
             handle,
-            counters: Counters::default(),
+            counters: Arc::new(Counters::default()),
             queue,
             batch_ceiling_ppm,
             lazy,
             stateful,
             last_used: AtomicU64::new(self.shared.clock.now_nanos()),
+            next: OnceLock::new(),
         });
         match self.shared.resources.entry(id) {
             dashmap::Entry::Occupied(o) => return Err(Error::AlreadyRegistered(o.key().to_string())),
@@ -388,9 +494,9 @@ impl<B: Backend> ResourceBroker<B> {
         max_wait: Duration,
     ) -> Result<Permit<B>, Error> {
         let entry = self.entry(resource)?;
-        let mut demand = entry.demand(&opts);
+        let mut demand = entry.current().demand(&opts);
         demand.count_denial = false;
-        entry.check_size(&demand)?;
+        entry.current().check_size(&demand)?;
         let deadline = tokio::time::Instant::now() + max_wait;
         loop {
             match entry.attempt(&demand).await? {

@@ -1,6 +1,14 @@
 //! One registered resource as the broker holds it: its compiled limits, the
 //! backend's handle, this process's counters and, for `queue` resources, the
 //! wait queue. [`ResourceHandle`] is the public, pre-resolved reference.
+//!
+//! An [`Entry`] is one *version* of a resource: its limits never change.
+//! When they do ([`crate::ResourceBroker::set_limits`]) the broker makes a
+//! new version that continues the backend state and shares the counters and
+//! the queue, and links the old one to it (`next`). Acquisitions always run
+//! on the newest version (one atomic load to check), so handles obtained
+//! before the change count against the new limits; permits stay on the
+//! version that granted them, whose backend handle still releases them.
 
 use crate::acquisition::{AcquireOptions, Acquisition, Permit};
 use crate::backend::{Backend, BackendError, Decision, Grant, SyncBackend};
@@ -9,7 +17,7 @@ use crate::limits::{Demand, LimitSpec, PPM};
 use crate::queue::Queue;
 use crate::stats::ResourceKind;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 /// Counters of this process for one resource, besides the grants and
 /// denials its backend counts on the hot path.
@@ -28,8 +36,10 @@ pub(crate) struct Entry<B: Backend> {
     pub(crate) spec: Arc<LimitSpec>,
     pub(crate) backend: Arc<B>,
     pub(crate) handle: B::Handle,
-    pub(crate) counters: Counters,
-    pub(crate) queue: Option<Box<Queue<B>>>,
+    /// Shared by every version of the resource.
+    pub(crate) counters: Arc<Counters>,
+    /// Shared by every version of the resource.
+    pub(crate) queue: Option<Arc<Queue<B>>>,
     /// Share of each limit batch callers may fill, parts per million.
     pub(crate) batch_ceiling_ppm: u32,
     pub(crate) lazy: bool,
@@ -38,6 +48,8 @@ pub(crate) struct Entry<B: Backend> {
     pub(crate) stateful: bool,
     /// Broker-clock nanoseconds of the last use (lazy resources only).
     pub(crate) last_used: AtomicU64,
+    /// The version that replaced this one when the limits changed.
+    pub(crate) next: OnceLock<Arc<Entry<B>>>,
 }
 
 impl<B: Backend> std::fmt::Debug for Entry<B> {
@@ -50,6 +62,17 @@ impl<B: Backend> std::fmt::Debug for Entry<B> {
 }
 
 impl<B: Backend> Entry<B> {
+    /// The newest version of this resource (itself unless its limits
+    /// changed since it was looked up).
+    #[inline]
+    pub(crate) fn current(self: &Arc<Self>) -> &Arc<Self> {
+        let mut e = self;
+        while let Some(next) = e.next.get() {
+            e = next;
+        }
+        e
+    }
+
     /// The backend demand for `opts`.
     #[inline]
     pub(crate) fn demand(&self, opts: &AcquireOptions) -> Demand {
@@ -81,14 +104,16 @@ impl<B: Backend> Entry<B> {
         }
     }
 
-    /// One backend attempt, answered without awaiting when the backend can.
+    /// One backend attempt on the newest version, answered without awaiting
+    /// when the backend can.
     #[inline]
     pub(crate) async fn attempt(self: &Arc<Self>, demand: &Demand) -> Result<Acquisition<B>, Error> {
-        let decision = match self.backend.acquire_now(&self.handle, demand) {
+        let e = self.current();
+        let decision = match e.backend.acquire_now(&e.handle, demand) {
             Some(d) => d,
-            None => self.backend.acquire(&self.handle, demand).await,
+            None => e.backend.acquire(&e.handle, demand).await,
         };
-        self.finish(decision)
+        e.finish(decision)
     }
 
     /// Turns a backend decision into an acquisition.
@@ -109,7 +134,10 @@ impl<B: Backend> Entry<B> {
 
     #[inline]
     fn permit(self: &Arc<Self>, grant: Grant) -> Permit<B> {
-        if !self.stateful {
+        // A lease always needs its entry back, even if it raced with a
+        // change of limits that added concurrency to a resource whose
+        // permits were inert.
+        if !self.stateful && grant.lease.is_none() {
             return Permit::new(None, grant);
         }
         if grant.lease.is_some() {
@@ -118,15 +146,17 @@ impl<B: Backend> Entry<B> {
         Permit::new(Some(Arc::clone(self)), grant)
     }
 
-    /// `try_acquire`: one attempt; the backend counts a denial.
+    /// `try_acquire`: one attempt on the newest version; the backend counts
+    /// a denial.
     #[inline]
     pub(crate) async fn try_acquire(
         self: &Arc<Self>,
         opts: &AcquireOptions,
     ) -> Result<Acquisition<B>, Error> {
-        let demand = self.demand(opts);
-        self.check_size(&demand)?;
-        self.attempt(&demand).await
+        let e = self.current();
+        let demand = e.demand(opts);
+        e.check_size(&demand)?;
+        e.attempt(&demand).await
     }
 
     /// `try_acquire` answered at once, or `None` when the backend must be
@@ -136,12 +166,13 @@ impl<B: Backend> Entry<B> {
         self: &Arc<Self>,
         opts: &AcquireOptions,
     ) -> Option<Result<Acquisition<B>, Error>> {
-        let demand = self.demand(opts);
-        if let Err(e) = self.check_size(&demand) {
-            return Some(Err(e));
+        let e = self.current();
+        let demand = e.demand(opts);
+        if let Err(err) = e.check_size(&demand) {
+            return Some(Err(err));
         }
-        let d = self.backend.acquire_now(&self.handle, &demand)?;
-        Some(self.finish(d))
+        let d = e.backend.acquire_now(&e.handle, &demand)?;
+        Some(e.finish(d))
     }
 
     /// `try_acquire` on a backend that always answers at once.
@@ -150,10 +181,11 @@ impl<B: Backend> Entry<B> {
     where
         B: SyncBackend,
     {
-        let demand = self.demand(opts);
-        self.check_size(&demand)?;
-        let d = self.backend.acquire_sync(&self.handle, &demand);
-        self.finish(Ok(d))
+        let e = self.current();
+        let demand = e.demand(opts);
+        e.check_size(&demand)?;
+        let d = e.backend.acquire_sync(&e.handle, &demand);
+        e.finish(Ok(d))
     }
 
     /// Tells the queue (if any) that capacity may have been freed.
@@ -167,6 +199,12 @@ impl<B: Backend> Entry<B> {
 
 /// A pre-resolved reference to a registered resource: acquiring through it
 /// skips the id lookup. Keeps the resource from being evicted while held.
+///
+/// A handle follows changes of the resource's limits
+/// ([`crate::ResourceBroker::set_limits`]): acquisitions through it count
+/// against the newest limits. After [`crate::ResourceBroker::unregister`] it
+/// still counts on the resource's last state, which is no longer
+/// registered; get a fresh handle from the broker after a reload.
 #[derive(Debug)]
 pub struct ResourceHandle<B: Backend = crate::MemoryBackend> {
     pub(crate) entry: Arc<Entry<B>>,
@@ -186,9 +224,10 @@ impl<B: Backend> ResourceHandle<B> {
         &self.entry.id
     }
 
-    /// The resource's limits.
+    /// The resource's limits now (after any [`crate::ResourceBroker::set_limits`]
+    /// since this handle was obtained).
     pub fn limits(&self) -> &crate::Limits {
-        &self.entry.spec.limits
+        &self.entry.current().spec.limits
     }
 
     /// Check+reject: reserve `opts` now or get a denial with its wait time.

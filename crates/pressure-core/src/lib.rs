@@ -91,6 +91,15 @@
 //! first, batch after at most `interactiveBurst` interactive grants, batch
 //! confined below `1 − batchHeadroom` of each limit fleet-wide.
 //!
+//! ## Live reconfiguration
+//! [`ResourceBroker::set_limits`] changes a resource's limits in place (a
+//! configuration reload): unchanged limits keep everything, changed ones
+//! apply to every new acquisition — also through [`ResourceHandle`]s
+//! obtained before — while current usage carries over by dimension (window
+//! sub-windows, `gcra` bucket levels, live leases) and the counters
+//! continue. [`ResourceBroker::unregister`] drops a resource; its
+//! outstanding permits still release.
+//!
 //! ## Lazily registered resources
 //! [`ResourceBroker::lazy_limit`] registers per-tenant resources on first use.
 //! Their number is bounded (default 100 000): past the bound the broker evicts
@@ -117,7 +126,9 @@ pub use acquisition::{AcquireOptions, Acquisition, ActualUsage, Permit};
 pub use backend::{
     Backend, BackendError, Counts, Decision, Denial, Grant, LeaseId, MemoryBackend, Reserved, SyncBackend,
 };
-pub use broker::{BrokerBuilder, LimitTemplate, ResourceBroker, ResourceConfig, DEFAULT_MAX_LAZY_RESOURCES};
+pub use broker::{
+    BrokerBuilder, LimitChange, LimitTemplate, ResourceBroker, ResourceConfig, DEFAULT_MAX_LAZY_RESOURCES,
+};
 pub use entry::ResourceHandle;
 pub use error::{Error, QueueError};
 pub use field_error::FieldError;

@@ -43,6 +43,23 @@ impl Backend for AnyBackend {
         }
     }
 
+    fn reattach(
+        &self,
+        resource: &str,
+        old: &AnyHandle,
+        spec: Arc<LimitSpec>,
+    ) -> Result<AnyHandle, BackendError> {
+        match (self, old) {
+            (AnyBackend::Memory(b), AnyHandle::Memory(h)) => {
+                b.reattach(resource, h, spec).map(AnyHandle::Memory)
+            }
+            (AnyBackend::Redis(b), AnyHandle::Redis(h)) => {
+                b.reattach(resource, h, spec).map(AnyHandle::Redis)
+            }
+            _ => Err(mismatch()),
+        }
+    }
+
     #[inline]
     fn acquire_now(&self, handle: &AnyHandle, demand: &Demand) -> Option<Result<Decision, BackendError>> {
         match (self, handle) {

@@ -6,6 +6,9 @@
 --
 -- KEYS[1]  state hash of the resource:
 --          g<d>      gcra TAT of dimension d
+--          g<d>t     the emission interval T (us) that TAT was counted with;
+--                    when the limit changes, the TAT is rescaled to the new T
+--                    keeping the units it holds (absent: the current T)
 --          w<d>:s    window sum, w<d>:lo oldest live sub-window, w<d>:<k> units of sub-window k
 --          c         leases counted (live, or expired and not yet swept)
 --          cm        lower bound of the earliest lease expiry
@@ -16,7 +19,7 @@
 --          algo (1 = gcra, 0 = window), dim id, units,
 --          limit (gcra: tolerance C*T in us; window: N),
 --          step (gcra: T in us; window: g in us),
---          fields (gcra: "g<d>", "-", "-"; window: "w<d>:", "w<d>:s", "w<d>:lo")
+--          fields (gcra: "g<d>", "g<d>t", "-"; window: "w<d>:", "w<d>:s", "w<d>:lo")
 -- ARGV[2 + 8n]  concurrency limit (0 = take no lease)
 -- ARGV[3 + 8n]  lease TTL in us
 -- ARGV[4 + 8n]  lease id
@@ -34,9 +37,10 @@ local c0 = 2 + 8 * n
 local conc = tonumber(ARGV[c0])
 
 -- Per dimension i, slots of D at o = 12 * (i - 1):
--- o+1 gcra?, o+2 units, o+3 limit, o+4 step, o+5 field/prefix, o+6 k,
--- o+7 tat (gcra) or sum (window), o+8 lo, o+9 units of sub-window k, o+10 dirty,
--- o+11 sum field, o+12 lo field; the field of sub-window k is at F[i].
+-- o+1 gcra?, o+2 units, o+3 limit, o+4 step, o+5 field/prefix, o+6 k
+-- (gcra: the T field), o+7 tat (gcra) or sum (window), o+8 lo (gcra: T
+-- must be written), o+9 units of sub-window k, o+10 dirty, o+11 sum field,
+-- o+12 lo field; the field of sub-window k is at F[i].
 local D, F = {}, {}
 local fields = {'x', 'c', 'cm'}
 local nf = 3
@@ -47,7 +51,10 @@ for i = 1, n do
   local f, step = ARGV[b + 5], tonumber(ARGV[b + 4])
   D[o + 1], D[o + 2], D[o + 3], D[o + 4], D[o + 5] = g, tonumber(ARGV[b + 2]), tonumber(ARGV[b + 3]), step, f
   if g then
-    nf = nf + 1; fields[nf] = f
+    local ft = ARGV[b + 6]
+    D[o + 6] = ft
+    fields[nf + 1] = f; fields[nf + 2] = ft
+    nf = nf + 2
   else
     all_gcra = false
     local k = math.floor(now / step)
@@ -70,9 +77,13 @@ for i = 1, n do
   local o = 12 * i - 12
   local u, limit, step = D[o + 2], D[o + 3], D[o + 4]
   if D[o + 1] then
-    local tat = tonumber(v[pos]) or 0
-    D[o + 7] = tat
-    pos = pos + 1
+    local tat, tstep = tonumber(v[pos]) or 0, tonumber(v[pos + 1])
+    pos = pos + 2
+    if tstep ~= nil and tstep ~= step and tat > now then
+      -- Counted with another T (the limit changed): keep the units held.
+      tat = now + math.ceil((tat - now) / tstep) * step
+    end
+    D[o + 7], D[o + 8] = tat, tstep ~= step
     if u > 0 then
       local base = tat > now and tat or now
       local w = base + u * step - limit - now
@@ -192,6 +203,7 @@ for i = 1, n do
       local tat = D[o + 7]
       local nt = (tat > start and tat or start) + u * D[o + 4]
       upd[nu + 1] = D[o + 5]; upd[nu + 2] = nt; nu = nu + 2
+      if D[o + 8] then upd[nu + 1] = D[o + 6]; upd[nu + 2] = D[o + 4]; nu = nu + 2 end
       if nt - now > keep then keep = nt - now end
     end
   elseif u > 0 or D[o + 10] then

@@ -19,8 +19,12 @@ for i = 0, n - 1 do
   local gcra, id, delta, step = ARGV[b] == '1', ARGV[b + 1], tonumber(ARGV[b + 2]), tonumber(ARGV[b + 3])
   if delta ~= 0 then
     if gcra then
-      local v = redis.call('HMGET', key, 'g' .. id, 'x')
-      local tat, x = tonumber(v[1]), tonumber(v[2]) or 0
+      local v = redis.call('HMGET', key, 'g' .. id, 'x', 'g' .. id .. 't')
+      local tat, x, tstep = tonumber(v[1]), tonumber(v[2]) or 0, tonumber(v[3])
+      if tat and tstep ~= nil and tstep ~= step and tat > now then
+        -- Counted with another T (the limit changed): keep the units held.
+        tat = now + math.ceil((tat - now) / tstep) * step
+      end
       local nt = nil
       if tat then
         nt = math.max(tat + delta * step, 0)
@@ -28,7 +32,7 @@ for i = 0, n - 1 do
         nt = now + delta * step
       end
       if nt then
-        redis.call('HSET', key, 'g' .. id, nt)
+        redis.call('HSET', key, 'g' .. id, nt, 'g' .. id .. 't', step)
         -- The key must outlive the corrected bucket.
         if nt > x then
           redis.call('HSET', key, 'x', nt + 10000000)

@@ -15,8 +15,11 @@ for i = 0, n - 1 do
   local b = 2 + 3 * i
   local gcra, id, step = ARGV[b] == '1', ARGV[b + 1], tonumber(ARGV[b + 2])
   if gcra then
-    local tat = tonumber(redis.call('HGET', KEYS[1], 'g' .. id)) or 0
-    out[#out + 1] = math.max(0, math.ceil((tat - now) / step))
+    local v = redis.call('HMGET', KEYS[1], 'g' .. id, 'g' .. id .. 't')
+    local tat = tonumber(v[1]) or 0
+    -- A TAT counted with another T (the limit changed) holds its units in that T.
+    local tstep = tonumber(v[2]) or step
+    out[#out + 1] = math.max(0, math.ceil((tat - now) / tstep))
   else
     local k = math.floor(now / step)
     local f = {}

@@ -67,6 +67,14 @@ pub struct RedisHandle {
     dims: Vec<Dim>,
     local: Option<MemoryHandle>,
     deny: Mutex<Option<Denied>>,
+    /// Shared with the handles of the resource's other limits (reattach),
+    /// so the counts continue across a change.
+    tally: Arc<Tally>,
+}
+
+/// Acquisitions this process made on one resource.
+#[derive(Debug, Default)]
+struct Tally {
     allowed: AtomicU64,
     denied: AtomicU64,
 }
@@ -77,8 +85,9 @@ struct Dim {
     gcra: bool,
     /// gcra: emission interval; window: sub-window length (microseconds).
     step_us: u64,
-    /// Hash fields: gcra `g<d>`; window the prefix `w<d>:` of its
-    /// sub-windows, its sum `w<d>:s` and its oldest sub-window `w<d>:lo`.
+    /// Hash fields: gcra `g<d>` and the T it was counted with `g<d>t`;
+    /// window the prefix `w<d>:` of its sub-windows, its sum `w<d>:s` and
+    /// its oldest sub-window `w<d>:lo`.
     fields: [String; 3],
 }
 
@@ -331,7 +340,7 @@ impl Backend for RedisBackend {
                 gcra,
                 step_us,
                 fields: if gcra {
-                    [format!("g{id}"), "-".to_owned(), "-".to_owned()]
+                    [format!("g{id}"), format!("g{id}t"), "-".to_owned()]
                 } else {
                     [format!("w{id}:"), format!("w{id}:s"), format!("w{id}:lo")]
                 },
@@ -353,9 +362,35 @@ impl Backend for RedisBackend {
             dims,
             local,
             deny: Mutex::new(None),
-            allowed: AtomicU64::new(0),
-            denied: AtomicU64::new(0),
+            tally: Arc::default(),
         })
+    }
+
+    /// The state is in Redis under the resource's key, by dimension: the new
+    /// script arguments continue it (window sub-windows count units, a
+    /// `gcra` TAT is rescaled by the script to the new emission interval,
+    /// leases are fields of the same hash). Only the local fallback state
+    /// and the counts are carried here; the deny cache starts empty.
+    fn reattach(
+        &self,
+        resource: &str,
+        old: &RedisHandle,
+        spec: Arc<LimitSpec>,
+    ) -> Result<RedisHandle, BackendError> {
+        let mut h = self.attach(resource, Arc::clone(&spec))?;
+        if let (Some(old_local), Some(_)) = (&old.local, &h.local) {
+            let limits = local_limits(&spec.limits, self.inner.config.local_share);
+            let local_spec = limits
+                .compile()
+                .map_err(|e| BackendError::Unsupported(format!("local share of the limits: {e}")))?;
+            h.local = Some(
+                self.inner
+                    .local
+                    .reattach(resource, old_local, Arc::new(local_spec))?,
+            );
+        }
+        h.tally = Arc::clone(&old.tally);
+        Ok(h)
     }
 
     async fn acquire(&self, h: &RedisHandle, demand: &Demand) -> Result<Decision, BackendError> {
@@ -371,8 +406,8 @@ impl Backend for RedisBackend {
             }
         };
         match decision {
-            Decision::Granted(_) => h.allowed.fetch_add(1, Ordering::Relaxed),
-            Decision::Denied(_) if demand.count_denial => h.denied.fetch_add(1, Ordering::Relaxed),
+            Decision::Granted(_) => h.tally.allowed.fetch_add(1, Ordering::Relaxed),
+            Decision::Denied(_) if demand.count_denial => h.tally.denied.fetch_add(1, Ordering::Relaxed),
             Decision::Denied(_) => 0,
         };
         Ok(decision)
@@ -380,8 +415,8 @@ impl Backend for RedisBackend {
 
     fn counts(&self, h: &RedisHandle) -> Counts {
         Counts {
-            allowed: h.allowed.load(Ordering::Relaxed),
-            denied: h.denied.load(Ordering::Relaxed),
+            allowed: h.tally.allowed.load(Ordering::Relaxed),
+            denied: h.tally.denied.load(Ordering::Relaxed),
         }
     }
 

@@ -6,6 +6,16 @@
 //! allocation. Every other
 //! resource keeps its dimensions and counters behind one short mutex, which
 //! is what makes a multi-dimension acquisition all-or-nothing.
+//!
+//! # Changing limits ([`Backend::reattach`])
+//! The state carries over into the new limits, matched by dimension (not by
+//! position): window sub-windows as they are, a `gcra` bucket by the units it
+//! holds, leases untouched. A locked resource keeps its mutex, now holding
+//! the new limits, so old and new handles are the same state. A lock-free
+//! resource is *retired*: its word is swapped to a sentinel that no
+//! compare-and-swap can match, the state moves to a new cell, and an
+//! acquisition through an old handle that meets the sentinel follows the
+//! move. Nothing is ever counted against a layout it does not match.
 
 use super::{Backend, BackendError, Counts, Decision, Denial, Grant, LeaseId, Reserved, SyncBackend, Usage};
 use crate::algo::{gcra, leases::LeaseSet, window::WindowState};
@@ -13,8 +23,13 @@ use crate::clock::{Clock, MonotonicClock};
 use crate::limits::{Algorithm, Demand, Dimension, LimitSpec, RateSpec};
 use parking_lot::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
+
+/// The TAT word of a retired lock-free state: larger than any real TAT
+/// (those are clamped below it), so every compare-and-swap against a value
+/// read before the retirement fails.
+const RETIRED: u64 = u64::MAX;
 
 /// In-process backend; the default. Cheap to clone (shares its clock).
 #[derive(Debug, Clone)]
@@ -39,8 +54,10 @@ impl MemoryBackend {
     }
 
     fn release_sync(&self, h: &MemoryHandle, grant: &Grant) {
-        if let (Some(lease), State::Locked(m)) = (grant.lease, &h.state) {
-            m.lock().leases.remove(lease.0);
+        if let Some(lease) = grant.lease {
+            if let Some(m) = h.state.locked() {
+                m.lock().leases.remove(lease.0);
+            }
         }
     }
 }
@@ -54,7 +71,6 @@ impl Default for MemoryBackend {
 /// Per-resource state of the [`MemoryBackend`].
 #[derive(Debug)]
 pub struct MemoryHandle {
-    spec: Arc<LimitSpec>,
     state: State,
 }
 
@@ -62,18 +78,71 @@ pub struct MemoryHandle {
 enum State {
     /// One `gcra` dimension, no concurrency: the TAT in a lock-free word,
     /// next to its counters (one cache line).
-    Fast {
-        rate: RateSpec,
-        tat: AtomicU64,
-        allowed: AtomicU64,
-        denied: AtomicU64,
-    },
-    /// Anything else: all dimensions under one lock.
-    Locked(Mutex<Counters>),
+    Fast(Fast),
+    /// Anything else: all dimensions under one lock, with the limits they
+    /// are counted against (shared by every handle of the resource).
+    Locked(Arc<Mutex<Counters>>),
+    /// A lock-free resource whose limits changed: its state lives in a cell
+    /// that older, retired handles forward to as well.
+    Moved(Arc<State>),
+}
+
+#[derive(Debug)]
+struct Fast {
+    rate: RateSpec,
+    tat: AtomicU64,
+    allowed: AtomicU64,
+    denied: AtomicU64,
+    /// Where the state went when the limits changed; published after the
+    /// new cell holds the carried state, read by whoever meets [`RETIRED`].
+    moved: OnceLock<Arc<State>>,
+}
+
+impl Fast {
+    fn new(rate: RateSpec) -> Self {
+        Self {
+            rate,
+            tat: AtomicU64::new(0),
+            allowed: AtomicU64::new(0),
+            denied: AtomicU64::new(0),
+            moved: OnceLock::new(),
+        }
+    }
+
+    /// The state this retired word moved to; waits out the few instructions
+    /// between the retirement and the publication of the new cell.
+    #[cold]
+    fn successor(&self) -> &State {
+        let mut spins = 0u32;
+        loop {
+            if let Some(next) = self.moved.get() {
+                return next;
+            }
+            spins += 1;
+            if spins < 64 {
+                std::hint::spin_loop();
+            } else {
+                std::thread::yield_now();
+            }
+        }
+    }
+}
+
+impl State {
+    /// The locked counters, following moves; `None` for a lock-free state.
+    fn locked(&self) -> Option<&Arc<Mutex<Counters>>> {
+        match self {
+            State::Locked(m) => Some(m),
+            State::Moved(next) => next.locked(),
+            State::Fast(f) => f.moved.get().and_then(|next| next.locked()),
+        }
+    }
 }
 
 #[derive(Debug)]
 struct Counters {
+    /// The limits this state is counted against now.
+    spec: Arc<LimitSpec>,
     dims: Vec<DimState>,
     leases: LeaseSet,
     next_lease: u64,
@@ -87,41 +156,50 @@ enum DimState {
     Window(WindowState),
 }
 
+/// Whether `spec` can be counted lock-free: one `gcra` rate, no concurrency.
+fn fast_rate(spec: &LimitSpec) -> Option<RateSpec> {
+    match spec.rates.as_slice() {
+        [rate] if rate.algorithm == Algorithm::Gcra && spec.concurrency.is_none() => Some(*rate),
+        _ => None,
+    }
+}
+
+/// The lock-free acquisition; `None` when the word was retired (the limits
+/// changed) and the caller must follow [`Fast::moved`].
 #[inline]
-fn fast_acquire(
-    rate: &RateSpec,
-    [tat, allowed, denied]: [&AtomicU64; 3],
-    now: u64,
-    demand: &Demand,
-) -> Decision {
+fn fast_acquire(f: &Fast, now: u64, demand: &Demand) -> Option<Decision> {
+    let rate = &f.rate;
     let units = rate.units(demand);
     let cap = RateSpec::scaled(rate.capacity, demand.ceiling_ppm);
-    let mut cur = tat.load(Ordering::Acquire);
+    let mut cur = f.tat.load(Ordering::Acquire);
     loop {
+        if cur == RETIRED {
+            return None;
+        }
         let (next, delay) = match gcra::check(rate, cur, now, units, cap) {
-            Ok(next) => (next, 0),
+            Ok(next) => (next.min(RETIRED - 1), 0),
             Err(wait) if demand.book_within_ns > 0 && wait <= demand.book_within_ns => {
-                (gcra::book(rate, cur, now + wait, units), wait)
+                (gcra::book(rate, cur, now + wait, units).min(RETIRED - 1), wait)
             }
             Err(wait) => {
                 if demand.count_denial {
-                    denied.fetch_add(1, Ordering::Relaxed);
+                    f.denied.fetch_add(1, Ordering::Relaxed);
                 }
-                return Decision::Denied(Denial {
+                return Some(Decision::Denied(Denial {
                     wait: Duration::from_nanos(wait),
                     dimension: rate.dimension,
-                });
+                }));
             }
         };
         if next == cur
-            || tat
+            || f.tat
                 .compare_exchange_weak(cur, next, Ordering::AcqRel, Ordering::Acquire)
                 .is_ok()
         {
-            allowed.fetch_add(1, Ordering::Relaxed);
-            return granted(now, delay, None, demand);
+            f.allowed.fetch_add(1, Ordering::Relaxed);
+            return Some(granted(now, delay, None, demand));
         }
-        cur = tat.load(Ordering::Acquire);
+        cur = f.tat.load(Ordering::Acquire);
     }
 }
 
@@ -136,8 +214,83 @@ fn granted(now: u64, delay_ns: u64, lease: Option<LeaseId>, demand: &Demand) -> 
     })
 }
 
+/// A `gcra` TAT counted with `from` re-expressed for `to`, keeping the units
+/// the bucket holds (rounded up, so a change never frees capacity).
+fn rescale_tat(from: &RateSpec, to: &RateSpec, tat: u64, now: u64) -> u64 {
+    if tat <= now {
+        return tat;
+    }
+    now.saturating_add(gcra::used(from, tat, now).saturating_mul(to.emission_ns))
+        .min(RETIRED - 1)
+}
+
+/// One dimension's state carried from `from` to `to` (same dimension):
+/// window sub-windows as they are (a dimension's sub-window grid depends only
+/// on its window length, which limits do not change), a bucket by its
+/// units, and across algorithms by the units counted now.
+fn carry_dim(from: &RateSpec, st: DimState, to: &RateSpec, now: u64) -> DimState {
+    match (st, to.algorithm) {
+        (DimState::Window(w), Algorithm::Window) if from.sub_window_ns == to.sub_window_ns => {
+            DimState::Window(w)
+        }
+        (DimState::Gcra(tat), Algorithm::Gcra) => DimState::Gcra(rescale_tat(from, to, tat, now)),
+        (st, algorithm) => {
+            let units = match st {
+                DimState::Gcra(tat) => gcra::used(from, tat, now),
+                DimState::Window(mut w) => {
+                    w.evict(from, now);
+                    w.sum()
+                }
+            };
+            match algorithm {
+                Algorithm::Gcra if units == 0 => DimState::Gcra(0),
+                Algorithm::Gcra => DimState::Gcra(
+                    now.saturating_add(units.saturating_mul(to.emission_ns))
+                        .min(RETIRED - 1),
+                ),
+                Algorithm::Window => {
+                    let mut w = WindowState::default();
+                    w.commit(to, now, units);
+                    DimState::Window(w)
+                }
+            }
+        }
+    }
+}
+
+/// The start time of a booked future slot, when booking is possible and
+/// within the caller's horizon.
+fn bookable_start(
+    spec: &LimitSpec,
+    dims: &[DimState],
+    now: u64,
+    demand: &Demand,
+    lease: bool,
+) -> Option<u64> {
+    if demand.book_within_ns == 0 || lease || !spec.all_gcra() {
+        return None;
+    }
+    let mut start = now;
+    for (r, st) in spec.rates.iter().zip(dims.iter()) {
+        if let DimState::Gcra(tat) = st {
+            let units = r.units(demand);
+            if units == 0 {
+                continue;
+            }
+            let cap = RateSpec::scaled(r.capacity, demand.ceiling_ppm);
+            start = start.max(gcra::earliest(
+                *tat,
+                now,
+                gcra::increment(r, units),
+                gcra::tolerance(r, cap),
+            ));
+        }
+    }
+    (start - now <= demand.book_within_ns).then_some(start)
+}
+
 impl Counters {
-    fn new(spec: &LimitSpec) -> Self {
+    fn new(spec: Arc<LimitSpec>) -> Self {
         let dims = spec
             .rates
             .iter()
@@ -147,6 +300,7 @@ impl Counters {
             })
             .collect();
         Self {
+            spec,
             dims,
             leases: LeaseSet::default(),
             next_lease: 1,
@@ -155,8 +309,47 @@ impl Counters {
         }
     }
 
-    fn acquire(&mut self, spec: &LimitSpec, now: u64, demand: &Demand) -> Decision {
-        let decision = self.decide(spec, now, demand);
+    /// Counters for `spec` that continue a lock-free state.
+    fn from_fast(spec: Arc<LimitSpec>, f: &Fast, tat: u64, now: u64) -> Self {
+        let mut c = Self::new(spec);
+        if let Some(i) = c.spec.rates.iter().position(|r| r.dimension == f.rate.dimension) {
+            let to = c.spec.rates[i];
+            c.dims[i] = carry_dim(&f.rate, DimState::Gcra(tat), &to, now);
+        }
+        c.allowed = f.allowed.load(Ordering::Relaxed);
+        c.denied = f.denied.load(Ordering::Relaxed);
+        c
+    }
+
+    /// Re-lays the state out for `spec`, dimension by dimension; leases and
+    /// counters stay as they are.
+    fn reshape(&mut self, spec: Arc<LimitSpec>, now: u64) {
+        let mut old: Vec<(RateSpec, Option<DimState>)> = self
+            .spec
+            .rates
+            .iter()
+            .copied()
+            .zip(self.dims.drain(..).map(Some))
+            .collect();
+        self.dims = spec
+            .rates
+            .iter()
+            .map(|to| {
+                let carried = old
+                    .iter_mut()
+                    .find(|(from, _)| from.dimension == to.dimension)
+                    .and_then(|(from, st)| st.take().map(|st| carry_dim(from, st, to, now)));
+                carried.unwrap_or(match to.algorithm {
+                    Algorithm::Gcra => DimState::Gcra(0),
+                    Algorithm::Window => DimState::Window(WindowState::default()),
+                })
+            })
+            .collect();
+        self.spec = spec;
+    }
+
+    fn acquire(&mut self, now: u64, demand: &Demand) -> Decision {
+        let decision = self.decide(now, demand);
         match decision {
             Decision::Granted(_) => self.allowed += 1,
             Decision::Denied(_) if demand.count_denial => self.denied += 1,
@@ -165,9 +358,18 @@ impl Counters {
         decision
     }
 
-    fn decide(&mut self, spec: &LimitSpec, now: u64, demand: &Demand) -> Decision {
+    fn decide(&mut self, now: u64, demand: &Demand) -> Decision {
+        // Disjoint borrows of the fields: the limits are read while the
+        // dimensions are updated, with no reference count touched.
+        let Counters {
+            spec,
+            dims,
+            leases,
+            next_lease,
+            ..
+        } = self;
         let lease = match (demand.lease, spec.concurrency) {
-            (true, Some(limit)) => Some((limit, self.next_lease)),
+            (true, Some(limit)) => Some((limit, *next_lease)),
             _ => None,
         };
         let mut worst: Option<(u64, Dimension)> = None;
@@ -176,7 +378,7 @@ impl Counters {
                 worst = Some((wait, dim));
             }
         };
-        for (r, st) in spec.rates.iter().zip(self.dims.iter_mut()) {
+        for (r, st) in spec.rates.iter().zip(dims.iter_mut()) {
             let units = r.units(demand);
             let res = match st {
                 DimState::Gcra(tat) => {
@@ -193,16 +395,13 @@ impl Counters {
             }
         }
         if let Some((limit, _)) = lease {
-            if let Err(wait) = self
-                .leases
-                .check(now, RateSpec::scaled(limit, demand.ceiling_ppm))
-            {
+            if let Err(wait) = leases.check(now, RateSpec::scaled(limit, demand.ceiling_ppm)) {
                 note(wait, Dimension::MaxConcurrentRequests);
             }
         }
         let delay = match worst {
             None => 0,
-            Some((wait, dimension)) => match self.bookable_start(spec, now, demand, lease.is_some()) {
+            Some((wait, dimension)) => match bookable_start(spec, dims, now, demand, lease.is_some()) {
                 Some(start) => start - now,
                 None => {
                     return Decision::Denied(Denial {
@@ -213,7 +412,7 @@ impl Counters {
             },
         };
         let start = now + delay;
-        for (r, st) in spec.rates.iter().zip(self.dims.iter_mut()) {
+        for (r, st) in spec.rates.iter().zip(dims.iter_mut()) {
             let units = r.units(demand);
             match st {
                 DimState::Gcra(tat) => *tat = gcra::book(r, *tat, start, units),
@@ -221,42 +420,19 @@ impl Counters {
             }
         }
         let lease = lease.map(|(_, id)| {
-            self.next_lease += 1;
-            self.leases.insert(id, now + spec.lease_ttl_ns);
+            *next_lease += 1;
+            leases.insert(id, now + spec.lease_ttl_ns);
             LeaseId(id)
         });
         granted(now, delay, lease, demand)
     }
 
-    /// The start time of a booked future slot, when booking is possible and
-    /// within the caller's horizon.
-    fn bookable_start(&self, spec: &LimitSpec, now: u64, demand: &Demand, lease: bool) -> Option<u64> {
-        if demand.book_within_ns == 0 || lease || !spec.all_gcra() {
-            return None;
-        }
-        let mut start = now;
-        for (r, st) in spec.rates.iter().zip(self.dims.iter()) {
-            if let DimState::Gcra(tat) = st {
-                let units = r.units(demand);
-                if units == 0 {
-                    continue;
-                }
-                let cap = RateSpec::scaled(r.capacity, demand.ceiling_ppm);
-                start = start.max(gcra::earliest(
-                    *tat,
-                    now,
-                    gcra::increment(r, units),
-                    gcra::tolerance(r, cap),
-                ));
-            }
-        }
-        (start - now <= demand.book_within_ns).then_some(start)
-    }
-
-    fn reconcile(&mut self, spec: &LimitSpec, now: u64, grant: &Grant, actual: &Reserved) {
+    /// Corrects by dimension, against the limits counted now (a grant made
+    /// before a change of limits reconciles on the dimensions that remain).
+    fn reconcile(&mut self, now: u64, grant: &Grant, actual: &Reserved) {
         let before = Demand::from(&grant.reserved);
         let after = Demand::from(actual);
-        for (r, st) in spec.rates.iter().zip(self.dims.iter_mut()) {
+        for (r, st) in self.spec.rates.iter().zip(self.dims.iter_mut()) {
             let delta = r.units(&after) as i64 - r.units(&before) as i64;
             if delta == 0 {
                 continue;
@@ -268,9 +444,10 @@ impl Counters {
         }
     }
 
-    fn usage(&mut self, spec: &LimitSpec, now: u64) -> Usage {
+    fn usage(&mut self, now: u64) -> Usage {
         self.leases.sweep(now);
-        let dimensions = spec
+        let dimensions = self
+            .spec
             .rates
             .iter()
             .zip(self.dims.iter_mut())
@@ -291,10 +468,11 @@ impl Counters {
         }
     }
 
-    fn at_rest(&mut self, spec: &LimitSpec, now: u64) -> bool {
+    fn at_rest(&mut self, now: u64) -> bool {
         self.leases.sweep(now);
         self.leases.is_empty()
-            && spec
+            && self
+                .spec
                 .rates
                 .iter()
                 .zip(self.dims.iter_mut())
@@ -308,32 +486,27 @@ impl Counters {
     }
 }
 
-impl Backend for MemoryBackend {
-    type Handle = MemoryHandle;
-
-    fn attach(&self, _resource: &str, spec: Arc<LimitSpec>) -> Result<MemoryHandle, BackendError> {
-        let state = match spec.rates.as_slice() {
-            [rate] if rate.algorithm == Algorithm::Gcra && spec.concurrency.is_none() => State::Fast {
-                rate: *rate,
-                tat: AtomicU64::new(0),
-                allowed: AtomicU64::new(0),
-                denied: AtomicU64::new(0),
-            },
-            _ => State::Locked(Mutex::new(Counters::new(&spec))),
-        };
-        Ok(MemoryHandle { spec, state })
-    }
-
+impl MemoryBackend {
     #[inline]
-    fn acquire_now(&self, handle: &MemoryHandle, demand: &Demand) -> Option<Result<Decision, BackendError>> {
-        Some(Ok(self.acquire_sync(handle, demand)))
+    fn acquire_state(&self, state: &State, now: u64, demand: &Demand) -> Decision {
+        match state {
+            State::Fast(f) => match fast_acquire(f, now, demand) {
+                Some(d) => d,
+                None => self.acquire_state(f.successor(), now, demand),
+            },
+            State::Locked(m) => m.lock().acquire(now, demand),
+            State::Moved(next) => self.acquire_state(next, now, demand),
+        }
     }
 
-    fn counts(&self, handle: &MemoryHandle) -> Counts {
-        match &handle.state {
-            State::Fast { allowed, denied, .. } => Counts {
-                allowed: allowed.load(Ordering::Relaxed),
-                denied: denied.load(Ordering::Relaxed),
+    fn counts_of(state: &State) -> Counts {
+        match state {
+            State::Fast(f) => match f.moved.get() {
+                Some(next) => Self::counts_of(next),
+                None => Counts {
+                    allowed: f.allowed.load(Ordering::Relaxed),
+                    denied: f.denied.load(Ordering::Relaxed),
+                },
             },
             State::Locked(m) => {
                 let c = m.lock();
@@ -342,7 +515,145 @@ impl Backend for MemoryBackend {
                     denied: c.denied,
                 }
             }
+            State::Moved(next) => Self::counts_of(next),
         }
+    }
+
+    fn reconcile_state(state: &State, now: u64, grant: &Grant, actual: &Reserved) {
+        match state {
+            State::Fast(f) => {
+                let rate = &f.rate;
+                let delta = rate.units(&Demand::from(actual)) as i64
+                    - rate.units(&Demand::from(&grant.reserved)) as i64;
+                if delta == 0 {
+                    return;
+                }
+                let moved = f
+                    .tat
+                    .fetch_update(Ordering::AcqRel, Ordering::Acquire, |t| {
+                        (t != RETIRED).then(|| gcra::adjust(rate, t, delta).min(RETIRED - 1))
+                    })
+                    .is_err();
+                if moved {
+                    Self::reconcile_state(f.successor(), now, grant, actual);
+                }
+            }
+            State::Locked(m) => m.lock().reconcile(now, grant, actual),
+            State::Moved(next) => Self::reconcile_state(next, now, grant, actual),
+        }
+    }
+
+    fn usage_of(state: &State, now: u64) -> Usage {
+        match state {
+            State::Fast(f) => match f.tat.load(Ordering::Acquire) {
+                RETIRED => Self::usage_of(f.successor(), now),
+                tat => Usage {
+                    dimensions: vec![(f.rate.dimension, gcra::used(&f.rate, tat, now))],
+                    leases: 0,
+                },
+            },
+            State::Locked(m) => m.lock().usage(now),
+            State::Moved(next) => Self::usage_of(next, now),
+        }
+    }
+
+    fn at_rest_of(state: &State, now: u64) -> bool {
+        match state {
+            State::Fast(f) => match f.tat.load(Ordering::Acquire) {
+                RETIRED => Self::at_rest_of(f.successor(), now),
+                tat => tat <= now,
+            },
+            State::Locked(m) => m.try_lock().is_some_and(|mut c| c.at_rest(now)),
+            State::Moved(next) => Self::at_rest_of(next, now),
+        }
+    }
+
+    /// The state of a resource whose limits change to `spec`, continuing
+    /// `state` (see the module docs).
+    fn carry(&self, state: &State, spec: Arc<LimitSpec>, now: u64) -> State {
+        match state {
+            State::Locked(m) => {
+                m.lock().reshape(spec, now);
+                State::Locked(Arc::clone(m))
+            }
+            State::Moved(next) => self.carry(next, spec, now),
+            State::Fast(f) => {
+                if let Some(next) = f.moved.get() {
+                    return self.carry(next, spec, now);
+                }
+                // Prepare the new cell, retire the word, carry its final
+                // value, then publish: nothing reads the cell before it holds
+                // the carried state.
+                enum Target {
+                    Fast(Fast),
+                    Locked(Arc<Mutex<Counters>>),
+                }
+                let target = match fast_rate(&spec) {
+                    Some(rate) => Target::Fast(Fast::new(rate)),
+                    None => Target::Locked(Arc::new(Mutex::new(Counters::new(Arc::clone(&spec))))),
+                };
+                let tat = f.tat.swap(RETIRED, Ordering::AcqRel);
+                if tat == RETIRED {
+                    // Retired by a concurrent change: follow it.
+                    return self.carry(f.successor(), spec, now);
+                }
+                let (cell, here) = match target {
+                    Target::Fast(nf) => {
+                        let carried = match carry_dim(&f.rate, DimState::Gcra(tat), &nf.rate, now) {
+                            DimState::Gcra(t) => t,
+                            DimState::Window(_) => 0,
+                        };
+                        nf.tat.store(carried, Ordering::Release);
+                        nf.allowed
+                            .store(f.allowed.load(Ordering::Relaxed), Ordering::Relaxed);
+                        nf.denied
+                            .store(f.denied.load(Ordering::Relaxed), Ordering::Relaxed);
+                        let cell = Arc::new(State::Fast(nf));
+                        (Arc::clone(&cell), State::Moved(cell))
+                    }
+                    Target::Locked(m) => {
+                        *m.lock() = Counters::from_fast(spec, f, tat, now);
+                        (Arc::new(State::Locked(Arc::clone(&m))), State::Locked(m))
+                    }
+                };
+                // Only this call retired the word, so the cell is unset.
+                let _ = f.moved.set(cell);
+                here
+            }
+        }
+    }
+}
+
+impl Backend for MemoryBackend {
+    type Handle = MemoryHandle;
+
+    fn attach(&self, _resource: &str, spec: Arc<LimitSpec>) -> Result<MemoryHandle, BackendError> {
+        let state = match fast_rate(&spec) {
+            Some(rate) => State::Fast(Fast::new(rate)),
+            None => State::Locked(Arc::new(Mutex::new(Counters::new(spec)))),
+        };
+        Ok(MemoryHandle { state })
+    }
+
+    fn reattach(
+        &self,
+        _resource: &str,
+        old: &MemoryHandle,
+        spec: Arc<LimitSpec>,
+    ) -> Result<MemoryHandle, BackendError> {
+        let now = self.clock.now_nanos();
+        Ok(MemoryHandle {
+            state: self.carry(&old.state, spec, now),
+        })
+    }
+
+    #[inline]
+    fn acquire_now(&self, handle: &MemoryHandle, demand: &Demand) -> Option<Result<Decision, BackendError>> {
+        Some(Ok(self.acquire_sync(handle, demand)))
+    }
+
+    fn counts(&self, handle: &MemoryHandle) -> Counts {
+        Self::counts_of(&handle.state)
     }
 
     #[inline]
@@ -374,11 +685,11 @@ impl Backend for MemoryBackend {
         grant: &Grant,
     ) -> impl std::future::Future<Output = Result<bool, BackendError>> + Send {
         let now = self.clock.now_nanos();
-        let ok = match (&handle.state, grant.lease) {
-            (State::Locked(m), Some(lease)) => {
-                m.lock()
-                    .leases
-                    .renew(lease.0, now, now + handle.spec.lease_ttl_ns)
+        let ok = match (handle.state.locked(), grant.lease) {
+            (Some(m), Some(lease)) => {
+                let mut c = m.lock();
+                let ttl = c.spec.lease_ttl_ns;
+                c.leases.renew(lease.0, now, now + ttl)
             }
             _ => false,
         };
@@ -392,18 +703,7 @@ impl Backend for MemoryBackend {
         actual: &Reserved,
     ) -> impl std::future::Future<Output = Result<(), BackendError>> + Send {
         let now = self.clock.now_nanos();
-        match &handle.state {
-            State::Fast { rate, tat, .. } => {
-                let delta = rate.units(&Demand::from(actual)) as i64
-                    - rate.units(&Demand::from(&grant.reserved)) as i64;
-                if delta != 0 {
-                    let _ = tat.fetch_update(Ordering::AcqRel, Ordering::Acquire, |t| {
-                        Some(gcra::adjust(rate, t, delta))
-                    });
-                }
-            }
-            State::Locked(m) => m.lock().reconcile(&handle.spec, now, grant, actual),
-        }
+        Self::reconcile_state(&handle.state, now, grant, actual);
         std::future::ready(Ok(()))
     }
 
@@ -412,22 +712,11 @@ impl Backend for MemoryBackend {
         handle: &MemoryHandle,
     ) -> impl std::future::Future<Output = Result<Usage, BackendError>> + Send {
         let now = self.clock.now_nanos();
-        let usage = match &handle.state {
-            State::Fast { rate, tat, .. } => Usage {
-                dimensions: vec![(rate.dimension, gcra::used(rate, tat.load(Ordering::Acquire), now))],
-                leases: 0,
-            },
-            State::Locked(m) => m.lock().usage(&handle.spec, now),
-        };
-        std::future::ready(Ok(usage))
+        std::future::ready(Ok(Self::usage_of(&handle.state, now)))
     }
 
     fn at_rest(&self, handle: &MemoryHandle) -> bool {
-        let now = self.clock.now_nanos();
-        match &handle.state {
-            State::Fast { tat, .. } => tat.load(Ordering::Acquire) <= now,
-            State::Locked(m) => m.try_lock().is_some_and(|mut c| c.at_rest(&handle.spec, now)),
-        }
+        Self::at_rest_of(&handle.state, self.clock.now_nanos())
     }
 }
 
@@ -435,15 +724,7 @@ impl SyncBackend for MemoryBackend {
     #[inline]
     fn acquire_sync(&self, h: &MemoryHandle, demand: &Demand) -> Decision {
         let now = self.clock.now_nanos();
-        match &h.state {
-            State::Fast {
-                rate,
-                tat,
-                allowed,
-                denied,
-            } => fast_acquire(rate, [tat, allowed, denied], now, demand),
-            State::Locked(m) => m.lock().acquire(&h.spec, now, demand),
-        }
+        self.acquire_state(&h.state, now, demand)
     }
 }
 

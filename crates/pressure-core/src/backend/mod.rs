@@ -157,6 +157,23 @@ pub trait Backend: Send + Sync + Sized + std::fmt::Debug + 'static {
     /// Prepares `resource` with `spec`. Called once per registration.
     fn attach(&self, resource: &str, spec: Arc<LimitSpec>) -> Result<Self::Handle, BackendError>;
 
+    /// The handle of `resource` after its limits changed to `spec`,
+    /// continuing the state behind `old`: current usage (window
+    /// sub-windows, bucket levels, live leases) and the allowed/denied
+    /// counts carry over, and new acquisitions count against `spec`.
+    ///
+    /// `old` stays usable: permits granted through it still release and
+    /// reconcile, and an acquisition that raced with the change through it
+    /// must count on the continued state (never on a layout that no longer
+    /// matches, never a panic). A store-backed backend whose state is keyed
+    /// by resource and dimension usually just attaches again.
+    fn reattach(
+        &self,
+        resource: &str,
+        old: &Self::Handle,
+        spec: Arc<LimitSpec>,
+    ) -> Result<Self::Handle, BackendError>;
+
     /// Checks and reserves every dimension of `demand`, or nothing, and
     /// answers at once when the backend can do so without waiting (state in
     /// this process); `None` means "use [`Backend::acquire`]".

@@ -36,7 +36,9 @@ pub(crate) async fn run<B: Backend>(entry: Arc<Entry<B>>) {
             Priority::Interactive => PPM,
             Priority::Batch => entry.batch_ceiling_ppm,
         };
-        if entry.spec.all_gcra() {
+        // The limits may have changed since the waiter arrived: book by the
+        // newest version (the attempt runs on it too).
+        if entry.current().spec.all_gcra() {
             demand.book_within_ns = duration_to_nanos(next.deadline - now);
         }
         // Register interest before the attempt so a release racing with it

@@ -52,7 +52,7 @@ where
         // Waiting is not a refusal: only Full and Timeout count as denied.
         count_denial: false,
     };
-    entry.check_size(&demand)?;
+    entry.current().check_size(&demand)?;
     let timeout = |entry: &Entry<B>| {
         entry.counters.rejected.fetch_add(1, Ordering::Relaxed);
         QueueError::Timeout {
@@ -173,7 +173,7 @@ async fn turn<B: Backend>(
     let now = Instant::now();
     if queue.is_open(now) {
         let mut direct = demand;
-        if entry.spec.all_gcra() {
+        if entry.current().spec.all_gcra() {
             direct.book_within_ns = duration_to_nanos(deadline.saturating_duration_since(now));
         }
         if let Acquisition::Granted(p) = entry.attempt(&direct).await.map_err(Turn::Broker)? {
