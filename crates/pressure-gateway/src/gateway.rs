@@ -5,8 +5,6 @@
 
 use crate::admin::{self, AdminState};
 use crate::backend::{AnyBackend, Broker};
-#[allow(unused_imports)]
-use crate::compat::BrokerReload;
 use crate::config::{BackendConfig, ConfigError, GatewayConfig};
 use crate::layers::body_limit::BodyLimitLayer;
 use crate::layers::pre_auth::PreAuthLayer;

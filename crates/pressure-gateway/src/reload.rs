@@ -9,8 +9,6 @@
 //! of them is refused, naming it, and changes nothing.
 
 use crate::backend::Broker;
-#[allow(unused_imports)]
-use crate::compat::BrokerReload;
 use crate::config::{ConfigError, GatewayConfig};
 use crate::resources;
 use pressure_core::Limits;
@@ -106,6 +104,16 @@ pub fn check_restart_only(old: &GatewayConfig, new: &GatewayConfig) -> Result<()
     Ok(())
 }
 
+/// The tenants registered in this process now.
+fn tenant_ids(broker: &Broker) -> Vec<String> {
+    broker
+        .local_stats()
+        .into_iter()
+        .map(|s| s.resource)
+        .filter(|id| resources::is_tenant(id))
+        .collect()
+}
+
 /// Applies a changed tenant template to the tenants registered now (new
 /// tenants get the new template from the plan), keeping their usage.
 pub fn retemplate_tenants(broker: &Broker, old: &GatewayConfig, new: &GatewayConfig) {
@@ -124,15 +132,11 @@ pub fn retemplate_tenants(broker: &Broker, old: &GatewayConfig, new: &GatewayCon
     if before == after {
         return;
     }
-    for id in broker
-        .resource_ids()
-        .into_iter()
-        .filter(|id| resources::is_tenant(id))
-    {
+    for id in tenant_ids(broker) {
         match &after {
             Some(limits) => {
                 if let Err(e) = broker.set_limits(&id, limits.clone()) {
-                    tracing::warn!(resource = id, error = %e, "tenant limits not updated");
+                    tracing::warn!(resource = id.as_str(), error = %e, "tenant limits not updated");
                 }
             }
             None => {

@@ -13,8 +13,6 @@ mod router;
 pub use router::{prefix_matches, Endpoint, Route, Router, CHAT_COMPLETIONS_PATH};
 
 use crate::backend::{AnyBackend, Broker};
-#[allow(unused_imports)]
-use crate::compat::BrokerReload;
 use crate::config::{ConfigError, GatewayConfig};
 use crate::layers::tenant::Authenticator;
 use crate::openai::Llm;
