@@ -112,12 +112,17 @@ impl Drop for Upstream {
 /// * `/events/forever`: a `text/event-stream`, one event every 50 ms,
 ///   without end;
 /// * `/delay-head`: the response head comes after 20 s;
+/// * `/collect`: reads the whole request body, then answers its length;
 /// * `/ws/echo`: accepts an `Upgrade: websocket` with `101` and echoes raw
 ///   bytes over the upgraded connection (no WebSocket framing: the gateway
 ///   splices bytes and never looks inside).
 pub(crate) fn test_routes() -> Router {
     Router::new()
         .route("/ws/echo", get(ws_echo))
+        .route(
+            "/collect",
+            axum::routing::post(|body: Bytes| async move { format!("{} bytes", body.len()) }),
+        )
         .route("/forever", get(|| async { endless("application/octet-stream") }))
         .route("/events/forever", get(|| async { endless("text/event-stream") }))
         .route(

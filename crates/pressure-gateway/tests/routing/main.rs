@@ -1,0 +1,185 @@
+//! One route per request, decided on the normalised path, and refusals of
+//! hostile input, over real sockets: a service limit never charges another
+//! upstream's traffic; every spelling of a path hits the same limit and is
+//! forwarded normalised; smuggled second headers, missing `Host`, malformed
+//! and stalled bodies get their 4xx (never a 5xx blamed on the upstream).
+
+#[path = "../gateway/support.rs"]
+#[allow(dead_code)]
+mod support;
+
+use http::StatusCode;
+use serde_json::json;
+use std::time::Duration;
+use support::{bounded, raw_status, statuses, TestGateway, Upstream};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+/// The regression of the probe that found the gateway charging `/api`
+/// traffic to the `/` upstream's limit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_service_limit_never_charges_another_upstream() {
+    bounded(async {
+        let up = Upstream::demo().await;
+        let gw = TestGateway::start(json!({
+            "upstreams": {
+                "api": { "url": up.url(), "pathPrefix": "/api" },
+                "web": { "url": up.url(), "pathPrefix": "/" },
+            },
+            "pressure": { "perService": { "web": { "requestsPerMinute": 2 } } },
+        }))
+        .await;
+        let api = gw.burst(6, "/api/orders", &[]).await;
+        assert_eq!(statuses(&api), [200; 6], "/api has no limit of its own");
+        let web = gw.stats("gateway:service:web").await;
+        assert_eq!(
+            (web.allowed, web.denied),
+            (0, 0),
+            "/api traffic never touches web's limit"
+        );
+        let home = gw.burst(3, "/index.html", &[]).await;
+        let mut codes = statuses(&home);
+        codes.sort_unstable();
+        assert_eq!(codes, [200, 200, 429]);
+        let web = gw.stats("gateway:service:web").await;
+        assert_eq!((web.allowed, web.denied), (2, 1));
+        gw.stop().await;
+        up.stop().await;
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_spelling_of_a_path_hits_the_same_limit() {
+    bounded(async {
+        let up = Upstream::demo().await;
+        let gw = TestGateway::start(json!({
+            "upstreams": { "demo": { "url": up.url(), "pathPrefix": "/" } },
+            "pressure": { "perRoute": [{
+                "resource": "gateway:route:github", "pathPrefix": "/webhooks/github",
+                "limits": { "requestsPerMinute": 3 } }] },
+        }))
+        .await;
+        for _ in 0..3 {
+            assert_eq!(gw.get("/webhooks/github").await.status, StatusCode::OK);
+        }
+        for spelling in [
+            "/webhooks/github",
+            "/webhooks//github",
+            "/webhooks/./github",
+            "/webhooks/x/../github",
+            "/webhooks/%67ithub",
+            "//webhooks/github/",
+        ] {
+            let r = gw.get(spelling).await;
+            assert_eq!(
+                r.status,
+                StatusCode::TOO_MANY_REQUESTS,
+                "{spelling}: {:?}",
+                r.body
+            );
+            assert_eq!(
+                r.json()["error"]["resource"],
+                "gateway:route:github",
+                "{spelling}"
+            );
+        }
+        let s = gw.stats("gateway:route:github").await;
+        assert_eq!((s.allowed, s.denied), (3, 6));
+        // An encoded separator would let the upstream decode a path the
+        // limits never saw.
+        for smuggled in ["/webhooks%2Fgithub", "/webhooks/%2e%2e/github", "/a%zz"] {
+            let r = gw.get(smuggled).await;
+            assert_eq!(r.status, StatusCode::BAD_REQUEST, "{smuggled}: {:?}", r.body);
+            assert_eq!(r.json()["error"]["type"], "bad_request");
+        }
+        // The upstream receives the normalised path, query kept.
+        let r = gw.get("/api/../internal/./x?q=%2F").await;
+        assert_eq!(r.status, StatusCode::OK);
+        assert_eq!(r.json()["path"], "/internal/x");
+        gw.stop().await;
+        up.stop().await;
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn smuggled_heads_are_400() {
+    bounded(async {
+        let up = Upstream::demo().await;
+        let gw = TestGateway::start(json!({
+            "upstreams": { "demo": { "url": up.url(), "pathPrefix": "/" } },
+        }))
+        .await;
+        let cases: [(&str, &[u8], u16); 4] = [
+            ("plain", b"GET /x HTTP/1.1\r\nHost: gw\r\n\r\n", 200),
+            (
+                "two Authorization headers",
+                b"GET /x HTTP/1.1\r\nHost: gw\r\nAuthorization: Bearer a\r\nAuthorization: Bearer b\r\n\r\n",
+                400,
+            ),
+            (
+                "two Host headers",
+                b"GET /x HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n",
+                400,
+            ),
+            ("no Host on HTTP/1.1", b"GET /x HTTP/1.1\r\n\r\n", 400),
+        ];
+        for (case, request, want) in cases {
+            assert_eq!(raw_status(gw.addr, request).await, want, "{case}");
+        }
+        let old = exchange(gw.addr, "GET /x HTTP/1.0\r\n\r\n", b"", true).await;
+        assert!(old.starts_with("HTTP/1.0 200"), "HTTP/1.0 needs no Host: {old}");
+        gw.stop().await;
+        up.stop().await;
+    })
+    .await;
+}
+
+/// Sends `head` then `body` on a fresh connection and returns the response
+/// head's status line.
+async fn exchange(addr: std::net::SocketAddr, head: &str, body: &[u8], then_wait: bool) -> String {
+    let mut s = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    s.write_all(head.as_bytes()).await.expect("head");
+    s.write_all(body).await.expect("body");
+    if !then_wait {
+        let _ = s.shutdown().await;
+    }
+    let mut buf = vec![0u8; 4096];
+    let n = tokio::time::timeout(Duration::from_secs(10), s.read(&mut buf))
+        .await
+        .expect("an answer within 10 s")
+        .unwrap_or(0);
+    String::from_utf8_lossy(&buf[..n])
+        .lines()
+        .next()
+        .unwrap_or("")
+        .to_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn client_body_faults_are_4xx_and_not_upstream_errors() {
+    bounded(async {
+        let up = Upstream::demo().await;
+        let gw = TestGateway::start(json!({
+            "upstreams": { "demo": { "url": up.url(), "pathPrefix": "/" } },
+            "timeouts": { "bodyReadMs": 300 },
+        }))
+        .await;
+        let head = "POST /collect HTTP/1.1\r\nHost: gw\r\nTransfer-Encoding: chunked\r\n\r\n";
+        let malformed = exchange(gw.addr, head, b"5\r\nhello\r\nzz\r\n", true).await;
+        assert!(
+            malformed.starts_with("HTTP/1.1 400"),
+            "malformed chunked body: {malformed}"
+        );
+        let stalled = exchange(gw.addr, head, b"5\r\nhello\r\n", true).await;
+        assert!(stalled.starts_with("HTTP/1.1 408"), "stalled body: {stalled}");
+        let metrics = String::from_utf8_lossy(&gw.admin_get("/metrics").await.body).into_owned();
+        assert!(
+            !metrics.contains("pressure_gateway_upstream_errors_total"),
+            "{metrics}"
+        );
+        gw.stop().await;
+        up.stop().await;
+    })
+    .await;
+}
