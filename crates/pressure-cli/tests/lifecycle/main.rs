@@ -154,3 +154,38 @@ async fn a_second_gateway_on_the_same_port_exits_2() {
     assert!(first.is_running());
     assert_eq!(first.get("/anything").await.0, 200);
 }
+
+/// With 64 file descriptors, a flood of silent connections takes the
+/// listener to `EMFILE`: accept failures back off and are logged at most
+/// about once a second, and once the idle timeout closes the flood the
+/// gateway serves again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_fd_exhausting_flood_backs_off_and_recovers() {
+    let up = upstream().await;
+    let dir = TempDir::new("emfile");
+    let (proxy, admin) = (free_port(), free_port());
+    let mut cfg = config(&up.url, proxy, admin, 100);
+    cfg["gateway"]["timeouts"] = json!({ "idleMs": 1500 });
+    let mut gw = Gateway::spawn_with_fd_limit("emfile", dir.path(), &cfg, &[], Some(64));
+    gw.wait_ready().await;
+    let mut flood = Vec::new();
+    for _ in 0..120 {
+        if let Ok(s) = tokio::net::TcpStream::connect(("127.0.0.1", proxy)).await {
+            flood.push(s);
+        }
+    }
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    let failures = gw.log().matches("accept failed").count();
+    assert!((1..=4).contains(&failures), "{failures} accept-failure lines in ~1 s:\n{}", gw.log_tail());
+    // The idle timeout frees the descriptors; the gateway serves again.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(8);
+    loop {
+        if gw.get("/after").await.0 == 200 {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "never recovered:\n{}", gw.log_tail());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    drop(flood);
+    assert!(gw.is_running());
+}

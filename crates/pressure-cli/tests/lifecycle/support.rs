@@ -82,11 +82,33 @@ pub struct Gateway {
 impl Gateway {
     /// Writes `config` into `dir` and starts the binary on it with `args`.
     pub fn spawn(name: &str, dir: &Path, config: &serde_json::Value, args: &[&str]) -> Self {
+        Self::spawn_with_fd_limit(name, dir, config, args, None)
+    }
+
+    /// Like [`spawn`](Self::spawn), under a hard `RLIMIT_NOFILE` of `nofile`
+    /// (set by the shell before it execs the binary).
+    pub fn spawn_with_fd_limit(
+        name: &str,
+        dir: &Path,
+        config: &serde_json::Value,
+        args: &[&str],
+        nofile: Option<u32>,
+    ) -> Self {
         let path = dir.join(format!("{name}.json"));
         std::fs::write(&path, serde_json::to_vec_pretty(config).expect("json")).expect("write config");
         let log = dir.join(format!("{name}.log"));
         let stderr = std::fs::File::create(&log).expect("log file");
-        let child = Command::new(env!("CARGO_BIN_EXE_pressure"))
+        let mut command = match nofile {
+            Some(n) => {
+                let mut c = Command::new("sh");
+                c.arg("-c")
+                    .arg(format!("ulimit -n {n} && exec \"$0\" \"$@\""))
+                    .arg(env!("CARGO_BIN_EXE_pressure"));
+                c
+            }
+            None => Command::new(env!("CARGO_BIN_EXE_pressure")),
+        };
+        let child = command
             .arg("gateway")
             .arg("--config")
             .arg(&path)
@@ -121,6 +143,11 @@ impl Gateway {
 
     pub fn pid(&self) -> u32 {
         self.child.id()
+    }
+
+    /// Everything the gateway logged so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
     /// The last lines the gateway logged.
