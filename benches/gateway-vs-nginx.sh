@@ -25,6 +25,8 @@
 #   BENCH_WARMUP=2    duration of the unmeasured warm-up run before each
 #   BENCH_CONNS=64    wrk connections (-c)    BENCH_THREADS=2  wrk threads (-t)
 #   BENCH_TENANTS=100000
+#   PRESSURE_BIN=path  benchmark this prebuilt `pressure` binary instead of
+#                      building one (to compare two builds back to back)
 #
 # Needs wrk and nginx (Debian packages `wrk`, `nginx`); run as root, the
 # script installs them with apt-get when missing. Everything listens on
@@ -131,10 +133,16 @@ rss_tree_kib() {
 }
 
 # --- Build ------------------------------------------------------------------
-log "building (cargo build --release -p pressure-cli, example tenants_rss)"
-timeout 900 cargo build -q --release -p pressure-cli
+if [[ -n ${PRESSURE_BIN:-} ]]; then
+  # A prebuilt binary (e.g. an older commit's, to compare builds back to back).
+  log "using PRESSURE_BIN=$PRESSURE_BIN"
+  pressure_bin=$PRESSURE_BIN
+else
+  log "building (cargo build --release -p pressure-cli, example tenants_rss)"
+  timeout 900 cargo build -q --release -p pressure-cli
+  pressure_bin=target/release/pressure
+fi
 timeout 900 cargo build -q --release -p pressure-gateway --example tenants_rss
-pressure_bin=target/release/pressure
 [[ -x $pressure_bin ]] || die "no $pressure_bin after the build"
 
 free_port up_port       # trivial upstream (nginx)
