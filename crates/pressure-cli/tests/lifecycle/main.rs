@@ -176,14 +176,22 @@ async fn an_fd_exhausting_flood_backs_off_and_recovers() {
     }
     tokio::time::sleep(Duration::from_millis(1200)).await;
     let failures = gw.log().matches("accept failed").count();
-    assert!((1..=4).contains(&failures), "{failures} accept-failure lines in ~1 s:\n{}", gw.log_tail());
+    assert!(
+        (1..=4).contains(&failures),
+        "{failures} accept-failure lines in ~1 s:\n{}",
+        gw.log_tail()
+    );
     // The idle timeout frees the descriptors; the gateway serves again.
     let deadline = tokio::time::Instant::now() + Duration::from_secs(8);
     loop {
         if gw.get("/after").await.0 == 200 {
             break;
         }
-        assert!(tokio::time::Instant::now() < deadline, "never recovered:\n{}", gw.log_tail());
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "never recovered:\n{}",
+            gw.log_tail()
+        );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     drop(flood);

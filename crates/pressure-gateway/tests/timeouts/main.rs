@@ -52,7 +52,9 @@ async fn silent_and_idle_connections_are_closed() {
 
         // Keep-alive after one request.
         let mut kept = TcpStream::connect(gw.addr).await.expect("connect");
-        kept.write_all(b"GET /x HTTP/1.1\r\nHost: gw\r\n\r\n").await.expect("write");
+        kept.write_all(b"GET /x HTTP/1.1\r\nHost: gw\r\n\r\n")
+            .await
+            .expect("write");
         let mut buf = [0u8; 4096];
         let n = kept.read(&mut buf).await.expect("answer");
         assert!(String::from_utf8_lossy(&buf[..n]).starts_with("HTTP/1.1 200"));
@@ -67,7 +69,9 @@ async fn silent_and_idle_connections_are_closed() {
 
         // Half a head on the admin listener.
         let mut half = TcpStream::connect(gw.admin).await.expect("connect");
-        half.write_all(b"GET /healthz HTTP/1.1\r\nHost: a").await.expect("write");
+        half.write_all(b"GET /healthz HTTP/1.1\r\nHost: a")
+            .await
+            .expect("write");
         closed_within(&mut half, Duration::from_secs(3)).await;
 
         // Still serving.

@@ -45,21 +45,9 @@ use std::time::Duration;
 /// to update a state gauge). It must not block.
 pub type TransitionHook = Arc<dyn Fn(&Transition) + Send + Sync>;
 
-/// A [`BreakerConfig`] that failed [`BreakerConfig::validate`].
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("invalid circuit breaker setting `{field}`: {problem}")]
-pub struct InvalidBreakerConfig {
-    /// The JSON name of the field.
-    pub field: &'static str,
-    /// What is wrong with it.
-    pub problem: String,
-}
-
-impl From<(&'static str, String)> for InvalidBreakerConfig {
-    fn from((field, problem): (&'static str, String)) -> Self {
-        Self { field, problem }
-    }
-}
+/// A [`BreakerConfig`] that failed [`BreakerConfig::validate`] (the JSON
+/// name of the field, and what is wrong with it).
+pub type InvalidBreakerConfig = pressure_core::FieldError;
 
 /// The breaker refused a call: make no network call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]

@@ -60,32 +60,47 @@ impl Default for BreakerConfig {
 }
 
 impl BreakerConfig {
-    /// Checks the values; `Err((field, problem))` names the JSON field.
-    pub fn validate(&self) -> Result<(), (&'static str, String)> {
+    /// Checks the values; the error names the JSON field.
+    pub fn validate(&self) -> Result<(), pressure_core::FieldError> {
         let rate_ok = |r: f64| r.is_finite() && r > 0.0 && r <= 1.0;
         if !rate_ok(self.failure_rate_threshold) {
-            return Err(("failureRateThreshold", "must be > 0 and at most 1".into()));
+            return Err(pressure_core::FieldError::new(
+                "failureRateThreshold",
+                "must be > 0 and at most 1",
+            ));
         }
         if !rate_ok(self.slow_call_rate_threshold) {
-            return Err((
+            return Err(pressure_core::FieldError::new(
                 "slowCallRateThreshold",
-                "must be > 0 and at most 1 (1 = off)".into(),
+                "must be > 0 and at most 1 (1 = off)",
             ));
         }
         if self.slow_call_duration_ms == 0 {
-            return Err(("slowCallDurationMs", "must be > 0".into()));
+            return Err(pressure_core::FieldError::new(
+                "slowCallDurationMs",
+                "must be > 0",
+            ));
         }
         if !(10..=3_600_000).contains(&self.window_ms) {
-            return Err(("windowMs", "must be between 10 and 3600000".into()));
+            return Err(pressure_core::FieldError::new(
+                "windowMs",
+                "must be between 10 and 3600000",
+            ));
         }
         if self.minimum_calls == 0 {
-            return Err(("minimumCalls", "must be > 0".into()));
+            return Err(pressure_core::FieldError::new("minimumCalls", "must be > 0"));
         }
         if !(1..=86_400_000).contains(&self.open_wait_ms) {
-            return Err(("openWaitMs", "must be between 1 and 86400000".into()));
+            return Err(pressure_core::FieldError::new(
+                "openWaitMs",
+                "must be between 1 and 86400000",
+            ));
         }
         if !(1..=1_000).contains(&self.half_open_probes) {
-            return Err(("halfOpenProbes", "must be between 1 and 1000".into()));
+            return Err(pressure_core::FieldError::new(
+                "halfOpenProbes",
+                "must be between 1 and 1000",
+            ));
         }
         Ok(())
     }

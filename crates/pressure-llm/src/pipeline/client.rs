@@ -164,12 +164,8 @@ impl<B: Backend> LlmClient<B> {
                 },
             );
         }
-        let breakers = BreakerRegistry::new(config.breaker.clone(), Arc::clone(&clock)).map_err(|e| {
-            super::ConfigError {
-                path: format!("breaker.{}", e.field),
-                problem: e.problem,
-            }
-        })?;
+        let breakers = BreakerRegistry::new(config.breaker.clone(), Arc::clone(&clock))
+            .map_err(|e| e.under("breaker"))?;
         let mut handlers: HashMap<String, Arc<dyn FallbackHandler>> = HashMap::new();
         for (name, rules) in &config.rules {
             handlers.insert(

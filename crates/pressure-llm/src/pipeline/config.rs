@@ -190,24 +190,9 @@ impl UseCaseConfig {
     }
 }
 
-/// A configuration error at a JSON path such as `useCases.support.chain[0].model`.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{path}: {problem}")]
-pub struct ConfigError {
-    /// JSON-path-like location of the offending field.
-    pub path: String,
-    /// What is wrong.
-    pub problem: String,
-}
-
-impl ConfigError {
-    fn new(path: impl Into<String>, problem: impl Into<String>) -> Self {
-        Self {
-            path: path.into(),
-            problem: problem.into(),
-        }
-    }
-}
+/// A configuration error at a JSON path such as `useCases.support.chain[0].model`:
+/// the workspace's one [`FieldError`](pressure_core::FieldError).
+pub type ConfigError = pressure_core::FieldError;
 
 impl LlmConfig {
     /// Checks every cross-reference and value; the first problem is returned.
@@ -316,9 +301,6 @@ impl LlmConfig {
                 return Err(ConfigError::new(format!("{path}.retry"), e.to_string()));
             }
         }
-        if let Err((field, problem)) = self.breaker.validate() {
-            return Err(ConfigError::new(format!("breaker.{field}"), problem));
-        }
-        Ok(())
+        self.breaker.validate().map_err(|e| e.under("breaker"))
     }
 }

@@ -74,7 +74,7 @@ fn config_defaults_serde_and_validation() {
     let bad = |f: fn(&mut BreakerConfig)| {
         let mut c = BreakerConfig::default();
         f(&mut c);
-        c.validate().unwrap_err().0
+        c.validate().unwrap_err().path
     };
     assert_eq!(bad(|c| c.failure_rate_threshold = 0.0), "failureRateThreshold");
     assert_eq!(
@@ -98,7 +98,7 @@ fn config_defaults_serde_and_validation() {
         clock.clone(),
     )
     .unwrap_err();
-    assert_eq!(err.field, "minimumCalls");
+    assert_eq!(err.path, "minimumCalls");
     assert!(BreakerRegistry::new(BreakerConfig { window_ms: 0, ..d }, clock).is_err());
 }
 
