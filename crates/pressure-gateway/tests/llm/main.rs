@@ -764,8 +764,30 @@ async fn the_body_is_read_within_the_body_limit() {
         let req = Request::post(format!("http://{}/v1/chat/completions", gw.addr))
             .body(Full::new(Bytes::from(big.to_string())))
             .expect("valid");
-        let (status, _, _) = gw.send(req).await;
+        let (status, _, body) = gw.send(req).await;
         assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE);
+        let declared: Value = serde_json::from_slice(&body).expect("json");
+        assert_eq!(declared["error"]["type"], "invalid_request_error", "{declared}");
+        assert_eq!(declared["error"]["code"], "request_too_large", "{declared}");
+        // The same refusal, in the same shape, when the body comes chunked
+        // and is cut on the way.
+        let payload = big.to_string();
+        let mut raw = tokio::net::TcpStream::connect(gw.addr).await.expect("connect");
+        let chunked = format!(
+            "POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\nContent-Type: application/json\r\n\
+             Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n{:x}\r\n{payload}\r\n0\r\n\r\n",
+            payload.len()
+        );
+        tokio::io::AsyncWriteExt::write_all(&mut raw, chunked.as_bytes())
+            .await
+            .expect("write");
+        let mut answer = Vec::new();
+        let _ = tokio::io::AsyncReadExt::read_to_end(&mut raw, &mut answer).await;
+        let answer = String::from_utf8_lossy(&answer);
+        assert!(answer.starts_with("HTTP/1.1 413"), "{answer}");
+        let json_start = answer.find("\r\n\r\n").map_or(0, |i| i + 4);
+        let cut: Value = serde_json::from_str(answer[json_start..].trim()).expect("json body");
+        assert_eq!(cut["error"], declared["error"], "one shape whatever the framing");
         assert_eq!(mock.hits(), 0);
     })
     .await;
