@@ -27,11 +27,13 @@ pub struct ConfigError {
 }
 
 impl ConfigError {
-    /// A problem with the content at `path`.
+    /// A problem with the content at `path`. Control characters (from keys
+    /// or values of the file) are escaped in both, so an error message can
+    /// never rewrite the operator's terminal or forge a log line.
     pub fn new(path: impl Into<String>, problem: impl Into<String>) -> Self {
         Self {
-            path: path.into(),
-            problem: problem.into(),
+            path: escape_controls(path.into()),
+            problem: escape_controls(problem.into()),
             file: None,
         }
     }
@@ -52,4 +54,20 @@ impl From<pressure_core::FieldError> for ConfigError {
     fn from(e: pressure_core::FieldError) -> Self {
         Self::new(e.path, e.problem)
     }
+}
+
+/// `s` with every control character written as `\u{..}`.
+fn escape_controls(s: String) -> String {
+    if !s.chars().any(char::is_control) {
+        return s;
+    }
+    s.chars()
+        .map(|c| {
+            if c.is_control() {
+                c.escape_unicode().to_string()
+            } else {
+                c.to_string()
+            }
+        })
+        .collect()
 }

@@ -50,13 +50,53 @@ pub(crate) fn base_dir_of(path: &Path) -> &Path {
 /// Parses the shape only (no semantic checks, no manifests): the `gateway`
 /// key of a `kb.config.json`-shaped document. Other top-level keys are ignored.
 pub fn parse_shape(json: &str) -> Result<GatewayConfig, ConfigError> {
+    if json.trim_start().starts_with('[') {
+        return Err(ConfigError::new("(root)", "must be an object (got an array)"));
+    }
     let file: ConfigFile = match deserialize_with_path(json, "") {
         Ok(file) => file,
         Err(e) if e.path == "gateway.backend" => return Err(refine_backend_error(json).unwrap_or(e)),
         Err(e) => return Err(e),
     };
     check_memory_backend_keys(json)?;
+    check_no_positional_objects(json, &file.gateway)?;
     Ok(file.gateway)
+}
+
+/// serde_json accepts a struct written as an array of its fields in order
+/// (`"perService": {"api": [5]}` would be `requestsPerSecond: 5`), which
+/// `deny_unknown_fields` cannot catch. Every array of the input must be a
+/// list in the parsed config too: where the parsed config has an object, the
+/// input's array is refused.
+fn check_no_positional_objects(json: &str, parsed: &GatewayConfig) -> Result<(), ConfigError> {
+    let Ok(input) = serde_json::from_str::<serde_json::Value>(json) else {
+        return Ok(());
+    };
+    let (Some(input), Ok(parsed)) = (input.get("gateway"), serde_json::to_value(parsed)) else {
+        return Ok(());
+    };
+    match first_positional(input, &parsed, "gateway") {
+        Some(path) => Err(ConfigError::new(path, "must be an object (got an array)")),
+        None => Ok(()),
+    }
+}
+
+/// The path of the first array in `input` whose counterpart in `parsed` is
+/// an object.
+fn first_positional(input: &serde_json::Value, parsed: &serde_json::Value, path: &str) -> Option<String> {
+    use serde_json::Value;
+    match (input, parsed) {
+        (Value::Array(_), Value::Object(_)) => Some(path.to_owned()),
+        (Value::Array(items), Value::Array(parsed)) => items
+            .iter()
+            .zip(parsed)
+            .enumerate()
+            .find_map(|(i, (a, b))| first_positional(a, b, &format!("{path}[{i}]"))),
+        (Value::Object(map), Value::Object(parsed)) => map
+            .iter()
+            .find_map(|(k, v)| parsed.get(k).and_then(|p| first_positional(v, p, &join(path, k)))),
+        _ => None,
+    }
 }
 
 /// `gateway.backend` is an internally tagged enum: serde buffers it before

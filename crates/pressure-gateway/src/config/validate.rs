@@ -20,6 +20,11 @@ pub const JWT_ALGORITHMS: [&str; 12] = [
 /// Smallest accepted `limits.maxHeaderBytes` (hyper buffers at least 8 KiB
 /// of request head, so a smaller bound could not be honoured).
 pub const MIN_HEADER_BYTES: usize = 8192;
+/// Largest accepted `auth.jwt.leewaySecs`: ten minutes of clock skew is
+/// already generous; more would keep expired tokens alive (and a huge value
+/// overflows the verifier's arithmetic and refuses every token).
+pub const MAX_LEEWAY_SECS: u64 = 600;
+
 /// Largest accepted `limits.maxHeaderBytes` (1 MiB).
 pub const MAX_HEADER_BYTES: usize = 1024 * 1024;
 
@@ -304,6 +309,12 @@ fn check_jwt(jwt: &JwtConfig, base_dir: &Path) -> Result<(), ConfigError> {
             ));
         };
         check_public_key(file, first_kind, base_dir)?;
+    }
+    if jwt.leeway_secs > MAX_LEEWAY_SECS {
+        return Err(ConfigError::new(
+            "gateway.auth.jwt.leewaySecs",
+            format!("must be at most {MAX_LEEWAY_SECS} (seconds of clock skew tolerated on exp/nbf)"),
+        ));
     }
     if jwt.tenant_claim.is_empty() {
         return Err(ConfigError::new(

@@ -603,11 +603,46 @@ const CASES: &[Case] = &[
          `useCases`, `breaker`)",
     ),
     (
+        "limits written as a positional array",
+        |v| v["gateway"]["pressure"]["perService"]["rest"] = json!([5]),
+        "gateway.pressure.perService.rest: must be an object (got an array)",
+    ),
+    (
+        "a route written as a positional array",
+        |v| {
+            v["gateway"]["pressure"]["perRoute"][1] =
+                json!(["gateway:route:x", "/x", { "requestsPerSecond": 1 }])
+        },
+        "gateway.pressure.perRoute[1]: must be an object (got an array)",
+    ),
+    (
+        "leeway beyond ten minutes",
+        |v| v["gateway"]["auth"]["jwt"]["leewaySecs"] = json!(1_000_000_000u64),
+        "gateway.auth.jwt.leewaySecs: must be at most 600 (seconds of clock skew tolerated on exp/nbf)",
+    ),
+    (
+        "leeway that would overflow",
+        |v| v["gateway"]["auth"]["jwt"]["leewaySecs"] = json!(u64::MAX),
+        "gateway.auth.jwt.leewaySecs: must be at most 600 (seconds of clock skew tolerated on exp/nbf)",
+    ),
+    (
+        "control characters in a key are escaped",
+        |v| v["gateway"]["pressure"]["perService"]["re\u{1b}[2Jst"] = json!({ "requestsPerSecond": 1 }),
+        "gateway.pressure.perService.re\\u{1b}[2Jst: no upstream named re\\u{1b}[2Jst",
+    ),
+    (
         "connectMs above totalMs",
         |v| v["gateway"]["timeouts"] = json!({ "connectMs": 5000, "totalMs": 4000 }),
         "gateway.timeouts.connectMs: must be at most totalMs (4000)",
     ),
 ];
+
+#[test]
+fn a_positional_array_at_the_root_is_refused() {
+    let text = format!("[{}]", base()["gateway"]);
+    let e = parse(&text).expect_err("an array is not a config file");
+    assert_eq!(e.to_string(), "(root): must be an object (got an array)");
+}
 
 #[test]
 fn invalid_configs() {
@@ -672,7 +707,7 @@ fn invalid_json_names_the_position() {
         "{err}"
     );
     let err = parse("[]").unwrap_err();
-    assert_eq!(err.to_string(), "(root): must be an object");
+    assert_eq!(err.to_string(), "(root): must be an object (got an array)");
 }
 
 #[test]
