@@ -7,16 +7,16 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 /// A temporary directory removed (with its contents) on drop.
-pub struct TempDir(PathBuf);
+pub(crate) struct TempDir(PathBuf);
 
 impl TempDir {
-    pub fn new(name: &str) -> Self {
+    pub(crate) fn new(name: &str) -> Self {
         let dir = std::env::temp_dir().join(format!("pressure-lifecycle-{name}-{}", std::process::id()));
         std::fs::create_dir_all(&dir).expect("create the temp dir");
         Self(dir)
     }
 
-    pub fn path(&self) -> &Path {
+    pub(crate) fn path(&self) -> &Path {
         &self.0
     }
 }
@@ -28,15 +28,15 @@ impl Drop for TempDir {
 }
 
 /// A port that was free on loopback a moment ago.
-pub fn free_port() -> u16 {
+pub(crate) fn free_port() -> u16 {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind a free port");
     listener.local_addr().expect("local addr").port()
 }
 
 /// An upstream on `127.0.0.1:0`: `/slow?ms=N` answers after N ms, anything
 /// else at once. Aborted on drop.
-pub struct Upstream {
-    pub url: String,
+pub(crate) struct Upstream {
+    pub(crate) url: String,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -46,7 +46,7 @@ impl Drop for Upstream {
     }
 }
 
-pub async fn upstream() -> Upstream {
+pub(crate) async fn upstream() -> Upstream {
     async fn handle(req: axum::extract::Request) -> String {
         if req.uri().path() == "/slow" {
             let ms: u64 = req
@@ -70,24 +70,24 @@ pub async fn upstream() -> Upstream {
 }
 
 /// A running `pressure gateway`, killed and reaped on drop.
-pub struct Gateway {
+pub(crate) struct Gateway {
     child: Child,
     config: PathBuf,
     log: PathBuf,
-    pub proxy: String,
-    pub admin: String,
+    pub(crate) proxy: String,
+    pub(crate) admin: String,
     client: reqwest::Client,
 }
 
 impl Gateway {
     /// Writes `config` into `dir` and starts the binary on it with `args`.
-    pub fn spawn(name: &str, dir: &Path, config: &serde_json::Value, args: &[&str]) -> Self {
+    pub(crate) fn spawn(name: &str, dir: &Path, config: &serde_json::Value, args: &[&str]) -> Self {
         Self::spawn_with_fd_limit(name, dir, config, args, None)
     }
 
     /// Like [`spawn`](Self::spawn), under a hard `RLIMIT_NOFILE` of `nofile`
     /// (set by the shell before it execs the binary).
-    pub fn spawn_with_fd_limit(
+    pub(crate) fn spawn_with_fd_limit(
         name: &str,
         dir: &Path,
         config: &serde_json::Value,
@@ -141,33 +141,33 @@ impl Gateway {
         }
     }
 
-    pub fn pid(&self) -> u32 {
+    pub(crate) fn pid(&self) -> u32 {
         self.child.id()
     }
 
     /// Everything the gateway logged so far.
-    pub fn log(&self) -> String {
+    pub(crate) fn log(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
     /// The last lines the gateway logged.
-    pub fn log_tail(&self) -> String {
+    pub(crate) fn log_tail(&self) -> String {
         let text = std::fs::read_to_string(&self.log).unwrap_or_default();
         let lines: Vec<&str> = text.lines().collect();
         lines[lines.len().saturating_sub(25)..].join("\n")
     }
 
     /// Replaces the config file.
-    pub fn rewrite(&self, config: &serde_json::Value) {
+    pub(crate) fn rewrite(&self, config: &serde_json::Value) {
         std::fs::write(&self.config, serde_json::to_vec_pretty(config).expect("json")).expect("write config");
     }
 
-    pub fn is_running(&mut self) -> bool {
+    pub(crate) fn is_running(&mut self) -> bool {
         matches!(self.child.try_wait(), Ok(None))
     }
 
     /// Waits (10 s at most) until `/readyz` answers 200.
-    pub async fn wait_ready(&mut self) {
+    pub(crate) async fn wait_ready(&mut self) {
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
             if let Ok(Some(status)) = self.child.try_wait() {
@@ -189,7 +189,7 @@ impl Gateway {
 
     /// The exit code within `within`, `None` if it did not exit (or died by
     /// a signal).
-    pub async fn wait_exit(&mut self, within: Duration) -> Option<i32> {
+    pub(crate) async fn wait_exit(&mut self, within: Duration) -> Option<i32> {
         let deadline = Instant::now() + within;
         loop {
             if let Ok(Some(status)) = self.child.try_wait() {
@@ -203,7 +203,7 @@ impl Gateway {
     }
 
     /// Status and body of `GET path` on the proxy (0 when it failed).
-    pub async fn get(&self, path: &str) -> (u16, String) {
+    pub(crate) async fn get(&self, path: &str) -> (u16, String) {
         match self.client.get(format!("{}{path}", self.proxy)).send().await {
             Ok(r) => (r.status().as_u16(), r.text().await.unwrap_or_default()),
             Err(e) => (0, e.to_string()),
@@ -211,7 +211,7 @@ impl Gateway {
     }
 
     /// Status and body of `POST path` on the admin listener.
-    pub async fn admin_post(&self, path: &str) -> (u16, String) {
+    pub(crate) async fn admin_post(&self, path: &str) -> (u16, String) {
         let r = self
             .client
             .post(format!("{}{path}", self.admin))
@@ -223,7 +223,7 @@ impl Gateway {
 
     /// Polls `GET path` on the admin listener until it answers `want` or
     /// `within` passes; the last status.
-    pub async fn admin_get_until(&self, path: &str, want: u16, within: Duration) -> u16 {
+    pub(crate) async fn admin_get_until(&self, path: &str, want: u16, within: Duration) -> u16 {
         let deadline = Instant::now() + within;
         loop {
             let status = match self.client.get(format!("{}{path}", self.admin)).send().await {
@@ -238,7 +238,7 @@ impl Gateway {
     }
 
     /// Waits (5 s at most) until `/metrics` holds `line`.
-    pub async fn wait_metric(&self, line: &str) {
+    pub(crate) async fn wait_metric(&self, line: &str) {
         let deadline = Instant::now() + Duration::from_secs(5);
         loop {
             if let Ok(r) = self.client.get(format!("{}/metrics", self.admin)).send().await {
@@ -264,7 +264,7 @@ impl Drop for Gateway {
 }
 
 /// Sends `SIG<name>` to the gateway (with the system's `kill`).
-pub fn send_signal(gw: &Gateway, name: &str) {
+pub(crate) fn send_signal(gw: &Gateway, name: &str) {
     let status = Command::new("kill")
         .arg(format!("-{name}"))
         .arg(gw.pid().to_string())

@@ -11,4 +11,6 @@ pub use error::ConfigError;
 pub use load::{load, parse, parse_in, parse_shape};
 pub use manifest::{LoadedManifest, PluginManifest};
 pub use types::*;
-pub use validate::{check_limits, validate, JWT_ALGORITHMS, MAX_HEADER_BYTES, MIN_HEADER_BYTES};
+pub use validate::{
+    check_limits, validate, JWT_ALGORITHMS, MAX_HEADER_BYTES, MAX_LEEWAY_SECS, MIN_HEADER_BYTES,
+};

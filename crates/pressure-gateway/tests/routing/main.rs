@@ -183,3 +183,42 @@ async fn client_body_faults_are_4xx_and_not_upstream_errors() {
     })
     .await;
 }
+
+/// HTTP/2 (h2c, prior knowledge) honours `limits.maxHeaderBytes` like
+/// HTTP/1 does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http2_honours_max_header_bytes() {
+    bounded(async {
+        let up = Upstream::demo().await;
+        let gw = TestGateway::start(json!({
+            "upstreams": { "demo": { "url": up.url(), "pathPrefix": "/" } },
+            "limits": { "maxHeaderBytes": 8192 },
+        }))
+        .await;
+        let client: hyper_util::client::legacy::Client<_, http_body_util::Empty<bytes::Bytes>> =
+            hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+                .http2_only(true)
+                .build_http();
+        let small = http::Request::get(gw.url("/h2"))
+            .body(http_body_util::Empty::new())
+            .expect("request");
+        let ok = client.request(small).await.expect("h2 answers");
+        assert_eq!(ok.status(), StatusCode::OK);
+        assert_eq!(ok.version(), http::Version::HTTP_2);
+        let big = http::Request::get(gw.url("/h2"))
+            .header("x-big", "a".repeat(12 * 1024))
+            .body(http_body_util::Empty::new())
+            .expect("request");
+        // Either the stream is refused or the answer is not a 200.
+        if let Ok(r) = client.request(big).await {
+            assert_ne!(
+                r.status(),
+                StatusCode::OK,
+                "a 12 KiB header passed an 8 KiB bound (the h2 default is 16 KiB)"
+            );
+        }
+        gw.stop().await;
+        up.stop().await;
+    })
+    .await;
+}
