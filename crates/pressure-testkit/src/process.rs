@@ -18,7 +18,7 @@ use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
+use std::sync::mpsc::{self, Receiver};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -152,10 +152,8 @@ impl Watched {
 
     fn next_event(&self, timeout: Duration) -> Option<Event> {
         let rx = self.events.lock().unwrap_or_else(|p| p.into_inner());
-        match rx.recv_timeout(timeout) {
-            Ok(e) => Some(e),
-            Err(RecvTimeoutError::Timeout | RecvTimeoutError::Disconnected) => None,
-        }
+        // A timeout and a closed channel (the wrapper is gone) end the wait alike.
+        rx.recv_timeout(timeout).ok()
     }
 
     /// The server's pid.
