@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# A local 3-master Redis Cluster on loopback for the cluster tests of
-# pressure-redis (crates/pressure-redis/tests/cluster).
+# A local 3-master Redis Cluster on loopback, on fixed ports, to try the
+# gateway or the benches against a cluster by hand. The tests do not need
+# it: they start their own on free ports (crates/pressure-testkit).
 #
 #   scripts/redis-cluster.sh start    # idempotent: no-op when already up
 #   scripts/redis-cluster.sh stop     # shut the nodes down, remove their dirs

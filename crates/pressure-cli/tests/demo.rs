@@ -1,5 +1,6 @@
 //! The README's first command: `pressure demo` runs both strategies and its
-//! stats say so (in memory, and on Redis).
+//! stats say so (in memory, and on Redis: the test binary's own
+//! `redis-server` from `pressure-testkit`, or `PRESSURE_REDIS_URL`).
 
 use std::process::Command;
 
@@ -40,6 +41,5 @@ fn demo_in_memory() {
 
 #[test]
 fn demo_on_redis() {
-    let url = std::env::var("PRESSURE_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into());
-    check(&demo(&["--redis", &url]));
+    check(&demo(&["--redis", &pressure_testkit::redis_url()]));
 }

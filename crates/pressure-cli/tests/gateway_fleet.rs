@@ -4,8 +4,9 @@
 //! each gateway's stats count what it admitted itself, the two add up to 30,
 //! and the Redis-side usage either of them reports is the fleet's 30.
 //!
-//! Needs a Redis at `PRESSURE_REDIS_URL` (default `redis://127.0.0.1:6379`).
-//! When no Redis answers, the test fails (it never skips).
+//! The Redis is the test binary's own `redis-server` on a free loopback port
+//! (`pressure-testkit`), or `PRESSURE_REDIS_URL`. When none can be had, the
+//! test fails (it never skips).
 //! Every run uses its own key prefix, so runs never share limiter state (the
 //! keys expire in Redis by themselves).
 
@@ -100,21 +101,21 @@ impl GatewayProcess {
         lines[lines.len().saturating_sub(20)..].join("\n")
     }
 
-    /// Waits (at most 10 s) until the admin `/healthz` answers 200; fails at
-    /// once if the process exits first.
-    async fn wait_healthy(&mut self, client: &HttpClient) {
+    /// Waits (at most 10 s) until the admin `/healthz` answers 200; when
+    /// the process exits first, returns its status and log at once.
+    async fn wait_healthy(&mut self, client: &HttpClient) -> Result<(), String> {
         let deadline = Instant::now() + Duration::from_secs(10);
         let url = format!("{}/healthz", self.admin);
         loop {
             if let Ok(Some(status)) = self.child.try_wait() {
-                panic!(
+                return Err(format!(
                     "gateway {} exited early ({status}):\n{}",
                     self.name,
                     self.log_tail()
-                );
+                ));
             }
             if let Ok((200, _)) = get(client, &url).await {
-                return;
+                return Ok(());
             }
             assert!(
                 Instant::now() < deadline,
@@ -149,10 +150,34 @@ impl Drop for GatewayProcess {
     }
 }
 
-/// A port that was free on loopback a moment ago (bind `:0`, read it, drop).
-fn free_port() -> u16 {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind a free port");
-    listener.local_addr().expect("local addr").port()
+/// Two distinct ports that were free on loopback a moment ago (bind `:0`
+/// twice, read them, drop): the gateway binary binds its listeners itself.
+fn free_ports() -> (u16, u16) {
+    let a = std::net::TcpListener::bind("127.0.0.1:0").expect("bind a free port");
+    let b = std::net::TcpListener::bind("127.0.0.1:0").expect("bind a free port");
+    let port = |l: &std::net::TcpListener| l.local_addr().expect("local addr").port();
+    (port(&a), port(&b))
+}
+
+/// Starts gateway `name` on ports that were free a moment ago; when one was
+/// taken meanwhile (the bind fails and the process exits), on another pair.
+async fn start_gateway(
+    name: &'static str,
+    dir: &Path,
+    client: &HttpClient,
+    config: impl Fn(u16, u16) -> serde_json::Value,
+) -> GatewayProcess {
+    const ATTEMPTS: usize = 5;
+    for attempt in 1..=ATTEMPTS {
+        let (proxy, admin) = free_ports();
+        let mut g = GatewayProcess::spawn(name, dir, &config(proxy, admin), proxy, admin);
+        match g.wait_healthy(client).await {
+            Ok(()) => return g,
+            Err(e) if attempt < ATTEMPTS && e.to_lowercase().contains("address already in use") => {}
+            Err(e) => panic!("{e}"),
+        }
+    }
+    unreachable!("the last attempt returns or panics")
 }
 
 /// A key prefix no other run uses: the process id plus a random 64-bit value
@@ -165,8 +190,8 @@ fn unique_prefix() -> String {
 }
 
 /// The Redis URL to use; fails the test when none answers.
-async fn redis_url() -> Option<String> {
-    let url = std::env::var("PRESSURE_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into());
+async fn redis_url() -> String {
+    let url = pressure_testkit::redis_url();
     // host:port of the URL, without scheme, credentials or database.
     let rest = url.split_once("://").map_or(url.as_str(), |(_, r)| r);
     let rest = rest.rsplit_once('@').map_or(rest, |(_, r)| r);
@@ -174,13 +199,10 @@ async fn redis_url() -> Option<String> {
     let reachable = timeout(Duration::from_secs(1), tokio::net::TcpStream::connect(&addr))
         .await
         .is_ok_and(|c| c.is_ok());
-    // The tests run against a real Redis (`.ci/run` starts one): a missing
-    // one is a failure, never a silent skip.
-    assert!(
-        reachable,
-        "no Redis answers at {url} (set PRESSURE_REDIS_URL, or run .ci/run)"
-    );
-    Some(url)
+    // The tests run against a real Redis: a missing one is a failure,
+    // never a silent skip.
+    assert!(reachable, "no Redis answers at {url}");
+    url
 }
 
 /// Starts the trivial upstream: 200 `ok` on every path, on a free loopback
@@ -249,10 +271,7 @@ async fn two_gateways_on_one_redis_enforce_one_global_limit() {
 }
 
 async fn scenario() {
-    let Some(redis) = redis_url().await else {
-        eprintln!("skipped: no Redis at redis://127.0.0.1:6379 (set PRESSURE_REDIS_URL)");
-        return;
-    };
+    let redis = redis_url().await;
     let prefix = unique_prefix();
     // Declared before the gateways so it is dropped after them: the children
     // are killed before their config and log files are removed.
@@ -260,15 +279,11 @@ async fn scenario() {
     let upstream = start_upstream().await;
 
     // Two gateways: same upstream, same Redis and prefix, own loopback ports.
+    let client: HttpClient = Client::builder(TokioExecutor::new()).build_http();
     let mut gateways = Vec::new();
     for name in ["gateway-a", "gateway-b"] {
-        let (proxy, admin) = (free_port(), free_port());
-        let config = gateway_config(&upstream, &redis, &prefix, proxy, admin);
-        gateways.push(GatewayProcess::spawn(name, dir.path(), &config, proxy, admin));
-    }
-    let client: HttpClient = Client::builder(TokioExecutor::new()).build_http();
-    for g in &mut gateways {
-        g.wait_healthy(&client).await;
+        let config = |proxy, admin| gateway_config(&upstream, &redis, &prefix, proxy, admin);
+        gateways.push(start_gateway(name, dir.path(), &client, config).await);
     }
 
     // 100 sequential requests, alternating A, B, A, B, …; count the

@@ -1,5 +1,6 @@
-//! `pressure queue list|drain` against a real Redis (`PRESSURE_REDIS_URL`,
-//! or redis://127.0.0.1:6379; FAILS when none answers).
+//! `pressure queue list|drain` against a real Redis: the test binary's own
+//! `redis-server` from `pressure-testkit`, or `PRESSURE_REDIS_URL` (FAILS
+//! when none can be had).
 
 use pressure_gateway::manual_queue::RedisManualQueue;
 use pressure_redis::RedisConfig;
@@ -25,7 +26,7 @@ fn run(args: &[&str]) -> Vec<Value> {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn queue_list_and_drain_print_json_lines() {
-    let url = std::env::var("PRESSURE_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into());
+    let url = pressure_testkit::redis_url();
     // Random per call (no wall clock needed).
     let nanos = {
         use std::hash::{BuildHasher, Hasher};

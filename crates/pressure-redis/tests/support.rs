@@ -1,15 +1,19 @@
 //! Shared helpers of the Redis tests: the server address, unique ids, and
 //! brokers with their own connections.
+//!
+//! The servers come from `pressure-testkit`: a `redis-server` and a
+//! 3-master Redis Cluster that the test binary starts on free loopback
+//! ports on first use and that go away with it (`PRESSURE_REDIS_URL` /
+//! `PRESSURE_REDIS_CLUSTER` point the tests at existing ones instead).
+//! Tests that kill, freeze or restart a server start a
+//! [`RedisServer`](pressure_testkit::RedisServer) of their own.
 
-#![allow(dead_code, unreachable_pub)]
+#![allow(dead_code, unreachable_pub, unused_imports)]
 
 use pressure_core::ResourceBroker;
 use pressure_redis::{RedisBackend, RedisConfig};
 
-/// `PRESSURE_REDIS_URL`, or the local default.
-pub fn redis_url() -> String {
-    std::env::var("PRESSURE_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into())
-}
+pub use pressure_testkit::{cluster_nodes, redis_url, RedisServer};
 
 /// A prefix unique to this test process, so runs never share state.
 pub fn run_id() -> &'static str {
@@ -36,14 +40,9 @@ pub async fn broker() -> ResourceBroker<RedisBackend> {
     broker_with(RedisConfig::new(redis_url())).await
 }
 
-/// `PRESSURE_REDIS_CLUSTER` (comma-separated node URLs), or the three nodes
-/// of `scripts/redis-cluster.sh`.
-pub fn cluster_nodes() -> Vec<String> {
-    std::env::var("PRESSURE_REDIS_CLUSTER")
-        .unwrap_or_else(|_| "redis://127.0.0.1:7101,redis://127.0.0.1:7102,redis://127.0.0.1:7103".into())
-        .split(',')
-        .map(str::trim)
-        .filter(|s| !s.is_empty())
-        .map(String::from)
-        .collect()
+/// A plain (blocking) connection to `srv`, for assertions.
+pub fn conn(srv: &RedisServer) -> redis::Connection {
+    redis::Client::open(srv.url())
+        .and_then(|c| c.get_connection())
+        .expect("connects")
 }

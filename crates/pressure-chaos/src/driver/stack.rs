@@ -32,6 +32,19 @@ pub const BACKUP_PRICE: ModelPrice = ModelPrice::new(150_000, 600_000);
 /// the next primary try would exceed the budget and the event moves on to
 /// the cheaper backup instead of retrying the expensive model.
 pub const BUDGET_MICRO_USD: u64 = 1_000;
+/// The Redis backend's per-call timeout (`gateway.backend.timeoutMs`) when
+/// the stand runs on Redis.
+///
+/// The stand injects provider faults, not store faults, so the store must
+/// not time out. The production default (50 ms) assumes a store and a
+/// client with CPU to spare. Here Redis, the clients, the mock and the
+/// gateway share one machine and the timer runs on the same tokio runtime
+/// as all of them, so on a loaded machine a call exceeds 50 ms with nothing
+/// wrong with Redis. In the default `closed` failure mode each such timeout
+/// is a refusal (seen as a `429` on the chat route's concurrency limit,
+/// which had 10 000 free slots), and the run fails "Every client gets an
+/// answer" for a reason that is not under test.
+pub const STORE_TIMEOUT_MS: u64 = 1_000;
 
 /// Timeouts and breaker settings of the stack, explicit so the criteria can
 /// refer to them.
@@ -103,7 +116,9 @@ pub fn gateway_config(
     redis: Option<(&str, &str)>,
 ) -> Value {
     let backend = match redis {
-        Some((url, prefix)) => json!({ "type": "redis", "url": url, "keyPrefix": prefix }),
+        Some((url, prefix)) => {
+            json!({ "type": "redis", "url": url, "keyPrefix": prefix, "timeoutMs": STORE_TIMEOUT_MS })
+        }
         None => json!({ "type": "memory" }),
     };
     let mut retry = json!({ "maxAttempts": settings.max_attempts, "baseDelayMs": 100, "maxDelayMs": 1_000 });

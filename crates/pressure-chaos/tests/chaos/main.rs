@@ -75,12 +75,13 @@ async fn every_scenario_passes_in_short_mode() {
     std::fs::remove_dir_all(&dir).expect("clean up");
 }
 
-/// The same stack with its limits in Redis: the backend swap changes nothing
-/// the criteria can see.
+/// The same stack with its limits in Redis (the test binary's own
+/// `redis-server` from `pressure-testkit`, or `PRESSURE_REDIS_URL`): the
+/// backend swap changes nothing the criteria can see.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_500_storm_passes_on_the_redis_backend() {
     let _turn = ONE_AT_A_TIME.lock().await;
-    let url = std::env::var("PRESSURE_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into());
+    let url = pressure_testkit::redis_url();
     let opts = ChaosOptions {
         scenarios: vec!["500-storm".into()],
         concurrency: 50,

@@ -605,9 +605,10 @@ impl Proxy {
     }
 }
 
-/// `host:port` of the test Redis, if one answers.
+/// `host:port` of the test Redis (the test binary's own `redis-server` from
+/// `pressure-testkit`, or `PRESSURE_REDIS_URL`), if it answers.
 async fn redis_addr() -> Option<String> {
-    let url = std::env::var("PRESSURE_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into());
+    let url = pressure_testkit::redis_url();
     let rest = url.split_once("://").map_or(url.as_str(), |(_, r)| r);
     let rest = rest.rsplit_once('@').map_or(rest, |(_, r)| r);
     let addr = rest.split('/').next().unwrap_or(rest).to_owned();
@@ -619,9 +620,7 @@ async fn redis_addr() -> Option<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn healthz_reports_redis_degraded_but_stays_up() {
-    let redis = redis_addr()
-        .await
-        .expect("a Redis answers (set PRESSURE_REDIS_URL, or run .ci/run)");
+    let redis = redis_addr().await.expect("the test Redis answers");
     if std::env::var("PRESSURE_REDIS_URL").is_ok_and(|u| u.contains('@') || u.starts_with("rediss")) {
         eprintln!("skipped: the proxy test needs a plain redis:// URL without credentials");
         return;

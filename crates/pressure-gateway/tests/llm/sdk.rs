@@ -1,12 +1,22 @@
 //! Compatibility with the official `openai` Python SDK: a venv (cached under
-//! the cargo target directory) gets `openai` from PyPI, and
-//! `openai_sdk.py` calls the gateway, streaming and not. No network to PyPI
-//! (or no `python3`) fails the test; it never skips.
+//! the cargo target directory) gets `openai` from the package index once,
+//! and `openai_sdk.py` calls the gateway, streaming and not.
+//!
+//! Offline-tolerant: once the venv is cached it needs no network. When the
+//! venv cannot be had — no `python3`, no `venv` module (Debian/Ubuntu:
+//! `python3-venv`), or no package index to install `openai` from — the test
+//! says in one line what it needs and passes without running, so that
+//! `cargo test --workspace` needs nothing but `redis-server`. With
+//! `PRESSURE_REQUIRE_PYTHON_SDK=1` (set by `.ci/run`) that line is a
+//! failure instead.
 
 use crate::{bounded_for, config, no_limits, Mock, TestGateway};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 use tokio::process::Command;
+
+/// Set to `1` to make a missing Python / venv / package index a failure.
+const REQUIRE: &str = "PRESSURE_REQUIRE_PYTHON_SDK";
 
 /// `<target>/openai-sdk-venv`, next to the `debug`/`release` directories.
 fn venv_dir() -> PathBuf {
@@ -20,90 +30,104 @@ fn venv_dir() -> PathBuf {
     target.join("openai-sdk-venv")
 }
 
-async fn run(cmd: &mut Command, what: &str) -> bool {
+/// Runs `cmd`; on failure, its last output line (or why it could not run).
+async fn run(cmd: &mut Command) -> Result<(), String> {
     match cmd.output().await {
-        Ok(out) if out.status.success() => true,
+        Ok(out) if out.status.success() => Ok(()),
         Ok(out) => {
-            eprintln!(
-                "{what} failed ({}):\n{}\n{}",
-                out.status,
+            let text = format!(
+                "{}\n{}",
                 String::from_utf8_lossy(&out.stdout),
                 String::from_utf8_lossy(&out.stderr)
             );
-            false
+            let last = text.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("");
+            Err(format!("{} ({})", last.trim(), out.status))
         }
-        Err(e) => {
-            eprintln!("{what}: cannot run: {e}");
-            false
-        }
+        Err(e) => Err(format!("cannot run it: {e}")),
     }
 }
 
 /// The venv's python with `openai` importable; builds the venv when needed.
-async fn python_with_openai() -> PathBuf {
+/// `Err` is one line saying what is missing.
+async fn python_with_openai() -> Result<PathBuf, String> {
     let venv = venv_dir();
     let python = venv.join("bin").join("python");
-    let ready = python.exists()
-        && run(
-            Command::new(&python).args(["-c", "import openai"]),
-            "import openai",
-        )
-        .await;
-    if ready {
-        return python;
+    if python.exists()
+        && run(Command::new(&python).args(["-c", "import openai"]))
+            .await
+            .is_ok()
+    {
+        return Ok(python);
     }
     // Build in a fresh directory, then move it into place, so an interrupted
     // build never leaves a half-made cache behind.
     let building = venv.with_extension(format!("building-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&building);
-    assert!(
-        run(
-            Command::new("python3").arg("-m").arg("venv").arg(&building),
-            "python3 -m venv"
-        )
-        .await,
-        "python3 -m venv must work"
-    );
+    let cleanup = |e: String| {
+        let _ = std::fs::remove_dir_all(&building);
+        e
+    };
+    run(Command::new("python3").arg("-m").arg("venv").arg(&building))
+        .await
+        .map_err(|e| {
+            cleanup(format!(
+                "needs python3 with its venv module (Debian/Ubuntu: apt-get install python3-venv); \
+                 python3 -m venv: {e}"
+            ))
+        })?;
     let pip = building.join("bin").join("pip");
-    assert!(
-        run(
-            Command::new(&pip).args(["install", "--disable-pip-version-check", "--quiet", "openai"]),
-            "pip install openai"
-        )
-        .await,
-        "pip install openai (from PyPI) must work"
-    );
+    run(Command::new(&pip).args([
+        "install",
+        "--disable-pip-version-check",
+        "--quiet",
+        "--retries",
+        "1",
+        "--timeout",
+        "20",
+        "openai",
+    ]))
+    .await
+    .map_err(|e| {
+        cleanup(format!(
+            "needs the package index once to install `openai` into {} (PyPI, or PIP_INDEX_URL / \
+             PIP_FIND_LINKS for a mirror or a wheel directory); pip install openai: {e}",
+            venv.display()
+        ))
+    })?;
     let _ = std::fs::remove_dir_all(&venv);
-    std::fs::rename(&building, &venv).expect("move the venv into place");
+    std::fs::rename(&building, &venv)
+        .map_err(|e| cleanup(format!("cannot move the venv into place: {e}")))?;
     // A venv's scripts name its directory: rebuild them after the move.
-    assert!(
-        run(
-            Command::new("python3")
-                .arg("-m")
-                .arg("venv")
-                .arg("--upgrade")
-                .arg(&venv),
-            "python3 -m venv --upgrade"
-        )
-        .await,
-        "venv upgrade"
-    );
-    assert!(
-        run(
-            Command::new(&python).args(["-c", "import openai"]),
-            "import openai"
-        )
-        .await,
-        "openai importable from the cached venv"
-    );
-    python
+    run(Command::new("python3")
+        .arg("-m")
+        .arg("venv")
+        .arg("--upgrade")
+        .arg(&venv))
+    .await
+    .map_err(|e| format!("python3 -m venv --upgrade {}: {e}", venv.display()))?;
+    run(Command::new(&python).args(["-c", "import openai"]))
+        .await
+        .map_err(|e| {
+            format!(
+                "openai is not importable from the cached venv {}: {e}",
+                venv.display()
+            )
+        })?;
+    Ok(python)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_openai_python_sdk_gets_valid_answers() {
     // Creating the venv downloads from PyPI: a longer bound than the others.
     bounded_for(Duration::from_secs(300), async {
-        let python = python_with_openai().await;
+        let python = match python_with_openai().await {
+            Ok(python) => python,
+            Err(need) if std::env::var(REQUIRE).is_ok_and(|v| v == "1") => panic!("{need}"),
+            Err(need) => {
+                eprintln!("skipped: {need} (set {REQUIRE}=1 to fail instead)");
+                return;
+            }
+        };
         let mock = Mock::start().await;
         let gw = TestGateway::start(config(&mock, no_limits())).await;
         let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/llm/openai_sdk.py");

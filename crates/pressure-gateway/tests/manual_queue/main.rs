@@ -1,5 +1,6 @@
-//! The durable manual queue against a real Redis (`PRESSURE_REDIS_URL`, or
-//! redis://127.0.0.1:6379; the tests FAIL when none answers): push/list
+//! The durable manual queue against a real Redis (the test binary's own
+//! `redis-server` from `pressure-testkit`, or `PRESSURE_REDIS_URL`; the
+//! tests FAIL when none can be had): push/list
 //! order and content, drain with and without acknowledgement, and a gateway
 //! on the redis backend parking a request whose primary fails.
 
@@ -21,7 +22,7 @@ use std::time::Duration;
 use tokio::net::TcpListener;
 
 fn redis_url() -> String {
-    std::env::var("PRESSURE_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into())
+    pressure_testkit::redis_url()
 }
 
 /// A Redis config with a key prefix of its own; panics when Redis does not answer.

@@ -1,8 +1,8 @@
-//! The backend contract suite against a Redis Cluster
-//! (`PRESSURE_REDIS_CLUSTER`, comma-separated node URLs, default the three
-//! nodes `scripts/redis-cluster.sh start` runs on 127.0.0.1:7101-7103).
+//! The backend contract suite against a Redis Cluster: the test binary's
+//! own 3-master cluster on free loopback ports (`pressure-testkit`), or
+//! `PRESSURE_REDIS_CLUSTER` (comma-separated node URLs).
 //!
-//! The cluster must be up: when it is not, these tests fail rather than skip.
+//! When no cluster can be had, these tests fail rather than skip.
 
 #[path = "../support.rs"]
 mod support;

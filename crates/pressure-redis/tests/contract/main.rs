@@ -1,5 +1,6 @@
-//! The backend contract suite against a real Redis
-//! (`PRESSURE_REDIS_URL`, default `redis://127.0.0.1:6379`).
+//! The backend contract suite against a real Redis: the test binary's own
+//! `redis-server` on a free loopback port (`pressure-testkit`), or
+//! `PRESSURE_REDIS_URL`.
 
 #[path = "../support.rs"]
 mod support;

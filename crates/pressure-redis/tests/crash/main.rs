@@ -59,6 +59,8 @@ async fn killed_holder_gives_slots_back_within_the_ttl() {
             "1",
         ])
         .env("PRESSURE_CRASH_CHILD", &id)
+        // The child uses this process's server, not one of its own.
+        .env("PRESSURE_REDIS_URL", support::redis_url())
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()

@@ -2,16 +2,14 @@
 //! one client command per `try_acquire` (seen by MONITOR), NOSCRIPT
 //! recovery, no busy polling by queued waiters, hostile ids kept apart.
 
-#[path = "../server.rs"]
-mod server;
 #[path = "../support.rs"]
 mod support;
 
 use futures::StreamExt;
 use pressure_core::{AcquireOptions, Limits, Request, ResourceConfig, TaskError};
 use pressure_redis::RedisConfig;
-use server::RedisServer;
 use std::time::Duration;
+use support::RedisServer;
 
 /// Commands sent by clients (not from inside scripts) between two markers.
 async fn client_commands_between(
@@ -106,7 +104,7 @@ async fn a_flushed_script_is_reloaded() {
         .allowed());
     let _: () = redis::cmd("SCRIPT")
         .arg("FLUSH")
-        .query(&mut srv.conn())
+        .query(&mut support::conn(&srv))
         .expect("flush");
     assert!(b
         .try_acquire("rt", AcquireOptions::default())

@@ -1,0 +1,188 @@
+//! [`RedisServer`]: one `redis-server` on a free loopback port.
+
+use crate::process::{fresh_dir, StartError, Watched};
+use crate::{require, resp, Program};
+use std::net::TcpListener;
+
+/// Attempts at finding a free port before giving up.
+const PORT_ATTEMPTS: usize = 10;
+
+/// A `redis-server` of the caller's own on `127.0.0.1:<free port>`, with no
+/// persistence (`--save "" --appendonly no`) and its own temporary
+/// directory. It is killed, and its directory removed, when the value is
+/// dropped — or, for a server kept in a `static`, when the test process
+/// ends in any way (see the crate docs).
+///
+/// Tests that stop, freeze or restart a server use one of their own;
+/// tests that only need *a* Redis use the shared one ([`crate::redis_url`]).
+#[derive(Debug)]
+pub struct RedisServer {
+    port: u16,
+    extra: Vec<String>,
+    process: Option<Watched>,
+}
+
+/// Ports that were free a moment ago, all distinct (each listener is held
+/// until every port is chosen).
+pub(crate) fn free_ports(n: usize) -> std::io::Result<Vec<u16>> {
+    let listeners = (0..n)
+        .map(|_| TcpListener::bind("127.0.0.1:0"))
+        .collect::<std::io::Result<Vec<_>>>()?;
+    listeners
+        .iter()
+        .map(|l| l.local_addr().map(|a| a.port()))
+        .collect()
+}
+
+impl RedisServer {
+    /// Starts a server on a free port and waits until it answers.
+    ///
+    /// # Panics
+    /// With one line naming the package to install when `redis-server` is
+    /// not on `PATH`, or with the server's log when it does not start.
+    #[track_caller]
+    pub fn start() -> Self {
+        match Self::try_start() {
+            Ok(s) => s,
+            Err(e) => panic!("{e}"),
+        }
+    }
+
+    /// [`start`](Self::start), with the reason as one line instead of a panic.
+    pub fn try_start() -> Result<Self, String> {
+        Self::try_start_with(&[])
+    }
+
+    /// Starts a server with `extra` arguments (e.g. `--cluster-enabled yes`),
+    /// retrying on another port when the chosen one is taken meanwhile.
+    pub(crate) fn try_start_with(extra: &[String]) -> Result<Self, String> {
+        require(Program::Server)?;
+        for _ in 0..PORT_ATTEMPTS {
+            let port = free_ports(1).map_err(|e| format!("no free loopback port: {e}"))?[0];
+            match Self::try_start_on(port, extra) {
+                Ok(server) => return Ok(server),
+                Err(StartError::PortTaken) => continue,
+                Err(StartError::Failed(e)) => return Err(e),
+            }
+        }
+        Err(format!(
+            "redis-server: no free port after {PORT_ATTEMPTS} attempts"
+        ))
+    }
+
+    /// Starts a server on `port` with `extra` arguments.
+    pub(crate) fn try_start_on(port: u16, extra: &[String]) -> Result<Self, StartError> {
+        let mut server = Self {
+            port,
+            extra: extra.to_vec(),
+            process: None,
+        };
+        server.spawn()?;
+        Ok(server)
+    }
+
+    fn spawn(&mut self) -> Result<(), StartError> {
+        let dir = fresh_dir().map_err(|e| StartError::Failed(format!("temp dir: {e}")))?;
+        let mut args: Vec<String> = [
+            "--port",
+            &self.port.to_string(),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--daemonize",
+            "no",
+            "--logfile",
+            "",
+            "--dir",
+        ]
+        .iter()
+        .map(|s| (*s).to_owned())
+        .collect();
+        args.push(dir.to_string_lossy().into_owned());
+        args.extend(self.extra.iter().cloned());
+        match Watched::start("redis-server", &args, &dir) {
+            Ok(p) => {
+                self.process = Some(p);
+                Ok(())
+            }
+            Err(e) => {
+                let _ = std::fs::remove_dir_all(&dir);
+                Err(e)
+            }
+        }
+    }
+
+    /// The loopback port it listens on.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// `redis://127.0.0.1:<port>`.
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// The server's pid, while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.process.as_ref().map(Watched::pid)
+    }
+
+    /// Whether the server answers `PING`.
+    pub fn answers(&self) -> bool {
+        resp::pings(self.port)
+    }
+
+    /// The last lines the server logged (for a test's failure message).
+    pub fn log_tail(&self) -> String {
+        self.process.as_ref().map(Watched::log_tail).unwrap_or_default()
+    }
+
+    /// Kills the server (`SIGKILL`): every connection drops at once. Returns
+    /// when it is gone.
+    pub fn stop(&mut self) {
+        if let Some(mut p) = self.process.take() {
+            p.stop();
+        }
+    }
+
+    /// Starts it again on the same port, empty (it keeps nothing on disk).
+    ///
+    /// # Panics
+    /// When it does not come back (e.g. the port was taken meanwhile).
+    #[track_caller]
+    pub fn restart(&mut self) {
+        self.stop();
+        let mut last = String::new();
+        for _ in 0..PORT_ATTEMPTS {
+            match self.spawn() {
+                Ok(()) => return,
+                Err(StartError::PortTaken) => {
+                    last = format!("port {} is taken", self.port);
+                    std::thread::sleep(std::time::Duration::from_millis(50));
+                }
+                Err(StartError::Failed(e)) => {
+                    last = e;
+                    break;
+                }
+            }
+        }
+        panic!("redis-server did not restart on port {}: {last}", self.port);
+    }
+
+    /// Freezes (`SIGSTOP`) or thaws (`SIGCONT`) the server: it accepts no
+    /// more work but keeps its sockets, like a server stalled on a slow disk.
+    pub fn pause(&self, paused: bool) {
+        if let Some(p) = &self.process {
+            p.signal_pause(paused);
+        }
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
