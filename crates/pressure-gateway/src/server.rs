@@ -23,7 +23,6 @@ use http::{Request, Response};
 use http_body::{Frame, SizeHint};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
-use hyper_util::service::TowerToHyperService;
 use std::convert::Infallible;
 use std::future::Future;
 use std::io;
@@ -225,26 +224,14 @@ impl Connection {
             inner: stream,
             activity: Arc::clone(&activity),
         };
-        let in_flight = Arc::clone(&activity);
-        let svc = service
-            .map_request(move |mut req: Request<hyper::body::Incoming>| {
-                req.extensions_mut().insert(ConnectInfo(peer));
-                req.map(Body::new)
-            })
-            .map_response(move |resp: Response<Body>| {
-                let guard = InFlight::new(Arc::clone(&in_flight));
-                resp.map(|b| {
-                    Body::new(InFlightBody {
-                        inner: b,
-                        _guard: guard,
-                    })
-                })
-            });
+        let svc = ConnService {
+            inner: service,
+            peer,
+            activity: Arc::clone(&activity),
+        };
         // The connection (and its socket) is gone when this block ends.
         {
-            let conn = self
-                .builder
-                .serve_connection_with_upgrades(TokioIo::new(io), TowerToHyperService::new(svc));
+            let conn = self.builder.serve_connection_with_upgrades(TokioIo::new(io), svc);
             tokio::pin!(conn);
             let mut stopping = *self.stop.borrow();
             if stopping {
@@ -328,7 +315,43 @@ impl Activity {
     }
 }
 
-/// Counts a response in flight until its body is done or dropped.
+/// The service of one connection: puts the peer address in each request,
+/// and counts the request as in flight from its head until its response
+/// body is done (or dropped), so the idle clock never runs while the
+/// gateway is still working on an answer, however long that takes.
+struct ConnService<S> {
+    inner: S,
+    peer: SocketAddr,
+    activity: Arc<Activity>,
+}
+
+impl<S> hyper::service::Service<Request<hyper::body::Incoming>> for ConnService<S>
+where
+    S: tower::Service<Request<Body>, Response = Response<Body>, Error = Infallible> + Clone + Send + 'static,
+    S::Future: Send + 'static,
+{
+    type Response = Response<Body>;
+    type Error = Infallible;
+    type Future = Pin<Box<dyn Future<Output = Result<Response<Body>, Infallible>> + Send>>;
+
+    fn call(&self, req: Request<hyper::body::Incoming>) -> Self::Future {
+        let guard = InFlight::new(Arc::clone(&self.activity));
+        let mut req = req.map(Body::new);
+        req.extensions_mut().insert(ConnectInfo(self.peer));
+        let fut = self.inner.clone().oneshot(req);
+        Box::pin(async move {
+            let resp = fut.await?;
+            Ok(resp.map(|b| {
+                Body::new(InFlightBody {
+                    inner: b,
+                    _guard: guard,
+                })
+            }))
+        })
+    }
+}
+
+/// Counts a request in flight until its response body is done or dropped.
 struct InFlight(Arc<Activity>);
 
 impl InFlight {

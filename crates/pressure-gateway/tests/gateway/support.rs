@@ -112,6 +112,7 @@ impl Drop for Upstream {
 /// * `/events/forever`: a `text/event-stream`, one event every 50 ms,
 ///   without end;
 /// * `/delay-head`: the response head comes after 20 s;
+/// * `/late`: the response head comes after 1 s;
 /// * `/big`: a 32 MiB body, as fast as the client reads it;
 /// * `/collect`: reads the whole request body, then answers its length;
 /// * `/ws/echo`: accepts an `Upgrade: websocket` with `101` and echoes raw
@@ -121,6 +122,13 @@ pub(crate) fn test_routes() -> Router {
     Router::new()
         .route("/ws/echo", get(ws_echo))
         .route("/big", get(|| async { vec![b'x'; 32 << 20] }))
+        .route(
+            "/late",
+            get(|| async {
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                "late"
+            }),
+        )
         .route(
             "/collect",
             axum::routing::post(|body: Bytes| async move { format!("{} bytes", body.len()) }),

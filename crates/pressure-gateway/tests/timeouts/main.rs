@@ -74,6 +74,10 @@ async fn silent_and_idle_connections_are_closed() {
             .expect("write");
         closed_within(&mut half, Duration::from_secs(3)).await;
 
+        // A request whose answer takes longer than idleMs is not idle.
+        let late = gw.get("/late").await;
+        assert_eq!(late.status, 200, "{:?}", late.body);
+
         // Still serving.
         assert_eq!(gw.get("/still").await.status, 200);
         gw.stop().await;
