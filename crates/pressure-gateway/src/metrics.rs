@@ -530,6 +530,7 @@ mod tests {
             failures: 4,
             fallbacks: 3,
             transitions: 1,
+            ..RedisStatus::default()
         };
         let text = m.encode(&stats, Some(status));
         assert!(text.contains("pressure_resource_denied_total{resource=\"gateway:tenant:*\"} 3\n"));
