@@ -119,14 +119,17 @@ impl<B: Backend> Acquisition<B> {
 
 /// Reserved capacity on one resource. Released exactly once: on `Drop`, or
 /// earlier by [`Permit::release`] (idempotent). A concurrency permit is a
-/// lease: a holder that keeps it longer than the TTL must [`Permit::renew`],
-/// and a leaked permit is reclaimed when the lease expires.
+/// lease: the broker's renewal task renews it for as long as the permit
+/// lives (a tokio runtime is needed), and if this process dies (or the broker
+/// is dropped) the lease expires after its TTL and the slot comes back.
 pub struct Permit<B: Backend = MemoryBackend> {
     /// `None` for an inert permit: a resource without concurrency or token
     /// dimensions has nothing to give back or correct.
     entry: Option<Arc<Entry<B>>>,
     grant: Grant,
     live: bool,
+    /// The lease's registration with the renewer (0: none).
+    ticket: u64,
 }
 
 impl<B: Backend> std::fmt::Debug for Permit<B> {
@@ -141,11 +144,12 @@ impl<B: Backend> std::fmt::Debug for Permit<B> {
 
 impl<B: Backend> Permit<B> {
     #[inline]
-    pub(crate) fn new(entry: Option<Arc<Entry<B>>>, grant: Grant) -> Self {
+    pub(crate) fn new(entry: Option<Arc<Entry<B>>>, grant: Grant, ticket: u64) -> Self {
         Self {
             entry,
             grant,
             live: true,
+            ticket,
         }
     }
 
@@ -171,8 +175,8 @@ impl<B: Backend> Permit<B> {
         self.live
     }
 
-    /// Lease time-to-live of the resource (how often a long holder renews);
-    /// zero when the permit holds no lease.
+    /// Lease time-to-live of the resource (the renewal task renews every
+    /// third of it); zero when the permit holds no lease.
     pub fn lease_ttl(&self) -> Duration {
         match (&self.entry, self.grant.lease) {
             (Some(e), Some(_)) => Duration::from_nanos(e.spec.lease_ttl_ns),
@@ -187,6 +191,7 @@ impl<B: Backend> Permit<B> {
             return Ok(());
         }
         if let (Some(e), Some(_)) = (&self.entry, self.grant.lease) {
+            e.renewer.remove(self.ticket);
             e.counters.active.fetch_sub(1, Ordering::Relaxed);
             let res = e.backend.release(&e.handle, &self.grant).await;
             e.capacity_freed();
@@ -195,7 +200,9 @@ impl<B: Backend> Permit<B> {
         Ok(())
     }
 
-    /// Extends the concurrency lease by the TTL. `Ok(false)` when there is no
+    /// Extends the concurrency lease by the TTL now. The broker's renewal
+    /// task already does this for every live permit; call it only to learn
+    /// at once whether the lease is still held. `Ok(false)` when there is no
     /// lease to renew, or it was already reclaimed (the holder lost its slot).
     pub async fn renew(&mut self) -> Result<bool, Error> {
         match (&self.entry, self.live && self.grant.lease.is_some()) {
@@ -231,6 +238,7 @@ impl<B: Backend> Drop for Permit<B> {
     fn drop(&mut self) {
         if let (true, Some(e), Some(_)) = (self.live, &self.entry, self.grant.lease) {
             self.live = false;
+            e.renewer.remove(self.ticket);
             e.counters.active.fetch_sub(1, Ordering::Relaxed);
             e.backend.release_detached(&e.handle, self.grant);
             e.capacity_freed();

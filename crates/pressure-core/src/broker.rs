@@ -8,6 +8,7 @@ use crate::entry::{Counters, Entry, ResourceHandle};
 use crate::error::{Error, QueueError};
 use crate::limits::{LimitSpec, Limits, PPM};
 use crate::queue::{self, Attempt, Queue, QueueConfig, Request, Response, TaskError};
+use crate::renewal::Renewer;
 use crate::stats::{ResourceKind, ResourceStats, WaitTimes};
 use crate::MemoryBackend;
 use dashmap::DashMap;
@@ -94,6 +95,7 @@ impl<B: Backend> BrokerBuilder<B> {
                 lazy_count: AtomicUsize::new(0),
                 evicted: AtomicU64::new(0),
                 max_lazy: self.max_lazy,
+                renewer: Arc::new(Renewer::new(Arc::clone(&self.clock))),
                 clock: self.clock,
                 evicting: parking_lot::Mutex::new(()),
                 reconfiguring: parking_lot::Mutex::new(()),
@@ -112,6 +114,16 @@ struct Shared<B: Backend> {
     evicting: parking_lot::Mutex<()>,
     /// Serializes `set_limits`, so each change continues the latest state.
     reconfiguring: parking_lot::Mutex<()>,
+    /// Renews the leases of every live permit (see `renewal`).
+    renewer: Arc<Renewer<B>>,
+}
+
+impl<B: Backend> Drop for Shared<B> {
+    /// The broker is gone: nothing vouches for its leases any more, so they
+    /// expire after their TTL like those of a process that died.
+    fn drop(&mut self) {
+        self.renewer.stop();
+    }
 }
 
 /// What [`ResourceBroker::set_limits`] did.
@@ -260,6 +272,7 @@ impl<B: Backend> ResourceBroker<B> {
                 stateful,
                 last_used: AtomicU64::new(current.last_used.load(Ordering::Relaxed)),
                 next: OnceLock::new(),
+                renewer: Arc::clone(&self.shared.renewer),
             });
             // Old versions forward to the new one first, then the map
             // serves it; under `reconfiguring` nobody else links `current`.
@@ -357,6 +370,7 @@ impl<B: Backend> ResourceBroker<B> {
             stateful,
             last_used: AtomicU64::new(self.shared.clock.now_nanos()),
             next: OnceLock::new(),
+            renewer: Arc::clone(&self.shared.renewer),
         });
         match self.shared.resources.entry(id) {
             dashmap::Entry::Occupied(o) => return Err(Error::AlreadyRegistered(o.key().to_string())),
@@ -413,6 +427,12 @@ impl<B: Backend> ResourceBroker<B> {
             }
         }
         self.shared.evicted.fetch_add(removed as u64, Ordering::Relaxed);
+    }
+
+    /// Concurrency leases of this broker's live permits, all kept alive by
+    /// its one renewal task.
+    pub fn live_leases(&self) -> usize {
+        self.shared.renewer.len()
     }
 
     /// Lazily registered resources held now.

@@ -15,6 +15,7 @@ use crate::backend::{Backend, BackendError, Decision, Grant, SyncBackend};
 use crate::error::Error;
 use crate::limits::{Demand, LimitSpec, PPM};
 use crate::queue::Queue;
+use crate::renewal::Renewer;
 use crate::stats::ResourceKind;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -50,6 +51,8 @@ pub(crate) struct Entry<B: Backend> {
     pub(crate) last_used: AtomicU64,
     /// The version that replaced this one when the limits changed.
     pub(crate) next: OnceLock<Arc<Entry<B>>>,
+    /// The broker's lease renewer.
+    pub(crate) renewer: Arc<Renewer<B>>,
 }
 
 impl<B: Backend> std::fmt::Debug for Entry<B> {
@@ -138,12 +141,16 @@ impl<B: Backend> Entry<B> {
         // change of limits that added concurrency to a resource whose
         // permits were inert.
         if !self.stateful && grant.lease.is_none() {
-            return Permit::new(None, grant);
+            return Permit::new(None, grant, 0);
         }
-        if grant.lease.is_some() {
-            self.counters.active.fetch_add(1, Ordering::Relaxed);
-        }
-        Permit::new(Some(Arc::clone(self)), grant)
+        let ticket = match grant.lease {
+            Some(_) => {
+                self.counters.active.fetch_add(1, Ordering::Relaxed);
+                self.renewer.register(self, grant)
+            }
+            None => 0,
+        };
+        Permit::new(Some(Arc::clone(self)), grant, ticket)
     }
 
     /// `try_acquire`: one attempt on the newest version; the backend counts

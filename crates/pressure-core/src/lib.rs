@@ -75,11 +75,13 @@
 //!   once.
 //!
 //! ### `maxConcurrentRequests`
-//! Live permits. Each is a lease with a TTL (`leaseTtlMs`, default 30 s):
-//! long holders [`Permit::renew`] (queued tasks are renewed automatically), a
-//! leaked permit or a dead process gives its slot back when the lease
-//! expires. The wait on a concurrency denial is an estimate: the time until
-//! the earliest lease expires, at most 100 ms.
+//! Live permits. Each is a lease with a TTL (`leaseTtlMs`, default 30 s),
+//! renewed for as long as its permit lives by one renewal task per broker
+//! that batches every live lease (one backend call per resource), so the cap
+//! holds for a permit of any duration. A dead process (or a dropped broker)
+//! renews nothing, and its slots come back when the leases expire. The wait
+//! on a concurrency denial is an estimate: the time until the earliest lease
+//! expires, at most 100 ms.
 //!
 //! ### Tokens
 //! Reserve an estimate (input counted, output = `max_tokens`), then
@@ -120,11 +122,13 @@ mod error;
 mod field_error;
 mod limits;
 pub mod queue;
+mod renewal;
 mod stats;
 
 pub use acquisition::{AcquireOptions, Acquisition, ActualUsage, Permit};
 pub use backend::{
-    Backend, BackendError, Counts, Decision, Denial, Grant, LeaseId, MemoryBackend, Reserved, SyncBackend,
+    Backend, BackendError, Counts, Decision, Denial, DenialCause, Grant, LeaseId, MemoryBackend, Reserved,
+    SyncBackend,
 };
 pub use broker::{
     BrokerBuilder, LimitChange, LimitTemplate, ResourceBroker, ResourceConfig, DEFAULT_MAX_LAZY_RESOURCES,

@@ -108,6 +108,14 @@ impl Backend for AnyBackend {
         }
     }
 
+    async fn renew_many(&self, handle: &AnyHandle, grants: &[Grant]) -> Result<Vec<bool>, BackendError> {
+        match (self, handle) {
+            (AnyBackend::Memory(b), AnyHandle::Memory(h)) => b.renew_many(h, grants).await,
+            (AnyBackend::Redis(b), AnyHandle::Redis(h)) => b.renew_many(h, grants).await,
+            _ => Err(mismatch()),
+        }
+    }
+
     async fn reconcile(
         &self,
         handle: &AnyHandle,

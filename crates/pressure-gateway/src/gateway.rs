@@ -101,7 +101,18 @@ impl Gateway {
         let (backend, redis) = match &config.backend {
             BackendConfig::Memory => (AnyBackend::Memory(MemoryBackend::new()), None),
             BackendConfig::Redis(rc) => {
-                let r = RedisBackend::connect(rc.clone()).await?;
+                // Redis down at start is not fatal: the failure mode applies
+                // and a background probe reconnects (DESIGN §5.2).
+                let r = RedisBackend::start(rc.clone()).await?;
+                let status = r.status();
+                if !status.healthy {
+                    tracing::warn!(
+                        url = status.url.as_str(),
+                        error = status.last_error.as_deref().unwrap_or("unknown"),
+                        failure_mode = ?rc.failure_mode,
+                        "Redis is unavailable at start; serving in the failure mode until it answers"
+                    );
+                }
                 (AnyBackend::Redis(r.clone()), Some(r))
             }
         };

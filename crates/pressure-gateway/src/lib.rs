@@ -13,7 +13,6 @@
 
 pub mod admin;
 pub mod backend;
-mod compat;
 pub mod config;
 pub mod demo_upstream;
 mod gateway;

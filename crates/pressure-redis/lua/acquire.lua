@@ -13,6 +13,9 @@
 --          c         leases counted (live, or expired and not yet swept)
 --          cm        lower bound of the earliest lease expiry
 --          l:<id>    expiry of lease <id>
+--          d:<id>    tombstone of lease <id>: its client gave the acquisition
+--                    up (no reply in time) and released it before it arrived;
+--                    an acquisition with that lease id reserves nothing
 --          x         the key's expiry as last set (PEXPIREAT only when it must move)
 -- ARGV[1]  number of rate dimensions n
 -- ARGV[2 + 8i .. 9 + 8i], for i = 0..n-1:
@@ -24,7 +27,8 @@
 -- ARGV[3 + 8n]  lease TTL in us
 -- ARGV[4 + 8n]  lease id
 -- ARGV[5 + 8n]  book within (us; 0 = never book a future slot)
--- Returns {1, now_us, delay_us} when granted, {0, wait_us, dim id} when denied.
+-- Returns {1, now_us, delay_us} when granted, {0, wait_us, dim id} when denied,
+-- {2, 0, 0} when the lease id has a tombstone (nothing reserved).
 
 local S = 30
 local HINT = 100000
@@ -42,8 +46,9 @@ local conc = tonumber(ARGV[c0])
 -- must be written), o+9 units of sub-window k, o+10 dirty, o+11 sum field,
 -- o+12 lo field; the field of sub-window k is at F[i].
 local D, F = {}, {}
-local fields = {'x', 'c', 'cm'}
-local nf = 3
+local fields = {'x', 'c', 'cm', '-'}
+if conc > 0 then fields[4] = 'd:' .. ARGV[c0 + 2] end
+local nf = 4
 local all_gcra = n > 0
 for i = 1, n do
   local b, o = 8 * i - 6, 12 * i - 12
@@ -69,10 +74,15 @@ local v = redis.call('HMGET', key, unpack(fields))
 local x = tonumber(v[1]) or 0
 local count = tonumber(v[2]) or 0
 local cmin = tonumber(v[3])
+if conc > 0 and v[4] then
+  -- Given up by its client before it got here: reserve nothing.
+  redis.call('HDEL', key, fields[4])
+  return {2, 0, 0}
+end
 
 local worst, worst_dim = -1, 0
 local dels, nd = nil, 0
-local pos = 4
+local pos = 5
 for i = 1, n do
   local o = 12 * i - 12
   local u, limit, step = D[o + 2], D[o + 3], D[o + 4]
@@ -136,7 +146,8 @@ if conc > 0 and count >= conc then
     local dead, live, first = {}, 0, nil
     for j = 1, #h, 2 do
       local f = h[j]
-      if string.sub(f, 1, 2) == 'l:' then
+      local p = string.sub(f, 1, 2)
+      if p == 'l:' then
         local e = tonumber(h[j + 1])
         if e <= now then
           dead[#dead + 1] = f
@@ -144,6 +155,8 @@ if conc > 0 and count >= conc then
           live = live + 1
           if first == nil or e < first then first = e end
         end
+      elseif p == 'd:' and tonumber(h[j + 1]) <= now then
+        dead[#dead + 1] = f
       end
     end
     if #dead > 0 then redis.call('HDEL', key, unpack(dead)) end

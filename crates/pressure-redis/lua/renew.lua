@@ -1,28 +1,44 @@
--- renew.lua: extend a live lease; a lease that has expired is gone for good.
+-- renew.lua: extend live leases; a lease that has expired is gone for good.
+-- The broker's renewal task sends every due lease of a resource in one call.
 --
 -- KEYS[1]  state hash of the resource (see acquire.lua)
--- ARGV[1]  lease id
--- ARGV[2]  lease TTL in us
--- Returns 1 when renewed, 0 when the lease was already lost.
+-- ARGV[1]  lease TTL in us
+-- ARGV[2..] lease ids
+-- Returns one flag per lease id: 1 when renewed, 0 when already lost.
 
 local t = redis.call('TIME')
 local now = t[1] * 1000000 + t[2]
-local ttl = tonumber(ARGV[2])
-local f = 'l:' .. ARGV[1]
-local v = redis.call('HMGET', KEYS[1], f, 'x')
-local exp = tonumber(v[1])
-if exp == nil then return 0 end
-if exp <= now then
-  redis.call('HDEL', KEYS[1], f)
-  redis.call('HINCRBY', KEYS[1], 'c', -1)
-  return 0
+local key = KEYS[1]
+local ttl = tonumber(ARGV[1])
+local f = {}
+for i = 2, #ARGV do f[#f + 1] = 'l:' .. ARGV[i] end
+local n = #f
+f[n + 1] = 'x'
+local v = redis.call('HMGET', key, unpack(f))
+local out, upd, dead = {}, {}, {}
+for i = 1, n do
+  local exp = tonumber(v[i])
+  if exp == nil then
+    out[i] = 0
+  elseif exp <= now then
+    dead[#dead + 1] = f[i]
+    out[i] = 0
+  else
+    upd[#upd + 1] = f[i]; upd[#upd + 1] = now + ttl
+    out[i] = 1
+  end
 end
-local upd = {f, now + ttl}
-local x = tonumber(v[2]) or 0
-if now + ttl > x then
-  x = now + ttl + 10000000
-  upd[#upd + 1] = 'x'; upd[#upd + 1] = x
-  redis.call('PEXPIREAT', KEYS[1], math.ceil(x / 1000))
+if #dead > 0 then
+  redis.call('HDEL', key, unpack(dead))
+  redis.call('HINCRBY', key, 'c', -#dead)
 end
-redis.call('HSET', KEYS[1], unpack(upd))
-return 1
+if #upd > 0 then
+  local x = tonumber(v[n + 1]) or 0
+  if now + ttl > x then
+    x = now + ttl + 10000000
+    upd[#upd + 1] = 'x'; upd[#upd + 1] = x
+    redis.call('PEXPIREAT', key, math.ceil(x / 1000))
+  end
+  redis.call('HSET', key, unpack(upd))
+end
+return out

@@ -1,9 +1,29 @@
 //! [`RedisBackend`]: the `Backend` operations as single scripts over a
 //! shared, pipelined connection pool, with the failure mode and the local
 //! deny cache around them.
+//!
+//! # Store down, store slow
+//! The backend never needs Redis to exist: [`RedisBackend::start`] returns
+//! at once with whatever connections it could open, the failure mode
+//! answers while there are none, and a background task (see
+//! `background.rs`) reconnects, reloads the scripts and probes until Redis
+//! answers — with or without traffic.
+//!
+//! # Lost replies never hold a slot
+//! A lease id is chosen here, before the script runs. When an acquisition
+//! that asked for a lease gets no reply (timeout, connection lost after the
+//! send), the script may still run later in Redis: the backend then releases
+//! that lease id in the background, retried until Redis answers (bounded by
+//! the lease TTL plus a margin), and the release leaves a tombstone so an
+//! acquisition that arrives after its own release reserves nothing. Rate
+//! units such an acquisition reserved stay counted: that errs on the safe
+//! side, while a concurrency slot comes back within about one retry interval
+//! (≤ 400 ms) of Redis answering again. A release that fails is retried the
+//! same way.
 
+use crate::background::{Lost, LostKind};
 use crate::config::{FailureMode, RedisConfig};
-use crate::conn::Pool;
+use crate::conn::{self, Pool};
 use crate::health::Health;
 use crate::keys::ResourceKeys;
 use crate::scripts;
@@ -21,6 +41,14 @@ use std::time::Duration;
 /// Wait suggested by a `closed` failure-mode denial.
 const CLOSED_RETRY: Duration = Duration::from_secs(1);
 
+/// How long a tombstone of a lost acquisition keeps refusing its lease id
+/// (at least the lease TTL).
+const TOMBSTONE_MIN: Duration = Duration::from_secs(60);
+
+/// How long past the lease TTL a lost lease is still worth releasing: by
+/// then a lease the late script created has expired by itself.
+const LOST_MARGIN: Duration = Duration::from_secs(10);
+
 /// Limiter state in Redis, shared by every instance that points at it.
 /// Cheap to clone.
 #[derive(Clone)]
@@ -28,12 +56,17 @@ pub struct RedisBackend {
     inner: Arc<Inner>,
 }
 
-struct Inner {
-    pool: Pool,
-    config: RedisConfig,
-    health: Health,
+pub(crate) struct Inner {
+    pub(crate) pool: Pool,
+    pub(crate) config: RedisConfig,
+    pub(crate) health: Health,
     local: MemoryBackend,
-    clock: MonotonicClock,
+    pub(crate) clock: MonotonicClock,
+    /// Releases to deliver in the background (lost acquisitions, failed
+    /// releases).
+    pub(crate) lost: Mutex<Vec<Lost>>,
+    /// Wakes the background task (a connection broke, a lease was lost).
+    pub(crate) wake: Arc<tokio::sync::Notify>,
 }
 
 impl std::fmt::Debug for RedisBackend {
@@ -46,8 +79,9 @@ impl std::fmt::Debug for RedisBackend {
     }
 }
 
-/// Health counters of a [`RedisBackend`], for metrics.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Health of a [`RedisBackend`], for metrics, `/healthz` and the start-up
+/// log line.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct RedisStatus {
     /// Whether the last call reached Redis.
     pub healthy: bool,
@@ -57,6 +91,29 @@ pub struct RedisStatus {
     pub fallbacks: u64,
     /// Healthy ↔ unavailable transitions.
     pub transitions: u64,
+    /// The store's address (`redis://host:port/db`, or `cluster <seeds>`),
+    /// any password replaced by `***`.
+    pub url: String,
+    /// The most recent failure with its real cause — "connection refused",
+    /// "timed out after 500 ms", "authentication failed: …", "no answer
+    /// within 50 ms" — kept after recovery; `None` if Redis never failed.
+    pub last_error: Option<String>,
+    /// Lease releases waiting for Redis (lost acquisitions, failed releases).
+    pub pending_releases: u64,
+}
+
+/// A failed store call, and whether the command may have reached Redis (so
+/// a lease it asked for may exist there).
+#[derive(Debug)]
+pub(crate) struct Failure {
+    pub(crate) error: BackendError,
+    pub(crate) sent: bool,
+}
+
+impl From<Failure> for BackendError {
+    fn from(f: Failure) -> Self {
+        f.error
+    }
 }
 
 /// Per-resource addressing and script arguments, computed once.
@@ -100,24 +157,72 @@ struct Denied {
 }
 
 impl RedisBackend {
-    /// Connects to Redis (or the cluster) with `config`.
-    pub async fn connect(config: RedisConfig) -> Result<Self, BackendError> {
+    /// A backend for `config` that does not need Redis to answer: it opens
+    /// what connections it can (each attempt bounded by `connectTimeoutMs`),
+    /// and if Redis is down it starts unhealthy — the failure mode applies,
+    /// [`RedisBackend::status`] names the address and the cause for the
+    /// start-up log — while a background task reconnects and probes every
+    /// 100 ms, so limits are enforced by Redis again within a probe interval
+    /// of it answering, with or without traffic. Fails only on an invalid
+    /// configuration.
+    pub async fn start(config: RedisConfig) -> Result<Self, BackendError> {
         config
             .validate()
             .map_err(|(field, problem)| BackendError::Unsupported(format!("{field}: {problem}")))?;
-        let pool = Pool::connect(&config).await?;
-        Ok(Self {
-            inner: Arc::new(Inner {
-                pool,
-                health: Health::new(config.failure_mode),
-                local: MemoryBackend::new(),
-                clock: MonotonicClock::new(),
-                config,
-            }),
-        })
+        let pool = Pool::new(&config);
+        let mut error = None;
+        for slot in pool.empty_slots() {
+            match conn::open(&config).await {
+                Ok(c) => {
+                    crate::background::preload_scripts(&config, &c).await;
+                    pool.fill(slot, c);
+                }
+                Err(cause) => {
+                    // The others would fail alike: leave them to the task.
+                    error = Some(cause);
+                    break;
+                }
+            }
+        }
+        let address = conn::display_address(&config);
+        let error = if pool.is_connected() { None } else { error };
+        let inner = Arc::new(Inner {
+            pool,
+            health: Health::new(config.failure_mode, address, error),
+            local: MemoryBackend::new(),
+            clock: MonotonicClock::new(),
+            config,
+            lost: Mutex::new(Vec::new()),
+            wake: Arc::new(tokio::sync::Notify::new()),
+        });
+        tokio::spawn(crate::background::run(
+            Arc::downgrade(&inner),
+            Arc::clone(&inner.wake),
+        ));
+        Ok(Self { inner })
     }
 
-    /// Health counters.
+    /// [`RedisBackend::start`], but fails when Redis does not answer at
+    /// start, with the address and the real cause ("redis://127.0.0.1:6379:
+    /// connection refused"). For tools that need the store now; a server
+    /// should `start` and let the failure mode cover the outage.
+    pub async fn connect(config: RedisConfig) -> Result<Self, BackendError> {
+        let b = Self::start(config).await?;
+        if b.inner.pool.is_connected() {
+            return Ok(b);
+        }
+        let cause = b
+            .inner
+            .health
+            .last_error()
+            .unwrap_or_else(|| "no connection".into());
+        Err(BackendError::Unavailable(format!(
+            "{}: {cause}",
+            b.inner.health.address
+        )))
+    }
+
+    /// Health counters, the address and the last error.
     pub fn status(&self) -> RedisStatus {
         let h = &self.inner.health;
         RedisStatus {
@@ -125,6 +230,9 @@ impl RedisBackend {
             failures: h.failures.load(Ordering::Relaxed),
             fallbacks: h.fallbacks.load(Ordering::Relaxed),
             transitions: h.transitions.load(Ordering::Relaxed),
+            url: h.address.clone(),
+            last_error: h.last_error(),
+            pending_releases: self.inner.lost.lock().len() as u64,
         }
     }
 
@@ -134,42 +242,29 @@ impl RedisBackend {
     }
 
     /// Runs one script invocation with the call timeout, updating health.
-    async fn call<T: redis::FromRedisValue>(
-        &self,
-        inv: redis::ScriptInvocation<'_>,
-    ) -> Result<T, BackendError> {
-        let timeout = self.inner.config.timeout();
-        let mut conn = self.inner.pool.get();
-        self.finish(
-            tokio::time::timeout(timeout, inv.invoke_async(&mut conn)).await,
-            timeout,
-        )
+    async fn call<T: redis::FromRedisValue>(&self, inv: redis::ScriptInvocation<'_>) -> Result<T, Failure> {
+        self.inner.call(inv).await
     }
 
-    fn finish<T>(
-        &self,
-        out: Result<redis::RedisResult<T>, tokio::time::error::Elapsed>,
-        timeout: Duration,
-    ) -> Result<T, BackendError> {
-        match out {
-            Ok(Ok(v)) => {
-                self.inner.health.ok();
-                Ok(v)
-            }
-            Ok(Err(e)) if is_store_failure(&e) => {
-                self.inner.health.failed(&e);
-                Err(BackendError::Unavailable(e.to_string()))
-            }
-            Ok(Err(e)) => {
-                self.inner.health.ok();
-                Err(BackendError::Protocol(e.to_string()))
-            }
-            Err(_) => {
-                let e = BackendError::Timeout(timeout);
-                self.inner.health.failed(&e);
-                Err(e)
-            }
-        }
+    /// Queues the background release of `lease` (`kind` says whether its
+    /// acquisition's reply was lost or its release failed).
+    fn lose(&self, h: &RedisHandle, lease: u64, kind: LostKind) {
+        let ttl = Duration::from_nanos(h.spec.lease_ttl_ns);
+        let tombstone_us = match kind {
+            LostKind::Acquisition => pressure_core::clock::duration_to_nanos(ttl.max(TOMBSTONE_MIN)) / 1_000,
+            LostKind::Release => 0,
+        };
+        let give_up_ns = self
+            .inner
+            .clock
+            .now_nanos()
+            .saturating_add(pressure_core::clock::duration_to_nanos(ttl + LOST_MARGIN));
+        self.inner.push_lost(Lost {
+            key: h.keys.state.clone(),
+            member: member(lease),
+            tombstone_us,
+            give_up_ns,
+        });
     }
 
     fn fallback(&self, h: &RedisHandle, demand: &Demand) -> Decision {
@@ -193,8 +288,12 @@ impl RedisBackend {
         }
     }
 
-    async fn acquire_remote(&self, h: &RedisHandle, demand: &Demand) -> Result<Decision, BackendError> {
-        let lease = (demand.lease && h.spec.concurrency.is_some()).then(rand::random::<u64>);
+    async fn acquire_remote(
+        &self,
+        h: &RedisHandle,
+        demand: &Demand,
+        lease: Option<u64>,
+    ) -> Result<Decision, Failure> {
         let mut inv = scripts::ACQUIRE.prepare_invoke();
         inv.key(&h.keys.state).arg(h.dims.len());
         for d in &h.dims {
@@ -223,9 +322,16 @@ impl RedisBackend {
             .arg(demand.book_within_ns / 1_000);
         let v: Vec<i64> = self.call(inv).await?;
         let [flag, a, b] = v[..] else {
-            return Err(BackendError::Protocol(format!("acquire returned {v:?}")));
+            return Err(Failure {
+                error: BackendError::Protocol(format!("acquire returned {v:?}")),
+                sent: true,
+            });
         };
         let (a, b) = (a.max(0) as u64, b.max(0) as u64);
+        if flag == 2 {
+            // The lease id was already given up (tombstone): nothing reserved.
+            return Ok(closed(h));
+        }
         if flag == 1 {
             return Ok(Decision::Granted(Grant {
                 at_ns: a.saturating_mul(1_000),
@@ -236,10 +342,7 @@ impl RedisBackend {
             }));
         }
         let dimension = Dimension::from_index(b as usize).unwrap_or(Dimension::MaxConcurrentRequests);
-        let denial = Denial {
-            wait: Duration::from_micros(a),
-            dimension,
-        };
+        let denial = Denial::exhausted(Duration::from_micros(a), dimension);
         if self.inner.config.deny_cache && denial.is_exact() {
             *h.deny.lock() = Some(Denied {
                 until_ns: self.inner.clock.now_nanos() + a.saturating_mul(1_000),
@@ -266,38 +369,39 @@ impl RedisBackend {
             && demand.ceiling_ppm <= d.demand.ceiling_ppm
             && demand.book_within_ns <= d.demand.book_within_ns;
         (now < d.until_ns && dominated).then(|| {
-            Decision::Denied(Denial {
-                wait: Duration::from_nanos(d.until_ns - now),
-                dimension: d.dimension,
-            })
+            Decision::Denied(Denial::exhausted(
+                Duration::from_nanos(d.until_ns - now),
+                d.dimension,
+            ))
         })
     }
 }
 
+/// The `closed` failure mode's refusal: marked as an outage, not a limit.
 fn closed(h: &RedisHandle) -> Decision {
-    Decision::Denied(Denial {
-        wait: CLOSED_RETRY,
-        dimension: h
-            .dims
+    Decision::Denied(Denial::unavailable(
+        CLOSED_RETRY,
+        h.dims
             .first()
             .map(|d| d.rate.dimension)
             .unwrap_or(Dimension::MaxConcurrentRequests),
-    })
+    ))
 }
 
-fn member(lease: u64) -> String {
+pub(crate) fn member(lease: u64) -> String {
     format!("{lease:016x}")
 }
 
 /// Whether an error means the store is out (I/O, connection, cluster down)
 /// rather than a bad answer.
-fn is_store_failure(e: &redis::RedisError) -> bool {
+pub(crate) fn is_store_failure(e: &redis::RedisError) -> bool {
     e.is_io_error()
         || e.is_connection_dropped()
         || e.is_connection_refusal()
         || e.is_timeout()
         || e.is_unrecoverable_error()
         || e.is_cluster_error()
+        || crate::conn::is_auth_failure(e)
 }
 
 /// The limits a process may use alone in `local` mode: `share` of each.
@@ -399,10 +503,19 @@ impl Backend for RedisBackend {
         } else if !self.inner.health.should_try() {
             self.fallback(h, demand)
         } else {
-            match self.acquire_remote(h, demand).await {
+            let lease = (demand.lease && h.spec.concurrency.is_some()).then(rand::random::<u64>);
+            match self.acquire_remote(h, demand, lease).await {
                 Ok(d) => d,
-                Err(BackendError::Protocol(e)) => return Err(BackendError::Protocol(e)),
-                Err(_) => self.fallback(h, demand),
+                Err(f) => {
+                    if let (true, Some(lease)) = (f.sent, lease) {
+                        // The script may still run: give its lease back.
+                        self.lose(h, lease, LostKind::Acquisition);
+                    }
+                    match f.error {
+                        BackendError::Protocol(e) => return Err(BackendError::Protocol(e)),
+                        _ => self.fallback(h, demand),
+                    }
+                }
             }
         };
         match decision {
@@ -428,10 +541,18 @@ impl Backend for RedisBackend {
             return Ok(());
         }
         let Some(lease) = grant.lease else { return Ok(()) };
-        let mut inv = scripts::RELEASE.prepare_invoke();
-        inv.key(&h.keys.state).arg(member(lease.0));
-        let _: i64 = self.call(inv).await?;
-        Ok(())
+        match self
+            .inner
+            .release_remote(&h.keys.state, 0, &[member(lease.0)])
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(f) => {
+                // Retried in the background until Redis answers.
+                self.lose(h, lease.0, LostKind::Release);
+                Err(f.error)
+            }
+        }
     }
 
     fn release_detached(&self, h: &RedisHandle, grant: Grant) {
@@ -442,34 +563,68 @@ impl Backend for RedisBackend {
             return;
         }
         let Some(lease) = grant.lease else { return };
-        // Without a runtime the lease TTL gives the slot back.
-        if let Ok(rt) = tokio::runtime::Handle::try_current() {
-            let this = self.clone();
-            let key = h.keys.state.clone();
-            rt.spawn(async move {
-                let mut inv = scripts::RELEASE.prepare_invoke();
-                inv.key(&key).arg(member(lease.0));
-                let _ = this.call::<i64>(inv).await;
-            });
+        match tokio::runtime::Handle::try_current() {
+            Ok(rt) => {
+                let this = self.clone();
+                let key = h.keys.state.clone();
+                let ttl = h.spec.lease_ttl_ns;
+                rt.spawn(async move {
+                    if this
+                        .inner
+                        .release_remote(&key, 0, &[member(lease.0)])
+                        .await
+                        .is_err()
+                    {
+                        this.inner.push_lost(Lost {
+                            key,
+                            member: member(lease.0),
+                            tombstone_us: 0,
+                            give_up_ns: this.inner.clock.now_nanos().saturating_add(
+                                ttl.saturating_add(pressure_core::clock::duration_to_nanos(LOST_MARGIN)),
+                            ),
+                        });
+                    }
+                });
+            }
+            // No runtime here: the background task (on the backend's own
+            // runtime) delivers it.
+            Err(_) => self.lose(h, lease.0, LostKind::Release),
         }
     }
 
     async fn renew(&self, h: &RedisHandle, grant: &Grant) -> Result<bool, BackendError> {
-        if grant.fallback {
-            return match &h.local {
-                Some(local) => self.inner.local.renew(local, grant).await,
-                None => Ok(false),
-            };
+        let v = self.renew_many(h, std::slice::from_ref(grant)).await?;
+        Ok(v.first().copied().unwrap_or(false))
+    }
+
+    /// One script call renews every remote lease of the batch; local
+    /// fallback leases renew in memory.
+    async fn renew_many(&self, h: &RedisHandle, grants: &[Grant]) -> Result<Vec<bool>, BackendError> {
+        let mut out = vec![false; grants.len()];
+        let mut remote = Vec::new();
+        for (i, g) in grants.iter().enumerate() {
+            match (g.fallback, g.lease, &h.local) {
+                (true, Some(_), Some(local)) => out[i] = self.inner.local.renew(local, g).await?,
+                (false, Some(lease), _) => remote.push((i, member(lease.0))),
+                _ => {}
+            }
         }
-        let Some(lease) = grant.lease else {
-            return Ok(false);
-        };
+        if remote.is_empty() {
+            return Ok(out);
+        }
         let mut inv = scripts::RENEW.prepare_invoke();
-        inv.key(&h.keys.state)
-            .arg(member(lease.0))
-            .arg(h.spec.lease_ttl_ns / 1_000);
-        let v: i64 = self.call(inv).await?;
-        Ok(v == 1)
+        inv.key(&h.keys.state).arg(h.spec.lease_ttl_ns / 1_000);
+        for (_, m) in &remote {
+            inv.arg(m);
+        }
+        let kept: Vec<i64> = self.call(inv).await?;
+        if kept.len() != remote.len() {
+            return Err(BackendError::Protocol(format!("renew returned {kept:?}")));
+        }
+        for ((i, _), k) in remote.iter().zip(kept) {
+            out[*i] = k == 1;
+        }
+        Ok(out)
     }
 
     async fn reconcile(&self, h: &RedisHandle, grant: &Grant, actual: &Reserved) -> Result<(), BackendError> {

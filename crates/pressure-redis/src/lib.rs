@@ -16,16 +16,30 @@
 //! * **Cluster-safe keys**: all keys of a resource share one hash tag made
 //!   from the escaped resource id ([`keys`]), so no tenant id can address
 //!   another resource's keys and Redis Cluster works.
-//! * **Leases** live in a sorted set scored by expiry, swept in the script.
+//! * **Leases** are fields of the resource's hash scored by expiry, swept in
+//!   the script, and renewed in one call per resource by the broker's
+//!   renewal task while their permits live.
 //! * **Short timeouts and a failure mode**: every call has a timeout (50 ms by
 //!   default). When Redis is unreachable or slow the configured
-//!   [`FailureMode`] applies — `closed` (deny), `open` (allow) or `local`
-//!   (an in-memory limiter with a share of each limit) — logged once per
-//!   transition, counted, and left by itself when Redis answers again.
+//!   [`FailureMode`] applies — `closed` (deny, with a
+//!   [`pressure_core::DenialCause::Unavailable`] denial so a gateway answers
+//!   503, not 429), `open` (allow) or `local` (an in-memory limiter with a
+//!   share of each limit) — logged once per transition with the address and
+//!   the real cause, counted, and left by itself when Redis answers again.
+//! * **Redis down at start is not fatal**: [`RedisBackend::start`] returns
+//!   without a connection; a background task reconnects, reloads the
+//!   scripts and probes every 100 ms, with or without traffic.
+//!   [`RedisBackend::connect`] is the strict variant that fails when Redis
+//!   does not answer.
+//! * **No ghost leases**: an acquisition whose reply was lost (timeout) and a
+//!   release that failed are released in the background by their
+//!   client-chosen lease id, retried until Redis answers; a tombstone makes a
+//!   late script reserve nothing.
 //! * **Local deny cache**: after the store denies a demand until `T`, the same
 //!   or a larger demand is refused locally until `T`, with no round trip.
 
 mod backend;
+mod background;
 mod config;
 mod conn;
 

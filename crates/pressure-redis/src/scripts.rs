@@ -3,16 +3,24 @@
 use redis::Script;
 use std::sync::LazyLock;
 
+const ACQUIRE_LUA: &str = include_str!("../lua/acquire.lua");
+const RECONCILE_LUA: &str = include_str!("../lua/reconcile.lua");
+const RELEASE_LUA: &str = include_str!("../lua/release.lua");
+const RENEW_LUA: &str = include_str!("../lua/renew.lua");
+const USAGE_LUA: &str = include_str!("../lua/usage.lua");
+
 /// Check and reserve all dimensions (`lua/acquire.lua`).
-pub(crate) static ACQUIRE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../lua/acquire.lua")));
+pub(crate) static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(ACQUIRE_LUA));
 /// Correct a grant's units (`lua/reconcile.lua`).
-pub(crate) static RECONCILE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../lua/reconcile.lua")));
-/// Give a lease back (`lua/release.lua`).
-pub(crate) static RELEASE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../lua/release.lua")));
-/// Extend a live lease (`lua/renew.lua`).
-pub(crate) static RENEW: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../lua/renew.lua")));
+pub(crate) static RECONCILE: LazyLock<Script> = LazyLock::new(|| Script::new(RECONCILE_LUA));
+/// Give leases back, with tombstones for lost acquisitions (`lua/release.lua`).
+pub(crate) static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(RELEASE_LUA));
+/// Extend live leases, many per call (`lua/renew.lua`).
+pub(crate) static RENEW: LazyLock<Script> = LazyLock::new(|| Script::new(RENEW_LUA));
 /// Read current usage (`lua/usage.lua`).
-pub(crate) static USAGE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../lua/usage.lua")));
+pub(crate) static USAGE: LazyLock<Script> = LazyLock::new(|| Script::new(USAGE_LUA));
+
+/// The source of every script, for `SCRIPT LOAD` on a new connection.
+pub(crate) fn sources() -> [&'static str; 5] {
+    [ACQUIRE_LUA, RECONCILE_LUA, RELEASE_LUA, RENEW_LUA, USAGE_LUA]
+}

@@ -185,10 +185,10 @@ fn fast_acquire(f: &Fast, now: u64, demand: &Demand) -> Option<Decision> {
                 if demand.count_denial {
                     f.denied.fetch_add(1, Ordering::Relaxed);
                 }
-                return Some(Decision::Denied(Denial {
-                    wait: Duration::from_nanos(wait),
-                    dimension: rate.dimension,
-                }));
+                return Some(Decision::Denied(Denial::exhausted(
+                    Duration::from_nanos(wait),
+                    rate.dimension,
+                )));
             }
         };
         if next == cur
@@ -403,12 +403,7 @@ impl Counters {
             None => 0,
             Some((wait, dimension)) => match bookable_start(spec, dims, now, demand, lease.is_some()) {
                 Some(start) => start - now,
-                None => {
-                    return Decision::Denied(Denial {
-                        wait: Duration::from_nanos(wait),
-                        dimension,
-                    })
-                }
+                None => return Decision::Denied(Denial::exhausted(Duration::from_nanos(wait), dimension)),
             },
         };
         let start = now + delay;
@@ -694,6 +689,26 @@ impl Backend for MemoryBackend {
             _ => false,
         };
         std::future::ready(Ok(ok))
+    }
+
+    fn renew_many(
+        &self,
+        handle: &MemoryHandle,
+        grants: &[Grant],
+    ) -> impl std::future::Future<Output = Result<Vec<bool>, BackendError>> + Send {
+        let now = self.clock.now_nanos();
+        let out = match handle.state.locked() {
+            Some(m) => {
+                let mut c = m.lock();
+                let until = now + c.spec.lease_ttl_ns;
+                grants
+                    .iter()
+                    .map(|g| g.lease.is_some_and(|l| c.leases.renew(l.0, now, until)))
+                    .collect()
+            }
+            None => vec![false; grants.len()],
+        };
+        std::future::ready(Ok(out))
     }
 
     fn reconcile(

@@ -76,10 +76,55 @@ impl From<&Reserved> for Demand {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Denial {
     /// Earliest time from now at which the same demand could fit (the
-    /// maximum over the failing dimensions; an estimate for concurrency).
+    /// maximum over the failing dimensions; an estimate for concurrency and
+    /// for an outage).
     pub wait: Duration,
-    /// The dimension that needed the longest wait.
+    /// The dimension that needed the longest wait (for
+    /// [`DenialCause::Unavailable`], the resource's first dimension: no
+    /// dimension was checked).
     pub dimension: Dimension,
+    /// Whether a limit refused, or the backend could not decide and its
+    /// failure mode refused. A gateway answers the first with `429`, the
+    /// second with `503 limiter_unavailable`: an outage is not "exhausted".
+    pub cause: DenialCause,
+}
+
+/// Why a [`Denial`] happened.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum DenialCause {
+    /// A limit is exhausted: the demand does not fit now.
+    #[default]
+    Exhausted,
+    /// The backend's store could not be asked (down, too slow) and its
+    /// failure mode refuses (`closed`); `wait` is when to try again.
+    Unavailable,
+}
+
+impl Denial {
+    /// A refusal by a limit on `dimension`, fitting again after `wait`.
+    #[inline]
+    pub fn exhausted(wait: Duration, dimension: Dimension) -> Self {
+        Self {
+            wait,
+            dimension,
+            cause: DenialCause::Exhausted,
+        }
+    }
+
+    /// A refusal because the store could not be asked; retry after `wait`.
+    pub fn unavailable(wait: Duration, dimension: Dimension) -> Self {
+        Self {
+            wait,
+            dimension,
+            cause: DenialCause::Unavailable,
+        }
+    }
+
+    /// Whether the store was unavailable (not a limit) — see [`DenialCause`].
+    #[inline]
+    pub fn is_unavailable(&self) -> bool {
+        self.cause == DenialCause::Unavailable
+    }
 }
 
 impl Grant {
@@ -92,9 +137,10 @@ impl Grant {
 impl Denial {
     /// Whether `wait` is a lower bound (rate dimensions: nothing can fit
     /// sooner) rather than an estimate (concurrency: a holder may release at
-    /// any moment). Only a lower bound justifies refusing a caller early.
+    /// any moment; an outage: the store may answer at any moment). Only a
+    /// lower bound justifies refusing a caller early.
     pub fn is_exact(&self) -> bool {
-        self.dimension != Dimension::MaxConcurrentRequests
+        self.cause == DenialCause::Exhausted && self.dimension != Dimension::MaxConcurrentRequests
     }
 }
 
@@ -212,6 +258,24 @@ pub trait Backend: Send + Sync + Sized + std::fmt::Debug + 'static {
         handle: &Self::Handle,
         grant: &Grant,
     ) -> impl Future<Output = Result<bool, BackendError>> + Send;
+
+    /// [`Backend::renew`] for many leases of one resource at once, as the
+    /// broker's renewal task batches them: one answer per grant, in order.
+    /// The default renews one by one; a remote store should override it with
+    /// one round trip.
+    fn renew_many(
+        &self,
+        handle: &Self::Handle,
+        grants: &[Grant],
+    ) -> impl Future<Output = Result<Vec<bool>, BackendError>> + Send {
+        async move {
+            let mut out = Vec::with_capacity(grants.len());
+            for g in grants {
+                out.push(self.renew(handle, g).await?);
+            }
+            Ok(out)
+        }
+    }
 
     /// Corrects the units reserved by `grant` to `actual`.
     fn reconcile(

@@ -176,11 +176,12 @@ pub async fn concurrency_release_is_exact_and_idempotent<H: Harness>(h: &H) {
     assert_eq!(b.resource_stats(&id).await.expect("registered").active, Some(0));
 }
 
-/// A permit that is never released nor renewed (`mem::forget`) gives its
-/// slot back after the lease TTL.
-pub async fn forgotten_permit_is_reclaimed_after_ttl<H: Harness>(h: &H) {
+/// A lease whose holder is gone gives its slot back after the TTL: the
+/// broker that took it is dropped (as when its process dies) with the permit
+/// never released (`mem::forget`), so nothing renews the lease any more.
+pub async fn abandoned_lease_is_reclaimed_after_ttl<H: Harness>(h: &H) {
     let b = h.broker().await;
-    let id = h.unique("forget");
+    let id = h.unique("abandon");
     b.register_limit(
         &id,
         Limits::default()
@@ -188,38 +189,81 @@ pub async fn forgotten_permit_is_reclaimed_after_ttl<H: Harness>(h: &H) {
             .lease_ttl(Duration::from_millis(300)),
     )
     .expect("valid");
+    let handle = b.resource(&id).expect("registered");
     let p = take(&b, &id, AcquireOptions::default()).await;
     assert!(p.allowed());
     std::mem::forget(p);
-    assert!(!take(&b, &id, AcquireOptions::default()).await.allowed());
-    tokio::time::sleep(Duration::from_millis(350)).await;
-    assert!(take(&b, &id, AcquireOptions::default()).await.allowed());
+    drop(b);
+    let t0 = Instant::now();
+    assert!(!handle
+        .try_acquire(AcquireOptions::default())
+        .await
+        .expect("answers")
+        .allowed());
+    // Not before the TTL, and soon after it.
+    loop {
+        let a = handle
+            .try_acquire(AcquireOptions::default())
+            .await
+            .expect("answers");
+        if a.allowed() {
+            break;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_millis(800),
+            "abandoned lease never expired"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(
+        t0.elapsed() >= Duration::from_millis(200),
+        "expired early: {:?}",
+        t0.elapsed()
+    );
 }
 
-/// A holder that renews keeps its lease past the TTL; when it stops, the
-/// slot comes back after the TTL.
-pub async fn renewed_lease_is_kept<H: Harness>(h: &H) {
+/// A permit held much longer than its lease TTL keeps its slot: the broker
+/// renews every live lease, so a cap of 2 with two holders denies a third
+/// throughout; when the holders go, the slots come back.
+pub async fn held_permits_keep_their_slots_past_the_ttl<H: Harness>(h: &H) {
     let b = h.broker().await;
-    let id = h.unique("renew");
+    let id = h.unique("hold");
     b.register_limit(
         &id,
         Limits::default()
-            .max_concurrent_requests(1)
+            .max_concurrent_requests(2)
             .lease_ttl(Duration::from_millis(300)),
     )
     .expect("valid");
-    let mut p = take(&b, &id, AcquireOptions::default())
-        .await
-        .into_permit()
-        .expect("granted");
-    for _ in 0..6 {
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        assert!(p.renew().await.expect("renew"), "lease still held");
-        assert!(!take(&b, &id, AcquireOptions::default()).await.allowed());
+    let mut held = Vec::new();
+    for _ in 0..2 {
+        held.push(
+            take(&b, &id, AcquireOptions::default())
+                .await
+                .into_permit()
+                .expect("granted"),
+        );
     }
-    std::mem::forget(p);
-    tokio::time::sleep(Duration::from_millis(350)).await;
-    assert!(take(&b, &id, AcquireOptions::default()).await.allowed());
+    assert_eq!(b.live_leases(), 2);
+    let t0 = Instant::now();
+    while t0.elapsed() < Duration::from_millis(1_500) {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let third = take(&b, &id, AcquireOptions::default()).await;
+        assert!(
+            !third.allowed(),
+            "a third permit was admitted after {:?}: the held leases expired",
+            t0.elapsed()
+        );
+    }
+    assert_eq!(usage(&b, &id, "maxConcurrentRequests").await, 2);
+    assert!(held[0].renew().await.expect("renew"), "the lease is still held");
+    drop(held);
+    assert_eq!(b.live_leases(), 0, "dropped permits leave the renewer");
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while !take(&b, &id, AcquireOptions::default()).await.allowed() {
+        assert!(Instant::now() < deadline, "slots not back after the holders left");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
 }
 
 async fn reconcile_both_ways<H: Harness>(h: &H, limits: Limits, name: &str) {

@@ -1,6 +1,7 @@
 //! `enqueue` from the caller's side: take a turn (directly when nobody
-//! waits, through the dispatcher otherwise), run the task with its lease kept
-//! alive, reconcile what it used, and retry on a reported rate limit.
+//! waits, through the dispatcher otherwise), run the task (the broker's
+//! renewal task keeps its lease alive), reconcile what it used, and retry on
+//! a reported rate limit.
 
 use super::request::{Attempt, Request, Response, TaskError, UsageReport};
 use super::state::Rejection;
@@ -87,7 +88,8 @@ where
             number: attempts,
             usage: usage.clone(),
         };
-        let out = keep_alive(&mut permit, (req.task)(attempt)).await;
+        // The broker's renewal task keeps the lease alive while the task runs.
+        let out = (req.task)(attempt).await;
         match out {
             Ok(value) => {
                 settle(&mut permit, usage.take()).await;
@@ -132,25 +134,6 @@ async fn settle<B: Backend>(permit: &mut Permit<B>, actual: Option<Reserved>) {
     }
     if let Err(e) = permit.release().await {
         tracing::warn!(resource = ?permit.resource(), error = %e, "release failed; the lease TTL will reclaim it");
-    }
-}
-
-/// Runs `fut`, renewing the permit's lease every third of its TTL.
-async fn keep_alive<B: Backend, O>(permit: &mut Permit<B>, fut: impl Future<Output = O>) -> O {
-    if permit.grant().lease.is_none() {
-        return fut.await;
-    }
-    let every = permit.lease_ttl() / 3;
-    tokio::pin!(fut);
-    loop {
-        tokio::select! {
-            out = &mut fut => return out,
-            _ = tokio::time::sleep(every) => {
-                if let Ok(false) = permit.renew().await {
-                    tracing::warn!(resource = ?permit.resource(), "lease lost while the task ran");
-                }
-            }
-        }
     }
 }
 

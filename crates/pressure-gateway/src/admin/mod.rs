@@ -6,7 +6,7 @@
 //! | `GET /admin/pressure/stats` | `{"resources":[...]}` ([`BrokerStats`]), `application/json` |
 //! | `GET /admin/pressure/llm` | breakers, their recent transitions, provider pools, answers by level (404 without `gateway.llm`) |
 //! | `GET /metrics` | Prometheus text 0.0.4 ([`GatewayMetrics::encode`]) |
-//! | `GET /healthz` | `{"status":"ok"}`, or `{"status":"degraded","redis":"unavailable"}` |
+//! | `GET /healthz` | `{"status":"ok"}`, or `{"status":"degraded","redis":"unavailable","url":..,"error":..}` (the store's address and the real cause) |
 //! | `GET /readyz` | `{"status":"ready"}`, or `503 {"status":"draining"}` once the gateway stops |
 //! | `POST /admin/pressure/reload` | re-reads the config file: `200` with what changed, or `400` naming the JSON path (the old config serves on) |
 //!
@@ -161,7 +161,12 @@ async fn metrics(State(state): State<AdminState>) -> Response {
 
 async fn healthz(State(state): State<AdminState>) -> Response {
     let body = match state.redis_status() {
-        Some(s) if !s.healthy => serde_json::json!({ "status": "degraded", "redis": "unavailable" }),
+        Some(s) if !s.healthy => serde_json::json!({
+            "status": "degraded",
+            "redis": "unavailable",
+            "url": s.url,
+            "error": s.last_error,
+        }),
         _ => serde_json::json!({ "status": "ok" }),
     };
     (

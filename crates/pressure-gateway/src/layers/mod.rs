@@ -81,7 +81,7 @@ pub(crate) async fn charge(
             slot_of(req).push(permit);
             Ok(())
         }
-        Ok(Acquisition::Denied(d)) if crate::compat::unavailable(&d) => Err(Rejection::LimiterUnavailable {
+        Ok(Acquisition::Denied(d)) if d.is_unavailable() => Err(Rejection::LimiterUnavailable {
             resource: handle.id().to_owned(),
             layer,
             retry_after: d.wait.max(LIMITER_RETRY),

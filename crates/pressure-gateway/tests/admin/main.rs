@@ -675,9 +675,18 @@ async fn healthz_reports_redis_degraded_but_stays_up() {
         StatusCode::OK,
         "the gateway is up; the failure mode applies"
     );
+    let health = reply.json();
     assert_eq!(
-        reply.json(),
-        serde_json::json!({"status": "degraded", "redis": "unavailable"})
+        (&health["status"], &health["redis"]),
+        (&serde_json::json!("degraded"), &serde_json::json!("unavailable"))
+    );
+    assert!(
+        health["url"].as_str().is_some_and(|u| u.starts_with("redis://")),
+        "{health}"
+    );
+    assert!(
+        health["error"].as_str().is_some_and(|e| !e.is_empty()),
+        "the real cause: {health}"
     );
     let m = parse_prometheus(&server.get("/metrics").await.body);
     assert_eq!(sample(&m, "pressure_redis_healthy", &[]), Some(0.0));

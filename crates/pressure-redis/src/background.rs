@@ -1,0 +1,270 @@
+//! The backend's one background task: it keeps the connection pool full
+//! (reconnecting and reloading the scripts after an outage), probes Redis
+//! while it is unhealthy so recovery needs no traffic, and delivers the
+//! lease releases that could not be delivered when they were due (an
+//! acquisition whose reply was lost, a release that failed).
+//!
+//! The task holds only a weak reference to the backend and ends with it.
+//! Every store call here has the backend's call timeout.
+
+use crate::backend::{is_store_failure, Failure, Inner};
+use crate::config::RedisConfig;
+use crate::conn::{self, Conn};
+use crate::health::PROBE_INTERVAL_NS;
+use crate::scripts;
+use pressure_core::clock::Clock;
+use pressure_core::BackendError;
+use std::collections::HashMap;
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+use tokio::sync::Notify;
+
+/// First retry of an undelivered release, doubled per failed round up to
+/// [`RETRY_MAX`]: once Redis answers, a lost slot is back within one retry
+/// interval.
+const RETRY_MIN: Duration = Duration::from_millis(50);
+const RETRY_MAX: Duration = Duration::from_millis(400);
+
+/// Undelivered releases kept at most (oldest dropped past it: their leases
+/// expire by their TTL anyway).
+const MAX_LOST: usize = 100_000;
+
+/// Lease ids per release call.
+const RELEASE_BATCH: usize = 256;
+
+/// Why a lease release is pending.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum LostKind {
+    /// The acquisition's reply never came: the lease may or may not exist,
+    /// and may still be created by a script on its way (tombstone needed).
+    Acquisition,
+    /// The lease was granted; releasing it failed.
+    Release,
+}
+
+/// A lease release to deliver.
+#[derive(Debug, Clone)]
+pub(crate) struct Lost {
+    /// State hash of the resource.
+    pub(crate) key: String,
+    /// Lease id as stored (`l:<member>`).
+    pub(crate) member: String,
+    /// Tombstone TTL (us) for a lost acquisition; 0 for a plain release.
+    pub(crate) tombstone_us: u64,
+    /// Backend-clock time after which delivering it is pointless.
+    pub(crate) give_up_ns: u64,
+}
+
+impl Inner {
+    /// Runs one script invocation with the call timeout on a pooled
+    /// connection, updating health; a broken connection leaves the pool.
+    pub(crate) async fn call<T: redis::FromRedisValue>(
+        &self,
+        inv: redis::ScriptInvocation<'_>,
+    ) -> Result<T, Failure> {
+        let timeout = self.config.timeout();
+        let Some(mut pooled) = self.pool.get() else {
+            let cause = self.health.last_error().unwrap_or_else(|| "connecting".into());
+            self.health.unreachable();
+            return Err(Failure {
+                error: BackendError::Unavailable(format!(
+                    "not connected to {}: {cause}",
+                    self.health.address
+                )),
+                sent: false,
+            });
+        };
+        match tokio::time::timeout(timeout, inv.invoke_async(&mut pooled.conn)).await {
+            Ok(Ok(v)) => {
+                self.health.ok();
+                Ok(v)
+            }
+            Ok(Err(e)) if is_store_failure(&e) => {
+                if conn::is_broken(&e) {
+                    self.pool.discard(&pooled);
+                    self.wake.notify_one();
+                }
+                let cause = conn::describe(&e, timeout);
+                self.health.failed(&cause);
+                Err(Failure {
+                    error: BackendError::Unavailable(format!("{}: {cause}", self.health.address)),
+                    sent: true,
+                })
+            }
+            Ok(Err(e)) => {
+                self.health.ok();
+                Err(Failure {
+                    error: BackendError::Protocol(e.to_string()),
+                    sent: true,
+                })
+            }
+            Err(_) => {
+                self.health
+                    .failed(&format!("no answer within {} ms", timeout.as_millis()));
+                Err(Failure {
+                    error: BackendError::Timeout(timeout),
+                    sent: true,
+                })
+            }
+        }
+    }
+
+    /// Releases `members` of `key` in one call (`tombstone_us` > 0: leave a
+    /// tombstone for those not there yet).
+    pub(crate) async fn release_remote(
+        &self,
+        key: &str,
+        tombstone_us: u64,
+        members: &[String],
+    ) -> Result<i64, Failure> {
+        let mut inv = scripts::RELEASE.prepare_invoke();
+        inv.key(key).arg(tombstone_us);
+        for m in members {
+            inv.arg(m);
+        }
+        self.call(inv).await
+    }
+
+    /// Queues a release for the background task and wakes it.
+    pub(crate) fn push_lost(&self, lost: Lost) {
+        {
+            let mut l = self.lost.lock();
+            if l.len() >= MAX_LOST {
+                l.remove(0);
+            }
+            l.push(lost);
+        }
+        self.wake.notify_one();
+    }
+
+    /// Delivers the pending releases, one call per resource (and kind);
+    /// whatever fails stays queued. Returns whether any remain.
+    async fn deliver_lost(&self) -> bool {
+        let now = self.clock.now_nanos();
+        let pending = {
+            let mut l = self.lost.lock();
+            l.retain(|x| x.give_up_ns > now);
+            std::mem::take(&mut *l)
+        };
+        if pending.is_empty() {
+            return false;
+        }
+        let mut groups: HashMap<(String, u64), Vec<Lost>> = HashMap::new();
+        for x in pending {
+            groups.entry((x.key.clone(), x.tombstone_us)).or_default().push(x);
+        }
+        let mut failed = Vec::new();
+        for ((key, tombstone_us), items) in groups {
+            for chunk in items.chunks(RELEASE_BATCH) {
+                let members: Vec<String> = chunk.iter().map(|x| x.member.clone()).collect();
+                if self.release_remote(&key, tombstone_us, &members).await.is_err() {
+                    failed.extend_from_slice(chunk);
+                }
+            }
+        }
+        let mut l = self.lost.lock();
+        l.extend(failed);
+        !l.is_empty()
+    }
+
+    /// Opens connections for empty slots; stops at the first failure (the
+    /// others would fail alike).
+    async fn refill(&self) {
+        for slot in self.pool.empty_slots() {
+            match conn::open(&self.config).await {
+                Ok(c) => {
+                    preload_scripts(&self.config, &c).await;
+                    self.pool.fill(slot, c);
+                }
+                Err(cause) => {
+                    self.health.failed(&cause);
+                    return;
+                }
+            }
+        }
+    }
+
+    /// While unhealthy: one PING; its answer flips the health back.
+    async fn probe(&self) {
+        let timeout = self.config.timeout();
+        let Some(mut pooled) = self.pool.get() else {
+            return;
+        };
+        let ping = redis::cmd("PING");
+        match tokio::time::timeout(timeout, ping.query_async::<String>(&mut pooled.conn)).await {
+            Ok(Ok(_)) => self.health.ok(),
+            Ok(Err(e)) => {
+                if conn::is_broken(&e) {
+                    self.pool.discard(&pooled);
+                }
+                self.health.failed(&conn::describe(&e, timeout));
+            }
+            Err(_) => self
+                .health
+                .failed(&format!("no answer within {} ms", timeout.as_millis())),
+        }
+    }
+
+    /// One round of upkeep; returns how long to pause before the next, or
+    /// `None` when there is nothing to do until woken.
+    async fn upkeep(&self, retry: &mut Duration) -> Option<Duration> {
+        self.refill().await;
+        if !self.health.is_healthy() {
+            self.probe().await;
+        }
+        let mut pause = None;
+        if !self.health.is_healthy() || !self.pool.empty_slots().is_empty() {
+            pause = Some(Duration::from_nanos(PROBE_INTERVAL_NS));
+        }
+        if self.pool.is_connected() && self.deliver_lost().await {
+            pause = Some(pause.map_or(*retry, |p| p.min(*retry)));
+            *retry = (*retry * 2).min(RETRY_MAX);
+        } else if self.lost.lock().is_empty() {
+            *retry = RETRY_MIN;
+        } else {
+            pause = Some(pause.map_or(*retry, |p| p.min(*retry)));
+        }
+        pause
+    }
+}
+
+/// Loads every script on a new connection, so the first call after a
+/// reconnect (or a Redis restart, which forgets scripts) is one EVALSHA.
+/// Best effort: NOSCRIPT is handled on use anyway.
+pub(crate) async fn preload_scripts(config: &RedisConfig, c: &Conn) {
+    if !config.cluster_nodes.is_empty() {
+        // SCRIPT LOAD would reach one node only; NOSCRIPT handling covers it.
+        return;
+    }
+    let mut pipe = redis::pipe();
+    for src in scripts::sources() {
+        pipe.cmd("SCRIPT").arg("LOAD").arg(src).ignore();
+    }
+    let mut c = c.clone();
+    let timeout = Duration::from_millis(config.connect_timeout_ms);
+    let _ = tokio::time::timeout(timeout, pipe.query_async::<()>(&mut c)).await;
+}
+
+/// The task: upkeep rounds until the backend is dropped.
+pub(crate) async fn run(backend: Weak<Inner>, wake: Arc<Notify>) {
+    let mut retry = RETRY_MIN;
+    loop {
+        let pause = {
+            let Some(inner) = backend.upgrade() else {
+                return;
+            };
+            inner.upkeep(&mut retry).await
+        };
+        let notified = wake.notified();
+        // Idle: still look once a second whether the backend is gone.
+        match pause.or(Some(Duration::from_secs(1))) {
+            None => notified.await,
+            Some(p) => {
+                tokio::select! {
+                    _ = tokio::time::sleep(p) => {}
+                    _ = notified => {}
+                }
+            }
+        }
+    }
+}
