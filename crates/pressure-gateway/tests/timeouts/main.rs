@@ -113,3 +113,61 @@ async fn a_client_that_stops_reading_loses_its_slot() {
     })
     .await;
 }
+
+/// A request that outlives `leaseTtlMs` keeps counting toward
+/// `maxConcurrentRequests`: its lease is renewed while it is in flight.
+async fn lease_outlives_its_ttl(backend: serde_json::Value) {
+    let up = Upstream::demo().await;
+    let gw = TestGateway::start(json!({
+        "upstreams": { "demo": { "url": up.url(), "pathPrefix": "/" } },
+        "backend": backend,
+        "pressure": { "perRoute": [{
+            "resource": "gateway:route:late", "pathPrefix": "/late",
+            "limits": { "maxConcurrentRequests": 2, "leaseTtlMs": 250 } }] },
+    }))
+    .await;
+    let url = gw.url("/late");
+    let held: Vec<_> = (0..2)
+        .map(|_| {
+            let url = url.clone();
+            tokio::spawn(async move { reqwest_status(&url).await })
+        })
+        .collect();
+    // Past the TTL (twice over), both slots are still held.
+    tokio::time::sleep(Duration::from_millis(650)).await;
+    let third = gw.get("/late").await;
+    assert_eq!(
+        third.status, 429,
+        "a third request got in while two held their slots"
+    );
+    for h in held {
+        assert_eq!(h.await.expect("task"), 200);
+    }
+    gw.await_idle("gateway:route:late", Duration::from_secs(3)).await;
+    gw.stop().await;
+    up.stop().await;
+}
+
+async fn reqwest_status(url: &str) -> u16 {
+    let client =
+        hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new()).build_http();
+    let req = http::Request::get(url)
+        .body(http_body_util::Empty::<bytes::Bytes>::new())
+        .expect("request");
+    client.request(req).await.map_or(0, |r| r.status().as_u16())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_longer_than_the_lease_ttl_keeps_its_slot_in_memory() {
+    bounded(lease_outlives_its_ttl(json!({ "type": "memory" }))).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_longer_than_the_lease_ttl_keeps_its_slot_in_redis() {
+    let url = pressure_testkit::redis_url();
+    bounded(lease_outlives_its_ttl(json!({
+        "type": "redis", "url": url,
+        "keyPrefix": format!("lease-ttl-{}", std::process::id()),
+    })))
+    .await;
+}
