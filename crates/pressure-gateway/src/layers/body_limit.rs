@@ -3,7 +3,7 @@
 //! when a chunked body grows past it (the proxy and the OpenAI endpoint then
 //! answer `413` too).
 
-use super::{routed, Reply};
+use super::{routed, Inner, Reply};
 use crate::rejection::Rejection;
 use axum::body::Body;
 use futures::future::BoxFuture;
@@ -30,8 +30,7 @@ pub struct BodyLimit<S> {
 
 impl<S> tower::Service<Request<Body>> for BodyLimit<S>
 where
-    S: tower::Service<Request<Body>, Response = http::Response<Body>, Error = Rejection> + Send + 'static,
-    S::Future: Send + 'static,
+    S: Inner,
 {
     type Response = http::Response<Body>;
     type Error = Rejection;

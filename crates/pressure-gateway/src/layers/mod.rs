@@ -34,6 +34,30 @@ use std::time::Duration;
 /// What the inner layers answer: a response, or a refusal to render.
 pub type Reply = Result<Response<Body>, Rejection>;
 
+/// A service under the route layer: it answers a response or a
+/// [`Rejection`].
+pub trait Inner:
+    tower::Service<Request<Body>, Response = Response<Body>, Error = Rejection, Future: Send + 'static>
+    + Send
+    + 'static
+{
+}
+
+impl<S> Inner for S where
+    S: tower::Service<Request<Body>, Response = Response<Body>, Error = Rejection, Future: Send + 'static>
+        + Send
+        + 'static
+{
+}
+
+/// The ready inner service, for the call at hand; a fresh clone takes its
+/// place and waits for the next `poll_ready` (tower's pattern for services
+/// that call their inner one after an `.await`).
+pub(crate) fn take_ready<S: Clone>(inner: &mut S) -> S {
+    let clone = inner.clone();
+    std::mem::replace(inner, clone)
+}
+
 /// What the route layer puts in every request's extensions: the plan the
 /// request runs under and its route.
 #[derive(Debug, Clone)]

@@ -3,7 +3,7 @@
 //! refused requests never reach token verification. The permit goes into
 //! the request's [`crate::permits::PermitSlot`].
 
-use super::{charge, routed, Reply};
+use super::{charge, routed, take_ready, Inner, Reply};
 use crate::metrics::{GatewayMetrics, Layer};
 use crate::rejection::Rejection;
 use axum::body::Body;
@@ -45,8 +45,7 @@ pub struct PreAuth<S> {
 
 impl<S> tower::Service<Request<Body>> for PreAuth<S>
 where
-    S: tower::Service<Request<Body>, Response = Response<Body>, Error = Rejection> + Clone + Send + 'static,
-    S::Future: Send + 'static,
+    S: Inner + Clone,
 {
     type Response = Response<Body>;
     type Error = Rejection;
@@ -60,10 +59,7 @@ where
         let Some(handle) = routed(&req).and_then(|r| r.route.resource.clone()) else {
             return Box::pin(self.inner.call(req));
         };
-        // The ready inner service serves this call; a fresh clone waits for
-        // the next poll_ready.
-        let clone = self.inner.clone();
-        let mut inner = std::mem::replace(&mut self.inner, clone);
+        let mut inner = take_ready(&mut self.inner);
         let metrics = Arc::clone(&self.metrics);
         Box::pin(async move {
             charge(&handle, &mut req, Layer::PreAuth, None, &metrics).await?;

@@ -5,7 +5,7 @@
 //! `text/event-stream` answers, whose long-lived connections must not hold a
 //! slot.
 
-use super::Reply;
+use super::{Inner, Reply};
 use crate::metrics::GatewayMetrics;
 use crate::permits::{PermitBody, PermitSlot};
 use crate::rejection::Rejection;
@@ -80,8 +80,7 @@ fn is_event_stream(resp: &Response<Body>) -> bool {
 
 impl<S> tower::Service<Request<Body>> for Release<S>
 where
-    S: tower::Service<Request<Body>, Response = Response<Body>, Error = Rejection> + Send + 'static,
-    S::Future: Send + 'static,
+    S: Inner,
 {
     type Response = Response<Body>;
     type Error = Rejection;

@@ -29,7 +29,7 @@ pub mod sse;
 pub use handler::{answer_response, chat_completions, REQUEST_ID_HEADER};
 
 use crate::backend::AnyBackend;
-use crate::layers::{routed, Reply};
+use crate::layers::{routed, Inner, Reply};
 use crate::plan::Endpoint;
 use crate::rejection::Rejection;
 use axum::body::Body;
@@ -68,8 +68,7 @@ pub struct OpenAi<S> {
 
 impl<S> tower::Service<Request<Body>> for OpenAi<S>
 where
-    S: tower::Service<Request<Body>, Response = Response<Body>, Error = Rejection> + Send + 'static,
-    S::Future: Send + 'static,
+    S: Inner,
 {
     type Response = Response<Body>;
     type Error = Rejection;

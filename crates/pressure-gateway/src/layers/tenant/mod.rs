@@ -10,7 +10,7 @@ mod jwt;
 
 pub use jwt::{AuthError, Authenticator, Tenant};
 
-use super::{charge, routed, Reply};
+use super::{charge, routed, take_ready, Inner, Reply};
 use crate::backend::Broker;
 use crate::metrics::{GatewayMetrics, Layer};
 use crate::rejection::Rejection;
@@ -59,8 +59,7 @@ pub struct TenantService<S> {
 
 impl<S> tower::Service<Request<Body>> for TenantService<S>
 where
-    S: tower::Service<Request<Body>, Response = Response<Body>, Error = Rejection> + Clone + Send + 'static,
-    S::Future: Send + 'static,
+    S: Inner + Clone,
 {
     type Response = Response<Body>;
     type Error = Rejection;
@@ -107,8 +106,7 @@ where
                 })
             }
         };
-        let clone = self.inner.clone();
-        let mut inner = std::mem::replace(&mut self.inner, clone);
+        let mut inner = take_ready(&mut self.inner);
         let metrics = Arc::clone(&self.metrics);
         Box::pin(async move {
             charge(&handle, &mut req, Layer::Tenant, Some(&tenant.0), &metrics).await?;
