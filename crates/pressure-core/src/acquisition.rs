@@ -191,7 +191,7 @@ impl<B: Backend> Permit<B> {
             return Ok(());
         }
         if let (Some(e), Some(_)) = (&self.entry, self.grant.lease) {
-            e.renewer.remove(self.ticket);
+            e.leases.remove(self.ticket);
             e.counters.active.fetch_sub(1, Ordering::Relaxed);
             let res = e.backend.release(&e.handle, &self.grant).await;
             e.capacity_freed();
@@ -238,7 +238,7 @@ impl<B: Backend> Drop for Permit<B> {
     fn drop(&mut self) {
         if let (true, Some(e), Some(_)) = (self.live, &self.entry, self.grant.lease) {
             self.live = false;
-            e.renewer.remove(self.ticket);
+            e.leases.remove(self.ticket);
             e.counters.active.fetch_sub(1, Ordering::Relaxed);
             e.backend.release_detached(&e.handle, self.grant);
             e.capacity_freed();

@@ -8,7 +8,7 @@ use crate::entry::{Counters, Entry, ResourceHandle};
 use crate::error::{Error, QueueError};
 use crate::limits::{LimitSpec, Limits, PPM};
 use crate::queue::{self, Attempt, Queue, QueueConfig, Request, Response, TaskError};
-use crate::renewal::Renewer;
+use crate::renewal::{LeaseBook, Renewer};
 use crate::stats::{ResourceKind, ResourceStats, WaitTimes};
 use crate::MemoryBackend;
 use dashmap::DashMap;
@@ -273,6 +273,7 @@ impl<B: Backend> ResourceBroker<B> {
                 last_used: AtomicU64::new(current.last_used.load(Ordering::Relaxed)),
                 next: OnceLock::new(),
                 renewer: Arc::clone(&self.shared.renewer),
+                leases: LeaseBook::default(),
             });
             // Old versions forward to the new one first, then the map
             // serves it; under `reconfiguring` nobody else links `current`.
@@ -371,6 +372,7 @@ impl<B: Backend> ResourceBroker<B> {
             last_used: AtomicU64::new(self.shared.clock.now_nanos()),
             next: OnceLock::new(),
             renewer: Arc::clone(&self.shared.renewer),
+            leases: LeaseBook::default(),
         });
         match self.shared.resources.entry(id) {
             dashmap::Entry::Occupied(o) => return Err(Error::AlreadyRegistered(o.key().to_string())),

@@ -15,7 +15,7 @@ use crate::backend::{Backend, BackendError, Decision, Grant, SyncBackend};
 use crate::error::Error;
 use crate::limits::{Demand, LimitSpec, PPM};
 use crate::queue::Queue;
-use crate::renewal::Renewer;
+use crate::renewal::{LeaseBook, Renewer};
 use crate::stats::ResourceKind;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -53,6 +53,8 @@ pub(crate) struct Entry<B: Backend> {
     pub(crate) next: OnceLock<Arc<Entry<B>>>,
     /// The broker's lease renewer.
     pub(crate) renewer: Arc<Renewer<B>>,
+    /// Live leases granted by this version, renewed by the renewer.
+    pub(crate) leases: LeaseBook,
 }
 
 impl<B: Backend> std::fmt::Debug for Entry<B> {

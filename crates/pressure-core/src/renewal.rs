@@ -2,30 +2,34 @@
 //! of this process alive, so `maxConcurrentRequests` holds for a permit of
 //! any duration (a long upload, a slow LLM call), not only for the lease TTL.
 //!
-//! A permit that takes a lease registers it here (one map insert) and its
-//! release or drop removes it (one map remove); nothing else touches the hot
-//! path. The task wakes when the earliest lease is due — a third of its TTL
-//! after the last renewal — and renews, in one backend call per resource
-//! ([`Backend::renew_many`]), every lease due within the next sixth of its
-//! TTL, so a steady stream of grants costs a few wake-ups per TTL, not one
-//! per lease.
+//! Each resource version keeps a [`LeaseBook`] of its live leases: a permit
+//! that takes a lease writes it there (a slot in a vector under a short
+//! mutex, no allocation once warm, no clock read) and its release or drop
+//! clears the slot. A resource with live leases is *enrolled* with the
+//! broker's [`Renewer`] once, when its book stops being empty. The task wakes
+//! when the earliest enrolled resource is due — a third of its lease TTL after
+//! its last renewal — and renews every lease of each due resource (and of
+//! those due within the next sixth of their TTL) in one backend call per
+//! resource ([`Backend::renew_many`]): a few wake-ups per TTL however many
+//! leases there are. A lease taken just after a renewal waits at most a
+//! third of the TTL for its first one, well before it expires.
 //!
 //! What the TTL still protects against: a process that dies (or a broker
 //! that is dropped, which stops the task) renews nothing, so its slots come
 //! back one TTL later. A permit leaked inside a live process (`mem::forget`)
-//! stays registered and is renewed as long as the process lives, like any
-//! other leaked resource; that is a bug of the holder, not a failure mode
-//! the broker hides.
+//! stays in its book and is renewed as long as the process lives, like any
+//! other leaked resource; that is a bug of the holder, not a failure mode the
+//! broker hides.
 //!
 //! The task needs a tokio runtime: it is spawned on the runtime of the first
-//! lease grant. Without one (purely synchronous use), leases are not renewed
+//! enrollment. Without one (purely synchronous use), leases are not renewed
 //! and holders longer than the TTL must call [`crate::Permit::renew`].
 
-use crate::backend::{Backend, Grant};
+use crate::backend::{Backend, BackendError, Grant};
 use crate::clock::Clock;
 use crate::entry::Entry;
-use dashmap::DashMap;
 use futures::StreamExt;
+use parking_lot::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -38,35 +42,92 @@ const RETRY_AFTER_ERROR_NS: u64 = 200_000_000;
 /// Resources renewed at once.
 const CONCURRENT_BATCHES: usize = 16;
 
-/// The live leases of one broker and the task that renews them.
+/// The live leases of one resource version.
+#[derive(Debug, Default)]
+pub(crate) struct LeaseBook(Mutex<Book>);
+
+#[derive(Debug, Default)]
+struct Book {
+    slots: Vec<Option<Held>>,
+    free: Vec<u32>,
+    live: usize,
+    /// Whether the resource is on the renewer's list.
+    enrolled: bool,
+    /// Broker-clock nanoseconds at which to renew this resource's leases.
+    due: u64,
+}
+
+#[derive(Debug)]
+struct Held {
+    grant: Grant,
+    /// False once the backend said the lease was lost (expired before it
+    /// could be renewed): nothing left to renew.
+    renew: bool,
+}
+
+impl LeaseBook {
+    /// Records a lease; returns its ticket (never 0) and whether the
+    /// resource must be enrolled with the renewer.
+    #[inline]
+    fn insert(&self, grant: Grant) -> (u64, bool) {
+        let mut b = self.0.lock();
+        let held = Some(Held { grant, renew: true });
+        let idx = match b.free.pop() {
+            Some(i) => {
+                b.slots[i as usize] = held;
+                i
+            }
+            None => {
+                b.slots.push(held);
+                (b.slots.len() - 1) as u32
+            }
+        };
+        b.live += 1;
+        let enroll = !std::mem::replace(&mut b.enrolled, true);
+        (u64::from(idx) + 1, enroll)
+    }
+
+    /// Forgets the lease of `ticket` (its permit released it).
+    #[inline]
+    pub(crate) fn remove(&self, ticket: u64) {
+        if ticket == 0 {
+            return;
+        }
+        let idx = (ticket - 1) as usize;
+        let mut b = self.0.lock();
+        if let Some(slot) = b.slots.get_mut(idx) {
+            if slot.take().is_some() {
+                b.live -= 1;
+                b.free.push(idx as u32);
+            }
+        }
+    }
+
+    /// Live leases.
+    fn len(&self) -> usize {
+        self.0.lock().live
+    }
+}
+
+/// A resource due for renewal and its leases (book slot, grant).
+type Due<B> = (Arc<Entry<B>>, Vec<(u32, Grant)>);
+
+/// The broker's renewal task and the resources it looks after.
 pub(crate) struct Renewer<B: Backend> {
-    live: DashMap<u64, Live<B>, ahash::RandomState>,
-    next_ticket: AtomicU64,
+    enrolled: Mutex<Vec<Arc<Entry<B>>>>,
     clock: Arc<dyn Clock>,
     wake: Notify,
     /// Broker-clock nanoseconds the task sleeps until; `u64::MAX` while it
-    /// scans (so every registration then wakes it once more).
+    /// works (so an enrollment then wakes it once more).
     wake_at: AtomicU64,
     running: AtomicBool,
     stopped: AtomicBool,
 }
 
-/// The due leases of one resource: its newest version and (ticket, grant)s.
-type Batch<B> = (Arc<Entry<B>>, Vec<(u64, Grant)>);
-
-struct Live<B: Backend> {
-    /// The version of the resource that granted the lease.
-    entry: Arc<Entry<B>>,
-    grant: Grant,
-    /// Broker-clock nanoseconds at which to renew.
-    due: u64,
-}
-
 impl<B: Backend> Renewer<B> {
     pub(crate) fn new(clock: Arc<dyn Clock>) -> Self {
         Self {
-            live: DashMap::with_hasher(ahash::RandomState::new()),
-            next_ticket: AtomicU64::new(0),
+            enrolled: Mutex::new(Vec::new()),
             clock,
             wake: Notify::new(),
             wake_at: AtomicU64::new(u64::MAX),
@@ -75,86 +136,128 @@ impl<B: Backend> Renewer<B> {
         }
     }
 
-    /// Registers the lease of `grant`; the returned ticket (never 0) removes
-    /// it again. 0 when the broker is gone (nothing will renew it).
+    /// Records the lease of `grant` in `entry`'s book; the returned ticket
+    /// (never 0) forgets it again ([`LeaseBook::remove`]).
+    #[inline]
     pub(crate) fn register(self: &Arc<Self>, entry: &Arc<Entry<B>>, grant: Grant) -> u64 {
-        if self.stopped.load(Ordering::Relaxed) {
-            return 0;
-        }
-        let due = self.clock.now_nanos().saturating_add(entry.spec.lease_ttl_ns / 3);
-        let ticket = self.next_ticket.fetch_add(1, Ordering::Relaxed) + 1;
-        self.live.insert(
-            ticket,
-            Live {
-                entry: Arc::clone(entry),
-                grant,
-                due,
-            },
-        );
-        if due < self.wake_at.load(Ordering::Acquire) {
-            self.wake.notify_one();
-        }
-        if !self.running.load(Ordering::Relaxed) {
-            self.start();
+        let (ticket, enroll) = entry.leases.insert(grant);
+        if enroll {
+            self.enroll(entry);
         }
         ticket
     }
 
-    /// Forgets a lease (its permit released it).
-    #[inline]
-    pub(crate) fn remove(&self, ticket: u64) {
-        if ticket != 0 {
-            self.live.remove(&ticket);
+    /// Puts `entry` on the list, due a third of its TTL from now.
+    #[cold]
+    fn enroll(self: &Arc<Self>, entry: &Arc<Entry<B>>) {
+        if self.stopped.load(Ordering::Relaxed) {
+            return;
+        }
+        let due = self.clock.now_nanos().saturating_add(entry.spec.lease_ttl_ns / 3);
+        entry.leases.0.lock().due = due;
+        self.enrolled.lock().push(Arc::clone(entry));
+        if due < self.wake_at.load(Ordering::Acquire) {
+            self.wake.notify_one();
+        }
+        if !self.running.swap(true, Ordering::AcqRel) {
+            match tokio::runtime::Handle::try_current() {
+                Ok(rt) => {
+                    rt.spawn(run(Arc::clone(self)));
+                }
+                Err(_) => self.running.store(false, Ordering::Release),
+            }
         }
     }
 
-    /// Leases registered now.
+    /// Leases of live permits of this broker.
     pub(crate) fn len(&self) -> usize {
-        self.live.len()
+        self.enrolled.lock().iter().map(|e| e.leases.len()).sum()
     }
 
     /// Stops renewing (the broker was dropped: this process no longer vouches
-    /// for its leases) and lets go of the resources the leases held.
+    /// for its leases) and lets go of the resources on the list.
     pub(crate) fn stop(&self) {
         self.stopped.store(true, Ordering::Relaxed);
-        self.live.clear();
+        self.enrolled.lock().clear();
         self.wake.notify_one();
     }
 
-    #[cold]
-    fn start(self: &Arc<Self>) {
-        if self.running.swap(true, Ordering::AcqRel) {
-            return;
-        }
-        match tokio::runtime::Handle::try_current() {
-            Ok(rt) => {
-                rt.spawn(run(Arc::clone(self)));
+    /// One pass: renews the resources that are due (or nearly), drops those
+    /// without leases from the list, returns the next due time.
+    async fn renew_due(&self) -> u64 {
+        self.wake_at.store(u64::MAX, Ordering::Release);
+        let now = self.clock.now_nanos();
+        let mut next = u64::MAX;
+        let mut work: Vec<Due<B>> = Vec::new();
+        self.enrolled.lock().retain(|entry| {
+            let mut b = entry.leases.0.lock();
+            if b.live == 0 {
+                b.enrolled = false;
+                return false;
             }
-            Err(_) => self.running.store(false, Ordering::Release),
+            if b.due > now.saturating_add(entry.spec.lease_ttl_ns / 6) {
+                next = next.min(b.due);
+                return true;
+            }
+            let grants = b
+                .slots
+                .iter()
+                .enumerate()
+                .filter_map(|(i, s)| match s {
+                    Some(h) if h.renew => Some((i as u32, h.grant)),
+                    _ => None,
+                })
+                .collect();
+            work.push((Arc::clone(entry), grants));
+            true
+        });
+        // Resources renew concurrently (a few at a time), so one slow
+        // resource does not hold back the others.
+        let mut rounds = futures::stream::iter(work)
+            .map(|(entry, items)| async move {
+                // Renew through the newest version: the lease TTL of a
+                // changed limit applies.
+                let current = Arc::clone(entry.current());
+                let grants: Vec<Grant> = items.iter().map(|(_, g)| *g).collect();
+                let result = if grants.is_empty() {
+                    Ok(Vec::new())
+                } else {
+                    current.backend.renew_many(&current.handle, &grants).await
+                };
+                (entry, current, items, result)
+            })
+            .buffer_unordered(CONCURRENT_BATCHES);
+        while let Some((entry, current, items, result)) = rounds.next().await {
+            next = next.min(self.settle(&entry, &current, &items, result));
         }
+        self.wake_at.store(next, Ordering::Release);
+        next
     }
 
-    /// Records one resource's renewal; returns its leases' next due time.
+    /// Records one resource's renewal; returns its next due time.
     fn settle(
         &self,
         entry: &Entry<B>,
-        items: &[(u64, Grant)],
-        result: Result<Vec<bool>, crate::BackendError>,
+        current: &Entry<B>,
+        items: &[(u32, Grant)],
+        result: Result<Vec<bool>, BackendError>,
     ) -> u64 {
         let now = self.clock.now_nanos();
-        let ttl = entry.spec.lease_ttl_ns;
-        let mut next = u64::MAX;
+        let ttl = current.spec.lease_ttl_ns;
+        let mut b = entry.leases.0.lock();
         match result {
             Ok(kept) => {
                 let mut lost = 0usize;
-                for ((ticket, _), ok) in items.iter().zip(kept) {
+                for ((idx, grant), ok) in items.iter().zip(kept) {
                     if ok {
-                        if let Some(mut l) = self.live.get_mut(ticket) {
-                            l.due = now.saturating_add(ttl / 3);
-                            next = next.min(l.due);
+                        continue;
+                    }
+                    // Same slot and same lease: not a later permit's.
+                    if let Some(Some(h)) = b.slots.get_mut(*idx as usize) {
+                        if h.grant.lease == grant.lease && h.renew {
+                            h.renew = false;
+                            lost += 1;
                         }
-                    } else if self.live.remove(ticket).is_some() {
-                        lost += 1;
                     }
                 }
                 if lost > 0 {
@@ -163,60 +266,19 @@ impl<B: Backend> Renewer<B> {
                     // run on without them.
                     tracing::warn!(resource = %entry.id, leases = lost, "leases lost before renewal; their permits no longer hold a slot");
                 }
+                b.due = now.saturating_add(ttl / 3);
             }
             Err(e) => {
                 tracing::debug!(resource = %entry.id, error = %e, "lease renewal failed; retrying");
-                let retry = now.saturating_add(RETRY_AFTER_ERROR_NS.min(ttl / 10).max(1));
-                for (ticket, _) in items {
-                    if let Some(mut l) = self.live.get_mut(ticket) {
-                        l.due = retry;
-                        next = next.min(retry);
-                    }
-                }
+                b.due = now.saturating_add(RETRY_AFTER_ERROR_NS.min(ttl / 10).max(1));
             }
         }
-        next
-    }
-
-    /// One pass: renews what is due (or nearly), returns the next due time.
-    async fn renew_due(&self) -> u64 {
-        self.wake_at.store(u64::MAX, Ordering::Release);
-        let now = self.clock.now_nanos();
-        // Group by the newest version of each resource, so a change of limits
-        // renews with the new lease TTL.
-        let mut batches: Vec<Batch<B>> = Vec::new();
-        let mut next = u64::MAX;
-        for item in self.live.iter() {
-            let early = item.entry.spec.lease_ttl_ns / 6;
-            if item.due > now.saturating_add(early) {
-                next = next.min(item.due);
-                continue;
-            }
-            let current = item.entry.current();
-            match batches.iter_mut().find(|(e, _)| Arc::ptr_eq(e, current)) {
-                Some((_, v)) => v.push((*item.key(), item.grant)),
-                None => batches.push((Arc::clone(current), vec![(*item.key(), item.grant)])),
-            }
-        }
-        // Resources renew concurrently (a few at a time), so one slow
-        // resource does not hold back the others.
-        let mut rounds = futures::stream::iter(batches)
-            .map(|(entry, items)| async move {
-                let grants: Vec<Grant> = items.iter().map(|(_, g)| *g).collect();
-                let result = entry.backend.renew_many(&entry.handle, &grants).await;
-                (entry, items, result)
-            })
-            .buffer_unordered(CONCURRENT_BATCHES);
-        while let Some((entry, items, result)) = rounds.next().await {
-            next = next.min(self.settle(&entry, &items, result));
-        }
-        self.wake_at.store(next, Ordering::Release);
-        next
+        b.due
     }
 }
 
 /// Resets the running flag when the task ends, also when its runtime shuts
-/// down, so the next grant starts a new one.
+/// down, so the next enrollment starts a new one.
 struct Running<'a>(&'a AtomicBool);
 
 impl Drop for Running<'_> {

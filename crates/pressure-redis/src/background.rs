@@ -14,7 +14,7 @@ use crate::health::PROBE_INTERVAL_NS;
 use crate::scripts;
 use pressure_core::clock::Clock;
 use pressure_core::BackendError;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 use tokio::sync::Notify;
@@ -138,32 +138,34 @@ impl Inner {
     }
 
     /// Delivers the pending releases, one call per resource (and kind);
-    /// whatever fails stays queued. Returns whether any remain.
+    /// whatever fails stays queued (and counted in the status meanwhile).
+    /// Returns whether any remain.
     async fn deliver_lost(&self) -> bool {
         let now = self.clock.now_nanos();
         let pending = {
             let mut l = self.lost.lock();
             l.retain(|x| x.give_up_ns > now);
-            std::mem::take(&mut *l)
+            l.clone()
         };
         if pending.is_empty() {
             return false;
         }
-        let mut groups: HashMap<(String, u64), Vec<Lost>> = HashMap::new();
+        let mut groups: HashMap<(String, u64), Vec<String>> = HashMap::new();
         for x in pending {
-            groups.entry((x.key.clone(), x.tombstone_us)).or_default().push(x);
+            groups.entry((x.key, x.tombstone_us)).or_default().push(x.member);
         }
-        let mut failed = Vec::new();
-        for ((key, tombstone_us), items) in groups {
-            for chunk in items.chunks(RELEASE_BATCH) {
-                let members: Vec<String> = chunk.iter().map(|x| x.member.clone()).collect();
-                if self.release_remote(&key, tombstone_us, &members).await.is_err() {
-                    failed.extend_from_slice(chunk);
+        let mut delivered: HashSet<(String, String)> = HashSet::new();
+        for ((key, tombstone_us), members) in groups {
+            for chunk in members.chunks(RELEASE_BATCH) {
+                if self.release_remote(&key, tombstone_us, chunk).await.is_ok() {
+                    delivered.extend(chunk.iter().map(|m| (key.clone(), m.clone())));
                 }
             }
         }
         let mut l = self.lost.lock();
-        l.extend(failed);
+        if !delivered.is_empty() {
+            l.retain(|x| !delivered.contains(&(x.key.clone(), x.member.clone())));
+        }
         !l.is_empty()
     }
 

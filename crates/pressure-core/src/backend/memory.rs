@@ -309,16 +309,20 @@ impl Counters {
         }
     }
 
-    /// Counters for `spec` that continue a lock-free state.
-    fn from_fast(spec: Arc<LimitSpec>, f: &Fast, tat: u64, now: u64) -> Self {
-        let mut c = Self::new(spec);
-        if let Some(i) = c.spec.rates.iter().position(|r| r.dimension == f.rate.dimension) {
-            let to = c.spec.rates[i];
-            c.dims[i] = carry_dim(&f.rate, DimState::Gcra(tat), &to, now);
+    /// Takes over the state of a retired lock-free word (`tat`) and its
+    /// counts, on the dimension they share.
+    fn absorb_fast(&mut self, f: &Fast, tat: u64, now: u64) {
+        if let Some(i) = self
+            .spec
+            .rates
+            .iter()
+            .position(|r| r.dimension == f.rate.dimension)
+        {
+            let to = self.spec.rates[i];
+            self.dims[i] = carry_dim(&f.rate, DimState::Gcra(tat), &to, now);
         }
-        c.allowed = f.allowed.load(Ordering::Relaxed);
-        c.denied = f.denied.load(Ordering::Relaxed);
-        c
+        self.allowed = f.allowed.load(Ordering::Relaxed);
+        self.denied = f.denied.load(Ordering::Relaxed);
     }
 
     /// Re-lays the state out for `spec`, dimension by dimension; leases and
@@ -579,21 +583,26 @@ impl MemoryBackend {
                 // Prepare the new cell, retire the word, carry its final
                 // value, then publish: nothing reads the cell before it holds
                 // the carried state.
-                enum Target {
-                    Fast(Fast),
-                    Locked(Arc<Mutex<Counters>>),
-                }
-                let target = match fast_rate(&spec) {
-                    Some(rate) => Target::Fast(Fast::new(rate)),
-                    None => Target::Locked(Arc::new(Mutex::new(Counters::new(Arc::clone(&spec))))),
+                // Everything that allocates happens before the retirement,
+                // so racers meeting the sentinel wait only for arithmetic.
+                let (cell, locked) = match fast_rate(&spec) {
+                    Some(rate) => (Arc::new(State::Fast(Fast::new(rate))), None),
+                    None => {
+                        let m = Arc::new(Mutex::new(Counters::new(Arc::clone(&spec))));
+                        (Arc::new(State::Locked(Arc::clone(&m))), Some(m))
+                    }
                 };
                 let tat = f.tat.swap(RETIRED, Ordering::AcqRel);
                 if tat == RETIRED {
                     // Retired by a concurrent change: follow it.
                     return self.carry(f.successor(), spec, now);
                 }
-                let (cell, here) = match target {
-                    Target::Fast(nf) => {
+                let here = match (locked, &*cell) {
+                    (Some(m), _) => {
+                        m.lock().absorb_fast(f, tat, now);
+                        State::Locked(m)
+                    }
+                    (None, State::Fast(nf)) => {
                         let carried = match carry_dim(&f.rate, DimState::Gcra(tat), &nf.rate, now) {
                             DimState::Gcra(t) => t,
                             DimState::Window(_) => 0,
@@ -603,13 +612,10 @@ impl MemoryBackend {
                             .store(f.allowed.load(Ordering::Relaxed), Ordering::Relaxed);
                         nf.denied
                             .store(f.denied.load(Ordering::Relaxed), Ordering::Relaxed);
-                        let cell = Arc::new(State::Fast(nf));
-                        (Arc::clone(&cell), State::Moved(cell))
+                        State::Moved(Arc::clone(&cell))
                     }
-                    Target::Locked(m) => {
-                        *m.lock() = Counters::from_fast(spec, f, tat, now);
-                        (Arc::new(State::Locked(Arc::clone(&m))), State::Locked(m))
-                    }
+                    // Built above as one of the two.
+                    (None, _) => State::Moved(Arc::clone(&cell)),
                 };
                 // Only this call retired the word, so the cell is unset.
                 let _ = f.moved.set(cell);
