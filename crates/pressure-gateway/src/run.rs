@@ -3,8 +3,9 @@
 //!
 //! * Both listeners are bound before anything else starts, without
 //!   `SO_REUSEPORT`: a second process on the same address fails with
-//!   "address already in use" instead of silently sharing the traffic. The
-//!   server threads share the one listening socket.
+//!   "address already in use" instead of silently sharing the traffic. One
+//!   task accepts and hands the connections round-robin to the server
+//!   threads.
 //! * The soft `RLIMIT_NOFILE` is raised to the hard limit, so a busy
 //!   gateway is bounded by the system's limit, not by a shell's default.
 //! * One server thread per core, each with its own single-threaded runtime
@@ -16,7 +17,7 @@
 
 use crate::config::GatewayConfig;
 use crate::gateway::{Gateway, GatewayError};
-use crate::server::{serve_with, ServeOptions};
+use crate::server::{distribute, serve_from, serve_with, ServeOptions, Source};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 use tokio::signal::unix::{signal, SignalKind};
@@ -67,10 +68,10 @@ pub async fn run(config: GatewayConfig, base_dir: &Path, options: RunOptions) ->
     tracing::info!(listen, admin = admin_addr, workers, "gateway listening");
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let mut threads = Vec::with_capacity(workers);
+    let mut handoff = Vec::with_capacity(workers);
     for i in 0..workers {
-        let socket = proxy_socket
-            .try_clone()
-            .map_err(bind_error("gateway.listen", &listen))?;
+        let (tx, rx) = tokio::sync::mpsc::channel(1024);
+        handoff.push(tx);
         let service = gateway.service();
         let mut stop = stop_rx.clone();
         let options = serve.clone();
@@ -85,10 +86,7 @@ pub async fn run(config: GatewayConfig, base_dir: &Path, options: RunOptions) ->
                     }
                 };
                 rt.block_on(async move {
-                    let Ok(listener) = tokio::net::TcpListener::from_std(socket) else {
-                        return 0;
-                    };
-                    serve_with(listener, service, &options, async move {
+                    serve_from(Source::Handed(rx), service, &options, async move {
                         let _ = stop.wait_for(|v| *v).await;
                     })
                     .await
@@ -98,7 +96,11 @@ pub async fn run(config: GatewayConfig, base_dir: &Path, options: RunOptions) ->
             .map_err(bind_error("gateway.listen", &listen))?;
         threads.push(thread);
     }
-    drop(proxy_socket);
+    let listener = tokio::net::TcpListener::from_std(proxy_socket).map_err(bind_error("gateway.listen", &listen))?;
+    let mut accept_stop = stop_rx.clone();
+    let acceptor = tokio::spawn(distribute(listener, handoff, async move {
+        let _ = accept_stop.wait_for(|v| *v).await;
+    }));
     let admin_listener = tokio::net::TcpListener::from_std(admin_socket)
         .map_err(bind_error("gateway.admin.listen", &admin_addr))?;
     let (admin_tx, mut admin_rx) = tokio::sync::watch::channel(false);
@@ -121,6 +123,7 @@ pub async fn run(config: GatewayConfig, base_dir: &Path, options: RunOptions) ->
         "stopping: draining requests in flight"
     );
     let _ = stop_tx.send(true);
+    let _ = acceptor.await;
     let mut dropped = 0;
     for t in threads {
         if let Ok(Ok(n)) = tokio::task::spawn_blocking(move || t.join()).await {

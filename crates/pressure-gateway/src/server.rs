@@ -118,6 +118,100 @@ where
     S: tower::Service<Request<Body>, Response = Response<Body>, Error = Infallible> + Clone + Send + 'static,
     S::Future: Send + 'static,
 {
+    let source = Source::Listener(listener, AcceptFailures::default());
+    serve_from(source, service, options, shutdown).await
+}
+
+/// Where a server takes its connections from.
+pub enum Source {
+    /// Accepts them itself.
+    Listener(TcpListener, AcceptFailures),
+    /// Gets them accepted by a [`distribute`] task (another thread's
+    /// runtime); ends when that task stops.
+    Handed(tokio::sync::mpsc::Receiver<(std::net::TcpStream, SocketAddr)>),
+}
+
+impl Source {
+    /// The next connection, registered with this thread's runtime; `None`
+    /// when the source is done.
+    async fn next(&mut self) -> Option<(TcpStream, SocketAddr)> {
+        match self {
+            Source::Listener(listener, failures) => loop {
+                match listener.accept().await {
+                    Ok(a) => {
+                        failures.reset();
+                        return Some(a);
+                    }
+                    Err(e) => failures.failed(&e).await,
+                }
+            },
+            Source::Handed(rx) => loop {
+                let (stream, peer) = rx.recv().await?;
+                match TcpStream::from_std(stream) {
+                    Ok(s) => return Some((s, peer)),
+                    Err(e) => tracing::warn!(error = %e, "cannot take over an accepted connection"),
+                }
+            },
+        }
+    }
+}
+
+/// Accepts on `listener` and hands the connections round-robin to the
+/// server threads behind `workers`, until `shutdown` resolves: one exclusive
+/// listening socket (no `SO_REUSEPORT`, so no other process can share the
+/// address), and every core serving.
+pub async fn distribute(
+    listener: TcpListener,
+    workers: Vec<tokio::sync::mpsc::Sender<(std::net::TcpStream, SocketAddr)>>,
+    shutdown: impl Future<Output = ()>,
+) {
+    let mut source = Source::Listener(listener, AcceptFailures::default());
+    let mut next = 0usize;
+    tokio::pin!(shutdown);
+    loop {
+        let (stream, peer) = tokio::select! {
+            accepted = source.next() => match accepted {
+                Some(a) => a,
+                None => break,
+            },
+            () = &mut shutdown => break,
+        };
+        let Ok(stream) = stream.into_std() else {
+            continue;
+        };
+        // Round-robin, skipping a worker whose queue is full.
+        let mut item = (stream, peer);
+        let mut sent = false;
+        for _ in 0..workers.len() {
+            let w = &workers[next % workers.len()];
+            next = next.wrapping_add(1);
+            match w.try_send(item) {
+                Ok(()) => {
+                    sent = true;
+                    break;
+                }
+                Err(tokio::sync::mpsc::error::TrySendError::Full(back))
+                | Err(tokio::sync::mpsc::error::TrySendError::Closed(back)) => item = back,
+            }
+        }
+        if !sent {
+            tracing::warn!(%peer, "every server thread is saturated; connection dropped");
+        }
+    }
+}
+
+/// Serves the connections of `source` until `shutdown` resolves (or the
+/// source ends), then drains.
+pub async fn serve_from<S>(
+    mut source: Source,
+    service: S,
+    options: &ServeOptions,
+    shutdown: impl Future<Output = ()>,
+) -> Drained
+where
+    S: tower::Service<Request<Body>, Response = Response<Body>, Error = Infallible> + Clone + Send + 'static,
+    S::Future: Send + 'static,
+{
     let mut builder = auto::Builder::new(TokioExecutor::new());
     builder
         .http1()
@@ -132,13 +226,12 @@ where
     let (stop_tx, stop_rx) = watch::channel(false);
     let open = Arc::new(AtomicUsize::new(0));
     let all_closed = Arc::new(tokio::sync::Notify::new());
-    let mut failures = AcceptFailures::default();
     tokio::pin!(shutdown);
     loop {
         let (stream, peer) = tokio::select! {
-            accepted = listener.accept() => match accepted {
-                Ok(a) => { failures.reset(); a }
-                Err(e) => { failures.failed(&e).await; continue; }
+            accepted = source.next() => match accepted {
+                Some(a) => a,
+                None => break,
             },
             () = &mut shutdown => break,
         };
@@ -153,7 +246,7 @@ where
         };
         tokio::spawn(conn.run(stream, peer, service.clone()));
     }
-    drop(listener);
+    drop(source);
     let _ = stop_tx.send(true);
     let deadline = Instant::now() + options.grace;
     loop {
@@ -172,8 +265,8 @@ where
 }
 
 /// Backs off after failed accepts and keeps their log lines rare.
-#[derive(Default)]
-struct AcceptFailures {
+#[derive(Debug, Default)]
+pub struct AcceptFailures {
     delay: Duration,
     last_log: Option<Instant>,
     suppressed: u64,
