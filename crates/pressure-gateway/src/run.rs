@@ -96,7 +96,8 @@ pub async fn run(config: GatewayConfig, base_dir: &Path, options: RunOptions) ->
             .map_err(bind_error("gateway.listen", &listen))?;
         threads.push(thread);
     }
-    let listener = tokio::net::TcpListener::from_std(proxy_socket).map_err(bind_error("gateway.listen", &listen))?;
+    let listener =
+        tokio::net::TcpListener::from_std(proxy_socket).map_err(bind_error("gateway.listen", &listen))?;
     let mut accept_stop = stop_rx.clone();
     let acceptor = tokio::spawn(distribute(listener, handoff, async move {
         let _ = accept_stop.wait_for(|v| *v).await;
