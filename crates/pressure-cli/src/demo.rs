@@ -34,7 +34,14 @@ pub(crate) async fn run(args: DemoArgs) -> anyhow::Result<()> {
     match args.redis.clone() {
         None => tour(ResourceBroker::new(), args).await,
         Some(url) => {
-            let backend = RedisBackend::connect(RedisConfig::new(url))
+            // A 1 s call timeout, not the 50 ms default: the demo shows the
+            // limits' exact counts, and on a busy machine a slow call would
+            // be a fail-closed refusal that is not the limit's.
+            let config = RedisConfig {
+                timeout_ms: 1_000,
+                ..RedisConfig::new(url)
+            };
+            let backend = RedisBackend::connect(config)
                 .await
                 .context("connecting to redis")?;
             tour(ResourceBroker::builder(backend).build(), args).await

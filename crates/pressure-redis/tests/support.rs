@@ -29,6 +29,24 @@ fn rand_u32() -> u32 {
     t ^ std::process::id().rotate_left(16)
 }
 
+/// The per-call timeout of the tests' brokers, ms (the failure-mode tests
+/// set their own).
+///
+/// Not the 50 ms default: these tests check what the store decides, and on
+/// a loaded machine a call can take longer than 50 ms with nothing wrong;
+/// in the default `closed` failure mode that timeout is a refusal with a
+/// 1 s wait, which a test then reads as the limit's answer (seen: "wait
+/// 1s" from a GCRA bucket whose wait is at most 100 ms).
+pub const TIMEOUT_MS: u64 = 1_000;
+
+/// The config of a test broker on `url`: defaults, with [`TIMEOUT_MS`].
+pub fn config(url: impl Into<String>) -> RedisConfig {
+    RedisConfig {
+        timeout_ms: TIMEOUT_MS,
+        ..RedisConfig::new(url)
+    }
+}
+
 /// A broker over a new `RedisBackend` with `config`.
 pub async fn broker_with(config: RedisConfig) -> ResourceBroker<RedisBackend> {
     let backend = RedisBackend::connect(config).await.expect("redis answers");
@@ -37,7 +55,7 @@ pub async fn broker_with(config: RedisConfig) -> ResourceBroker<RedisBackend> {
 
 /// A broker over a new `RedisBackend` on the test server.
 pub async fn broker() -> ResourceBroker<RedisBackend> {
-    broker_with(RedisConfig::new(redis_url())).await
+    broker_with(config(redis_url())).await
 }
 
 /// A plain (blocking) connection to `srv`, for assertions.

@@ -19,10 +19,19 @@ pub const OPEN_GRACE_MS: f64 = 100.0;
 /// The largest p95 of the healthy requests in the hang scenario, as a
 /// multiple of the normal scenario's p95 from the same run.
 pub const HANG_P95_RATIO: f64 = 1.1;
-/// After a 429 storm, the primary's answer rate must come back to this share
-/// of its rate before the storm.
-pub const RECOVERY_SHARE: f64 = 0.7;
-/// Time left for the rate to recover after a storm before it is measured, ms.
+/// After a 429 storm, the share of requests the primary answers must come
+/// back to this fraction of its share before the storm.
+///
+/// A share, not a rate: the clients run in a closed loop, so their rate is
+/// the machine's speed, which drifts between the phases of a run on a
+/// shared machine (a run once saw 214/s before the storm and 122/s after
+/// it with every request answered by the primary). What a recovery that
+/// does not happen looks like is traffic that stays on the fallback levels
+/// (a hold or a breaker that does not let go): the primary's share shows
+/// it at any speed.
+pub const RECOVERY_SHARE: f64 = 0.9;
+/// Time left for the primary to take its traffic back after a storm before
+/// its share is measured, ms.
 pub const RECOVERY_GRACE_MS: f64 = 1_000.0;
 
 /// Everything one run observed; time is ms since the load started.
@@ -331,6 +340,24 @@ fn storm_window(run: &RunData) -> (f64, f64) {
     (a as f64, b as f64)
 }
 
+/// Of the good requests started in `[from_ms, to_ms)`: how many there were,
+/// and the share (0–1) the primary answered.
+fn primary_share(run: &RunData, from_ms: f64, to_ms: f64) -> (usize, f64) {
+    let started: Vec<&Sample> = good(&run.samples)
+        .filter(|s| s.start_ms >= from_ms && s.start_ms < to_ms)
+        .collect();
+    let primary = started
+        .iter()
+        .filter(|s| s.degradation.as_deref() == Some("primary") && s.status == 200 && !s.stream_error)
+        .count();
+    let share = if started.is_empty() {
+        0.0
+    } else {
+        primary as f64 / started.len() as f64
+    };
+    (started.len(), share)
+}
+
 fn rate_limit_storm(run: &RunData) -> Vec<Criterion> {
     let (start, end) = storm_window(run);
     let before = rate(&run.arrivals, 0.0, start, |_| true);
@@ -339,6 +366,8 @@ fn rate_limit_storm(run: &RunData) -> Vec<Criterion> {
     let ok_primary = |a: &Arrival| a.model == PRIMARY && a.outcome == Outcome::Ok;
     let before_ok = rate(&run.arrivals, 0.0, start, ok_primary);
     let after_ok = rate(&run.arrivals, end + RECOVERY_GRACE_MS, run.load_ms, ok_primary);
+    let (n_before, share_before) = primary_share(run, 0.0, start);
+    let (n_after, share_after) = primary_share(run, end + RECOVERY_GRACE_MS, run.load_ms);
     vec![
         criterion(
             "Outgoing requests fall during the 429 storm",
@@ -346,11 +375,14 @@ fn rate_limit_storm(run: &RunData) -> Vec<Criterion> {
             format!("{before:.0}/s before the storm, {during:.0}/s during it ({during_429:.0}/s answered 429)"),
         ),
         criterion(
-            "The rate recovers by itself after the storm",
-            before_ok > 0.0 && after_ok >= RECOVERY_SHARE * before_ok,
+            "The primary takes its traffic back by itself after the storm",
+            n_before > 0 && n_after > 0 && share_before > 0.0 && share_after >= RECOVERY_SHARE * share_before,
             format!(
-                "primary answers {after_ok:.0}/s from {:.1} s after the storm, {before_ok:.0}/s before it (≥ {:.0} %)",
+                "the primary answers {:.1} % of {n_after} requests from {:.1} s after the storm ({after_ok:.0}/s), \
+                 {:.1} % of {n_before} before it ({before_ok:.0}/s); at least {:.0} % of its share before is needed",
+                share_after * 100.0,
                 RECOVERY_GRACE_MS / 1_000.0,
+                share_before * 100.0,
                 RECOVERY_SHARE * 100.0
             ),
         ),
@@ -608,33 +640,43 @@ mod tests {
     }
 
     const FALLS: &str = "Outgoing requests fall during the 429 storm";
-    const RECOVERS: &str = "The rate recovers by itself after the storm";
+    const RECOVERS: &str = "The primary takes its traffic back by itself after the storm";
 
     #[test]
     fn a_429_storm_that_grows_or_does_not_recover_fails() {
-        // 10 calls/s before (0–3 s), `during`/s in the storm (3–6 s), `after`/s after 7 s.
-        let series = |during: u64, after: u64| {
-            let mut v = Vec::new();
+        // 10 requests/s before (0–3 s), `during` calls/s in the storm (3–6 s)
+        // answered by the backup, `after` requests/s from 7 s of which
+        // `after_primary` answered by the primary (the rest by the backup).
+        let series = |during: u64, after: u64, after_primary: u64| {
+            let (mut arrivals, mut samples) = (Vec::new(), Vec::new());
             let mut seq = 0;
-            let mut add = |from: f64, to: f64, per_s: u64, outcome: Outcome| {
+            let mut add = |from: f64, to: f64, per_s: u64, outcome: Outcome, by: &str| {
                 let n = ((to - from) / 1_000.0 * per_s as f64) as u64;
                 for i in 0..n {
                     let at = from + i as f64 * (to - from) / n as f64;
-                    v.push(arrival(seq, at, PRIMARY, &format!("r{seq}"), 1, outcome));
+                    let id = format!("r{seq}");
+                    let model = if by == "primary" { PRIMARY } else { BACKUP };
+                    arrivals.push(arrival(seq, at, model, &id, 1, outcome));
+                    samples.push(sample(&id, at, 120.0, by));
                     seq += 1;
                 }
             };
-            add(0.0, 3_000.0, 10, Outcome::Ok);
-            add(3_000.0, 6_000.0, during, Outcome::RateLimited);
-            add(7_000.0, 9_000.0, after, Outcome::Ok);
-            v
+            add(0.0, 3_000.0, 10, Outcome::Ok, "primary");
+            add(3_000.0, 6_000.0, during, Outcome::RateLimited, "backup");
+            add(7_000.0, 9_000.0, after_primary, Outcome::Ok, "primary");
+            add(7_000.0, 9_000.0, after - after_primary, Outcome::Ok, "backup");
+            (samples, arrivals)
         };
-        let c = rate_limit_storm(&run("rate-limit-storm", vec![], series(4, 10), vec![]));
+        let storm =
+            |(samples, arrivals)| rate_limit_storm(&run("rate-limit-storm", samples, arrivals, vec![]));
+        let c = storm(series(4, 10, 10));
         assert!(verdict(&c, FALLS) && verdict(&c, RECOVERS), "{c:?}");
-        let c = rate_limit_storm(&run("rate-limit-storm", vec![], series(30, 10), vec![]));
+        let c = storm(series(4, 3, 3));
+        assert!(verdict(&c, RECOVERS), "a slower machine after the storm: {c:?}");
+        let c = storm(series(30, 10, 10));
         assert!(!verdict(&c, FALLS), "a retry storm");
-        let c = rate_limit_storm(&run("rate-limit-storm", vec![], series(4, 2), vec![]));
-        assert!(!verdict(&c, RECOVERS), "stuck low");
+        let c = storm(series(4, 10, 5));
+        assert!(!verdict(&c, RECOVERS), "half the traffic stays on the backup");
     }
 
     const KEEPS: &str = "Healthy requests keep their latency (p95 ≤ 1.1 × normal)";

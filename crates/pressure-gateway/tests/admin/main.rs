@@ -629,7 +629,9 @@ async fn healthz_reports_redis_degraded_but_stays_up() {
     let backend = RedisBackend::connect(RedisConfig {
         url: format!("redis://{}", proxy.addr),
         failure_mode: FailureMode::Closed,
-        timeout_ms: 50,
+        // Generous: the cut proxy fails calls at once; a slow machine must
+        // not fail the first, healthy one.
+        timeout_ms: 1_000,
         key_prefix: format!("pressure-admin-test-{}", std::process::id()),
         ..RedisConfig::default()
     })

@@ -22,6 +22,7 @@ impl Harness for Cluster {
     async fn broker(&self) -> ResourceBroker<RedisBackend> {
         support::broker_with(RedisConfig {
             cluster_nodes: support::cluster_nodes(),
+            timeout_ms: support::TIMEOUT_MS,
             ..RedisConfig::default()
         })
         .await

@@ -7,7 +7,6 @@ mod support;
 
 use futures::StreamExt;
 use pressure_core::{AcquireOptions, Limits, Request, ResourceConfig, TaskError};
-use pressure_redis::RedisConfig;
 use std::time::Duration;
 use support::RedisServer;
 
@@ -59,7 +58,7 @@ fn command_of(line: &str) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_command_per_acquisition() {
     let srv = RedisServer::start();
-    let b = support::broker_with(RedisConfig::new(srv.url())).await;
+    let b = support::broker_with(support::config(srv.url())).await;
     b.register_limit(
         "rt",
         Limits::default()
@@ -94,7 +93,7 @@ async fn one_command_per_acquisition() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_flushed_script_is_reloaded() {
     let srv = RedisServer::start();
-    let b = support::broker_with(RedisConfig::new(srv.url())).await;
+    let b = support::broker_with(support::config(srv.url())).await;
     b.register_limit("rt", Limits::default().requests_per_minute(10))
         .expect("valid");
     assert!(b
@@ -119,7 +118,7 @@ async fn a_flushed_script_is_reloaded() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn queued_waiters_do_not_poll() {
     let srv = RedisServer::start();
-    let b = support::broker_with(RedisConfig::new(srv.url())).await;
+    let b = support::broker_with(support::config(srv.url())).await;
     b.register("q", ResourceConfig::new(Limits::default().requests_per_second(2)))
         .expect("valid");
     let lines = client_commands_between(&srv, async {
@@ -189,7 +188,7 @@ async fn hostile_tenant_ids_cannot_collide() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deny_cache_refuses_locally_until_the_store_said() {
     let srv = RedisServer::start();
-    let b = support::broker_with(RedisConfig::new(srv.url())).await;
+    let b = support::broker_with(support::config(srv.url())).await;
     b.register_limit("dc", Limits::default().requests_per_second(5).gcra(Some(5)))
         .expect("valid");
     for _ in 0..5 {
