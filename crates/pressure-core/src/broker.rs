@@ -193,14 +193,11 @@ impl<B: Backend> ResourceBroker<B> {
     /// Registers a `queue` resource (usable by `enqueue` and `try_acquire`).
     pub fn register(&self, resource: impl Into<String>, config: ResourceConfig) -> Result<(), Error> {
         let resource = resource.into();
-        config
-            .queue
-            .validate()
-            .map_err(|(field, problem)| Error::InvalidQueue {
-                resource: resource.clone(),
-                field,
-                problem,
-            })?;
+        config.queue.validate().map_err(|e| Error::InvalidQueue {
+            resource: resource.clone(),
+            field: e.path,
+            problem: e.problem,
+        })?;
         let spec = compile(&resource, &config.limits)?;
         let ceiling = ((1.0 - config.queue.batch_headroom) * f64::from(PPM)) as u32;
         let queue = Some(Arc::new(Queue::new(config.queue)));

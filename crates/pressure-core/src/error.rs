@@ -33,7 +33,7 @@ pub enum Error {
         /// The resource being registered.
         resource: String,
         /// JSON name of the field.
-        field: &'static str,
+        field: String,
         /// What is wrong.
         problem: String,
     },

@@ -168,7 +168,7 @@ impl RedisBackend {
     pub async fn start(config: RedisConfig) -> Result<Self, BackendError> {
         config
             .validate()
-            .map_err(|(field, problem)| BackendError::Unsupported(format!("{field}: {problem}")))?;
+            .map_err(|e| BackendError::Unsupported(e.to_string()))?;
         let pool = Pool::new(&config);
         let mut error = None;
         for slot in pool.empty_slots() {

@@ -73,22 +73,34 @@ impl RedisConfig {
         Duration::from_millis(self.timeout_ms)
     }
 
-    /// Checks the values; `Err((field, problem))` names the JSON field.
-    pub fn validate(&self) -> Result<(), (&'static str, String)> {
+    /// Checks the values; the error names the JSON field.
+    pub fn validate(&self) -> Result<(), pressure_core::FieldError> {
         if self.timeout_ms == 0 || self.timeout_ms > 10_000 {
-            return Err(("timeoutMs", "must be between 1 and 10000".into()));
+            return Err(pressure_core::FieldError::new(
+                "timeoutMs",
+                "must be between 1 and 10000",
+            ));
         }
         if self.connect_timeout_ms == 0 {
-            return Err(("connectTimeoutMs", "must be > 0".into()));
+            return Err(pressure_core::FieldError::new("connectTimeoutMs", "must be > 0"));
         }
         if !(self.local_share > 0.0 && self.local_share <= 1.0) {
-            return Err(("localShare", "must be > 0 and at most 1".into()));
+            return Err(pressure_core::FieldError::new(
+                "localShare",
+                "must be > 0 and at most 1",
+            ));
         }
         if self.connections == 0 || self.connections > 64 {
-            return Err(("connections", "must be between 1 and 64".into()));
+            return Err(pressure_core::FieldError::new(
+                "connections",
+                "must be between 1 and 64",
+            ));
         }
         if self.key_prefix.is_empty() || self.key_prefix.contains(['{', '}']) {
-            return Err(("keyPrefix", "must be non-empty and contain no braces".into()));
+            return Err(pressure_core::FieldError::new(
+                "keyPrefix",
+                "must be non-empty and contain no braces",
+            ));
         }
         Ok(())
     }

@@ -52,18 +52,21 @@ impl QueueConfig {
         Duration::from_millis(self.max_wait_ms)
     }
 
-    pub(crate) fn validate(&self) -> Result<(), (&'static str, String)> {
+    pub(crate) fn validate(&self) -> Result<(), crate::FieldError> {
         if self.max_queued == 0 {
-            return Err(("maxQueued", "must be > 0".into()));
+            return Err(crate::FieldError::new("maxQueued", "must be > 0"));
         }
         if self.max_wait_ms == 0 {
-            return Err(("maxWaitMs", "must be > 0".into()));
+            return Err(crate::FieldError::new("maxWaitMs", "must be > 0"));
         }
         if self.interactive_burst == 0 {
-            return Err(("interactiveBurst", "must be > 0".into()));
+            return Err(crate::FieldError::new("interactiveBurst", "must be > 0"));
         }
         if !(0.0..1.0).contains(&self.batch_headroom) {
-            return Err(("batchHeadroom", "must be at least 0 and below 1".into()));
+            return Err(crate::FieldError::new(
+                "batchHeadroom",
+                "must be at least 0 and below 1",
+            ));
         }
         Ok(())
     }

@@ -192,7 +192,7 @@ fn check_backend(backend: &BackendConfig) -> Result<(), ConfigError> {
     };
     redis
         .validate()
-        .map_err(|(field, problem)| ConfigError::new(format!("gateway.backend.{field}"), problem))?;
+        .map_err(|e| ConfigError::from(e.under("gateway.backend")))?;
     if redis.cluster_nodes.is_empty() {
         check_redis_url(&redis.url, "gateway.backend.url")?;
     }
