@@ -38,11 +38,16 @@ fn rand_u32() -> u32 {
 /// 1 s wait, which a test then reads as the limit's answer (seen: "wait
 /// 1s" from a GCRA bucket whose wait is at most 100 ms).
 pub const TIMEOUT_MS: u64 = 1_000;
+/// The connect timeout of the tests' brokers, ms: likewise generous (a
+/// cluster connection is several round trips).
+pub const CONNECT_TIMEOUT_MS: u64 = 5_000;
 
-/// The config of a test broker on `url`: defaults, with [`TIMEOUT_MS`].
+/// The config of a test broker on `url`: defaults, with [`TIMEOUT_MS`] and
+/// [`CONNECT_TIMEOUT_MS`].
 pub fn config(url: impl Into<String>) -> RedisConfig {
     RedisConfig {
         timeout_ms: TIMEOUT_MS,
+        connect_timeout_ms: CONNECT_TIMEOUT_MS,
         ..RedisConfig::new(url)
     }
 }

@@ -11,11 +11,13 @@ use crate::mock::{Arrival, MockStats, Outcome};
 use crate::report::Criterion;
 
 /// Ms after a breaker opens during which a call admitted just before may
-/// still arrive at the mock (it passed the breaker, then the limiter and the
-/// connection pool, on a machine that may be busy). A breaker that let calls
-/// through while open would show them all through its open span (1 s), so
-/// the grace hides no real failure.
-pub const OPEN_GRACE_MS: f64 = 100.0;
+/// still arrive at the mock (the pipeline asks the breaker again after the
+/// limiter, but the call then still waits for the connection pool, is sent
+/// and is read by the mock, on a machine that may be busy: a loaded run saw
+/// such calls more than 100 ms late). A breaker that let calls through while
+/// open would show them all through its open span (1 s), so the grace hides
+/// no real failure: the rest of every open span is still checked.
+pub const OPEN_GRACE_MS: f64 = 300.0;
 /// The largest p95 of the healthy requests in the hang scenario, as a
 /// multiple of the normal scenario's p95 from the same run.
 pub const HANG_P95_RATIO: f64 = 1.1;

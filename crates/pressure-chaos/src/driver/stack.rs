@@ -43,7 +43,9 @@ pub const BUDGET_MICRO_USD: u64 = 1_000;
 /// wrong with Redis. In the default `closed` failure mode each such timeout
 /// is a refusal (seen as a `429` on the chat route's concurrency limit,
 /// which had 10 000 free slots), and the run fails "Every client gets an
-/// answer" for a reason that is not under test.
+/// answer" for a reason that is not under test. The connect timeout is
+/// raised likewise (500 ms by default), so a busy machine cannot fail the
+/// stack's start.
 pub const STORE_TIMEOUT_MS: u64 = 1_000;
 
 /// Timeouts and breaker settings of the stack, explicit so the criteria can
@@ -117,7 +119,8 @@ pub fn gateway_config(
 ) -> Value {
     let backend = match redis {
         Some((url, prefix)) => {
-            json!({ "type": "redis", "url": url, "keyPrefix": prefix, "timeoutMs": STORE_TIMEOUT_MS })
+            json!({ "type": "redis", "url": url, "keyPrefix": prefix,
+                    "timeoutMs": STORE_TIMEOUT_MS, "connectTimeoutMs": 5 * STORE_TIMEOUT_MS })
         }
         None => json!({ "type": "memory" }),
     };

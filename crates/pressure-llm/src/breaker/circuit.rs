@@ -557,6 +557,15 @@ impl CallPermit {
         self.probe
     }
 
+    /// Whether the call may still be made: the breaker has not changed
+    /// state since it issued this permit. A caller that does more work
+    /// between the permit and the call (e.g. waits for the limiter) asks
+    /// again right before the call: a permit issued while closed is void
+    /// once the breaker opened meanwhile, since open means no network call.
+    pub fn is_current(&self) -> bool {
+        self.shared.inner.lock().generation == self.generation
+    }
+
     /// Time since the permit was issued, by the breaker's clock.
     pub fn elapsed(&self) -> Duration {
         Duration::from_nanos(self.shared.clock.now_nanos().saturating_sub(self.started))

@@ -512,6 +512,19 @@ impl<B: Backend> LlmClient<B> {
                     return Err(LevelEnd::Next(err));
                 }
             };
+            // The limiter may have taken a while (a wait for capacity, a
+            // store round trip): if the breaker changed state meanwhile, this
+            // permit is void. Give the reservation back and ask the breaker
+            // again, so an open breaker sends nothing.
+            if !bp.is_current() {
+                if let Some(mut p) = permit.take() {
+                    if let Err(e) = p.reconcile(Reservation::actual((0, 0))).await {
+                        tracing::warn!(model = %m.key, error = %e, "reconcile failed");
+                    }
+                }
+                bp.ignore();
+                continue;
+            }
             event.attempts += 1;
             Metrics::add(&self.metrics.attempts, 1);
             let tag = CallTag {

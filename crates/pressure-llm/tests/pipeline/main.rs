@@ -294,6 +294,46 @@ async fn breaker_opens_skips_primary_then_probes_and_returns() {
     .await;
 }
 
+/// A call admitted by the breaker that then waits for the limiter is not
+/// made when the breaker opened meanwhile: open means no network call,
+/// whenever the permit was taken. (The chaos stand saw such calls reach the
+/// provider while open, on Redis under load, where the limiter is a round
+/// trip.)
+#[tokio::test]
+async fn a_breaker_that_opens_while_a_call_waits_for_the_limiter_stops_that_call() {
+    bounded(async {
+        let p = Mock::start(vec![], Step::Ok).await;
+        let b = Mock::start(vec![], Step::Ok).await;
+        let uc = json!({"chat": {"chain": [{"model": "p/m"}, {"model": "b/m"}], "retry": fast_retry(1)}});
+        let c = Arc::new(client(config(
+            &p,
+            &b,
+            uc,
+            json!({}),
+            json!({"requestsPerSecond": 1}),
+        )));
+        // The second's only request is taken: the event waits about 1 s for
+        // the limiter after the (closed) breaker admitted it.
+        let taken = c
+            .broker()
+            .try_acquire("llm:p:m", pressure_core::AcquireOptions::default())
+            .await
+            .unwrap();
+        assert!(taken.allowed());
+        let event = tokio::spawn({
+            let c = Arc::clone(&c);
+            async move { c.complete("chat", request("hello")).await }
+        });
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        c.breakers().get("p", "m").open_for(Duration::from_secs(30));
+        let a = event.await.unwrap().unwrap();
+        assert_eq!(a.degradation, Degradation::Backup(1));
+        assert_eq!(p.hits(), 0, "no call to the primary once its breaker is open");
+        assert_eq!(b.hits(), 1);
+    })
+    .await;
+}
+
 #[tokio::test]
 async fn fallback_order_backup_rules_manual_queue() {
     bounded(async {

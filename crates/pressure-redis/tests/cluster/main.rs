@@ -23,6 +23,7 @@ impl Harness for Cluster {
         support::broker_with(RedisConfig {
             cluster_nodes: support::cluster_nodes(),
             timeout_ms: support::TIMEOUT_MS,
+            connect_timeout_ms: support::CONNECT_TIMEOUT_MS,
             ..RedisConfig::default()
         })
         .await
