@@ -157,7 +157,8 @@ pub fn healthy_p95(run: &RunData) -> (f64, usize) {
 }
 
 /// The criteria of `run`; `normal_p95` is the normal scenario's healthy p95
-/// from the same invocation.
+/// from the same invocation (for `hang`, the slower of the normal runs right
+/// before and right after it).
 pub fn evaluate(run: &RunData, normal_p95: Option<f64>) -> Vec<Criterion> {
     let mut out = match run.scenario.name {
         "normal" => normal(run),
@@ -198,7 +199,7 @@ fn hang(run: &RunData, normal_p95: Option<f64>) -> Vec<Criterion> {
             "Healthy requests keep their latency (p95 ≤ 1.1 × normal)",
             n > 0 && p95 <= HANG_P95_RATIO * base,
             format!(
-                "p95 of {n} requests with no hung attempt: {p95:.1} ms; normal p95 {base:.1} ms; ratio {:.2} (≤ {HANG_P95_RATIO})",
+                "p95 of {n} requests with no hung attempt: {p95:.1} ms; normal p95 {base:.1} ms (the slower of the normal runs before and after); ratio {:.2} (≤ {HANG_P95_RATIO})",
                 p95 / base
             ),
         ),
