@@ -310,10 +310,12 @@ async fn a_breaker_that_opens_while_a_call_waits_for_the_limiter_stops_that_call
             &b,
             uc,
             json!({}),
-            json!({"requestsPerSecond": 1}),
+            json!({"requestsPerMinute": 12, "algorithm": "gcra", "burst": 1}),
         )));
-        // The second's only request is taken: the event waits about 1 s for
-        // the limiter after the (closed) breaker admitted it.
+        // The only request of the next 5 s is taken: the event waits about
+        // 5 s for the limiter after the (closed) breaker admitted it — long
+        // enough that the breaker opens during the wait even on a starved
+        // machine.
         let taken = c
             .broker()
             .try_acquire("llm:p:m", pressure_core::AcquireOptions::default())
