@@ -133,16 +133,11 @@ pub enum Rejection {
         /// The bound, milliseconds.
         after_ms: u64,
     },
-    /// An LLM pipeline failure, with the status its taxonomy gives.
+    /// An LLM pipeline failure, with the status its taxonomy gives. A `429`
+    /// or `503` carries `Retry-After` (and OpenAI's `retry-after-ms`): the
+    /// pipeline's hint ([`LlmError::retry_after`]: limiter wait, breaker
+    /// open time, provider `retry-after`), or [`LLM_DEFAULT_RETRY_AFTER`].
     Llm(LlmError),
-    /// `503` with `Retry-After` from the LLM pipeline (limiter wait or
-    /// breaker open time), when the pipeline gave up.
-    LlmUnavailable {
-        /// The pipeline's error.
-        error: LlmError,
-        /// When to try again.
-        retry_after: Duration,
-    },
     /// `500`: the gateway itself failed.
     Internal(String),
 }
@@ -172,9 +167,6 @@ impl Rejection {
             Self::UpstreamUnavailable { .. } | Self::UpstreamError { .. } => StatusCode::BAD_GATEWAY,
             Self::UpstreamTimeout { .. } => StatusCode::GATEWAY_TIMEOUT,
             Self::Llm(e) => StatusCode::from_u16(e.openai_error().0).unwrap_or(StatusCode::BAD_GATEWAY),
-            Self::LlmUnavailable { error, .. } => {
-                StatusCode::from_u16(error.openai_error().0).unwrap_or(StatusCode::SERVICE_UNAVAILABLE)
-            }
             Self::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -205,7 +197,7 @@ impl Rejection {
             Self::UpstreamUnavailable { .. } => "upstream_unavailable",
             Self::UpstreamError { .. } => "upstream_error",
             Self::UpstreamTimeout { .. } => "upstream_timeout",
-            Self::Llm(e) | Self::LlmUnavailable { error: e, .. } => e.label(),
+            Self::Llm(e) => e.label(),
             Self::Internal(_) => "internal_error",
         }
     }
@@ -233,7 +225,7 @@ impl Rejection {
             Self::UpstreamTimeout { upstream, after_ms } => {
                 format!("upstream {upstream} did not answer within {after_ms} ms")
             }
-            Self::Llm(e) | Self::LlmUnavailable { error: e, .. } => e.to_string(),
+            Self::Llm(e) => e.to_string(),
             Self::Internal(m) => m.clone(),
         }
     }
@@ -242,8 +234,10 @@ impl Rejection {
     pub fn retry_after(&self) -> Option<Duration> {
         match self {
             Self::RateLimited(r) => Some(r.wait),
-            Self::LimiterUnavailable { retry_after, .. } | Self::LlmUnavailable { retry_after, .. } => {
-                Some(*retry_after)
+            Self::LimiterUnavailable { retry_after, .. } => Some(*retry_after),
+            Self::Llm(e) => {
+                let status = e.openai_error().0;
+                (status == 429 || status == 503).then(|| e.retry_after().unwrap_or(LLM_DEFAULT_RETRY_AFTER))
             }
             _ => None,
         }
@@ -322,6 +316,18 @@ impl Rejection {
         h.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
         if let Some(wait) = self.retry_after() {
             h.insert(header::RETRY_AFTER, HeaderValue::from(retry_after_secs(wait)));
+            if dialect == Dialect::OpenAi {
+                // What OpenAI's SDKs read first; whole milliseconds, at least 1.
+                let ms = u64::try_from(wait.as_millis()).unwrap_or(u64::MAX).max(1);
+                h.insert("retry-after-ms", HeaderValue::from(ms));
+            }
+        }
+        if let Self::Llm(e) = self {
+            if e.label() == "quota_exhausted" {
+                // A spent account does not come back by retrying: OpenAI's
+                // SDKs honour this header and do not retry.
+                h.insert("x-should-retry", HeaderValue::from_static("false"));
+            }
         }
         match self {
             Self::Unauthorized(_) => {
@@ -365,7 +371,7 @@ impl Rejection {
             Self::LimiterUnavailable { resource, .. } => {
                 error.insert("resource".into(), Value::from(resource.as_str()));
             }
-            Self::Llm(e) | Self::LlmUnavailable { error: e, .. } => return e.openai_error().1,
+            Self::Llm(e) => return e.openai_error().1,
             _ => {}
         }
         json!({ "error": error })
@@ -373,7 +379,7 @@ impl Rejection {
 
     fn openai_body(&self) -> Value {
         let (ty, code, param): (&str, Option<&str>, Option<&str>) = match self {
-            Self::Llm(e) | Self::LlmUnavailable { error: e, .. } => return e.openai_error().1,
+            Self::Llm(e) => return e.openai_error().1,
             Self::InvalidRequest { param, code, .. } => {
                 ("invalid_request_error", Some(code), param.as_deref())
             }
@@ -412,6 +418,11 @@ fn policy(limits: &Limits, dim: Dimension) -> Option<(u64, u64)> {
         Dimension::MaxConcurrentRequests => limits.max_concurrent_requests.map(|q| (q, 0)),
     }
 }
+
+/// `Retry-After` of an LLM `429`/`503` whose pipeline had no better hint
+/// (e.g. every level declined): long enough that an SDK's retry does not
+/// re-run the chain at once.
+pub const LLM_DEFAULT_RETRY_AFTER: Duration = Duration::from_secs(1);
 
 /// `Retry-After` seconds: the wait rounded up, at least 1.
 pub fn retry_after_secs(wait: Duration) -> u64 {

@@ -4,7 +4,7 @@
 //! case, the level that answered, the attempts and the time taken.
 
 use super::sse::sse_response;
-use super::DEGRADATION_HEADER;
+use super::{DEGRADATION_HEADER, TICKET_HEADER};
 use crate::backend::AnyBackend;
 use crate::layers::Reply;
 use crate::proxy::is_too_large;
@@ -12,7 +12,7 @@ use crate::rejection::{Dialect, Rejection};
 use axum::body::Body;
 use http::{HeaderValue, Request, Response, StatusCode};
 use pressure_core::clock::duration_to_millis;
-use pressure_llm::pipeline::{Answer, LlmClient, LlmError, Reply as LlmReply};
+use pressure_llm::pipeline::{queued_response, Answer, LlmClient, LlmError, Reply as LlmReply, QUEUED_MODEL};
 use pressure_llm::provider::ChatRequest;
 use serde_json::{json, Value};
 
@@ -125,6 +125,13 @@ async fn read_request(req: Request<Body>) -> Result<ChatRequest, Rejection> {
             ));
         }
     }
+    if let Err(e) = super::validate::chat_request(object) {
+        return Err(Rejection::InvalidRequest {
+            message: e.message,
+            param: Some(e.param),
+            code: e.code,
+        });
+    }
     serde_json::from_value(value).map_err(|e| invalid(format!("invalid request: {e}"), None, "invalid_value"))
 }
 
@@ -164,27 +171,31 @@ async fn handle(
     }
 }
 
-/// The response of an answer: the completion (200) or the queue ticket
-/// (202), with the `pressure` field and the degradation header.
+/// The response of an answer: the completion (200), or for a queued
+/// request (202) a chat completion that says so ([`queued_response`]), with
+/// the `pressure` field (plus `pressure.ticket` when queued) and the
+/// degradation header (plus `x-pressure-ticket`).
 pub fn answer_response(answer: &Answer) -> Reply {
-    let pressure = json!({
+    let mut pressure = json!({
         "degradation": answer.degradation.as_str(),
         "level": answer.level,
         "attempts": answer.attempts,
     });
-    let body = match &answer.reply {
-        LlmReply::Completion(resp) => match serde_json::to_value(resp) {
-            Ok(Value::Object(mut map)) => {
-                map.insert("pressure".into(), pressure);
-                Value::Object(map)
-            }
-            _ => return Err(Rejection::Internal("the completion could not be encoded".into())),
-        },
-        LlmReply::Queued { ticket } => json!({
-            "id": ticket,
-            "object": "chat.completion.queued",
-            "pressure": pressure,
-        }),
+    let queued;
+    let resp = match &answer.reply {
+        LlmReply::Completion(resp) => resp,
+        LlmReply::Queued { ticket } => {
+            pressure["ticket"] = Value::from(ticket.as_str());
+            queued = queued_response(QUEUED_MODEL, ticket);
+            &queued
+        }
+    };
+    let body = match serde_json::to_value(resp) {
+        Ok(Value::Object(mut map)) => {
+            map.insert("pressure".into(), pressure);
+            Value::Object(map)
+        }
+        _ => return Err(Rejection::Internal("the completion could not be encoded".into())),
     };
     let mut resp = Response::new(Body::from(body.to_string()));
     *resp.status_mut() = StatusCode::from_u16(answer.http_status()).unwrap_or(StatusCode::OK);
@@ -197,5 +208,8 @@ pub fn answer_response(answer: &Answer) -> Reply {
         DEGRADATION_HEADER,
         HeaderValue::from_static(answer.degradation.as_str()),
     );
+    if let Some(v) = answer.ticket().and_then(|t| HeaderValue::from_str(t).ok()) {
+        h.insert(TICKET_HEADER, v);
+    }
     Ok(resp)
 }

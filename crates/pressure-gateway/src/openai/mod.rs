@@ -13,18 +13,27 @@
 //!   (`gateway.llm.useCases`). Malformed JSON, a body that is not an object,
 //!   or a missing `model`/`messages` answer `400` in OpenAI's error shape
 //!   (`{"error":{"message","type","param","code"}}`) before any provider is
-//!   touched; an unknown use case answers `404`; a prompt that fits no model
+//!   touched, and so does a request OpenAI itself would refuse ([`validate`]:
+//!   empty `messages`, `max_tokens` < 1, wrong types, with OpenAI's `param`
+//!   and `code`); an unknown use case answers `404`; a prompt that fits no model
 //!   of the chain `400 context_length_exceeded`.
 //! * `"stream": true` answers with server-sent events ([`sse`]).
 //! * An answer: `200` with the completion plus a top-level
 //!   `"pressure": {"degradation", "level", "attempts"}` field, or `202`
-//!   `{"id": ticket, "object": "chat.completion.queued", "pressure": ...}`
-//!   when the manual queue took it; both carry the header
+//!   when the manual queue took it, still a chat completion an SDK parses
+//!   (`id` = ticket, `choices[0].message.content` says it was queued,
+//!   `pressure.ticket` and the header `x-pressure-ticket` carry the ticket);
+//!   both carry the header
 //!   `x-pressure-degradation: primary|backup|rules|manual_queue`.
+//! * A streamed answer carries the usage chunk only when the client asked
+//!   (`stream_options.include_usage`).
+//! * A refusal the SDKs retry (`429`, `503`) carries `Retry-After` and
+//!   `retry-after-ms`: when the soonest level of the chain could answer.
 //! * A failure: a [`crate::rejection::Rejection`] in the OpenAI dialect.
 
 mod handler;
 pub mod sse;
+pub mod validate;
 
 pub use handler::{answer_response, chat_completions, REQUEST_ID_HEADER};
 
@@ -43,6 +52,9 @@ pub use crate::plan::CHAT_COMPLETIONS_PATH;
 
 /// The header naming the chain level that answered.
 pub const DEGRADATION_HEADER: &str = "x-pressure-degradation";
+
+/// The header carrying the manual-queue ticket of a queued request.
+pub const TICKET_HEADER: &str = "x-pressure-ticket";
 
 /// The gateway's LLM client, shared by every server thread.
 pub type Llm = Arc<LlmClient<AnyBackend>>;

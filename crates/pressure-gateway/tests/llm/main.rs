@@ -4,6 +4,7 @@
 //! the backup with its degradation header, a tenant quota shared by HTTP and
 //! LLM traffic, and the LLM metrics on the admin `/metrics`.
 
+mod clients;
 mod sdk;
 
 use axum::extract::State;
@@ -127,6 +128,16 @@ async fn chat(
         header("x-pressure-attempt"),
     ));
     *state.hits.lock().entry(model.clone()).or_default() += 1;
+    if model.starts_with("busy") {
+        // A provider whose quota is spent for the next 2 s.
+        return (
+            StatusCode::TOO_MANY_REQUESTS,
+            [("retry-after", "2")],
+            Json(json!({"error": {"message": "mock rate limit", "type": "requests",
+                                  "code": "rate_limit_exceeded"}})),
+        )
+            .into_response();
+    }
     if state.failing.lock().contains(&model) {
         return (
             StatusCode::INTERNAL_SERVER_ERROR,
@@ -193,7 +204,9 @@ pub(crate) fn config(mock: &Mock, pressure: Value) -> Value {
                 { "provider": "mock", "model": "bad", "context": context(8192, 512),
                   "price": { "inputMicroUsdPer1M": 1_000_000, "outputMicroUsdPer1M": 2_000_000 } },
                 { "provider": "mock", "model": "tiny", "context": context(64, 16) },
-                { "provider": "mock", "model": "cut", "context": context(8192, 512) }
+                { "provider": "mock", "model": "cut", "context": context(8192, 512) },
+                { "provider": "mock", "model": "busy-a", "context": context(8192, 512) },
+                { "provider": "mock", "model": "busy-b", "context": context(8192, 512) }
             ],
             "useCases": {
                 "support": { "chain": [ { "model": "mock/good" } ] },
@@ -202,7 +215,12 @@ pub(crate) fn config(mock: &Mock, pressure: Value) -> Value {
                 "small": { "chain": [ { "model": "mock/tiny" } ] },
                 "queue": { "chain": [ { "manualQueue": true } ] },
                 "cutoff": { "chain": [ { "model": "mock/cut" }, { "model": "mock/good" } ],
-                            "retry": { "maxAttempts": 1 } }
+                            "retry": { "maxAttempts": 1 } },
+                "busy": { "chain": [ { "model": "mock/busy-a" }, { "model": "mock/busy-b" } ],
+                          "retry": { "maxAttempts": 1 } },
+                "only-bad": { "chain": [ { "model": "mock/bad" } ], "retry": { "maxAttempts": 1 } },
+                "bad-then-busy": { "chain": [ { "model": "mock/bad" }, { "model": "mock/busy-a" } ],
+                                   "retry": { "maxAttempts": 1 } }
             }
         }
     })
@@ -583,7 +601,8 @@ async fn a_queued_request_is_accepted_with_202() {
         let (status, headers, body) = gw.chat(hello("queue")).await;
         assert_eq!(status, StatusCode::ACCEPTED, "{body}");
         assert_eq!(degradation(&headers), "manual_queue");
-        assert_eq!(body["object"], "chat.completion.queued");
+        // Still a chat completion, so SDKs parse it (see clients.rs).
+        assert_eq!(body["object"], "chat.completion");
         assert!(body["id"].as_str().is_some_and(|t| !t.is_empty()), "{body}");
         assert_eq!(body["pressure"]["degradation"], "manual_queue");
         assert_eq!(mock.hits(), 0);

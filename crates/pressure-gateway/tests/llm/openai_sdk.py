@@ -6,8 +6,51 @@ Exits non-zero (with a traceback) on any failure; prints `ok` at the end.
 """
 
 import sys
+import time
 
 import openai
+
+MESSAGES = [{"role": "user", "content": "hello"}]
+
+
+def check_stream_choices(client: openai.OpenAI, use_case: str) -> None:
+    """Without include_usage no chunk lacks choices, so the loop every
+    tutorial writes over chunk.choices[0] works; with it, usage comes last."""
+    for extra in ({}, {"stream_options": {"include_usage": False}}):
+        stream = client.chat.completions.create(model=use_case, messages=MESSAGES, stream=True, **extra)
+        text = "".join(chunk.choices[0].delta.content or "" for chunk in stream)
+        assert text == "hello there", (extra, text)
+    stream = client.chat.completions.create(
+        model=use_case, messages=MESSAGES, stream=True, stream_options={"include_usage": True}
+    )
+    chunks = list(stream)
+    assert chunks[-1].choices == [], chunks[-1]
+    assert chunks[-1].usage is not None and chunks[-1].usage.total_tokens == 11, chunks[-1]
+    assert all(c.choices for c in chunks[:-1]), chunks
+
+
+def check_manual_queue(client: openai.OpenAI) -> None:
+    """A queued request reads like any completion."""
+    r = client.chat.completions.create(model="queue", messages=MESSAGES)
+    content = r.choices[0].message.content
+    assert "queued" in content and r.id in content, r
+    assert (r.model_extra or {})["pressure"]["ticket"] == r.id, r
+
+
+def check_give_up_waits(base_url: str) -> None:
+    """Every level rate-limited: the SDK's own retries (2) wait the
+    gateway's Retry-After (2 s) instead of re-running the chain at once."""
+    client = openai.OpenAI(base_url=base_url, api_key="x", max_retries=2, timeout=20)
+    started = time.monotonic()
+    try:
+        client.chat.completions.create(model="busy", messages=MESSAGES)
+    except openai.RateLimitError as e:
+        assert e.response.headers.get("retry-after") == "2", e.response.headers
+    else:
+        raise AssertionError("every level is rate-limited: a 429")
+    waited = time.monotonic() - started
+    # Without the header the SDK backs off ~0.5 s then ~1 s.
+    assert waited >= 3.5, f"the SDK waited only {waited:.2f} s"
 
 
 def main() -> None:
@@ -46,6 +89,10 @@ def main() -> None:
         assert e.status_code == 404, e
     else:
         raise AssertionError("an unknown use case must be a 404")
+
+    check_stream_choices(client, use_case)
+    check_manual_queue(client)
+    check_give_up_waits(base_url)
 
     print("ok")
 

@@ -145,8 +145,11 @@ async fn the_openai_python_sdk_gets_valid_answers() {
             out.status,
             String::from_utf8_lossy(&out.stderr)
         );
-        // Non-streamed, streamed, and the 404 (which never reaches the mock).
-        assert_eq!(mock.hits_of("good"), 2);
+        // Non-streamed, four streams, and the 404 (which never reaches the mock).
+        assert_eq!(mock.hits_of("good"), 5);
+        // Three SDK attempts (max_retries=2), each one chain of two levels
+        // with one attempt each: the gateway did not multiply them.
+        assert_eq!((mock.hits_of("busy-a"), mock.hits_of("busy-b")), (3, 3));
     })
     .await;
 }

@@ -121,6 +121,24 @@ struct Event {
     attempts: u32,
     spent: Money,
     failed_spent: Money,
+    /// The soonest instant a level that gave up said it could answer again
+    /// (limiter wait, breaker open time, provider `retry-after`).
+    retry_at: Option<Instant>,
+}
+
+impl Event {
+    /// Remembers `err`'s retry hint when it is sooner than the ones seen.
+    fn note_retry(&mut self, err: &LlmError) {
+        if let Some(d) = err.retry_after() {
+            let at = Instant::now() + d;
+            self.retry_at = Some(self.retry_at.map_or(at, |t| t.min(at)));
+        }
+    }
+
+    /// The soonest retry hint, from now.
+    fn retry_after(&self) -> Option<Duration> {
+        self.retry_at.map(|t| t.saturating_duration_since(Instant::now()))
+    }
 }
 
 impl<B: Backend> LlmClient<B> {
@@ -293,12 +311,17 @@ impl<B: Backend> LlmClient<B> {
         request_id: String,
     ) -> Result<AnswerStream<B>, LlmError> {
         Metrics::add(&self.metrics.requests, 1);
+        let include_usage = req
+            .stream_options
+            .as_ref()
+            .and_then(|o| o.include_usage)
+            .unwrap_or(false);
         let result = self.run(use_case, req, Mode::Stream, request_id).await;
         match &result {
             Ok(s) => self.metrics.served(s.degradation.as_str()),
             Err(e) => self.metrics.error(e.label()),
         }
-        result.map(|s| AnswerStream::new(s, Arc::clone(&self.metrics), self.counter.clone()))
+        result.map(|s| AnswerStream::new(s, Arc::clone(&self.metrics), self.counter.clone(), include_usage))
     }
 
     async fn run(
@@ -353,6 +376,7 @@ impl<B: Backend> LlmClient<B> {
             attempts: 0,
             spent: Money::ZERO,
             failed_spent: Money::ZERO,
+            retry_at: None,
         };
         let mut last_error: Option<LlmError> = None;
         let mut model_ordinal = 0usize;
@@ -393,7 +417,10 @@ impl<B: Backend> LlmClient<B> {
                                 failed_spent: event.failed_spent,
                             })
                         }
-                        Err(LevelEnd::Next(e)) => last_error = Some(e),
+                        Err(LevelEnd::Next(e)) => {
+                            event.note_retry(&e);
+                            last_error = Some(e);
+                        }
                         Err(LevelEnd::Fail(e)) => return Err(e),
                     }
                 }
@@ -412,7 +439,8 @@ impl<B: Backend> LlmClient<B> {
                 }
             }
         }
-        Err(last_error.unwrap_or(LlmError::NoAnswer))
+        // Given up: the error says when the soonest level could answer.
+        Err(last_error.map_or(LlmError::NoAnswer, |e| e.with_retry_after(event.retry_after())))
     }
 
     fn answer(&self, reply: Reply, level: usize, degradation: Degradation, event: &Event) -> Served<B> {
@@ -474,16 +502,18 @@ impl<B: Backend> LlmClient<B> {
                 Metrics::add(&self.metrics.limiter_rejections, 1);
                 return Err(LevelEnd::Next(LlmError::NoCapacity {
                     resource: resource_id(&m.provider, &m.model),
+                    retry_after: Some(wait),
                 }));
             }
             // Breaker first: an open breaker costs no quota and no call.
             let bp = match breaker.try_acquire() {
                 Ok(p) => p,
-                Err(_) => {
+                Err(rejected) => {
                     Metrics::add(&self.metrics.breaker_rejections, 1);
                     return Err(LevelEnd::Next(LlmError::BreakerOpen {
                         provider: m.provider.clone(),
                         model: m.model.clone(),
+                        retry_after: Some(rejected.retry_in),
                     }));
                 }
             };
@@ -503,9 +533,14 @@ impl<B: Backend> LlmClient<B> {
                     bp.ignore();
                     Metrics::add(&self.metrics.limiter_rejections, 1);
                     let err = match e {
-                        pressure_core::Error::WaitExceeded { .. }
-                        | pressure_core::Error::DemandTooLarge { .. } => LlmError::NoCapacity {
+                        pressure_core::Error::WaitExceeded { wait, .. } => LlmError::NoCapacity {
                             resource: resource.clone(),
+                            retry_after: Some(wait),
+                        },
+                        // Never fits: no wait would help.
+                        pressure_core::Error::DemandTooLarge { .. } => LlmError::NoCapacity {
+                            resource: resource.clone(),
+                            retry_after: None,
                         },
                         other => LlmError::Limiter(other),
                     };

@@ -8,7 +8,7 @@ use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use crate::provider::{ChatRequest, ChatResponse, Choice, Message};
+use crate::provider::{ChatRequest, ChatResponse, Choice, Message, Usage};
 
 /// A degraded, non-LLM answerer (a `{"rules": "name"}` level).
 ///
@@ -116,6 +116,41 @@ impl FallbackHandler for KeywordRules {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("manual queue: {0}")]
 pub struct ManualQueueError(pub String);
+
+/// The assistant text that answers a request parked in the manual queue.
+pub fn queued_text(ticket: &str) -> String {
+    format!("Your request was queued for manual handling; ticket {ticket}. A person will answer it.")
+}
+
+/// A queued request's answer as a chat completion, so every OpenAI SDK
+/// parses it (`choices[0].message.content` says it was queued, with the
+/// ticket; `id` is the ticket and `usage` is zero: no model ran). Its
+/// `pressure_ticket` extra field carries the ticket for programs.
+pub fn queued_response(model: &str, ticket: &str) -> ChatResponse {
+    let mut extra = Map::new();
+    extra.insert("pressure_ticket".to_owned(), Value::String(ticket.to_owned()));
+    ChatResponse {
+        id: ticket.to_owned(),
+        object: "chat.completion".to_owned(),
+        // Like the rules handlers: no model ran, and the pipeline's time is
+        // monotonic (wall-clock time is for logs).
+        created: 0,
+        model: model.to_owned(),
+        choices: vec![Choice {
+            index: 0,
+            message: Message::new("assistant", queued_text(ticket)),
+            finish_reason: Some("stop".to_owned()),
+            extra: Map::new(),
+        }],
+        usage: Some(Usage {
+            prompt_tokens: 0,
+            completion_tokens: 0,
+            total_tokens: 0,
+            extra: Map::new(),
+        }),
+        extra,
+    }
+}
 
 /// The last level of a chain: parks a request for a person and returns a
 /// ticket id. The answer is then "accepted" (HTTP 202-like), not a completion.

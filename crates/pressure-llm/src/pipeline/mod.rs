@@ -50,6 +50,8 @@ pub mod fallback;
 mod metrics;
 mod stream;
 
+use std::time::Duration;
+
 use serde_json::{json, Value};
 
 pub use client::{hold_for, LlmClient, MAX_PROVIDER_HOLD};
@@ -57,7 +59,8 @@ pub use config::{
     ChainLevel, ConfigError, LlmConfig, ModelConfig, ProviderSettings, UseCaseConfig, UseCasePriority,
 };
 pub use fallback::{
-    FallbackHandler, InMemoryQueue, KeywordRule, KeywordRules, ManualQueue, ManualQueueError, QueuedRequest,
+    queued_response, queued_text, FallbackHandler, InMemoryQueue, KeywordRule, KeywordRules, ManualQueue,
+    ManualQueueError, QueuedRequest,
 };
 pub use metrics::{Histogram, MetricsSnapshot, LATENCY_BUCKETS};
 pub use stream::AnswerStream;
@@ -92,6 +95,9 @@ impl Degradation {
         }
     }
 }
+
+/// The `model` of a manual-queue answer ([`queued_response`]).
+pub const QUEUED_MODEL: &str = "manual_queue";
 
 /// What answered: a completion, or a manual-queue ticket.
 #[derive(Debug, Clone, PartialEq)]
@@ -184,6 +190,8 @@ pub enum LlmError {
     NoCapacity {
         /// The broker resource.
         resource: String,
+        /// When the limiter (or the provider's hold) would have had capacity.
+        retry_after: Option<Duration>,
     },
     /// The (last) model's circuit breaker was open.
     #[error("circuit breaker of {provider}/{model} is open")]
@@ -192,6 +200,8 @@ pub enum LlmError {
         provider: String,
         /// Model name.
         model: String,
+        /// The breaker's remaining open time (zero while its probes run).
+        retry_after: Option<Duration>,
     },
     /// Every level declined (no rule matched and no queue level).
     #[error("no level of the chain answered")]
@@ -230,6 +240,37 @@ impl LlmError {
             Self::Config(_) => "config",
             Self::Provider(_) => "provider",
         }
+    }
+
+    /// When asking again could succeed, as far as the pipeline knows: the
+    /// limiter's wait, the breaker's remaining open time or the provider's
+    /// `retry-after`. After a whole chain gave up this is the soonest of its
+    /// levels (see [`LlmClient::complete`]), so a client's retry loop waits
+    /// for the first level that could answer instead of re-running the chain
+    /// at once.
+    pub fn retry_after(&self) -> Option<Duration> {
+        match self {
+            Self::NoCapacity { retry_after, .. } | Self::BreakerOpen { retry_after, .. } => *retry_after,
+            Self::Upstream { kind, .. } => kind.retry_after(),
+            _ => None,
+        }
+    }
+
+    /// This error with its retry hint set to `hint` where it has one to
+    /// carry (limiter, breaker, a provider's rate limit or overload).
+    pub(crate) fn with_retry_after(mut self, hint: Option<Duration>) -> Self {
+        let Some(hint) = hint else { return self };
+        match &mut self {
+            Self::NoCapacity { retry_after, .. } | Self::BreakerOpen { retry_after, .. } => {
+                *retry_after = Some(hint);
+            }
+            Self::Upstream {
+                kind: ErrorKind::RateLimited { retry_after } | ErrorKind::Overloaded { retry_after },
+                ..
+            } => *retry_after = Some(hint),
+            _ => {}
+        }
+        self
     }
 
     /// The HTTP status and OpenAI-style error body

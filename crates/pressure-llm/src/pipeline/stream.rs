@@ -12,7 +12,7 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 use futures::{FutureExt, Stream, StreamExt};
 use pressure_core::{Backend, MemoryBackend, Permit};
-use serde_json::{Map, Value};
+use serde_json::Map;
 use tokio::time::Instant;
 
 use super::client::{breaker_outcome, Outcome, Payload, Served};
@@ -119,8 +119,15 @@ enum Inner<B: Backend> {
 /// runtime is around (otherwise it is released without the correction).
 ///
 /// A `rules` level answers as a one-chunk stream (the answer's text as one
-/// delta); a `manualQueue` level as one chunk without choices whose extra
-/// field `pressure_ticket` holds the ticket (also [`AnswerStream::ticket`]).
+/// delta); a `manualQueue` level likewise with [`queued_text`](super::queued_text)
+/// as the delta and the ticket in the chunk's extra field `pressure_ticket`
+/// (also [`AnswerStream::ticket`]).
+///
+/// Usage is yielded only when the caller asked for it
+/// (`stream_options.include_usage: true`), as OpenAI does: then the last
+/// chunk has no choices and carries the `usage`; otherwise no chunk carries
+/// one, so a loop reading `chunk.choices[0]` never meets an empty chunk. The
+/// provider is always asked for usage, to reconcile the reservation.
 pub struct AnswerStream<B: Backend = MemoryBackend> {
     level: usize,
     degradation: Degradation,
@@ -132,6 +139,8 @@ pub struct AnswerStream<B: Backend = MemoryBackend> {
     inner: Inner<B>,
     metrics: Arc<Metrics>,
     counter: TokenCounter,
+    /// The caller asked for the usage chunk.
+    include_usage: bool,
 }
 
 impl<B: Backend> std::fmt::Debug for AnswerStream<B> {
@@ -147,24 +156,20 @@ impl<B: Backend> std::fmt::Debug for AnswerStream<B> {
 }
 
 impl<B: Backend> AnswerStream<B> {
-    pub(super) fn new(served: Served<B>, metrics: Arc<Metrics>, counter: TokenCounter) -> Self {
+    pub(super) fn new(
+        served: Served<B>,
+        metrics: Arc<Metrics>,
+        counter: TokenCounter,
+        include_usage: bool,
+    ) -> Self {
         let mut ticket = None;
         let inner = match served.payload {
             Payload::Live(live) => Inner::Live(live),
-            Payload::Reply(Reply::Completion(r)) => Inner::Ready(VecDeque::from([response_chunk(r)])),
+            Payload::Reply(Reply::Completion(r)) => Inner::Ready(response_chunks(r)),
             Payload::Reply(Reply::Queued { ticket: t }) => {
-                let mut extra = Map::new();
-                extra.insert("pressure_ticket".to_owned(), Value::String(t.clone()));
+                let chunks = response_chunks(super::queued_response(super::QUEUED_MODEL, &t));
                 ticket = Some(t);
-                Inner::Ready(VecDeque::from([ChatChunk {
-                    id: String::new(),
-                    object: "chat.completion.chunk".to_owned(),
-                    created: 0,
-                    model: String::new(),
-                    choices: Vec::new(),
-                    usage: None,
-                    extra,
-                }]))
+                Inner::Ready(chunks)
             }
         };
         Self {
@@ -178,7 +183,21 @@ impl<B: Backend> AnswerStream<B> {
             inner,
             metrics,
             counter,
+            include_usage,
         }
+    }
+
+    /// `chunk` as the caller gets it: without usage unless asked for; `None`
+    /// when nothing is left of it (a usage-only chunk nobody asked for).
+    fn shape(&self, mut chunk: ChatChunk) -> Option<ChatChunk> {
+        if self.include_usage {
+            return Some(chunk);
+        }
+        if chunk.choices.is_empty() && chunk.usage.is_some() && !chunk.extra.contains_key("pressure_ticket") {
+            return None;
+        }
+        chunk.usage = None;
+        Some(chunk)
     }
 
     /// Which kind of level serves the stream.
@@ -309,19 +328,29 @@ impl<B: Backend> Stream for AnswerStream<B> {
         loop {
             match &mut this.inner {
                 Inner::Ready(chunks) => {
-                    let next = chunks.pop_front();
-                    if next.is_none() {
+                    let Some(chunk) = chunks.pop_front() else {
                         this.inner = Inner::Done;
+                        return Poll::Ready(None);
+                    };
+                    if let Some(chunk) = this.shape(chunk) {
+                        return Poll::Ready(Some(Ok(chunk)));
                     }
-                    return Poll::Ready(next.map(Ok));
                 }
                 Inner::Live(live) => {
                     if let Some(chunk) = live.buffered.pop_front() {
-                        return Poll::Ready(Some(Ok(chunk)));
+                        if let Some(chunk) = this.shape(chunk) {
+                            return Poll::Ready(Some(Ok(chunk)));
+                        }
+                        continue;
                     }
                     let (end, last) = match live.stream.poll_next_unpin(cx) {
                         Poll::Pending => return Poll::Pending,
-                        Poll::Ready(Some(Ok(chunk))) => return Poll::Ready(Some(Ok(chunk))),
+                        Poll::Ready(Some(Ok(chunk))) => {
+                            if let Some(chunk) = this.shape(chunk) {
+                                return Poll::Ready(Some(Ok(chunk)));
+                            }
+                            continue;
+                        }
                         Poll::Ready(Some(Err(e))) => {
                             let err = LlmError::Upstream {
                                 provider: live.provider.clone(),
@@ -371,6 +400,29 @@ impl<B: Backend> Drop for AnswerStream<B> {
     }
 }
 
+/// A complete answer as a stream: one chunk with each choice's text as one
+/// delta (and the answer's extra fields), then a usage-only chunk
+/// (zero when the answer has none), which [`AnswerStream::shape`] drops
+/// unless the caller asked for usage.
+fn response_chunks(r: ChatResponse) -> VecDeque<ChatChunk> {
+    let usage = r.usage.clone().unwrap_or(crate::provider::Usage {
+        prompt_tokens: 0,
+        completion_tokens: 0,
+        total_tokens: 0,
+        extra: Map::new(),
+    });
+    let tail = ChatChunk {
+        id: r.id.clone(),
+        object: "chat.completion.chunk".to_owned(),
+        created: r.created,
+        model: r.model.clone(),
+        choices: Vec::new(),
+        usage: Some(usage),
+        extra: Map::new(),
+    };
+    VecDeque::from([response_chunk(r), tail])
+}
+
 /// A complete answer as one chunk: each choice's text as one delta.
 fn response_chunk(r: ChatResponse) -> ChatChunk {
     ChatChunk {
@@ -392,7 +444,7 @@ fn response_chunk(r: ChatResponse) -> ChatChunk {
                 extra: Map::new(),
             })
             .collect(),
-        usage: r.usage,
-        extra: Map::new(),
+        usage: None,
+        extra: r.extra,
     }
 }

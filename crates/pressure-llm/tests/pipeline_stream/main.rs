@@ -19,7 +19,7 @@ use axum::Json;
 use bytes::Bytes;
 use futures::StreamExt;
 use pressure_llm::pipeline::{AnswerStream, Degradation, LlmConfig, LlmError};
-use pressure_llm::provider::ChatChunk;
+use pressure_llm::provider::{ChatChunk, StreamOptions};
 use pressure_llm::taxonomy::{ErrorKind, TimeoutPhase};
 use pressure_llm::tokens::TokenCounter;
 use serde_json::{json, Value};
@@ -168,7 +168,12 @@ async fn happy_stream_yields_every_chunk_and_reconciles_usage() {
         let limits = json!({"requestsPerMinute": 100, "inputTokensPerMinute": 100000,
                             "outputTokensPerMinute": 100000, "maxConcurrentRequests": 2});
         let c = client(config(&p, &b, chain_pb(fast_retry(3)), limits, 30_000));
-        let mut s = c.stream("chat", request("hello")).await.unwrap();
+        let mut asked = request("hello");
+        asked.stream_options = Some(StreamOptions {
+            include_usage: Some(true),
+            ..StreamOptions::default()
+        });
+        let mut s = c.stream("chat", asked).await.unwrap();
         assert_eq!(s.degradation(), Degradation::Primary);
         assert_eq!((s.level(), s.model(), s.attempts()), (0, Some("p/m"), 1));
         assert_eq!(s.http_status(), 200);
@@ -211,6 +216,20 @@ async fn happy_stream_yields_every_chunk_and_reconciles_usage() {
         assert_eq!(b.hits(), 0);
         let snap = c.breakers().get("p", "m").snapshot();
         assert_eq!(snap.state.as_str(), "closed");
+
+        // Not asked for: the same stream without the usage chunk (the
+        // provider was still asked for it: the reservation is reconciled).
+        let mut s = c.stream("chat", request("hello")).await.unwrap();
+        let items = drain(&mut s).await;
+        assert_eq!(items.len(), 7, "role, 5 content, finish: {items:?}");
+        assert!(
+            items.iter().all(|i| i
+                .as_ref()
+                .is_ok_and(|c| c.usage.is_none() && !c.choices.is_empty())),
+            "{items:?}"
+        );
+        let stats = c.broker().resource_stats("llm:p:m").await.unwrap();
+        assert_eq!(stats.usage["outputTokensPerMinute"], 2 * COMPLETION_TOKENS);
     })
     .await;
 }
@@ -385,7 +404,9 @@ async fn rules_level_answers_as_a_one_chunk_stream() {
         let items = drain(&mut s).await;
         assert_eq!(items.len(), 1);
         let marker = items[0].as_ref().unwrap();
-        assert!(marker.choices.is_empty());
+        // A chunk an SDK reads like any other: its text says it was queued.
+        let said = marker.choices[0].delta.content.as_deref().unwrap();
+        assert!(said.contains("queued") && said.contains(&ticket), "{said}");
         assert_eq!(marker.extra["pressure_ticket"], json!(ticket));
     })
     .await;
