@@ -115,8 +115,8 @@ pub(crate) async fn run(args: ChaosArgs) -> anyhow::Result<()> {
     if let Err(e) = opts.resolve() {
         // A usage error, like an invalid config: exit 2, not the "criteria
         // failed" 1.
-        eprintln!("pressure chaos: {e}");
-        std::process::exit(2);
+        eprintln!("error: {e}");
+        std::process::exit(crate::exit::INVALID.into());
     }
     let bar = ProgressBar::new(1);
     bar.set_style(
@@ -130,19 +130,19 @@ pub(crate) async fn run(args: ChaosArgs) -> anyhow::Result<()> {
     progress.bar.finish_and_clear();
     let written = report::write_report(&mut rep, &args.out)
         .with_context(|| format!("writing the report to {}", args.out.display()))?;
-    println!("{}", summary(&rep));
+    crate::outln!("{}", summary(&rep))?;
     for path in written
         .iter()
         .filter(|p| p.extension().is_some_and(|e| e == "md" || e == "json"))
     {
-        println!("wrote {}", path.display());
+        crate::outln!("wrote {}", path.display())?;
     }
     if !rep.passed {
         eprintln!(
-            "some criteria failed: see {}",
+            "error: some criteria failed: see {}",
             args.out.join("report.md").display()
         );
-        std::process::exit(1);
+        std::process::exit(crate::exit::FAILURE.into());
     }
     Ok(())
 }

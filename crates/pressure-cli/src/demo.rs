@@ -89,12 +89,12 @@ async fn tour<B: Backend>(broker: ResourceBroker<B>, args: DemoArgs) -> anyhow::
         }
     }
     if !args.json {
-        println!("check+reject  webhooks: {} deliveries in one burst", args.flood);
-        println!(
+        crate::outln!("check+reject  webhooks: {} deliveries in one burst", args.flood)?;
+        crate::outln!(
             "              {allowed} allowed, {} refused with 429 (Retry-After: {}s)",
             args.flood - allowed,
             retry_after.as_secs_f64().ceil()
-        );
+        )?;
     }
 
     // queue+execute: LLM jobs wait their turn; the provider answers one 429.
@@ -149,25 +149,25 @@ async fn tour<B: Backend>(broker: ResourceBroker<B>, args: DemoArgs) -> anyhow::
         slowest[k] = slowest[k].max(took);
     }
     if !args.json {
-        println!(
+        crate::outln!(
             "queue+execute llm: {done}/{} jobs served in {:.2}s at 8 req/s, 4 at a time; {retried} retried after a provider 429",
             args.jobs,
             t0.elapsed().as_secs_f64()
-        );
-        println!(
+        )?;
+        crate::outln!(
             "              slowest interactive {:.2}s, slowest batch {:.2}s",
             slowest[0].as_secs_f64(),
             slowest[1].as_secs_f64()
-        );
-        println!("\nstats:");
+        )?;
+        crate::outln!("\nstats:")?;
     }
     let stats = BrokerStats {
         resources: broker.stats().await,
     };
     if args.json {
-        println!("{}", serde_json::to_string(&stats)?);
+        crate::outln!("{}", serde_json::to_string(&stats)?)?;
     } else {
-        println!("{}", serde_json::to_string_pretty(&stats)?);
+        crate::outln!("{}", serde_json::to_string_pretty(&stats)?)?;
     }
     Ok(())
 }

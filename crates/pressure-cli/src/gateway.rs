@@ -31,8 +31,13 @@ fn load_or_exit(path: &Path) -> pressure_gateway::config::GatewayConfig {
     match pressure_gateway::config::load(path) {
         Ok(c) => c,
         Err(e) => {
-            eprintln!("error: {}: {e}", path.display());
-            std::process::exit(2);
+            // An unreadable file already names itself.
+            if e.path == path.display().to_string() {
+                eprintln!("error: {e}");
+            } else {
+                eprintln!("error: {}: {e}", path.display());
+            }
+            std::process::exit(crate::exit::INVALID.into());
         }
     }
 }
@@ -46,7 +51,7 @@ fn base_dir(path: &Path) -> PathBuf {
 
 pub(crate) fn check(args: CheckConfigArgs) -> anyhow::Result<()> {
     let cfg = load_or_exit(&args.file);
-    println!(
+    crate::outln!(
         "{}: ok ({} upstreams, {} route limits, {} service limits, tenants {})",
         args.file.display(),
         cfg.upstreams.len(),
@@ -57,7 +62,7 @@ pub(crate) fn check(args: CheckConfigArgs) -> anyhow::Result<()> {
         } else {
             "not limited"
         }
-    );
+    )?;
     Ok(())
 }
 
@@ -92,11 +97,11 @@ pub(crate) async fn run(args: GatewayArgs) -> anyhow::Result<()> {
         Ok(()) => Ok(()),
         Err(pressure_gateway::GatewayError::Config(e)) => {
             eprintln!("error: {}: {e}", args.config.display());
-            std::process::exit(2);
+            std::process::exit(crate::exit::INVALID.into());
         }
         Err(e @ pressure_gateway::GatewayError::Bind { .. }) => {
             eprintln!("error: {e}");
-            std::process::exit(2);
+            std::process::exit(crate::exit::INVALID.into());
         }
         Err(e) => Err(e.into()),
     }

@@ -2,13 +2,43 @@
 //! (gateway, mock provider, chaos, triage); `demo` exercises the broker alone.
 
 mod chaos;
+mod config_cmd;
 mod demo;
 mod gateway;
 mod mock_provider;
 mod queue;
 mod triage;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
+use std::process::ExitCode;
+
+/// Writes a line to stdout, returning the I/O error instead of panicking
+/// (a closed pipe, as in `pressure demo | head -1`, ends the command quietly).
+#[macro_export]
+macro_rules! outln {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        writeln!(std::io::stdout().lock(), $($arg)*)
+    }};
+}
+
+/// Like [`outln!`], without the newline.
+#[macro_export]
+macro_rules! out {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        write!(std::io::stdout().lock(), $($arg)*)
+    }};
+}
+
+/// Exit codes, the same for every subcommand (documented in `docs/cli.md`).
+pub(crate) mod exit {
+    /// The command failed at run time (a server could not be reached, a
+    /// chaos criterion or an evaluation failed).
+    pub(crate) const FAILURE: u8 = 1;
+    /// The command line or a config file is invalid (clap uses 2 as well).
+    pub(crate) const INVALID: u8 = 2;
+}
 
 /// Admission control for everything a platform pushes downstream: one
 /// ResourceBroker that queues LLM calls and refuses floods fast.
@@ -43,9 +73,52 @@ enum Command {
     /// The triage example: `pressure triage eval` measures each degradation
     /// level's accuracy on the golden ticket set.
     Triage(triage::TriageArgs),
+    /// The config's JSON Schema and its Markdown reference, generated from
+    /// the config types.
+    Config(config_cmd::ConfigArgs),
+    /// Prints a shell completion script: `pressure completions bash >
+    /// /etc/bash_completion.d/pressure` (zsh: into a directory of `$fpath`
+    /// as `_pressure`; fish: `~/.config/fish/completions/pressure.fish`).
+    Completions {
+        /// The shell.
+        shell: clap_complete::Shell,
+    },
 }
 
-fn main() -> anyhow::Result<()> {
+/// The causes of `e`, outermost first, each said once: a cause whose text
+/// its parent already quotes is left out (no `a: b: b`).
+fn message(e: &anyhow::Error) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    for cause in e.chain() {
+        let text = cause.to_string();
+        if parts.last().is_some_and(|p| p.contains(&text)) {
+            continue;
+        }
+        parts.push(text);
+    }
+    parts.join(": ")
+}
+
+/// Whether `e` is stdout closed under us (`| head`): not a failure.
+fn is_broken_pipe(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| {
+        c.downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+    })
+}
+
+fn main() -> ExitCode {
+    match run() {
+        Ok(code) => code,
+        Err(e) if is_broken_pipe(&e) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {}", message(&e));
+            ExitCode::from(exit::FAILURE)
+        }
+    }
+}
+
+fn run() -> anyhow::Result<ExitCode> {
     let cli = Cli::parse();
     let filter = |default: &str| {
         tracing_subscriber::EnvFilter::try_from_default_env()
@@ -82,7 +155,7 @@ fn main() -> anyhow::Result<()> {
         }
     };
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
-    match cli.command {
+    let done = match cli.command {
         Command::Demo(args) => runtime.block_on(demo::run(args)),
         Command::Gateway(args) => runtime.block_on(gateway::run(args)),
         Command::CheckConfig(args) => gateway::check(args),
@@ -90,5 +163,12 @@ fn main() -> anyhow::Result<()> {
         Command::MockProvider(args) => runtime.block_on(mock_provider::run(args)),
         Command::Chaos(args) => runtime.block_on(chaos::run(args)),
         Command::Triage(args) => runtime.block_on(triage::run(args)),
-    }
+        Command::Config(args) => config_cmd::run(args),
+        Command::Completions { shell } => {
+            let mut out = Vec::new();
+            clap_complete::generate(shell, &mut Cli::command(), "pressure", &mut out);
+            out!("{}", String::from_utf8_lossy(&out)).map_err(anyhow::Error::from)
+        }
+    };
+    done.map(|()| ExitCode::SUCCESS)
 }

@@ -52,7 +52,7 @@ pub(crate) async fn run(args: MockProviderArgs) -> anyhow::Result<()> {
         config.responder = std::sync::Arc::new(pressure_chaos::triage::LexicalClassifier);
     }
     let mock = MockProvider::start(args.listen, config).await?;
-    println!("mock provider listening on {} (scenario {name})", mock.base_url());
+    crate::outln!("mock provider listening on {} (scenario {name})", mock.base_url())?;
     tokio::signal::ctrl_c().await.context("waiting for Ctrl-C")?;
     mock.shutdown().await;
     Ok(())

@@ -65,6 +65,11 @@ fn open(path: &std::path::Path) -> anyhow::Result<RedisManualQueue> {
 }
 
 fn print(items: &[pressure_gateway::manual_queue::QueueItem]) -> anyhow::Result<()> {
+    if items.is_empty() {
+        // On stderr: stdout stays one JSON line per item, for pipes.
+        eprintln!("the manual queue is empty");
+        return Ok(());
+    }
     let mut out = std::io::stdout().lock();
     for i in items {
         writeln!(out, "{}", i.to_json())?;

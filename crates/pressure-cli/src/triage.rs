@@ -7,7 +7,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use anyhow::Context;
-use pressure_chaos::triage::eval::{self, DEFAULT_CONCURRENCY};
+use pressure_chaos::triage::eval::{self, LevelKind, DEFAULT_CONCURRENCY};
 use pressure_chaos::triage::{Dataset, EvalOptions};
 
 /// Arguments of `pressure triage`.
@@ -99,9 +99,22 @@ async fn run_eval(args: EvalArgs) -> anyhow::Result<()> {
     }
     let report = result?;
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
+        crate::outln!("{}", serde_json::to_string_pretty(&report)?)?;
     } else {
-        print!("{}", report.render());
+        crate::out!("{}", report.render())?;
     }
+    // A model level none of whose calls got an answer measured nothing: the
+    // figures above are not an evaluation of it.
+    let dead: Vec<&str> = report
+        .levels
+        .iter()
+        .filter(|l| l.kind == LevelKind::Model && l.measured && l.total > 0 && l.errors == l.total)
+        .map(|l| l.name.as_str())
+        .collect();
+    anyhow::ensure!(
+        dead.is_empty(),
+        "every call to {} failed (see error_kinds); is the provider reachable?",
+        dead.join(", ")
+    );
     Ok(())
 }

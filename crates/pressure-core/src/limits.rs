@@ -21,7 +21,7 @@ pub const DEFAULT_LEASE_TTL: Duration = Duration::from_secs(30);
 pub const SUB_WINDOWS: u64 = 30;
 
 /// How a rate dimension counts; see the crate docs for the exact bounds.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Algorithm {
     /// Strict sliding window: in any interval of length W at most N units.
@@ -34,7 +34,7 @@ pub enum Algorithm {
 
 /// The limits of one resource. Any subset may be set; an acquisition must fit
 /// all of them at once (all reserved or none).
-#[derive(Debug, Clone, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Default, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Limits {
     /// Requests admitted per second.

@@ -20,7 +20,20 @@ use std::ops::Add;
 use serde::{Deserialize, Serialize};
 
 /// An amount of money in integer micro-dollars (10⁻⁶ USD).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    Default,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Hash,
+    Serialize,
+    Deserialize,
+    schemars::JsonSchema,
+)]
 #[serde(transparent)]
 pub struct Money(u64);
 
@@ -66,7 +79,7 @@ impl fmt::Display for Money {
 }
 
 /// The price of one model, integer micro-dollars per million tokens.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ModelPrice {
     /// Micro-dollars per 1M input (prompt) tokens.
@@ -105,7 +118,7 @@ pub struct UnknownModel {
 }
 
 /// Prices per model name, with an optional default for unlisted models.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct PriceTable {
     /// Price per exact model name (as sent in the request's `model`).

@@ -37,7 +37,7 @@ pub fn parse_resource_id(id: &str) -> Option<(&str, &str)> {
 }
 
 /// A model's size limits (configuration, JSON names in camelCase).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ModelLimits {
     /// Context window: prompt plus completion tokens.

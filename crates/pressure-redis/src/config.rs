@@ -5,7 +5,7 @@ use serde::{Deserialize, Serialize};
 use std::time::Duration;
 
 /// What an acquisition does when Redis is unreachable or too slow.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum FailureMode {
     /// Deny (fail closed): protects downstream at the cost of availability.
@@ -18,7 +18,7 @@ pub enum FailureMode {
 }
 
 /// Settings of a [`crate::RedisBackend`].
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields, default)]
 pub struct RedisConfig {
     /// `redis://host:port/db` of a single Redis (ignored when

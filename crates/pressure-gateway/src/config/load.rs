@@ -150,7 +150,13 @@ fn check_memory_backend_keys(json: &str) -> Result<(), ConfigError> {
 /// `prefix` (a file name such as `manifests/github.json: `, or empty).
 pub(crate) fn deserialize_with_path<T: DeserializeOwned>(json: &str, prefix: &str) -> Result<T, ConfigError> {
     let mut de = serde_json::Deserializer::from_str(json);
-    let value: T = serde_path_to_error::deserialize(&mut de).map_err(|e| shape_error(&e, prefix))?;
+    let value: T = serde_path_to_error::deserialize(&mut de).map_err(|e| {
+        let mut error = shape_error(&e, prefix);
+        if let Some(hint) = near_key_hint(json, &e) {
+            error.problem.push_str(&hint);
+        }
+        error
+    })?;
     // Trailing garbage after the document is a syntax error too.
     de.end().map_err(|e| {
         ConfigError::new(
@@ -164,6 +170,50 @@ pub(crate) fn deserialize_with_path<T: DeserializeOwned>(json: &str, prefix: &st
         )
     })?;
     Ok(value)
+}
+
+/// For a missing key, a key of the same object that looks like a typo of it:
+/// ` (found `gatway`; did you mean `gateway`?)`.
+fn near_key_hint(json: &str, err: &serde_path_to_error::Error<serde_json::Error>) -> Option<String> {
+    let msg = message_of(err.inner());
+    let rest = msg.strip_prefix("missing field `")?;
+    let (missing, _) = split_quoted(rest);
+    let mut node: serde_json::Value = serde_json::from_str(json).ok()?;
+    for segment in err.path().iter() {
+        node = match segment {
+            serde_path_to_error::Segment::Map { key } => node.get_mut(key.as_str())?.take(),
+            serde_path_to_error::Segment::Seq { index } => node.get_mut(*index)?.take(),
+            _ => return None,
+        };
+    }
+    let found = node
+        .as_object()?
+        .keys()
+        .filter(|k| k.as_str() != missing)
+        .map(|k| (edit_distance(k, missing), k))
+        .filter(|(d, _)| *d <= 2)
+        .min()?
+        .1
+        .clone();
+    Some(format!(" (found `{found}`; did you mean `{missing}`?)"))
+}
+
+/// Levenshtein distance, for typo hints (keys are short).
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut diagonal = row[0];
+        row[0] = i + 1;
+        for (j, cb) in b.iter().enumerate() {
+            let next = (diagonal + usize::from(ca != *cb))
+                .min(row[j] + 1)
+                .min(row[j + 1] + 1);
+            diagonal = row[j + 1];
+            row[j + 1] = next;
+        }
+    }
+    row[b.len()]
 }
 
 /// Turns a `serde_path_to_error` error into a [`ConfigError`] with the path

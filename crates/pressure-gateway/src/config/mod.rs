@@ -4,6 +4,8 @@
 mod error;
 mod load;
 pub mod manifest;
+pub mod reference;
+pub mod schema;
 mod types;
 mod validate;
 

@@ -10,14 +10,14 @@ use std::collections::BTreeMap;
 
 /// The whole config file: only `gateway` is read; other top-level keys
 /// belong to other components and are ignored.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, schemars::JsonSchema)]
 pub struct ConfigFile {
     /// The gateway's section.
     pub gateway: GatewayConfig,
 }
 
 /// `gateway`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct GatewayConfig {
     /// Address of the proxy listener, e.g. `127.0.0.1:8080`.
@@ -57,7 +57,7 @@ fn default_shutdown_grace_ms() -> u64 {
 }
 
 /// `gateway.upstreams.<name>`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct UpstreamConfig {
     /// Base URL, `http://host:port` (an optional path is prepended).
@@ -67,7 +67,7 @@ pub struct UpstreamConfig {
 }
 
 /// `gateway.backend`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default, schemars::JsonSchema)]
 #[serde(tag = "type", rename_all = "lowercase", deny_unknown_fields)]
 pub enum BackendConfig {
     /// In this process (one gateway).
@@ -78,7 +78,7 @@ pub enum BackendConfig {
 }
 
 /// `gateway.auth`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct AuthConfig {
     /// Whether a request without a token is refused (401). Off by default:
@@ -91,7 +91,7 @@ pub struct AuthConfig {
 }
 
 /// `gateway.auth.jwt`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct JwtConfig {
     /// Accepted algorithms (`HS256`, `RS256`, …); `none` is never accepted.
@@ -125,7 +125,7 @@ fn default_leeway() -> u64 {
 }
 
 /// `gateway.admin`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct AdminConfig {
     /// Address of the admin listener (loopback by default).
@@ -151,7 +151,7 @@ fn default_admin_listen() -> String {
 }
 
 /// `gateway.pressure`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct PressureConfig {
     /// Whether any limit applies.
@@ -189,7 +189,7 @@ fn yes() -> bool {
 }
 
 /// `gateway.pressure.perRoute[i]`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct RouteLimit {
     /// Resource id, e.g. `gateway:route:webhooks-github`.
@@ -201,7 +201,7 @@ pub struct RouteLimit {
 }
 
 /// `gateway.pressure.perTenant`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct TenantLimits {
     /// Whether tenants are limited.
@@ -230,7 +230,7 @@ fn default_max_tenants() -> usize {
 }
 
 /// `gateway.limits`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct RequestLimits {
     /// Largest request head (request line + headers), bytes; beyond: 431.
@@ -261,7 +261,7 @@ fn default_max_body_bytes() -> u64 {
 /// `gateway.timeouts` (milliseconds): the upstream side (`connectMs`,
 /// `totalMs`) and the client side (`headerReadMs`, `idleMs`, `bodyReadMs`,
 /// `sendMs`), the latter on both listeners.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct TimeoutConfig {
     /// Connecting to an upstream; beyond: 502.

@@ -1056,3 +1056,79 @@ fn manifests_are_not_read_when_the_main_config_is_invalid() {
     let err = load(&path).unwrap_err();
     assert_eq!(err.path, "gateway.listen");
 }
+
+// ---------------------------------------------------------------- schema and reference
+
+fn docs_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs")
+}
+
+#[test]
+fn the_config_reference_is_up_to_date() {
+    let path = docs_dir().join("config.md");
+    let committed = std::fs::read_to_string(&path).unwrap_or_default();
+    let generated = pressure_gateway::config::reference::markdown();
+    assert!(
+        committed.trim_end() == generated.trim_end(),
+        "docs/config.md is stale: regenerate it with\n  cargo run -p pressure-cli -- config reference > docs/config.md"
+    );
+}
+
+/// Every JSON file under `examples/` (recursively) that has a `gateway` key.
+fn example_configs() -> Vec<PathBuf> {
+    let mut found = Vec::new();
+    let mut dirs = vec![examples_dir()];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir).expect("examples readable").flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                dirs.push(path);
+            } else if path.extension().is_some_and(|e| e == "json") {
+                let text = std::fs::read_to_string(&path).expect("example readable");
+                if serde_json::from_str::<serde_json::Value>(&text).is_ok_and(|v| v.get("gateway").is_some())
+                {
+                    found.push(path);
+                }
+            }
+        }
+    }
+    found.sort();
+    found
+}
+
+#[test]
+fn every_example_validates_against_the_schema() {
+    let schema = pressure_gateway::config::schema::schema();
+    let validator = jsonschema::validator_for(&schema).expect("the schema is a valid JSON Schema");
+    let examples = example_configs();
+    assert!(examples.len() >= 3, "the shipped examples: {examples:?}");
+    set_env("GATEWAY_JWT_SECRET", "test-secret");
+    for path in examples {
+        let value: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        let errors: Vec<String> = validator
+            .iter_errors(&value)
+            .map(|e| format!("{}: {e}", e.instance_path))
+            .collect();
+        assert!(errors.is_empty(), "{}: {errors:#?}", path.display());
+        // And the loader agrees.
+        load(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    }
+}
+
+#[test]
+fn the_schema_refuses_what_the_loader_refuses() {
+    let schema = pressure_gateway::config::schema::schema();
+    let validator = jsonschema::validator_for(&schema).expect("valid schema");
+    let ok = serde_json::json!({"gateway": {"listen": "127.0.0.1:1", "upstreams": {}}});
+    assert!(validator.is_valid(&ok));
+    for bad in [
+        serde_json::json!({"gatway": {}}),
+        serde_json::json!({"gateway": {"listen": "x", "upstreams": {}, "listne": 1}}),
+        serde_json::json!({"gateway": {"listen": 8080, "upstreams": {}}}),
+        serde_json::json!({"gateway": {"listen": "x", "upstreams": {}, "backend": {"type": "etcd"}}}),
+    ] {
+        assert!(!validator.is_valid(&bad), "{bad}");
+        assert!(parse(&bad.to_string()).is_err(), "{bad}");
+    }
+}

@@ -21,7 +21,7 @@ const MAX_BUCKETS: u64 = 600;
 const MAX_BUCKET_MS: u64 = 1_000;
 
 /// Settings of one [`super::CircuitBreaker`]; every field has a default.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields, default)]
 pub struct BreakerConfig {
     /// Failure rate (0 < r ≤ 1) in the window at or above which a closed

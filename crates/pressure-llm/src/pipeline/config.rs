@@ -37,7 +37,7 @@ pub const DEFAULT_INTERACTIVE_TOTAL_MS: u64 = 15_000;
 pub const DEFAULT_BATCH_TOTAL_MS: u64 = 120_000;
 
 /// The whole LLM configuration (`gateway.llm`).
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct LlmConfig {
     /// Providers by name (the name is used in resource ids, so no `:`).
@@ -58,7 +58,7 @@ pub struct LlmConfig {
 }
 
 /// One provider: a [`ProviderConfig`] whose name is its key in `providers`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ProviderSettings {
     /// The API root, e.g. `https://api.openai.com/v1`.
@@ -84,7 +84,7 @@ impl ProviderSettings {
 }
 
 /// One (provider, model) with its quota, context window and price.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ModelConfig {
     /// Key of `providers`.
@@ -125,7 +125,7 @@ impl ModelConfig {
 }
 
 /// One level of a fallback chain.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub enum ChainLevel {
     /// `{"model": "provider/model"}`: a call to that model.
@@ -137,7 +137,7 @@ pub enum ChainLevel {
 }
 
 /// The priority class of a use case.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum UseCasePriority {
     /// A person is waiting (default total 15 s).
@@ -166,7 +166,7 @@ impl UseCasePriority {
 }
 
 /// One use case: its chain, deadline, priority and retry policy.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct UseCaseConfig {
     /// The fallback chain, primary first.

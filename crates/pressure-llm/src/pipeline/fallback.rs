@@ -20,7 +20,7 @@ pub trait FallbackHandler: Send + Sync {
 
 /// One keyword rule: any keyword found (case-insensitively) in the last user
 /// message selects the canned answer.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct KeywordRule {
     /// Keywords, matched as case-insensitive substrings.

@@ -5,7 +5,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 /// One OpenAI-compatible provider.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ProviderConfig {
     /// The provider's name in logs, metrics and the fallback chain.
@@ -28,7 +28,7 @@ pub struct ProviderConfig {
 /// The phases follow each other: pool wait → connect → write → first byte →
 /// read (between body chunks); each is bounded on its own, and every one is
 /// also cut by the caller's total deadline (reported as `Total`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields, default)]
 pub struct TimeoutsConfig {
     /// Establishing TCP (and TLS) to the provider, in ms.

@@ -31,7 +31,7 @@ use crate::price::Money;
 use crate::taxonomy::{Disposition, ErrorKind};
 
 /// Retry configuration (camelCase in config files, unknown fields rejected).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields, default)]
 pub struct RetryPolicy {
     /// Most attempts per (provider, model) level, the first one included. Default 3.
