@@ -1,7 +1,15 @@
-//! `pressure queue list|drain`: the durable manual queue of a gateway whose
-//! `gateway.backend` is `redis` (see `pressure_gateway::manual_queue`).
+//! `pressure queue list|drain`: the manual queue of a gateway.
+//!
+//! * `--admin URL`: through a running gateway's admin API
+//!   (`/admin/pressure/queue`), on either backend — the only way to reach
+//!   the in-memory queue of the memory backend. `--token-env VAR` names the
+//!   variable holding the admin token, when one is set.
+//! * `--config FILE`: straight from the Redis stream of a gateway whose
+//!   `gateway.backend` is `redis` (see `pressure_gateway::manual_queue`),
+//!   with or without a gateway running.
+//!
 //! Each item is printed as one JSON line
-//! `{"ticket","id","use_case","enqueued_at","request"}`.
+//! `{"ticket","use_case","request",...}` (Redis adds `id` and `enqueued_at`).
 
 use anyhow::{bail, Context};
 use pressure_gateway::config::BackendConfig;
@@ -27,11 +35,26 @@ enum QueueAction {
     Drain(DrainArgs),
 }
 
+/// Where the queue is: a running gateway's admin API, or a config's Redis.
 #[derive(Debug, clap::Args)]
-struct ListArgs {
+#[group(required = true, multiple = false)]
+struct Source {
     /// The gateway config file (its `gateway.backend` must be `redis`).
     #[arg(long, short)]
-    config: PathBuf,
+    config: Option<PathBuf>,
+    /// The admin listener of a running gateway, e.g. `http://127.0.0.1:8081`
+    /// (either backend).
+    #[arg(long)]
+    admin: Option<String>,
+}
+
+#[derive(Debug, clap::Args)]
+struct ListArgs {
+    #[command(flatten)]
+    source: Source,
+    /// The environment variable holding the admin token (with `--admin`).
+    #[arg(long)]
+    token_env: Option<String>,
     /// At most this many items.
     #[arg(long, default_value_t = 100)]
     count: usize,
@@ -39,13 +62,16 @@ struct ListArgs {
 
 #[derive(Debug, clap::Args)]
 struct DrainArgs {
-    /// The gateway config file (its `gateway.backend` must be `redis`).
-    #[arg(long, short)]
-    config: PathBuf,
+    #[command(flatten)]
+    source: Source,
+    /// The environment variable holding the admin token (with `--admin`).
+    #[arg(long)]
+    token_env: Option<String>,
     /// At most this many items.
     #[arg(long, default_value_t = 100)]
     count: usize,
-    /// Acknowledge the printed items and remove them from the queue.
+    /// Acknowledge the printed items and remove them from the queue (with
+    /// `--admin` drained items are always removed).
     #[arg(long)]
     ack: bool,
     /// The consumer name within the group.
@@ -64,7 +90,7 @@ fn open(path: &std::path::Path) -> anyhow::Result<RedisManualQueue> {
     }
 }
 
-fn print(items: &[pressure_gateway::manual_queue::QueueItem]) -> anyhow::Result<()> {
+fn print(items: &[serde_json::Value]) -> anyhow::Result<()> {
     if items.is_empty() {
         // On stderr: stdout stays one JSON line per item, for pipes.
         eprintln!("the manual queue is empty");
@@ -72,21 +98,62 @@ fn print(items: &[pressure_gateway::manual_queue::QueueItem]) -> anyhow::Result<
     }
     let mut out = std::io::stdout().lock();
     for i in items {
-        writeln!(out, "{}", i.to_json())?;
+        writeln!(out, "{i}")?;
     }
     out.flush()?;
     Ok(())
 }
 
 pub(crate) async fn run(args: QueueArgs) -> anyhow::Result<()> {
-    match args.action {
-        QueueAction::List(a) => {
-            let q = open(&a.config)?;
-            print(&q.list(a.count).await?)
-        }
-        QueueAction::Drain(a) => {
-            let q = open(&a.config)?;
-            print(&q.drain(&a.consumer, a.count, a.ack).await?)
-        }
+    let items = match args.action {
+        QueueAction::List(a) => match (&a.source.admin, &a.source.config) {
+            (Some(url), _) => admin(url, a.token_env.as_deref(), "queue", a.count, false).await?,
+            (None, Some(config)) => json(open(config)?.list(a.count).await?),
+            (None, None) => bail!("--admin or --config is required"),
+        },
+        QueueAction::Drain(a) => match (&a.source.admin, &a.source.config) {
+            (Some(url), _) => admin(url, a.token_env.as_deref(), "queue/drain", a.count, true).await?,
+            (None, Some(config)) => json(open(config)?.drain(&a.consumer, a.count, a.ack).await?),
+            (None, None) => bail!("--admin or --config is required"),
+        },
+    };
+    print(&items)
+}
+
+fn json(items: Vec<pressure_gateway::manual_queue::QueueItem>) -> Vec<serde_json::Value> {
+    items.iter().map(|i| i.to_json()).collect()
+}
+
+/// The items of `GET|POST {admin}/admin/pressure/{path}?count=N`.
+async fn admin(
+    base: &str,
+    token_env: Option<&str>,
+    path: &str,
+    count: usize,
+    post: bool,
+) -> anyhow::Result<Vec<serde_json::Value>> {
+    let url = format!(
+        "{}/admin/pressure/{path}?count={count}",
+        base.trim_end_matches('/')
+    );
+    let client = reqwest::Client::builder()
+        .timeout(std::time::Duration::from_secs(10))
+        .build()?;
+    let mut req = if post { client.post(&url) } else { client.get(&url) };
+    if let Some(var) = token_env {
+        let token =
+            std::env::var(var).with_context(|| format!("--token-env {var}: the variable is not set"))?;
+        req = req.bearer_auth(token);
     }
+    let resp = req.send().await.with_context(|| format!("{url}: no answer"))?;
+    let status = resp.status();
+    let body: serde_json::Value = resp
+        .json()
+        .await
+        .with_context(|| format!("{url}: the answer is not JSON"))?;
+    if !status.is_success() {
+        let message = body["error"]["message"].as_str().unwrap_or("no message");
+        bail!("{url}: {status}: {message}");
+    }
+    Ok(body["items"].as_array().cloned().unwrap_or_default())
 }

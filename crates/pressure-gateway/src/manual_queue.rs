@@ -256,6 +256,9 @@ impl RedisManualQueue {
     }
 }
 
+/// The consumer of the admin API's drains within [`GROUP`].
+pub const ADMIN_CONSUMER: &str = "admin";
+
 impl ManualQueue for RedisManualQueue {
     fn push<'a>(
         &'a self,
@@ -263,6 +266,17 @@ impl ManualQueue for RedisManualQueue {
         req: &'a ChatRequest,
     ) -> futures::future::BoxFuture<'a, Result<String, ManualQueueError>> {
         Box::pin(self.enqueue(use_case, req))
+    }
+
+    fn peek(&self, count: usize) -> futures::future::BoxFuture<'_, Result<Vec<Json>, ManualQueueError>> {
+        Box::pin(async move { Ok(self.list(count).await?.iter().map(QueueItem::to_json).collect()) })
+    }
+
+    fn take(&self, count: usize) -> futures::future::BoxFuture<'_, Result<Vec<Json>, ManualQueueError>> {
+        Box::pin(async move {
+            let items = self.drain(ADMIN_CONSUMER, count, true).await?;
+            Ok(items.iter().map(QueueItem::to_json).collect())
+        })
     }
 }
 

@@ -5,6 +5,8 @@
 //! |---|---|
 //! | `GET /admin/pressure/stats` | `{"resources":[...]}` ([`BrokerStats`]), `application/json` |
 //! | `GET /admin/pressure/llm` | breakers, their recent transitions, provider pools, answers by level (404 without `gateway.llm`) |
+//! | `GET /admin/pressure/queue?count=N` | `{"items":[...]}`: the oldest parked manual-queue requests, left in place (either backend; 404 without `gateway.llm`) |
+//! | `POST /admin/pressure/queue/drain?count=N` | `{"drained":n,"items":[...]}`: removes and returns them |
 //! | `GET /metrics` | Prometheus text 0.0.4 ([`GatewayMetrics::encode`]) |
 //! | `GET /healthz` | `{"status":"ok"}`, or `{"status":"degraded","redis":"unavailable","url":..,"error":..}` (the store's address and the real cause) |
 //! | `GET /readyz` | `{"status":"ready"}`, or `503 {"status":"draining"}` once the gateway stops |
@@ -21,6 +23,7 @@
 
 mod auth;
 mod llm;
+mod queue;
 
 use crate::backend::{AnyBackend, Broker};
 use crate::metrics::{GatewayMetrics, CONTENT_TYPE};
@@ -79,6 +82,8 @@ pub fn router(state: AdminState) -> Router {
     let protected = Router::new()
         .route("/admin/pressure/stats", get(stats))
         .route("/admin/pressure/llm", get(llm::llm))
+        .route("/admin/pressure/queue", get(queue::list))
+        .route("/admin/pressure/queue/drain", axum::routing::post(queue::drain))
         .route("/admin/pressure/reload", axum::routing::post(reload))
         .route("/metrics", get(metrics))
         .route_layer(middleware::from_fn_with_state(state.clone(), auth::require_token));

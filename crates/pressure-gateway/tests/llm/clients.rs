@@ -248,3 +248,56 @@ async fn what_openai_refuses_never_reaches_the_provider() {
     })
     .await;
 }
+
+#[tokio::test]
+async fn the_manual_queue_is_listed_and_drained_on_the_memory_backend() {
+    bounded(async {
+        let mock = Mock::start().await;
+        let gw = TestGateway::start(config(&mock, no_limits())).await;
+        let (status, body) = gw.admin_json("/admin/pressure/queue").await;
+        assert_eq!((status, body.clone()), (StatusCode::OK, json!({"items": []})));
+
+        let mut tickets = Vec::new();
+        for text in ["first", "second", "third"] {
+            let body = json!({"model": "queue", "messages": [{"role": "user", "content": text}]});
+            let (status, _, answer) = gw.chat(body).await;
+            assert_eq!(status, StatusCode::ACCEPTED);
+            tickets.push(answer["id"].as_str().expect("ticket").to_owned());
+        }
+        let (status, body) = gw.admin_json("/admin/pressure/queue?count=2").await;
+        assert_eq!(status, StatusCode::OK);
+        let listed: Vec<&str> = body["items"]
+            .as_array()
+            .expect("items")
+            .iter()
+            .map(|i| i["ticket"].as_str().expect("ticket"))
+            .collect();
+        assert_eq!(
+            listed,
+            [tickets[0].as_str(), tickets[1].as_str()],
+            "oldest first, count honoured"
+        );
+        assert_eq!(body["items"][0]["use_case"], "queue");
+        assert_eq!(body["items"][0]["request"]["messages"][0]["content"], "first");
+
+        let req = Request::post(format!("http://{}/admin/pressure/queue/drain?count=2", gw.admin))
+            .body(Full::new(Bytes::new()))
+            .expect("request");
+        let (status, _, bytes) = gw.send(req).await;
+        assert_eq!(status, StatusCode::OK);
+        let drained: Value = serde_json::from_slice(&bytes).expect("JSON");
+        assert_eq!(drained["drained"], 2);
+        assert_eq!(drained["items"][1]["ticket"], tickets[1].as_str());
+
+        // Listing does not remove; draining does.
+        let (_, body) = gw.admin_json("/admin/pressure/queue").await;
+        let left: Vec<&str> = body["items"]
+            .as_array()
+            .expect("items")
+            .iter()
+            .map(|i| i["ticket"].as_str().expect("ticket"))
+            .collect();
+        assert_eq!(left, [tickets[2].as_str()]);
+    })
+    .await;
+}

@@ -218,6 +218,11 @@ impl<B: Backend> LlmClient<B> {
         self
     }
 
+    /// The manual queue of the `manualQueue` levels (to list and drain it).
+    pub fn manual_queue(&self) -> &Arc<dyn ManualQueue> {
+        &self.queue
+    }
+
     /// The configuration.
     pub fn config(&self) -> &LlmConfig {
         &self.config

@@ -161,6 +161,21 @@ pub trait ManualQueue: Send + Sync {
         use_case: &'a str,
         req: &'a ChatRequest,
     ) -> BoxFuture<'a, Result<String, ManualQueueError>>;
+
+    /// Up to `count` parked requests, oldest first, left in the queue: for
+    /// the person on call (`GET /admin/pressure/queue`). Each is a JSON
+    /// object with at least `ticket`, `use_case` and `request`.
+    fn peek(&self, count: usize) -> BoxFuture<'_, Result<Vec<Value>, ManualQueueError>> {
+        let _ = count;
+        Box::pin(async { Err(ManualQueueError("this queue cannot be listed".into())) })
+    }
+
+    /// Removes and returns up to `count` parked requests, oldest first: a
+    /// person took them (`POST /admin/pressure/queue/drain`).
+    fn take(&self, count: usize) -> BoxFuture<'_, Result<Vec<Value>, ManualQueueError>> {
+        let _ = count;
+        Box::pin(async { Err(ManualQueueError("this queue cannot be drained".into())) })
+    }
 }
 
 /// One parked request.
@@ -174,9 +189,9 @@ pub struct QueuedRequest {
     pub request: ChatRequest,
 }
 
-/// An in-process [`ManualQueue`]: not durable, lost on restart. The durable
-/// implementation (a Redis Stream, with a command to list and drain it) is a
-/// later step behind the same trait.
+/// An in-process [`ManualQueue`]: not durable, lost on restart (the gateway
+/// on the Redis backend uses a Redis Stream instead). Listed and drained
+/// through the admin API like the durable one.
 #[derive(Debug)]
 pub struct InMemoryQueue {
     items: Mutex<VecDeque<QueuedRequest>>,
@@ -221,7 +236,38 @@ impl InMemoryQueue {
     }
 }
 
+impl QueuedRequest {
+    /// `{"ticket","use_case","request"}`, as the admin API shows it.
+    pub fn to_json(&self) -> Value {
+        serde_json::json!({
+            "ticket": self.ticket,
+            "use_case": self.use_case,
+            "request": serde_json::to_value(&self.request).unwrap_or(Value::Null),
+        })
+    }
+}
+
 impl ManualQueue for InMemoryQueue {
+    fn peek(&self, count: usize) -> BoxFuture<'_, Result<Vec<Value>, ManualQueueError>> {
+        let items = self
+            .items
+            .lock()
+            .iter()
+            .take(count)
+            .map(QueuedRequest::to_json)
+            .collect();
+        Box::pin(async move { Ok(items) })
+    }
+
+    fn take(&self, count: usize) -> BoxFuture<'_, Result<Vec<Value>, ManualQueueError>> {
+        let items: Vec<Value> = {
+            let mut q = self.items.lock();
+            let n = count.min(q.len());
+            q.drain(..n).map(|r| r.to_json()).collect()
+        };
+        Box::pin(async move { Ok(items) })
+    }
+
     fn push<'a>(
         &'a self,
         use_case: &'a str,
