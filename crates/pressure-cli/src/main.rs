@@ -60,8 +60,9 @@ enum Command {
     /// Validates a config file without starting anything; exit code 2 and
     /// the JSON path of the first problem when it is invalid.
     CheckConfig(gateway::CheckConfigArgs),
-    /// Lists or drains the durable manual queue (a Redis stream) of a
-    /// gateway on the redis backend; one JSON line per queued request.
+    /// Lists or drains the manual queue: of a running gateway through its
+    /// admin API (`--admin`, either backend), or from the Redis stream of a
+    /// config (`--config`); one JSON line per queued request.
     Queue(queue::QueueArgs),
     /// Runs the chaos stand's mock provider: OpenAI-compatible, misbehaving
     /// on demand (scenario at start, switchable through `/mock/*`).

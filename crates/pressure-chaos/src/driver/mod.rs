@@ -83,7 +83,8 @@ impl ChaosOptions {
         }
     }
 
-    /// The CI run: every scenario, 64 clients, 6 s each (all in under 2 minutes).
+    /// The CI run: every scenario, 64 clients, 6 s of load per run (about 80 s
+    /// in all on 2 cores).
     pub fn short() -> Self {
         Self {
             duration: Duration::from_secs(6),
