@@ -109,9 +109,9 @@ async fn embed(req: Request) -> Response {
         .enumerate()
         .map(|(index, text)| {
             prompt_tokens += (text.len() as u64).div_ceil(4).max(1);
-            let mut h = text
-                .bytes()
-                .fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3));
+            let mut h = text.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+                (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+            });
             let raw: Vec<f64> = (0..dims)
                 .map(|_| {
                     h ^= h << 13;
@@ -122,7 +122,12 @@ async fn embed(req: Request) -> Response {
                     unit * 2.0 - 1.0
                 })
                 .collect();
-            let norm = raw.iter().map(|x| x * x).sum::<f64>().sqrt().max(f64::MIN_POSITIVE);
+            let norm = raw
+                .iter()
+                .map(|x| x * x)
+                .sum::<f64>()
+                .sqrt()
+                .max(f64::MIN_POSITIVE);
             let vector: Vec<f64> = raw.iter().map(|x| (x / norm * 1e4).round() / 1e4).collect();
             serde_json::json!({ "object": "embedding", "index": index, "embedding": vector })
         })

@@ -56,9 +56,9 @@ pub fn default_dimensions(model: &str) -> u32 {
 
 /// 64-bit FNV-1a.
 fn fnv1a(seed: u64, bytes: &[u8]) -> u64 {
-    bytes.iter().fold(seed, |h, b| {
-        (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3)
-    })
+    bytes
+        .iter()
+        .fold(seed, |h, b| (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3))
 }
 
 /// The next SplitMix64 output.
@@ -268,7 +268,10 @@ mod tests {
     use super::*;
 
     fn length(v: &[f32]) -> f64 {
-        v.iter().map(|x| f64::from(*x) * f64::from(*x)).sum::<f64>().sqrt()
+        v.iter()
+            .map(|x| f64::from(*x) * f64::from(*x))
+            .sum::<f64>()
+            .sqrt()
     }
 
     #[test]
@@ -291,7 +294,9 @@ mod tests {
         let Value::String(s) = encode(&[1.0, -2.0], true) else {
             panic!("a string");
         };
-        let bytes = base64::engine::general_purpose::STANDARD.decode(s).expect("base64");
+        let bytes = base64::engine::general_purpose::STANDARD
+            .decode(s)
+            .expect("base64");
         assert_eq!(bytes, [1.0f32.to_le_bytes(), (-2.0f32).to_le_bytes()].concat());
         assert_eq!(encode(&[0.5], false), json!([0.5]));
     }

@@ -33,8 +33,8 @@ mod server;
 mod sse;
 mod state;
 
-pub use embeddings::{default_dimensions, embedding_vector};
 pub use behaviour::{Behaviour, Latency, Phase, RateLimit, PRESETS};
+pub use embeddings::{default_dimensions, embedding_vector};
 pub use record::{
     Arrival, MockStats, ModelBill, Outcome, ATTEMPT_HEADER, BAD_REQUEST_MARKER, PROBE_HEADER,
     REQUEST_ID_HEADER,

@@ -72,7 +72,12 @@ async fn vectors_are_deterministic_unit_length_and_billed_on_input() {
         assert!(s.billed_micro_usd > 0);
         let first = &mock.arrivals()[0];
         assert_eq!(
-            (first.model.as_str(), first.request_id.as_deref(), first.attempt, first.outcome),
+            (
+                first.model.as_str(),
+                first.request_id.as_deref(),
+                first.attempt,
+                first.outcome
+            ),
             (EMBED, Some("evt-1"), Some(1), Outcome::Ok)
         );
         mock.shutdown().await;
@@ -118,7 +123,10 @@ async fn scenarios_apply_to_embeddings() {
         let mock = start(Behaviour::preset("500-storm").unwrap()).await;
         let c = client(&mock, TimeoutsConfig::default());
         let err = c.embed(&texts(&["hi"]), deadline()).await.unwrap_err();
-        assert!(matches!(err.kind, ErrorKind::Server { status: 500, .. }), "{err:?}");
+        assert!(
+            matches!(err.kind, ErrorKind::Server { status: 500, .. }),
+            "{err:?}"
+        );
         assert_eq!(mock.stats().by_outcome.get(&Outcome::ServerError), Some(&1));
         assert_eq!(mock.stats().billed_input_tokens, 0);
         mock.shutdown().await;
@@ -136,7 +144,10 @@ async fn scenarios_apply_to_embeddings() {
         let c = client(&mock, TimeoutsConfig::default());
         c.embed(&texts(&["one two three"]), deadline()).await.unwrap();
         let err = c.embed(&texts(&["one two three"]), deadline()).await.unwrap_err();
-        assert!(matches!(err.kind, ErrorKind::RateLimited { retry_after: Some(_) }), "{err:?}");
+        assert!(
+            matches!(err.kind, ErrorKind::RateLimited { retry_after: Some(_) }),
+            "{err:?}"
+        );
         assert_eq!(mock.stats().by_outcome.get(&Outcome::RateLimited), Some(&1));
 
         // A bad request is refused, unbilled.

@@ -34,7 +34,11 @@ pub(super) async fn read_object(req: Request<Body>) -> Result<Map<String, Value>
     };
     match serde_json::from_slice::<Value>(&bytes) {
         Ok(Value::Object(map)) => Ok(map),
-        Ok(_) => Err(invalid("the request body must be a JSON object", None, "invalid_json")),
+        Ok(_) => Err(invalid(
+            "the request body must be a JSON object",
+            None,
+            "invalid_json",
+        )),
         Err(e) => Err(invalid(
             format!("the request body is not valid JSON: {e}"),
             None,

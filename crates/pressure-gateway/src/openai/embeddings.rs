@@ -153,13 +153,8 @@ fn parse(body: Map<String, Value>) -> Result<EmbeddingRequest, Rejection> {
             ));
         }
     }
-    let wrong_type = |field: &str, what: &str| {
-        invalid(
-            format!("'{field}' must be {what}"),
-            Some(field),
-            "invalid_type",
-        )
-    };
+    let wrong_type =
+        |field: &str, what: &str| invalid(format!("'{field}' must be {what}"), Some(field), "invalid_type");
     if !body["model"].is_string() {
         return Err(wrong_type("model", "a string"));
     }
@@ -215,14 +210,32 @@ mod tests {
         assert_eq!(param(json!({"model": "e", "input": "hi"})), None);
         assert_eq!(param(json!({"model": "e", "input": [[1, 2], [3]]})), None);
         assert_eq!(param(json!({"input": "hi"})).as_deref(), Some("model"));
-        assert_eq!(param(json!({"model": 3, "input": "hi"})).as_deref(), Some("model"));
+        assert_eq!(
+            param(json!({"model": 3, "input": "hi"})).as_deref(),
+            Some("model")
+        );
         assert_eq!(param(json!({"model": "e"})).as_deref(), Some("input"));
-        assert_eq!(param(json!({"model": "e", "input": null})).as_deref(), Some("input"));
+        assert_eq!(
+            param(json!({"model": "e", "input": null})).as_deref(),
+            Some("input")
+        );
         assert_eq!(param(json!({"model": "e", "input": 5})).as_deref(), Some("input"));
-        assert_eq!(param(json!({"model": "e", "input": ["a", 1]})).as_deref(), Some("input"));
-        assert_eq!(param(json!({"model": "e", "input": [-1]})).as_deref(), Some("input"));
-        assert_eq!(param(json!({"model": "e", "input": []})).as_deref(), Some("input"));
-        assert_eq!(param(json!({"model": "e", "input": ""})).as_deref(), Some("input"));
+        assert_eq!(
+            param(json!({"model": "e", "input": ["a", 1]})).as_deref(),
+            Some("input")
+        );
+        assert_eq!(
+            param(json!({"model": "e", "input": [-1]})).as_deref(),
+            Some("input")
+        );
+        assert_eq!(
+            param(json!({"model": "e", "input": []})).as_deref(),
+            Some("input")
+        );
+        assert_eq!(
+            param(json!({"model": "e", "input": ""})).as_deref(),
+            Some("input")
+        );
         for d in [json!(0), json!(-3), json!(1.5), json!("8")] {
             assert_eq!(
                 param(json!({"model": "e", "input": "x", "dimensions": d})).as_deref(),

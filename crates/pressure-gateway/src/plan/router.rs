@@ -287,7 +287,11 @@ mod tests {
         ];
         for (method, path, want) in cases {
             assert_eq!(llm.route(&method, path).endpoint, want, "{method} {path}");
-            assert_eq!(plain.route(&method, path).endpoint, Endpoint::Proxy, "{method} {path}");
+            assert_eq!(
+                plain.route(&method, path).endpoint,
+                Endpoint::Proxy,
+                "{method} {path}"
+            );
         }
         assert_eq!(llm.route(&Method::GET, "/v1/models").dialect(), Dialect::OpenAi);
         assert_eq!(model_id("/v1/models/a/b"), Some("a/b"));

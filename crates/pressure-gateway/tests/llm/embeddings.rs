@@ -147,7 +147,10 @@ async fn embed(gw: &TestGateway, body: Value) -> (StatusCode, http::HeaderMap, V
 }
 
 fn header<'a>(headers: &'a http::HeaderMap, name: &str) -> &'a str {
-    headers.get(name).and_then(|v| v.to_str().ok()).unwrap_or("<none>")
+    headers
+        .get(name)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("<none>")
 }
 
 async fn gateway(mock: &Mock) -> TestGateway {
@@ -190,7 +193,10 @@ async fn an_embedding_is_answered_through_the_pipeline() {
         let bytes: Vec<u8> = [0.0f32, 0.1f32].iter().flat_map(|x| x.to_le_bytes()).collect();
         let want = base64::engine::general_purpose::STANDARD.encode(bytes);
         assert_eq!(packed["data"][0]["embedding"], json!(want));
-        assert_eq!(packed["usage"]["prompt_tokens"], 3, "token ids count as themselves");
+        assert_eq!(
+            packed["usage"]["prompt_tokens"], 3,
+            "token ids count as themselves"
+        );
 
         let text = gw.metrics().await;
         for line in [
@@ -231,7 +237,9 @@ async fn spent_input_tokens_are_a_429_with_retry_after() {
         assert_eq!(status, StatusCode::OK, "{first}");
         let (status, headers, refused) = embed(&gw, body).await;
         assert_eq!(status, StatusCode::TOO_MANY_REQUESTS, "{refused}");
-        let retry: u64 = header(&headers, "retry-after").parse().expect("Retry-After seconds");
+        let retry: u64 = header(&headers, "retry-after")
+            .parse()
+            .expect("Retry-After seconds");
         // The window is a minute: the wait, rounded up, is at most 61 s.
         assert!((1..=61).contains(&retry), "Retry-After {retry}");
         assert_eq!(refused["error"]["type"], "rate_limit_error");
@@ -285,8 +293,14 @@ async fn bad_requests_never_reach_the_provider() {
             (r#"{"model":7,"input":"a"}"#, "model"),
             (r#"{"model":"search","input":"a","dimensions":0}"#, "dimensions"),
             (r#"{"model":"search","input":"a","dimensions":"8"}"#, "dimensions"),
-            (r#"{"model":"search","input":"a","encoding_format":"hex"}"#, "encoding_format"),
-            (r#"{"model":"search-short","input":["ok","one two three four five six seven"]}"#, "input"),
+            (
+                r#"{"model":"search","input":"a","encoding_format":"hex"}"#,
+                "encoding_format",
+            ),
+            (
+                r#"{"model":"search-short","input":["ok","one two three four five six seven"]}"#,
+                "input",
+            ),
         ];
         for (body, param) in cases {
             let (status, _, answer) = post(&gw, "/v1/embeddings", body).await;

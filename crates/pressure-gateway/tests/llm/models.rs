@@ -81,7 +81,9 @@ async fn one_model_is_retrieved_and_an_unknown_one_is_404() {
         assert_eq!(error["param"], "model");
         assert_eq!(error["code"], "model_not_found");
         assert!(
-            error["message"].as_str().is_some_and(|m| m.contains("no-such-use-case")),
+            error["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("no-such-use-case")),
             "{error}"
         );
         assert_eq!(mock.hits(), 0);

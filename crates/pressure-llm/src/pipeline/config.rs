@@ -379,7 +379,9 @@ impl LlmConfig {
         let mut first: Option<(usize, ModelKind)> = None;
         for (i, level) in uc.chain.iter().enumerate() {
             let ChainLevel::Model(key) = level else { continue };
-            let Some(kind) = self.model(key).map(|m| m.kind) else { continue };
+            let Some(kind) = self.model(key).map(|m| m.kind) else {
+                continue;
+            };
             match first {
                 None => first = Some((i, kind)),
                 Some((j, k)) if k != kind => {

@@ -313,7 +313,10 @@ impl<B: Backend> LlmClient<B> {
                         provider: m.provider.clone(),
                         model: m.model.clone(),
                     };
-                    return Err(Step::Next(EmbeddingError::with_wait(error, Some(rejected.retry_in))));
+                    return Err(Step::Next(EmbeddingError::with_wait(
+                        error,
+                        Some(rejected.retry_in),
+                    )));
                 }
             };
             let mut permit = match &m.resource {

@@ -126,7 +126,11 @@ impl EmbeddingRequest {
             ));
         }
         if self.input.is_empty() {
-            return Err(bad("input", "invalid_value", "'input' must not be an empty array".into()));
+            return Err(bad(
+                "input",
+                "invalid_value",
+                "'input' must not be an empty array".into(),
+            ));
         }
         if self.input.len() > MAX_EMBEDDING_INPUTS {
             return Err(bad(
@@ -148,7 +152,11 @@ impl EmbeddingRequest {
                     EmbeddingInput::Text(_) | EmbeddingInput::Tokens(_) => "'input'".to_owned(),
                     _ => format!("'input[{i}]'"),
                 };
-                return Err(bad("input", "invalid_value", format!("{which} must not be empty")));
+                return Err(bad(
+                    "input",
+                    "invalid_value",
+                    format!("{which} must not be empty"),
+                ));
             }
         }
         if let Some(f) = self.encoding_format.as_deref() {
@@ -234,16 +242,13 @@ pub struct EmbeddingCompletion {
     pub ratelimit: RateLimitHints,
 }
 
-/// `{baseUrl}/embeddings`, from the client's `{baseUrl}/chat/completions`.
-fn embeddings_url(chat_url: &str) -> Result<reqwest::Url, CallError> {
-    let base = chat_url.strip_suffix("/chat/completions").ok_or_else(|| {
-        CallError::transport(
-            ErrorKind::BadRequest,
-            format!("the provider at {chat_url} has no OpenAI embeddings endpoint"),
-        )
-    })?;
-    reqwest::Url::parse(&format!("{base}/embeddings"))
-        .map_err(|e| CallError::transport(ErrorKind::BadRequest, format!("embeddings URL: {e}")))
+/// `{baseUrl}/embeddings`, from the client's `{baseUrl}/chat/completions`;
+/// `Err` says why there is none.
+fn embeddings_url(chat_url: &str) -> Result<reqwest::Url, String> {
+    let base = chat_url
+        .strip_suffix("/chat/completions")
+        .ok_or_else(|| format!("the provider at {chat_url} has no OpenAI embeddings endpoint"))?;
+    reqwest::Url::parse(&format!("{base}/embeddings")).map_err(|e| format!("embeddings URL: {e}"))
 }
 
 impl ProviderClient {
@@ -256,7 +261,7 @@ impl ProviderClient {
         deadline: Instant,
         tag: &CallTag,
     ) -> Result<EmbeddingCompletion, CallError> {
-        let url = embeddings_url(self.url())?;
+        let url = embeddings_url(self.url()).map_err(|e| CallError::transport(ErrorKind::BadRequest, e))?;
         let body = serde_json::to_vec(req).map_err(|e| {
             CallError::transport(ErrorKind::BadRequest, format!("serialising the request: {e}"))
         })?;
@@ -333,17 +338,32 @@ mod tests {
             r.input.items(),
             vec![InputItem::Tokens(&[1]), InputItem::Tokens(&[2, 3])]
         );
-        assert!(serde_json::from_value::<EmbeddingRequest>(serde_json::json!({"model": "m", "input": [1, "a"]})).is_err());
+        assert!(serde_json::from_value::<EmbeddingRequest>(
+            serde_json::json!({"model": "m", "input": [1, "a"]})
+        )
+        .is_err());
     }
 
     #[test]
     fn validation_names_the_parameter() {
         let param = |v: Value| parse(v).validate().err().map(|e| e.param);
         assert_eq!(param(serde_json::json!({"model": "m", "input": "x"})), None);
-        assert_eq!(param(serde_json::json!({"model": "m", "input": []})), Some("input"));
-        assert_eq!(param(serde_json::json!({"model": "m", "input": ""})), Some("input"));
-        assert_eq!(param(serde_json::json!({"model": "m", "input": ["a", ""]})), Some("input"));
-        assert_eq!(param(serde_json::json!({"model": "m", "input": [[]]})), Some("input"));
+        assert_eq!(
+            param(serde_json::json!({"model": "m", "input": []})),
+            Some("input")
+        );
+        assert_eq!(
+            param(serde_json::json!({"model": "m", "input": ""})),
+            Some("input")
+        );
+        assert_eq!(
+            param(serde_json::json!({"model": "m", "input": ["a", ""]})),
+            Some("input")
+        );
+        assert_eq!(
+            param(serde_json::json!({"model": "m", "input": [[]]})),
+            Some("input")
+        );
         assert_eq!(
             param(serde_json::json!({"model": "m", "input": "x", "dimensions": 0})),
             Some("dimensions")
