@@ -1,7 +1,9 @@
 //! `POST /v1/embeddings` through the gateway: answered in OpenAI's shape
 //! with the degradation header, the input-token limiter (429 with
-//! `Retry-After`), fallback to the second embedding model on a 500, 400s
-//! that never reach the provider, chat use cases refusing embeddings (and
+//! `Retry-After`), fallback to the second embedding model on a 500, retries
+//! priced on input tokens and stopped by the money budget, the breaker per
+//! (provider, model) (open: no call, 503 with `Retry-After`), 400s that
+//! never reach the provider, chat use cases refusing embeddings (and
 //! embedding use cases refusing chat), the route limit, and the metrics.
 //! Also the inline mock provider's `/v1/embeddings` (see [`provider`]).
 
@@ -367,6 +369,89 @@ async fn route_limits_floor_embeddings_and_models() {
         assert_eq!(mock.hits_of("emb-a"), 1);
         assert_eq!(gw.get("/v1/models", None).await, StatusCode::OK);
         assert_eq!(gw.get("/v1/models/search", None).await, StatusCode::TOO_MANY_REQUESTS);
+    })
+    .await;
+}
+
+/// `section` with one more use case.
+fn with_use_case(mut section: Value, name: &str, use_case: Value) -> Value {
+    section["llm"]["useCases"][name] = use_case;
+    section
+}
+
+#[tokio::test]
+async fn retries_are_priced_on_input_tokens_and_stop_at_the_budget() {
+    bounded(async {
+        let mock = Mock::start().await;
+        mock.fail("emb-bad");
+        let retry = |budget: Option<u64>| {
+            let mut r = json!({ "maxAttempts": 3, "baseDelayMs": 1, "maxDelayMs": 5 });
+            if let Some(b) = budget {
+                r["budgetMicroUsd"] = json!(b);
+            }
+            json!({ "chain": [ { "model": "mock/emb-bad" } ], "retry": r })
+        };
+        let section = with_embeddings(config(&mock, no_limits()));
+        let section = with_use_case(section, "free", retry(None));
+        let section = with_use_case(section, "poor", retry(Some(1_500)));
+        let gw = TestGateway::start(section).await;
+        // 1000 token ids at $1 per 1M input tokens: 1000 µ$ per attempt.
+        let body = |use_case: &str| json!({"model": use_case, "input": [vec![1; 1000]]});
+        let (status, _, answer) = embed(&gw, body("free")).await;
+        assert_eq!(status, StatusCode::BAD_GATEWAY, "{answer}");
+        assert_eq!(mock.hits_of("emb-bad"), 3, "three attempts without a budget");
+        let (status, _, answer) = embed(&gw, body("poor")).await;
+        assert_eq!(status, StatusCode::BAD_GATEWAY, "{answer}");
+        assert_eq!(
+            mock.hits_of("emb-bad"),
+            4,
+            "a second attempt would have spent 2000 µ$ of a 1500 µ$ budget"
+        );
+        let text = gw.metrics().await;
+        assert!(
+            text.lines()
+                .any(|l| l == "pressure_llm_failed_spent_micro_usd_total 4000"),
+            "{text}"
+        );
+        assert!(
+            text.lines().any(|l| l == "pressure_llm_retries_total 2"),
+            "{text}"
+        );
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn an_open_breaker_costs_no_call_and_says_when_to_return() {
+    bounded(async {
+        let mock = Mock::start().await;
+        mock.fail("emb-bad");
+        let mut section = with_embeddings(config(&mock, no_limits()));
+        section["llm"]["breaker"] = json!({ "minimumCalls": 2, "openWaitMs": 30_000 });
+        let section = with_use_case(
+            section,
+            "alone",
+            json!({ "chain": [ { "model": "mock/emb-bad" } ], "retry": { "maxAttempts": 1 } }),
+        );
+        let gw = TestGateway::start(section).await;
+        let body = json!({"model": "alone", "input": "hi"});
+        for _ in 0..2 {
+            assert_eq!(embed(&gw, body.clone()).await.0, StatusCode::BAD_GATEWAY);
+        }
+        assert_eq!(mock.hits_of("emb-bad"), 2);
+        let (status, headers, answer) = embed(&gw, body).await;
+        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{answer}");
+        let retry: u64 = header(&headers, "retry-after").parse().expect("Retry-After");
+        assert!((1..=30).contains(&retry), "the breaker's open time: {retry}");
+        assert_eq!(mock.hits_of("emb-bad"), 2, "an open breaker makes no call");
+        // The fallback chain skips the open model without calling it.
+        let (status, headers, _) = embed(&gw, json!({"model": "search-fallback", "input": "hi"})).await;
+        assert_eq!(status, StatusCode::OK);
+        assert_eq!(header(&headers, "x-pressure-degradation"), "backup");
+        assert_eq!((mock.hits_of("emb-bad"), mock.hits_of("emb-a")), (2, 1));
+        let text = gw.metrics().await;
+        let open = "pressure_llm_breaker_state{provider=\"mock\",model=\"emb-bad\"} 2";
+        assert!(text.lines().any(|l| l == open), "{text}");
     })
     .await;
 }
