@@ -3,7 +3,8 @@
 //! with a small JSON echo, `/slow` streams five chunks over a second,
 //! `/events` is a short `text/event-stream`, and `POST /v1/chat/completions`
 //! answers like an OpenAI-compatible provider (a canned reply with usage), so
-//! the gateway's LLM endpoint can be tried too.
+//! the gateway's LLM endpoint can be tried too; `POST /v1/embeddings`
+//! answers small deterministic vectors ([`embed`]).
 
 use axum::body::Body;
 use axum::extract::Request;
@@ -22,6 +23,7 @@ async fn handle(req: Request) -> Response {
     let path = req.uri().path().to_owned();
     match path.as_str() {
         "/v1/chat/completions" if req.method() == http::Method::POST => chat(req).await,
+        "/v1/embeddings" if req.method() == http::Method::POST => embed(req).await,
         "/slow" => stream("application/octet-stream", |i| format!("chunk {i}\n")),
         "/events" => stream("text/event-stream", |i| format!("data: event {i}\n\n")),
         _ => {
@@ -70,6 +72,69 @@ async fn chat(req: Request) -> Response {
                       "message": { "role": "assistant", "content": answer } }],
         "usage": { "prompt_tokens": prompt_tokens, "completion_tokens": 12,
                    "total_tokens": prompt_tokens + 12 }
+    });
+    Response::builder()
+        .header(http::header::CONTENT_TYPE, "application/json")
+        .body(Body::from(out.to_string()))
+        .unwrap_or_default()
+}
+
+/// Vector length of the demo's embeddings when the request gives no `dimensions`.
+const DEMO_DIMENSIONS: u64 = 8;
+
+/// OpenAI-style embeddings: one unit vector per input (a string or an
+/// array of strings; token ids are embedded by their text form), derived
+/// from an FNV-1a hash of the input, `dimensions` long (8 by default), and
+/// `usage` of about a token per four characters. Always floats.
+async fn embed(req: Request) -> Response {
+    let body = axum::body::to_bytes(req.into_body(), 1 << 20)
+        .await
+        .unwrap_or_default();
+    let parsed: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
+    let model = parsed["model"].as_str().unwrap_or("demo").to_owned();
+    let dims = parsed["dimensions"]
+        .as_u64()
+        .unwrap_or(DEMO_DIMENSIONS)
+        .clamp(1, 4096);
+    let inputs: Vec<String> = match &parsed["input"] {
+        serde_json::Value::Array(items) if items.iter().all(|i| !i.is_number()) => items
+            .iter()
+            .map(|i| i.as_str().map_or_else(|| i.to_string(), str::to_owned))
+            .collect(),
+        other => vec![other.as_str().map_or_else(|| other.to_string(), str::to_owned)],
+    };
+    let mut prompt_tokens = 0u64;
+    let data: Vec<serde_json::Value> = inputs
+        .iter()
+        .enumerate()
+        .map(|(index, text)| {
+            prompt_tokens += (text.len() as u64).div_ceil(4).max(1);
+            let mut h = text.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+                (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+            });
+            let raw: Vec<f64> = (0..dims)
+                .map(|_| {
+                    h ^= h << 13;
+                    h ^= h >> 7;
+                    h ^= h << 17;
+                    #[allow(clippy::cast_precision_loss)]
+                    let unit = (h >> 11) as f64 / (1u64 << 53) as f64;
+                    unit * 2.0 - 1.0
+                })
+                .collect();
+            let norm = raw
+                .iter()
+                .map(|x| x * x)
+                .sum::<f64>()
+                .sqrt()
+                .max(f64::MIN_POSITIVE);
+            let vector: Vec<f64> = raw.iter().map(|x| (x / norm * 1e4).round() / 1e4).collect();
+            serde_json::json!({ "object": "embedding", "index": index, "embedding": vector })
+        })
+        .collect();
+    let out = serde_json::json!({
+        "object": "list", "data": data, "model": model,
+        "usage": { "prompt_tokens": prompt_tokens, "total_tokens": prompt_tokens }
     });
     Response::builder()
         .header(http::header::CONTENT_TYPE, "application/json")

@@ -85,8 +85,9 @@ pub struct ModelPrice {
     /// Micro-dollars per 1M input (prompt) tokens.
     #[serde(rename = "inputMicroUsdPer1M")]
     pub input_micro_usd_per_1m: u64,
-    /// Micro-dollars per 1M output (completion) tokens.
-    #[serde(rename = "outputMicroUsdPer1M")]
+    /// Micro-dollars per 1M output (completion) tokens; absent: 0 (an
+    /// embedding model has no output tokens).
+    #[serde(rename = "outputMicroUsdPer1M", default)]
     pub output_micro_usd_per_1m: u64,
 }
 

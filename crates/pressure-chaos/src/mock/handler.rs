@@ -214,7 +214,7 @@ pub(crate) async fn chat_completions(
 }
 
 /// A request header as text, when present and visible ASCII.
-fn header<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
+pub(super) fn header<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
     headers.get(name).and_then(|v| v.to_str().ok()).map(str::trim)
 }
 
@@ -443,17 +443,17 @@ fn streamed(mut headers: HeaderMap, sse: bool, plan: Plan) -> Response {
 }
 
 /// An OpenAI-style error answer.
-fn error(status: StatusCode, message: &str, kind: &str) -> Response {
+pub(super) fn error(status: StatusCode, message: &str, kind: &str) -> Response {
     let body = json!({"error": {"message": message, "type": kind, "param": null, "code": null}});
     (status, [(CONTENT_TYPE, "application/json")], body.to_string()).into_response()
 }
 
-fn invalid_request(message: &str) -> Response {
+pub(super) fn invalid_request(message: &str) -> Response {
     error(StatusCode::BAD_REQUEST, message, "invalid_request_error")
 }
 
 /// What a hanging or waiting handler answers when the mock shuts down.
-fn shutting_down() -> Response {
+pub(super) fn shutting_down() -> Response {
     error(
         StatusCode::SERVICE_UNAVAILABLE,
         "The mock provider is shutting down.",
@@ -469,7 +469,7 @@ fn put(headers: &mut HeaderMap, name: &'static str, value: String) {
 }
 
 /// The `x-ratelimit-*` headers, OpenAI style.
-fn put_hints(headers: &mut HeaderMap, hints: &QuotaHints) {
+pub(super) fn put_hints(headers: &mut HeaderMap, hints: &QuotaHints) {
     if let Some(r) = hints.requests {
         put(headers, "x-ratelimit-limit-requests", r.limit.to_string());
         put(headers, "x-ratelimit-remaining-requests", r.remaining.to_string());
@@ -483,7 +483,7 @@ fn put_hints(headers: &mut HeaderMap, hints: &QuotaHints) {
 }
 
 /// The 429 of the mock's quota, with OpenAI's body and headers.
-fn rate_limited(
+pub(super) fn rate_limited(
     model: &str,
     kind: &'static str,
     retry_after_ms: u64,

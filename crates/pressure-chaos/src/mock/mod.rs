@@ -1,5 +1,6 @@
 //! The mock provider: OpenAI-compatible `POST /v1/chat/completions`
-//! (JSON and SSE, `usage` included) whose [`Behaviour`] is set at start and
+//! (JSON and SSE, `usage` included) and `POST /v1/embeddings`
+//! (deterministic unit vectors, see `embeddings.rs`) whose [`Behaviour`] is set at start and
 //! switched at run time through its admin endpoints:
 //!
 //! * `GET /mock/stats` → [`MockStats`]
@@ -23,6 +24,7 @@
 //! reset starts with an empty quota.
 
 mod behaviour;
+mod embeddings;
 mod handler;
 mod quota;
 mod record;
@@ -32,6 +34,7 @@ mod sse;
 mod state;
 
 pub use behaviour::{Behaviour, Latency, Phase, RateLimit, PRESETS};
+pub use embeddings::{default_dimensions, embedding_vector};
 pub use record::{
     Arrival, MockStats, ModelBill, Outcome, ATTEMPT_HEADER, BAD_REQUEST_MARKER, PROBE_HEADER,
     REQUEST_ID_HEADER,

@@ -19,6 +19,7 @@ use tokio::task::JoinHandle;
 use tokio::time::{Duration, Instant};
 
 use super::behaviour::{Behaviour, PRESETS};
+use super::embeddings::embeddings;
 use super::handler::chat_completions;
 use super::record::{Arrival, MockStats};
 use super::responder::{FillerResponder, Responder};
@@ -213,6 +214,7 @@ pub fn unknown_scenario(name: &str) -> String {
 fn router(shared: Arc<Shared>) -> Router {
     Router::new()
         .route("/v1/chat/completions", post(chat_completions))
+        .route("/v1/embeddings", post(embeddings))
         .route("/mock/stats", get(stats))
         .route("/mock/arrivals", get(arrivals))
         .route("/mock/behaviour", get(get_behaviour).put(put_behaviour))

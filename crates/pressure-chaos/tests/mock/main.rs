@@ -5,6 +5,8 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod embeddings;
+
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::time::Duration;

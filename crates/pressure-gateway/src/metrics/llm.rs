@@ -25,6 +25,8 @@ type PoolFamily = (&'static str, &'static str, &'static str, fn(&PoolStats) -> u
 /// | `pressure_llm_failed_spent_micro_usd_total` | counter | |
 /// | `pressure_llm_breaker_rejections_total` | counter | |
 /// | `pressure_llm_limiter_rejections_total` | counter | |
+/// | `pressure_llm_embedding_requests_total` | counter | |
+/// | `pressure_llm_embedding_spent_micro_usd_total` | counter | |
 /// | `pressure_llm_errors_total` | counter | `kind` |
 /// | `pressure_llm_attempt_errors_total` | counter | `kind` |
 /// | `pressure_llm_answers_total` | counter | `degradation` |
@@ -40,10 +42,10 @@ pub fn encode(llm: &LlmClient<AnyBackend>, out: &mut String) {
 
 fn try_encode_metrics(llm: &LlmClient<AnyBackend>, out: &mut String) -> fmt::Result {
     let s = llm.snapshot();
-    let plain: [Plain; 7] = [
+    let plain: [Plain; 9] = [
         (
             "pressure_llm_requests_total",
-            "LLM events started (chat completion requests).",
+            "LLM events started (chat completion and embeddings requests).",
             s.requests,
         ),
         (
@@ -75,6 +77,16 @@ fn try_encode_metrics(llm: &LlmClient<AnyBackend>, out: &mut String) -> fmt::Res
             "pressure_llm_limiter_rejections_total",
             "Model levels skipped because the limiter had no capacity in time.",
             s.limiter_rejections,
+        ),
+        (
+            "pressure_llm_embedding_requests_total",
+            "Embeddings events started (also in pressure_llm_requests_total).",
+            s.embedding_requests,
+        ),
+        (
+            "pressure_llm_embedding_spent_micro_usd_total",
+            "Micro-dollars spent on embeddings calls (also in pressure_llm_spent_micro_usd_total).",
+            s.embedding_spent_micro_usd,
         ),
     ];
     for (name, help, v) in plain {

@@ -22,7 +22,7 @@ use serde_json::{json, Value};
 pub const REQUEST_ID_HEADER: &str = "x-request-id";
 
 /// The caller's `x-request-id`, when it is a safe id.
-fn caller_request_id<B>(req: &Request<B>) -> Option<String> {
+pub(super) fn caller_request_id<B>(req: &Request<B>) -> Option<String> {
     let v = req.headers().get(REQUEST_ID_HEADER)?.to_str().ok()?;
     let ok = (1..=128).contains(&v.len())
         && v.bytes()

@@ -1,6 +1,7 @@
-//! The OpenAI-compatible endpoint `POST /v1/chat/completions`, served by the
-//! gateway itself through the LLM pipeline ([`LlmClient`]) when `gateway.llm`
-//! is configured.
+//! The OpenAI-compatible endpoints `POST /v1/chat/completions`,
+//! `POST /v1/embeddings` ([`embeddings`]) and `GET /v1/models[/{id}]`
+//! ([`models`]), served by the gateway itself through the LLM pipeline
+//! ([`LlmClient`]) when `gateway.llm` is configured.
 //!
 //! [`OpenAiLayer`] sits where the proxy sits, *inside* the release, pre-auth
 //! and tenant layers: a request to the endpoint is limited like any other
@@ -31,7 +32,10 @@
 //!   `retry-after-ms`: when the soonest level of the chain could answer.
 //! * A failure: a [`crate::rejection::Rejection`] in the OpenAI dialect.
 
+mod body;
+pub mod embeddings;
 mod handler;
+pub mod models;
 pub mod sse;
 pub mod validate;
 
@@ -48,7 +52,7 @@ use pressure_llm::pipeline::LlmClient;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-pub use crate::plan::CHAT_COMPLETIONS_PATH;
+pub use crate::plan::{CHAT_COMPLETIONS_PATH, EMBEDDINGS_PATH, MODELS_PATH};
 
 /// The header naming the chain level that answered.
 pub const DEGRADATION_HEADER: &str = "x-pressure-degradation";
@@ -91,12 +95,19 @@ where
     }
 
     fn call(&mut self, req: Request<Body>) -> Self::Future {
-        let llm = routed(&req)
-            .filter(|r| r.route.endpoint == Endpoint::ChatCompletions)
-            .and_then(|r| r.plan.llm().cloned());
-        match llm {
-            Some(llm) => Box::pin(async move { Ok(chat_completions(&llm, req).await) }),
-            None => Box::pin(self.inner.call(req)),
+        let served = routed(&req).and_then(|r| Some((r.route.endpoint, r.plan.llm().cloned()?)));
+        match served {
+            Some((Endpoint::ChatCompletions, llm)) => {
+                Box::pin(async move { Ok(chat_completions(&llm, req).await) })
+            }
+            Some((Endpoint::Embeddings, llm)) => {
+                Box::pin(async move { embeddings::embeddings(&llm, req).await })
+            }
+            Some((Endpoint::Models, llm)) => Box::pin(std::future::ready(models::list(&llm))),
+            Some((Endpoint::Model, llm)) => {
+                Box::pin(std::future::ready(models::retrieve(&llm, req.uri().path())))
+            }
+            _ => Box::pin(self.inner.call(req)),
         }
     }
 }

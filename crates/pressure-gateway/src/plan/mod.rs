@@ -10,7 +10,9 @@
 
 mod router;
 
-pub use router::{prefix_matches, Endpoint, Route, Router, CHAT_COMPLETIONS_PATH};
+pub use router::{
+    model_id, prefix_matches, Endpoint, Route, Router, CHAT_COMPLETIONS_PATH, EMBEDDINGS_PATH, MODELS_PATH,
+};
 
 use crate::backend::{AnyBackend, Broker};
 use crate::config::{ConfigError, GatewayConfig};

@@ -1,6 +1,8 @@
 //! [`Router`]: the one decision per request — which upstream serves the
 //! path, which resource the pre-auth layer charges, and whether the gateway
-//! answers it itself (the OpenAI endpoint). Built once per plan.
+//! answers it itself (the OpenAI endpoints `POST /v1/chat/completions`,
+//! `POST /v1/embeddings`, `GET /v1/models[/{id}]`, when `gateway.llm` is
+//! set). Built once per plan.
 //!
 //! * The upstream is the one whose `pathPrefix` is the longest covering the
 //!   path on a segment boundary (`/api/v1` covers `/api/v1` and `/api/v1/x`,
@@ -23,6 +25,12 @@ pub enum Endpoint {
     Proxy,
     /// `POST /v1/chat/completions`, answered by the LLM pipeline.
     ChatCompletions,
+    /// `POST /v1/embeddings`, answered by the LLM pipeline.
+    Embeddings,
+    /// `GET /v1/models`: the use cases, answered by the gateway.
+    Models,
+    /// `GET /v1/models/{id}` (the id is [`model_id`] of the path).
+    Model,
 }
 
 /// The decision for one request.
@@ -43,13 +51,38 @@ impl Route {
     pub fn dialect(&self) -> Dialect {
         match self.endpoint {
             Endpoint::Proxy => Dialect::Gateway,
-            Endpoint::ChatCompletions => Dialect::OpenAi,
+            Endpoint::ChatCompletions | Endpoint::Embeddings | Endpoint::Models | Endpoint::Model => {
+                Dialect::OpenAi
+            }
         }
     }
 }
 
 /// The path of the OpenAI chat endpoint.
 pub const CHAT_COMPLETIONS_PATH: &str = "/v1/chat/completions";
+/// The path of the OpenAI embeddings endpoint.
+pub const EMBEDDINGS_PATH: &str = "/v1/embeddings";
+/// The path of the OpenAI model list; `/v1/models/{id}` retrieves one.
+pub const MODELS_PATH: &str = "/v1/models";
+
+/// The `{id}` of `/v1/models/{id}` (non-empty; it may hold `/`, as a use
+/// case name may), or `None` for any other path.
+pub fn model_id(path: &str) -> Option<&str> {
+    path.strip_prefix(MODELS_PATH)?
+        .strip_prefix('/')
+        .filter(|id| !id.is_empty())
+}
+
+/// The endpoint the gateway answers itself for `method` and `path`.
+fn llm_endpoint(method: &Method, path: &str) -> Option<Endpoint> {
+    match (method, path) {
+        (&Method::POST, CHAT_COMPLETIONS_PATH) => Some(Endpoint::ChatCompletions),
+        (&Method::POST, EMBEDDINGS_PATH) => Some(Endpoint::Embeddings),
+        (&Method::GET, MODELS_PATH) => Some(Endpoint::Models),
+        (&Method::GET, p) if model_id(p).is_some() => Some(Endpoint::Model),
+        _ => None,
+    }
+}
 
 /// Whether `prefix` covers `path` on a segment boundary.
 pub fn prefix_matches(prefix: &str, path: &str) -> bool {
@@ -126,10 +159,9 @@ impl Router {
             .find(|e| prefix_matches(&e.prefix, path))
             .map(|e| e.resource.clone())
             .or_else(|| service.and_then(|s| s.resource.clone()));
-        let endpoint = if self.llm && path == CHAT_COMPLETIONS_PATH && method == Method::POST {
-            Endpoint::ChatCompletions
-        } else {
-            Endpoint::Proxy
+        let endpoint = match self.llm {
+            true => llm_endpoint(method, path).unwrap_or(Endpoint::Proxy),
+            false => Endpoint::Proxy,
         };
         Route {
             upstream: service.map(|s| Arc::clone(&s.upstream)),
@@ -238,5 +270,31 @@ mod tests {
             router.route(&Method::GET, CHAT_COMPLETIONS_PATH).endpoint,
             Endpoint::Proxy
         );
+    }
+
+    #[test]
+    fn embeddings_and_models_only_with_llm() {
+        let plain = Router::new().upstream(upstream("api", "/"), None);
+        let llm = plain.clone().with_llm(true);
+        let cases = [
+            (Method::POST, "/v1/embeddings", Endpoint::Embeddings),
+            (Method::GET, "/v1/embeddings", Endpoint::Proxy),
+            (Method::GET, "/v1/models", Endpoint::Models),
+            (Method::POST, "/v1/models", Endpoint::Proxy),
+            (Method::GET, "/v1/models/support", Endpoint::Model),
+            (Method::GET, "/v1/models/", Endpoint::Proxy),
+            (Method::GET, "/v1/modelsx", Endpoint::Proxy),
+        ];
+        for (method, path, want) in cases {
+            assert_eq!(llm.route(&method, path).endpoint, want, "{method} {path}");
+            assert_eq!(
+                plain.route(&method, path).endpoint,
+                Endpoint::Proxy,
+                "{method} {path}"
+            );
+        }
+        assert_eq!(llm.route(&Method::GET, "/v1/models").dialect(), Dialect::OpenAi);
+        assert_eq!(model_id("/v1/models/a/b"), Some("a/b"));
+        assert_eq!(model_id("/v1/models"), None);
     }
 }

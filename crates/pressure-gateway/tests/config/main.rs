@@ -4,6 +4,7 @@
 //! manifests merge, conflict and fail with their file named.
 
 use pressure_gateway::config::{load, parse, parse_in, BackendConfig, ConfigError, GatewayConfig};
+use pressure_llm::pipeline::ModelKind;
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -109,6 +110,30 @@ fn design_example_parses() {
 
 fn examples_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples")
+}
+
+#[test]
+fn the_llm_example_parses_with_its_embedding_use_case() {
+    let path = examples_dir().join("gateway-llm.json");
+    let cfg = load(&path).unwrap_or_else(|e| panic!("gateway-llm.json: {e}"));
+    let llm = cfg.llm.as_ref().expect("gateway.llm");
+    assert_eq!(llm.use_case_kind("chat"), Some(ModelKind::Chat));
+    assert_eq!(llm.use_case_kind("search"), Some(ModelKind::Embedding));
+    let embed = llm.model("demo/demo-embed").expect("the embedding model");
+    assert_eq!(embed.kind, ModelKind::Embedding);
+    assert_eq!(embed.max_input_tokens, Some(8191));
+    // An embedding chain with a rules level is refused, naming the level.
+    let text = std::fs::read_to_string(&path).unwrap();
+    let mut v: Value = serde_json::from_str(&text).unwrap();
+    v["gateway"]["llm"]["useCases"]["search"]["chain"]
+        .as_array_mut()
+        .unwrap()
+        .push(json!({ "rules": "support-keywords" }));
+    let e = parse(&v.to_string()).unwrap_err();
+    assert!(
+        e.to_string().contains("gateway.llm.useCases.search.chain[2]"),
+        "{e}"
+    );
 }
 
 #[test]

@@ -5,6 +5,8 @@
 //! LLM traffic, and the LLM metrics on the admin `/metrics`.
 
 mod clients;
+mod embeddings;
+mod models;
 mod sdk;
 
 use axum::extract::State;
@@ -70,6 +72,7 @@ impl Mock {
         let state = Arc::new(MockState::default());
         let app = Router::new()
             .route("/v1/chat/completions", post(chat))
+            .route("/v1/embeddings", post(embeddings::provider))
             .route("/api/hello", get(api_hello))
             .with_state(Arc::clone(&state));
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind mock");

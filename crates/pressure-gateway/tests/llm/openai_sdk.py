@@ -1,7 +1,9 @@
 """Calls the gateway's OpenAI-compatible endpoint with the official `openai`
 SDK, streaming and not, and checks the answers.
 
-Usage: python openai_sdk.py BASE_URL USE_CASE
+Usage: python openai_sdk.py BASE_URL USE_CASE [EMBEDDING_USE_CASE]
+With EMBEDDING_USE_CASE, also checks `models.list()`, `models.retrieve()`
+and `embeddings.create()`.
 Exits non-zero (with a traceback) on any failure; prints `ok` at the end.
 """
 
@@ -93,8 +95,58 @@ def main() -> None:
     check_stream_choices(client, use_case)
     check_manual_queue(client)
     check_give_up_waits(base_url)
+    if len(sys.argv) > 3:
+        embedding_use_case = sys.argv[3]
+        check_models(client, use_case, embedding_use_case)
+        check_embeddings(client, embedding_use_case)
 
     print("ok")
+
+
+def check_models(client: openai.OpenAI, use_case: str, embedding_use_case: str) -> None:
+    """`GET /v1/models[/{id}]`: typed Model objects, and a typed 404."""
+    ids = [m.id for m in client.models.list()]
+    assert use_case in ids and embedding_use_case in ids, ids
+    model = client.models.retrieve(embedding_use_case)
+    assert model.id == embedding_use_case, model
+    assert model.object == "model", model
+    assert model.owned_by == "pressure", model
+    assert isinstance(model.created, int), model
+    try:
+        client.models.retrieve("no-such-use-case")
+    except openai.NotFoundError as e:
+        assert e.status_code == 404, e
+    else:
+        raise AssertionError("an unknown model must be a 404")
+
+
+def check_embeddings(client: openai.OpenAI, embedding_use_case: str) -> None:
+    """`POST /v1/embeddings`: the SDK's default base64 and explicit floats,
+    `dimensions`, and a typed 400 for a chat use case."""
+    inputs = ["hello", "world", "again"]
+    # The SDK asks for base64 by default and decodes it into floats.
+    result = client.embeddings.create(model=embedding_use_case, input=inputs)
+    assert result.object == "list", result
+    assert len(result.data) == len(inputs), result
+    for i, item in enumerate(result.data):
+        assert item.index == i, item
+        assert len(item.embedding) == 4, item
+        assert all(isinstance(x, float) for x in item.embedding), item
+    assert result.usage.prompt_tokens > 0, result
+    assert result.usage.total_tokens == result.usage.prompt_tokens, result
+    assert (result.model_extra or {}).get("pressure", {}).get("degradation") == "primary", result
+
+    floats = client.embeddings.create(
+        model=embedding_use_case, input="hello", encoding_format="float", dimensions=3
+    )
+    assert len(floats.data) == 1 and len(floats.data[0].embedding) == 3, floats
+
+    try:
+        client.embeddings.create(model=embedding_use_case, input=[])
+    except openai.BadRequestError as e:
+        assert e.status_code == 400, e
+    else:
+        raise AssertionError("an empty input must be a 400")
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 //! Compatibility with the official `openai` Python SDK: a venv (cached under
 //! the cargo target directory) gets `openai` from the package index once,
-//! and `openai_sdk.py` calls the gateway, streaming and not.
+//! and `openai_sdk.py` calls the gateway, streaming and not, and (its
+//! `check_models` / `check_embeddings`) the models and embeddings endpoints.
 //!
 //! Offline-tolerant: once the venv is cached it needs no network. When the
 //! venv cannot be had — no `python3`, no `venv` module (Debian/Ubuntu:
@@ -10,6 +11,7 @@
 //! `PRESSURE_REQUIRE_PYTHON_SDK=1` (set by `.ci/run`) that line is a
 //! failure instead.
 
+use crate::embeddings::with_embeddings;
 use crate::{bounded_for, config, no_limits, Mock, TestGateway};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -129,12 +131,13 @@ async fn the_openai_python_sdk_gets_valid_answers() {
             }
         };
         let mock = Mock::start().await;
-        let gw = TestGateway::start(config(&mock, no_limits())).await;
+        let gw = TestGateway::start(with_embeddings(config(&mock, no_limits()))).await;
         let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/llm/openai_sdk.py");
         let out = Command::new(&python)
             .arg(&script)
             .arg(format!("http://{}/v1", gw.addr))
             .arg("support")
+            .arg("search")
             .output()
             .await
             .expect("run openai_sdk.py");
@@ -150,6 +153,8 @@ async fn the_openai_python_sdk_gets_valid_answers() {
         // Three SDK attempts (max_retries=2), each one chain of two levels
         // with one attempt each: the gateway did not multiply them.
         assert_eq!((mock.hits_of("busy-a"), mock.hits_of("busy-b")), (3, 3));
+        // Two embeddings calls (the empty input is refused by the gateway).
+        assert_eq!(mock.hits_of("emb-a"), 2);
     })
     .await;
 }

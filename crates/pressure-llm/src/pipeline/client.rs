@@ -24,31 +24,31 @@ use crate::tokens::TokenCounter;
 
 /// One configured model, ready to call.
 #[derive(Debug)]
-struct ModelEntry {
-    provider: String,
-    model: String,
-    key: String,
+pub(super) struct ModelEntry {
+    pub(super) provider: String,
+    pub(super) model: String,
+    pub(super) key: String,
     /// The broker resource, when the model has limits.
-    resource: Option<String>,
+    pub(super) resource: Option<String>,
     context: ModelLimits,
-    price: ModelPrice,
+    pub(super) price: ModelPrice,
     /// Provider hold: no call before this instant (nanoseconds on the
     /// client's clock; 0 = none). See [`hold_for`].
-    hold: Arc<AtomicU64>,
+    pub(super) hold: Arc<AtomicU64>,
 }
 
 /// The LLM client: every use case of one configuration, on one broker.
 pub struct LlmClient<B: pressure_core::Backend> {
     config: LlmConfig,
     broker: ResourceBroker<B>,
-    providers: HashMap<String, ProviderClient>,
-    models: HashMap<String, ModelEntry>,
+    pub(super) providers: HashMap<String, ProviderClient>,
+    pub(super) models: HashMap<String, ModelEntry>,
     breakers: BreakerRegistry,
-    counter: TokenCounter,
+    pub(super) counter: TokenCounter,
     handlers: HashMap<String, Arc<dyn FallbackHandler>>,
     queue: Arc<dyn ManualQueue>,
-    clock: Arc<dyn Clock>,
-    metrics: Arc<Metrics>,
+    pub(super) clock: Arc<dyn Clock>,
+    pub(super) metrics: Arc<Metrics>,
     /// Per-client random prefix and counter of generated event ids.
     ids: (u64, Arc<AtomicU64>),
 }
@@ -341,6 +341,7 @@ impl<B: Backend> LlmClient<B> {
             .use_cases
             .get(use_case)
             .ok_or_else(|| LlmError::UnknownUseCase(use_case.to_owned()))?;
+        self.expect_kind(use_case, crate::pipeline::ModelKind::Chat)?;
         let total = uc.total();
         let deadline = Instant::now() + total;
         let deadline_nanos = self.clock.now_nanos().saturating_add(duration_to_nanos(total));

@@ -7,16 +7,27 @@
 //!     { "provider": "openai", "model": "gpt-4o",
 //!       "limits": { "requestsPerMinute": 500, "inputTokensPerMinute": 30000 },
 //!       "context": { "contextTokens": 128000, "maxOutputTokens": 16384 },
-//!       "price": { "inputMicroUsdPer1M": 2500000, "outputMicroUsdPer1M": 10000000 } }
+//!       "price": { "inputMicroUsdPer1M": 2500000, "outputMicroUsdPer1M": 10000000 } },
+//!     { "provider": "openai", "model": "text-embedding-3-small", "kind": "embedding",
+//!       "maxInputTokens": 8191, "limits": { "inputTokensPerMinute": 1000000 },
+//!       "price": { "inputMicroUsdPer1M": 20000 } }
 //!   ],
 //!   "rules": { "keyword": [ { "keywords": ["refund"], "answer": "See /refunds", "label": "refund" } ] },
 //!   "useCases": {
 //!     "support": { "chain": [ {"model": "openai/gpt-4o"}, {"rules": "keyword"}, {"manualQueue": true} ],
-//!                  "priority": "interactive", "retry": { "maxAttempts": 3 } }
+//!                  "priority": "interactive", "retry": { "maxAttempts": 3 } },
+//!     "search": { "chain": [ {"model": "openai/text-embedding-3-small"} ] }
 //!   },
 //!   "breaker": { "failureRateThreshold": 0.5 }
 //! }
 //! ```
+//!
+//! A model is a chat model unless it says `"kind": "embedding"`; an
+//! embedding model has no `context` (it produces no output) and may set
+//! `maxInputTokens`, its price is `inputMicroUsdPer1M` alone. A use case
+//! serves the kind of its models: its chain may not mix kinds, and an
+//! embedding chain holds model levels only (validation refuses `rules` and
+//! `manualQueue` levels there, since both answer chat requests).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
@@ -96,8 +107,18 @@ pub struct ModelConfig {
     /// (no resource is registered and calls reserve nothing).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub limits: Option<Limits>,
-    /// Context window and output limits.
+    /// What the model serves: `chat` (default) or `embedding`.
+    #[serde(default, skip_serializing_if = "ModelKind::is_chat")]
+    pub kind: ModelKind,
+    /// Context window and output limits; required for a chat model, absent
+    /// for an embedding model (which takes `maxInputTokens`).
+    #[serde(default = "unset_context", skip_serializing_if = "is_unset_context")]
     pub context: ModelLimits,
+    /// Embedding models: the most tokens one input may have (OpenAI's
+    /// `text-embedding-3-*`: 8191). An input above it fits no level and is
+    /// refused with 400 before any call; absent: not checked locally.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_input_tokens: Option<u64>,
     /// Price per 1M tokens (for the retry money budget and the spend figures).
     #[serde(default)]
     pub price: ModelPrice,
@@ -107,6 +128,41 @@ pub struct ModelConfig {
     /// cases still find capacity when batch traffic saturates the model.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub batch_headroom: Option<f64>,
+}
+
+/// What a model serves: the endpoint its use cases answer.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum ModelKind {
+    /// Chat completions (`POST /v1/chat/completions`).
+    #[default]
+    Chat,
+    /// Embeddings (`POST /v1/embeddings`).
+    Embedding,
+}
+
+impl ModelKind {
+    /// `chat` or `embedding`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Chat => "chat",
+            Self::Embedding => "embedding",
+        }
+    }
+
+    /// Whether this is the default kind (kept out of serialised configs).
+    pub fn is_chat(&self) -> bool {
+        *self == Self::Chat
+    }
+}
+
+/// The `context` of a model that gives none (valid only for embedding models).
+fn unset_context() -> ModelLimits {
+    ModelLimits::new(0, 0)
+}
+
+fn is_unset_context(c: &ModelLimits) -> bool {
+    *c == unset_context()
 }
 
 /// The batch headroom of a model that sets none.
@@ -242,17 +298,9 @@ impl LlmConfig {
                     "must be at least 0 and below 1",
                 ));
             }
-            if m.context.context_tokens == 0 {
-                return Err(ConfigError::new(
-                    format!("{path}.context.contextTokens"),
-                    "must be > 0",
-                ));
-            }
-            if m.context.max_output_tokens == 0 || m.context.max_output_tokens > m.context.context_tokens {
-                return Err(ConfigError::new(
-                    format!("{path}.context.maxOutputTokens"),
-                    "must be > 0 and at most contextTokens",
-                ));
+            match m.kind {
+                ModelKind::Chat => check_chat_model(m, &path)?,
+                ModelKind::Embedding => check_embedding_model(m, &path)?,
             }
         }
         for (name, rules) in &self.rules {
@@ -294,6 +342,7 @@ impl LlmConfig {
                     _ => {}
                 }
             }
+            self.check_chain_kind(name, uc)?;
             if uc.total_ms == Some(0) {
                 return Err(ConfigError::new(format!("{path}.totalMs"), "must be > 0"));
             }
@@ -302,5 +351,174 @@ impl LlmConfig {
             }
         }
         self.breaker.validate().map_err(|e| e.under("breaker"))
+    }
+
+    /// The configured model `provider/model`, if any.
+    pub fn model(&self, key: &str) -> Option<&ModelConfig> {
+        self.models.iter().find(|m| m.key() == key)
+    }
+
+    /// What the use case `name` serves: the kind of its model levels
+    /// (validation keeps them alike); `chat` for a chain without model
+    /// levels (rules and the manual queue answer chat requests); `None` for
+    /// an unknown use case.
+    pub fn use_case_kind(&self, name: &str) -> Option<ModelKind> {
+        let uc = self.use_cases.get(name)?;
+        let kind = uc.chain.iter().find_map(|level| match level {
+            ChainLevel::Model(key) => self.model(key).map(|m| m.kind),
+            _ => None,
+        });
+        Some(kind.unwrap_or_default())
+    }
+
+    /// Every model level of a chain has the same kind, and an embedding
+    /// chain holds model levels only: `rules` and `manualQueue` produce chat
+    /// answers, so they are refused here rather than skipped at run time.
+    fn check_chain_kind(&self, name: &str, uc: &UseCaseConfig) -> Result<(), ConfigError> {
+        let path = format!("useCases.{name}");
+        let mut first: Option<(usize, ModelKind)> = None;
+        for (i, level) in uc.chain.iter().enumerate() {
+            let ChainLevel::Model(key) = level else { continue };
+            let Some(kind) = self.model(key).map(|m| m.kind) else {
+                continue;
+            };
+            match first {
+                None => first = Some((i, kind)),
+                Some((j, k)) if k != kind => {
+                    return Err(ConfigError::new(
+                        format!("{path}.chain[{i}].model"),
+                        format!(
+                            "{key:?} is an {} model but chain[{j}] is a {} model: a chain serves one kind",
+                            kind.as_str(),
+                            k.as_str()
+                        ),
+                    ));
+                }
+                Some(_) => {}
+            }
+        }
+        if let Some((_, ModelKind::Embedding)) = first {
+            if let Some(i) = uc.chain.iter().position(|l| !matches!(l, ChainLevel::Model(_))) {
+                return Err(ConfigError::new(
+                    format!("{path}.chain[{i}]"),
+                    "an embedding use case takes model levels only (rules and manualQueue answer chat requests)",
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A chat model needs its context window and output limit.
+fn check_chat_model(m: &ModelConfig, path: &str) -> Result<(), ConfigError> {
+    if is_unset_context(&m.context) {
+        return Err(ConfigError::new(
+            format!("{path}.context"),
+            "required for a chat model ({\"contextTokens\", \"maxOutputTokens\"})",
+        ));
+    }
+    if m.context.context_tokens == 0 {
+        return Err(ConfigError::new(
+            format!("{path}.context.contextTokens"),
+            "must be > 0",
+        ));
+    }
+    if m.context.max_output_tokens == 0 || m.context.max_output_tokens > m.context.context_tokens {
+        return Err(ConfigError::new(
+            format!("{path}.context.maxOutputTokens"),
+            "must be > 0 and at most contextTokens",
+        ));
+    }
+    if m.max_input_tokens.is_some() {
+        return Err(ConfigError::new(
+            format!("{path}.maxInputTokens"),
+            "only for embedding models (a chat model's window is context.contextTokens)",
+        ));
+    }
+    Ok(())
+}
+
+/// An embedding model has no output: no `context`, an optional `maxInputTokens`.
+fn check_embedding_model(m: &ModelConfig, path: &str) -> Result<(), ConfigError> {
+    if !is_unset_context(&m.context) {
+        return Err(ConfigError::new(
+            format!("{path}.context"),
+            "not for an embedding model (it has no output); use maxInputTokens",
+        ));
+    }
+    if m.max_input_tokens == Some(0) {
+        return Err(ConfigError::new(format!("{path}.maxInputTokens"), "must be > 0"));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(models: serde_json::Value, use_cases: serde_json::Value) -> LlmConfig {
+        serde_json::from_value(serde_json::json!({
+            "providers": { "p": { "baseUrl": "http://127.0.0.1:1/v1" } },
+            "models": models,
+            "useCases": use_cases,
+        }))
+        .expect("parses")
+    }
+
+    fn models() -> serde_json::Value {
+        serde_json::json!([
+            { "provider": "p", "model": "chat", "context": { "contextTokens": 100, "maxOutputTokens": 10 } },
+            { "provider": "p", "model": "emb", "kind": "embedding", "maxInputTokens": 50,
+              "price": { "inputMicroUsdPer1M": 20000 } },
+            { "provider": "p", "model": "emb2", "kind": "embedding" }
+        ])
+    }
+
+    fn problem(cfg: &LlmConfig) -> Option<String> {
+        cfg.validate().err().map(|e| e.path)
+    }
+
+    #[test]
+    fn embedding_models_need_no_context_and_chains_serve_one_kind() {
+        let ok = config(
+            models(),
+            serde_json::json!({ "search": { "chain": [ {"model": "p/emb"}, {"model": "p/emb2"} ] },
+                                "chat": { "chain": [ {"model": "p/chat"}, {"manualQueue": true} ] } }),
+        );
+        assert_eq!(problem(&ok), None);
+        assert_eq!(ok.use_case_kind("search"), Some(ModelKind::Embedding));
+        assert_eq!(ok.use_case_kind("chat"), Some(ModelKind::Chat));
+        assert_eq!(ok.use_case_kind("nope"), None);
+
+        let mixed = config(
+            models(),
+            serde_json::json!({ "m": { "chain": [ {"model": "p/emb"}, {"model": "p/chat"} ] } }),
+        );
+        assert_eq!(problem(&mixed).as_deref(), Some("useCases.m.chain[1].model"));
+        let queued = config(
+            models(),
+            serde_json::json!({ "m": { "chain": [ {"model": "p/emb"}, {"manualQueue": true} ] } }),
+        );
+        assert_eq!(problem(&queued).as_deref(), Some("useCases.m.chain[1]"));
+    }
+
+    #[test]
+    fn context_belongs_to_chat_models_only() {
+        let no_context = config(
+            serde_json::json!([{ "provider": "p", "model": "c" }]),
+            serde_json::json!({}),
+        );
+        assert_eq!(problem(&no_context).as_deref(), Some("models[0].context"));
+        let emb_context = config(
+            serde_json::json!([{ "provider": "p", "model": "e", "kind": "embedding",
+                                 "context": { "contextTokens": 100, "maxOutputTokens": 10 } }]),
+            serde_json::json!({}),
+        );
+        assert_eq!(problem(&emb_context).as_deref(), Some("models[0].context"));
+        let zero = config(
+            serde_json::json!([{ "provider": "p", "model": "e", "kind": "embedding", "maxInputTokens": 0 }]),
+            serde_json::json!({}),
+        );
+        assert_eq!(problem(&zero).as_deref(), Some("models[0].maxInputTokens"));
     }
 }

@@ -37,6 +37,9 @@
 //! content refusal) proves the provider healthy, so it is recorded as a
 //! success.
 //!
+//! [`LlmClient::embed`] runs the walk for an embeddings request on a use
+//! case whose chain holds embedding models ([`embeddings`]).
+//!
 //! [`LlmClient::stream`] runs the same walk for a streamed answer, which may
 //! fall back only before its first output chunk; see [`AnswerStream`].
 //!
@@ -46,6 +49,7 @@
 
 mod client;
 pub mod config;
+pub mod embeddings;
 pub mod fallback;
 mod metrics;
 mod stream;
@@ -56,8 +60,10 @@ use serde_json::{json, Value};
 
 pub use client::{hold_for, LlmClient, MAX_PROVIDER_HOLD};
 pub use config::{
-    ChainLevel, ConfigError, LlmConfig, ModelConfig, ProviderSettings, UseCaseConfig, UseCasePriority,
+    ChainLevel, ConfigError, LlmConfig, ModelConfig, ModelKind, ProviderSettings, UseCaseConfig,
+    UseCasePriority,
 };
+pub use embeddings::{EmbeddingAnswer, EmbeddingError};
 pub use fallback::{
     queued_response, queued_text, FallbackHandler, InMemoryQueue, KeywordRule, KeywordRules, ManualQueue,
     ManualQueueError, QueuedRequest,
@@ -66,7 +72,7 @@ pub use metrics::{Histogram, MetricsSnapshot, LATENCY_BUCKETS};
 pub use stream::AnswerStream;
 
 use crate::price::Money;
-use crate::provider::{ChatResponse, ProviderError};
+use crate::provider::{ChatResponse, InvalidEmbeddingRequest, ProviderError};
 use crate::reservation::ContextError;
 use crate::taxonomy::ErrorKind;
 use crate::tokens::TokenizerError;
@@ -165,6 +171,27 @@ pub enum LlmError {
     /// The request fits no model of the chain.
     #[error(transparent)]
     ContextLength(ContextError),
+    /// The use case serves the other endpoint (chat vs embeddings).
+    #[error("use case {use_case:?} serves {}; {}", serves_what(*.serves), call_instead(*.serves))]
+    WrongKind {
+        /// The use case asked for.
+        use_case: String,
+        /// What it serves.
+        serves: ModelKind,
+    },
+    /// An embeddings request a provider would refuse (400 with its `param`).
+    #[error(transparent)]
+    InvalidEmbedding(InvalidEmbeddingRequest),
+    /// An embeddings input is longer than every level's `maxInputTokens`.
+    #[error("input {index} has {tokens} tokens; the models of this use case take at most {max} per input")]
+    InputTooLong {
+        /// Position of the input.
+        index: usize,
+        /// Its tokens.
+        tokens: u64,
+        /// The (first) level's `maxInputTokens`.
+        max: u64,
+    },
     /// The last provider failure (after retries and fallbacks).
     #[error("{provider}/{model}: {kind}: {message}")]
     Upstream {
@@ -229,6 +256,9 @@ impl LlmError {
         match self {
             Self::UnknownUseCase(_) => "unknown_use_case",
             Self::ContextLength(_) => "context_length",
+            Self::WrongKind { .. } => "wrong_kind",
+            Self::InvalidEmbedding(_) => "invalid_request",
+            Self::InputTooLong { .. } => "context_length",
             Self::Upstream { kind, .. } => kind.label(),
             Self::DeadlineExceeded { .. } => "deadline",
             Self::NoCapacity { .. } => "no_capacity",
@@ -258,7 +288,7 @@ impl LlmError {
 
     /// This error with its retry hint set to `hint` where it has one to
     /// carry (limiter, breaker, a provider's rate limit or overload).
-    pub(crate) fn with_retry_after(mut self, hint: Option<Duration>) -> Self {
+    pub fn with_retry_after(mut self, hint: Option<Duration>) -> Self {
         let Some(hint) = hint else { return self };
         match &mut self {
             Self::NoCapacity { retry_after, .. } | Self::BreakerOpen { retry_after, .. } => {
@@ -290,6 +320,19 @@ impl LlmError {
                 Some("model"),
             ),
             Self::ContextLength(e) => body(400, e.error_type(), Some(e.code()), Some(e.param())),
+            Self::WrongKind { .. } => body(
+                400,
+                "invalid_request_error",
+                Some("model_not_supported"),
+                Some("model"),
+            ),
+            Self::InvalidEmbedding(e) => body(400, "invalid_request_error", Some(e.code), Some(e.param)),
+            Self::InputTooLong { .. } => body(
+                400,
+                "invalid_request_error",
+                Some("context_length_exceeded"),
+                Some("input"),
+            ),
             Self::Upstream { kind, .. } => match kind {
                 ErrorKind::BadRequest => body(400, "invalid_request_error", None, None),
                 ErrorKind::ContextLength => body(
@@ -318,5 +361,21 @@ impl LlmError {
                 body(500, "server_error", None, None)
             }
         }
+    }
+}
+
+/// What a use case of `kind` serves, for [`LlmError::WrongKind`].
+fn serves_what(kind: ModelKind) -> &'static str {
+    match kind {
+        ModelKind::Chat => "chat completions, not embeddings",
+        ModelKind::Embedding => "embeddings, not chat completions",
+    }
+}
+
+/// Where to send its requests instead.
+fn call_instead(kind: ModelKind) -> &'static str {
+    match kind {
+        ModelKind::Chat => "use POST /v1/chat/completions",
+        ModelKind::Embedding => "use POST /v1/embeddings",
     }
 }

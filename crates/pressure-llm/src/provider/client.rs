@@ -47,7 +47,7 @@ use crate::taxonomy::{self, ErrorKind, TimeoutPhase};
 /// At most this much of an error body is read and classified.
 const ERROR_BODY_LIMIT: usize = 64 * 1024;
 /// A non-streamed completion larger than this is refused.
-const RESPONSE_BODY_LIMIT: usize = 32 * 1024 * 1024;
+pub(crate) const RESPONSE_BODY_LIMIT: usize = 32 * 1024 * 1024;
 
 /// The response body as a stream of byte chunks.
 pub(crate) type BodyStream = Pin<Box<dyn Stream<Item = reqwest::Result<Bytes>> + Send>>;
@@ -334,6 +334,20 @@ impl ProviderClient {
         deadline: Instant,
         tag: &CallTag,
     ) -> Result<Sent, CallError> {
+        self.send_to(self.inner.url.clone(), body, streaming, deadline, tag)
+            .await
+    }
+
+    /// [`send`](Self::send) to another endpoint of the provider (e.g.
+    /// `{baseUrl}/embeddings`), with the same pool, timeouts and key.
+    pub(crate) async fn send_to(
+        &self,
+        url: reqwest::Url,
+        body: Vec<u8>,
+        streaming: bool,
+        deadline: Instant,
+        tag: &CallTag,
+    ) -> Result<Sent, CallError> {
         let started = Instant::now();
         let t = &self.inner.timeouts;
 
@@ -375,7 +389,7 @@ impl ProviderClient {
         let mut builder = self
             .inner
             .http
-            .post(self.inner.url.clone())
+            .post(url)
             .header(CONTENT_TYPE, "application/json")
             .header(CONTENT_LENGTH, len)
             .header(ACCEPT, accept)
@@ -467,7 +481,7 @@ impl ProviderClient {
 
 impl CallError {
     /// Attaches the status and rate-limit hints of the response the error happened in.
-    fn with_response(mut self, status: u16, ratelimit: &RateLimitHints) -> Self {
+    pub(crate) fn with_response(mut self, status: u16, ratelimit: &RateLimitHints) -> Self {
         self.status = Some(status);
         self.ratelimit = ratelimit.clone();
         self
@@ -484,7 +498,7 @@ pub(crate) fn bound(phase: TimeoutPhase, d: Duration, deadline: Instant) -> (Ins
 }
 
 /// The next body chunk, within `read` and the deadline.
-async fn next_chunk(
+pub(crate) async fn next_chunk(
     body: &mut BodyStream,
     read: Duration,
     deadline: Instant,
@@ -561,7 +575,7 @@ fn error_chain(e: &dyn std::error::Error) -> String {
 }
 
 /// The provider's `error.message` (or `message`), else the start of the body.
-fn error_message(body: &str, status: u16) -> String {
+pub(crate) fn error_message(body: &str, status: u16) -> String {
     let parsed: Option<Value> = serde_json::from_str(body).ok();
     let message = parsed.as_ref().and_then(|v| {
         v.pointer("/error/message")

@@ -7,6 +7,9 @@
 //!   and [`stream`](ProviderClient::stream), each bounded per phase (pool
 //!   wait, connect, write, first byte, read between chunks) and by the
 //!   caller's total deadline.
+//! * [`embeddings`] — `POST {baseUrl}/embeddings` ([`EmbeddingRequest`],
+//!   [`EmbeddingResponse`], [`ProviderClient::embed_tagged`]) on the same
+//!   pool and timeouts.
 //! * [`stream`] — [`ChatStream`], the parsed server-sent events of a streamed
 //!   answer, with time to first token, final usage and the output so far.
 //! * [`ratelimit`] — [`RateLimitHints`] from `x-ratelimit-*` /
@@ -32,6 +35,7 @@
 
 pub mod client;
 pub mod config;
+pub mod embeddings;
 pub mod error;
 pub mod ratelimit;
 pub mod stream;
@@ -40,6 +44,10 @@ pub mod types;
 
 pub use client::{Completion, PoolStats, ProviderClient};
 pub use config::{ProviderConfig, TimeoutsConfig};
+pub use embeddings::{
+    Embedding, EmbeddingCompletion, EmbeddingInput, EmbeddingRequest, EmbeddingResponse, EmbeddingUsage,
+    InputItem, InvalidEmbeddingRequest, MAX_EMBEDDING_INPUTS,
+};
 pub use error::{CallError, ProviderError};
 pub use ratelimit::RateLimitHints;
 pub use stream::ChatStream;
