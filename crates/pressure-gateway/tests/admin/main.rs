@@ -2,6 +2,8 @@
 //! Prometheus text, tenant aggregation, the bearer token, 404/405 bodies and
 //! `/healthz` (including `degraded` when Redis goes away).
 
+mod dashboard;
+
 use bytes::Bytes;
 use http::{header, HeaderMap, Method, Request, StatusCode};
 use http_body_util::{BodyExt, Empty};
