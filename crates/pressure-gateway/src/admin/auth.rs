@@ -23,37 +23,56 @@ pub(super) const COOKIE: &str = "pressure_admin_token";
 pub(super) async fn require_token(State(state): State<AdminState>, request: Request, next: Next) -> Response {
     match check(&state, request.method(), request.headers()) {
         Ok(()) => next.run(request).await,
-        Err(refused) => refused,
+        Err(refusal) => refusal.response(),
     }
 }
 
-/// `Ok` when no token is configured or the request carries it, else the
-/// 401 to answer.
-pub(super) fn check(state: &AdminState, method: &Method, headers: &HeaderMap) -> Result<(), Response> {
+/// Why a request was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Refusal {
+    /// Neither the header nor (for a read) the cookie.
+    Missing,
+    /// A bearer token that is not the admin token.
+    InvalidToken,
+    /// A session cookie that is not the admin token's.
+    InvalidCookie,
+}
+
+impl Refusal {
+    /// The 401 in the gateway's error shape, with its bearer challenge.
+    pub(super) fn response(self) -> Response {
+        match self {
+            Refusal::Missing => unauthorized(
+                "Bearer realm=\"pressure-admin\"",
+                "a bearer token is required (a browser: open /dashboard?token=<token>)",
+            ),
+            Refusal::InvalidToken => unauthorized(
+                "Bearer realm=\"pressure-admin\", error=\"invalid_token\"",
+                "invalid bearer token",
+            ),
+            Refusal::InvalidCookie => unauthorized(
+                "Bearer realm=\"pressure-admin\", error=\"invalid_token\"",
+                "invalid session cookie: open /dashboard?token=<token> again",
+            ),
+        }
+    }
+}
+
+/// `Ok` when no token is configured or the request carries it.
+pub(super) fn check(state: &AdminState, method: &Method, headers: &HeaderMap) -> Result<(), Refusal> {
     let Some(expected) = state.token.as_deref() else {
         return Ok(());
     };
     match bearer(headers) {
         Some(given) if constant_time_eq(expected.as_bytes(), given) => return Ok(()),
-        Some(_) => {
-            return Err(unauthorized(
-                "Bearer realm=\"pressure-admin\", error=\"invalid_token\"",
-                "invalid bearer token",
-            ))
-        }
+        Some(_) => return Err(Refusal::InvalidToken),
         None => {}
     }
     let read_only = method == Method::GET || method == Method::HEAD;
     match cookie(headers).filter(|_| read_only) {
         Some(given) if constant_time_eq(cookie_value(expected).as_bytes(), given) => Ok(()),
-        Some(_) => Err(unauthorized(
-            "Bearer realm=\"pressure-admin\", error=\"invalid_token\"",
-            "invalid session cookie: open /dashboard?token=<token> again",
-        )),
-        None => Err(unauthorized(
-            "Bearer realm=\"pressure-admin\"",
-            "a bearer token is required (a browser: open /dashboard?token=<token>)",
-        )),
+        Some(_) => Err(Refusal::InvalidCookie),
+        None => Err(Refusal::Missing),
     }
 }
 

@@ -61,13 +61,8 @@ pub(super) async fn page(
             )
         }
         _ => {
-            if let Err(refusal) = auth::check(&state, &method, &headers) {
-                if refusal.status() == StatusCode::UNAUTHORIZED {
-                    return refused(
-                        "this dashboard needs the admin token: open /dashboard?token=&lt;token&gt;",
-                    );
-                }
-                return refusal;
+            if auth::check(&state, &method, &headers).is_err() {
+                return refused("this dashboard needs the admin token: open /dashboard?token=&lt;token&gt;");
             }
             None
         }

@@ -42,20 +42,16 @@ pub(super) struct EventsQuery {
 }
 
 impl EventsQuery {
-    fn every(&self) -> Result<Duration, Response> {
+    fn every(&self) -> Result<Duration, String> {
         let Some(raw) = &self.every_ms else {
             return Ok(DEFAULT_EVERY);
         };
         match raw.parse::<u64>() {
             Ok(ms) if EVERY_MS.contains(&ms) => Ok(Duration::from_millis(ms)),
-            _ => Err(error_response(
-                StatusCode::BAD_REQUEST,
-                "bad_request",
-                &format!(
-                    "everyMs: must be an integer from {} to {}",
-                    EVERY_MS.start(),
-                    EVERY_MS.end()
-                ),
+            _ => Err(format!(
+                "everyMs: must be an integer from {} to {}",
+                EVERY_MS.start(),
+                EVERY_MS.end()
             )),
         }
     }
@@ -68,17 +64,15 @@ pub(super) async fn events(
     let Ok(Query(query)) = query else {
         return error_response(StatusCode::BAD_REQUEST, "bad_request", "malformed query string");
     };
-    let top = match (SummaryQuery {
+    let top = SummaryQuery {
         top: query.top.clone(),
-    })
-    .top()
-    {
-        Ok(n) => n,
-        Err(response) => return response,
-    };
-    let every = match query.every() {
-        Ok(d) => d,
-        Err(response) => return response,
+    }
+    .top();
+    let (top, every) = match (top, query.every()) {
+        (Ok(top), Ok(every)) => (top, every),
+        (Err(problem), _) | (_, Err(problem)) => {
+            return error_response(StatusCode::BAD_REQUEST, "bad_request", &problem)
+        }
     };
     (
         [

@@ -59,18 +59,14 @@ pub(super) struct SummaryQuery {
 }
 
 impl SummaryQuery {
-    /// The number of tenants to list, or a `400` naming the problem.
-    pub(super) fn top(&self) -> Result<usize, Response> {
+    /// The number of tenants to list, or the problem (for a `400`).
+    pub(super) fn top(&self) -> Result<usize, String> {
         let Some(raw) = &self.top else {
             return Ok(DEFAULT_TOP);
         };
         match raw.parse::<usize>() {
             Ok(n) if n <= MAX_TOP => Ok(n),
-            _ => Err(error_response(
-                StatusCode::BAD_REQUEST,
-                "bad_request",
-                &format!("top: must be an integer from 0 to {MAX_TOP}"),
-            )),
+            _ => Err(format!("top: must be an integer from 0 to {MAX_TOP}")),
         }
     }
 }
@@ -84,7 +80,7 @@ pub(super) async fn summary(
     };
     let top = match query.top() {
         Ok(n) => n,
-        Err(response) => return response,
+        Err(problem) => return error_response(StatusCode::BAD_REQUEST, "bad_request", &problem),
     };
     (
         [(header::CACHE_CONTROL, HeaderValue::from_static("no-store"))],

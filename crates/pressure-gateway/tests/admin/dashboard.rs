@@ -31,7 +31,7 @@ async fn send(server: &Server, method: Method, path: &str, headers: &[(&str, &st
     }
 }
 
-fn header_of<'a>(reply: &'a Reply, name: header::HeaderName) -> &'a str {
+fn header_of(reply: &Reply, name: header::HeaderName) -> &str {
     reply
         .headers
         .get(name)
