@@ -30,8 +30,9 @@ pub(crate) struct Browser {
 }
 
 impl Browser {
-    /// `PRESSURE_CHROMIUM` / `PRESSURE_CHROMEDRIVER`, else the first of the
-    /// usual names on `PATH`; `Err` says what is missing.
+    /// `PRESSURE_CHROMIUM` / `PRESSURE_CHROMEDRIVER` (when set, the only
+    /// candidates), else the first of the usual names on `PATH`; `Err` says
+    /// what is missing.
     pub(crate) fn find() -> Result<Self, String> {
         let chromium = from_env_or_path(
             "PRESSURE_CHROMIUM",
@@ -88,7 +89,7 @@ impl Browser {
                     "args": [
                         "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
                         "--no-first-run", "--no-default-browser-check", "--disable-extensions",
-                        "--disable-background-networking", "--hide-scrollbars", "--force-device-scale-factor=1",
+                        "--disable-background-networking", "--disable-breakpad", "--disable-crash-reporter", "--hide-scrollbars", "--force-device-scale-factor=1",
                         format!("--window-size={width},{height}"),
                         format!("--user-data-dir={}", driver._profile.path().display()),
                     ],
@@ -106,7 +107,8 @@ impl Browser {
 
 fn from_env_or_path(var: &str, names: &[&str]) -> Option<PathBuf> {
     if let Some(p) = std::env::var_os(var) {
-        return Some(PathBuf::from(p));
+        let p = PathBuf::from(p);
+        return is_executable(&p).then_some(p);
     }
     let path = std::env::var_os("PATH")?;
     std::env::split_paths(&path)
