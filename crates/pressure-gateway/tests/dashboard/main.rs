@@ -3,7 +3,8 @@
 //! under traffic, its `/dashboard` opened in headless Chromium over
 //! WebDriver. The numbers the page shows must be those of
 //! `/admin/pressure/stats` and `/admin/pressure/llm`; a denial burst and a
-//! breaker opening must show up on the page. A screenshot is saved to
+//! breaker opening must show up on the page, and a gateway that stops must
+//! end the page's event stream. A screenshot is saved to
 //! `target/dashboard-screenshot.png`.
 //!
 //! Needs `chromium` and `chromedriver` (Debian: `apt-get install chromium
@@ -139,7 +140,7 @@ struct TestGateway {
     addr: SocketAddr,
     admin: SocketAddr,
     client: Client<HttpConnector, Full<Bytes>>,
-    _serving: Serving,
+    serving: Serving,
 }
 
 impl TestGateway {
@@ -160,8 +161,13 @@ impl TestGateway {
             addr,
             admin,
             client: Client::builder(TokioExecutor::new()).build_http(),
-            _serving: gateway.spawn(listener, admin_listener),
+            serving: gateway.spawn(listener, admin_listener),
         }
+    }
+
+    /// Graceful stop; `true` when everything finished within `grace`.
+    async fn stop(self, grace: Duration) -> bool {
+        self.serving.stop(grace).await
     }
 
     async fn send(&self, req: Request<Full<Bytes>>) -> (StatusCode, Bytes) {
@@ -506,8 +512,21 @@ async fn run(browser: Browser) {
     std::fs::write(&path, &png).unwrap_or_else(|e| panic!("write {}: {e}", path.display()));
     let _ = writeln!(std::io::stderr(), "dashboard screenshot: {}", path.display());
 
+    // A stopping gateway ends the open event stream (the page never holds
+    // a shutdown), and the page says it lost the gateway.
+    assert!(
+        gateway.stop(Duration::from_secs(10)).await,
+        "the gateway stops within its grace with a dashboard open"
+    );
+    until_page(&driver, "the lost connection", |page| async move {
+        match page["link"].as_str() {
+            Some("reconnecting" | "down") => Ok(page),
+            other => Err(format!("link {other:?}")),
+        }
+    })
+    .await;
+
     driver.quit().await;
-    drop(gateway);
 }
 
 /// `target/dashboard-screenshot.png` (beside the integration tests' `tmp`).
