@@ -5,24 +5,29 @@
 //! | route | answer |
 //! |---|---|
 //! | `GET /` | `303` to `/dashboard` (query kept) |
-//! | `GET /dashboard` | the page (admin token required when one is set) |
-//! | `GET /dashboard/app.js`, `/dashboard/style.css` | the static assets (no data in them, no token needed) |
+//! | `GET /dashboard` | the page (no data in it: no token needed) |
+//! | `GET /dashboard/app.js`, `/dashboard/style.css` | its script and style sheet |
 //!
-//! The page reads `/admin/pressure/events` (one summary per second over
-//! Server-Sent Events) and falls back to polling `/admin/pressure/summary`
-//! when the stream fails. With an admin token, open the page once as
-//! `/dashboard?token=<token>`: the answer sets an `HttpOnly; SameSite=Strict`
-//! session cookie (see [`super::auth`]) that the page's own requests carry,
-//! and the script removes the token from the address bar. The page is served
-//! with a `Content-Security-Policy` that allows only its own script and
-//! style, and `Referrer-Policy: no-referrer`.
+//! The page reads `/admin/pressure/events` (one summary per second, in the
+//! Server-Sent Events format, read with a streaming `fetch`) and falls back
+//! to polling `/admin/pressure/summary` when the stream fails.
+//!
+//! **The admin token.** The page and its assets hold no data and are served
+//! to anyone; every number comes from the token-protected admin routes. The
+//! page sends the token as `Authorization: Bearer` on each of its requests
+//! (a streaming `fetch` can, an `EventSource` could not). It takes the token
+//! once, from `/dashboard?token=<token>` or from its own prompt, keeps it in
+//! `sessionStorage` (this tab only, gone when the tab closes) and removes it
+//! from the address bar. There is deliberately no cookie: cookies are not
+//! scoped by port, so a browser would send one to the proxy listener (and
+//! on to the upstreams) and to every other service on the same host. The
+//! page is served with a `Content-Security-Policy` that allows only its own
+//! script, style and same-origin requests, and `Referrer-Policy:
+//! no-referrer`.
 
-use super::{auth, AdminState};
-use axum::extract::rejection::QueryRejection;
-use axum::extract::{Query, RawQuery, State};
-use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
+use axum::extract::RawQuery;
+use axum::http::{header, HeaderValue};
 use axum::response::{IntoResponse, Redirect, Response};
-use serde::Deserialize;
 
 const PAGE: &str = include_str!("dashboard/index.html");
 const SCRIPT: &str = include_str!("dashboard/app.js");
@@ -39,39 +44,26 @@ pub(super) async fn home(RawQuery(query): RawQuery) -> Redirect {
     }
 }
 
-/// The page's query: the admin token, given once.
-#[derive(Debug, Default, Deserialize)]
-pub(super) struct PageQuery {
-    token: Option<String>,
-}
-
 /// `GET /dashboard`.
-pub(super) async fn page(
-    State(state): State<AdminState>,
-    method: Method,
-    headers: HeaderMap,
-    query: Result<Query<PageQuery>, QueryRejection>,
-) -> Response {
-    let given = query.ok().and_then(|Query(q)| q.token);
-    let cookie = match (&state.token, given) {
-        (Some(_), Some(given)) if auth::is_token(&state, &given) => auth::session_cookie(&given),
-        (Some(_), Some(_)) => {
-            return refused(
-                "the token in the address is not the admin token: open /dashboard?token=&lt;token&gt;",
-            )
-        }
-        _ => {
-            if auth::check(&state, &method, &headers).is_err() {
-                return refused("this dashboard needs the admin token: open /dashboard?token=&lt;token&gt;");
-            }
-            None
-        }
-    };
-    let mut response = html(StatusCode::OK, PAGE.to_owned());
-    if let Some(cookie) = cookie {
-        response.headers_mut().insert(header::SET_COOKIE, cookie);
-    }
-    response
+pub(super) async fn page() -> Response {
+    (
+        [
+            (
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("text/html; charset=utf-8"),
+            ),
+            (header::CACHE_CONTROL, HeaderValue::from_static("no-cache")),
+            (header::CONTENT_SECURITY_POLICY, HeaderValue::from_static(CSP)),
+            (header::REFERRER_POLICY, HeaderValue::from_static("no-referrer")),
+            (
+                header::X_CONTENT_TYPE_OPTIONS,
+                HeaderValue::from_static("nosniff"),
+            ),
+            (header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY")),
+        ],
+        PAGE,
+    )
+        .into_response()
 }
 
 /// `GET /dashboard/app.js`.
@@ -97,42 +89,4 @@ fn asset(content_type: &'static str, body: &'static str) -> Response {
         body,
     )
         .into_response()
-}
-
-fn html(status: StatusCode, body: String) -> Response {
-    (
-        status,
-        [
-            (
-                header::CONTENT_TYPE,
-                HeaderValue::from_static("text/html; charset=utf-8"),
-            ),
-            (header::CACHE_CONTROL, HeaderValue::from_static("no-store")),
-            (header::CONTENT_SECURITY_POLICY, HeaderValue::from_static(CSP)),
-            (header::REFERRER_POLICY, HeaderValue::from_static("no-referrer")),
-            (
-                header::X_CONTENT_TYPE_OPTIONS,
-                HeaderValue::from_static("nosniff"),
-            ),
-            (header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY")),
-        ],
-        body,
-    )
-        .into_response()
-}
-
-/// A 401 a person can read, with the bearer challenge for programs.
-fn refused(message: &str) -> Response {
-    let mut response = html(
-        StatusCode::UNAUTHORIZED,
-        format!(
-            "<!doctype html><meta charset=utf-8><title>pressure: token required</title>\
-             <p>{message}</p>"
-        ),
-    );
-    response.headers_mut().insert(
-        header::WWW_AUTHENTICATE,
-        HeaderValue::from_static("Bearer realm=\"pressure-admin\""),
-    );
-    response
 }

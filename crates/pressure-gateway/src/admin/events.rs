@@ -4,13 +4,13 @@
 //! One `summary` event at once, then one every `everyMs` milliseconds
 //! (default 1000, from 250 to 60 000); each event's `data` is the whole
 //! summary document, so a client that missed events loses nothing but the
-//! points of its charts. A browser's `EventSource` reconnects by itself;
-//! `retry: 2000` tells it to wait 2 s first. The stream ends when the
+//! points of its charts. `retry: 2000` asks a reconnecting client to wait
+//! 2 s. The stream ends when the
 //! gateway starts draining, so an open dashboard never holds a shutdown.
 //!
-//! `EventSource` cannot send an `Authorization` header: with an admin token
-//! the page relies on the session cookie set by `/dashboard?token=...`
-//! (see [`super::auth`]).
+//! The route is behind the admin token like the others. The dashboard reads
+//! it with a streaming `fetch`, which (unlike `EventSource`) can send the
+//! `Authorization` header; any SSE client that can set a header works.
 
 use super::summary::{self, SummaryQuery};
 use super::{error_response, AdminState};

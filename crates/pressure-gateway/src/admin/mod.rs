@@ -16,11 +16,10 @@
 //! `/healthz` (liveness) always answers 200 while the process serves: when Redis is
 //! unavailable the gateway is still up and the configured failure mode
 //! decides, so a load balancer must not take the instance out; the body says
-//! it is degraded. With a token configured every other route (but `/` and
-//! the dashboard's static assets) requires `Authorization: Bearer <token>`
-//! (compared in constant time) — or, for `GET`, the dashboard's session
-//! cookie (`admin/auth.rs`) — and answers 401 with `WWW-Authenticate: Bearer`
-//! otherwise. Unknown routes answer 404,
+//! it is degraded. With a token configured every other route (but `/`,
+//! `/readyz` and the dashboard's page and assets, which hold no data)
+//! requires `Authorization: Bearer <token>` (compared in constant time) and
+//! answers 401 with `WWW-Authenticate: Bearer` otherwise. Unknown routes answer 404,
 //! wrong methods 405, all errors in the gateway's one error shape
 //! `{"error":{"type":"<code>","message":"..."}}`.
 

@@ -7,6 +7,10 @@
 //! end the page's event stream. A screenshot is saved to
 //! `target/dashboard-screenshot.png`.
 //!
+//! The page takes the admin token from `?token=`, keeps it in
+//! `sessionStorage` and sends it as `Authorization: Bearer`; the test checks
+//! the prompt without it, the address bar cleaned, and a reload.
+//!
 //! Needs `chromium` and `chromedriver` (Debian: `apt-get install chromium
 //! chromium-driver`); without them the test says so in one line and passes,
 //! unless `PRESSURE_REQUIRE_BROWSER=1`, which makes it fail.
@@ -45,7 +49,7 @@ const TEST_BOUND: Duration = Duration::from_secs(180);
 const PAGE_BOUND: Duration = Duration::from_secs(20);
 
 const ADMIN_TOKEN_ENV: &str = "PRESSURE_DASHBOARD_TEST_ADMIN_TOKEN";
-/// Has characters that must be percent-encoded in a URL and in a cookie.
+/// Has characters that must be percent-encoded in a URL.
 const ADMIN_TOKEN: &str = "dash/b0ard+token=1";
 const JWT_SECRET_ENV: &str = "PRESSURE_DASHBOARD_TEST_HS256_SECRET";
 const JWT_SECRET: &str = "dashboard-browser-test-secret-0123456789";
@@ -245,6 +249,8 @@ return {
   link: document.getElementById("link").getAttribute("data-status"),
   health: document.getElementById("health").getAttribute("data-status"),
   search: location.search,
+  login: !document.getElementById("login").hidden,
+  storedToken: sessionStorage.getItem("pressure-admin-token"),
   resources: rows("data-resource"),
   tenants: rows("data-tenant"),
   tenantOrder: [...document.querySelectorAll("tr[data-tenant]")].map((tr) => tr.getAttribute("data-tenant")),
@@ -391,13 +397,23 @@ async fn run(browser: Browser) {
     assert_eq!(gw.chat("fallback").await, StatusCode::OK);
 
     let driver = browser.start(1280, 1320).await;
+    let dashboard = format!("http://{}/dashboard", gw.admin);
+
+    // 0. Without the token the page asks for it; given in the address, the
+    //    page keeps it for this tab and removes it from the address bar.
+    driver.goto(&dashboard).await;
+    until_page(&driver, "the token prompt", |page| async move {
+        match (page["link"].as_str(), page["login"].as_bool()) {
+            (Some("token"), Some(true)) => Ok(page),
+            other => Err(format!("link and prompt {other:?}")),
+        }
+    })
+    .await;
     let token = ADMIN_TOKEN
         .replace('/', "%2F")
         .replace('+', "%2B")
         .replace('=', "%3D");
-    driver
-        .goto(&format!("http://{}/dashboard?token={token}", gw.admin))
-        .await;
+    driver.goto(&format!("{dashboard}?token={token}")).await;
 
     // 1. The page is live, the token left the address bar, and its numbers
     //    are the stats'.
@@ -409,8 +425,19 @@ async fn run(browser: Browser) {
     })
     .await;
     assert_eq!(page["link"], "live", "{page}");
+    assert_eq!(page["login"], false, "{page}");
     assert_eq!(page["health"], "ok", "{page}");
     assert_eq!(page["search"], "", "the token is removed from the address");
+    assert_eq!(page["storedToken"], ADMIN_TOKEN, "kept, decoded, for this tab");
+    // A reload without the token in the address stays live.
+    driver.goto(&dashboard).await;
+    until_page(&driver, "the stats after a reload", |page| async move {
+        if page["link"] != "live" {
+            return Err(format!("link {}", page["link"]));
+        }
+        page_matches_stats(gw, page).await
+    })
+    .await;
     assert_eq!(page["tenantOrder"][0], "noisy", "most denied first: {page}");
     assert_eq!(page["tenants"]["noisy"]["denied"], 3, "{page}");
 

@@ -1,12 +1,17 @@
 // The pressure dashboard's script: reads one summary per second from
-// /admin/pressure/events (Server-Sent Events; polls /admin/pressure/summary
-// when the stream is refused or unsupported) and draws it. No framework, no
-// build step: plain DOM and SVG. Every value from the server is written with
-// textContent (tenant ids come from tokens and are never parsed as HTML).
-// Rates and charts are computed here, from the differences between two
-// summaries, so they cover the time since the page opened.
-"use strict";
-
+// /admin/pressure/events (the Server-Sent Events format, read with a
+// streaming fetch so that it can carry the Authorization header; polls
+// /admin/pressure/summary when the stream is refused or unsupported) and
+// draws it. No framework, no build step: plain DOM and SVG. Every value from
+// the server is written with textContent (tenant ids come from tokens and
+// are never parsed as HTML). Rates and charts are computed here, from the
+// differences between two summaries, so they cover the time since the page
+// opened.
+//
+// The admin token: taken once from ?token= (then removed from the address
+// bar) or from the prompt, kept in sessionStorage (this tab only), sent as
+// "Authorization: Bearer" on every request. No cookie: cookies are not
+// scoped by port and would reach the proxy listener and other local services.
 (function () {
   const HISTORY = 300; // chart points kept (5 minutes at one per second)
   const WINDOW = 60; // the narrowest chart window, in points (a fresh page)
@@ -22,15 +27,21 @@
   };
   const SVG = "http://www.w3.org/2000/svg";
 
+  const TOKEN_KEY = "pressure-admin-token";
+  const RETRY_MS = 2000;
   const params = new URLSearchParams(location.search);
-  // The token was turned into a session cookie by the page's answer; keep
-  // it out of the address bar, the history and screenshots.
   if (params.has("token")) {
+    sessionStorage.setItem(TOKEN_KEY, params.get("token"));
     params.delete("token");
     const rest = params.toString();
     history.replaceState(null, "", location.pathname + (rest ? "?" + rest : ""));
   }
   const top = params.get("top") || "20";
+
+  function headers() {
+    const token = sessionStorage.getItem(TOKEN_KEY);
+    return token ? { Authorization: "Bearer " + token } : {};
+  }
 
   const state = {
     updates: 0,
@@ -312,37 +323,96 @@
   // ------------------------------------------------------------ transport
 
   let polling = null;
+  let generation = 0; // bumped on a new token: older loops stop
 
-  function poll() {
+  function askToken(message) {
+    link("token", message);
+    document.getElementById("login").hidden = false;
+  }
+
+  document.getElementById("login").addEventListener("submit", (e) => {
+    e.preventDefault();
+    const input = document.getElementById("token-input");
+    if (!input.value) return;
+    sessionStorage.setItem(TOKEN_KEY, input.value);
+    input.value = "";
+    document.getElementById("login").hidden = true;
+    if (polling) clearInterval(polling);
+    polling = null;
+    stream(++generation);
+  });
+
+  function poll(gen) {
     if (polling) return;
-    const once = () => fetch(`/admin/pressure/summary?top=${encodeURIComponent(top)}`, { credentials: "same-origin" })
+    const once = () => fetch(`/admin/pressure/summary?top=${encodeURIComponent(top)}`, { headers: headers(), cache: "no-store" })
       .then((r) => {
-        if (r.status === 401) throw new Error("token required: open /dashboard?token=<token>");
+        if (r.status === 401) {
+          clearInterval(polling);
+          polling = null;
+          askToken("token required");
+          return null;
+        }
         if (!r.ok) throw new Error("summary answered " + r.status);
         return r.json();
       })
-      .then((s) => { render(s); link("polling", "polling"); })
+      .then((s) => { if (s && gen === generation) { render(s); link("polling", "polling"); } })
       .catch((e) => link("down", String(e.message || e)));
     once();
-    polling = setInterval(once, 2000);
+    polling = setInterval(once, RETRY_MS);
   }
 
-  function stream() {
-    if (!window.EventSource) return poll();
-    const source = new EventSource(`/admin/pressure/events?top=${encodeURIComponent(top)}`);
-    source.addEventListener("summary", (e) => {
-      link("live", "live");
-      render(JSON.parse(e.data));
-    });
-    source.onerror = () => {
-      if (source.readyState === EventSource.CLOSED) {
-        // Refused (401, 400) or not a stream: polling tells why.
-        poll();
-      } else {
-        link("reconnecting", "reconnecting…");
+  // Splits "event: ...\ndata: ...\n\n" blocks; calls onEvent(name, data).
+  function sseParser(onEvent) {
+    let buffer = "";
+    return (chunk) => {
+      buffer += chunk.replace(/\r\n?/g, "\n");
+      let end;
+      while ((end = buffer.indexOf("\n\n")) >= 0) {
+        const block = buffer.slice(0, end);
+        buffer = buffer.slice(end + 2);
+        let name = "message";
+        const data = [];
+        for (const line of block.split("\n")) {
+          if (line.startsWith("event:")) name = line.slice(6).trim();
+          else if (line.startsWith("data:")) data.push(line.slice(5).replace(/^ /, ""));
+        }
+        if (data.length) onEvent(name, data.join("\n"));
       }
     };
   }
 
-  stream();
+  async function stream(gen) {
+    let response;
+    try {
+      response = await fetch(`/admin/pressure/events?top=${encodeURIComponent(top)}`, {
+        headers: { ...headers(), Accept: "text/event-stream" }, cache: "no-store",
+      });
+    } catch (e) {
+      link("reconnecting", "reconnecting…");
+      setTimeout(() => gen === generation && stream(gen), RETRY_MS);
+      return;
+    }
+    if (response.status === 401) return askToken("token required");
+    if (!response.ok || !response.body || !window.TextDecoderStream) return poll(gen);
+    const feed = sseParser((name, data) => {
+      if (name !== "summary" || gen !== generation) return;
+      link("live", "live");
+      render(JSON.parse(data));
+    });
+    try {
+      const reader = response.body.pipeThrough(new TextDecoderStream()).getReader();
+      for (;;) {
+        const { value, done } = await reader.read();
+        if (done || gen !== generation) break;
+        feed(value);
+      }
+    } catch (e) {
+      // the connection broke: reconnect below
+    }
+    if (gen !== generation) return;
+    link("reconnecting", "reconnecting…");
+    setTimeout(() => gen === generation && stream(gen), RETRY_MS);
+  }
+
+  stream(generation);
 })();
