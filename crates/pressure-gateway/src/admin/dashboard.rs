@@ -26,8 +26,8 @@
 //! no-referrer`.
 
 use axum::extract::RawQuery;
-use axum::http::{header, HeaderValue};
-use axum::response::{IntoResponse, Redirect, Response};
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
 
 const PAGE: &str = include_str!("dashboard/index.html");
 const SCRIPT: &str = include_str!("dashboard/app.js");
@@ -36,12 +36,14 @@ const STYLE: &str = include_str!("dashboard/style.css");
 const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; \
                    img-src 'self' data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
 
-/// `GET /`: the dashboard is the admin listener's home page.
-pub(super) async fn home(RawQuery(query): RawQuery) -> Redirect {
-    match query {
-        Some(q) => Redirect::to(&format!("/dashboard?{q}")),
-        None => Redirect::to("/dashboard"),
-    }
+/// `GET /`: the dashboard is the admin listener's home page. The query (a
+/// `token`, `top`) goes along; one that is no valid header value is dropped
+/// rather than failing the redirect.
+pub(super) async fn home(RawQuery(query): RawQuery) -> Response {
+    let location = query
+        .and_then(|q| HeaderValue::from_str(&format!("/dashboard?{q}")).ok())
+        .unwrap_or(HeaderValue::from_static("/dashboard"));
+    (StatusCode::SEE_OTHER, [(header::LOCATION, location)]).into_response()
 }
 
 /// `GET /dashboard`.
