@@ -43,9 +43,12 @@ impl Browser {
                 "google-chrome-stable",
             ],
         )
-        .ok_or("no chromium on PATH (Debian: apt-get install chromium chromium-driver)")?;
-        let chromedriver = from_env_or_path("PRESSURE_CHROMEDRIVER", &["chromedriver"])
-            .ok_or("no chromedriver on PATH (Debian: apt-get install chromium-driver)")?;
+        .ok_or(
+            "no chromium (PRESSURE_CHROMIUM, or on PATH; Debian: apt-get install chromium chromium-driver)",
+        )?;
+        let chromedriver = from_env_or_path("PRESSURE_CHROMEDRIVER", &["chromedriver"]).ok_or(
+            "no chromedriver (PRESSURE_CHROMEDRIVER, or on PATH; Debian: apt-get install chromium-driver)",
+        )?;
         Ok(Self {
             chromium,
             chromedriver,
