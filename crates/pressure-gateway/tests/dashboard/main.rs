@@ -236,9 +236,11 @@ fn jwt(tenant: &str) -> String {
 
 /// What the page shows, read from its `data-*` attributes.
 const READ_PAGE: &str = r#"
+// A counter as shown: the visible text must be the data-value too.
 const num = (root, field) => {
   const e = root.querySelector(`[data-field="${field}"]`);
-  return e ? Number(e.getAttribute("data-value")) : null;
+  if (!e || e.textContent !== e.getAttribute("data-value")) return null;
+  return Number(e.textContent);
 };
 const rows = (attr) => Object.fromEntries([...document.querySelectorAll(`tr[${attr}]`)].map((tr) =>
   [tr.getAttribute(attr), { allowed: num(tr, "allowed"), denied: num(tr, "denied") }]));
