@@ -18,7 +18,10 @@ pub(super) async fn require_token(State(state): State<AdminState>, request: Requ
             "Bearer realm=\"pressure-admin\", error=\"invalid_token\"",
             "invalid bearer token",
         ),
-        None => unauthorized("Bearer realm=\"pressure-admin\"", "a bearer token is required"),
+        None => unauthorized(
+            "Bearer realm=\"pressure-admin\"",
+            "a bearer token is required (a browser: open /dashboard?token=<token>)",
+        ),
     }
 }
 

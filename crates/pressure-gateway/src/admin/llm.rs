@@ -11,6 +11,7 @@ use pressure_core::clock::duration_to_millis;
 use serde_json::{json, Value};
 
 use super::{error_response, AdminState};
+use crate::openai::Llm;
 
 pub(super) async fn llm(State(state): State<AdminState>) -> Response {
     let Some(llm) = &state.llm else {
@@ -20,6 +21,12 @@ pub(super) async fn llm(State(state): State<AdminState>) -> Response {
             "this gateway has no gateway.llm section",
         );
     };
+    Json(page(llm)).into_response()
+}
+
+/// The page's JSON, also embedded in the dashboard's summary
+/// (`/admin/pressure/summary`), so both show the same numbers.
+pub(super) fn page(llm: &Llm) -> Value {
     let registry = llm.breakers();
     let now = registry.clock().now_nanos();
     let breakers: Vec<Value> = registry
@@ -69,7 +76,7 @@ pub(super) async fn llm(State(state): State<AdminState>) -> Response {
         })
         .collect();
     let snapshot = llm.snapshot();
-    Json(json!({
+    json!({
         "breakers": breakers,
         "transitions": transitions,
         "pools": pools,
@@ -77,6 +84,5 @@ pub(super) async fn llm(State(state): State<AdminState>) -> Response {
         "errors": snapshot.errors,
         "attemptErrors": snapshot.attempt_errors,
         "failedSpentMicroUsd": snapshot.failed_spent_micro_usd,
-    }))
-    .into_response()
+    })
 }

@@ -11,19 +11,26 @@
 //! | `GET /healthz` | `{"status":"ok"}`, or `{"status":"degraded","redis":"unavailable","url":..,"error":..}` (the store's address and the real cause) |
 //! | `GET /readyz` | `{"status":"ready"}`, or `503 {"status":"draining"}` once the gateway stops |
 //! | `POST /admin/pressure/reload` | re-reads the config file: `200` with what changed, or `400` naming the JSON path (the old config serves on) |
+//! | `GET /admin/pressure/summary?top=N` | what the dashboard draws, small whatever the number of tenants (`admin/summary.rs`) |
+//! | `GET /admin/pressure/events?top=N&everyMs=M` | the summary as Server-Sent Events, one `summary` event per second (`admin/events.rs`) |
+//! | `GET /dashboard` (and `GET /` → 303) | the live operator dashboard, embedded in the binary (`admin/dashboard.rs`) |
 //!
 //! `/healthz` (liveness) always answers 200 while the process serves: when Redis is
 //! unavailable the gateway is still up and the configured failure mode
 //! decides, so a load balancer must not take the instance out; the body says
-//! it is degraded. With a token configured every other route requires
-//! `Authorization: Bearer <token>` (compared in constant time) and answers
-//! 401 with `WWW-Authenticate: Bearer` otherwise. Unknown routes answer 404,
+//! it is degraded. With a token configured every other route (but `/`,
+//! `/readyz` and the dashboard's page and assets, which hold no data)
+//! requires `Authorization: Bearer <token>` (compared in constant time) and
+//! answers 401 with `WWW-Authenticate: Bearer` otherwise. Unknown routes answer 404,
 //! wrong methods 405, all errors in the gateway's one error shape
 //! `{"error":{"type":"<code>","message":"..."}}`.
 
 mod auth;
+mod dashboard;
+mod events;
 mod llm;
 mod queue;
+mod summary;
 
 use crate::backend::{AnyBackend, Broker};
 use crate::metrics::{GatewayMetrics, CONTENT_TYPE};
@@ -85,10 +92,16 @@ pub fn router(state: AdminState) -> Router {
         .route("/admin/pressure/queue", get(queue::list))
         .route("/admin/pressure/queue/drain", axum::routing::post(queue::drain))
         .route("/admin/pressure/reload", axum::routing::post(reload))
+        .route("/admin/pressure/summary", get(summary::summary))
+        .route("/admin/pressure/events", get(events::events))
         .route("/metrics", get(metrics))
         .route_layer(middleware::from_fn_with_state(state.clone(), auth::require_token));
     Router::new()
         .merge(protected)
+        .route("/", get(dashboard::home))
+        .route("/dashboard", get(dashboard::page))
+        .route("/dashboard/app.js", get(dashboard::script))
+        .route("/dashboard/style.css", get(dashboard::style))
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .method_not_allowed_fallback(method_not_allowed)

@@ -2,6 +2,8 @@
 //! Prometheus text, tenant aggregation, the bearer token, 404/405 bodies and
 //! `/healthz` (including `degraded` when Redis goes away).
 
+mod dashboard;
+
 use bytes::Bytes;
 use http::{header, HeaderMap, Method, Request, StatusCode};
 use http_body_util::{BodyExt, Empty};
@@ -521,7 +523,7 @@ async fn bearer_token_guards_everything_but_healthz() {
     ))
     .await;
 
-    for path in ["/admin/pressure/stats", "/metrics"] {
+    for path in ["/admin/pressure/stats", "/admin/pressure/summary", "/metrics"] {
         for auth in [
             None,
             Some("Bearer wrong"),
@@ -695,6 +697,21 @@ async fn healthz_reports_redis_degraded_but_stays_up() {
     assert!(sample(&m, "pressure_redis_failures_total", &[]).is_some_and(|v| v >= 1.0));
     assert!(sample(&m, "pressure_redis_transitions_total", &[]).is_some_and(|v| v >= 1.0));
     assert!(sample(&m, "pressure_redis_fallbacks_total", &[]).is_some());
+
+    // The dashboard's summary says the same, and still answers.
+    let summary = server.get("/admin/pressure/summary").await.json();
+    let h = &summary["health"];
+    assert_eq!(
+        (&h["status"], &h["backend"]),
+        (&serde_json::json!("degraded"), &serde_json::json!("redis"))
+    );
+    assert_eq!(h["redis"]["healthy"], false, "{summary}");
+    assert_eq!(h["redis"]["url"], health["url"], "{summary}");
+    assert!(
+        h["redis"]["error"].as_str().is_some_and(|e| !e.is_empty()),
+        "{summary}"
+    );
+    assert_eq!(summary["resources"][0]["resource"], "gateway:service:rest");
 
     server.shutdown().await;
 }
