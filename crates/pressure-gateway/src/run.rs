@@ -17,7 +17,7 @@
 
 use crate::config::GatewayConfig;
 use crate::gateway::{Gateway, GatewayError};
-use crate::server::{distribute, serve_from, serve_with, ServeOptions, Source};
+use crate::server::{distribute, serve_from, serve_with, Source};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 use tokio::signal::unix::{signal, SignalKind};
@@ -106,10 +106,7 @@ pub async fn run(config: GatewayConfig, base_dir: &Path, options: RunOptions) ->
         .map_err(bind_error("gateway.admin.listen", &admin_addr))?;
     let (admin_tx, mut admin_rx) = tokio::sync::watch::channel(false);
     let router = gateway.admin_router();
-    let admin_options = ServeOptions {
-        grace: Duration::from_secs(1),
-        ..serve.clone()
-    };
+    let admin_options = gateway.admin_serve_options();
     let admin_task = tokio::spawn(async move {
         serve_with(admin_listener, router, &admin_options, async move {
             let _ = admin_rx.wait_for(|v| *v).await;

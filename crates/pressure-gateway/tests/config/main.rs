@@ -336,9 +336,9 @@ const CASES: &[Case] = &[
         "gateway.upstreams: at least one upstream is required",
     ),
     (
-        "https upstream",
-        |v| v["gateway"]["upstreams"]["rest"]["url"] = json!("https://api.example.com"),
-        "gateway.upstreams.rest.url: only http:// upstreams are supported",
+        "ftp upstream",
+        |v| v["gateway"]["upstreams"]["rest"]["url"] = json!("ftp://api.example.com"),
+        "gateway.upstreams.rest.url: only http:// and https:// upstreams are supported",
     ),
     (
         "upstream without scheme",
