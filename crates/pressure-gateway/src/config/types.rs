@@ -22,10 +22,6 @@ pub struct ConfigFile {
 pub struct GatewayConfig {
     /// Address of the proxy listener, e.g. `127.0.0.1:8080`.
     pub listen: String,
-    /// Serve the proxy listener over TLS (HTTPS, ALPN `h2`/`http/1.1`);
-    /// absent: plain HTTP/1.1 and h2c.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub tls: Option<super::ListenerTlsConfig>,
     /// Upstream services by name.
     pub upstreams: BTreeMap<String, UpstreamConfig>,
     /// Where limiter state lives.
@@ -54,6 +50,10 @@ pub struct GatewayConfig {
     /// gateway serves no LLM endpoint (the path is proxied like any other).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub llm: Option<LlmConfig>,
+    /// Serve the proxy listener over TLS (HTTPS, ALPN `h2`/`http/1.1`);
+    /// absent: plain HTTP/1.1 and h2c.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls: Option<super::ListenerTlsConfig>,
 }
 
 fn default_shutdown_grace_ms() -> u64 {

@@ -224,7 +224,7 @@ const CASES: &[Case] = &[
         "unknown key in gateway",
         |v| v["gateway"]["listn"] = json!("x"),
         "gateway.listn: unknown key `listn` in gateway (known keys: `listen`, `upstreams`, `backend`, `auth`, \
-         `admin`, `pressure`, `limits`, `timeouts`, `shutdownGraceMs`, `llm`)",
+         `admin`, `pressure`, `limits`, `timeouts`, `shutdownGraceMs`, `llm`, `tls`)",
     ),
     (
         "wrong type",
@@ -290,7 +290,7 @@ const CASES: &[Case] = &[
         "redis unknown key",
         |v| v["gateway"]["backend"] = json!({ "type": "redis", "urls": [] }),
         "gateway.backend.urls: unknown key `urls` in gateway.backend (known keys: `url`, `clusterNodes`, \
-         `keyPrefix`, `timeoutMs`, `connectTimeoutMs`, `failureMode`, `localShare`, `connections`, `denyCache`)",
+         `keyPrefix`, `timeoutMs`, `connectTimeoutMs`, `failureMode`, `localShare`, `connections`, `denyCache`, `tls`)",
     ),
     (
         "memory backend with settings",
