@@ -1,5 +1,6 @@
 //! [`run`]: the gateway as a process — bind, serve on every core, reload on
-//! `SIGHUP` (and on file changes with `watch`), drain on `SIGTERM`/`SIGINT`.
+//! `SIGHUP` (and on changes of the config or its TLS files with `watch`),
+//! drain on `SIGTERM`/`SIGINT`.
 //!
 //! * Both listeners are bound before anything else starts, without
 //!   `SO_REUSEPORT`: a second process on the same address fails with
@@ -145,7 +146,7 @@ async fn wait_for_stop(gateway: &Gateway, options: &RunOptions) {
         let _ = tokio::signal::ctrl_c().await;
         return;
     };
-    let mut seen = options.config_path.as_deref().and_then(modified);
+    let mut seen = stamps(gateway, options);
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     loop {
         tokio::select! {
@@ -156,15 +157,26 @@ async fn wait_for_stop(gateway: &Gateway, options: &RunOptions) {
                 let _ = gateway.reload();
             }
             _ = tick.tick(), if options.watch => {
-                let now = options.config_path.as_deref().and_then(modified);
-                if now.is_some() && now != seen {
-                    seen = now;
-                    tracing::info!("config file changed: reloading");
+                let now = stamps(gateway, options);
+                if now.first().is_some_and(Option::is_some) && now != seen {
+                    tracing::info!("config or certificate file changed: reloading");
                     let _ = gateway.reload();
+                    seen = stamps(gateway, options);
                 }
             }
         }
     }
+}
+
+/// When the config file and the TLS files it names were last modified
+/// (the config file first), for `--watch`: a rotated certificate reloads
+/// too.
+fn stamps(gateway: &Gateway, options: &RunOptions) -> Vec<Option<SystemTime>> {
+    let plan = gateway.plan();
+    let tls = crate::tls::watched_files(plan.config());
+    std::iter::once(options.config_path.as_deref().and_then(modified))
+        .chain(tls.into_iter().map(|f| modified(Path::new(f))))
+        .collect()
 }
 
 fn modified(path: &Path) -> Option<SystemTime> {

@@ -38,12 +38,15 @@ pub struct UpstreamTlsConfig {
     pub ca_file: Option<String>,
 }
 
-/// Makes every TLS file name of `cfg` absolute (relative to `base_dir`),
-/// leaving empty names alone for validation to refuse.
+/// Makes every TLS file name of `cfg` absolute (relative to `base_dir`,
+/// itself made absolute against the current directory), leaving empty
+/// names alone for validation to refuse.
 pub(crate) fn resolve_files(cfg: &mut GatewayConfig, base_dir: &Path) {
     let fix = |name: &mut String| {
         if !name.is_empty() {
-            *name = resolve(base_dir, name).to_string_lossy().into_owned();
+            let joined = resolve(base_dir, name);
+            let absolute = std::path::absolute(&joined).unwrap_or(joined);
+            *name = absolute.to_string_lossy().into_owned();
         }
     };
     for tls in [cfg.tls.as_mut(), cfg.admin.tls.as_mut()].into_iter().flatten() {

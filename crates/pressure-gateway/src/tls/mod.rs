@@ -24,7 +24,23 @@ pub use pem::{load_certs, load_key, load_roots};
 pub use server::{server_config, ClientTls, ServerTls};
 pub use upstream::UpstreamTls;
 
+use crate::config::GatewayConfig;
 use std::sync::Arc;
+
+/// The TLS files a reload re-reads (listener certificates and keys,
+/// upstream CA files), for watching them: a rotated certificate is a
+/// reason to reload.
+pub fn watched_files(cfg: &GatewayConfig) -> Vec<&str> {
+    let listeners = [cfg.tls.as_ref(), cfg.admin.tls.as_ref()]
+        .into_iter()
+        .flatten()
+        .flat_map(|t| [t.cert_file.as_str(), t.key_file.as_str()]);
+    let upstreams = cfg
+        .upstreams
+        .values()
+        .filter_map(|u| u.tls.as_ref().and_then(|t| t.ca_file.as_deref()));
+    listeners.chain(upstreams).collect()
+}
 
 /// The crypto provider of every TLS config the gateway builds: `ring`,
 /// named explicitly so no process-wide default is needed.
