@@ -123,3 +123,51 @@ fn check_upstreams(cfg: &GatewayConfig, base_dir: &Path) -> Result<(), ConfigErr
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::resolve_files;
+    use crate::config::parse_shape;
+    use std::path::Path;
+
+    #[test]
+    fn tls_file_names_become_absolute_against_the_config_directory() {
+        let mut cfg = parse_shape(
+            r#"{"gateway": {"listen": "127.0.0.1:1",
+                "tls": {"certFile": "certs/a.crt", "keyFile": "/abs/a.key"},
+                "admin": {"tls": {"certFile": "", "keyFile": "b.key"}},
+                "upstreams": {"u": {"url": "https://h:1", "pathPrefix": "/",
+                                    "tls": {"caFile": "ca.pem"}}},
+                "backend": {"type": "redis", "url": "rediss://h:6380",
+                            "tls": {"caFile": "../redis-ca.pem"}}}}"#,
+        )
+        .expect("shape");
+        resolve_files(&mut cfg, Path::new("/etc/pressure"));
+        let tls = cfg.tls.as_ref().expect("tls");
+        assert_eq!(tls.cert_file, "/etc/pressure/certs/a.crt");
+        assert_eq!(tls.key_file, "/abs/a.key");
+        let admin = cfg.admin.tls.as_ref().expect("admin tls");
+        assert_eq!(
+            admin.cert_file, "",
+            "empty names are left for validation to refuse"
+        );
+        assert_eq!(admin.key_file, "/etc/pressure/b.key");
+        let ca = cfg.upstreams["u"].tls.as_ref().and_then(|t| t.ca_file.clone());
+        assert_eq!(ca.as_deref(), Some("/etc/pressure/ca.pem"));
+        let crate::config::BackendConfig::Redis(rc) = &cfg.backend else {
+            panic!("redis backend");
+        };
+        let ca = rc.tls.as_ref().and_then(|t| t.ca_file.clone());
+        assert_eq!(ca.as_deref(), Some("/etc/pressure/../redis-ca.pem"));
+        assert_eq!(
+            crate::tls::watched_files(&cfg),
+            [
+                "/etc/pressure/certs/a.crt",
+                "/abs/a.key",
+                "",
+                "/etc/pressure/b.key",
+                "/etc/pressure/ca.pem"
+            ]
+        );
+    }
+}
