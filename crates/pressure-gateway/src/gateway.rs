@@ -18,7 +18,7 @@ use crate::plan::Plan;
 use crate::proxy::{Forward, Proxy};
 use crate::reload::{self, ReloadOutcome};
 use crate::server::{serve_with, ServeOptions};
-use crate::tls::{ServerTls, UpstreamTls};
+use crate::tls::{Listeners, LoadedTls};
 use arc_swap::ArcSwap;
 use axum::body::Body;
 use http::{Request, Response};
@@ -77,57 +77,6 @@ struct Inner {
     draining: AtomicBool,
     admin_token: Option<String>,
     tls: Listeners,
-}
-
-/// The TLS state built from the config and refreshed on reload: each TLS
-/// listener's certificate, and the trust of `https://` upstreams.
-struct Listeners {
-    proxy: Option<ServerTls>,
-    admin: Option<ServerTls>,
-    upstreams: Arc<ArcSwap<UpstreamTls>>,
-}
-
-/// The TLS configs of `config` (files relative to `base_dir`), loaded but
-/// not yet in use, so a reload can fail before it changes anything.
-struct LoadedTls {
-    proxy: Option<Arc<rustls::ServerConfig>>,
-    admin: Option<Arc<rustls::ServerConfig>>,
-    upstreams: UpstreamTls,
-}
-
-impl LoadedTls {
-    fn load(config: &GatewayConfig, base_dir: &Path) -> Result<Self, ConfigError> {
-        let server = |tls: &Option<crate::config::ListenerTlsConfig>, path: &str| {
-            tls.as_ref()
-                .map(|t| crate::tls::server_config(t, base_dir, path))
-                .transpose()
-        };
-        Ok(Self {
-            proxy: server(&config.tls, "gateway.tls")?,
-            admin: server(&config.admin.tls, "gateway.admin.tls")?,
-            upstreams: UpstreamTls::from_config(&config.upstreams, base_dir)?,
-        })
-    }
-
-    /// The state to serve with, from these configs.
-    fn into_listeners(self) -> Listeners {
-        Listeners {
-            proxy: self.proxy.map(ServerTls::new),
-            admin: self.admin.map(ServerTls::new),
-            upstreams: Arc::new(ArcSwap::from_pointee(self.upstreams)),
-        }
-    }
-
-    /// Puts these configs in use: new connections (both ways) use them.
-    /// Turning TLS on or off is refused before (restart only).
-    fn install(self, into: &Listeners) {
-        for (cell, config) in [(&into.proxy, self.proxy), (&into.admin, self.admin)] {
-            if let (Some(cell), Some(config)) = (cell, config) {
-                cell.replace(config);
-            }
-        }
-        into.upstreams.store(Arc::new(self.upstreams));
-    }
 }
 
 impl std::fmt::Debug for Gateway {

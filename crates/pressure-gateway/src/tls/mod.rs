@@ -16,10 +16,12 @@
 //!   public roots (`webpki-roots`), or against its `tls.caFile`; the SNI
 //!   and the name checked are the URL's host.
 
+mod loaded;
 mod pem;
 mod server;
 mod upstream;
 
+pub(crate) use loaded::{Listeners, LoadedTls};
 pub use pem::{load_certs, load_key, load_roots};
 pub use server::{server_config, ClientTls, ServerTls};
 pub use upstream::UpstreamTls;
