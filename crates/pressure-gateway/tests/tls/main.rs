@@ -266,6 +266,17 @@ fn check_config_refuses_tls_files_that_cannot_work() {
             json!({ "upstreams": plain.clone(), "backend": { "type": "redis", "url": "rediss://127.0.0.1:6379/#insecure" } }),
             "gateway.backend.url",
         ),
+        (
+            json!({ "upstreams": plain.clone(), "backend": { "type": "redis",
+                    "clusterNodes": ["rediss://127.0.0.1:7000", "redis://127.0.0.1:7001"] } }),
+            "gateway.backend.clusterNodes[1]",
+        ),
+        (
+            json!({ "upstreams": {
+                "api": { "url": "https://127.0.0.1:9443", "pathPrefix": "/a", "tls": { "caFile": "ca.pem" } },
+                "b": { "url": "https://127.0.0.1:9443", "pathPrefix": "/b" } } }),
+            "gateway.upstreams.b.tls",
+        ),
     ];
     for (section, path) in cases {
         let err = check(&scratch, section.clone()).expect_err(&format!("refused: {section}"));
