@@ -14,7 +14,8 @@ pub(crate) struct GatewayArgs {
     /// running.
     #[arg(long)]
     demo_upstream: bool,
-    /// Reload the config when the file changes (besides SIGHUP and
+    /// Reload the config when the file, or a TLS certificate, key or CA
+    /// file it names, changes (besides SIGHUP and
     /// `POST /admin/pressure/reload`).
     #[arg(long)]
     watch: bool,
@@ -85,9 +86,13 @@ pub(crate) async fn run(args: GatewayArgs) -> anyhow::Result<()> {
         eprintln!("demo upstream on http://{addr}");
         tokio::spawn(pressure_gateway::demo_upstream::serve(listener));
     }
+    let scheme = |tls: bool| if tls { "https" } else { "http" };
     eprintln!(
-        "gateway on http://{}  admin on http://{}",
-        cfg.listen, cfg.admin.listen
+        "gateway on {}://{}  admin on {}://{}",
+        scheme(cfg.tls.is_some()),
+        cfg.listen,
+        scheme(cfg.admin.tls.is_some()),
+        cfg.admin.listen
     );
     let options = pressure_gateway::RunOptions {
         config_path: Some(args.config.clone()),

@@ -18,6 +18,7 @@ use crate::plan::Plan;
 use crate::proxy::{Forward, Proxy};
 use crate::reload::{self, ReloadOutcome};
 use crate::server::{serve_with, ServeOptions};
+use crate::tls::{Listeners, LoadedTls};
 use arc_swap::ArcSwap;
 use axum::body::Body;
 use http::{Request, Response};
@@ -75,6 +76,7 @@ struct Inner {
     reload_lock: parking_lot::Mutex<()>,
     draining: AtomicBool,
     admin_token: Option<String>,
+    tls: Listeners,
 }
 
 impl std::fmt::Debug for Gateway {
@@ -144,6 +146,7 @@ impl Gateway {
             .as_deref()
             .and_then(|v| std::env::var(v).ok())
             .filter(|t| !t.is_empty());
+        let tls = LoadedTls::load(&config, base_dir)?.into_listeners();
         let plan = Plan::build(config, base_dir, &broker, llm)?;
         Ok(Self {
             inner: Arc::new(Inner {
@@ -156,6 +159,7 @@ impl Gateway {
                 reload_lock: parking_lot::Mutex::new(()),
                 draining: AtomicBool::new(false),
                 admin_token,
+                tls,
             }),
         })
     }
@@ -209,7 +213,10 @@ impl Gateway {
     /// the plan, limits, tenants and metrics are shared.
     pub fn service(&self) -> GatewayService {
         let connect_ms = self.plan().config().timeouts.connect_ms;
-        let proxy = Proxy::with_connect_timeout(std::time::Duration::from_millis(connect_ms));
+        let proxy = Proxy::with_upstream_tls(
+            std::time::Duration::from_millis(connect_ms),
+            Arc::clone(&self.inner.tls.upstreams),
+        );
         let metrics = Arc::clone(&self.inner.metrics);
         BoxCloneSyncService::new(
             ServiceBuilder::new()
@@ -265,6 +272,9 @@ impl Gateway {
         let old = self.plan();
         reload::check_restart_only(old.config(), &config)?;
         let outcome = ReloadOutcome::between(old.config(), &config);
+        // Certificates are read again on every reload (even when the file
+        // names did not change), before anything changes.
+        let tls = LoadedTls::load(&config, &self.inner.base_dir)?;
         let plan = Plan::build(
             config,
             &self.inner.base_dir,
@@ -276,6 +286,7 @@ impl Gateway {
             self.inner.broker.unregister(id);
         }
         self.inner.plan.store(Arc::new(plan));
+        tls.install(&self.inner.tls);
         Ok(outcome)
     }
 
@@ -301,9 +312,22 @@ impl Gateway {
         })
     }
 
-    /// How both listeners serve connections.
+    /// How the proxy listener serves connections (TLS when `gateway.tls`).
     pub fn serve_options(&self) -> ServeOptions {
-        ServeOptions::from_config(self.plan().config())
+        ServeOptions {
+            tls: self.inner.tls.proxy.clone(),
+            ..ServeOptions::from_config(self.plan().config())
+        }
+    }
+
+    /// How the admin listener serves connections: the proxy's timeouts, a
+    /// one-second grace, TLS when `gateway.admin.tls`.
+    pub fn admin_serve_options(&self) -> ServeOptions {
+        ServeOptions {
+            grace: std::time::Duration::from_secs(1),
+            tls: self.inner.tls.admin.clone(),
+            ..ServeOptions::from_config(self.plan().config())
+        }
     }
 
     /// [`serve`](Self::serve) in a background task until the returned
@@ -336,10 +360,7 @@ impl Gateway {
         let (admin_tx, mut admin_rx) = tokio::sync::watch::channel(false);
         let (proxy_tx, mut proxy_rx) = tokio::sync::watch::channel(false);
         let router = self.admin_router();
-        let admin_options = ServeOptions {
-            grace: std::time::Duration::from_secs(1),
-            ..options.clone()
-        };
+        let admin_options = self.admin_serve_options();
         let admin_task = tokio::spawn(async move {
             serve_with(admin, router, &admin_options, async move {
                 let _ = admin_rx.wait_for(|v| *v).await;

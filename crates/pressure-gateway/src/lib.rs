@@ -29,6 +29,7 @@ pub mod reload;
 pub mod resources;
 mod run;
 pub mod server;
+pub mod tls;
 
 pub use gateway::{Gateway, GatewayError, GatewayService, Serving};
 pub use run::{run, RunOptions};

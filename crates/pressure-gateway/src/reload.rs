@@ -3,9 +3,10 @@
 //! A reload re-reads the config file, validates it and swaps the whole plan
 //! (routes, limits, auth, tenant template, body and upstream bounds). What
 //! the running process bound or built at start can only change with a
-//! restart: the listeners (`listen`, `admin`), the `backend`, the LLM
-//! section, `limits.maxHeaderBytes`, the client-side and connect timeouts,
-//! `shutdownGraceMs` and `perTenant.maxTenants`. A reload that changes one
+//! restart: the listeners (`listen`, `admin`, turning `tls` on or off —
+//! the certificate files themselves are re-read on every reload), the
+//! `backend`, the LLM section, `limits.maxHeaderBytes`, the client-side and
+//! connect timeouts, `shutdownGraceMs` and `perTenant.maxTenants`. A reload that changes one
 //! of them is refused, naming it, and changes nothing.
 
 use crate::backend::Broker;
@@ -71,6 +72,14 @@ pub fn check_restart_only(old: &GatewayConfig, new: &GatewayConfig) -> Result<()
     }
     if old.admin.listen != new.admin.listen {
         return restart("gateway.admin.listen");
+    }
+    // Certificates reload; switching a listener between TLS and plain
+    // does not.
+    if old.tls.is_some() != new.tls.is_some() {
+        return restart("gateway.tls");
+    }
+    if old.admin.tls.is_some() != new.admin.tls.is_some() {
+        return restart("gateway.admin.tls");
     }
     if old.admin.token_env != new.admin.token_env {
         return restart("gateway.admin.tokenEnv");

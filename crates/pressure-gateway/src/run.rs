@@ -1,5 +1,6 @@
 //! [`run`]: the gateway as a process — bind, serve on every core, reload on
-//! `SIGHUP` (and on file changes with `watch`), drain on `SIGTERM`/`SIGINT`.
+//! `SIGHUP` (and on changes of the config or its TLS files with `watch`),
+//! drain on `SIGTERM`/`SIGINT`.
 //!
 //! * Both listeners are bound before anything else starts, without
 //!   `SO_REUSEPORT`: a second process on the same address fails with
@@ -17,7 +18,7 @@
 
 use crate::config::GatewayConfig;
 use crate::gateway::{Gateway, GatewayError};
-use crate::server::{distribute, serve_from, serve_with, ServeOptions, Source};
+use crate::server::{distribute, serve_from, serve_with, Source};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 use tokio::signal::unix::{signal, SignalKind};
@@ -106,10 +107,7 @@ pub async fn run(config: GatewayConfig, base_dir: &Path, options: RunOptions) ->
         .map_err(bind_error("gateway.admin.listen", &admin_addr))?;
     let (admin_tx, mut admin_rx) = tokio::sync::watch::channel(false);
     let router = gateway.admin_router();
-    let admin_options = ServeOptions {
-        grace: Duration::from_secs(1),
-        ..serve.clone()
-    };
+    let admin_options = gateway.admin_serve_options();
     let admin_task = tokio::spawn(async move {
         serve_with(admin_listener, router, &admin_options, async move {
             let _ = admin_rx.wait_for(|v| *v).await;
@@ -148,7 +146,7 @@ async fn wait_for_stop(gateway: &Gateway, options: &RunOptions) {
         let _ = tokio::signal::ctrl_c().await;
         return;
     };
-    let mut seen = options.config_path.as_deref().and_then(modified);
+    let mut seen = stamps(gateway, options);
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     loop {
         tokio::select! {
@@ -159,15 +157,26 @@ async fn wait_for_stop(gateway: &Gateway, options: &RunOptions) {
                 let _ = gateway.reload();
             }
             _ = tick.tick(), if options.watch => {
-                let now = options.config_path.as_deref().and_then(modified);
-                if now.is_some() && now != seen {
-                    seen = now;
-                    tracing::info!("config file changed: reloading");
+                let now = stamps(gateway, options);
+                if now.first().is_some_and(Option::is_some) && now != seen {
+                    tracing::info!("config or certificate file changed: reloading");
                     let _ = gateway.reload();
+                    seen = stamps(gateway, options);
                 }
             }
         }
     }
+}
+
+/// When the config file and the TLS files it names were last modified
+/// (the config file first), for `--watch`: a rotated certificate reloads
+/// too.
+fn stamps(gateway: &Gateway, options: &RunOptions) -> Vec<Option<SystemTime>> {
+    let plan = gateway.plan();
+    let tls = crate::tls::watched_files(plan.config());
+    std::iter::once(options.config_path.as_deref().and_then(modified))
+        .chain(tls.into_iter().map(|f| modified(Path::new(f))))
+        .collect()
 }
 
 fn modified(path: &Path) -> Option<SystemTime> {

@@ -11,6 +11,9 @@
 //! * accept failures (`EMFILE` when the fd limit is hit) back off
 //!   exponentially up to one second and are logged at most once a second
 //!   with the count of the suppressed ones;
+//! * TLS, when [`ServeOptions::tls`] is set (`crate::tls`): the handshake
+//!   first, within `headerReadMs`, then the same HTTP/1.1 or HTTP/2 (ALPN)
+//!   service; a failed handshake just closes the connection;
 //! * graceful stop: when `shutdown` resolves the listener is closed, idle
 //!   keep-alive connections are closed, requests and streams in flight
 //!   finish, and [`serve_with`] returns once every connection is gone or
@@ -52,6 +55,8 @@ pub struct ServeOptions {
     pub send: Duration,
     /// How long a stop waits for connections to finish.
     pub grace: Duration,
+    /// Serve over TLS with this (current) certificate; `None`: plain.
+    pub tls: Option<crate::tls::ServerTls>,
 }
 
 impl Default for ServeOptions {
@@ -62,6 +67,7 @@ impl Default for ServeOptions {
             idle: Duration::from_secs(60),
             send: Duration::from_secs(60),
             grace: Duration::from_secs(30),
+            tls: None,
         }
     }
 }
@@ -76,6 +82,7 @@ impl ServeOptions {
             idle: Duration::from_millis(t.idle_ms),
             send: Duration::from_millis(t.send_ms),
             grace: Duration::from_millis(cfg.shutdown_grace_ms),
+            tls: None,
         }
     }
 }
@@ -321,7 +328,31 @@ impl Connection {
             inner: service,
             peer,
             activity: Arc::clone(&activity),
+            tls: self.options.tls.is_some(),
         };
+        match self.options.tls.clone() {
+            None => self.serve(io, svc, &activity, peer).await,
+            Some(tls) => {
+                if let Some(io) = tls.accept(io, self.options.header_read, peer).await {
+                    self.serve(io, svc, &activity, peer).await;
+                }
+            }
+        }
+        if self.open.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.all_closed.notify_waiters();
+        }
+    }
+
+    /// Serves HTTP on `io` until the connection ends, expires or drains.
+    async fn serve<I, S>(&mut self, io: I, svc: ConnService<S>, activity: &Activity, peer: SocketAddr)
+    where
+        I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+        S: tower::Service<Request<Body>, Response = Response<Body>, Error = Infallible>
+            + Clone
+            + Send
+            + 'static,
+        S::Future: Send + 'static,
+    {
         // The connection (and its socket) is gone when this block ends.
         {
             let conn = self.builder.serve_connection_with_upgrades(TokioIo::new(io), svc);
@@ -345,9 +376,6 @@ impl Connection {
                     }
                 }
             }
-        }
-        if self.open.fetch_sub(1, Ordering::AcqRel) == 1 {
-            self.all_closed.notify_waiters();
         }
     }
 }
@@ -416,6 +444,8 @@ struct ConnService<S> {
     inner: S,
     peer: SocketAddr,
     activity: Arc<Activity>,
+    /// The connection is TLS: requests carry [`crate::tls::ClientTls`].
+    tls: bool,
 }
 
 impl<S> hyper::service::Service<Request<hyper::body::Incoming>> for ConnService<S>
@@ -431,6 +461,9 @@ where
         let guard = InFlight::new(Arc::clone(&self.activity));
         let mut req = req.map(Body::new);
         req.extensions_mut().insert(ConnectInfo(self.peer));
+        if self.tls {
+            req.extensions_mut().insert(crate::tls::ClientTls);
+        }
         let fut = self.inner.clone().oneshot(req);
         Box::pin(async move {
             let resp = fut.await?;

@@ -41,6 +41,9 @@ pub struct RedisConfig {
     pub connections: usize,
     /// Refuse locally what the store already denied until a known time.
     pub deny_cache: bool,
+    /// TLS for `rediss://` URLs (a private CA); absent: the public roots.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tls: Option<crate::RedisTlsConfig>,
 }
 
 impl Default for RedisConfig {
@@ -55,6 +58,7 @@ impl Default for RedisConfig {
             local_share: 0.25,
             connections: 2,
             deny_cache: true,
+            tls: None,
         }
     }
 }
@@ -102,6 +106,6 @@ impl RedisConfig {
                 "must be non-empty and contain no braces",
             ));
         }
-        Ok(())
+        crate::tls::check(self)
     }
 }

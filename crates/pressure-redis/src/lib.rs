@@ -50,3 +50,5 @@ mod scripts;
 
 pub use backend::{RedisBackend, RedisHandle, RedisStatus};
 pub use config::{FailureMode, RedisConfig};
+pub use tls::RedisTlsConfig;
+mod tls;

@@ -37,7 +37,7 @@ mod resp;
 mod server;
 
 pub use cluster::RedisCluster;
-pub use server::RedisServer;
+pub use server::{RedisServer, TlsFiles};
 
 use std::sync::OnceLock;
 

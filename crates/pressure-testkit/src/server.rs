@@ -3,6 +3,7 @@
 use crate::process::{fresh_dir, StartError, Watched};
 use crate::{require, resp, Program};
 use std::net::TcpListener;
+use std::path::PathBuf;
 
 /// Attempts at finding a free port before giving up.
 const PORT_ATTEMPTS: usize = 10;
@@ -19,7 +20,21 @@ const PORT_ATTEMPTS: usize = 10;
 pub struct RedisServer {
     port: u16,
     extra: Vec<String>,
+    tls: Option<TlsFiles>,
     process: Option<Watched>,
+}
+
+/// The PEM files of a TLS-only server ([`RedisServer::try_start_tls`]);
+/// the test makes them (e.g. with `rcgen`) for `127.0.0.1`.
+#[derive(Debug, Clone)]
+pub struct TlsFiles {
+    /// The server's certificate chain.
+    pub cert: PathBuf,
+    /// The server's private key.
+    pub key: PathBuf,
+    /// The CA that signed it (Redis requires one even when it does not
+    /// ask clients for certificates).
+    pub ca: PathBuf,
 }
 
 /// Ports that were free a moment ago, all distinct (each listener is held
@@ -53,6 +68,33 @@ impl RedisServer {
         Self::try_start_with(&[])
     }
 
+    /// Starts a server that speaks TLS only (`--port 0 --tls-port <free
+    /// port>`, clients not asked for certificates) with `files`; its
+    /// [`url`](Self::url) is `rediss://127.0.0.1:<port>`. An `Err` whose
+    /// text mentions TLS is the usual sign of a redis-server built
+    /// without it. [`answers`](Self::answers) does not work on it (plain
+    /// `PING`).
+    pub fn try_start_tls(files: &TlsFiles) -> Result<Self, String> {
+        require(Program::Server)?;
+        for _ in 0..PORT_ATTEMPTS {
+            let port = free_ports(1).map_err(|e| format!("no free loopback port: {e}"))?[0];
+            let mut server = Self {
+                port,
+                extra: Vec::new(),
+                tls: Some(files.clone()),
+                process: None,
+            };
+            match server.spawn() {
+                Ok(()) => return Ok(server),
+                Err(StartError::PortTaken) => continue,
+                Err(StartError::Failed(e)) => return Err(e),
+            }
+        }
+        Err(format!(
+            "redis-server: no free port after {PORT_ATTEMPTS} attempts"
+        ))
+    }
+
     /// Starts a server with `extra` arguments (e.g. `--cluster-enabled yes`),
     /// retrying on another port when the chosen one is taken meanwhile.
     pub(crate) fn try_start_with(extra: &[String]) -> Result<Self, String> {
@@ -75,6 +117,7 @@ impl RedisServer {
         let mut server = Self {
             port,
             extra: extra.to_vec(),
+            tls: None,
             process: None,
         };
         server.spawn()?;
@@ -102,6 +145,20 @@ impl RedisServer {
         .map(|s| (*s).to_owned())
         .collect();
         args.push(dir.to_string_lossy().into_owned());
+        if let Some(tls) = &self.tls {
+            // Later arguments win: the plain port is switched off.
+            for (flag, value) in [
+                ("--port", "0".to_owned()),
+                ("--tls-port", self.port.to_string()),
+                ("--tls-cert-file", tls.cert.to_string_lossy().into_owned()),
+                ("--tls-key-file", tls.key.to_string_lossy().into_owned()),
+                ("--tls-ca-cert-file", tls.ca.to_string_lossy().into_owned()),
+                ("--tls-auth-clients", "no".to_owned()),
+            ] {
+                args.push(flag.to_owned());
+                args.push(value);
+            }
+        }
         args.extend(self.extra.iter().cloned());
         match Watched::start("redis-server", &args, &dir) {
             Ok(p) => {
@@ -120,9 +177,10 @@ impl RedisServer {
         self.port
     }
 
-    /// `redis://127.0.0.1:<port>`.
+    /// `redis://127.0.0.1:<port>` (`rediss://` for a TLS server).
     pub fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}", self.port)
+        let scheme = if self.tls.is_some() { "rediss" } else { "redis" };
+        format!("{scheme}://127.0.0.1:{}", self.port)
     }
 
     /// The server's pid, while it runs.

@@ -5,7 +5,8 @@
 //!
 //! Paths use the dotted, indexed form `gateway.pressure.perRoute[1].limits`;
 //! relative file names in the config (`pressure.manifestsDir`,
-//! `auth.jwt.publicKeyFile`) are relative to the config file's directory.
+//! `auth.jwt.publicKeyFile`, the TLS files) are relative to the config
+//! file's directory; the TLS ones are made absolute here, at load.
 
 use super::error::ConfigError;
 use super::manifest;
@@ -25,6 +26,7 @@ pub fn parse(json: &str) -> Result<GatewayConfig, ConfigError> {
 /// Like [`parse`], with relative file names resolved against `base_dir`.
 pub fn parse_in(json: &str, base_dir: &Path) -> Result<GatewayConfig, ConfigError> {
     let mut cfg = parse_shape(json)?;
+    super::tls::resolve_files(&mut cfg, base_dir);
     validate(&cfg, base_dir)?;
     manifest::apply_manifests(&mut cfg, base_dir)?;
     Ok(cfg)

@@ -50,6 +50,10 @@ pub struct GatewayConfig {
     /// gateway serves no LLM endpoint (the path is proxied like any other).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub llm: Option<LlmConfig>,
+    /// Serve the proxy listener over TLS (HTTPS, ALPN `h2`/`http/1.1`);
+    /// absent: plain HTTP/1.1 and h2c.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls: Option<super::ListenerTlsConfig>,
 }
 
 fn default_shutdown_grace_ms() -> u64 {
@@ -60,10 +64,14 @@ fn default_shutdown_grace_ms() -> u64 {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct UpstreamConfig {
-    /// Base URL, `http://host:port` (an optional path is prepended).
+    /// Base URL, `http://host:port` or `https://host:port` (an optional
+    /// path is prepended).
     pub url: String,
     /// Requests whose path starts with this prefix go to this upstream.
     pub path_prefix: String,
+    /// How an `https://` upstream is verified (default: public roots).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls: Option<super::UpstreamTlsConfig>,
 }
 
 /// `gateway.backend`.
@@ -135,6 +143,9 @@ pub struct AdminConfig {
     /// require; none means no token.
     #[serde(default)]
     pub token_env: Option<String>,
+    /// Serve the admin listener over TLS; absent: plain HTTP.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls: Option<super::ListenerTlsConfig>,
 }
 
 impl Default for AdminConfig {
@@ -142,6 +153,7 @@ impl Default for AdminConfig {
         Self {
             listen: default_admin_listen(),
             token_env: None,
+            tls: None,
         }
     }
 }

@@ -48,6 +48,7 @@ pub fn validate(cfg: &GatewayConfig, base_dir: &Path) -> Result<(), ConfigError>
     check_pressure(&cfg.pressure, cfg)?;
     check_request_limits(cfg)?;
     check_llm(cfg)?;
+    super::tls::check_tls(cfg, base_dir)?;
     Ok(())
 }
 
@@ -156,14 +157,19 @@ fn check_upstreams(cfg: &GatewayConfig) -> Result<(), ConfigError> {
     Ok(())
 }
 
-/// `http://host[:port][/path]`, nothing else.
+/// `http://host[:port][/path]` or `https://…`, nothing else.
 fn check_upstream_url(url: &str, path: &str) -> Result<(), ConfigError> {
     let uri: http::Uri = url
         .parse()
         .map_err(|e| ConfigError::new(path, format!("\"{url}\" is not a valid URL: {e}")))?;
     match uri.scheme_str() {
-        Some("http") => {}
-        Some(_) => return Err(ConfigError::new(path, "only http:// upstreams are supported")),
+        Some("http" | "https") => {}
+        Some(_) => {
+            return Err(ConfigError::new(
+                path,
+                "only http:// and https:// upstreams are supported",
+            ))
+        }
         None => {
             return Err(ConfigError::new(
                 path,

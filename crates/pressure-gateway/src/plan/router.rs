@@ -190,6 +190,7 @@ mod tests {
         let cfg = UpstreamConfig {
             url: "http://127.0.0.1:1".into(),
             path_prefix: prefix.into(),
+            tls: None,
         };
         Arc::new(Upstream::new(name, &cfg).expect("valid upstream"))
     }

@@ -3,6 +3,7 @@
 //! of upstream failures to `502`/`504` answers.
 
 use super::body::{ClientBody, ClientFault};
+use super::connector::UpstreamConnector;
 use super::error::ProxyError;
 use super::headers::{set_forwarding, strip_hop_by_hop};
 use super::routing::Upstream;
@@ -10,6 +11,8 @@ use super::upgrade::ClientUpgrade;
 use crate::config::TimeoutConfig;
 use crate::layers::Reply;
 use crate::rejection::Rejection;
+use crate::tls::UpstreamTls;
+use arc_swap::ArcSwap;
 use axum::body::Body;
 use http::uri::PathAndQuery;
 use http::{header, HeaderValue, Request, Response, StatusCode, Version};
@@ -19,6 +22,7 @@ use hyper_util::client::legacy::Client;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 use std::error::Error as StdError;
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// How long an idle pooled upstream connection is kept.
@@ -32,7 +36,7 @@ const TCP_KEEPALIVE: Duration = Duration::from_secs(60);
 /// Bodies stream both ways; nothing is buffered.
 #[derive(Debug, Clone)]
 pub struct Proxy {
-    client: Client<HttpConnector, Body>,
+    client: Client<UpstreamConnector, Body>,
 }
 
 impl Proxy {
@@ -53,13 +57,27 @@ impl Proxy {
         )))
     }
 
-    /// The client with connecting bounded by `connect` (then `502`).
+    /// The client with connecting bounded by `connect` (then `502`);
+    /// `https://` upstreams are verified against the public roots.
     pub fn with_connect_timeout(connect: Duration) -> Proxy {
-        let mut connector = HttpConnector::new();
-        connector.set_nodelay(true);
-        connector.set_connect_timeout(Some(connect));
-        connector.set_keepalive(Some(TCP_KEEPALIVE));
-        connector.enforce_http(true);
+        Self::with_upstream_tls(
+            connect,
+            Arc::new(ArcSwap::from_pointee(UpstreamTls::public_roots())),
+        )
+    }
+
+    /// [`with_connect_timeout`](Self::with_connect_timeout), with
+    /// `https://` upstreams verified by the current `tls` (the gateway
+    /// swaps it on reload; the TLS handshake counts against `totalMs`).
+    pub fn with_upstream_tls(connect: Duration, tls: Arc<ArcSwap<UpstreamTls>>) -> Proxy {
+        let mut http = HttpConnector::new();
+        http.set_nodelay(true);
+        http.set_connect_timeout(Some(connect));
+        http.set_keepalive(Some(TCP_KEEPALIVE));
+        // The scheme is checked by the connector: http:// plain, https://
+        // over TLS.
+        http.enforce_http(false);
+        let connector = UpstreamConnector::new(http, tls);
 
         let client = Client::builder(TokioExecutor::new())
             .timer(TokioTimer::new())
@@ -132,6 +150,11 @@ impl Proxy {
             original_host,
             upstream.authority(),
         );
+        if parts.extensions.get::<crate::tls::ClientTls>().is_some() {
+            parts
+                .headers
+                .insert("x-forwarded-proto", HeaderValue::from_static("https"));
+        }
         parts.uri = uri;
         parts.version = Version::HTTP_11;
         let req = Request::from_parts(parts, body);

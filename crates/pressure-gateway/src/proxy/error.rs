@@ -39,4 +39,7 @@ pub enum ProxyError {
         /// The JSON name of the field (`connectMs`, `totalMs`).
         field: &'static str,
     },
+    /// An upstream's `tls.caFile` cannot be loaded (names the JSON path).
+    #[error(transparent)]
+    Tls(#[from] crate::config::ConfigError),
 }

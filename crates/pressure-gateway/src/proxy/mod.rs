@@ -12,7 +12,8 @@
 //!   `Proxy-Authenticate`, `Proxy-Authorization`, `TE`, `Trailer`,
 //!   `Transfer-Encoding`, `Upgrade`) are dropped on the request and on the
 //!   response (WebSocket upgrades excepted, below). `X-Forwarded-For` gains
-//!   the client's IP, `X-Forwarded-Proto` is `http`, `X-Forwarded-Host` is
+//!   the client's IP, `X-Forwarded-Proto` is `http` (`https` when the
+//!   client came over TLS), `X-Forwarded-Host` is
 //!   the `Host` the client sent, and `Host` names the upstream.
 //! * **Streaming**: the request body is passed through as it arrives and the
 //!   upstream's body is returned as it arrives; nothing is buffered.
@@ -48,10 +49,12 @@
 //! # }
 //! ```
 //!
-//! Not handled: upstreams speak plain `http://` only.
+//! Upstreams are `http://` or `https://` (`connector.rs`: rustls, the
+//! public roots or the upstream's `tls.caFile`, SNI from the URL's host).
 
 mod body;
 mod client;
+mod connector;
 mod error;
 mod headers;
 mod routing;
@@ -60,6 +63,7 @@ mod upgrade;
 
 pub(crate) use body::is_too_large;
 pub use client::Proxy;
+pub use connector::UpstreamConnector;
 pub use error::ProxyError;
 pub use routing::{Upstream, Upstreams};
 pub use service::{Forward, ProxyService};

@@ -37,9 +37,9 @@ impl Upstream {
         let scheme = base
             .scheme()
             .cloned()
-            .ok_or_else(|| invalid_url("must be an absolute http:// URL"))?;
-        if scheme != Scheme::HTTP {
-            return Err(invalid_url("only http:// upstreams are supported"));
+            .ok_or_else(|| invalid_url("must be an absolute http:// or https:// URL"))?;
+        if scheme != Scheme::HTTP && scheme != Scheme::HTTPS {
+            return Err(invalid_url("only http:// and https:// upstreams are supported"));
         }
         let authority = base
             .authority()
@@ -189,6 +189,7 @@ mod tests {
                     UpstreamConfig {
                         url: (*url).to_owned(),
                         path_prefix: (*prefix).to_owned(),
+                        tls: None,
                     },
                 )
             })
@@ -250,7 +251,7 @@ mod tests {
     #[test]
     fn bad_config_is_refused() {
         for (url, prefix) in [
-            ("https://127.0.0.1:1", "/"),
+            ("ftp://127.0.0.1:1", "/"),
             ("127.0.0.1:1", "/"),
             ("/just/a/path", "/"),
             ("http://user:pw@127.0.0.1:1", "/"),

@@ -84,13 +84,19 @@ pub struct ProxyService {
 }
 
 impl ProxyService {
-    /// Builds the proxy and its upstream table from config.
+    /// Builds the proxy and its upstream table from config (as loaded:
+    /// `tls.caFile` names are absolute then, or relative to the current
+    /// directory).
     pub fn from_config(
         upstreams: &BTreeMap<String, UpstreamConfig>,
         timeouts: &TimeoutConfig,
     ) -> Result<Self, ProxyError> {
+        // Checks the timeouts.
+        Proxy::new(timeouts)?;
+        let tls = crate::tls::UpstreamTls::from_config(upstreams, std::path::Path::new("."))?;
+        let tls = Arc::new(arc_swap::ArcSwap::from_pointee(tls));
         Ok(Self {
-            proxy: Proxy::new(timeouts)?,
+            proxy: Proxy::with_upstream_tls(Duration::from_millis(timeouts.connect_ms), tls),
             upstreams: Arc::new(Upstreams::new(upstreams)?),
             total: Duration::from_millis(timeouts.total_ms),
         })

@@ -249,7 +249,7 @@ const CASES: &[Case] = &[
         "unknown key in gateway",
         |v| v["gateway"]["listn"] = json!("x"),
         "gateway.listn: unknown key `listn` in gateway (known keys: `listen`, `upstreams`, `backend`, `auth`, \
-         `admin`, `pressure`, `limits`, `timeouts`, `shutdownGraceMs`, `llm`)",
+         `admin`, `pressure`, `limits`, `timeouts`, `shutdownGraceMs`, `llm`, `tls`)",
     ),
     (
         "wrong type",
@@ -315,7 +315,7 @@ const CASES: &[Case] = &[
         "redis unknown key",
         |v| v["gateway"]["backend"] = json!({ "type": "redis", "urls": [] }),
         "gateway.backend.urls: unknown key `urls` in gateway.backend (known keys: `url`, `clusterNodes`, \
-         `keyPrefix`, `timeoutMs`, `connectTimeoutMs`, `failureMode`, `localShare`, `connections`, `denyCache`)",
+         `keyPrefix`, `timeoutMs`, `connectTimeoutMs`, `failureMode`, `localShare`, `connections`, `denyCache`, `tls`)",
     ),
     (
         "memory backend with settings",
@@ -361,9 +361,9 @@ const CASES: &[Case] = &[
         "gateway.upstreams: at least one upstream is required",
     ),
     (
-        "https upstream",
-        |v| v["gateway"]["upstreams"]["rest"]["url"] = json!("https://api.example.com"),
-        "gateway.upstreams.rest.url: only http:// upstreams are supported",
+        "ftp upstream",
+        |v| v["gateway"]["upstreams"]["rest"]["url"] = json!("ftp://api.example.com"),
+        "gateway.upstreams.rest.url: only http:// and https:// upstreams are supported",
     ),
     (
         "upstream without scheme",

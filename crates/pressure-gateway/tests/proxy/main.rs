@@ -147,6 +147,7 @@ fn upstreams(entries: &[(&str, String, &str)]) -> BTreeMap<String, UpstreamConfi
                 UpstreamConfig {
                     url: url.clone(),
                     path_prefix: (*prefix).to_owned(),
+                    tls: None,
                 },
             )
         })
