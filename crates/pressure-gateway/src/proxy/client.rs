@@ -4,12 +4,13 @@
 
 use super::body::{ClientBody, ClientFault};
 use super::error::ProxyError;
+use super::failure::classify;
 use super::headers::{set_forwarding, strip_hop_by_hop};
 use super::routing::Upstream;
 use super::upgrade::ClientUpgrade;
 use crate::config::TimeoutConfig;
 use crate::layers::Reply;
-use crate::rejection::Rejection;
+use crate::rejection::{Rejection, UpstreamFailure};
 use axum::body::Body;
 use http::uri::PathAndQuery;
 use http::{header, HeaderValue, Request, Response, StatusCode, Version};
@@ -168,12 +169,14 @@ fn switch_protocols(
         return Err(Rejection::UpstreamError {
             upstream: upstream.name().to_owned(),
             reason: "switched protocols without an upgrade request".into(),
+            kind: UpstreamFailure::BadResponse,
         });
     };
     let Some(upstream_upgrade) = parts.extensions.remove::<OnUpgrade>() else {
         return Err(Rejection::UpstreamError {
             upstream: upstream.name().to_owned(),
             reason: "the upstream connection cannot be upgraded".into(),
+            kind: UpstreamFailure::Error,
         });
     };
     let protocol = parts.headers.get(header::UPGRADE).cloned();
@@ -189,6 +192,7 @@ fn failed(upstream: &Upstream, error: &hyper_util::client::legacy::Error) -> Rej
         return Rejection::UpstreamUnavailable {
             upstream: name,
             reason: root_cause(error),
+            kind: classify(error),
         };
     }
     tracing::debug!(upstream = upstream.name(), error = %error_chain(error), "upstream exchange failed");
@@ -196,6 +200,7 @@ fn failed(upstream: &Upstream, error: &hyper_util::client::legacy::Error) -> Rej
     Rejection::UpstreamError {
         upstream: name,
         reason,
+        kind: classify(error),
     }
 }
 

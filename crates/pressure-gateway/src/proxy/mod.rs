@@ -53,6 +53,7 @@
 mod body;
 mod client;
 mod error;
+mod failure;
 mod headers;
 mod routing;
 mod service;
