@@ -224,7 +224,7 @@ const CASES: &[Case] = &[
         "unknown key in gateway",
         |v| v["gateway"]["listn"] = json!("x"),
         "gateway.listn: unknown key `listn` in gateway (known keys: `listen`, `upstreams`, `backend`, `auth`, \
-         `admin`, `pressure`, `limits`, `timeouts`, `shutdownGraceMs`, `llm`)",
+         `admin`, `pressure`, `limits`, `timeouts`, `shutdownGraceMs`, `llm`, `accessLog`)",
     ),
     (
         "wrong type",
