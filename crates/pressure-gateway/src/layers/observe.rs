@@ -7,13 +7,16 @@
 //!
 //! Settling counts the request in its (route, upstream) series and the
 //! latency histogram, lowers the gauge and, when on, writes the access log
-//! line. The series was looked up once, at routing; nothing here allocates
+//! line. A proxied response body that fails (the upstream died after its
+//! head) also counts as an upstream failure of kind `reset`. The series was looked up once, at routing; nothing here allocates
 //! unless the access log is on.
 
 use crate::access_log::{AccessRecord, REQUEST_ID};
 use crate::metrics::traffic::{Series, NONE};
 use crate::metrics::GatewayMetrics;
 use crate::plan::{Endpoint, Route};
+use crate::proxy::Upstream;
+use crate::rejection::UpstreamFailure;
 use axum::body::Body;
 use bytes::Bytes;
 use http::Response;
@@ -42,6 +45,9 @@ pub fn labels(route: &Route) -> (&str, &str) {
 pub(crate) struct Observation {
     metrics: Arc<GatewayMetrics>,
     series: Arc<Series>,
+    /// The upstream of a proxied request: a response body that fails is
+    /// its failure (`reset`: it died after the head).
+    upstream: Option<Arc<Upstream>>,
     start: Instant,
     status: u16,
     bytes: u64,
@@ -62,12 +68,19 @@ impl Observation {
         traffic.started();
         Self {
             series: traffic.series(route, upstream),
+            upstream: None,
             metrics: Arc::clone(metrics),
             start,
             status: CLIENT_CLOSED,
             bytes: 0,
             access,
         }
+    }
+
+    /// Blames a failing response body on `upstream` (a proxied request).
+    pub(crate) fn proxied(mut self, upstream: Option<Arc<Upstream>>) -> Self {
+        self.upstream = upstream;
+        self
     }
 
     /// The response head is here: notes its status, echoes the request id
@@ -125,7 +138,16 @@ impl http_body::Body for ObservedBody {
                     obs.bytes += data.len() as u64;
                 }
             }
-            Poll::Ready(None | Some(Err(_))) => drop(this.obs.take()),
+            Poll::Ready(Some(Err(_))) => {
+                if let Some(obs) = this.obs.take() {
+                    if let Some(u) = &obs.upstream {
+                        obs.metrics
+                            .traffic()
+                            .upstream_failure(u.name(), UpstreamFailure::Reset.as_str());
+                    }
+                }
+            }
+            Poll::Ready(None) => drop(this.obs.take()),
             Poll::Pending => {}
         }
         out

@@ -23,7 +23,7 @@ use crate::charged::Charged;
 use crate::metrics::traffic::NONE;
 use crate::metrics::GatewayMetrics;
 use crate::path::normalize;
-use crate::plan::Plan;
+use crate::plan::{Endpoint, Plan};
 use crate::rejection::{Dialect, Rejection};
 use arc_swap::ArcSwap;
 use axum::body::Body;
@@ -169,7 +169,11 @@ where
             a.set_path(req.uri().path());
             a.routed(name, upstream, c.clone());
         }
-        let obs = Observation::start(&metrics, arrived, name, upstream, access);
+        let proxied = match route.endpoint {
+            Endpoint::Proxy => route.upstream.clone(),
+            Endpoint::ChatCompletions => None,
+        };
+        let obs = Observation::start(&metrics, arrived, name, upstream, access).proxied(proxied);
         let headers = charged.clone().filter(|_| plan.rate_limit_headers());
         if let Some(c) = charged {
             req.extensions_mut().insert(c);

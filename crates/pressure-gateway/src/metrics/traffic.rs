@@ -18,7 +18,10 @@
 //! the route and upstream the request was routed to (`none`/`none` for a
 //! head refused before routing). A request whose client went away before
 //! the response head counts as status `499` (class `4xx`), nginx's
-//! convention.
+//! convention. Upstream failure kinds: `connect_refused`,
+//! `connect_timeout`, `connect_error`, `timeout` (no head in time), `reset`
+//! (closed before a complete head, or while its body streamed),
+//! `bad_response` (not HTTP), `error`.
 //!
 //! The duration runs from the request's arrival at the route layer to the
 //! end (or drop) of its response body, like nginx's `$request_time`.

@@ -143,17 +143,30 @@ async fn a_refused_connection_counts_as_connect_refused() {
     .await;
 }
 
-/// An upstream that accepts connections and closes each at once, without
-/// an answer: the exchange is reset, not refused.
+/// Upstreams that accept connections and then fail: one closes without an
+/// answer and one cuts its body short (both `reset`, not refused), one
+/// answers garbage (`bad_response`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_upstream_closing_without_answer_counts_as_reset_and_garbage_as_bad_response() {
+async fn closes_and_cut_bodies_count_as_reset_and_garbage_as_bad_response() {
     bounded(async {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
         let closing = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let closing_addr = closing.local_addr().expect("addr");
         let garbage = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let garbage_addr = garbage.local_addr().expect("addr");
+        let short = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let short_addr = short.local_addr().expect("addr");
         let tasks = [
+            tokio::spawn(async move {
+                // A head promising 100 bytes, 10 of them, then the close.
+                while let Ok((mut s, _)) = short.accept().await {
+                    let mut buf = [0u8; 1024];
+                    let _ = s.read(&mut buf).await;
+                    let _ = s
+                        .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n0123456789")
+                        .await;
+                }
+            }),
             tokio::spawn(async move {
                 while let Ok((mut s, _)) = closing.accept().await {
                     let mut buf = [0u8; 1024];
@@ -173,11 +186,24 @@ async fn an_upstream_closing_without_answer_counts_as_reset_and_garbage_as_bad_r
             "upstreams": {
                 "closing": { "url": format!("http://{closing_addr}"), "pathPrefix": "/closing" },
                 "garbage": { "url": format!("http://{garbage_addr}"), "pathPrefix": "/garbage" },
+                "short": { "url": format!("http://{short_addr}"), "pathPrefix": "/short" },
             },
         }))
         .await;
         assert_eq!(gw.get("/closing").await.status, StatusCode::BAD_GATEWAY);
         assert_eq!(gw.get("/garbage").await.status, StatusCode::BAD_GATEWAY);
+        let cut = gw.open("/short").await;
+        assert_eq!(cut.status(), StatusCode::OK);
+        assert!(
+            http_body_util::BodyExt::collect(cut.into_body()).await.is_err(),
+            "the body was cut short"
+        );
+        await_metric(
+            &gw,
+            "pressure_gateway_upstream_failures_total{upstream=\"short\",kind=\"reset\"}",
+            1.0,
+        )
+        .await;
         await_metric(
             &gw,
             "pressure_gateway_upstream_failures_total{upstream=\"closing\",kind=\"reset\"}",
