@@ -93,7 +93,8 @@ pub struct TrafficMetrics {
     /// Serializes the (rare) insertions of new pairs.
     grow: Mutex<()>,
     in_flight: AtomicI64,
-    failures: Mutex<BTreeMap<(Box<str>, &'static str), u64>>,
+    /// Upstream → kind → count (the failure path only).
+    failures: Mutex<BTreeMap<Box<str>, BTreeMap<&'static str, u64>>>,
 }
 
 impl TrafficMetrics {
@@ -143,12 +144,11 @@ impl TrafficMetrics {
     /// [`crate::rejection::UpstreamFailure`]).
     pub fn upstream_failure(&self, upstream: &str, kind: &'static str) {
         let mut f = self.failures.lock();
-        match f.get_mut(&(Box::<str>::from(upstream), kind)) {
-            Some(n) => *n += 1,
-            None => {
-                f.insert((upstream.into(), kind), 1);
-            }
-        }
+        let kinds = match f.get_mut(upstream) {
+            Some(k) => k,
+            None => f.entry(upstream.into()).or_default(),
+        };
+        *kinds.entry(kind).or_default() += 1;
     }
 
     /// Appends the traffic families to `out`.
@@ -234,8 +234,10 @@ impl TrafficMetrics {
                 "counter",
                 "Failed upstream exchanges by upstream and cause (connect_refused, connect_timeout, connect_error, timeout, reset, bad_response, error)",
             )?;
-            for ((upstream, kind), n) in failures {
-                sample(out, name, &[("upstream", &upstream), ("kind", kind)], n)?;
+            for (upstream, kinds) in failures {
+                for (kind, n) in kinds {
+                    sample(out, name, &[("upstream", &upstream), ("kind", kind)], n)?;
+                }
             }
         }
         Ok(())
