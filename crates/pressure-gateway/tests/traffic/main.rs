@@ -260,6 +260,44 @@ async fn the_in_flight_gauge_counts_a_slow_request() {
     .await;
 }
 
+/// A client that hangs up while the upstream is still thinking: counted
+/// once, as 499 (`4xx`), and the gauge comes back to 0.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_gone_before_the_head_counts_as_499_and_leaves_the_gauge() {
+    bounded(async {
+        use tokio::io::AsyncWriteExt;
+        let up = Upstream::demo().await;
+        let gw = TestGateway::start(json!({
+            "upstreams": { "demo": { "url": up.url(), "pathPrefix": "/" } },
+        }))
+        .await;
+        let mut s = tokio::net::TcpStream::connect(gw.addr).await.expect("connect");
+        s.write_all(b"GET /late HTTP/1.1\r\nHost: gw\r\n\r\n")
+            .await
+            .expect("write");
+        await_metric(&gw, "pressure_gateway_in_flight_requests", 1.0).await;
+        drop(s);
+        await_metric(&gw, "pressure_gateway_in_flight_requests", 0.0).await;
+        await_metric(
+            &gw,
+            "pressure_gateway_requests_total{route=\"none\",upstream=\"demo\",status=\"4xx\"}",
+            1.0,
+        )
+        .await;
+        assert_eq!(
+            metric(
+                &gw,
+                "pressure_gateway_requests_total{route=\"none\",upstream=\"demo\",status=\"2xx\"}"
+            )
+            .await,
+            None
+        );
+        gw.stop().await;
+        up.stop().await;
+    })
+    .await;
+}
+
 #[tokio::test(flavor = "current_thread")]
 async fn the_access_log_has_one_line_per_request_with_its_fields() {
     let capture = Capture::default();
