@@ -19,6 +19,37 @@ pub(crate) struct GatewayArgs {
     /// `POST /admin/pressure/reload`).
     #[arg(long)]
     watch: bool,
+    /// Write one access log line per request (target `pressure::access`),
+    /// whatever `gateway.accessLog.enabled` says; kept across reloads.
+    #[arg(long)]
+    access_log: bool,
+    /// Log line format on stderr: `json` (one JSON object per line) or
+    /// `text` (human-readable).
+    #[arg(long, value_enum, default_value_t = LogFormat::Json)]
+    pub(crate) log_format: LogFormat,
+    /// Least severe level logged: error, warn, info, debug or trace (any
+    /// `tracing` filter directive is accepted, e.g.
+    /// `info,pressure::access=off`). RUST_LOG, when set, wins over this.
+    #[arg(long, value_name = "LEVEL", default_value = "info")]
+    pub(crate) log_level: String,
+}
+
+/// The logging part of `pressure gateway --help`.
+pub(crate) const LOGGING_HELP: &str = "\
+Logging:
+  Lines go to stderr, JSON by default (--log-format text for humans), at
+  --log-level (default info). RUST_LOG, when set, wins over --log-level
+  (e.g. RUST_LOG=info,pressure::access=off). Targets: pressure::denial (one
+  line per refusal), pressure::access (one line per request, with
+  --access-log or gateway.accessLog.enabled). See docs/logging.md.";
+
+/// `--log-format`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum LogFormat {
+    /// One JSON object per line (the default; what log shippers parse).
+    Json,
+    /// Human-readable lines.
+    Text,
 }
 
 /// Options of `pressure check-config`.
@@ -97,6 +128,7 @@ pub(crate) async fn run(args: GatewayArgs) -> anyhow::Result<()> {
     let options = pressure_gateway::RunOptions {
         config_path: Some(args.config.clone()),
         watch: args.watch,
+        access_log: args.access_log,
     };
     match pressure_gateway::run(cfg, &base_dir(&args.config), options).await {
         Ok(()) => Ok(()),

@@ -56,6 +56,7 @@ enum Command {
     Demo(demo::DemoArgs),
     /// Runs the gateway: a reverse proxy applying per-route, per-service and
     /// per-tenant limits (config: the `gateway` key of a JSON file).
+    #[command(after_help = gateway::LOGGING_HELP)]
     Gateway(gateway::GatewayArgs),
     /// Validates a config file without starting anything; exit code 2 and
     /// the JSON path of the first problem when it is invalid.
@@ -121,6 +122,7 @@ fn main() -> ExitCode {
 
 fn run() -> anyhow::Result<ExitCode> {
     let cli = Cli::parse();
+    // RUST_LOG, when set, wins over every default and over --log-level.
     let filter = |default: &str| {
         tracing_subscriber::EnvFilter::try_from_default_env()
             .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default))
@@ -130,15 +132,23 @@ fn run() -> anyhow::Result<ExitCode> {
         // The gateway logs structured JSON lines (denials, transitions),
         // written by a background thread so a flood of denials does not
         // serialize the request path on stderr; no line is dropped.
-        Command::Gateway(_) => {
+        // `--log-format text` writes human-readable lines instead;
+        // `--log-level` sets the filter unless RUST_LOG is set.
+        Command::Gateway(args) => {
             let (writer, guard) = tracing_appender::non_blocking::NonBlockingBuilder::default()
                 .lossy(false)
                 .finish(std::io::stderr());
-            tracing_subscriber::fmt()
-                .json()
-                .with_env_filter(filter("info"))
-                .with_writer(writer)
-                .init();
+            if let Err(e) = tracing_subscriber::EnvFilter::try_new(&args.log_level) {
+                eprintln!("error: --log-level {:?}: {e}", args.log_level);
+                std::process::exit(2);
+            }
+            let builder = tracing_subscriber::fmt()
+                .with_env_filter(filter(&args.log_level))
+                .with_writer(writer);
+            match args.log_format {
+                gateway::LogFormat::Json => builder.json().init(),
+                gateway::LogFormat::Text => builder.with_ansi(false).init(),
+            }
             Some(guard)
         }
         _ => {

@@ -239,6 +239,22 @@ impl<B: Backend> ResourceHandle<B> {
         &self.entry.current().spec.limits
     }
 
+    /// The compiled limits now: each rate dimension's quota, window and
+    /// algorithm, and the concurrency bound (what a caller needs to say how
+    /// much of a quota is left, e.g. IETF `RateLimit` headers).
+    pub fn spec(&self) -> &LimitSpec {
+        &self.entry.current().spec
+    }
+
+    /// The units counted now per dimension and the live leases, as the
+    /// backend sees them (fleet-wide on a shared store). One backend read:
+    /// an atomic load or a short lock in memory, one round trip on Redis —
+    /// not for the hot path of every request unless asked for.
+    pub async fn usage(&self) -> Result<crate::backend::Usage, Error> {
+        let e = self.entry.current();
+        Ok(e.backend.usage(&e.handle).await?)
+    }
+
     /// Check+reject: reserve `opts` now or get a denial with its wait time.
     #[inline]
     pub async fn try_acquire(&self, opts: AcquireOptions) -> Result<Acquisition<B>, Error> {

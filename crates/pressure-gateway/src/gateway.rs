@@ -77,6 +77,7 @@ struct Inner {
     draining: AtomicBool,
     admin_token: Option<String>,
     tls: Listeners,
+    force_access_log: bool,
 }
 
 impl std::fmt::Debug for Gateway {
@@ -160,6 +161,7 @@ impl Gateway {
                 draining: AtomicBool::new(false),
                 admin_token,
                 tls,
+                force_access_log: false,
             }),
         })
     }
@@ -174,6 +176,18 @@ impl Gateway {
     pub fn with_source(mut self, path: &Path) -> Self {
         if let Some(inner) = Arc::get_mut(&mut self.inner) {
             inner.source = Some(path.to_path_buf());
+        }
+        self
+    }
+
+    /// Writes the access log (`crate::access_log`) whatever
+    /// `gateway.accessLog.enabled` says, also after reloads
+    /// (`pressure gateway --access-log`). Call it right after
+    /// [`build`](Self::build), like [`with_source`](Self::with_source).
+    #[must_use]
+    pub fn with_access_log(mut self) -> Self {
+        if let Some(inner) = Arc::get_mut(&mut self.inner) {
+            inner.force_access_log = true;
         }
         self
     }
@@ -220,10 +234,10 @@ impl Gateway {
         let metrics = Arc::clone(&self.inner.metrics);
         BoxCloneSyncService::new(
             ServiceBuilder::new()
-                .layer(RouteLayer::new(
-                    Arc::clone(&self.inner.plan),
-                    Arc::clone(&metrics),
-                ))
+                .layer(
+                    RouteLayer::new(Arc::clone(&self.inner.plan), Arc::clone(&metrics))
+                        .force_access_log(self.inner.force_access_log),
+                )
                 .layer(BodyLimitLayer)
                 .layer(ReleaseLayer::new(Arc::clone(&metrics)))
                 .layer(PreAuthLayer::new(Arc::clone(&metrics)))

@@ -11,8 +11,10 @@
 //! values rendered in one place. [`Gateway`] holds the current plan and
 //! swaps it on reload; [`run`] is the process (signals, drain, reload).
 
+pub mod access_log;
 pub mod admin;
 pub mod backend;
+pub mod charged;
 pub mod config;
 pub mod demo_upstream;
 mod gateway;

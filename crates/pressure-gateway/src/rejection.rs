@@ -118,6 +118,8 @@ pub enum Rejection {
         upstream: String,
         /// Why.
         reason: String,
+        /// The cause, for `pressure_gateway_upstream_failures_total`.
+        kind: UpstreamFailure,
     },
     /// `502`: the exchange with the upstream failed.
     UpstreamError {
@@ -125,6 +127,8 @@ pub enum Rejection {
         upstream: String,
         /// Why.
         reason: String,
+        /// The cause, for `pressure_gateway_upstream_failures_total`.
+        kind: UpstreamFailure,
     },
     /// `504`: the upstream sent no response head in time.
     UpstreamTimeout {
@@ -140,6 +144,43 @@ pub enum Rejection {
     Llm(LlmError),
     /// `500`: the gateway itself failed.
     Internal(String),
+}
+
+/// Why an upstream exchange failed, as counted in
+/// `pressure_gateway_upstream_failures_total{upstream,kind}`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum UpstreamFailure {
+    /// Nothing listens there (`ECONNREFUSED`).
+    ConnectRefused,
+    /// Connecting took longer than `timeouts.connectMs`.
+    ConnectTimeout,
+    /// Any other connect failure (unreachable, DNS, …).
+    ConnectError,
+    /// No response head within `timeouts.totalMs` (a `504`).
+    Timeout,
+    /// The upstream closed or reset the connection before its response
+    /// head was complete.
+    Reset,
+    /// The upstream answered something that is not a valid HTTP/1.1
+    /// response (or an unasked-for `101`).
+    BadResponse,
+    /// Anything else.
+    Error,
+}
+
+impl UpstreamFailure {
+    /// The label value.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::ConnectRefused => "connect_refused",
+            Self::ConnectTimeout => "connect_timeout",
+            Self::ConnectError => "connect_error",
+            Self::Timeout => "timeout",
+            Self::Reset => "reset",
+            Self::BadResponse => "bad_response",
+            Self::Error => "error",
+        }
+    }
 }
 
 /// How loudly a rejection is logged.
@@ -218,10 +259,10 @@ impl Rejection {
             Self::NotFound(path) => format!("no upstream serves path {path}"),
             Self::RequestTimeout => "the request body was not received in time".into(),
             Self::PayloadTooLarge { max } => format!("request body exceeds {max} bytes"),
-            Self::UpstreamUnavailable { upstream, reason } => {
+            Self::UpstreamUnavailable { upstream, reason, .. } => {
                 format!("upstream {upstream} is unavailable: {reason}")
             }
-            Self::UpstreamError { upstream, reason } => format!("upstream {upstream} failed: {reason}"),
+            Self::UpstreamError { upstream, reason, .. } => format!("upstream {upstream} failed: {reason}"),
             Self::UpstreamTimeout { upstream, after_ms } => {
                 format!("upstream {upstream} did not answer within {after_ms} ms")
             }
@@ -275,16 +316,26 @@ impl Rejection {
                 );
             }
             Self::Unauthorized(e) => metrics.unauthorized(e.reason()),
-            Self::UpstreamUnavailable { upstream, reason } => {
+            Self::UpstreamUnavailable {
+                upstream,
+                reason,
+                kind,
+            } => {
                 metrics.upstream_error("unavailable");
+                metrics.traffic().upstream_failure(upstream, kind.as_str());
                 tracing::warn!(
                     upstream = upstream.as_str(),
                     error = reason.as_str(),
                     "cannot connect to upstream"
                 );
             }
-            Self::UpstreamError { upstream, reason } => {
+            Self::UpstreamError {
+                upstream,
+                reason,
+                kind,
+            } => {
                 metrics.upstream_error("error");
+                metrics.traffic().upstream_failure(upstream, kind.as_str());
                 tracing::warn!(
                     upstream = upstream.as_str(),
                     error = reason.as_str(),
@@ -293,6 +344,9 @@ impl Rejection {
             }
             Self::UpstreamTimeout { upstream, after_ms } => {
                 metrics.upstream_error("timeout");
+                metrics
+                    .traffic()
+                    .upstream_failure(upstream, UpstreamFailure::Timeout.as_str());
                 tracing::warn!(
                     upstream = upstream.as_str(),
                     total_ms = after_ms,

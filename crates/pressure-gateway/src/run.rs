@@ -30,6 +30,8 @@ pub struct RunOptions {
     pub config_path: Option<PathBuf>,
     /// Reload when the config file changes (polled once a second).
     pub watch: bool,
+    /// Write the access log whatever `gateway.accessLog.enabled` says.
+    pub access_log: bool,
 }
 
 fn bind_error(what: &'static str, addr: &str) -> impl FnOnce(std::io::Error) -> GatewayError {
@@ -63,6 +65,9 @@ pub async fn run(config: GatewayConfig, base_dir: &Path, options: RunOptions) ->
     let mut gateway = Gateway::build(config, base_dir).await?;
     if let Some(path) = &options.config_path {
         gateway = gateway.with_source(path);
+    }
+    if options.access_log {
+        gateway = gateway.with_access_log();
     }
     let serve = gateway.serve_options();
     let workers = std::thread::available_parallelism().map_or(1, |n| n.get());

@@ -54,6 +54,21 @@ pub struct GatewayConfig {
     /// absent: plain HTTP/1.1 and h2c.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tls: Option<super::ListenerTlsConfig>,
+    /// One JSON line per request on the tracing target `pressure::access`
+    /// (off by default; `pressure gateway --access-log` turns it on too).
+    #[serde(default)]
+    pub access_log: AccessLogConfig,
+}
+
+/// `gateway.accessLog`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct AccessLogConfig {
+    /// Whether every request writes an access log line (see
+    /// `crate::access_log`). Off by default: a busy gateway writes one line
+    /// per request.
+    #[serde(default)]
+    pub enabled: bool,
 }
 
 fn default_shutdown_grace_ms() -> u64 {
@@ -182,6 +197,13 @@ pub struct PressureConfig {
     /// Directory of plugin manifests declaring more routes and budgets.
     #[serde(default)]
     pub manifests_dir: Option<String>,
+    /// Whether successful responses carry IETF `RateLimit` /
+    /// `RateLimit-Policy` headers (draft-ietf-httpapi-ratelimit-headers) for
+    /// the tightest dimension of the resources the request was charged to.
+    /// Off by default: it costs one usage read per charged resource (a
+    /// round trip each on Redis).
+    #[serde(default)]
+    pub rate_limit_headers: bool,
 }
 
 impl Default for PressureConfig {
@@ -192,6 +214,7 @@ impl Default for PressureConfig {
             per_route: Vec::new(),
             per_tenant: TenantLimits::default(),
             manifests_dir: None,
+            rate_limit_headers: false,
         }
     }
 }

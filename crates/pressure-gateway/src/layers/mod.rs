@@ -2,7 +2,10 @@
 //!
 //! 1. [`route`]: normalises the path, checks the request head, reads the
 //!    current [`Plan`] and routes the request once; renders every
-//!    [`Rejection`] the inner layers return, in the route's dialect.
+//!    [`Rejection`] the inner layers return, in the route's dialect; observes
+//!    every request for the traffic metrics and the access log
+//!    ([`observe`]) and adds the optional `RateLimit` headers
+//!    ([`ratelimit_headers`]).
 //! 2. [`body_limit`]: refuses bodies above `limits.maxBodyBytes`.
 //! 3. [`release`]: gives every permit of a request back once its response
 //!    body has been sent, or the client went away first.
@@ -15,7 +18,9 @@
 //! place.
 
 pub mod body_limit;
+pub mod observe;
 pub mod pre_auth;
+pub mod ratelimit_headers;
 pub mod release;
 pub mod route;
 pub mod tenant;
@@ -103,6 +108,9 @@ pub(crate) async fn charge(
         Ok(Acquisition::Granted(permit)) => {
             metrics.allowed(layer);
             slot_of(req).push(permit);
+            if let Some(c) = crate::charged::of(req) {
+                c.charged(handle);
+            }
             Ok(())
         }
         Ok(Acquisition::Denied(d)) if d.is_unavailable() => Err(Rejection::LimiterUnavailable {

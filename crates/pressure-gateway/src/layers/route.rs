@@ -10,11 +10,20 @@
 //!   into the request's extensions ([`Routed`]).
 //! * A [`Rejection`] from any inner layer is counted, logged and rendered
 //!   in the route's dialect.
+//! * Every request is observed ([`super::observe`]): traffic metrics, and
+//!   the access log line when on (the access log can also be forced on by
+//!   [`RouteLayer::force_access_log`], for `pressure gateway --access-log`);
+//!   successful responses get `RateLimit` headers when the plan asks for
+//!   them ([`super::ratelimit_headers`]).
 
-use super::{Reply, Routed};
+use super::observe::{labels, Observation};
+use super::{ratelimit_headers, Reply, Routed};
+use crate::access_log::AccessRecord;
+use crate::charged::Charged;
+use crate::metrics::traffic::NONE;
 use crate::metrics::GatewayMetrics;
 use crate::path::normalize;
-use crate::plan::Plan;
+use crate::plan::{Endpoint, Plan};
 use crate::rejection::{Dialect, Rejection};
 use arc_swap::ArcSwap;
 use axum::body::Body;
@@ -34,12 +43,24 @@ pub type PlanCell = Arc<ArcSwap<Plan>>;
 pub struct RouteLayer {
     plan: PlanCell,
     metrics: Arc<GatewayMetrics>,
+    force_access_log: bool,
 }
 
 impl RouteLayer {
     /// Routes with `plan`, counting refusals in `metrics`.
     pub fn new(plan: PlanCell, metrics: Arc<GatewayMetrics>) -> Self {
-        Self { plan, metrics }
+        Self {
+            plan,
+            metrics,
+            force_access_log: false,
+        }
+    }
+
+    /// Writes the access log whatever the plan says when `on`.
+    #[must_use]
+    pub fn force_access_log(mut self, on: bool) -> Self {
+        self.force_access_log = on;
+        self
     }
 }
 
@@ -51,6 +72,7 @@ impl<S> tower::Layer<S> for RouteLayer {
             inner,
             plan: Arc::clone(&self.plan),
             metrics: Arc::clone(&self.metrics),
+            force_access_log: self.force_access_log,
         }
     }
 }
@@ -61,6 +83,7 @@ pub struct RouteService<S> {
     inner: S,
     plan: PlanCell,
     metrics: Arc<GatewayMetrics>,
+    force_access_log: bool,
 }
 
 /// Refuses request heads that would let a client smuggle a second value
@@ -121,22 +144,57 @@ where
     }
 
     fn call(&mut self, mut req: Request<Body>) -> Self::Future {
+        let arrived = tokio::time::Instant::now();
         let metrics = Arc::clone(&self.metrics);
+        let plan = self.plan.load_full();
+        let access_log = self.force_access_log || plan.access_log();
+        let mut access = access_log.then(|| {
+            let id = crate::access_log::request_id(req.headers());
+            if let Ok(v) = http::HeaderValue::from_str(&id) {
+                // The upstream sees the id the log line carries.
+                req.headers_mut().insert(crate::access_log::REQUEST_ID, v);
+            }
+            Box::new(AccessRecord::new(id, req.method().clone(), req.uri().path()))
+        });
         if let Err(rejection) = check_head(&req).and_then(|()| normalize_path(&mut req)) {
             rejection.record(&metrics);
-            return Box::pin(async move { Ok(rejection.render(Dialect::Gateway)) });
+            let obs = Observation::start(&metrics, arrived, NONE, NONE, access);
+            return Box::pin(async move { Ok(obs.respond(rejection.render(Dialect::Gateway))) });
         }
-        let plan = self.plan.load_full();
         let route = plan.router().route(req.method(), req.uri().path());
         let dialect = route.dialect();
+        let (name, upstream) = labels(&route);
+        let charged = (access_log || plan.rate_limit_headers()).then(Charged::default);
+        if let (Some(a), Some(c)) = (access.as_mut(), &charged) {
+            a.set_path(req.uri().path());
+            a.routed(name, upstream, c.clone());
+        }
+        let proxied = match route.endpoint {
+            Endpoint::Proxy => route.upstream.clone(),
+            Endpoint::ChatCompletions | Endpoint::Embeddings | Endpoint::Models | Endpoint::Model => None,
+        };
+        let obs = Observation::start(&metrics, arrived, name, upstream, access).proxied(proxied);
+        let headers = charged.clone().filter(|_| plan.rate_limit_headers());
+        if let Some(c) = charged {
+            req.extensions_mut().insert(c);
+        }
         req.extensions_mut().insert(Routed { plan, route });
         let fut = self.inner.call(req);
         Box::pin(async move {
             let reply: Reply = fut.await;
-            Ok(reply.unwrap_or_else(|rejection| {
-                rejection.record(&metrics);
-                rejection.render(dialect)
-            }))
+            let resp = match reply {
+                Ok(mut resp) => {
+                    if let Some(c) = &headers {
+                        ratelimit_headers::annotate(&mut resp, c).await;
+                    }
+                    resp
+                }
+                Err(rejection) => {
+                    rejection.record(&metrics);
+                    rejection.render(dialect)
+                }
+            };
+            Ok(obs.respond(resp))
         })
     }
 }

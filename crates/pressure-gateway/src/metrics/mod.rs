@@ -25,6 +25,10 @@
 //! | `pressure_redis_fallbacks_total` | counter | |
 //! | `pressure_redis_transitions_total` | counter | |
 //!
+//! and the traffic families of [`traffic`] (requests by route, upstream and
+//! status class, latency histograms per route, requests in flight, upstream
+//! failures by cause).
+//!
 //! Per-tenant resources (`gateway:tenant:<id>`) are reported under the one
 //! label value `gateway:tenant:*` (summed), so that 100 000 tenants make one
 //! series, not 100 000.
@@ -32,6 +36,7 @@
 pub mod llm;
 mod snapshot;
 pub mod text;
+pub mod traffic;
 
 pub use text::CONTENT_TYPE;
 
@@ -119,6 +124,7 @@ pub struct GatewayMetrics {
     bypassed: Labelled,
     upstream_errors: Labelled,
     reloads: Labelled,
+    traffic: traffic::TrafficMetrics,
     sections: RwLock<Vec<MetricsSection>>,
 }
 
@@ -176,6 +182,12 @@ impl GatewayMetrics {
         self.upstream_errors.inc(kind);
     }
 
+    /// The traffic counters (requests, latency, in flight, upstream failures).
+    #[inline]
+    pub fn traffic(&self) -> &traffic::TrafficMetrics {
+        &self.traffic
+    }
+
     /// Counts a config reload (`result`: `ok` or `error`).
     pub fn reload(&self, result: &'static str) {
         self.reloads.inc(result);
@@ -189,6 +201,7 @@ impl GatewayMetrics {
         let mut out = String::with_capacity(4096 + 256 * stats.len().min(64));
         // Writing into a `String` cannot fail.
         let _ = self.encode_counters(&mut out);
+        let _ = self.traffic.encode(&mut out);
         let _ = snapshot::encode(&mut out, stats, redis);
         let sections: Vec<MetricsSection> = self.sections.read().clone();
         for section in sections {

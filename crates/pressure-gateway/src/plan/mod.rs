@@ -46,6 +46,8 @@ pub struct Plan {
     max_body_bytes: u64,
     upstream_timeout: Duration,
     body_read_timeout: Duration,
+    access_log: bool,
+    rate_limit_headers: bool,
     resources: BTreeSet<String>,
     config: GatewayConfig,
 }
@@ -127,6 +129,8 @@ impl Plan {
             max_body_bytes: config.limits.max_body_bytes,
             upstream_timeout: Duration::from_millis(config.timeouts.total_ms),
             body_read_timeout: Duration::from_millis(config.timeouts.body_read_ms),
+            access_log: config.access_log.enabled,
+            rate_limit_headers: config.pressure.rate_limit_headers,
             resources: ids,
             config,
         })
@@ -160,6 +164,17 @@ impl Plan {
     /// Inactivity allowed while reading a request body (then `408`).
     pub fn body_read_timeout(&self) -> Option<Duration> {
         Some(self.body_read_timeout)
+    }
+
+    /// Whether every request writes an access log line (`accessLog.enabled`).
+    pub fn access_log(&self) -> bool {
+        self.access_log
+    }
+
+    /// Whether successful responses carry `RateLimit` headers
+    /// (`pressure.rateLimitHeaders`).
+    pub fn rate_limit_headers(&self) -> bool {
+        self.rate_limit_headers
     }
 
     /// Ids of the route and service resources this plan charges.

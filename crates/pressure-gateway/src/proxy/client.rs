@@ -5,12 +5,13 @@
 use super::body::{ClientBody, ClientFault};
 use super::connector::UpstreamConnector;
 use super::error::ProxyError;
+use super::failure::classify;
 use super::headers::{set_forwarding, strip_hop_by_hop};
 use super::routing::Upstream;
 use super::upgrade::ClientUpgrade;
 use crate::config::TimeoutConfig;
 use crate::layers::Reply;
-use crate::rejection::Rejection;
+use crate::rejection::{Rejection, UpstreamFailure};
 use crate::tls::UpstreamTls;
 use arc_swap::ArcSwap;
 use axum::body::Body;
@@ -191,12 +192,14 @@ fn switch_protocols(
         return Err(Rejection::UpstreamError {
             upstream: upstream.name().to_owned(),
             reason: "switched protocols without an upgrade request".into(),
+            kind: UpstreamFailure::BadResponse,
         });
     };
     let Some(upstream_upgrade) = parts.extensions.remove::<OnUpgrade>() else {
         return Err(Rejection::UpstreamError {
             upstream: upstream.name().to_owned(),
             reason: "the upstream connection cannot be upgraded".into(),
+            kind: UpstreamFailure::Error,
         });
     };
     let protocol = parts.headers.get(header::UPGRADE).cloned();
@@ -212,6 +215,7 @@ fn failed(upstream: &Upstream, error: &hyper_util::client::legacy::Error) -> Rej
         return Rejection::UpstreamUnavailable {
             upstream: name,
             reason: root_cause(error),
+            kind: classify(error),
         };
     }
     tracing::debug!(upstream = upstream.name(), error = %error_chain(error), "upstream exchange failed");
@@ -219,6 +223,7 @@ fn failed(upstream: &Upstream, error: &hyper_util::client::legacy::Error) -> Rej
     Rejection::UpstreamError {
         upstream: name,
         reason,
+        kind: classify(error),
     }
 }
 

@@ -56,6 +56,7 @@ mod body;
 mod client;
 mod connector;
 mod error;
+mod failure;
 mod headers;
 mod routing;
 mod service;

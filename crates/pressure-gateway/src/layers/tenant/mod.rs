@@ -89,6 +89,9 @@ where
             },
         };
         req.extensions_mut().insert(tenant.clone());
+        if let Some(c) = crate::charged::of(&req) {
+            c.tenant(&tenant.0);
+        }
         let Some(template) = policy.template.as_ref() else {
             return Box::pin(self.inner.call(req));
         };
