@@ -1,6 +1,10 @@
 //! The mock provider: OpenAI-compatible `POST /v1/chat/completions`
-//! (JSON and SSE, `usage` included) whose [`Behaviour`] is set at start and
-//! switched at run time through its admin endpoints:
+//! (JSON and SSE, `usage` included) and Anthropic's `POST /v1/messages`
+//! (JSON and SSE events, Anthropic-shaped errors and `anthropic-ratelimit-*`
+//! headers), whose [`Behaviour`] is set at start and switched at run time
+//! through its admin endpoints (both endpoints play the same phases, share
+//! the per-model quota and are billed and recorded alike; [`Arrival::endpoint`]
+//! and [`MockStats::by_endpoint`] tell them apart):
 //!
 //! * `GET /mock/stats` → [`MockStats`]
 //! * `GET /mock/arrivals` → `[Arrival]` (every request, in order)
@@ -22,6 +26,7 @@
 //! (not only aligned ones); a 429 costs no quota; a new behaviour or a
 //! reset starts with an empty quota.
 
+mod anthropic;
 mod behaviour;
 mod handler;
 mod quota;

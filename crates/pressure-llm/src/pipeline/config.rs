@@ -27,7 +27,7 @@ use serde::{Deserialize, Serialize};
 use super::fallback::KeywordRule;
 use crate::breaker::BreakerConfig;
 use crate::price::ModelPrice;
-use crate::provider::{ProviderConfig, TimeoutsConfig};
+use crate::provider::{ProviderConfig, ProviderKind, TimeoutsConfig};
 use crate::reservation::ModelLimits;
 use crate::retry::RetryPolicy;
 
@@ -61,6 +61,9 @@ pub struct LlmConfig {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ProviderSettings {
+    /// The wire format: `openai` (default) or `anthropic`.
+    #[serde(default, skip_serializing_if = "ProviderKind::is_openai")]
+    pub kind: ProviderKind,
     /// The API root, e.g. `https://api.openai.com/v1`.
     pub base_url: String,
     /// The environment variable holding the API key.
@@ -76,6 +79,7 @@ impl ProviderSettings {
     pub fn to_provider_config(&self, name: &str) -> ProviderConfig {
         ProviderConfig {
             name: name.to_owned(),
+            kind: self.kind,
             base_url: self.base_url.clone(),
             api_key_env: self.api_key_env.clone(),
             timeouts: self.timeouts,
