@@ -27,6 +27,12 @@
 //!
 //! Retry never happens for 400, 401, 403, 404, context length, a content
 //! refusal or a spend-cap 429 (DESIGN §6).
+//!
+//! Anthropic's errors land in the same kinds (`overloaded_error` / 529 →
+//! `Overloaded`, `rate_limit_error` → `RateLimited`, `api_error` → `Server`,
+//! a billing or credit-balance refusal → `QuotaExhausted`, ...), also when
+//! they arrive as an error event inside a 200 stream; the full table is in
+//! [`provider::anthropic::error`](crate::provider::anthropic::error).
 
 use std::fmt;
 use std::time::Duration;

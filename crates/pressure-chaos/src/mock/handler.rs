@@ -8,7 +8,8 @@
 //!    `retry-after`, `retry-after-ms` and `x-ratelimit-*`, not billed and not
 //!    counted against the quota.
 //! 4. One uniform draw: `errorShare` → 500 at once (not billed);
-//!    `overloadShare` → 503 at once (not billed); `hangShare` → nothing is ever sent (input billed); `stallShare` → the
+//!    `overloadShare` → 503 at once (not billed); `hangShare` → nothing is
+//!    ever sent (input billed); `stallShare` → the
 //!    head and the first chunk, then silence (input billed, the full output
 //!    billed when generation would have finished); else a normal answer
 //!    after the latency draw (a stream spreads it over its chunks, the first

@@ -42,6 +42,9 @@ const RESET_30S: &str = "2015-10-21T07:28:30Z";
 enum Step {
     /// A message answer; `spent` adds headers saying no requests are left.
     Ok { spent: bool },
+    /// A message answer whose headers say only 10 input tokens are left
+    /// (per-direction headers only, as some Anthropic tiers send them).
+    LowInput,
     /// A streamed answer: text, a tool call, usage.
     Sse,
     /// A stream that fails with an `overloaded_error` event after its first text.
@@ -185,6 +188,17 @@ async fn handler(State(state): State<Arc<State_>>, headers: HeaderMap, body: Byt
     let step = state.script.next();
     match step {
         Step::Ok { spent } => with_headers(Json(message(&model)).into_response(), &ratelimit(spent)),
+        Step::LowInput => with_headers(
+            Json(message(&model)).into_response(),
+            &[
+                ("date", DATE),
+                ("anthropic-ratelimit-input-tokens-limit", "40000"),
+                ("anthropic-ratelimit-input-tokens-remaining", "10"),
+                ("anthropic-ratelimit-input-tokens-reset", RESET_30S),
+                ("anthropic-ratelimit-output-tokens-remaining", "8000"),
+                ("anthropic-ratelimit-output-tokens-reset", "2015-10-21T07:28:01Z"),
+            ],
+        ),
         Step::Sse | Step::SseError => {
             let events = stream_events(&model, matches!(step, Step::SseError));
             let body = Body::from_stream(futures::stream::iter(events).then(|b| async move {
@@ -509,6 +523,16 @@ async fn anthropic_ratelimit_headers_hold_the_model_until_the_reset() {
         assert_eq!(second.degradation, Degradation::Backup(1));
         assert_eq!((a.hits(), o.hits()), (1, 1));
         assert!(c.snapshot().limiter_rejections >= 1);
+
+        // Too few input tokens left (below this call's prompt estimate):
+        // held until the later of the input and output token resets.
+        let a = Server::start(vec![Step::LowInput], Step::Ok { spent: false }).await;
+        let c = client(chain_config(&a, &o, fast_retry(1)));
+        let first = c.complete("chat", chat(None)).await.unwrap();
+        assert_eq!(first.degradation, Degradation::Primary);
+        let second = c.complete("chat", chat(None)).await.unwrap();
+        assert_eq!(second.degradation, Degradation::Backup(1));
+        assert_eq!((a.hits(), o.hits()), (1, 2));
     })
     .await;
 }
