@@ -3,7 +3,7 @@
 //! The chaos stand: the provider will fail, and this crate shows whose
 //! incident it becomes.
 //!
-//! * [`mock`]: an OpenAI-compatible mock provider that misbehaves on demand
+//! * [`mock`]: an OpenAI- and Anthropic-compatible mock provider that misbehaves on demand
 //!   (slow, rate-limited with its own RPM/TPM, 500 storms, hangs, timed
 //!   phases) and bills like a provider, so a test can see what reached it.
 //! * [`driver`]: starts the mock and the gateway, loads the whole stack per

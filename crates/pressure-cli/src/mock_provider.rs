@@ -1,4 +1,5 @@
-//! `pressure mock-provider`: the chaos stand's misbehaving OpenAI-compatible provider.
+//! `pressure mock-provider`: the chaos stand's misbehaving provider, OpenAI-
+//! compatible (`/v1/chat/completions`) and Anthropic-compatible (`/v1/messages`).
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -13,7 +14,7 @@ pub(crate) struct MockProviderArgs {
     #[arg(long, default_value = "127.0.0.1:9100")]
     listen: SocketAddr,
     /// The behaviour preset at start (normal, slow, rate-limited, 500-storm,
-    /// stall, hang-share, storm-then-recovery).
+    /// overloaded, stall, hang-share, storm-then-recovery).
     #[arg(long, default_value = "normal")]
     scenario: String,
     /// A JSON behaviour file (phases); replaces `--scenario`.

@@ -27,6 +27,12 @@
 //!
 //! Retry never happens for 400, 401, 403, 404, context length, a content
 //! refusal or a spend-cap 429 (DESIGN §6).
+//!
+//! Anthropic's errors land in the same kinds (`overloaded_error` / 529 →
+//! `Overloaded`, `rate_limit_error` → `RateLimited`, `api_error` → `Server`,
+//! a billing or credit-balance refusal → `QuotaExhausted`, ...), also when
+//! they arrive as an error event inside a 200 stream; the full table is in
+//! [`provider::anthropic::error`](crate::provider::anthropic::error).
 
 use std::fmt;
 use std::time::Duration;
@@ -223,10 +229,55 @@ const CONTEXT_PHRASES: &[&str] = &[
     "context length exceeded",
 ];
 /// Free-text phrases of spend-cap errors without a code (Anthropic), 4xx only.
-const QUOTA_PHRASES: &[&str] = &[
-    "credit balance is too low",
-    "reached your specified api usage limits",
+const QUOTA_PHRASES: &[&str] = &["credit balance", "reached your specified api usage limits"];
+/// A phrase meaning a spend cap in a 400 or 403 (Anthropic words its
+/// billing refusals as `invalid_request_error` / `permission_error`). Not
+/// consulted for a 429: OpenAI's rate-limit messages link the billing page.
+const BILLING_PHRASE: &str = "billing";
+/// Anthropic's error `type`s, which say what failed when the status does
+/// not: an `error` event inside a 200 stream, or an unexpected status. A
+/// known status (400, 401, 403, 404, 429, 5xx, ...) wins over them.
+const ANTHROPIC_TYPES: &[(&str, AnthropicType)] = &[
+    ("\"rate_limit_error\"", AnthropicType::RateLimit),
+    ("\"api_error\"", AnthropicType::Api),
+    ("\"timeout_error\"", AnthropicType::Timeout),
+    ("\"authentication_error\"", AnthropicType::Authentication),
+    ("\"permission_error\"", AnthropicType::Permission),
+    ("\"not_found_error\"", AnthropicType::NotFound),
+    ("\"request_too_large\"", AnthropicType::Invalid),
+    ("\"invalid_request_error\"", AnthropicType::Invalid),
 ];
+
+/// What an Anthropic error type stands for (see [`ANTHROPIC_TYPES`]).
+#[derive(Clone, Copy)]
+enum AnthropicType {
+    RateLimit,
+    Api,
+    Timeout,
+    Authentication,
+    Permission,
+    NotFound,
+    Invalid,
+}
+
+impl AnthropicType {
+    fn kind(self, retry_after: Option<Duration>) -> ErrorKind {
+        match self {
+            Self::RateLimit => ErrorKind::RateLimited { retry_after },
+            Self::Api => ErrorKind::Server {
+                status: 500,
+                retry_after,
+            },
+            Self::Timeout => ErrorKind::Timeout {
+                phase: TimeoutPhase::Upstream,
+            },
+            Self::Authentication => ErrorKind::Unauthorized,
+            Self::Permission => ErrorKind::Forbidden,
+            Self::NotFound => ErrorKind::NotFound,
+            Self::Invalid => ErrorKind::BadRequest,
+        }
+    }
+}
 
 /// Classifies a provider's error response.
 ///
@@ -235,7 +286,14 @@ const QUOTA_PHRASES: &[&str] = &[
 /// matched case-insensitively), `body` the raw error body. Structured
 /// `type`/`code` values in the body win over the status (a 429 with
 /// `insufficient_quota` is a spend cap, not a rate limit); a few well-known
-/// free-text phrases are consulted for 4xx bodies only. The body is matched
+/// free-text phrases are consulted for 4xx bodies only ("credit balance",
+/// and "billing" in a 400 or 403, are spend caps). When the status says
+/// nothing (a 2xx stream's error event, an unexpected status such as 418),
+/// Anthropic's error `type` decides: `rate_limit_error` → rate limited,
+/// `api_error` → server error (500), `timeout_error` → upstream timeout,
+/// `authentication_error` / `permission_error` / `not_found_error` → 401 /
+/// 403 / 404, `invalid_request_error` / `request_too_large` → bad request;
+/// `overloaded_error` (and HTTP 529) is overloaded whatever the status. The body is matched
 /// textually, without a JSON parser: a structured value must appear quoted
 /// (`"context_length_exceeded"`), which keeps a message that merely mentions
 /// the word from matching.
@@ -251,7 +309,8 @@ pub fn classify<K: AsRef<str>, V: AsRef<str>>(status: u16, headers: &[(K, V)], b
     let retry_after = retry_after(headers);
     let client_error = (400..500).contains(&status);
 
-    if has(QUOTA_CODES) || (client_error && has(QUOTA_PHRASES)) {
+    let billing = matches!(status, 400 | 403) && lower.contains(BILLING_PHRASE);
+    if has(QUOTA_CODES) || (client_error && has(QUOTA_PHRASES)) || billing {
         return ErrorKind::QuotaExhausted;
     }
     if has(CONTEXT_CODES) || (client_error && has(CONTEXT_PHRASES)) {
@@ -275,7 +334,10 @@ pub fn classify<K: AsRef<str>, V: AsRef<str>>(status: u16, headers: &[(K, V)], b
         409 => ErrorKind::Conflict,
         429 => ErrorKind::RateLimited { retry_after },
         500..=599 => ErrorKind::Server { status, retry_after },
-        _ => ErrorKind::Other,
+        _ => ANTHROPIC_TYPES
+            .iter()
+            .find(|(needle, _)| lower.contains(needle))
+            .map_or(ErrorKind::Other, |(_, t)| t.kind(retry_after)),
     }
 }
 

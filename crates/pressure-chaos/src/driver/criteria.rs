@@ -476,6 +476,7 @@ mod tests {
             seq,
             at_ms,
             model: model.into(),
+            endpoint: "/v1/chat/completions".into(),
             request_id: Some(id.into()),
             attempt: Some(attempt),
             probe: false,

@@ -91,6 +91,10 @@ pub struct Phase {
     /// Share (0..=1) of requests answered `500` at once (a 500 storm is 1.0).
     #[serde(default)]
     pub error_share: f64,
+    /// Share (0..=1) of requests refused as overloaded at once: `529
+    /// overloaded_error` on the Anthropic endpoint, `503` on the OpenAI one.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub overload_share: f64,
     /// Share (0..=1) of requests that never answer (not even headers) until
     /// the client gives up.
     #[serde(default)]
@@ -108,6 +112,10 @@ fn default_output_tokens() -> u32 {
     48
 }
 
+fn is_zero(v: &f64) -> bool {
+    *v == 0.0
+}
+
 impl Phase {
     /// A phase called `name` that answers normally with the default latency.
     pub fn normal(name: impl Into<String>) -> Self {
@@ -118,6 +126,7 @@ impl Phase {
             latency: Latency::default(),
             rate_limit: None,
             error_share: 0.0,
+            overload_share: 0.0,
             hang_share: 0.0,
             stall_share: 0.0,
             output_tokens: default_output_tokens(),
@@ -138,7 +147,11 @@ impl Phase {
 
     /// Whether this phase injects any fault (a quota, 500s, hangs or stalls).
     pub fn has_fault(&self) -> bool {
-        self.rate_limit.is_some() || self.error_share > 0.0 || self.hang_share > 0.0 || self.stall_share > 0.0
+        self.rate_limit.is_some()
+            || self.error_share > 0.0
+            || self.overload_share > 0.0
+            || self.hang_share > 0.0
+            || self.stall_share > 0.0
     }
 
     /// Whether the faults of this phase apply to `model`.
@@ -161,6 +174,7 @@ pub const PRESETS: &[&str] = &[
     "slow",
     "rate-limited",
     "500-storm",
+    "overloaded",
     "stall",
     "hang-share",
     "storm-then-recovery",
@@ -175,7 +189,9 @@ impl Behaviour {
     /// A named preset, as `pressure mock-provider --scenario NAME` takes:
     /// `normal` (40–60 ms), `slow` (0.5–2 s, 5 % take 5 s more),
     /// `rate-limited` (60 requests and 20 000 tokens per minute and model),
-    /// `500-storm` (every request 500), `stall` (every request stalls after
+    /// `500-storm` (every request 500), `overloaded` (every request refused
+    /// as overloaded: 529 on `/v1/messages`, 503 on `/v1/chat/completions`),
+    /// `stall` (every request stalls after
     /// its first chunk), `hang-share` (20 % hang), `storm-then-recovery`
     /// (normal 10 s, 500 storm 20 s, then normal).
     pub fn preset(name: &str) -> Option<Self> {
@@ -204,6 +220,11 @@ impl Behaviour {
             "500-storm" => Self::single(Phase {
                 name: "storm".into(),
                 error_share: 1.0,
+                ..normal
+            }),
+            "overloaded" => Self::single(Phase {
+                name: "overloaded".into(),
+                overload_share: 1.0,
                 ..normal
             }),
             "stall" => Self::single(Phase {
@@ -244,6 +265,7 @@ impl Behaviour {
             let path = format!("phases[{i}]");
             for (field, v) in [
                 ("errorShare", p.error_share),
+                ("overloadShare", p.overload_share),
                 ("hangShare", p.hang_share),
                 ("stallShare", p.stall_share),
                 ("latency.tailShare", p.latency.tail_share),
@@ -252,9 +274,9 @@ impl Behaviour {
                     return Err(format!("{path}.{field}: must be between 0 and 1"));
                 }
             }
-            if p.error_share + p.hang_share + p.stall_share > 1.0 + 1e-9 {
+            if p.error_share + p.overload_share + p.hang_share + p.stall_share > 1.0 + 1e-9 {
                 return Err(format!(
-                    "{path}: errorShare + hangShare + stallShare must be at most 1"
+                    "{path}: errorShare + overloadShare + hangShare + stallShare must be at most 1"
                 ));
             }
             if p.latency.min_ms > p.latency.max_ms {

@@ -40,6 +40,9 @@ use super::record::{Outcome, ATTEMPT_HEADER, BAD_REQUEST_MARKER, PROBE_HEADER, R
 use super::sse::{Piece, Plan};
 use super::state::{Draft, Fault, Shared, Tracker};
 
+/// The endpoint, as arrivals record it.
+pub(super) const EMBEDDINGS: &str = "/v1/embeddings";
+
 /// A stalled answer sends this many bytes of its body.
 const STALL_BYTES: usize = 16;
 
@@ -118,6 +121,7 @@ pub(crate) async fn embeddings(
     let phase = shared.phase_at(now);
     let mut draft = Draft {
         at: now,
+        endpoint: EMBEDDINGS,
         model: String::new(),
         request_id: header(&headers, REQUEST_ID_HEADER).map(str::to_owned),
         attempt: header(&headers, ATTEMPT_HEADER).and_then(|v| v.parse().ok()),
@@ -198,6 +202,15 @@ pub(crate) async fn embeddings(
             error(
                 StatusCode::INTERNAL_SERVER_ERROR,
                 "The server had an error while processing your request. Sorry about that!",
+                "server_error",
+            )
+        }
+        Fault::Overload => {
+            shared.record(draft, Outcome::ServerError, 503, 0);
+            tracker.finish();
+            error(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "The engine is currently overloaded, please try again later.",
                 "server_error",
             )
         }

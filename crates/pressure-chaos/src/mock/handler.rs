@@ -8,7 +8,8 @@
 //!    `retry-after`, `retry-after-ms` and `x-ratelimit-*`, not billed and not
 //!    counted against the quota.
 //! 4. One uniform draw: `errorShare` → 500 at once (not billed);
-//!    `hangShare` → nothing is ever sent (input billed); `stallShare` → the
+//!    `overloadShare` → 503 at once (not billed); `hangShare` → nothing is
+//!    ever sent (input billed); `stallShare` → the
 //!    head and the first chunk, then silence (input billed, the full output
 //!    billed when generation would have finished); else a normal answer
 //!    after the latency draw (a stream spreads it over its chunks, the first
@@ -17,6 +18,9 @@
 //! Input tokens are counted like the provider counts them
 //! ([`TokenCounter::count_chat`]); the output is the responder's text cut
 //! to `min(outputTokens, max_tokens)` tokens.
+//!
+//! `POST /v1/messages` (Anthropic's wire format) follows the same order in
+//! `anthropic.rs`, reusing the helpers here.
 
 use std::sync::Arc;
 
@@ -36,9 +40,11 @@ use super::sse::{self, Piece, Plan};
 use super::state::{Draft, Fault, OutputBill, Shared, Tracker};
 
 /// At most this many content chunks in a stream.
-const MAX_CONTENT_CHUNKS: usize = 8;
+pub(super) const MAX_CONTENT_CHUNKS: usize = 8;
 /// A stalled JSON answer sends this many bytes of its body.
-const STALL_JSON_BYTES: usize = 16;
+pub(super) const STALL_JSON_BYTES: usize = 16;
+/// The path of the chat-completions endpoint (as recorded in arrivals).
+pub(super) const CHAT_COMPLETIONS: &str = "/v1/chat/completions";
 
 /// The chat-completions endpoint.
 pub(crate) async fn chat_completions(
@@ -51,6 +57,7 @@ pub(crate) async fn chat_completions(
     let phase = shared.phase_at(now);
     let mut draft = Draft {
         at: now,
+        endpoint: CHAT_COMPLETIONS,
         model: String::new(),
         request_id: header(&headers, REQUEST_ID_HEADER).map(str::to_owned),
         attempt: header(&headers, ATTEMPT_HEADER).and_then(|v| v.parse().ok()),
@@ -122,6 +129,15 @@ pub(crate) async fn chat_completions(
             error(
                 StatusCode::INTERNAL_SERVER_ERROR,
                 "The server had an error while processing your request. Sorry about that!",
+                "server_error",
+            )
+        }
+        Fault::Overload => {
+            shared.record(draft, Outcome::ServerError, 503, 0);
+            tracker.finish();
+            error(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "The engine is currently overloaded, please try again later.",
                 "server_error",
             )
         }
@@ -232,7 +248,7 @@ fn parse(body: &[u8]) -> Result<ChatRequest, String> {
 }
 
 /// Prompt tokens as the provider counts them (OpenAI's chat framing).
-fn count_input(counter: &TokenCounter, req: &ChatRequest, texts: &[String]) -> u64 {
+pub(super) fn count_input(counter: &TokenCounter, req: &ChatRequest, texts: &[String]) -> u64 {
     let msgs: Vec<ChatMessage<'_>> = req
         .messages
         .iter()
@@ -253,10 +269,10 @@ fn count_input(counter: &TokenCounter, req: &ChatRequest, texts: &[String]) -> u
 
 /// The responder's text cut to a token budget.
 #[derive(Debug, Clone, PartialEq, Eq)]
-struct Cut {
-    text: String,
-    tokens: u64,
-    truncated: bool,
+pub(super) struct Cut {
+    pub(super) text: String,
+    pub(super) tokens: u64,
+    pub(super) truncated: bool,
 }
 
 /// Cuts `text` to at most `limit` tokens of `model`, at word boundaries.
@@ -264,7 +280,7 @@ struct Cut {
 /// The tokenizers split text into words (with their leading space) before
 /// merging, and never merge across words, so the sum of per-word counts is
 /// the count of the text.
-fn cut_text(counter: &TokenCounter, model: &str, text: &str, limit: u64) -> Cut {
+pub(super) fn cut_text(counter: &TokenCounter, model: &str, text: &str, limit: u64) -> Cut {
     let mut bounds: Vec<usize> = Vec::new();
     let mut prev_space = true;
     for (i, c) in text.char_indices() {
@@ -402,7 +418,7 @@ impl Answer {
 }
 
 /// Splits `text` at word boundaries into at most `n` parts of similar size.
-fn split_even(text: &str, n: usize) -> Vec<String> {
+pub(super) fn split_even(text: &str, n: usize) -> Vec<String> {
     let mut starts: Vec<usize> = vec![0];
     let mut prev_space = true;
     for (i, c) in text.char_indices() {
@@ -431,7 +447,7 @@ fn split_even(text: &str, n: usize) -> Vec<String> {
 }
 
 /// A response whose body is played out by `plan`.
-fn streamed(mut headers: HeaderMap, sse: bool, plan: Plan) -> Response {
+pub(super) fn streamed(mut headers: HeaderMap, sse: bool, plan: Plan) -> Response {
     let ct = if sse {
         "text/event-stream"
     } else {
@@ -462,7 +478,7 @@ pub(super) fn shutting_down() -> Response {
 }
 
 /// Sets `name: value`.
-fn put(headers: &mut HeaderMap, name: &'static str, value: String) {
+pub(super) fn put(headers: &mut HeaderMap, name: &'static str, value: String) {
     if let Ok(v) = HeaderValue::try_from(value) {
         headers.insert(HeaderName::from_static(name), v);
     }

@@ -1,7 +1,11 @@
 //! The mock provider: OpenAI-compatible `POST /v1/chat/completions`
-//! (JSON and SSE, `usage` included) and `POST /v1/embeddings`
-//! (deterministic unit vectors, see `embeddings.rs`) whose [`Behaviour`] is set at start and
-//! switched at run time through its admin endpoints:
+//! (JSON and SSE, `usage` included), `POST /v1/embeddings` (deterministic
+//! unit vectors, see `embeddings.rs`) and Anthropic's `POST /v1/messages`
+//! (JSON and SSE events, Anthropic-shaped errors and `anthropic-ratelimit-*`
+//! headers), whose [`Behaviour`] is set at start and switched at run time
+//! through its admin endpoints (every endpoint plays the same phases, shares
+//! the per-model quota and is billed and recorded alike; [`Arrival::endpoint`]
+//! and [`MockStats::by_endpoint`] tell chat and messages apart):
 //!
 //! * `GET /mock/stats` → [`MockStats`]
 //! * `GET /mock/arrivals` → `[Arrival]` (every request, in order)
@@ -23,6 +27,7 @@
 //! (not only aligned ones); a 429 costs no quota; a new behaviour or a
 //! reset starts with an empty quota.
 
+mod anthropic;
 mod behaviour;
 mod embeddings;
 mod handler;

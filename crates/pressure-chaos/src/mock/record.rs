@@ -25,7 +25,7 @@ pub enum Outcome {
     Ok,
     /// Refused by the mock's own quota (429), not billed.
     RateLimited,
-    /// Answered 500 at once, not billed.
+    /// Answered 500 (or, overloaded, 529 / 503) at once, not billed.
     ServerError,
     /// Never answered; input billed.
     Hung,
@@ -45,6 +45,9 @@ pub struct Arrival {
     pub at_ms: f64,
     /// The request's `model`.
     pub model: String,
+    /// The path called: `/v1/chat/completions` or `/v1/messages`.
+    #[serde(default)]
+    pub endpoint: String,
     /// `x-pressure-request-id`, when sent.
     pub request_id: Option<String>,
     /// `x-pressure-attempt`, when sent.
@@ -94,6 +97,9 @@ pub struct MockStats {
     pub by_status: BTreeMap<String, u64>,
     /// Requests by [`Outcome`].
     pub by_outcome: BTreeMap<Outcome, u64>,
+    /// Requests by the path called (`/v1/chat/completions`, `/v1/messages`).
+    #[serde(default)]
+    pub by_endpoint: BTreeMap<String, u64>,
     /// Billing per model.
     pub by_model: BTreeMap<String, ModelBill>,
     /// Input tokens billed, all models.

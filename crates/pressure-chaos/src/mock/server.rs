@@ -18,6 +18,7 @@ use serde_json::json;
 use tokio::task::JoinHandle;
 use tokio::time::{Duration, Instant};
 
+use super::anthropic::messages;
 use super::behaviour::{Behaviour, PRESETS};
 use super::embeddings::embeddings;
 use super::handler::chat_completions;
@@ -127,7 +128,8 @@ impl MockProvider {
         self.addr
     }
 
-    /// The API root for an OpenAI client: `http://{addr}/v1`.
+    /// The API root for an OpenAI client (`{base_url}/chat/completions`) and
+    /// an Anthropic client (`{base_url}/messages`): `http://{addr}/v1`.
     pub fn base_url(&self) -> String {
         format!("http://{}/v1", self.addr)
     }
@@ -215,6 +217,7 @@ fn router(shared: Arc<Shared>) -> Router {
     Router::new()
         .route("/v1/chat/completions", post(chat_completions))
         .route("/v1/embeddings", post(embeddings))
+        .route("/v1/messages", post(messages))
         .route("/mock/stats", get(stats))
         .route("/mock/arrivals", get(arrivals))
         .route("/mock/behaviour", get(get_behaviour).put(put_behaviour))

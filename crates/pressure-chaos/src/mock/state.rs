@@ -54,6 +54,7 @@ struct Records {
     arrivals: Vec<Arrival>,
     by_status: BTreeMap<u16, u64>,
     by_outcome: BTreeMap<Outcome, u64>,
+    by_endpoint: BTreeMap<&'static str, u64>,
     models: BTreeMap<String, Tokens>,
 }
 
@@ -75,6 +76,8 @@ impl ArrivalRef {
 #[derive(Debug, Clone)]
 pub(crate) struct Draft {
     pub(crate) at: Instant,
+    /// The path called (`/v1/chat/completions`, `/v1/messages`).
+    pub(crate) endpoint: &'static str,
     pub(crate) model: String,
     pub(crate) request_id: Option<String>,
     pub(crate) attempt: Option<u32>,
@@ -88,6 +91,7 @@ pub(crate) struct Draft {
 pub(crate) enum Fault {
     None,
     Error,
+    Overload,
     Hang,
     Stall,
 }
@@ -169,18 +173,25 @@ impl Shared {
         duration_to_millis(at.saturating_duration_since(self.started))
     }
 
-    /// One uniform draw decides the fault: `errorShare`, then `hangShare`,
-    /// then `stallShare`, else none.
+    /// One uniform draw decides the fault: `errorShare`, then
+    /// `overloadShare`, then `hangShare`, then `stallShare`, else none.
     pub(crate) fn draw_fault(&self, phase: &Phase) -> Fault {
-        if phase.error_share <= 0.0 && phase.hang_share <= 0.0 && phase.stall_share <= 0.0 {
+        if phase.error_share <= 0.0
+            && phase.overload_share <= 0.0
+            && phase.hang_share <= 0.0
+            && phase.stall_share <= 0.0
+        {
             return Fault::None;
         }
         let u: f64 = self.rng.lock().random();
+        let over = phase.error_share + phase.overload_share;
         if u < phase.error_share {
             Fault::Error
-        } else if u < phase.error_share + phase.hang_share {
+        } else if u < over {
+            Fault::Overload
+        } else if u < over + phase.hang_share {
             Fault::Hang
-        } else if u < phase.error_share + phase.hang_share + phase.stall_share {
+        } else if u < over + phase.hang_share + phase.stall_share {
             Fault::Stall
         } else {
             Fault::None
@@ -211,6 +222,7 @@ impl Shared {
         let index = r.arrivals.len();
         *r.by_status.entry(status).or_default() += 1;
         *r.by_outcome.entry(outcome).or_default() += 1;
+        *r.by_endpoint.entry(d.endpoint).or_default() += 1;
         if !d.model.is_empty() {
             let m = r.models.entry(d.model.clone()).or_default();
             m.requests += 1;
@@ -220,6 +232,7 @@ impl Shared {
             seq: index as u64,
             at_ms,
             model: d.model,
+            endpoint: d.endpoint.to_owned(),
             request_id: d.request_id,
             attempt: d.attempt,
             probe: d.probe,
@@ -274,6 +287,7 @@ impl Shared {
             requests: r.arrivals.len() as u64,
             by_status: r.by_status.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
             by_outcome: r.by_outcome.clone(),
+            by_endpoint: r.by_endpoint.iter().map(|(k, v)| ((*k).to_owned(), *v)).collect(),
             in_flight: self.in_flight.load(Ordering::Relaxed),
             max_in_flight: self.max_in_flight.load(Ordering::Relaxed),
             phase,

@@ -55,6 +55,7 @@ async fn start(behaviour: Behaviour) -> MockProvider {
 fn client(mock: &MockProvider, timeouts: TimeoutsConfig) -> ProviderClient {
     ProviderClient::new(ProviderConfig {
         name: "mock".into(),
+        kind: Default::default(),
         base_url: mock.base_url(),
         api_key_env: None,
         timeouts,

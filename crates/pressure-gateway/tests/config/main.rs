@@ -175,6 +175,37 @@ fn shipped_examples_parse() {
     assert_eq!(auth.secret_env.as_deref(), Some("GATEWAY_JWT_SECRET"));
 }
 
+#[test]
+fn shipped_llm_examples_parse() {
+    use pressure_llm::provider::ProviderKind;
+    let openai =
+        load(&examples_dir().join("gateway-llm.json")).unwrap_or_else(|e| panic!("gateway-llm.json: {e}"));
+    let llm = openai.llm.expect("gateway-llm.json has gateway.llm");
+    assert!(llm.providers.values().all(|p| p.kind == ProviderKind::OpenAi));
+
+    let path = examples_dir().join("gateway-llm-anthropic.json");
+    let cfg = load(&path).unwrap_or_else(|e| panic!("gateway-llm-anthropic.json: {e}"));
+    let llm = cfg.llm.expect("gateway-llm-anthropic.json has gateway.llm");
+    assert_eq!(llm.providers["openai"].kind, ProviderKind::OpenAi);
+    assert_eq!(llm.providers["anthropic"].kind, ProviderKind::Anthropic);
+    assert_eq!(
+        llm.providers["anthropic"].api_key_env.as_deref(),
+        Some("ANTHROPIC_API_KEY")
+    );
+    let chain = &llm.use_cases["support"].chain;
+    let models: Vec<&str> = chain
+        .iter()
+        .filter_map(|l| match l {
+            pressure_llm::pipeline::ChainLevel::Model(m) => Some(m.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert!(
+        models[0].starts_with("openai/") && models[1].starts_with("anthropic/"),
+        "{models:?}"
+    );
+}
+
 /// A valid config exercising every section; each table case breaks one thing.
 fn base() -> Value {
     json!({
@@ -626,6 +657,18 @@ const CASES: &[Case] = &[
         |v| v["gateway"]["llm"] = json!({ "useCase": {} }),
         "gateway.llm.useCase: unknown key `useCase` in gateway.llm (known keys: `providers`, `models`, `rules`, \
          `useCases`, `breaker`)",
+    ),
+    (
+        "llm: unknown provider kind",
+        |v| {
+            v["gateway"]["llm"] = json!({
+                "providers": {
+                    "openai": { "baseUrl": "http://127.0.0.1:9003/v1" },
+                    "claude": { "kind": "gemini", "baseUrl": "http://127.0.0.1:9004/v1" }
+                }
+            })
+        },
+        "gateway.llm.providers.claude.kind: unknown value `gemini` (expected `openai` or `anthropic`)",
     ),
     (
         "limits written as a positional array",

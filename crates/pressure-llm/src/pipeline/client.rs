@@ -16,7 +16,9 @@ use super::stream::{AnswerStream, Live};
 use super::{Answer, Degradation, LlmError, Reply};
 use crate::breaker::BreakerRegistry;
 use crate::price::{ModelPrice, Money};
-use crate::provider::{CallError, CallTag, ChatRequest, PoolStats, ProviderClient, RateLimitHints};
+use crate::provider::{
+    CallError, CallTag, ChatRequest, PoolStats, ProviderClient, ProviderKind, RateLimitHints,
+};
 use crate::reservation::{resource_id, ModelLimits, Reservation};
 use crate::retry::{Decision, RetryState};
 use crate::taxonomy::{Disposition, ErrorKind, TimeoutPhase};
@@ -496,6 +498,10 @@ impl<B: Backend> LlmClient<B> {
         let breaker = self.breakers.get(&m.provider, &m.model);
         let mut call = req.clone();
         call.model = m.model.clone();
+        if provider.kind() == ProviderKind::Anthropic && call.max_output_tokens().is_none() {
+            // Anthropic requires `max_tokens`: send the output reserved for the call.
+            call.max_tokens = u32::try_from(reservation.output_tokens).ok();
+        }
         let deadline_error = || LlmError::DeadlineExceeded {
             total_ms: duration_ms(uc.total()),
         };

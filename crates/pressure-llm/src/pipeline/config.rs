@@ -38,7 +38,7 @@ use serde::{Deserialize, Serialize};
 use super::fallback::KeywordRule;
 use crate::breaker::BreakerConfig;
 use crate::price::ModelPrice;
-use crate::provider::{ProviderConfig, TimeoutsConfig};
+use crate::provider::{ProviderConfig, ProviderKind, TimeoutsConfig};
 use crate::reservation::ModelLimits;
 use crate::retry::RetryPolicy;
 
@@ -72,6 +72,9 @@ pub struct LlmConfig {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ProviderSettings {
+    /// The wire format: `openai` (default) or `anthropic`.
+    #[serde(default, skip_serializing_if = "ProviderKind::is_openai")]
+    pub kind: ProviderKind,
     /// The API root, e.g. `https://api.openai.com/v1`.
     pub base_url: String,
     /// The environment variable holding the API key.
@@ -87,6 +90,7 @@ impl ProviderSettings {
     pub fn to_provider_config(&self, name: &str) -> ProviderConfig {
         ProviderConfig {
             name: name.to_owned(),
+            kind: self.kind,
             base_url: self.base_url.clone(),
             api_key_env: self.api_key_env.clone(),
             timeouts: self.timeouts,
@@ -301,6 +305,18 @@ impl LlmConfig {
             match m.kind {
                 ModelKind::Chat => check_chat_model(m, &path)?,
                 ModelKind::Embedding => check_embedding_model(m, &path)?,
+            }
+            let provider_kind = self.providers.get(&m.provider).map(|p| p.kind);
+            if m.kind == ModelKind::Embedding
+                && provider_kind == Some(crate::provider::ProviderKind::Anthropic)
+            {
+                return Err(ConfigError::new(
+                    format!("{path}.kind"),
+                    format!(
+                        "provider {:?} speaks Anthropic's Messages API, which has no embeddings endpoint",
+                        m.provider
+                    ),
+                ));
             }
         }
         for (name, rules) in &self.rules {
@@ -520,5 +536,15 @@ mod tests {
             serde_json::json!({}),
         );
         assert_eq!(problem(&zero).as_deref(), Some("models[0].maxInputTokens"));
+    }
+
+    #[test]
+    fn anthropic_has_no_embedding_models() {
+        let cfg: LlmConfig = serde_json::from_value(serde_json::json!({
+            "providers": { "claude": { "baseUrl": "http://127.0.0.1:1/v1", "kind": "anthropic" } },
+            "models": [{ "provider": "claude", "model": "e", "kind": "embedding" }],
+        }))
+        .expect("parses");
+        assert_eq!(problem(&cfg).as_deref(), Some("models[0].kind"));
     }
 }

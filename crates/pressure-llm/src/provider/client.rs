@@ -1,6 +1,11 @@
 //! [`ProviderClient`]: one OpenAI-compatible provider, called with explicit
 //! per-phase timeouts.
 //!
+//! A provider of [`ProviderKind::Anthropic`] differs only on the wire: the
+//! URL (`{baseUrl}/messages`), the key and version headers, the body
+//! encoder and the answer / stream decoders are [`super::anthropic`]'s;
+//! phases, pool, tags, rate-limit hints and error classification are shared.
+//!
 //! # Phases of one call
 //!
 //! | Phase | Bounded by | Error |
@@ -30,13 +35,16 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use futures::{Stream, StreamExt};
-use reqwest::header::{HeaderMap, HeaderValue, ACCEPT, AUTHORIZATION, CONTENT_LENGTH, CONTENT_TYPE};
+use reqwest::header::{
+    HeaderMap, HeaderName, HeaderValue, ACCEPT, AUTHORIZATION, CONTENT_LENGTH, CONTENT_TYPE,
+};
 use serde::Serialize;
 use serde_json::{Map, Value};
 use tokio::sync::{oneshot, OwnedSemaphorePermit, Semaphore};
 use tokio::time::{sleep_until, timeout_at, Instant};
 
-use super::config::{ProviderConfig, TimeoutsConfig};
+use super::anthropic;
+use super::config::{ProviderConfig, ProviderKind, TimeoutsConfig};
 use super::error::{CallError, ProviderError};
 use super::ratelimit::RateLimitHints;
 use super::stream::ChatStream;
@@ -60,8 +68,10 @@ pub struct ProviderClient {
 
 struct Inner {
     name: String,
+    kind: ProviderKind,
     url: reqwest::Url,
-    auth: Option<HeaderValue>,
+    /// The key header: `Authorization: Bearer <key>` or `x-api-key: <key>`.
+    auth: Option<(HeaderName, HeaderValue)>,
     http: reqwest::Client,
     timeouts: TimeoutsConfig,
     pool: Arc<Semaphore>,
@@ -90,6 +100,7 @@ impl fmt::Debug for ProviderClient {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ProviderClient")
             .field("name", &self.inner.name)
+            .field("kind", &self.inner.kind)
             .field("url", &self.inner.url.as_str())
             .field("has_api_key", &self.inner.auth.is_some())
             .field("timeouts", &self.inner.timeouts)
@@ -167,8 +178,11 @@ impl ProviderClient {
             reason,
         };
         let base = cfg.base_url.trim_end_matches('/');
-        let url =
-            reqwest::Url::parse(&format!("{base}/chat/completions")).map_err(|e| bad_url(e.to_string()))?;
+        let endpoint = match cfg.kind {
+            ProviderKind::OpenAi => "chat/completions",
+            ProviderKind::Anthropic => "messages",
+        };
+        let url = reqwest::Url::parse(&format!("{base}/{endpoint}")).map_err(|e| bad_url(e.to_string()))?;
         if !matches!(url.scheme(), "http" | "https") {
             return Err(bad_url("scheme must be http or https".into()));
         }
@@ -183,10 +197,16 @@ impl ProviderClient {
                     var: var.clone(),
                 };
                 let key = std::env::var(var).map_err(|_| missing())?;
-                let mut value =
-                    HeaderValue::from_str(&format!("Bearer {}", key.trim())).map_err(|_| missing())?;
+                let (name, text) = match cfg.kind {
+                    ProviderKind::OpenAi => (AUTHORIZATION, format!("Bearer {}", key.trim())),
+                    ProviderKind::Anthropic => (
+                        HeaderName::from_static(anthropic::API_KEY_HEADER),
+                        key.trim().to_owned(),
+                    ),
+                };
+                let mut value = HeaderValue::from_str(&text).map_err(|_| missing())?;
                 value.set_sensitive(true);
-                Some(value)
+                Some((name, value))
             }
         };
         let t = cfg.timeouts;
@@ -203,6 +223,7 @@ impl ProviderClient {
         Ok(Self {
             inner: Arc::new(Inner {
                 name,
+                kind: cfg.kind,
                 url,
                 auth,
                 http,
@@ -219,9 +240,33 @@ impl ProviderClient {
         &self.inner.name
     }
 
-    /// The endpoint URL (`{baseUrl}/chat/completions`).
+    /// The endpoint URL (`{baseUrl}/chat/completions`, or `{baseUrl}/messages`
+    /// for an Anthropic provider).
     pub fn url(&self) -> &str {
         self.inner.url.as_str()
+    }
+
+    /// The wire format the provider speaks.
+    pub fn kind(&self) -> ProviderKind {
+        self.inner.kind
+    }
+
+    /// The request body in the provider's wire format; `Err` is the message
+    /// of a `BadRequest` (nothing is sent).
+    fn encode(&self, req: &ChatRequest, streaming: bool) -> Result<Vec<u8>, String> {
+        match self.inner.kind {
+            ProviderKind::OpenAi => serde_json::to_vec(&Wire::new(req, streaming))
+                .map_err(|e| format!("serialising the request: {e}")),
+            ProviderKind::Anthropic => anthropic::request::encode(req, streaming).map_err(|e| e.to_string()),
+        }
+    }
+
+    /// A non-streamed answer body as a chat completion.
+    fn decode(&self, body: &[u8]) -> Result<ChatResponse, String> {
+        match self.inner.kind {
+            ProviderKind::OpenAi => serde_json::from_slice::<ChatResponse>(body).map_err(|e| e.to_string()),
+            ProviderKind::Anthropic => anthropic::to_chat_response(body),
+        }
     }
 
     /// The configured timeouts.
@@ -258,9 +303,9 @@ impl ProviderClient {
         deadline: Instant,
         tag: &CallTag,
     ) -> Result<Completion, CallError> {
-        let body = serde_json::to_vec(&Wire::new(req, false)).map_err(|e| {
-            CallError::transport(ErrorKind::BadRequest, format!("serialising the request: {e}"))
-        })?;
+        let body = self
+            .encode(req, false)
+            .map_err(|e| CallError::transport(ErrorKind::BadRequest, e))?;
         let mut sent = self.send(body, false, deadline, tag).await?;
         let read = self.inner.timeouts.read();
         let mut buf = Vec::new();
@@ -279,7 +324,7 @@ impl ProviderClient {
         }
         drop(sent.permit);
         let total = sent.started.elapsed();
-        match serde_json::from_slice::<ChatResponse>(&buf) {
+        match self.decode(&buf) {
             Ok(response) => Ok(Completion {
                 usage: response.usage.clone(),
                 response,
@@ -319,10 +364,13 @@ impl ProviderClient {
         deadline: Instant,
         tag: &CallTag,
     ) -> Result<ChatStream, CallError> {
-        let body = serde_json::to_vec(&Wire::new(req, true)).map_err(|e| {
-            CallError::transport(ErrorKind::BadRequest, format!("serialising the request: {e}"))
-        })?;
-        let sent = self.send(body, true, deadline, tag).await?;
+        let body = self
+            .encode(req, true)
+            .map_err(|e| CallError::transport(ErrorKind::BadRequest, e))?;
+        let mut sent = self.send(body, true, deadline, tag).await?;
+        if self.inner.kind == ProviderKind::Anthropic {
+            sent.body = anthropic::stream::translate_body(sent.body);
+        }
         Ok(ChatStream::new(sent, self.inner.timeouts.read(), deadline))
     }
 
@@ -394,8 +442,11 @@ impl ProviderClient {
             .header(CONTENT_LENGTH, len)
             .header(ACCEPT, accept)
             .body(reqwest::Body::wrap_stream(tracked));
-        if let Some(auth) = &self.inner.auth {
-            builder = builder.header(AUTHORIZATION, auth.clone());
+        if let Some((name, value)) = &self.inner.auth {
+            builder = builder.header(name.clone(), value.clone());
+        }
+        if self.inner.kind == ProviderKind::Anthropic {
+            builder = builder.header(anthropic::VERSION_HEADER, anthropic::API_VERSION);
         }
         for (name, value) in tag.headers() {
             builder = builder.header(name, value);

@@ -4,18 +4,55 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-/// One OpenAI-compatible provider.
+/// Which wire format a provider speaks.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum ProviderKind {
+    /// OpenAI's chat completions (`POST {baseUrl}/chat/completions`,
+    /// `Authorization: Bearer <key>`): OpenAI, Azure-style proxies, vLLM,
+    /// and every other OpenAI-compatible server. The default.
+    #[default]
+    #[serde(rename = "openai")]
+    OpenAi,
+    /// Anthropic's Messages API (`POST {baseUrl}/messages`, `x-api-key`,
+    /// `anthropic-version: 2023-06-01`); requests and answers are translated
+    /// from and to the chat-completions shape by
+    /// [`provider::anthropic`](super::anthropic).
+    Anthropic,
+}
+
+impl ProviderKind {
+    /// `openai` or `anthropic`, as in the configuration.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::OpenAi => "openai",
+            Self::Anthropic => "anthropic",
+        }
+    }
+
+    /// True for the default kind (it is left out when serialising).
+    pub fn is_openai(&self) -> bool {
+        *self == Self::OpenAi
+    }
+}
+
+/// One provider.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ProviderConfig {
     /// The provider's name in logs, metrics and the fallback chain.
     pub name: String,
-    /// The API root, e.g. `https://api.openai.com/v1`; the client posts to
-    /// `{baseUrl}/chat/completions`.
+    /// The wire format: `openai` (default) or `anthropic`.
+    #[serde(default, skip_serializing_if = "ProviderKind::is_openai")]
+    pub kind: ProviderKind,
+    /// The API root, e.g. `https://api.openai.com/v1` or
+    /// `https://api.anthropic.com/v1`; the client posts to
+    /// `{baseUrl}/chat/completions` (`openai`) or `{baseUrl}/messages`
+    /// (`anthropic`).
     pub base_url: String,
     /// The environment variable holding the API key, sent as
-    /// `Authorization: Bearer <key>`. Omitted: no `Authorization` header
-    /// (local servers such as vLLM).
+    /// `Authorization: Bearer <key>` (`openai`) or `x-api-key: <key>`
+    /// (`anthropic`). Omitted: no key header (local servers such as vLLM).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub api_key_env: Option<String>,
     /// Per-attempt timeouts and the connection limit.

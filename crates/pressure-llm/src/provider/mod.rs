@@ -1,8 +1,12 @@
 //! The provider client: OpenAI-compatible chat completions, streamed and not,
-//! with every timeout explicit (DESIGN §6, layer 1).
+//! with every timeout explicit (DESIGN §6, layer 1). A provider of
+//! [`ProviderKind::Anthropic`] speaks Anthropic's Messages API instead; the
+//! client translates on the wire ([`anthropic`]), so everything above it
+//! sees chat completions either way.
 //!
 //! * [`types`] — the wire format ([`ChatRequest`], [`ChatResponse`], [`ChatChunk`]).
-//! * [`config`] — [`ProviderConfig`] and its [`TimeoutsConfig`].
+//! * [`config`] — [`ProviderConfig`], its [`ProviderKind`] and [`TimeoutsConfig`].
+//! * [`anthropic`] — the translation to and from Anthropic's Messages API.
 //! * [`client`] — [`ProviderClient`]: [`complete`](ProviderClient::complete)
 //!   and [`stream`](ProviderClient::stream), each bounded per phase (pool
 //!   wait, connect, write, first byte, read between chunks) and by the
@@ -33,6 +37,7 @@
 //! made. So an attempt can never outlive its event, and a slow first attempt
 //! shortens, never extends, what the fallbacks get.
 
+pub mod anthropic;
 pub mod client;
 pub mod config;
 pub mod embeddings;
@@ -43,7 +48,7 @@ pub mod tag;
 pub mod types;
 
 pub use client::{Completion, PoolStats, ProviderClient};
-pub use config::{ProviderConfig, TimeoutsConfig};
+pub use config::{ProviderConfig, ProviderKind, TimeoutsConfig};
 pub use embeddings::{
     Embedding, EmbeddingCompletion, EmbeddingInput, EmbeddingRequest, EmbeddingResponse, EmbeddingUsage,
     InputItem, InvalidEmbeddingRequest, MAX_EMBEDDING_INPUTS,

@@ -29,7 +29,9 @@ pub struct RateLimitHints {
     pub remaining_output_tokens: Option<u64>,
     /// Until the request window resets.
     pub reset_requests: Option<Duration>,
-    /// Until the token window resets.
+    /// Until the token window resets (Anthropic without
+    /// `anthropic-ratelimit-tokens-reset`: the later of its input and output
+    /// token resets).
     pub reset_tokens: Option<Duration>,
     /// `retry-after-ms` / `retry-after`.
     pub retry_after: Option<Duration>,
@@ -66,7 +68,13 @@ impl RateLimitHints {
             reset_requests: ogo("x-ratelimit-reset-requests")
                 .or_else(|| anthropic_reset("anthropic-ratelimit-requests-reset")),
             reset_tokens: ogo("x-ratelimit-reset-tokens")
-                .or_else(|| anthropic_reset("anthropic-ratelimit-tokens-reset")),
+                .or_else(|| anthropic_reset("anthropic-ratelimit-tokens-reset"))
+                .or_else(|| {
+                    // Only the per-direction windows: the later reset frees both.
+                    let input = anthropic_reset("anthropic-ratelimit-input-tokens-reset");
+                    let output = anthropic_reset("anthropic-ratelimit-output-tokens-reset");
+                    input.max(output)
+                }),
             retry_after: taxonomy::retry_after(headers),
         }
     }

@@ -12,7 +12,9 @@
 //!
 //! Anthropic's tokenizer is not public, so Claude prompts are counted with
 //! `cl100k_base`, which is in the right range but not equal to what the
-//! provider bills (Claude usually reports somewhat *more* tokens). Other
+//! provider bills: Claude reports *more* tokens, up to about 30 % more for
+//! English text and code (the bound and where it comes from:
+//! [`provider::anthropic`](crate::provider::anthropic#token-estimates-for-claude-models)). Other
 //! vendors' models (Llama, Mistral, Gemini, …) and unknown names get
 //! `o200k_base`, the newest OpenAI encoding. An approximate count is only
 //! an estimate for the reservation: the broker corrects it from the

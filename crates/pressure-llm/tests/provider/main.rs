@@ -205,6 +205,7 @@ fn timeouts(ms: u64) -> TimeoutsConfig {
 fn client(base: &str, key_env: Option<&str>, t: TimeoutsConfig) -> ProviderClient {
     ProviderClient::new(ProviderConfig {
         name: "mock".into(),
+        kind: Default::default(),
         base_url: base.into(),
         api_key_env: key_env.map(str::to_owned),
         timeouts: t,
@@ -563,6 +564,7 @@ async fn write_timeout_fires_when_the_server_does_not_read() {
 async fn missing_key_and_bad_config_are_rejected() {
     let cfg = |env: Option<&str>, url: &str| ProviderConfig {
         name: "p".into(),
+        kind: Default::default(),
         base_url: url.into(),
         api_key_env: env.map(str::to_owned),
         timeouts: TimeoutsConfig::default(),
