@@ -69,7 +69,13 @@ pub(super) async fn llm(State(state): State<AdminState>) -> Response {
         })
         .collect();
     let snapshot = llm.snapshot();
+    // `fleet`: shared through the backend's Redis (DESIGN §6.1).
+    let scope = match registry.fleet_status() {
+        Some(f) => json!({ "scope": "fleet", "storeHealthy": f.healthy, "storeErrors": f.errors }),
+        None => json!({ "scope": "process" }),
+    };
     Json(json!({
+        "breakerScope": scope,
         "breakers": breakers,
         "transitions": transitions,
         "pools": pools,
