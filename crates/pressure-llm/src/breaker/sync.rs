@@ -13,6 +13,7 @@
 use super::circuit::CircuitBreaker;
 use super::fleet::{FleetHub, FleetLink, SYNC_INTERVAL};
 use super::registry::BreakerMap;
+use super::state::State;
 use pressure_core::shared_breaker::SharedCircuit;
 use pressure_core::BackendError;
 use std::sync::atomic::Ordering;
@@ -54,8 +55,11 @@ fn checked(hub: &FleetHub, r: Result<SharedCircuit, BackendError>) -> Option<Sha
 /// One breaker's round: send, then apply.
 async fn sync_one(b: &CircuitBreaker, hub: &FleetHub) {
     let Some(link) = b.fleet_link() else { return };
+    // An opening the store missed (it was down) is stale once the breaker
+    // left open by itself: publishing it would reopen a recovered model.
+    let still_open = b.state() == State::Open;
     let before = b.transitions();
-    let Some(state) = exchange(link, hub).await else {
+    let Some(state) = exchange(link, hub, still_open).await else {
         return;
     };
     link.epoch.store(state.epoch, Ordering::Relaxed);
@@ -64,12 +68,16 @@ async fn sync_one(b: &CircuitBreaker, hub: &FleetHub) {
     }
 }
 
-/// Sends what `link` has pending; the last state the store answered, or
-/// `None` when it is unreachable (the local breaker then decides alone;
-/// an opening is kept to be published later, other news is dropped).
-async fn exchange(link: &FleetLink, hub: &FleetHub) -> Option<SharedCircuit> {
+/// Sends what `link` has pending (its opening only while `still_open`);
+/// the last state the store answered, or `None` when it is unreachable
+/// (the local breaker then decides alone; an opening is kept to be
+/// published later, other news is dropped).
+async fn exchange(link: &FleetLink, hub: &FleetHub, still_open: bool) -> Option<SharedCircuit> {
     let (store, rules, name) = (&hub.store, &hub.rules, &*link.name);
-    let pending = link.take();
+    let mut pending = link.take();
+    if !still_open {
+        pending.open = None;
+    }
     let mut last = None;
     for (epoch, outcome) in pending.reports {
         last = Some(checked(
