@@ -106,6 +106,7 @@ fn mock_ms(m: &MockProvider) -> f64 {
 
 struct Instance {
     addr: SocketAddr,
+    admin: SocketAddr,
     llm: Llm,
     serving: Serving,
 }
@@ -126,8 +127,10 @@ async fn gateway(mock: &MockProvider, url: &str, prefix: &str, scope: Option<&st
     let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let admin = TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let addr = listener.local_addr().expect("addr");
+    let admin_addr = admin.local_addr().expect("addr");
     Instance {
         addr,
+        admin: admin_addr,
         llm,
         serving: gw.spawn(listener, admin),
     }
@@ -308,6 +311,36 @@ async fn two_gateways_share_one_breaker_through_a_500_storm() {
     assert!(
         arrivals.iter().any(|x| x.model == BACKUP),
         "the backup served the storm"
+    );
+
+    // What B learned is on its admin page and in its metrics.
+    let page: serde_json::Value = reqwest::get(format!("http://{}/admin/pressure/llm", b.admin))
+        .await
+        .expect("admin answers")
+        .json()
+        .await
+        .expect("json");
+    assert_eq!(page["breakerScope"]["scope"], "fleet", "{page}");
+    assert_eq!(page["breakerScope"]["storeHealthy"], true, "{page}");
+    let learned = page["transitions"]
+        .as_array()
+        .expect("transitions")
+        .iter()
+        .any(|t| t["breaker"] == BREAKER && t["reason"] == "fleet" && t["to"] == "open");
+    assert!(learned, "{page}");
+    let metrics = reqwest::get(format!("http://{}/metrics", b.admin))
+        .await
+        .expect("metrics answer")
+        .text()
+        .await
+        .expect("text");
+    assert!(
+        metrics.contains("pressure_llm_breaker_fleet_store_healthy 1"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("pressure_llm_breaker_state{provider=\"mock\",model=\"primary\"} 0"),
+        "{metrics}"
     );
 
     a.serving.stop(Duration::from_secs(5)).await;
