@@ -21,7 +21,8 @@ use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use tokio::time::Instant;
 
 use pressure_chaos::driver::criteria::OPEN_GRACE_MS;
 use pressure_chaos::driver::scenario::{BACKUP, PRIMARY};

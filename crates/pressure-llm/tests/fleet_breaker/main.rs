@@ -18,7 +18,8 @@ use pressure_core::BackendError;
 use pressure_llm::breaker::{BreakerConfig, BreakerRegistry, State, TransitionReason};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use tokio::time::Instant;
 
 /// The shared state, kept simply: no buckets (the window is every call
 /// since the last transition).
