@@ -9,7 +9,7 @@ mod support;
 use pressure_core::shared_breaker::{
     CircuitRules, OutcomeCounts, ProbeGrant, ProbeOutcome, SharedBreakerStore, SharedCircuit, SharedState,
 };
-use pressure_redis::RedisBackend;
+use pressure_redis::{RedisBackend, RedisConfig};
 use std::time::Duration;
 
 const OPEN_WAIT_MS: u64 = 200;
@@ -240,4 +240,25 @@ async fn a_store_that_is_down_answers_an_error_not_a_state() {
     assert!(store.read(&n).await.is_err());
     assert!(store.acquire_probe(&n, &r).await.is_err());
     assert!(store.record(&n, &r, counts(10, 10)).await.is_err());
+}
+
+/// The same script on a Redis Cluster: both keys of a breaker share its
+/// hash tag, so every operation runs on one node.
+#[tokio::test]
+async fn a_cluster_holds_the_shared_state_too() {
+    let config = || RedisConfig {
+        cluster_nodes: support::cluster_nodes(),
+        timeout_ms: support::TIMEOUT_MS,
+        connect_timeout_ms: support::CONNECT_TIMEOUT_MS,
+        ..RedisConfig::default()
+    };
+    let a = RedisBackend::connect(config()).await.expect("cluster");
+    let b = RedisBackend::connect(config()).await.expect("cluster");
+    let r = rules(1);
+    for i in 0..6 {
+        let n = name(&format!("cluster-{i}"));
+        let s = a.record(&n, &r, counts(10, 10)).await.expect("record");
+        assert_eq!(s.state, SharedState::Open);
+        assert_eq!(b.read(&n).await.expect("read").state, SharedState::Open);
+    }
 }
