@@ -5,7 +5,7 @@
 //! The local breaker stays the decision engine of every call, with no store
 //! round trip on the hot path:
 //!
-//! * **closed**: outcomes are summed per breaker here ([`FleetLink`]) and
+//! * **closed**: outcomes are summed per breaker here and
 //!   flushed into the shared window by the sync task every
 //!   [`SYNC_INTERVAL`] (one `record` per breaker with outcomes); the store
 //!   opens the breaker when the fleet's window crosses the threshold, so
