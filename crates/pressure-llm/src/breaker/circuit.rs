@@ -290,6 +290,8 @@ impl CircuitBreaker {
     /// Adopts the fleet's shared state (transition reason `fleet`): open
     /// until the fleet's time (never shortening a local open period),
     /// half-open, or closed with a fresh window. Nothing is published back.
+    /// A local open period that ended unseen is not turned half-open first:
+    /// the fleet's state decides (no open → half-open → open flap).
     pub(crate) fn apply_fleet(&self, c: &SharedCircuit) {
         let s = &self.shared;
         let event = {
@@ -300,7 +302,6 @@ impl CircuitBreaker {
             let until = now
                 .saturating_add(duration_to_nanos(c.retry_in))
                 .saturating_add(duration_to_nanos(FLEET_SKEW));
-            let expired = s.expire_open(&mut g, now);
             let to = match (g.state, c.state) {
                 (State::Open, SharedState::Open) => {
                     g.open_until = g.open_until.max(until);
@@ -311,14 +312,12 @@ impl CircuitBreaker {
                 (_, SharedState::HalfOpen) => Some(State::HalfOpen),
                 (_, SharedState::Closed) => Some(State::Closed),
             };
-            let applied = to.map(|to| {
+            to.map(|to| {
                 let counts = s.current_counts(&mut g, now);
                 s.transition(&mut g, now, to, TransitionReason::Fleet, counts, until)
-            });
-            (expired, applied)
+            })
         };
-        s.emit(event.0);
-        s.emit(event.1);
+        s.emit(event);
     }
 
     /// The link to the fleet, for a fleet-wide breaker.
