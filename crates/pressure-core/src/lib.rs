@@ -123,6 +123,7 @@ mod field_error;
 mod limits;
 pub mod queue;
 mod renewal;
+pub mod shared_breaker;
 mod stats;
 
 pub use acquisition::{AcquireOptions, Acquisition, ActualUsage, Permit};

@@ -23,6 +23,7 @@ use arc_swap::ArcSwap;
 use axum::body::Body;
 use http::{Request, Response};
 use pressure_core::{MemoryBackend, ResourceBroker};
+use pressure_llm::breaker::BreakerScope;
 use pressure_llm::pipeline::{LlmClient, LlmError};
 use pressure_redis::RedisBackend;
 use std::convert::Infallible;
@@ -131,6 +132,13 @@ impl Gateway {
                 // The durable manual queue on the backend's Redis (DESIGN §6).
                 if let BackendConfig::Redis(rc) = &config.backend {
                     client = client.with_manual_queue(Arc::new(RedisManualQueue::new(rc)));
+                }
+                // Fleet-wide breakers on the backend's Redis unless
+                // `llm.breaker.scope` is `process` (DESIGN §6.1).
+                if let (Some(r), false) = (&redis, c.breaker.scope == Some(BreakerScope::Process)) {
+                    client = client
+                        .with_shared_breakers(Arc::new(r.clone()))
+                        .map_err(llm_error)?;
                 }
                 let client = Arc::new(client);
                 let scraped = Arc::clone(&client);

@@ -53,7 +53,7 @@ const LOST_MARGIN: Duration = Duration::from_secs(10);
 /// Cheap to clone.
 #[derive(Clone)]
 pub struct RedisBackend {
-    inner: Arc<Inner>,
+    pub(crate) inner: Arc<Inner>,
 }
 
 pub(crate) struct Inner {

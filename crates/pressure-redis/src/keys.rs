@@ -50,6 +50,34 @@ impl ResourceKeys {
     }
 }
 
+/// The keys of the shared circuit breaker `name` (`lua/breaker.lua`),
+/// under the hash tag of its escaped name, with suffixes no resource uses
+/// (`:b`, `:bw`), so no breaker name can address a resource's keys.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BreakerKeys {
+    /// Hash with state, epoch, open-until and probe counts.
+    pub state: String,
+    /// Hash with the shared window's buckets.
+    pub window: String,
+}
+
+impl BreakerKeys {
+    /// Keys of breaker `name` under `prefix`.
+    pub fn new(prefix: &str, name: &str) -> Self {
+        let k = ResourceKeys::new(prefix, name);
+        Self {
+            state: k.sibling("b"),
+            window: k.sibling("bw"),
+        }
+    }
+}
+
+/// The pub/sub channel on which `lua/breaker.lua` announces every shared
+/// breaker transition as `"<name> <open|closed|half_open> <epoch>"`.
+pub fn breaker_channel(prefix: &str) -> String {
+    format!("{prefix}:breaker")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -35,6 +35,10 @@
 //!   release that failed are released in the background by their
 //!   client-chosen lease id, retried until Redis answers; a tombstone makes a
 //!   late script reserve nothing.
+//! * **Shared circuit breakers**: `RedisBackend` is also a
+//!   [`pressure_core::shared_breaker::SharedBreakerStore`] (`lua/breaker.lua`):
+//!   one breaker state per (provider, model) for the whole fleet, with a
+//!   shared failure window and a fleet-wide half-open probe quota.
 //! * **Local deny cache**: after the store denies a demand until `T`, the same
 //!   or a larger demand is refused locally until `T`, with no round trip.
 
@@ -47,6 +51,7 @@ pub use conn::{connect, Conn as RedisConnection};
 mod health;
 pub mod keys;
 mod scripts;
+mod shared_breaker;
 
 pub use backend::{RedisBackend, RedisHandle, RedisStatus};
 pub use config::{FailureMode, RedisConfig};

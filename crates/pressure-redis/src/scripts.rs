@@ -8,6 +8,7 @@ const RECONCILE_LUA: &str = include_str!("../lua/reconcile.lua");
 const RELEASE_LUA: &str = include_str!("../lua/release.lua");
 const RENEW_LUA: &str = include_str!("../lua/renew.lua");
 const USAGE_LUA: &str = include_str!("../lua/usage.lua");
+const BREAKER_LUA: &str = include_str!("../lua/breaker.lua");
 
 /// Check and reserve all dimensions (`lua/acquire.lua`).
 pub(crate) static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(ACQUIRE_LUA));
@@ -20,7 +21,17 @@ pub(crate) static RENEW: LazyLock<Script> = LazyLock::new(|| Script::new(RENEW_L
 /// Read current usage (`lua/usage.lua`).
 pub(crate) static USAGE: LazyLock<Script> = LazyLock::new(|| Script::new(USAGE_LUA));
 
+/// Shared circuit breaker state, one op per call (`lua/breaker.lua`).
+pub(crate) static BREAKER: LazyLock<Script> = LazyLock::new(|| Script::new(BREAKER_LUA));
+
 /// The source of every script, for `SCRIPT LOAD` on a new connection.
-pub(crate) fn sources() -> [&'static str; 5] {
-    [ACQUIRE_LUA, RECONCILE_LUA, RELEASE_LUA, RENEW_LUA, USAGE_LUA]
+pub(crate) fn sources() -> [&'static str; 6] {
+    [
+        ACQUIRE_LUA,
+        RECONCILE_LUA,
+        RELEASE_LUA,
+        RENEW_LUA,
+        USAGE_LUA,
+        BREAKER_LUA,
+    ]
 }

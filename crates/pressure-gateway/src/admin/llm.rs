@@ -76,7 +76,13 @@ pub(super) fn page(llm: &Llm) -> Value {
         })
         .collect();
     let snapshot = llm.snapshot();
+    // `fleet`: shared through the backend's Redis (DESIGN §6.1).
+    let scope = match registry.fleet_status() {
+        Some(f) => json!({ "scope": "fleet", "storeHealthy": f.healthy, "storeErrors": f.errors }),
+        None => json!({ "scope": "process" }),
+    };
     json!({
+        "breakerScope": scope,
         "breakers": breakers,
         "transitions": transitions,
         "pools": pools,

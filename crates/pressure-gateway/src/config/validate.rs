@@ -54,12 +54,18 @@ pub fn validate(cfg: &GatewayConfig, base_dir: &Path) -> Result<(), ConfigError>
 
 /// `gateway.llm`: the pipeline's own checks, their paths under `gateway.llm`.
 fn check_llm(cfg: &GatewayConfig) -> Result<(), ConfigError> {
-    match &cfg.llm {
-        Some(llm) => llm
-            .validate()
-            .map_err(|e| ConfigError::new(format!("gateway.llm.{}", e.path), e.problem)),
-        None => Ok(()),
+    let Some(llm) = &cfg.llm else { return Ok(()) };
+    llm.validate()
+        .map_err(|e| ConfigError::new(format!("gateway.llm.{}", e.path), e.problem))?;
+    if llm.breaker.scope == Some(pressure_llm::breaker::BreakerScope::Fleet)
+        && matches!(cfg.backend, BackendConfig::Memory)
+    {
+        return Err(ConfigError::new(
+            "gateway.llm.breaker.scope",
+            "\"fleet\" needs the redis backend (gateway.backend.type \"redis\"); use \"process\" or leave it out",
+        ));
     }
+    Ok(())
 }
 
 /// Checks `limits` with `pressure_core`'s compiler; the error's path is

@@ -31,6 +31,9 @@ type PoolFamily = (&'static str, &'static str, &'static str, fn(&PoolStats) -> u
 /// | `pressure_llm_attempt_errors_total` | counter | `kind` |
 /// | `pressure_llm_answers_total` | counter | `degradation` |
 /// | `pressure_llm_breaker_state` | gauge (0 closed, 1 half-open, 2 open) | `provider`, `model` |
+/// | `pressure_llm_breaker_transitions_total` | counter (learned from the fleet included) | `provider`, `model` |
+/// | `pressure_llm_breaker_fleet_store_healthy` | gauge (1/0; fleet scope only) | |
+/// | `pressure_llm_breaker_fleet_store_errors_total` | counter (fleet scope only) | |
 /// | `pressure_llm_pool_in_use`, `_peak`, `_max` | gauge | `provider` |
 /// | `pressure_llm_pool_wait_timeouts_total` | counter | `provider` |
 /// | `pressure_llm_ttft_seconds` | histogram | `provider`, `model` |
@@ -38,6 +41,41 @@ type PoolFamily = (&'static str, &'static str, &'static str, fn(&PoolStats) -> u
 pub fn encode(llm: &LlmClient<AnyBackend>, out: &mut String) {
     // Writing into a `String` cannot fail.
     let _ = try_encode_metrics(llm, out);
+}
+
+/// Breaker transitions per (provider, model), and the health of the fleet's
+/// shared breaker store when the breakers are shared (DESIGN §6.1).
+fn encode_breaker_extras(llm: &LlmClient<AnyBackend>, out: &mut String) -> fmt::Result {
+    let name = "pressure_llm_breaker_transitions_total";
+    header(
+        out,
+        name,
+        "counter",
+        "Circuit breaker transitions per (provider, model), those learned from the fleet included.",
+    )?;
+    for b in llm.breakers().snapshot() {
+        let labels = [("provider", b.provider.as_str()), ("model", b.model.as_str())];
+        sample(out, name, &labels, b.snapshot.transitions)?;
+    }
+    if let Some(f) = llm.breakers().fleet_status() {
+        let name = "pressure_llm_breaker_fleet_store_healthy";
+        header(
+            out,
+            name,
+            "gauge",
+            "Whether the fleet's shared breaker store (Redis) answered the last call: 1 yes, 0 no.",
+        )?;
+        writeln!(out, "{name} {}", u8::from(f.healthy))?;
+        let name = "pressure_llm_breaker_fleet_store_errors_total";
+        header(
+            out,
+            name,
+            "counter",
+            "Shared breaker store calls that failed (the local breaker decided alone).",
+        )?;
+        writeln!(out, "{name} {}", f.errors)?;
+    }
+    Ok(())
 }
 
 fn try_encode_metrics(llm: &LlmClient<AnyBackend>, out: &mut String) -> fmt::Result {
@@ -143,6 +181,7 @@ fn try_encode_metrics(llm: &LlmClient<AnyBackend>, out: &mut String) -> fmt::Res
     for ((provider, model), v) in states {
         sample(out, name, &[("provider", &provider), ("model", &model)], v)?;
     }
+    encode_breaker_extras(llm, out)?;
     let pools = llm.provider_pools();
     let families: [PoolFamily; 4] = [
         (

@@ -671,6 +671,25 @@ const CASES: &[Case] = &[
         "gateway.llm.providers.claude.kind: unknown value `gemini` (expected `openai` or `anthropic`)",
     ),
     (
+        "llm: fleet-wide breakers on the memory backend",
+        |v| {
+            v["gateway"]["llm"] = json!({
+                "providers": { "mock": { "baseUrl": "http://127.0.0.1:9003/v1" } },
+                "models": [
+                    { "provider": "mock", "model": "m1", "context": { "contextTokens": 1000, "maxOutputTokens": 100 } }
+                ],
+                "useCases": { "support": { "chain": [ { "model": "mock/m1" } ] } },
+                "breaker": { "scope": "fleet" }
+            })
+        },
+        "gateway.llm.breaker.scope: \"fleet\" needs the redis backend (gateway.backend.type \"redis\"); use \"process\" or leave it out",
+    ),
+    (
+        "llm: an unknown breaker scope",
+        |v| v["gateway"]["llm"] = json!({ "breaker": { "scope": "planet" } }),
+        "gateway.llm.breaker.scope: unknown value `planet` (expected `fleet` or `process`)",
+    ),
+    (
         "limits written as a positional array",
         |v| v["gateway"]["pressure"]["perService"]["rest"] = json!([5]),
         "gateway.pressure.perService.rest: must be an object (got an array)",

@@ -32,10 +32,12 @@
 //! does for ignored exceptions and `releasePermission`.
 
 use super::config::BreakerConfig;
+use super::fleet::FleetLink;
 use super::state::{State, Transition, TransitionReason};
 use super::window::{Counts, SlidingWindow};
 use parking_lot::Mutex;
 use pressure_core::clock::{duration_to_nanos, Clock};
+use pressure_core::shared_breaker::{ProbeGrant, ProbeOutcome, SharedCircuit, SharedState};
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -102,6 +104,8 @@ struct Shared {
     config: BreakerConfig,
     clock: Arc<dyn Clock>,
     hook: Option<TransitionHook>,
+    /// Fleet scope: the link to the shared state.
+    fleet: Option<Arc<FleetLink>>,
     inner: Mutex<Inner>,
     transitions: AtomicU64,
     times_opened: AtomicU64,
@@ -154,7 +158,7 @@ impl CircuitBreaker {
         hook: Option<TransitionHook>,
     ) -> Result<Self, InvalidBreakerConfig> {
         config.validate()?;
-        Ok(Self::from_valid(name.into(), config, clock, hook))
+        Ok(Self::from_valid(name.into(), config, clock, hook, None))
     }
 
     /// Builds from an already validated config.
@@ -163,6 +167,7 @@ impl CircuitBreaker {
         config: BreakerConfig,
         clock: Arc<dyn Clock>,
         hook: Option<TransitionHook>,
+        fleet: Option<Arc<FleetLink>>,
     ) -> Self {
         let now = clock.now_nanos();
         let window = SlidingWindow::new(config.bucket_ms(), config.buckets(), now);
@@ -181,6 +186,7 @@ impl CircuitBreaker {
                 config,
                 clock,
                 hook,
+                fleet,
                 inner: Mutex::new(inner),
                 transitions: AtomicU64::new(0),
                 times_opened: AtomicU64::new(0),
@@ -236,6 +242,7 @@ impl CircuitBreaker {
                 probe,
                 started,
                 done: false,
+                fleet_epoch: None,
             }),
             Err(rejected) => {
                 s.rejected.fetch_add(1, Ordering::Relaxed);
@@ -243,6 +250,79 @@ impl CircuitBreaker {
                 Err(rejected)
             }
         }
+    }
+
+    /// [`try_acquire`](Self::try_acquire), and for a fleet-wide breaker
+    /// (`scope` `fleet`) a half-open probe also takes one of the fleet's
+    /// probe slots: one store round trip, for probes only. When the fleet
+    /// refuses, the local breaker adopts the fleet's state (a fleet that
+    /// is closed again admits the call as a normal one); when the store is
+    /// unreachable, the local breaker decides alone.
+    pub async fn acquire(&self) -> Result<CallPermit, Rejected> {
+        let mut permit = self.try_acquire()?;
+        let Some(link) = self.shared.fleet.as_ref().filter(|_| permit.probe) else {
+            return Ok(permit);
+        };
+        match link.acquire_probe().await {
+            Ok(ProbeGrant::Granted { epoch }) => {
+                permit.fleet_epoch = Some(epoch);
+                Ok(permit)
+            }
+            Ok(ProbeGrant::Refused(circuit)) => {
+                drop(permit);
+                self.apply_fleet(&circuit);
+                if circuit.state == SharedState::Closed {
+                    return self.try_acquire();
+                }
+                self.shared.rejected.fetch_add(1, Ordering::Relaxed);
+                Err(Rejected {
+                    state: match circuit.state {
+                        SharedState::Open => State::Open,
+                        _ => State::HalfOpen,
+                    },
+                    retry_in: circuit.retry_in,
+                })
+            }
+            Err(_) => Ok(permit),
+        }
+    }
+
+    /// Adopts the fleet's shared state (transition reason `fleet`): open
+    /// until the fleet's time (never shortening a local open period),
+    /// half-open, or closed with a fresh window. Nothing is published back.
+    /// A local open period that ended unseen is not turned half-open first:
+    /// the fleet's state decides (no open → half-open → open flap).
+    pub(crate) fn apply_fleet(&self, c: &SharedCircuit) {
+        let s = &self.shared;
+        let event = {
+            let mut g = s.inner.lock();
+            let now = s.clock.now_nanos();
+            // Local expiry a little after the fleet's, so the local breaker
+            // asks for probes once the fleet grants them.
+            let until = now
+                .saturating_add(duration_to_nanos(c.retry_in))
+                .saturating_add(duration_to_nanos(FLEET_SKEW));
+            let to = match (g.state, c.state) {
+                (State::Open, SharedState::Open) => {
+                    g.open_until = g.open_until.max(until);
+                    None
+                }
+                (_, SharedState::Open) => Some(State::Open),
+                (State::HalfOpen, SharedState::HalfOpen) | (State::Closed, SharedState::Closed) => None,
+                (_, SharedState::HalfOpen) => Some(State::HalfOpen),
+                (_, SharedState::Closed) => Some(State::Closed),
+            };
+            to.map(|to| {
+                let counts = s.current_counts(&mut g, now);
+                s.transition(&mut g, now, to, TransitionReason::Fleet, counts, until)
+            })
+        };
+        s.emit(event);
+    }
+
+    /// The link to the fleet, for a fleet-wide breaker.
+    pub(crate) fn fleet_link(&self) -> Option<&Arc<FleetLink>> {
+        self.shared.fleet.as_ref()
     }
 
     /// Forces the breaker open for `d` (a provider's retry-after), from any
@@ -256,7 +336,12 @@ impl CircuitBreaker {
             let until = now.saturating_add(duration_to_nanos(d));
             match g.state {
                 State::Open => {
-                    g.open_until = g.open_until.max(until);
+                    if until > g.open_until {
+                        g.open_until = until;
+                        if let Some(link) = &s.fleet {
+                            link.opened(d);
+                        }
+                    }
                     None
                 }
                 _ if d.is_zero() => None,
@@ -388,8 +473,19 @@ impl Shared {
     }
 
     /// Logs a transition and runs the hook; call without the lock held.
+    /// A fleet-wide breaker publishes the openings it decided itself (its
+    /// window, a retry-after, a failed probe granted only locally); a probe
+    /// granted by the fleet reports its own outcome instead.
     fn emit(&self, event: Option<Transition>) {
         let Some(t) = event else { return };
+        if let (Some(link), Some(open_for)) = (&self.fleet, t.open_for) {
+            if matches!(
+                t.reason,
+                TransitionReason::FailureRate | TransitionReason::SlowCallRate | TransitionReason::Forced
+            ) {
+                link.opened(open_for);
+            }
+        }
         let open_for_ms = t.open_for.map(|d| d.as_millis() as u64);
         match t.to {
             State::Open => tracing::warn!(
@@ -435,9 +531,19 @@ impl Shared {
         None
     }
 
-    /// Records the outcome of a permit's call.
-    fn record(&self, generation: u64, failed: bool, duration: Duration) {
+    /// Records the outcome of a permit's call (`fleet_epoch`: the fleet
+    /// probe it was, reported to the fleet whatever the local state).
+    fn record(&self, generation: u64, failed: bool, duration: Duration, fleet_epoch: Option<u64>) {
         let slow = duration > self.config.slow_call_duration();
+        if let (Some(link), Some(epoch)) = (&self.fleet, fleet_epoch) {
+            let bad = failed || (slow && self.config.slow_calls_enabled());
+            let outcome = if bad {
+                ProbeOutcome::Failure
+            } else {
+                ProbeOutcome::Success
+            };
+            link.probe_done(epoch, outcome);
+        }
         let event = {
             let mut g = self.inner.lock();
             if g.generation != generation {
@@ -446,6 +552,9 @@ impl Shared {
             let now = self.clock.now_nanos();
             match g.state {
                 State::Closed => {
+                    if let Some(link) = &self.fleet {
+                        link.outcome(failed, slow);
+                    }
                     g.window.record(now, failed, slow);
                     let counts = g.window.totals();
                     self.exceeded(counts, self.config.minimum_calls).map(|trip| {
@@ -476,6 +585,10 @@ impl Shared {
                                 Trip::Failures => TransitionReason::ProbesFailed,
                                 Trip::Slow => TransitionReason::ProbesSlow,
                             };
+                            if let (Some(link), None) = (&self.fleet, fleet_epoch) {
+                                // A probe the store was down for: publish it.
+                                link.opened(self.config.open_wait());
+                            }
                             let until = now.saturating_add(duration_to_nanos(self.config.open_wait()));
                             Some(self.transition(&mut g, now, State::Open, reason, counts, until))
                         }
@@ -506,6 +619,9 @@ impl Shared {
     }
 }
 
+/// How much later than the fleet a local breaker it opened turns half-open.
+const FLEET_SKEW: Duration = Duration::from_millis(10);
+
 enum Trip {
     Failures,
     Slow,
@@ -522,6 +638,8 @@ pub struct CallPermit {
     probe: bool,
     started: u64,
     done: bool,
+    /// The fleet probe epoch, when the fleet granted this probe.
+    fleet_epoch: Option<u64>,
 }
 
 impl fmt::Debug for CallPermit {
@@ -538,14 +656,16 @@ impl CallPermit {
     /// `slowCallDurationMs`).
     pub fn success(mut self, duration: Duration) {
         self.done = true;
-        self.shared.record(self.generation, false, duration);
+        self.shared
+            .record(self.generation, false, duration, self.fleet_epoch);
     }
 
     /// The call failed in a way that says the provider is unhealthy
     /// (timeout, 5xx, 529, a rate limit…) after `duration`.
     pub fn failure(mut self, duration: Duration) {
         self.done = true;
-        self.shared.record(self.generation, true, duration);
+        self.shared
+            .record(self.generation, true, duration, self.fleet_epoch);
     }
 
     /// Records nothing: the call was cancelled, or its error says nothing
@@ -576,6 +696,9 @@ impl Drop for CallPermit {
     fn drop(&mut self) {
         if !self.done && self.probe {
             self.shared.release_probe(self.generation);
+            if let (Some(link), Some(epoch)) = (&self.shared.fleet, self.fleet_epoch) {
+                link.probe_done(epoch, ProbeOutcome::Released);
+            }
         }
     }
 }

@@ -20,6 +20,19 @@ const MAX_BUCKETS: u64 = 600;
 /// resilience4j's time-based window.
 const MAX_BUCKET_MS: u64 = 1_000;
 
+/// Where a breaker's state lives (`scope`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum BreakerScope {
+    /// Shared by the fleet through the broker's store (Redis backend): once
+    /// one instance opens it, no instance calls the model until the
+    /// fleet-wide probes succeed. The default on the Redis backend.
+    Fleet,
+    /// Each process decides alone. The default (and the only choice) on the
+    /// memory backend.
+    Process,
+}
+
 /// Settings of one [`super::CircuitBreaker`]; every field has a default.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields, default)]
@@ -43,6 +56,11 @@ pub struct BreakerConfig {
     /// Probes a half-open breaker admits; the decision is taken once they all
     /// reported (or earlier, once the failures alone reach the threshold).
     pub half_open_probes: u32,
+    /// `"fleet"` or `"process"`; absent: `fleet` on the Redis backend,
+    /// `process` on the memory backend (where `fleet` is an error). Read by
+    /// whoever builds the client with a shared store (the gateway).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub scope: Option<BreakerScope>,
 }
 
 impl Default for BreakerConfig {
@@ -55,6 +73,7 @@ impl Default for BreakerConfig {
             minimum_calls: 10,
             open_wait_ms: 30_000,
             half_open_probes: 3,
+            scope: None,
         }
     }
 }
@@ -103,6 +122,20 @@ impl BreakerConfig {
             ));
         }
         Ok(())
+    }
+
+    /// The thresholds a shared store applies for this breaker
+    /// (`pressure_core::shared_breaker`).
+    pub fn circuit_rules(&self) -> pressure_core::shared_breaker::CircuitRules {
+        pressure_core::shared_breaker::CircuitRules {
+            window_ms: self.window_ms,
+            bucket_ms: self.bucket_ms(),
+            minimum_calls: self.minimum_calls,
+            failure_rate_threshold: self.failure_rate_threshold,
+            slow_call_rate_threshold: self.slow_call_rate_threshold,
+            open_wait_ms: self.open_wait_ms,
+            half_open_probes: self.half_open_probes,
+        }
     }
 
     /// Whether the slow-call rule is on (`slowCallRateThreshold` < 1).

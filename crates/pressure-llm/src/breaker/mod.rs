@@ -32,16 +32,22 @@
 //!   ([`CircuitBreaker::transitions`], [`BreakerSnapshot`]) and handed to an
 //!   optional [`TransitionHook`].
 //! * [`BreakerRegistry`] holds the breakers per (provider, model).
+//! * With a shared store ([`BreakerRegistry::fleet`], `scope` `fleet` on
+//!   the Redis backend) the breakers of every instance act as one: see
+//!   [`fleet`]. Learned transitions carry the reason `fleet`.
 
 mod circuit;
 mod config;
+pub mod fleet;
 mod registry;
 mod state;
+mod sync;
 mod window;
 
 pub use circuit::{
     BreakerSnapshot, CallPermit, CircuitBreaker, InvalidBreakerConfig, Rejected, TransitionHook,
 };
-pub use config::BreakerConfig;
-pub use registry::{BreakerRegistry, KeyedSnapshot, RECENT_TRANSITIONS};
+pub use config::{BreakerConfig, BreakerScope};
+pub use fleet::SYNC_INTERVAL;
+pub use registry::{BreakerRegistry, FleetStatus, KeyedSnapshot, RECENT_TRANSITIONS};
 pub use state::{State, Transition, TransitionReason};

@@ -8,9 +8,11 @@
 
 use super::circuit::{BreakerSnapshot, CircuitBreaker, InvalidBreakerConfig, TransitionHook};
 use super::config::BreakerConfig;
+use super::fleet::{FleetHub, FleetLink};
 use super::state::Transition;
 use parking_lot::{Mutex, RwLock};
 use pressure_core::clock::Clock;
+use pressure_core::shared_breaker::SharedBreakerStore;
 use std::collections::HashMap;
 use std::collections::VecDeque;
 use std::fmt;
@@ -18,13 +20,27 @@ use std::sync::Arc;
 
 type Models = HashMap<String, Arc<CircuitBreaker>>;
 
+/// The breakers of a registry, by provider then model.
+pub(crate) type BreakerMap = RwLock<HashMap<String, Models>>;
+
 /// Circuit breakers per (provider, model).
 pub struct BreakerRegistry {
     config: BreakerConfig,
     clock: Arc<dyn Clock>,
     hook: Option<TransitionHook>,
-    breakers: RwLock<HashMap<String, Models>>,
+    breakers: Arc<BreakerMap>,
     recent: Arc<Mutex<VecDeque<Transition>>>,
+    /// Fleet scope: the shared store (its sync task ends with the registry).
+    fleet: Option<Arc<FleetHub>>,
+}
+
+/// How a fleet-wide registry's store is doing, for the admin page.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FleetStatus {
+    /// Whether the last store call succeeded.
+    pub healthy: bool,
+    /// Store calls that failed (each fell back to the local breaker).
+    pub errors: u64,
 }
 
 /// How many transitions [`BreakerRegistry::recent_transitions`] keeps.
@@ -82,8 +98,38 @@ impl BreakerRegistry {
             config,
             clock,
             hook: Some(recording),
-            breakers: RwLock::new(HashMap::new()),
+            breakers: Arc::new(RwLock::new(HashMap::new())),
             recent,
+            fleet: None,
+        })
+    }
+
+    /// Like [`BreakerRegistry::with_hook`], with every breaker shared by the
+    /// fleet through `store` (`scope` `fleet`, see [`super::fleet`]): a task
+    /// on the current tokio runtime flushes outcomes to the store and
+    /// applies its state every [`super::SYNC_INTERVAL`], until the registry
+    /// is dropped. Fails outside a tokio runtime.
+    pub fn fleet(
+        config: BreakerConfig,
+        clock: Arc<dyn Clock>,
+        hook: Option<TransitionHook>,
+        store: Arc<dyn SharedBreakerStore>,
+    ) -> Result<Self, InvalidBreakerConfig> {
+        let mut reg = Self::with_hook(config, clock, hook)?;
+        let runtime = tokio::runtime::Handle::try_current()
+            .map_err(|_| pressure_core::FieldError::new("scope", "fleet breakers need a tokio runtime"))?;
+        let hub = Arc::new(FleetHub::new(store, reg.config.circuit_rules()));
+        runtime.spawn(super::sync::run(Arc::downgrade(&reg.breakers), Arc::clone(&hub)));
+        reg.fleet = Some(hub);
+        Ok(reg)
+    }
+
+    /// Whether the breakers are shared by the fleet, and how its store is
+    /// doing; `None` for per-process breakers.
+    pub fn fleet_status(&self) -> Option<FleetStatus> {
+        self.fleet.as_ref().map(|h| FleetStatus {
+            healthy: h.is_healthy(),
+            errors: h.errors(),
         })
     }
 
@@ -101,11 +147,18 @@ impl BreakerRegistry {
         let mut map = self.breakers.write();
         let models = map.entry(provider.to_owned()).or_default();
         let breaker = models.entry(model.to_owned()).or_insert_with(|| {
+            let name: Arc<str> = Arc::from(format!("{provider}/{model}"));
+            let link = self.fleet.as_ref().map(|hub| {
+                // Learn the fleet's state now rather than at the next tick.
+                hub.wake.notify_one();
+                Arc::new(FleetLink::new(Arc::clone(&name), Arc::clone(hub)))
+            });
             Arc::new(CircuitBreaker::from_valid(
-                Arc::from(format!("{provider}/{model}")),
+                name,
                 self.config.clone(),
                 Arc::clone(&self.clock),
                 self.hook.clone(),
+                link,
             ))
         });
         Arc::clone(breaker)

@@ -76,6 +76,9 @@ pub enum TransitionReason {
     ProbesFailed,
     /// Half-open → open: the probes' slow-call rate reached the threshold.
     ProbesSlow,
+    /// Any change learned from the fleet's shared state (another instance
+    /// opened, probed or closed it; `llm.breaker.scope` `fleet`).
+    Fleet,
 }
 
 impl TransitionReason {
@@ -89,6 +92,7 @@ impl TransitionReason {
             TransitionReason::ProbesSucceeded => "probes_succeeded",
             TransitionReason::ProbesFailed => "probes_failed",
             TransitionReason::ProbesSlow => "probes_slow",
+            TransitionReason::Fleet => "fleet",
         }
     }
 }

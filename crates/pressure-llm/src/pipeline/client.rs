@@ -225,6 +225,19 @@ impl<B: Backend> LlmClient<B> {
         self
     }
 
+    /// Shares every breaker with the fleet through `store` (`scope`
+    /// `fleet`, DESIGN §6.1); call it right after [`new`](Self::new), on a
+    /// tokio runtime, before any event ran.
+    pub fn with_shared_breakers(
+        mut self,
+        store: Arc<dyn pressure_core::shared_breaker::SharedBreakerStore>,
+    ) -> Result<Self, LlmError> {
+        let config = self.config.breaker.clone();
+        self.breakers = BreakerRegistry::fleet(config, Arc::clone(&self.clock), None, store)
+            .map_err(|e| e.under("breaker"))?;
+        Ok(self)
+    }
+
     /// Replaces the manual queue.
     pub fn with_manual_queue(mut self, queue: Arc<dyn ManualQueue>) -> Self {
         self.queue = queue;
@@ -529,7 +542,7 @@ impl<B: Backend> LlmClient<B> {
                 }));
             }
             // Breaker first: an open breaker costs no quota and no call.
-            let bp = match breaker.try_acquire() {
+            let bp = match breaker.acquire().await {
                 Ok(p) => p,
                 Err(rejected) => {
                     Metrics::add(&self.metrics.breaker_rejections, 1);
