@@ -220,8 +220,9 @@ async fn two_gateways_share_one_breaker_through_a_500_storm() {
     let b = gateway(&mock, &url, &prefix, None).await;
     let stop = Arc::new(AtomicBool::new(false));
     let mut clients = load(&a, "a", 6, Duration::ZERO, &stop);
-    // B alone would need well over a second to see minimumCalls (10).
-    clients.extend(load(&b, "b", 1, Duration::from_millis(150), &stop));
+    // B's trickle (at most 5 calls in any breaker window of 2 s) never
+    // reaches minimumCalls (10) by itself: B can only learn the opening.
+    clients.extend(load(&b, "b", 1, Duration::from_millis(400), &stop));
     let (storm_start, storm_end) = play(&mock, BEFORE_MS, storm_ms);
 
     let within = Duration::from_millis(BEFORE_MS + storm_ms);
@@ -259,7 +260,7 @@ async fn two_gateways_share_one_breaker_through_a_500_storm() {
         state(&b)
     );
     let closed = mock_ms(&mock);
-    tokio::time::sleep(Duration::from_millis(800)).await;
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
     stop.store(true, Ordering::Relaxed);
     for c in clients {
         c.await.expect("client");
