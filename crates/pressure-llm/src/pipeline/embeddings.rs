@@ -307,7 +307,7 @@ impl<B: Backend> LlmClient<B> {
                 Metrics::add(&self.metrics.limiter_rejections, 1);
                 return Err(Step::Next(EmbeddingError::with_wait(no_capacity(), Some(wait))));
             }
-            let bp = match breaker.try_acquire() {
+            let bp = match breaker.acquire().await {
                 Ok(p) => p,
                 Err(rejected) => {
                     Metrics::add(&self.metrics.breaker_rejections, 1);
