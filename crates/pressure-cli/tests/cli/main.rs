@@ -154,3 +154,37 @@ async fn the_memory_queue_is_listed_and_drained_through_the_admin_api() {
     assert!(empty.is_empty());
     assert!(said.contains("empty"), "{said}");
 }
+
+#[test]
+fn triage_eval_fails_when_every_call_of_a_model_failed() {
+    let dir = TempDir::new("cli-triage");
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/triage");
+    let text = std::fs::read_to_string(root.join("gateway.json")).expect("the triage config");
+    // Nothing listens there: every model call fails fast.
+    let dead = format!("http://127.0.0.1:{}/v1", free_port());
+    let config = dir.path().join("gateway.json");
+    std::fs::write(&config, text.replace("http://127.0.0.1:9100/v1", &dead)).expect("write");
+    let dataset = root.join("tickets.jsonl");
+    let args = [
+        "triage",
+        "eval",
+        "--config",
+        config.to_str().expect("utf-8"),
+        "--dataset",
+        dataset.to_str().expect("utf-8"),
+        "--limit",
+        "3",
+    ];
+    let out = pressure(&args);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.starts_with("error: every call to "), "{err}");
+    // The report is still printed: it shows what failed.
+    assert!(!out.stdout.is_empty());
+
+    // With the mock answering, the same evaluation succeeds.
+    let mut mocked = args.to_vec();
+    mocked.push("--mock");
+    let out = pressure(&mocked);
+    assert!(out.status.success(), "{}", stderr(&out));
+}
