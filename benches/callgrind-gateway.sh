@@ -1,0 +1,191 @@
+#!/usr/bin/env bash
+# Instructions per request, counted by valgrind's callgrind: the pressure
+# gateway next to nginx as a rate-limiting reverse proxy, on the pass path
+# (limit never reached) and the reject path (429). Unlike requests per
+# second, instruction counts do not move with the machine's speed or with
+# what else runs on it, so they are the numbers to compare between commits.
+#
+# 1. An unmeasured nginx upstream answers `return 200 "ok\n";`.
+# 2. The measured proxy runs under `valgrind --tool=callgrind`:
+#      nginx     one process (master_process off), limit_req as in
+#                benches/gateway-vs-nginx.sh, keepalive pool to the upstream
+#      pressure  `pressure gateway`, the same two routes
+# 3. Per path: WARMUP requests, then the counters are zeroed
+#    (callgrind_control -z), then N requests on one keep-alive connection
+#    (curl's URL globbing), then a dump (callgrind_control -d). The dump's
+#    total divided by N is the figure: everything the proxy process did for
+#    those requests, its timers and idle wake-ups included.
+#
+# Usage:  benches/callgrind-gateway.sh
+# Environment:
+#   CG_REQUESTS=2000   measured requests per path
+#   CG_WARMUP=200      unmeasured requests before them
+#   PRESSURE_BIN=path  a prebuilt `pressure` (default: build --release)
+#
+# Needs valgrind, nginx and curl (Debian packages). Everything listens on
+# 127.0.0.1 only, every step has a timeout, and every process started here
+# is stopped on exit.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+requests=${CG_REQUESTS:-2000}
+warmup=${CG_WARMUP:-200}
+
+log() { echo "== $*" >&2; }
+die() {
+  echo "callgrind-gateway: $*" >&2
+  exit 1
+}
+for tool in valgrind callgrind_control nginx curl awk; do
+  command -v "$tool" >/dev/null || die "missing tool: $tool (apt-get install valgrind nginx curl)"
+done
+
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/callgrind-gateway.XXXXXX")
+pids=()
+cleanup() {
+  local pid
+  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+  for pid in "${pids[@]}"; do
+    for _ in $(seq 50); do
+      kill -0 "$pid" 2>/dev/null || break
+      sleep 0.1
+    done
+    kill -9 "$pid" 2>/dev/null || true
+    wait "$pid" 2>/dev/null || true
+  done
+  rm -rf "$tmp"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+free_port() {
+  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+wait_port() {
+  for _ in $(seq 300); do
+    if (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; then return; fi
+    sleep 0.1
+  done
+  die "$2 did not listen on 127.0.0.1:$1 within 30 s: $(tail -n 20 "$tmp"/*.log 2>/dev/null)"
+}
+
+if [[ -n ${PRESSURE_BIN:-} ]]; then
+  pressure_bin=$PRESSURE_BIN
+else
+  log "building (cargo build --release -p pressure-cli)"
+  timeout 1800 cargo build -q --release -p pressure-cli
+  pressure_bin=target/release/pressure
+fi
+
+up_port=$(free_port)
+ngx_port=$(free_port)
+gw_port=$(free_port)
+gw_admin_port=$(free_port)
+user=""
+[[ $(id -u) == 0 ]] && user="user root;"
+
+nginx_conf() { # NAME BODY
+  mkdir -p "$tmp/$1"
+  cat >"$tmp/$1/nginx.conf" <<EOF
+$user
+daemon off;
+master_process off;
+worker_processes 1;
+pid $tmp/$1.pid;
+error_log $tmp/$1.error.log error;
+events { worker_connections 1024; }
+http {
+    access_log off;
+    client_body_temp_path $tmp/$1-body;
+    proxy_temp_path $tmp/$1-proxy;
+    fastcgi_temp_path $tmp/$1-fastcgi;
+    uwsgi_temp_path $tmp/$1-uwsgi;
+    scgi_temp_path $tmp/$1-scgi;
+    keepalive_requests 1000000;
+$2
+}
+EOF
+}
+nginx_conf upstream "    server { listen 127.0.0.1:$up_port; location / { return 200 \"ok\\n\"; } }"
+nginx_conf proxy "
+    limit_req_zone \$binary_remote_addr zone=pass:1m rate=1000000r/s;
+    limit_req_zone \$binary_remote_addr zone=reject:1m rate=1r/s;
+    upstream up { server 127.0.0.1:$up_port; keepalive 16; }
+    server {
+        listen 127.0.0.1:$ngx_port;
+        location / {
+            limit_req zone=pass burst=1000000 nodelay;
+            proxy_http_version 1.1; proxy_set_header Connection \"\"; proxy_pass http://up;
+        }
+        location /reject {
+            limit_req zone=reject; limit_req_status 429;
+            proxy_http_version 1.1; proxy_set_header Connection \"\"; proxy_pass http://up;
+        }
+    }"
+cat >"$tmp/gateway.json" <<EOF
+{ "gateway": {
+    "listen": "127.0.0.1:$gw_port",
+    "upstreams": { "bench": { "url": "http://127.0.0.1:$up_port", "pathPrefix": "/" } },
+    "backend": { "type": "memory" },
+    "admin": { "listen": "127.0.0.1:$gw_admin_port" },
+    "pressure": {
+      "perService": { "bench": { "requestsPerSecond": 1000000000000, "algorithm": "window" } },
+      "perRoute": [ { "resource": "gateway:route:reject", "pathPrefix": "/reject",
+                      "limits": { "requestsPerSecond": 1 } } ] } } }
+EOF
+
+nginx -p "$tmp/upstream" -c "$tmp/upstream/nginx.conf" >"$tmp/upstream.log" 2>&1 &
+pids+=("$!")
+wait_port "$up_port" "nginx upstream"
+
+# measured NAME CMD...: starts CMD under callgrind; sets $measured_pid.
+measured() {
+  local name=$1
+  shift
+  valgrind --tool=callgrind --callgrind-out-file="$tmp/cg-$name.%p" "$@" >"$tmp/$name.log" 2>&1 &
+  pids+=("$!")
+  measured_pid=$!
+}
+
+# count PID PORT PATH: instructions per request on that path.
+count() {
+  local pid=$1 port=$2 path=$3 before after
+  timeout 300 curl -s -o /dev/null "http://127.0.0.1:$port$path?w=[1-$warmup]"
+  timeout 60 callgrind_control -z "$pid" >/dev/null 2>&1
+  timeout 600 curl -s -o /dev/null -w '%{http_code}\n' "http://127.0.0.1:$port$path?n=[1-$requests]" >"$tmp/codes"
+  timeout 60 callgrind_control -d "$pid" >/dev/null 2>&1
+  # The newest dump of that process holds the counts since the zeroing.
+  local dump
+  dump=$(ls -t "$tmp"/cg-*."$pid".* 2>/dev/null | head -n1)
+  [[ -n $dump ]] || die "no callgrind dump for pid $pid"
+  awk -v n="$requests" '/^(summary|totals):/ { t = $2 } END { printf "%.0f", t / n }' "$dump"
+  rm -f "$dump"
+}
+codes() { sort "$tmp/codes" | uniq -c | awk '{ printf "%s×%s ", $1, $2 }'; }
+
+log "nginx proxy under callgrind on 127.0.0.1:$ngx_port"
+measured nginx nginx -p "$tmp/proxy" -c "$tmp/proxy/nginx.conf"
+wait_port "$ngx_port" "nginx proxy"
+nginx_pid=$measured_pid
+ngx_pass=$(count "$nginx_pid" "$ngx_port" /)
+ngx_pass_codes=$(codes)
+ngx_rej=$(count "$nginx_pid" "$ngx_port" /reject)
+ngx_rej_codes=$(codes)
+
+log "pressure gateway under callgrind on 127.0.0.1:$gw_port"
+measured pressure "$pressure_bin" gateway --config "$tmp/gateway.json"
+wait_port "$gw_port" "pressure gateway"
+gw_pid=$measured_pid
+gw_pass=$(count "$gw_pid" "$gw_port" /)
+gw_pass_codes=$(codes)
+gw_rej=$(count "$gw_pid" "$gw_port" /reject)
+gw_rej_codes=$(codes)
+
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", a / b }'; }
+echo
+echo "instructions per request (callgrind, $requests requests on one keep-alive connection, after $warmup)"
+echo
+echo "| path | pressure | nginx | pressure / nginx | answers (pressure; nginx) |"
+echo "|---|---|---|---|---|"
+echo "| pass | $gw_pass | $ngx_pass | $(ratio "$gw_pass" "$ngx_pass")× | $gw_pass_codes; $ngx_pass_codes |"
+echo "| reject | $gw_rej | $ngx_rej | $(ratio "$gw_rej" "$ngx_rej")× | $gw_rej_codes; $ngx_rej_codes |"
