@@ -156,6 +156,11 @@ async fn closes_and_cut_bodies_count_as_reset_and_garbage_as_bad_response() {
         let garbage_addr = garbage.local_addr().expect("addr");
         let short = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let short_addr = short.local_addr().expect("addr");
+        // The cut comes once the client has the head: a close that arrives
+        // with the head could make the gateway drop the response before it
+        // wrote its head (a different failure, and a race in this test).
+        let head_seen = std::sync::Arc::new(tokio::sync::Notify::new());
+        let cut_now = std::sync::Arc::clone(&head_seen);
         let tasks = [
             tokio::spawn(async move {
                 // A head promising 100 bytes, 10 of them, then the close.
@@ -165,6 +170,7 @@ async fn closes_and_cut_bodies_count_as_reset_and_garbage_as_bad_response() {
                     let _ = s
                         .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n0123456789")
                         .await;
+                    cut_now.notified().await;
                 }
             }),
             tokio::spawn(async move {
@@ -194,6 +200,7 @@ async fn closes_and_cut_bodies_count_as_reset_and_garbage_as_bad_response() {
         assert_eq!(gw.get("/garbage").await.status, StatusCode::BAD_GATEWAY);
         let cut = gw.open("/short").await;
         assert_eq!(cut.status(), StatusCode::OK);
+        head_seen.notify_one();
         assert!(
             http_body_util::BodyExt::collect(cut.into_body()).await.is_err(),
             "the body was cut short"
