@@ -10,6 +10,9 @@
 #      nginx     one process (master_process off), limit_req as in
 #                benches/gateway-vs-nginx.sh, keepalive pool to the upstream
 #      pressure  `pressure gateway`, the same two routes
+#    and, for the LLM row, `pressure gateway` with `gateway.llm` in front of
+#    an unmeasured nginx answering a fixed chat.completion (no nginx row:
+#    nginx has no LLM path; compare it with pressure's own pass path)
 # 3. Per path: WARMUP requests, then the counters are zeroed
 #    (callgrind_control -z), then N requests on one keep-alive connection
 #    (curl's URL globbing), then a dump (callgrind_control -d). The dump's
@@ -21,6 +24,8 @@
 #   CG_REQUESTS=2000   measured requests per path
 #   CG_WARMUP=200      unmeasured requests before them
 #   PRESSURE_BIN=path  a prebuilt `pressure` (default: build --release)
+#   CG_KEEP=dir        keep each dump there (cg-<proxy>-<path>.out), for
+#                      callgrind_annotate
 #
 # Needs valgrind, nginx and curl (Debian packages). Everything listens on
 # 127.0.0.1 only, every step has a timeout, and every process started here
@@ -106,7 +111,10 @@ $2
 }
 EOF
 }
-nginx_conf upstream "    server { listen 127.0.0.1:$up_port; location / { return 200 \"ok\\n\"; } }"
+completion='{"id":"chatcmpl-1","object":"chat.completion","created":1,"model":"m","choices":[{"index":0,"message":{"role":"assistant","content":"ok"},"finish_reason":"stop"}],"usage":{"prompt_tokens":9,"completion_tokens":1,"total_tokens":10}}'
+nginx_conf upstream "    server { listen 127.0.0.1:$up_port;
+        location / { return 200 \"ok\\n\"; }
+        location = /v1/chat/completions { default_type application/json; return 200 '$completion'; } }"
 nginx_conf proxy "
     limit_req_zone \$binary_remote_addr zone=pass:1m rate=1000000r/s;
     limit_req_zone \$binary_remote_addr zone=reject:1m rate=1r/s;
@@ -131,8 +139,15 @@ cat >"$tmp/gateway.json" <<EOF
     "pressure": {
       "perService": { "bench": { "requestsPerSecond": 1000000000000, "algorithm": "window" } },
       "perRoute": [ { "resource": "gateway:route:reject", "pathPrefix": "/reject",
-                      "limits": { "requestsPerSecond": 1 } } ] } } }
+                      "limits": { "requestsPerSecond": 1 } } ] },
+    "llm": {
+      "providers": { "mock": { "baseUrl": "http://127.0.0.1:$up_port/v1" } },
+      "models": [ { "provider": "mock", "model": "m",
+                    "limits": { "requestsPerSecond": 1000000000, "tokensPerMinute": 1000000000000 },
+                    "context": { "contextTokens": 8192, "maxOutputTokens": 256 } } ],
+      "useCases": { "bench": { "chain": [ { "model": "mock/m" } ] } } } } }
 EOF
+printf '%s' '{"model":"bench","messages":[{"role":"user","content":"Say ok."}]}' >"$tmp/chat.json"
 
 nginx -p "$tmp/upstream" -c "$tmp/upstream/nginx.conf" >"$tmp/upstream.log" 2>&1 &
 pids+=("$!")
@@ -147,18 +162,24 @@ measured() {
   measured_pid=$!
 }
 
-# count PID PORT PATH: instructions per request on that path.
+# count PID PORT PATH NAME [CURL ARGS...]: instructions per request on
+# that path.
 count() {
-  local pid=$1 port=$2 path=$3 before after
-  timeout 300 curl -s -o /dev/null "http://127.0.0.1:$port$path?w=[1-$warmup]"
+  local pid=$1 port=$2 path=$3 name=$4
+  shift 4
+  timeout 300 curl -s -o /dev/null "$@" "http://127.0.0.1:$port$path?w=[1-$warmup]"
   timeout 60 callgrind_control -z "$pid" >/dev/null 2>&1
-  timeout 600 curl -s -o /dev/null -w '%{http_code}\n' "http://127.0.0.1:$port$path?n=[1-$requests]" >"$tmp/codes"
+  timeout 600 curl -s -o /dev/null -w '%{http_code}\n' "$@" "http://127.0.0.1:$port$path?n=[1-$requests]" >"$tmp/codes"
   timeout 60 callgrind_control -d "$pid" >/dev/null 2>&1
   # The newest dump of that process holds the counts since the zeroing.
   local dump
   dump=$(ls -t "$tmp"/cg-*."$pid".* 2>/dev/null | head -n1)
   [[ -n $dump ]] || die "no callgrind dump for pid $pid"
   awk -v n="$requests" '/^(summary|totals):/ { t = $2 } END { printf "%.0f", t / n }' "$dump"
+  if [[ -n ${CG_KEEP:-} ]]; then
+    mkdir -p "$CG_KEEP"
+    cp "$dump" "$CG_KEEP/cg-$name-${path//\//_}.out"
+  fi
   rm -f "$dump"
 }
 codes() { sort "$tmp/codes" | uniq -c | awk '{ printf "%s×%s ", $1, $2 }'; }
@@ -167,19 +188,21 @@ log "nginx proxy under callgrind on 127.0.0.1:$ngx_port"
 measured nginx nginx -p "$tmp/proxy" -c "$tmp/proxy/nginx.conf"
 wait_port "$ngx_port" "nginx proxy"
 nginx_pid=$measured_pid
-ngx_pass=$(count "$nginx_pid" "$ngx_port" /)
+ngx_pass=$(count "$nginx_pid" "$ngx_port" / nginx)
 ngx_pass_codes=$(codes)
-ngx_rej=$(count "$nginx_pid" "$ngx_port" /reject)
+ngx_rej=$(count "$nginx_pid" "$ngx_port" /reject nginx)
 ngx_rej_codes=$(codes)
 
 log "pressure gateway under callgrind on 127.0.0.1:$gw_port"
 measured pressure "$pressure_bin" gateway --config "$tmp/gateway.json"
 wait_port "$gw_port" "pressure gateway"
 gw_pid=$measured_pid
-gw_pass=$(count "$gw_pid" "$gw_port" /)
+gw_pass=$(count "$gw_pid" "$gw_port" / pressure)
 gw_pass_codes=$(codes)
-gw_rej=$(count "$gw_pid" "$gw_port" /reject)
+gw_rej=$(count "$gw_pid" "$gw_port" /reject pressure)
 gw_rej_codes=$(codes)
+gw_llm=$(count "$gw_pid" "$gw_port" /v1/chat/completions pressure -H 'content-type: application/json' --data-binary "@$tmp/chat.json")
+gw_llm_codes=$(codes)
 
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", a / b }'; }
 echo
@@ -189,3 +212,4 @@ echo "| path | pressure | nginx | pressure / nginx | answers (pressure; nginx) |
 echo "|---|---|---|---|---|"
 echo "| pass | $gw_pass | $ngx_pass | $(ratio "$gw_pass" "$ngx_pass")× | $gw_pass_codes; $ngx_pass_codes |"
 echo "| reject | $gw_rej | $ngx_rej | $(ratio "$gw_rej" "$ngx_rej")× | $gw_rej_codes; $ngx_rej_codes |"
+echo "| LLM chat completion | $gw_llm | – | – | $gw_llm_codes |"

@@ -17,6 +17,7 @@ pub mod backend;
 pub mod charged;
 pub mod config;
 pub mod demo_upstream;
+pub mod denial_log;
 mod gateway;
 pub mod layers;
 pub mod manual_queue;

@@ -18,7 +18,7 @@
 use crate::layers::tenant::AuthError;
 use crate::metrics::{GatewayMetrics, Layer};
 use axum::body::Body;
-use http::{header, HeaderValue, Response, StatusCode};
+use http::{header, HeaderName, HeaderValue, Response, StatusCode};
 use pressure_core::{Denial, Dimension, Limits};
 use pressure_llm::pipeline::LlmError;
 use serde_json::{json, Map, Value};
@@ -35,24 +35,73 @@ pub enum Dialect {
     OpenAi,
 }
 
-/// The gateway dialect's 429 body, written without building a JSON tree:
-/// under a flood this is most of what the gateway does per request (a
-/// callgrind profile put the tree-building renderer at a third of a 429's
-/// instructions). Byte for byte what [`Rejection::gateway_body`] gives
-/// (keys sorted, compact), which a unit test checks.
-fn rate_limited_body(r: &RateLimited, message: &str) -> String {
-    use std::fmt::Write as _;
-    let quoted = |s: &str| serde_json::to_string(s).unwrap_or_else(|_| "\"\"".to_owned());
-    let mut out = String::with_capacity(160 + 2 * r.resource.len());
-    let _ = write!(
-        out,
-        r#"{{"error":{{"dimension":{},"message":{},"resource":{},"retryAfterMs":{},"type":"rate_limited"}}}}"#,
-        quoted(r.dimension.as_str()),
-        quoted(message),
-        quoted(&r.resource),
-        u64::try_from(r.wait.as_millis()).unwrap_or(u64::MAX),
-    );
+/// The gateway dialect's 429 body, written straight into one buffer: under
+/// a flood this is most of what the gateway does per request (a callgrind
+/// profile put the tree-building renderer at a third of a 429's
+/// instructions, and `format!` with its allocations at a quarter after
+/// that). Byte for byte what [`Rejection::gateway_body`] gives (keys
+/// sorted, compact), which a unit test checks.
+fn rate_limited_body(r: &RateLimited) -> String {
+    let dim = r.dimension.as_str();
+    let mut out = String::with_capacity(128 + 2 * (r.resource.len() + dim.len()));
+    let mut num = itoa::Buffer::new();
+    out.push_str(r#"{"error":{"dimension":""#);
+    push_json_str(&mut out, dim);
+    out.push_str(r#"","message":""#);
+    push_json_str(&mut out, &r.resource);
+    out.push_str(": ");
+    push_json_str(&mut out, dim);
+    out.push_str(" exhausted; retry in ");
+    out.push_str(num.format(retry_after_secs(r.wait)));
+    out.push_str(r#" s","resource":""#);
+    push_json_str(&mut out, &r.resource);
+    out.push_str(r#"","retryAfterMs":"#);
+    out.push_str(num.format(u64::try_from(r.wait.as_millis()).unwrap_or(u64::MAX)));
+    out.push_str(r#","type":"rate_limited"}}"#);
     out
+}
+
+/// Appends `s` JSON-escaped (without quotes): as is when nothing needs
+/// escaping (every resource id the config allows), else as `serde_json`
+/// escapes it.
+fn push_json_str(out: &mut String, s: &str) {
+    if !s.bytes().any(|b| b == b'"' || b == b'\\' || b < 0x20) {
+        out.push_str(s);
+        return;
+    }
+    let quoted = serde_json::to_string(s).unwrap_or_else(|_| "\"\"".to_owned());
+    out.push_str(&quoted[1..quoted.len() - 1]);
+}
+
+/// `RateLimit-Policy`.
+static RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
+/// `RateLimit`.
+static RATELIMIT: HeaderName = HeaderName::from_static("ratelimit");
+
+/// `"name";q=QUOTA;w=WINDOW` (no `w` for concurrency) and
+/// `"name";r=0;t=SECS`: the draft-ietf-httpapi-ratelimit-headers fields of
+/// a 429.
+fn rate_limit_fields(r: &RateLimited, quota: u64, window: u64) -> (Option<HeaderValue>, Option<HeaderValue>) {
+    let name = r.dimension.as_str();
+    let mut num = itoa::Buffer::new();
+    let mut policy = String::with_capacity(name.len() + 48);
+    policy.push('"');
+    policy.push_str(name);
+    policy.push_str("\";q=");
+    policy.push_str(num.format(quota));
+    if window > 0 {
+        policy.push_str(";w=");
+        policy.push_str(num.format(window));
+    }
+    let mut now = String::with_capacity(name.len() + 32);
+    now.push('"');
+    now.push_str(name);
+    now.push_str("\";r=0;t=");
+    now.push_str(num.format(retry_after_secs(r.wait)));
+    (
+        HeaderValue::from_maybe_shared(bytes::Bytes::from(policy)).ok(),
+        HeaderValue::from_maybe_shared(bytes::Bytes::from(now)).ok(),
+    )
 }
 
 /// A denial by a limit: what the 429 says.
@@ -305,11 +354,20 @@ impl Rejection {
     }
 
     /// Counts it in `metrics` and logs it (one structured line; denials at
-    /// `info` under the target `pressure::denial`).
-    pub fn record(&self, metrics: &GatewayMetrics) {
+    /// `info` under the target `pressure::denial`, at most `denial_lines`
+    /// per resource per second, see [`crate::denial_log`]; 0: no bound).
+    pub fn record(&self, metrics: &GatewayMetrics, denial_lines: u32) {
+        let now = tokio::time::Instant::now();
         match self {
             Self::RateLimited(r) => {
                 metrics.denied(&r.resource, r.layer);
+                if !metrics
+                    .denial_logs()
+                    .denied
+                    .admit(&r.resource, r.layer, denial_lines, now)
+                {
+                    return;
+                }
                 tracing::info!(
                     target: "pressure::denial",
                     resource = r.resource.as_str(),
@@ -327,6 +385,13 @@ impl Rejection {
                 ..
             } => {
                 metrics.limiter_unavailable(*layer);
+                if !metrics
+                    .denial_logs()
+                    .unavailable
+                    .admit(resource, *layer, denial_lines, now)
+                {
+                    return;
+                }
                 tracing::warn!(
                     target: "pressure::denial",
                     resource = resource.as_str(),
@@ -382,7 +447,7 @@ impl Rejection {
     pub fn render(&self, dialect: Dialect) -> Response<Body> {
         let body = match (dialect, self) {
             // The flood path: written directly, the same bytes as below.
-            (Dialect::Gateway, Self::RateLimited(r)) => rate_limited_body(r, &self.message()),
+            (Dialect::Gateway, Self::RateLimited(r)) => rate_limited_body(r),
             (Dialect::Gateway, _) => self.gateway_body().to_string(),
             (Dialect::OpenAi, _) => self.openai_body().to_string(),
         };
@@ -411,18 +476,12 @@ impl Rejection {
             }
             Self::RateLimited(r) => {
                 if let Some((quota, window)) = r.policy {
-                    let name = r.dimension.as_str();
-                    let policy = if window > 0 {
-                        format!("\"{name}\";q={quota};w={window}")
-                    } else {
-                        format!("\"{name}\";q={quota}")
-                    };
-                    if let Ok(v) = HeaderValue::from_str(&policy) {
-                        h.insert("ratelimit-policy", v);
+                    let (policy, now) = rate_limit_fields(r, quota, window);
+                    if let Some(v) = policy {
+                        h.insert(RATELIMIT_POLICY.clone(), v);
                     }
-                    let secs = retry_after_secs(r.wait);
-                    if let Ok(v) = HeaderValue::from_str(&format!("\"{name}\";r=0;t={secs}")) {
-                        h.insert("ratelimit", v);
+                    if let Some(v) = now {
+                        h.insert(RATELIMIT.clone(), v);
                     }
                 }
             }

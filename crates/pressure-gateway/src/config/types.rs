@@ -58,6 +58,34 @@ pub struct GatewayConfig {
     /// (off by default; `pressure gateway --access-log` turns it on too).
     #[serde(default)]
     pub access_log: AccessLogConfig,
+    /// Bounds on the denial log under a flood (`pressure::denial`).
+    #[serde(default)]
+    pub denial_log: DenialLogConfig,
+}
+
+/// `gateway.denialLog`: how many `request denied` lines one resource may
+/// write per second before the rest are only counted and summed up in one
+/// `denials suppressed` line per second (see `crate::denial_log`). Limiter
+/// outage lines (`limiter unavailable`) get the same budget.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct DenialLogConfig {
+    /// Lines per resource per second; `0`: one line per denial, however
+    /// many (the log can then cost more than the 429s it describes).
+    #[serde(default = "default_denial_lines")]
+    pub lines_per_resource_per_second: u32,
+}
+
+impl Default for DenialLogConfig {
+    fn default() -> Self {
+        Self {
+            lines_per_resource_per_second: default_denial_lines(),
+        }
+    }
+}
+
+fn default_denial_lines() -> u32 {
+    crate::denial_log::DEFAULT_LINES_PER_SECOND
 }
 
 /// `gateway.accessLog`.

@@ -157,7 +157,7 @@ where
             Box::new(AccessRecord::new(id, req.method().clone(), req.uri().path()))
         });
         if let Err(rejection) = check_head(&req).and_then(|()| normalize_path(&mut req)) {
-            rejection.record(&metrics);
+            rejection.record(&metrics, plan.denial_lines());
             let obs = Observation::start(&metrics, arrived, NONE, NONE, access);
             return Box::pin(async move { Ok(obs.respond(rejection.render(Dialect::Gateway))) });
         }
@@ -175,6 +175,7 @@ where
         };
         let obs = Observation::start(&metrics, arrived, name, upstream, access).proxied(proxied);
         let headers = charged.clone().filter(|_| plan.rate_limit_headers());
+        let denial_lines = plan.denial_lines();
         if let Some(c) = charged {
             req.extensions_mut().insert(c);
         }
@@ -190,7 +191,7 @@ where
                     resp
                 }
                 Err(rejection) => {
-                    rejection.record(&metrics);
+                    rejection.record(&metrics, denial_lines);
                     rejection.render(dialect)
                 }
             };

@@ -125,6 +125,7 @@ pub struct GatewayMetrics {
     upstream_errors: Labelled,
     reloads: Labelled,
     traffic: traffic::TrafficMetrics,
+    logs: crate::denial_log::DenialLogs,
     sections: RwLock<Vec<MetricsSection>>,
 }
 
@@ -157,6 +158,11 @@ impl GatewayMetrics {
     /// are counted under `gateway:tenant:*`).
     pub fn denied(&self, resource: &str, layer: Layer) {
         self.denied[layer.index()].inc(resources::label(resource));
+    }
+
+    /// The per-resource budgets of denial log lines.
+    pub fn denial_logs(&self) -> &crate::denial_log::DenialLogs {
+        &self.logs
     }
 
     /// Counts a request refused with 503 because the limiter could not

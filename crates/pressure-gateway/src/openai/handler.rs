@@ -171,33 +171,60 @@ async fn handle(
     }
 }
 
+/// The `pressure` field of an answer: which level answered, how degraded,
+/// after how many attempts, and the ticket of a queued request.
+#[derive(serde::Serialize)]
+struct PressureField<'a> {
+    degradation: &'a str,
+    level: usize,
+    attempts: u32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    ticket: Option<&'a str>,
+}
+
+/// A completion with the `pressure` field beside its own.
+#[derive(serde::Serialize)]
+struct WithPressure<'a> {
+    #[serde(flatten)]
+    resp: &'a pressure_llm::provider::ChatResponse,
+    pressure: PressureField<'a>,
+}
+
 /// The response of an answer: the completion (200), or for a queued
 /// request (202) a chat completion that says so ([`queued_response`]), with
 /// the `pressure` field (plus `pressure.ticket` when queued) and the
 /// degradation header (plus `x-pressure-ticket`).
 pub fn answer_response(answer: &Answer) -> Reply {
-    let mut pressure = json!({
-        "degradation": answer.degradation.as_str(),
-        "level": answer.level,
-        "attempts": answer.attempts,
-    });
     let queued;
-    let resp = match &answer.reply {
-        LlmReply::Completion(resp) => resp,
+    let (resp, ticket) = match &answer.reply {
+        LlmReply::Completion(resp) => (resp, None),
         LlmReply::Queued { ticket } => {
-            pressure["ticket"] = Value::from(ticket.as_str());
             queued = queued_response(QUEUED_MODEL, ticket);
-            &queued
+            (&queued, Some(ticket.as_str()))
         }
     };
-    let body = match serde_json::to_value(resp) {
-        Ok(Value::Object(mut map)) => {
-            map.insert("pressure".into(), pressure);
-            Value::Object(map)
-        }
-        _ => return Err(Rejection::Internal("the completion could not be encoded".into())),
+    let pressure = PressureField {
+        degradation: answer.degradation.as_str(),
+        level: answer.level,
+        attempts: answer.attempts,
+        ticket,
     };
-    let mut resp = Response::new(Body::from(body.to_string()));
+    // Written in one pass, without a JSON tree of the completion in
+    // between; a provider that sent its own `pressure` field has it
+    // replaced, as before.
+    let body = if resp.extra.contains_key("pressure") {
+        match serde_json::to_value(resp) {
+            Ok(Value::Object(mut map)) => {
+                map.insert("pressure".into(), json!(pressure));
+                serde_json::to_vec(&map)
+            }
+            _ => return Err(Rejection::Internal("the completion could not be encoded".into())),
+        }
+    } else {
+        serde_json::to_vec(&WithPressure { resp, pressure })
+    }
+    .map_err(|_| Rejection::Internal("the completion could not be encoded".into()))?;
+    let mut resp = Response::new(Body::from(body));
     *resp.status_mut() = StatusCode::from_u16(answer.http_status()).unwrap_or(StatusCode::OK);
     let h = resp.headers_mut();
     h.insert(
@@ -212,4 +239,59 @@ pub fn answer_response(answer: &Answer) -> Reply {
         h.insert(TICKET_HEADER, v);
     }
     Ok(resp)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http_body_util::BodyExt;
+    use pressure_llm::pipeline::Degradation;
+
+    async fn body_of(answer: &Answer) -> Value {
+        let resp = answer_response(answer).expect("encoded");
+        let bytes = resp.into_body().collect().await.expect("body").to_bytes();
+        serde_json::from_slice(&bytes).expect("json")
+    }
+
+    fn answer(reply: LlmReply, degradation: Degradation) -> Answer {
+        Answer {
+            reply,
+            level: 1,
+            degradation,
+            model: None,
+            attempts: 3,
+            spent: Default::default(),
+            failed_spent: Default::default(),
+        }
+    }
+
+    #[tokio::test]
+    async fn the_completion_keeps_its_fields_and_gains_pressure() {
+        let mut completion = queued_response("m", "t-1");
+        completion.extra.insert("system_fingerprint".into(), json!("fp"));
+        let b = body_of(&answer(LlmReply::Completion(completion), Degradation::Backup(1))).await;
+        assert_eq!(b["id"], "t-1");
+        assert_eq!(b["system_fingerprint"], "fp");
+        assert_eq!(
+            b["pressure"],
+            json!({"degradation": "backup", "level": 1, "attempts": 3})
+        );
+    }
+
+    #[tokio::test]
+    async fn a_providers_own_pressure_field_is_replaced_and_a_ticket_shown() {
+        let mut completion = queued_response("m", "t-2");
+        completion
+            .extra
+            .insert("pressure".into(), json!("the provider's"));
+        let b = body_of(&answer(LlmReply::Completion(completion), Degradation::Primary)).await;
+        assert_eq!(b["pressure"]["degradation"], "primary");
+        let queued = body_of(&answer(
+            LlmReply::Queued { ticket: "t-3".into() },
+            Degradation::ManualQueue,
+        ))
+        .await;
+        assert_eq!(queued["pressure"]["ticket"], "t-3");
+        assert_eq!(queued["pressure"]["degradation"], "manual_queue");
+    }
 }

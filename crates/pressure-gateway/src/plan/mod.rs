@@ -47,6 +47,7 @@ pub struct Plan {
     upstream_timeout: Duration,
     body_read_timeout: Duration,
     access_log: bool,
+    denial_lines: u32,
     rate_limit_headers: bool,
     resources: BTreeSet<String>,
     config: GatewayConfig,
@@ -130,6 +131,7 @@ impl Plan {
             upstream_timeout: Duration::from_millis(config.timeouts.total_ms),
             body_read_timeout: Duration::from_millis(config.timeouts.body_read_ms),
             access_log: config.access_log.enabled,
+            denial_lines: config.denial_log.lines_per_resource_per_second,
             rate_limit_headers: config.pressure.rate_limit_headers,
             resources: ids,
             config,
@@ -169,6 +171,12 @@ impl Plan {
     /// Whether every request writes an access log line (`accessLog.enabled`).
     pub fn access_log(&self) -> bool {
         self.access_log
+    }
+
+    /// Denial log lines per resource per second
+    /// (`denialLog.linesPerResourcePerSecond`; 0: unbounded).
+    pub fn denial_lines(&self) -> u32 {
+        self.denial_lines
     }
 
     /// Whether successful responses carry `RateLimit` headers

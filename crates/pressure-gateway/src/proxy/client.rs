@@ -149,12 +149,13 @@ impl Proxy {
             &mut parts.headers,
             client_addr.map(|addr| addr.ip()),
             original_host,
-            upstream.authority(),
+            upstream.host(),
         );
         if parts.extensions.get::<crate::tls::ClientTls>().is_some() {
-            parts
-                .headers
-                .insert("x-forwarded-proto", HeaderValue::from_static("https"));
+            parts.headers.insert(
+                super::headers::X_FORWARDED_PROTO.clone(),
+                HeaderValue::from_static("https"),
+            );
         }
         parts.uri = uri;
         parts.version = Version::HTTP_11;

@@ -18,6 +18,8 @@ pub struct Upstream {
     base: Uri,
     scheme: Scheme,
     authority: Authority,
+    /// `authority` as the `Host` header value the upstream is sent.
+    host: http::HeaderValue,
     /// Path of the base URL without its trailing `/` (empty for none).
     base_path: String,
 }
@@ -54,6 +56,8 @@ impl Upstream {
         if base.query().is_some() {
             return Err(invalid_url("must not have a query"));
         }
+        let host = http::HeaderValue::from_str(authority.as_str())
+            .map_err(|_| invalid_url("its host is not a valid Host header"))?;
         let base_path = base.path().trim_end_matches('/').to_owned();
 
         let prefix = &cfg.path_prefix;
@@ -77,6 +81,7 @@ impl Upstream {
             base,
             scheme,
             authority,
+            host,
             base_path,
         })
     }
@@ -101,6 +106,11 @@ impl Upstream {
         &self.authority
     }
 
+    /// The `Host` header value the upstream is sent (its authority).
+    pub fn host(&self) -> &http::HeaderValue {
+        &self.host
+    }
+
     /// Whether this upstream's prefix covers `path`.
     pub fn matches(&self, path: &str) -> bool {
         crate::plan::prefix_matches(&self.path_prefix, path)
@@ -109,10 +119,11 @@ impl Upstream {
     /// The URI a request for `path_and_query` is sent to: the base's scheme
     /// and authority, the base's path (if any) prepended to the request's.
     pub(crate) fn target_uri(&self, path_and_query: &str) -> Result<Uri, http::Error> {
-        let path_and_query = if path_and_query.starts_with('/') {
-            format!("{}{}", self.base_path, path_and_query)
-        } else {
-            format!("{}/{}", self.base_path, path_and_query)
+        let path_and_query = match (self.base_path.is_empty(), path_and_query.starts_with('/')) {
+            // The common case: nothing to prepend, no string to build.
+            (true, true) => http::uri::PathAndQuery::try_from(path_and_query)?,
+            (_, true) => format!("{}{}", self.base_path, path_and_query).try_into()?,
+            (_, false) => format!("{}/{}", self.base_path, path_and_query).try_into()?,
         };
         Uri::builder()
             .scheme(self.scheme.clone())

@@ -280,7 +280,12 @@ const CASES: &[Case] = &[
         "unknown key in gateway",
         |v| v["gateway"]["listn"] = json!("x"),
         "gateway.listn: unknown key `listn` in gateway (known keys: `listen`, `upstreams`, `backend`, `auth`, \
-         `admin`, `pressure`, `limits`, `timeouts`, `shutdownGraceMs`, `llm`, `tls`, `accessLog`)",
+         `admin`, `pressure`, `limits`, `timeouts`, `shutdownGraceMs`, `llm`, `tls`, `accessLog`, `denialLog`)",
+    ),
+    (
+        "denial log budget that is not a count",
+        |v| v["gateway"]["denialLog"] = json!({ "linesPerResourcePerSecond": -1 }),
+        "gateway.denialLog.linesPerResourcePerSecond: must be a non-negative integer (got -1)",
     ),
     (
         "wrong type",

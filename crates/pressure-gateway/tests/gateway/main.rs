@@ -569,6 +569,79 @@ async fn denials_are_logged_with_their_fields_and_allowed_requests_are_not() {
     assert_eq!(from_gateway.len(), 2, "allowed requests log nothing: {lines:#?}");
 }
 
+/// A flood writes at most the budget of lines per resource per second, and
+/// one summary per window with the count it left out: every denial is
+/// either a line or counted in a summary, none twice. The gateway runs on
+/// the test's thread, so the capture sees the flusher's summary too.
+#[tokio::test(flavor = "current_thread")]
+async fn a_denial_flood_is_logged_within_its_budget_with_a_summary() {
+    const FLOOD: &str = "gateway:route:flood";
+    const BUDGET: usize = 5;
+    const SENT: usize = 120;
+    let capture = Capture::default();
+    let _guard = capture.install();
+    bounded(async {
+        let up = Upstream::demo().await;
+        let mut cfg = demo_config(
+            &up,
+            json!({
+                "perRoute": [{
+                    "resource": FLOOD,
+                    "pathPrefix": "/flood",
+                    "limits": { "requestsPerMinute": 1 },
+                }],
+            }),
+        );
+        cfg["denialLog"] = json!({ "linesPerResourcePerSecond": BUDGET });
+        let gw = TestGateway::start(cfg).await;
+        let mut denied = 0;
+        for _ in 0..SENT {
+            if gw.get("/flood").await.status == StatusCode::TOO_MANY_REQUESTS {
+                denied += 1;
+            }
+        }
+        assert_eq!(denied, SENT - 1);
+        // The flusher closes the last window about a second after it began.
+        tokio::time::sleep(Duration::from_millis(1_600)).await;
+        gw.stop().await;
+        up.stop().await;
+    })
+    .await;
+
+    let lines = capture.lines();
+    let of = |message: &str| -> Vec<&Value> {
+        lines
+            .iter()
+            .filter(|l| l["target"] == "pressure::denial" && l["fields"]["message"] == message)
+            .collect()
+    };
+    let logged = of("request denied");
+    let summaries = of("denials suppressed");
+    assert!(
+        !summaries.is_empty(),
+        "a flood past the budget is summed up: {lines:#?}"
+    );
+    assert!(
+        logged.len() <= BUDGET * (summaries.len() + 1),
+        "at most {BUDGET} lines per window: {} lines, {} windows",
+        logged.len(),
+        summaries.len()
+    );
+    let mut suppressed = 0;
+    for s in &summaries {
+        let f = &s["fields"];
+        assert_eq!(f["resource"], FLOOD, "{s}");
+        assert_eq!(f["layer"], "pre_auth", "{s}");
+        assert_eq!(f["window_ms"], 1_000, "{s}");
+        suppressed += f["suppressed"].as_u64().expect("suppressed");
+    }
+    assert_eq!(
+        logged.len() + usize::try_from(suppressed).expect("count"),
+        SENT - 1,
+        "every denial is a line or counted once"
+    );
+}
+
 #[tokio::test(flavor = "current_thread")]
 async fn tenant_denials_are_logged_with_the_namespace() {
     let capture = Capture::default();

@@ -41,6 +41,12 @@ impl RateLimitHints {
     /// Parses the hints from header (name, value) pairs; names match
     /// case-insensitively, unparsable values are ignored.
     pub fn from_pairs<K: AsRef<str>, V: AsRef<str>>(headers: &[(K, V)]) -> Self {
+        // Most answers carry no hint at all (a self-hosted model, a mock):
+        // one cheap look at the names before some sixteen searches and a
+        // date parse.
+        if !headers.iter().any(|(k, _)| is_hint_name(k.as_ref().trim())) {
+            return Self::default();
+        }
         let find = |name: &str| {
             headers
                 .iter()
@@ -83,6 +89,16 @@ impl RateLimitHints {
     pub fn is_empty(&self) -> bool {
         *self == Self::default()
     }
+}
+
+/// Whether `name` is one of the headers [`RateLimitHints::from_pairs`]
+/// reads a hint from (any case).
+fn is_hint_name(name: &str) -> bool {
+    let starts = |prefix: &str| {
+        name.get(..prefix.len())
+            .is_some_and(|p| p.eq_ignore_ascii_case(prefix))
+    };
+    starts("x-ratelimit-") || starts("anthropic-ratelimit-") || starts("retry-after")
 }
 
 /// Parses a Go-style duration as OpenAI sends it: `1s`, `6m0s`, `20ms`,
@@ -203,6 +219,26 @@ pub fn parse_http_date(s: &str) -> Option<f64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn hint_names_are_found_in_any_case_and_others_ignored() {
+        let none = [
+            ("date", "Wed, 21 Oct 2015 07:28:00 GMT"),
+            ("content-type", "application/json"),
+        ];
+        assert!(RateLimitHints::from_pairs(&none).is_empty());
+        let mixed = [("content-type", "x"), (" X-RateLimit-Remaining-Requests", "7")];
+        assert_eq!(RateLimitHints::from_pairs(&mixed).remaining_requests, Some(7));
+        let retry = [("Retry-After", "2")];
+        assert_eq!(
+            RateLimitHints::from_pairs(&retry).retry_after,
+            Some(Duration::from_secs(2))
+        );
+        assert!(
+            !is_hint_name("x-ratelimit"),
+            "a prefix of the prefix is not a hint"
+        );
+    }
 
     #[test]
     fn go_durations() {
