@@ -9,7 +9,9 @@
 # 2. The measured proxy runs under `valgrind --tool=callgrind`:
 #      nginx     one process (master_process off), limit_req as in
 #                benches/gateway-vs-nginx.sh, keepalive pool to the upstream
-#      pressure  `pressure gateway`, the same two routes
+#      pressure  `pressure gateway`, the same two routes, plus /free: an
+#                upstream with no limit (what the limiter adds to a pass is
+#                the difference between the two pass rows)
 #    and, for the LLM row, `pressure gateway` with `gateway.llm` in front of
 #    an unmeasured nginx answering a fixed chat.completion (no nginx row:
 #    nginx has no LLM path; compare it with pressure's own pass path)
@@ -133,7 +135,8 @@ nginx_conf proxy "
 cat >"$tmp/gateway.json" <<EOF
 { "gateway": {
     "listen": "127.0.0.1:$gw_port",
-    "upstreams": { "bench": { "url": "http://127.0.0.1:$up_port", "pathPrefix": "/" } },
+    "upstreams": { "bench": { "url": "http://127.0.0.1:$up_port", "pathPrefix": "/" },
+                   "free": { "url": "http://127.0.0.1:$up_port", "pathPrefix": "/free" } },
     "backend": { "type": "memory" },
     "admin": { "listen": "127.0.0.1:$gw_admin_port" },
     "pressure": {
@@ -199,6 +202,8 @@ wait_port "$gw_port" "pressure gateway"
 gw_pid=$measured_pid
 gw_pass=$(count "$gw_pid" "$gw_port" / pressure)
 gw_pass_codes=$(codes)
+gw_free=$(count "$gw_pid" "$gw_port" /free pressure)
+gw_free_codes=$(codes)
 gw_rej=$(count "$gw_pid" "$gw_port" /reject pressure)
 gw_rej_codes=$(codes)
 gw_llm=$(count "$gw_pid" "$gw_port" /v1/chat/completions pressure -H 'content-type: application/json' --data-binary "@$tmp/chat.json")
@@ -212,4 +217,5 @@ echo "| path | pressure | nginx | pressure / nginx | answers (pressure; nginx) |
 echo "|---|---|---|---|---|"
 echo "| pass | $gw_pass | $ngx_pass | $(ratio "$gw_pass" "$ngx_pass")× | $gw_pass_codes; $ngx_pass_codes |"
 echo "| reject | $gw_rej | $ngx_rej | $(ratio "$gw_rej" "$ngx_rej")× | $gw_rej_codes; $ngx_rej_codes |"
+echo "| pass, no limit on the route (the proxy alone) | $gw_free | $ngx_pass | $(ratio "$gw_free" "$ngx_pass")× | $gw_free_codes |"
 echo "| LLM chat completion | $gw_llm | – | – | $gw_llm_codes |"
