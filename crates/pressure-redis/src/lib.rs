@@ -51,6 +51,7 @@ pub use conn::{connect, Conn as RedisConnection};
 mod health;
 pub mod keys;
 mod scripts;
+mod shape;
 mod shared_breaker;
 
 pub use backend::{RedisBackend, RedisHandle, RedisStatus};
