@@ -430,7 +430,13 @@ impl RedisBackend {
     }
 
     /// The decision of an acquire script's reply `v`.
-    fn decide(&self, h: &RedisHandle, demand: &Demand, lease: Option<u64>, v: &[i64]) -> Result<Decision, Failure> {
+    fn decide(
+        &self,
+        h: &RedisHandle,
+        demand: &Demand,
+        lease: Option<u64>,
+        v: &[i64],
+    ) -> Result<Decision, Failure> {
         let [flag, a, b] = v[..] else {
             return Err(Failure {
                 error: BackendError::Protocol(format!("acquire returned {v:?}")),
@@ -811,3 +817,7 @@ fn delta_frees(before: &Demand, after: &Demand) -> bool {
         || after.input_tokens < before.input_tokens
         || after.output_tokens < before.output_tokens
 }
+
+#[cfg(test)]
+#[path = "shape_equiv_tests.rs"]
+mod shape_equiv_tests;

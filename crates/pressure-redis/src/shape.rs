@@ -130,7 +130,13 @@ pub(crate) struct RateArgs {
 /// per rate `units, limit` (+ `T` for gcra); with a concurrency limit the
 /// concurrency limit of this call (0: take no lease) and the lease id; when
 /// [`Shape::bookable`], the booking horizon in µs.
-pub(crate) fn args(shape: &Shape, rates: &[RateArgs], conc: u64, member: &str, book_within_us: u64) -> Vec<String> {
+pub(crate) fn args(
+    shape: &Shape,
+    rates: &[RateArgs],
+    conc: u64,
+    member: &str,
+    book_within_us: u64,
+) -> Vec<String> {
     let mut out = Vec::with_capacity(rates.len() * 3 + 3);
     for (r, a) in shape.rates.iter().zip(rates) {
         out.push(a.units.to_string());
@@ -271,10 +277,18 @@ impl Gen {
         for d in &dims {
             match d.window {
                 None => fields.extend([format!("'g{}'", d.id), format!("'g{}t'", d.id)]),
-                Some(_) => fields.extend([format!("'w{}:s'", d.id), format!("'w{}:lo'", d.id), format!("f{}", d.n)]),
+                Some(_) => fields.extend([
+                    format!("'w{}:s'", d.id),
+                    format!("'w{}:lo'", d.id),
+                    format!("f{}", d.n),
+                ]),
             }
         }
-        let _ = writeln!(self.out, "local v = redis.call('HMGET', key, {})", fields.join(", "));
+        let _ = writeln!(
+            self.out,
+            "local v = redis.call('HMGET', key, {})",
+            fields.join(", ")
+        );
         self.line("local x = v[1]");
         self.line("x = x and x + 0 or 0");
         if conc.is_some() {
@@ -358,7 +372,10 @@ impl Gen {
                 let _ = writeln!(self.out, "local tat{n}, ts{n} = v[{p}], v[{}]", p + 1);
                 let _ = writeln!(self.out, "tat{n} = tat{n} and tat{n} + 0 or 0");
                 let _ = writeln!(self.out, "if ts{n} then ts{n} = ts{n} + 0 else ts{n} = nil end");
-                let _ = writeln!(self.out, "if ts{n} ~= nil and ts{n} ~= T{n} and tat{n} > now then");
+                let _ = writeln!(
+                    self.out,
+                    "if ts{n} ~= nil and ts{n} ~= T{n} and tat{n} > now then"
+                );
                 self.line("  -- Counted with another T (the limit changed): keep the units held.");
                 let _ = writeln!(
                     self.out,
@@ -376,7 +393,12 @@ impl Gen {
             }
             Some(step) => {
                 let k = &d.k;
-                let _ = writeln!(self.out, "local s{n}, l{n}, c{n} = v[{p}], v[{}], v[{}]", p + 1, p + 2);
+                let _ = writeln!(
+                    self.out,
+                    "local s{n}, l{n}, c{n} = v[{p}], v[{}], v[{}]",
+                    p + 1,
+                    p + 2
+                );
                 let _ = writeln!(self.out, "s{n} = s{n} and s{n} + 0 or 0");
                 let _ = writeln!(self.out, "local lw{n} = not l{n}");
                 let _ = writeln!(self.out, "l{n} = l{n} and l{n} + 0 or {k}");
@@ -407,7 +429,10 @@ impl Gen {
                 let _ = writeln!(self.out, "  local w = {}", step * (S + 1));
                 let _ = writeln!(self.out, "  if u{n} <= m{n} then");
                 let _ = writeln!(self.out, "    local need, live = s{n} + u{n} - m{n}, {{}}");
-                let _ = writeln!(self.out, "    for j = l{n}, {k} do live[#live + 1] = 'w{id}:' .. j end");
+                let _ = writeln!(
+                    self.out,
+                    "    for j = l{n}, {k} do live[#live + 1] = 'w{id}:' .. j end"
+                );
                 self.line("    local lv = redis.call('HMGET', key, unpack(live))");
                 self.line("    local freed = 0");
                 self.line("    for j = 1, #live do");
@@ -534,7 +559,10 @@ impl Gen {
             match d.window {
                 None => {
                     let _ = writeln!(self.out, "if u{n} > 0 then");
-                    let _ = writeln!(self.out, "  upd[nu + 1] = 'g{id}'; upd[nu + 2] = nt{n}; nu = nu + 2");
+                    let _ = writeln!(
+                        self.out,
+                        "  upd[nu + 1] = 'g{id}'; upd[nu + 2] = nt{n}; nu = nu + 2"
+                    );
                     let _ = writeln!(
                         self.out,
                         "  if tw{n} then upd[nu + 1] = 'g{id}t'; upd[nu + 2] = T{n}; nu = nu + 2 end"
@@ -609,5 +637,160 @@ fn describe(shape: &Shape) -> String {
         "empty".into()
     } else {
         parts.join(" ")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pressure_core::{Limits, MAX_LIMIT};
+
+    /// The shape of `limits` with the steps the backend computes.
+    fn shape_of(limits: &Limits) -> Shape {
+        let spec = limits.compile().expect("valid limits");
+        let steps: Vec<u64> = spec
+            .rates
+            .iter()
+            .map(|r| {
+                let w = r.window_ns / 1_000;
+                match r.algorithm {
+                    Algorithm::Gcra => w.div_ceil(r.limit),
+                    _ => w.div_ceil(pressure_core::SUB_WINDOWS),
+                }
+            })
+            .collect();
+        Shape::of(&spec, &steps).expect("a shape")
+    }
+
+    fn dim3() -> Limits {
+        Limits::default()
+            .requests_per_minute(MAX_LIMIT)
+            .tokens_per_minute(MAX_LIMIT)
+            .max_concurrent_requests(MAX_LIMIT)
+    }
+
+    #[test]
+    fn same_shape_same_script_whatever_the_limits() {
+        let a = shape_of(
+            &Limits::default()
+                .requests_per_minute(10)
+                .max_concurrent_requests(3),
+        );
+        let b = shape_of(
+            &Limits::default()
+                .requests_per_minute(5_000)
+                .max_concurrent_requests(70),
+        );
+        assert_eq!(a, b, "limits are per-call arguments, not part of the shape");
+        let sha = |s: &Shape| redis::Script::new(&generate(s)).get_hash().to_owned();
+        assert_eq!(sha(&a), sha(&b));
+        // gcra: the emission interval follows the limit, and is an argument.
+        assert_eq!(
+            shape_of(&Limits::default().requests_per_second(5).gcra(None)),
+            shape_of(&Limits::default().requests_per_second(900).gcra(Some(3)))
+        );
+        // What is baked in makes another script: a window length, a
+        // dimension, the lease TTL, the algorithm.
+        let others = [
+            shape_of(
+                &Limits::default()
+                    .requests_per_second(10)
+                    .max_concurrent_requests(3),
+            ),
+            shape_of(&Limits::default().requests_per_minute(10)),
+            shape_of(
+                &Limits::default()
+                    .requests_per_minute(10)
+                    .max_concurrent_requests(3)
+                    .lease_ttl(std::time::Duration::from_secs(5)),
+            ),
+            shape_of(
+                &Limits::default()
+                    .requests_per_minute(10)
+                    .max_concurrent_requests(3)
+                    .gcra(None),
+            ),
+        ];
+        for o in &others {
+            assert_ne!(sha(o), sha(&a), "{o:?}");
+        }
+    }
+
+    #[test]
+    fn the_script_has_no_loop_over_dimensions_and_no_field_names_from_argv() {
+        for limits in [
+            dim3(),
+            Limits::default().requests_per_second(100).gcra(None),
+            Limits::default()
+                .requests_per_minute(60)
+                .tokens_per_minute(1_000)
+                .max_concurrent_requests(4)
+                .gcra(None),
+        ] {
+            let shape = shape_of(&limits);
+            let src = generate(&shape);
+            // Every loop is inside a rare branch (eviction, exact wait,
+            // lease sweep); the top level is straight-line.
+            for line in src.lines() {
+                assert!(!line.starts_with("for "), "top-level loop: {line}\n{src}");
+                if line.trim_start().starts_with("for ") {
+                    assert!(line.trim_start().starts_with("for j = "), "{line}");
+                }
+            }
+            assert!(!src.contains("unpack(fields)") && !src.contains("tonumber(ARGV"));
+            // One HMGET at top level, with the field names as literals.
+            let hmget: Vec<&str> = src
+                .lines()
+                .filter(|l| l.starts_with("local v = redis.call('HMGET'"))
+                .collect();
+            assert_eq!(hmget.len(), 1, "{src}");
+            for r in &shape.rates {
+                match r {
+                    RateShape::Gcra { id } => assert!(hmget[0].contains(&format!("'g{id}', 'g{id}t'"))),
+                    RateShape::Window { id, .. } => {
+                        assert!(
+                            hmget[0].contains(&format!("'w{id}:s', 'w{id}:lo', f")),
+                            "{}",
+                            hmget[0]
+                        );
+                    }
+                }
+            }
+            // The fast path's HSET is a literal argument list.
+            assert!(src.contains("  redis.call('HSET', key, '"), "{src}");
+            // ARGV holds exactly what args() sends.
+            let used = src
+                .match_indices("ARGV[")
+                .filter_map(|(i, _)| src[i + 5..].split(']').next()?.parse::<usize>().ok())
+                .max()
+                .unwrap_or(0);
+            let rates = vec![
+                RateArgs {
+                    units: 1,
+                    limit: 2,
+                    step_us: 3
+                };
+                shape.rates.len()
+            ];
+            assert_eq!(used, args(&shape, &rates, 1, "m", 0).len(), "{src}");
+        }
+    }
+
+    #[test]
+    fn two_windows_of_one_length_share_one_sub_window_index() {
+        let src = generate(&shape_of(&dim3()));
+        assert_eq!(src.matches("math.floor(now / ").count(), 1, "{src}");
+        assert_eq!(src.matches("string.format('%d', k1)").count(), 1, "{src}");
+    }
+
+    #[test]
+    fn constants_a_lua_number_cannot_hold_fall_back_to_the_generic_script() {
+        let spec = dim3().compile().expect("valid");
+        assert!(Shape::of(&spec, &[2_000_000, 2_000_000]).is_some());
+        assert!(
+            Shape::of(&spec, &[50, 2_000_000]).is_none(),
+            "sub-windows under 100 µs"
+        );
+        assert!(Shape::of(&spec, &[LUA_EXACT, 2_000_000]).is_none());
     }
 }
