@@ -26,6 +26,12 @@
 #   PRESSURE_REDIS_URL  redis://127.0.0.1:6379 (host must be 127.0.0.1 or localhost)
 #   BENCH_SECS=10 (window1, dim3)  BENCH_AUX_SECS=5 (other cases)  BENCH_TASKS=64
 #   RB_PIPELINE=16      pipeline depth of the pipelined redis-benchmark runs
+#   BENCH_ROUNDS=5 BENCH_ROUND_REQUESTS=100000
+#                       (c): interleaved rounds of redis-benchmark replays of every
+#                       case (bare GCRA first in each round), medians per case and
+#                       the median of the per-round ratios to the bare GCRA: on a
+#                       shared machine the mean of one long run moves with the load,
+#                       round-paired ratios much less
 #
 # Side effects on that Redis: CONFIG RESETSTAT (server statistics are reset),
 # SCRIPT LOAD of a few scripts, keys with the hash tags {rbench.*}, deleted at the
@@ -171,6 +177,16 @@ for c in window1 gcra1 dim3 window1-raw gcra-bare window1-generic gcra1-generic 
   for ((i = 3; i < 3 + ${cmd[2]:-0}; i++)); do keys_to_delete+=("${cmd[i]}"); done
 done
 
+rounds=${BENCH_ROUNDS:-5}
+round_n=${BENCH_ROUND_REQUESTS:-100000}
+echo "== interleaved: $rounds rounds of redis-benchmark -P $pipeline -n $round_n per case"
+for ((r = 1; r <= rounds; r++)); do
+  for c in gcra-bare dim3 dim3-generic window1 window1-generic gcra1 gcra1-generic; do
+    [[ -n "$(cmd_of "$c")" ]] || continue
+    rb "round$r" "$c" "$pipeline" "$round_n" >/dev/null
+  done
+done
+
 # The table.
 rbv() { awk -F'\t' -v l="$1" -v c="$2" -v col="$3" '$1 == l && $2 == c { print $col; exit }' "$tmp/rb.tsv"; }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a != "" && b != "" && b + 0 > 0) printf "%.2f", a / b; else printf "-" }'; }
@@ -229,6 +245,29 @@ d3g=$(rbv "rb-P$pipeline" dim3-generic 7)
 echo "3-dimension acquisition / bare GCRA, server time per call (redis-benchmark replay): $(ratio "$d3" "$bare_rb")x (goal <= 2x)"
 echo "  the same with the generic acquire.lua (before): $(ratio "$d3g" "$bare_rb")x"
 echo "3-dimension acquisition + its release / bare GCRA: $(ratio "$(field dim3 server_usec_per_acq)" "$bare")x"
+
+echo
+echo "== (c) server time per call, $rounds interleaved rounds (redis-benchmark -P $pipeline, INFO commandstats)"
+printf '%-16s %10s %10s %10s %22s\n' case "median us" "min us" "max us" "median of round ratios"
+for c in dim3 dim3-generic window1 window1-generic gcra1 gcra1-generic gcra-bare; do
+  awk -F'\t' -v c="$c" '
+    $1 ~ /^round/ { v[$1, $2] = $7; rounds[$1] = 1 }
+    function median(a, n,   i, j, t) {
+      for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (a[j] < a[i]) { t = a[i]; a[i] = a[j]; a[j] = t }
+      return (n % 2) ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
+    }
+    END {
+      n = 0; m = 0
+      for (r in rounds) {
+        if ((r, c) in v) { x[++n] = v[r, c] + 0 }
+        if ((r, c) in v && (r, "gcra-bare") in v && v[r, "gcra-bare"] > 0) { q[++m] = v[r, c] / v[r, "gcra-bare"] }
+      }
+      if (n == 0) exit
+      med = median(x, n)
+      printf "%-16s %10.3f %10.3f %10.3f %21.2fx\n", c, med, x[1], x[n], (m ? median(q, m) : 0)
+    }' "$tmp/rb.tsv"
+done
+echo "(goal for dim3: <= 2x the bare GCRA)"
 awk -F'\t' '$9 != "" && $9 != "0" { print "WARNING: " $9 " failed EVALSHA calls in redis-benchmark run " $1 " " $2 }' "$tmp/rb.tsv" >&2
 echo
 echo "raw lines: RESULT/CMDSTATS from the bench above; redis-benchmark: label case P rps p50_ms p99_ms usec_per_call calls failed"
