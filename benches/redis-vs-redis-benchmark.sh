@@ -22,6 +22,10 @@
 #   benches/redis-vs-redis-benchmark.sh               # Redis at 127.0.0.1:6379
 #   benches/redis-vs-redis-benchmark.sh --own-redis   # starts a private redis-server
 #                                                     # on 127.0.0.1:${BENCH_REDIS_PORT:-6399}
+#   ... --callgrind     # also (d): instructions per EVALSHA of every case, from a
+#                       # second private redis-server under valgrind --tool=callgrind
+#                       # on 127.0.0.1:${BENCH_CALLGRIND_PORT:-6398} (numbers that do
+#                       # not move with the machine's load; needs valgrind)
 # Environment:
 #   PRESSURE_REDIS_URL  redis://127.0.0.1:6379 (host must be 127.0.0.1 or localhost)
 #   BENCH_SECS=10 (window1, dim3)  BENCH_AUX_SECS=5 (other cases)  BENCH_TASKS=64
@@ -41,9 +45,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 own_redis=0
+callgrind=0
 for arg in "$@"; do
   case "$arg" in
     --own-redis) own_redis=1 ;;
+    --callgrind) callgrind=1 ;;
     -h|--help) sed -n '2,30p' "$0"; exit 0 ;;
     *) echo "unknown argument: $arg" >&2; exit 64 ;;
   esac
@@ -55,6 +61,7 @@ done
 
 tmp=$(mktemp -d)
 server_pid=""
+cg_pid=""
 keys_to_delete=()
 cleanup() {
   if [[ ${#keys_to_delete[@]} -gt 0 ]] && [[ -n "${RHOST:-}" ]]; then
@@ -63,6 +70,10 @@ cleanup() {
   if [[ -n "$server_pid" ]]; then
     kill "$server_pid" 2>/dev/null || true
     wait "$server_pid" 2>/dev/null || true
+  fi
+  if [[ -n "$cg_pid" ]]; then
+    kill "$cg_pid" 2>/dev/null || true
+    wait "$cg_pid" 2>/dev/null || true
   fi
   rm -rf "$tmp"
 }
@@ -107,6 +118,8 @@ tasks=${BENCH_TASKS:-64}
 echo "== building the bench (cargo bench --no-run)"
 timeout 600 cargo bench -q -p pressure-redis --bench redis_acquire --no-run
 
+mkdir -p "$tmp/scripts"
+export BENCH_SCRIPT_DIR="$tmp/scripts"
 echo "== our side: cargo bench -p pressure-redis --bench redis_acquire (Redis $RHOST:$RPORT, $tasks tasks)"
 timeout 300 cargo bench -q -p pressure-redis --bench redis_acquire | tee "$tmp/ours.out"
 
@@ -269,6 +282,53 @@ for c in dim3 dim3-generic window1 window1-generic gcra1 gcra1-generic gcra-bare
 done
 echo "(goal for dim3: <= 2x the bare GCRA)"
 awk -F'\t' '$9 != "" && $9 != "0" { print "WARNING: " $9 " failed EVALSHA calls in redis-benchmark run " $1 " " $2 }' "$tmp/rb.tsv" >&2
+if [[ $callgrind == 1 ]]; then
+  for tool in valgrind callgrind_control callgrind_annotate redis-server; do
+    command -v "$tool" >/dev/null || { echo "missing tool for --callgrind: $tool" >&2; exit 69; }
+  done
+  cport=${BENCH_CALLGRIND_PORT:-6398}
+  cg_n=${BENCH_CALLGRIND_CALLS:-2000}
+  echo
+  echo "== (d) instructions per EVALSHA (redis-server under callgrind, 127.0.0.1:$cport, $cg_n calls, one client)"
+  valgrind --tool=callgrind --callgrind-out-file="$tmp/cg.out" redis-server --bind 127.0.0.1 --port "$cport" \
+    --save '' --appendonly no --protected-mode yes --daemonize no --logfile "$tmp/redis-cg.log" \
+    >"$tmp/valgrind.log" 2>&1 &
+  cg_pid=$!
+  for _ in $(seq 150); do
+    timeout 5 redis-cli -h 127.0.0.1 -p "$cport" PING >/dev/null 2>&1 && break
+    sleep 0.2
+  done
+  ccli() { timeout 60 redis-cli -h 127.0.0.1 -p "$cport" "$@"; }
+  for f in "$tmp"/scripts/*.lua; do ccli -x SCRIPT LOAD < "$f" >/dev/null; done
+  printf '%-16s %14s %12s\n' case "instr/call" "vs bare"
+  : > "$tmp/cg.tsv"
+  for c in gcra-bare dim3 dim3-generic window1 window1-generic gcra1 gcra1-generic; do
+    read -r -a cmd <<< "$(cmd_of "$c")"
+    [[ ${#cmd[@]} -gt 0 ]] || continue
+    for ((i = 3; i < 3 + cmd[2]; i++)); do ccli DEL "${cmd[i]}" >/dev/null; done
+    timeout 120 redis-benchmark -h 127.0.0.1 -p "$cport" -c 1 -n 200 -q "${cmd[@]}" >/dev/null
+    callgrind_control -z "$cg_pid" >/dev/null
+    timeout 300 redis-benchmark -h 127.0.0.1 -p "$cport" -c 1 -n "$cg_n" -q "${cmd[@]}" >/dev/null
+    rm -f "$tmp"/cg.out.*
+    callgrind_control -d "$cg_pid" >/dev/null
+    dump=""
+    for _ in $(seq 50); do
+      dump=$(ls -t "$tmp"/cg.out.* 2>/dev/null | head -n 1 || true)
+      [[ -n "$dump" ]] && break
+      sleep 0.1
+    done
+    sleep 0.3
+    ir=$(callgrind_annotate --inclusive=yes "$dump" 2>/dev/null | awk '/:evalShaCommand / { gsub(",", "", $1); print $1; exit }')
+    per=$(( ${ir:-0} / cg_n ))
+    printf '%s\t%s\n' "$c" "$per" >> "$tmp/cg.tsv"
+    bare_ir=$(awk -F'\t' '$1 == "gcra-bare" { print $2 }' "$tmp/cg.tsv")
+    printf '%-16s %14s %12s\n' "$c" "$per" "$(ratio "$per" "$bare_ir")"
+  done
+  kill "$cg_pid" 2>/dev/null || true
+  wait "$cg_pid" 2>/dev/null || true
+  cg_pid=""
+fi
+
 echo
 echo "raw lines: RESULT/CMDSTATS from the bench above; redis-benchmark: label case P rps p50_ms p99_ms usec_per_call calls failed"
 cat "$tmp/rb.tsv"

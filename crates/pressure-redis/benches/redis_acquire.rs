@@ -62,6 +62,9 @@
 //! benches/redis-vs-redis-benchmark.sh   # this bench + redis-benchmark, with ratios
 //! ```
 //!
+//! With `BENCH_SCRIPT_DIR` set, the source of every script a case sends is
+//! written there as `<sha>.lua` (to load them into another Redis).
+//!
 //! `BENCH_SECS` (default 10) is the duration of `window1` and `dim3`,
 //! `BENCH_AUX_SECS` (default 5) that of the other cases. Without the
 //! `--bench` flag that `cargo bench` passes (e.g. under
@@ -549,6 +552,12 @@ impl Bench {
                         .collect::<Vec<_>>()
                         .join(" ")
                 );
+                // The script itself, for a Redis of the caller's own (the
+                // callgrind replay of benches/redis-vs-redis-benchmark.sh).
+                if let Ok(dir) = std::env::var("BENCH_SCRIPT_DIR") {
+                    let src = broker.backend().acquire_script(&limits.compile()?)?;
+                    std::fs::write(format!("{dir}/{}.lua", captured[1]), src)?;
+                }
                 self.cmds.insert(case.name, captured);
                 (target, Some(broker))
             }
@@ -685,6 +694,11 @@ async fn main_async() -> Res<()> {
         .trim()
         .to_owned();
     let acquire_sha = script_load(&mut admin, ACQUIRE_LUA).await?;
+    if let Ok(dir) = std::env::var("BENCH_SCRIPT_DIR") {
+        std::fs::write(format!("{dir}/{acquire_sha}.lua"), ACQUIRE_LUA)?;
+        let bare_sha = script_load(&mut admin, BARE_GCRA_LUA).await?;
+        std::fs::write(format!("{dir}/{bare_sha}.lua"), BARE_GCRA_LUA)?;
+    }
     println!(
         "BENCH url={url} redis_version={version} tasks={tasks} main_secs={main_secs} aux_secs={aux_secs} \
          workers={} acquire_sha={acquire_sha}",

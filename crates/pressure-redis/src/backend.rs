@@ -342,6 +342,23 @@ impl RedisBackend {
         &self.inner.config
     }
 
+    /// The Lua source of the acquire script this backend sends for limits
+    /// `spec`: the one generated for its shape (rate dimensions, algorithm,
+    /// window lengths, lease TTL), or the generic `lua/acquire.lua` when
+    /// the shape gets none. Its SHA1 is what `SCRIPT EXISTS`, `SLOWLOG` and
+    /// `MONITOR` show; benchmarks load it into a Redis of their own. Fails
+    /// as registration would (a gcra rate finer than 1 µs).
+    pub fn acquire_script(&self, spec: &LimitSpec) -> Result<String, BackendError> {
+        let dims = dims_of(spec)?;
+        let steps: Vec<u64> = dims.iter().map(|d| d.step_us).collect();
+        Ok(
+            match Shape::of(spec, &steps).and_then(|s| self.inner.shape_script(s)) {
+                Some(s) => s.source.clone(),
+                None => scripts::ACQUIRE_LUA.to_owned(),
+            },
+        )
+    }
+
     /// Runs one script invocation with the call timeout, updating health.
     async fn call<T: redis::FromRedisValue>(&self, inv: redis::ScriptInvocation<'_>) -> Result<T, Failure> {
         self.inner.call(inv).await
