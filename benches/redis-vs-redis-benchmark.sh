@@ -307,10 +307,10 @@ if [[ $callgrind == 1 ]]; then
     [[ ${#cmd[@]} -gt 0 ]] || continue
     for ((i = 3; i < 3 + cmd[2]; i++)); do ccli DEL "${cmd[i]}" >/dev/null; done
     timeout 120 redis-benchmark -h 127.0.0.1 -p "$cport" -c 1 -n 200 -q "${cmd[@]}" >/dev/null
-    callgrind_control -z "$cg_pid" >/dev/null
+    callgrind_control -z "$cg_pid" >/dev/null 2>&1
     timeout 300 redis-benchmark -h 127.0.0.1 -p "$cport" -c 1 -n "$cg_n" -q "${cmd[@]}" >/dev/null
     rm -f "$tmp"/cg.out.*
-    callgrind_control -d "$cg_pid" >/dev/null
+    callgrind_control -d "$cg_pid" >/dev/null 2>&1
     dump=""
     for _ in $(seq 50); do
       dump=$(ls -t "$tmp"/cg.out.* 2>/dev/null | head -n 1 || true)
@@ -318,7 +318,7 @@ if [[ $callgrind == 1 ]]; then
       sleep 0.1
     done
     sleep 0.3
-    ir=$(callgrind_annotate --inclusive=yes "$dump" 2>/dev/null | awk '/:evalShaCommand / { gsub(",", "", $1); print $1; exit }')
+    ir=$(callgrind_annotate --inclusive=yes "$dump" 2>/dev/null | awk '/:evalShaCommand / && !done { gsub(",", "", $1); print $1; done = 1 }' || true)
     per=$(( ${ir:-0} / cg_n ))
     printf '%s\t%s\n' "$c" "$per" >> "$tmp/cg.tsv"
     bare_ir=$(awk -F'\t' '$1 == "gcra-bare" { print $2 }' "$tmp/cg.tsv")
