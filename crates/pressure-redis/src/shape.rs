@@ -204,6 +204,7 @@ impl Gen {
         self.line("local t = redis.call('TIME')");
         self.line("local now = t[1] * 1000000 + t[2]");
         self.line("local key = KEYS[1]");
+        self.line("local fmt = string.format");
 
         // Per-call arguments.
         let mut a = 1;
@@ -261,7 +262,7 @@ impl Gen {
         let book_arg = a;
         for (step, k) in &ks {
             let _ = writeln!(self.out, "local {k} = math.floor(now / {step})");
-            let _ = writeln!(self.out, "local {k}s = string.format('%d', {k})");
+            let _ = writeln!(self.out, "local {k}s = fmt('%d', {k})");
         }
         for d in &dims {
             if d.window.is_some() {
@@ -517,13 +518,13 @@ impl Gen {
             match d.window {
                 None => {
                     cond.push(format!("not tw{n}"));
-                    sets.push(format!("'g{id}', string.format('%d', nt{n})"));
+                    sets.push(format!("'g{id}', fmt('%d', nt{n})"));
                 }
                 Some(_) => {
                     cond.push(format!("not e{n}"));
                     cond.push(format!("not lw{n}"));
                     sets.push(format!(
-                        "'w{id}:s', string.format('%d', s{n} + u{n}), f{n}, string.format('%d', c{n} + u{n})"
+                        "'w{id}:s', fmt('%d', s{n} + u{n}), f{n}, fmt('%d', c{n} + u{n})"
                     ));
                 }
             }
@@ -534,7 +535,7 @@ impl Gen {
             cond.push("not swept".into());
             cond.push("cmin ~= nil".into());
             cond.push("exp >= cmin".into());
-            sets.push("'c', string.format('%d', count + 1), 'l:' .. lid, string.format('%d', exp)".into());
+            sets.push("'c', fmt('%d', count + 1), 'l:' .. lid, fmt('%d', exp)".into());
         }
         let _ = writeln!(self.out, "local keep = {fast_keep}");
         for d in dims {
@@ -780,7 +781,7 @@ mod tests {
     fn two_windows_of_one_length_share_one_sub_window_index() {
         let src = generate(&shape_of(&dim3()));
         assert_eq!(src.matches("math.floor(now / ").count(), 1, "{src}");
-        assert_eq!(src.matches("string.format('%d', k1)").count(), 1, "{src}");
+        assert_eq!(src.matches("fmt('%d', k1)").count(), 1, "{src}");
     }
 
     #[test]
