@@ -529,7 +529,32 @@ impl Inner {
             shape: shape.clone(),
         });
         shapes.insert(shape, Arc::clone(&s));
+        drop(shapes);
+        self.preload_shape(&s.source);
         Some(s)
+    }
+
+    /// Loads a newly generated script in the background (one `SCRIPT LOAD`
+    /// on a pooled connection, when there is a runtime and a connection), so
+    /// the first acquisition of a new shape is usually one EVALSHA, not
+    /// EVALSHA, NOSCRIPT, SCRIPT LOAD, EVALSHA. Best effort: NOSCRIPT is
+    /// handled on use anyway. Not on a cluster: `SCRIPT LOAD` would reach one
+    /// node only (as in `background::preload_scripts`).
+    fn preload_shape(&self, source: &str) {
+        if !self.config.cluster_nodes.is_empty() {
+            return;
+        }
+        let (Ok(rt), Some(pooled)) = (tokio::runtime::Handle::try_current(), self.pool.get()) else {
+            return;
+        };
+        let source = source.to_owned();
+        let timeout = self.config.timeout();
+        rt.spawn(async move {
+            let mut conn = pooled.conn;
+            let mut load = redis::cmd("SCRIPT");
+            load.arg("LOAD").arg(source);
+            let _ = tokio::time::timeout(timeout, load.query_async::<String>(&mut conn)).await;
+        });
     }
 
     /// Sources of the generated scripts, for `SCRIPT LOAD` on a new
