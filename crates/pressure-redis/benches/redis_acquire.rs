@@ -24,6 +24,7 @@
 //! | `gcra1` | broker | `gcra`, `requestsPerSecond` = 10⁶ (one dimension, no lease) |
 //! | `dim3` | broker | `window`: `requestsPerMinute` + `tokensPerMinute` + `maxConcurrentRequests` (each 10¹²), 100 + 200 tokens; the permit is dropped at once (lease released by one `EVALSHA` of release.lua) |
 //! | `window1-raw` | redis-rs | the exact `EVALSHA` of `window1`, sent straight through a `ConnectionManager` (no broker, no backend): separates our overhead from the client library's |
+//! | `window1-generic`, `gcra1-generic`, `dim3-generic` | redis-rs | the same acquisition with the generic `lua/acquire.lua` (what the backend sent before it generated one script per limit shape), fixed lease id, no release: the before/after of the shape scripts in one run |
 //! | `gcra-bare` | redis-rs | a minimal one-key GCRA script (`GET` the TAT, `TIME`, `SET .. PX`): the classic redis-cell-like shape, the reference for server time |
 //!
 //! "broker" means `ResourceBroker::try_acquire` on a `RedisBackend` with the
@@ -32,7 +33,7 @@
 //!
 //! Before each broker case, one acquisition is captured with `MONITOR` and
 //! its `EVALSHA` arguments are compared with those derived from the compiled
-//! limits (`ARGCHECK` line); the captured command is printed (`CMD` line) so
+//! limits for the script generated for the limit's shape (`ARGCHECK` line); the captured command is printed (`CMD` line) so
 //! `benches/redis-vs-redis-benchmark.sh` can replay exactly that command with
 //! `redis-benchmark`.
 //!
@@ -60,6 +61,9 @@
 //!     PRESSURE_REDIS_URL=redis://127.0.0.1:6379 cargo bench -p pressure-redis --bench redis_acquire
 //! benches/redis-vs-redis-benchmark.sh   # this bench + redis-benchmark, with ratios
 //! ```
+//!
+//! With `BENCH_SCRIPT_DIR` set, the source of every script a case sends is
+//! written there as `<sha>.lua` (to load them into another Redis).
 //!
 //! `BENCH_SECS` (default 10) is the duration of `window1` and `dim3`,
 //! `BENCH_AUX_SECS` (default 5) that of the other cases. Without the
@@ -215,6 +219,15 @@ async fn worker(target: Target, deadline: Instant) -> Tally {
             Outcome::Denied => t.denied += 1,
             Outcome::Error => t.errors += 1,
         }
+        if !matches!(out, Outcome::Granted) {
+            // A denial from the failure mode (a call timed out on this
+            // loaded machine, the backend went unhealthy) completes without
+            // awaiting anything: without a yield, 64 such loops keep the
+            // runtime's threads busy, the backend's probe never runs, and
+            // the rest of the case measures the fallback (seen: 17 M
+            // denials, a 4 s stall).
+            tokio::task::yield_now().await;
+        }
     }
     t
 }
@@ -357,54 +370,102 @@ async fn capture_evalsha<F: std::future::Future<Output = Outcome>>(
     }
 }
 
-/// The `EVALSHA` arguments after the SHA that `acquire_remote` builds for
-/// `limits` and `opts` (as `try_acquire` demands: lease, full ceiling, no
-/// booking), with the lease member left as `None`.
-fn expected_args(resource: &str, limits: &Limits, opts: &AcquireOptions) -> Res<Vec<Option<String>>> {
-    let spec = limits.compile()?;
-    let keys = ResourceKeys::new(PREFIX, resource);
-    let demand = Demand {
+/// Emission interval (gcra) or sub-window length (window) of a rate, µs.
+fn step_us(r: &pressure_core::RateSpec) -> u64 {
+    let window_us = r.window_ns / 1_000;
+    if r.algorithm == Algorithm::Gcra {
+        window_us.div_ceil(r.limit)
+    } else {
+        window_us.div_ceil(SUB_WINDOWS)
+    }
+}
+
+/// Units and limit (gcra: tolerance C·T in µs) of a rate for `demand`.
+fn units_limit(r: &pressure_core::RateSpec, demand: &Demand) -> (u64, u64) {
+    let limit = if r.algorithm == Algorithm::Gcra {
+        r.capacity.saturating_mul(step_us(r))
+    } else {
+        r.limit
+    };
+    (r.units(demand), limit)
+}
+
+/// The demand `try_acquire` makes for `opts` (lease, full ceiling, no booking).
+fn demand_of(opts: &AcquireOptions) -> Demand {
+    Demand {
         requests: opts.requests,
         input_tokens: opts.input_tokens,
         output_tokens: opts.output_tokens,
         ..Demand::default()
-    };
+    }
+}
+
+/// The `EVALSHA` arguments after the SHA that `acquire_remote` builds for
+/// `limits` and `opts` with the script generated for the limit's shape
+/// (`src/shape.rs`: per rate units, limit and, for gcra, T; with a
+/// concurrency limit the limit and the lease id; when every rate is gcra the
+/// booking horizon), with the lease member left as `None`.
+fn expected_args(resource: &str, limits: &Limits, opts: &AcquireOptions) -> Res<Vec<Option<String>>> {
+    let spec = limits.compile()?;
+    let keys = ResourceKeys::new(PREFIX, resource);
+    let demand = demand_of(opts);
     let mut a: Vec<Option<String>> = vec![Some("1".into()), Some(keys.state)];
-    a.push(Some(spec.rates.len().to_string()));
     for r in &spec.rates {
-        let window_us = r.window_ns / 1_000;
+        let (units, limit) = units_limit(r, &demand);
+        a.push(Some(units.to_string()));
+        a.push(Some(limit.to_string()));
+        if r.algorithm == Algorithm::Gcra {
+            a.push(Some(step_us(r).to_string()));
+        }
+    }
+    if let Some(c) = spec.concurrency {
+        a.push(Some(c.to_string()));
+        a.push(None);
+    }
+    if spec.all_gcra() && !spec.rates.is_empty() {
+        a.push(Some("0".into()));
+    }
+    Ok(a)
+}
+
+/// The `EVALSHA` of the generic `lua/acquire.lua` (sha `sha`) for the same
+/// acquisition, lease id `member`: what the backend sent before it
+/// generated a script per limit shape.
+fn generic_cmd(
+    sha: &str,
+    resource: &str,
+    limits: &Limits,
+    opts: &AcquireOptions,
+    member: &str,
+) -> Res<Vec<String>> {
+    let spec = limits.compile()?;
+    let keys = ResourceKeys::new(PREFIX, resource);
+    let demand = demand_of(opts);
+    let mut a = vec!["EVALSHA".to_owned(), sha.to_owned(), "1".into(), keys.state];
+    a.push(spec.rates.len().to_string());
+    for r in &spec.rates {
         let gcra = r.algorithm == Algorithm::Gcra;
-        let step_us = if gcra {
-            window_us.div_ceil(r.limit)
-        } else {
-            window_us.div_ceil(SUB_WINDOWS)
-        };
-        let limit = if gcra {
-            r.capacity.saturating_mul(step_us)
-        } else {
-            r.limit
-        };
+        let (units, limit) = units_limit(r, &demand);
         for v in [
             u64::from(gcra),
             r.dimension.index() as u64,
-            r.units(&demand),
+            units,
             limit,
-            step_us,
+            step_us(r),
         ] {
-            a.push(Some(v.to_string()));
+            a.push(v.to_string());
         }
         let id = r.dimension.index();
-        let fields = if gcra {
-            [format!("g{id}"), "-".to_owned(), "-".to_owned()]
+        if gcra {
+            a.extend([format!("g{id}"), format!("g{id}t"), "-".to_owned()]);
         } else {
-            [format!("w{id}:"), format!("w{id}:s"), format!("w{id}:lo")]
-        };
-        a.extend(fields.map(Some));
+            a.extend([format!("w{id}:"), format!("w{id}:s"), format!("w{id}:lo")]);
+        }
     }
-    a.push(Some(spec.concurrency.unwrap_or(0).to_string()));
-    a.push(Some((spec.lease_ttl_ns / 1_000).to_string()));
-    a.push(None);
-    a.push(Some("0".into()));
+    a.push(spec.concurrency.unwrap_or(0).to_string());
+    a.push((spec.lease_ttl_ns / 1_000).to_string());
+    a.push(member.to_owned());
+    a.push("0".into());
     Ok(a)
 }
 
@@ -441,6 +502,11 @@ struct Bench {
     admin: MultiplexedConnection,
     /// Captured `EVALSHA` commands by case.
     cmds: BTreeMap<&'static str, Vec<String>>,
+    /// SHA of the generic `lua/acquire.lua`.
+    generic_sha: String,
+    /// Limits and options of the broker cases, by name (for the generic
+    /// replays).
+    broker_cases: BTreeMap<&'static str, (Limits, AcquireOptions)>,
     keys: Vec<String>,
 }
 
@@ -495,6 +561,12 @@ impl Bench {
                         .collect::<Vec<_>>()
                         .join(" ")
                 );
+                // The script itself, for a Redis of the caller's own (the
+                // callgrind replay of benches/redis-vs-redis-benchmark.sh).
+                if let Ok(dir) = std::env::var("BENCH_SCRIPT_DIR") {
+                    let src = broker.backend().acquire_script(&limits.compile()?)?;
+                    std::fs::write(format!("{dir}/{}.lua", captured[1]), src)?;
+                }
                 self.cmds.insert(case.name, captured);
                 (target, Some(broker))
             }
@@ -506,6 +578,21 @@ impl Bench {
                         self.keys.push(key.clone());
                         let mut c = vec!["EVALSHA".to_owned(), sha, "1".into(), key];
                         c.extend(BARE_ARGS.iter().map(|a| (*a).to_owned()));
+                        c
+                    }
+                    other if other.ends_with("-generic") => {
+                        let base = other.trim_end_matches("-generic");
+                        let (limits, opts) = self
+                            .broker_cases
+                            .get(base)
+                            .cloned()
+                            .ok_or_else(|| format!("{other}: needs the broker case {base}"))?;
+                        // Its own key (the generic script on fresh state).
+                        let resource = format!("bench.{base}.generic");
+                        let c =
+                            generic_cmd(&self.generic_sha, &resource, &limits, &opts, "00000000000000aa")?;
+                        let _: i64 = redis::cmd("DEL").arg(&c[3]).query_async(&mut self.admin).await?;
+                        self.keys.push(c[3].clone());
                         c
                     }
                     other => {
@@ -616,6 +703,11 @@ async fn main_async() -> Res<()> {
         .trim()
         .to_owned();
     let acquire_sha = script_load(&mut admin, ACQUIRE_LUA).await?;
+    if let Ok(dir) = std::env::var("BENCH_SCRIPT_DIR") {
+        std::fs::write(format!("{dir}/{acquire_sha}.lua"), ACQUIRE_LUA)?;
+        let bare_sha = script_load(&mut admin, BARE_GCRA_LUA).await?;
+        std::fs::write(format!("{dir}/{bare_sha}.lua"), BARE_GCRA_LUA)?;
+    }
     println!(
         "BENCH url={url} redis_version={version} tasks={tasks} main_secs={main_secs} aux_secs={aux_secs} \
          workers={} acquire_sha={acquire_sha}",
@@ -628,6 +720,14 @@ async fn main_async() -> Res<()> {
             kind: Kind::Broker,
             resource: "bench.w1",
             limits: Some(Limits::default().requests_per_minute(MAX_LIMIT)),
+            opts: AcquireOptions::default(),
+            secs: main_secs,
+        },
+        Case {
+            name: "window1-generic",
+            kind: Kind::Raw,
+            resource: "",
+            limits: None,
             opts: AcquireOptions::default(),
             secs: main_secs,
         },
@@ -648,6 +748,14 @@ async fn main_async() -> Res<()> {
             secs: aux_secs,
         },
         Case {
+            name: "gcra1-generic",
+            kind: Kind::Raw,
+            resource: "",
+            limits: None,
+            opts: AcquireOptions::default(),
+            secs: aux_secs,
+        },
+        Case {
             name: "dim3",
             kind: Kind::Broker,
             resource: "bench.d3",
@@ -658,6 +766,14 @@ async fn main_async() -> Res<()> {
                     .max_concurrent_requests(MAX_LIMIT),
             ),
             opts: AcquireOptions::default().tokens(100, 200),
+            secs: main_secs,
+        },
+        Case {
+            name: "dim3-generic",
+            kind: Kind::Raw,
+            resource: "",
+            limits: None,
+            opts: AcquireOptions::default(),
             secs: main_secs,
         },
         Case {
@@ -677,6 +793,11 @@ async fn main_async() -> Res<()> {
         admin,
         cmds: BTreeMap::new(),
         keys: Vec::new(),
+        generic_sha: acquire_sha,
+        broker_cases: cases
+            .iter()
+            .filter_map(|c| Some((c.name, (c.limits.clone()?, c.opts))))
+            .collect(),
     };
     // Start from empty state.
     for c in &cases {

@@ -1,4 +1,7 @@
 -- acquire.lua: check and reserve every dimension of one demand, or nothing.
+-- The generic form: the backend sends a script generated for the limit's
+-- shape (src/shape.rs: the same logic unrolled, same fields and replies) and
+-- this one only for shapes past its bound; a unit test checks they agree.
 -- One call per acquisition; time is the server's (TIME), in microseconds.
 -- All state of a resource is one hash, so a steady acquisition is three
 -- server calls: TIME, HMGET, HSET. Written for speed: no table per

@@ -27,6 +27,7 @@ use crate::conn::{self, Pool};
 use crate::health::Health;
 use crate::keys::ResourceKeys;
 use crate::scripts;
+use crate::shape::{self, RateArgs, Shape};
 use parking_lot::Mutex;
 use pressure_core::backend::{MemoryHandle, Usage};
 use pressure_core::clock::{Clock, MonotonicClock};
@@ -34,6 +35,7 @@ use pressure_core::{
     Algorithm, Backend, BackendError, Counts, Decision, Demand, Denial, Dimension, Grant, LeaseId, LimitSpec,
     Limits, MemoryBackend, RateSpec, Reserved, SyncBackend,
 };
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -48,6 +50,12 @@ const TOMBSTONE_MIN: Duration = Duration::from_secs(60);
 /// How long past the lease TTL a lost lease is still worth releasing: by
 /// then a lease the late script created has expired by itself.
 const LOST_MARGIN: Duration = Duration::from_secs(10);
+
+/// Distinct limit shapes that get a script of their own; past this, new
+/// shapes use the generic `lua/acquire.lua` (each script is kept in Redis's
+/// script cache for good, so their number must stay bounded whatever the
+/// configuration holds).
+const MAX_SHAPES: usize = 256;
 
 /// Limiter state in Redis, shared by every instance that points at it.
 /// Cheap to clone.
@@ -67,6 +75,18 @@ pub(crate) struct Inner {
     pub(crate) lost: Mutex<Vec<Lost>>,
     /// Wakes the background task (a connection broke, a lease was lost).
     pub(crate) wake: Arc<tokio::sync::Notify>,
+    /// The acquire script of every limit shape registered so far, shared by
+    /// the handles of that shape (see `shape.rs`).
+    pub(crate) shapes: Mutex<HashMap<Shape, Arc<ShapeScript>>>,
+}
+
+/// The acquire script generated for one [`Shape`].
+#[derive(Debug)]
+pub(crate) struct ShapeScript {
+    shape: Shape,
+    /// Its source, for `SCRIPT LOAD` on new connections.
+    pub(crate) source: String,
+    script: redis::Script,
 }
 
 impl std::fmt::Debug for RedisBackend {
@@ -127,6 +147,9 @@ pub struct RedisHandle {
     /// Shared with the handles of the resource's other limits (reattach),
     /// so the counts continue across a change.
     tally: Arc<Tally>,
+    /// The acquire script generated for this limit's shape; `None`: the
+    /// generic `lua/acquire.lua`.
+    shaped: Option<Arc<ShapeScript>>,
 }
 
 /// Acquisitions this process made on one resource.
@@ -146,6 +169,83 @@ struct Dim {
     /// window the prefix `w<d>:` of its sub-windows, its sum `w<d>:s` and
     /// its oldest sub-window `w<d>:lo`.
     fields: [String; 3],
+}
+
+impl Dim {
+    /// This dimension's per-call arguments for `demand`: units, and the
+    /// limit scaled by its ceiling (gcra: as a tolerance in µs).
+    fn args(&self, demand: &Demand) -> RateArgs {
+        let limit = if self.gcra {
+            RateSpec::scaled(self.rate.capacity, demand.ceiling_ppm).saturating_mul(self.step_us)
+        } else {
+            RateSpec::scaled(self.rate.limit, demand.ceiling_ppm)
+        };
+        RateArgs {
+            units: self.rate.units(demand),
+            limit,
+            step_us: self.step_us,
+        }
+    }
+}
+
+/// The rate dimensions of `spec` as the scripts count them; refuses a
+/// `gcra` rate finer than 1 µs.
+fn dims_of(spec: &LimitSpec) -> Result<Vec<Dim>, BackendError> {
+    let mut dims = Vec::with_capacity(spec.rates.len());
+    for r in &spec.rates {
+        let window_us = r.window_ns / 1_000;
+        let gcra = r.algorithm == Algorithm::Gcra;
+        let step_us = if gcra {
+            if r.limit > window_us {
+                return Err(BackendError::Unsupported(format!(
+                    "{}: {} per window is finer than the store's 1 µs resolution with gcra; use window",
+                    r.dimension, r.limit
+                )));
+            }
+            window_us.div_ceil(r.limit)
+        } else {
+            window_us.div_ceil(pressure_core::SUB_WINDOWS)
+        };
+        let id = r.dimension.index();
+        dims.push(Dim {
+            rate: *r,
+            gcra,
+            step_us,
+            fields: if gcra {
+                [format!("g{id}"), format!("g{id}t"), "-".to_owned()]
+            } else {
+                [format!("w{id}:"), format!("w{id}:s"), format!("w{id}:lo")]
+            },
+        });
+    }
+    Ok(dims)
+}
+
+/// `ARGV` of one call of the generic `lua/acquire.lua` (see its header).
+fn generic_args(dims: &[Dim], spec: &LimitSpec, demand: &Demand, conc: u64, member: &str) -> Vec<String> {
+    let mut out = Vec::with_capacity(dims.len() * 8 + 5);
+    out.push(dims.len().to_string());
+    for d in dims {
+        let a = d.args(demand);
+        out.push(u8::from(d.gcra).to_string());
+        out.push(d.rate.dimension.index().to_string());
+        out.push(a.units.to_string());
+        out.push(a.limit.to_string());
+        out.push(d.step_us.to_string());
+        out.extend(d.fields.iter().cloned());
+    }
+    out.push(conc.to_string());
+    out.push((spec.lease_ttl_ns / 1_000).to_string());
+    out.push(member.to_owned());
+    out.push((demand.book_within_ns / 1_000).to_string());
+    out
+}
+
+/// `ARGV` of one call of the script generated for `shape` (see
+/// [`shape::generate`]).
+fn shaped_args(shape: &Shape, dims: &[Dim], demand: &Demand, conc: u64, member: &str) -> Vec<String> {
+    let rates: Vec<RateArgs> = dims.iter().map(|d| d.args(demand)).collect();
+    shape::args(shape, &rates, conc, member, demand.book_within_ns / 1_000)
 }
 
 /// A denial remembered by the deny cache.
@@ -174,7 +274,7 @@ impl RedisBackend {
         for slot in pool.empty_slots() {
             match conn::open(&config).await {
                 Ok(c) => {
-                    crate::background::preload_scripts(&config, &c).await;
+                    crate::background::preload_scripts(&config, &c, &[]).await;
                     pool.fill(slot, c);
                 }
                 Err(cause) => {
@@ -194,6 +294,7 @@ impl RedisBackend {
             config,
             lost: Mutex::new(Vec::new()),
             wake: Arc::new(tokio::sync::Notify::new()),
+            shapes: Mutex::new(HashMap::new()),
         });
         tokio::spawn(crate::background::run(
             Arc::downgrade(&inner),
@@ -239,6 +340,23 @@ impl RedisBackend {
     /// The configuration in use.
     pub fn config(&self) -> &RedisConfig {
         &self.inner.config
+    }
+
+    /// The Lua source of the acquire script this backend sends for limits
+    /// `spec`: the one generated for its shape (rate dimensions, algorithm,
+    /// window lengths, lease TTL), or the generic `lua/acquire.lua` when
+    /// the shape gets none. Its SHA1 is what `SCRIPT EXISTS`, `SLOWLOG` and
+    /// `MONITOR` show; benchmarks load it into a Redis of their own. Fails
+    /// as registration would (a gcra rate finer than 1 µs).
+    pub fn acquire_script(&self, spec: &LimitSpec) -> Result<String, BackendError> {
+        let dims = dims_of(spec)?;
+        let steps: Vec<u64> = dims.iter().map(|d| d.step_us).collect();
+        Ok(
+            match Shape::of(spec, &steps).and_then(|s| self.inner.shape_script(s)) {
+                Some(s) => s.source.clone(),
+                None => scripts::ACQUIRE_LUA.to_owned(),
+            },
+        )
     }
 
     /// Runs one script invocation with the call timeout, updating health.
@@ -294,33 +412,48 @@ impl RedisBackend {
         demand: &Demand,
         lease: Option<u64>,
     ) -> Result<Decision, Failure> {
-        let mut inv = scripts::ACQUIRE.prepare_invoke();
-        inv.key(&h.keys.state).arg(h.dims.len());
-        for d in &h.dims {
-            let units = d.rate.units(demand);
-            let limit = if d.gcra {
-                RateSpec::scaled(d.rate.capacity, demand.ceiling_ppm).saturating_mul(d.step_us)
-            } else {
-                RateSpec::scaled(d.rate.limit, demand.ceiling_ppm)
-            };
-            inv.arg(u8::from(d.gcra))
-                .arg(d.rate.dimension.index())
-                .arg(units)
-                .arg(limit)
-                .arg(d.step_us)
-                .arg(&d.fields[0])
-                .arg(&d.fields[1])
-                .arg(&d.fields[2]);
-        }
         let conc = match (lease, h.spec.concurrency) {
             (Some(_), Some(c)) => RateSpec::scaled(c, demand.ceiling_ppm),
             _ => 0,
         };
-        inv.arg(conc)
-            .arg(h.spec.lease_ttl_ns / 1_000)
-            .arg(member(lease.unwrap_or(0)))
-            .arg(demand.book_within_ns / 1_000);
-        let v: Vec<i64> = self.call(inv).await?;
+        let v: Vec<i64> = match &h.shaped {
+            Some(s) => {
+                let mut inv = s.script.prepare_invoke();
+                inv.key(&h.keys.state);
+                for a in shaped_args(&s.shape, &h.dims, demand, conc, &member(lease.unwrap_or(0))) {
+                    inv.arg(a);
+                }
+                self.call(inv).await?
+            }
+            None => self.acquire_generic(h, demand, lease, conc).await?,
+        };
+        self.decide(h, demand, lease, &v)
+    }
+
+    /// One acquisition with the generic `lua/acquire.lua`.
+    async fn acquire_generic(
+        &self,
+        h: &RedisHandle,
+        demand: &Demand,
+        lease: Option<u64>,
+        conc: u64,
+    ) -> Result<Vec<i64>, Failure> {
+        let mut inv = scripts::ACQUIRE.prepare_invoke();
+        inv.key(&h.keys.state);
+        for a in generic_args(&h.dims, &h.spec, demand, conc, &member(lease.unwrap_or(0))) {
+            inv.arg(a);
+        }
+        self.call(inv).await
+    }
+
+    /// The decision of an acquire script's reply `v`.
+    fn decide(
+        &self,
+        h: &RedisHandle,
+        demand: &Demand,
+        lease: Option<u64>,
+        v: &[i64],
+    ) -> Result<Decision, Failure> {
         let [flag, a, b] = v[..] else {
             return Err(Failure {
                 error: BackendError::Protocol(format!("acquire returned {v:?}")),
@@ -377,6 +510,60 @@ impl RedisBackend {
     }
 }
 
+impl Inner {
+    /// The script of `shape`, generated and cached on first use; `None`
+    /// once [`MAX_SHAPES`] shapes have one (the generic script serves the
+    /// rest).
+    fn shape_script(&self, shape: Shape) -> Option<Arc<ShapeScript>> {
+        let mut shapes = self.shapes.lock();
+        if let Some(s) = shapes.get(&shape) {
+            return Some(Arc::clone(s));
+        }
+        if shapes.len() >= MAX_SHAPES {
+            return None;
+        }
+        let source = shape::generate(&shape);
+        let s = Arc::new(ShapeScript {
+            script: redis::Script::new(&source),
+            source,
+            shape: shape.clone(),
+        });
+        shapes.insert(shape, Arc::clone(&s));
+        drop(shapes);
+        self.preload_shape(&s.source);
+        Some(s)
+    }
+
+    /// Loads a newly generated script in the background (one `SCRIPT LOAD`
+    /// on a pooled connection, when there is a runtime and a connection), so
+    /// the first acquisition of a new shape is usually one EVALSHA, not
+    /// EVALSHA, NOSCRIPT, SCRIPT LOAD, EVALSHA. Best effort: NOSCRIPT is
+    /// handled on use anyway. Not on a cluster: `SCRIPT LOAD` would reach one
+    /// node only (as in `background::preload_scripts`).
+    fn preload_shape(&self, source: &str) {
+        if !self.config.cluster_nodes.is_empty() {
+            return;
+        }
+        let (Ok(rt), Some(pooled)) = (tokio::runtime::Handle::try_current(), self.pool.get()) else {
+            return;
+        };
+        let source = source.to_owned();
+        let timeout = self.config.timeout();
+        rt.spawn(async move {
+            let mut conn = pooled.conn;
+            let mut load = redis::cmd("SCRIPT");
+            load.arg("LOAD").arg(source);
+            let _ = tokio::time::timeout(timeout, load.query_async::<String>(&mut conn)).await;
+        });
+    }
+
+    /// Sources of the generated scripts, for `SCRIPT LOAD` on a new
+    /// connection.
+    pub(crate) fn shape_sources(&self) -> Vec<String> {
+        self.shapes.lock().values().map(|s| s.source.clone()).collect()
+    }
+}
+
 /// The `closed` failure mode's refusal: marked as an outage, not a limit.
 fn closed(h: &RedisHandle) -> Decision {
     Decision::Denied(Denial::unavailable(
@@ -423,33 +610,7 @@ impl Backend for RedisBackend {
     type Handle = RedisHandle;
 
     fn attach(&self, resource: &str, spec: Arc<LimitSpec>) -> Result<RedisHandle, BackendError> {
-        let mut dims = Vec::with_capacity(spec.rates.len());
-        for r in &spec.rates {
-            let window_us = r.window_ns / 1_000;
-            let gcra = r.algorithm == Algorithm::Gcra;
-            let step_us = if gcra {
-                if r.limit > window_us {
-                    return Err(BackendError::Unsupported(format!(
-                        "{}: {} per window is finer than the store's 1 µs resolution with gcra; use window",
-                        r.dimension, r.limit
-                    )));
-                }
-                window_us.div_ceil(r.limit)
-            } else {
-                window_us.div_ceil(pressure_core::SUB_WINDOWS)
-            };
-            let id = r.dimension.index();
-            dims.push(Dim {
-                rate: *r,
-                gcra,
-                step_us,
-                fields: if gcra {
-                    [format!("g{id}"), format!("g{id}t"), "-".to_owned()]
-                } else {
-                    [format!("w{id}:"), format!("w{id}:s"), format!("w{id}:lo")]
-                },
-            });
-        }
+        let dims = dims_of(&spec)?;
         let local = match self.inner.config.failure_mode {
             FailureMode::Local => {
                 let limits = local_limits(&spec.limits, self.inner.config.local_share);
@@ -460,6 +621,8 @@ impl Backend for RedisBackend {
             }
             _ => None,
         };
+        let steps: Vec<u64> = dims.iter().map(|d| d.step_us).collect();
+        let shaped = Shape::of(&spec, &steps).and_then(|s| self.inner.shape_script(s));
         Ok(RedisHandle {
             keys: ResourceKeys::new(&self.inner.config.key_prefix, resource),
             spec,
@@ -467,6 +630,7 @@ impl Backend for RedisBackend {
             local,
             deny: Mutex::new(None),
             tally: Arc::default(),
+            shaped,
         })
     }
 
@@ -695,3 +859,7 @@ fn delta_frees(before: &Demand, after: &Demand) -> bool {
         || after.input_tokens < before.input_tokens
         || after.output_tokens < before.output_tokens
 }
+
+#[cfg(test)]
+#[path = "shape_equiv_tests.rs"]
+mod shape_equiv_tests;

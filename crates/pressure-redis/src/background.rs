@@ -175,7 +175,7 @@ impl Inner {
         for slot in self.pool.empty_slots() {
             match conn::open(&self.config).await {
                 Ok(c) => {
-                    preload_scripts(&self.config, &c).await;
+                    preload_scripts(&self.config, &c, &self.shape_sources()).await;
                     self.pool.fill(slot, c);
                 }
                 Err(cause) => {
@@ -230,16 +230,20 @@ impl Inner {
     }
 }
 
-/// Loads every script on a new connection, so the first call after a
+/// Loads every script on a new connection — the fixed ones and `shaped`,
+/// the acquire scripts generated so far — so the first call after a
 /// reconnect (or a Redis restart, which forgets scripts) is one EVALSHA.
 /// Best effort: NOSCRIPT is handled on use anyway.
-pub(crate) async fn preload_scripts(config: &RedisConfig, c: &Conn) {
+pub(crate) async fn preload_scripts(config: &RedisConfig, c: &Conn, shaped: &[String]) {
     if !config.cluster_nodes.is_empty() {
         // SCRIPT LOAD would reach one node only; NOSCRIPT handling covers it.
         return;
     }
     let mut pipe = redis::pipe();
     for src in scripts::sources() {
+        pipe.cmd("SCRIPT").arg("LOAD").arg(src).ignore();
+    }
+    for src in shaped {
         pipe.cmd("SCRIPT").arg("LOAD").arg(src).ignore();
     }
     let mut c = c.clone();

@@ -3,10 +3,14 @@
 //! [`RedisBackend`]: the state of a `pressure_core::ResourceBroker` held in
 //! Redis, so a fleet of instances enforces one limit.
 //!
-//! * **One round trip per acquisition**: `lua/acquire.lua` checks and
-//!   reserves every dimension (rates, tokens, concurrency) or nothing, with
-//!   EVALSHA (reloaded on NOSCRIPT). Reconcile, renew and usage are single
-//!   scripts too; release is one `ZREM`.
+//! * **One round trip per acquisition**: one script checks and reserves
+//!   every dimension (rates, tokens, concurrency) or nothing, with EVALSHA
+//!   (reloaded on NOSCRIPT). That script is generated at registration for
+//!   the limit's shape — its dimensions, algorithm, window lengths and lease
+//!   TTL baked in, straight-line, one `HMGET` and one `HSET` — and shared by
+//!   every resource of that shape (`shape.rs`); `lua/acquire.lua`, the
+//!   generic form it is checked against, serves shapes past a bound.
+//!   Reconcile, renew, usage and release are single scripts too.
 //! * **Server time only**: every script reads `TIME`, so instances with
 //!   skewed clocks share one correct window. Time is counted in
 //!   microseconds (exact in Lua's doubles); the algorithms and their bounds
@@ -51,6 +55,7 @@ pub use conn::{connect, Conn as RedisConnection};
 mod health;
 pub mod keys;
 mod scripts;
+mod shape;
 mod shared_breaker;
 
 pub use backend::{RedisBackend, RedisHandle, RedisStatus};

@@ -3,9 +3,9 @@
 use redis::Script;
 use std::sync::LazyLock;
 
-const ACQUIRE_LUA: &str = include_str!("../lua/acquire.lua");
+pub(crate) const ACQUIRE_LUA: &str = include_str!("../lua/acquire.lua");
 const RECONCILE_LUA: &str = include_str!("../lua/reconcile.lua");
-const RELEASE_LUA: &str = include_str!("../lua/release.lua");
+pub(crate) const RELEASE_LUA: &str = include_str!("../lua/release.lua");
 const RENEW_LUA: &str = include_str!("../lua/renew.lua");
 const USAGE_LUA: &str = include_str!("../lua/usage.lua");
 const BREAKER_LUA: &str = include_str!("../lua/breaker.lua");

@@ -1,0 +1,800 @@
+//! Acquire scripts specialised to a limit shape, generated at registration.
+//!
+//! `lua/acquire.lua` is generic: every call it walks its dimensions in a
+//! loop, builds field names and parses per-dimension arguments (algorithm,
+//! field names, steps) from `ARGV`. In Redis most of an acquisition's server
+//! time is that interpretation, not the three Redis commands (`TIME`,
+//! `HMGET`, `HSET`). A [`Shape`] is what is fixed for a registered limit —
+//! which dimensions, their algorithm, a window's sub-window length, whether
+//! there is a concurrency limit and its lease TTL — and [`generate`] turns it
+//! into one straight-line script: the dimension logic unrolled, field names
+//! and lengths baked in as constants, one `HMGET`, and on the common path
+//! one `HSET` with a literal argument list and integers written with
+//! `string.format('%d')` (cheaper than the `%.17g` Redis applies to a Lua
+//! number). What varies per call — units, the limits scaled by the ceiling,
+//! a `gcra` emission interval (it follows the limit), the lease id — stays
+//! in `ARGV`, so `set_limits` needs a new script only when the shape itself
+//! changes, and every resource with the same shape shares one script (one
+//! SHA) in Redis.
+//!
+//! The generated script reads and writes exactly the fields of
+//! `lua/acquire.lua`, with the same values: both can run against the same
+//! hash (a fleet with mixed versions counts together), and a unit test
+//! checks that they decide alike and leave the same state.
+
+use pressure_core::{Algorithm, LimitSpec};
+use std::fmt::Write as _;
+
+/// Sub-windows a window dimension keeps beyond the current one (the `S` of
+/// `lua/acquire.lua`; `pressure_core::SUB_WINDOWS`).
+const S: u64 = 30;
+
+/// Largest integer a Lua number (a double) holds exactly: no constant baked
+/// into a script may exceed it.
+const LUA_EXACT: u64 = 1 << 53;
+
+/// One rate dimension of a [`Shape`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum RateShape {
+    /// `gcra` on dimension `id` (its emission interval comes per call: it
+    /// follows the limit).
+    Gcra {
+        /// `Dimension::index` of the dimension.
+        id: usize,
+    },
+    /// `window` on dimension `id` with sub-windows of `step_us`.
+    Window {
+        /// `Dimension::index` of the dimension.
+        id: usize,
+        /// Sub-window length in microseconds (window length / 30).
+        step_us: u64,
+    },
+}
+
+/// What is fixed for a registered limit, and so may be baked into its
+/// acquire script: the rate dimensions in order, and whether there is a
+/// concurrency limit with which lease TTL.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(crate) struct Shape {
+    /// Rate dimensions, in the order of `LimitSpec::rates`.
+    pub(crate) rates: Vec<RateShape>,
+    /// Lease TTL in microseconds when the limit has a concurrency dimension.
+    pub(crate) lease_ttl_us: Option<u64>,
+}
+
+impl Shape {
+    /// The shape of `spec`, given the step the backend computed for each
+    /// rate (gcra: emission interval; window: sub-window length, µs).
+    /// `None` when the generic script must serve it: a dimension twice, or
+    /// a constant a Lua number cannot hold exactly.
+    pub(crate) fn of(spec: &LimitSpec, steps_us: &[u64]) -> Option<Self> {
+        let mut rates = Vec::with_capacity(spec.rates.len());
+        let mut seen = 0u64;
+        for (r, &step_us) in spec.rates.iter().zip(steps_us) {
+            let id = r.dimension.index();
+            if id >= 64 || seen & (1 << id) != 0 {
+                return None;
+            }
+            seen |= 1 << id;
+            rates.push(match r.algorithm {
+                Algorithm::Gcra => RateShape::Gcra { id },
+                _ => {
+                    // Sub-window indices must stay below 10^14 for the
+                    // generic script's `%.14g` field names to be plain
+                    // integers like ours (true for steps ≥ 100 µs until
+                    // the year 2286).
+                    if step_us < 100 || step_us.checked_mul(S + 2)? >= LUA_EXACT {
+                        return None;
+                    }
+                    RateShape::Window { id, step_us }
+                }
+            });
+        }
+        if rates.len() != spec.rates.len() {
+            return None;
+        }
+        let lease_ttl_us = match spec.concurrency {
+            Some(_) => {
+                let ttl = spec.lease_ttl_ns / 1_000;
+                if ttl >= LUA_EXACT {
+                    return None;
+                }
+                Some(ttl)
+            }
+            None => None,
+        };
+        Some(Self { rates, lease_ttl_us })
+    }
+
+    /// Whether a denial may book a future slot instead: only when every rate
+    /// is `gcra` (and, per call, no lease is taken), as in `lua/acquire.lua`.
+    pub(crate) fn bookable(&self) -> bool {
+        !self.rates.is_empty() && self.rates.iter().all(|r| matches!(r, RateShape::Gcra { .. }))
+    }
+}
+
+/// The per-call arguments of a generated script, in `ARGV` order (see
+/// [`generate`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct RateArgs {
+    /// Units this call takes from the dimension.
+    pub(crate) units: u64,
+    /// gcra: tolerance C·T in µs; window: the limit N (both scaled by the
+    /// demand's ceiling).
+    pub(crate) limit: u64,
+    /// gcra: emission interval T in µs (ignored for window).
+    pub(crate) step_us: u64,
+}
+
+/// Appends the `ARGV` of one call of the script of `shape` to `out`:
+/// per rate `units, limit` (+ `T` for gcra); with a concurrency limit the
+/// concurrency limit of this call (0: take no lease) and the lease id; when
+/// [`Shape::bookable`], the booking horizon in µs.
+pub(crate) fn args(
+    shape: &Shape,
+    rates: &[RateArgs],
+    conc: u64,
+    member: &str,
+    book_within_us: u64,
+) -> Vec<String> {
+    let mut out = Vec::with_capacity(rates.len() * 3 + 3);
+    for (r, a) in shape.rates.iter().zip(rates) {
+        out.push(a.units.to_string());
+        out.push(a.limit.to_string());
+        if matches!(r, RateShape::Gcra { .. }) {
+            out.push(a.step_us.to_string());
+        }
+    }
+    if shape.lease_ttl_us.is_some() {
+        out.push(conc.to_string());
+        out.push(member.to_owned());
+    }
+    if shape.bookable() {
+        out.push(book_within_us.to_string());
+    }
+    out
+}
+
+/// Lua source of the acquire script of `shape`: same keys, fields, values,
+/// replies and semantics as `lua/acquire.lua` (see there), straight-line.
+///
+/// `ARGV`, per rate dimension i in order: `units_i, limit_i` (gcra also
+/// `T_i`); then, with a concurrency limit, `conc` (0: no lease this call)
+/// and the lease id; then, when every rate is gcra, `book_within` (µs).
+pub(crate) fn generate(shape: &Shape) -> String {
+    let mut g = Gen::default();
+    g.emit(shape);
+    g.out
+}
+
+/// Text of one generated script.
+#[derive(Default)]
+struct Gen {
+    out: String,
+}
+
+/// One rate dimension as the generator sees it: its number (for local
+/// names), its constants and its `HMGET` slots.
+struct Dim {
+    n: usize,
+    id: usize,
+    /// `Some(step)` for window, `None` for gcra.
+    window: Option<u64>,
+    /// Index (1-based) of its first field in the `HMGET` reply.
+    slot: usize,
+    /// For window: the local holding `floor(now / step)`.
+    k: String,
+}
+
+impl Gen {
+    /// Appends one line of Lua.
+    fn line(&mut self, s: &str) {
+        self.out.push_str(s);
+        self.out.push('\n');
+    }
+
+    /// The whole script of `shape`: clock, arguments, one `HMGET`, the
+    /// checks of every dimension, the denial, the grant.
+    fn emit(&mut self, shape: &Shape) {
+        let conc = shape.lease_ttl_us;
+        let bookable = shape.bookable();
+        let _ = writeln!(
+            self.out,
+            "-- acquire, generated for the shape {}: see lua/acquire.lua (same fields and replies).",
+            describe(shape)
+        );
+        // The clock lines match lua/acquire.lua's (the tests swap them).
+        self.line("local t = redis.call('TIME')");
+        self.line("local now = t[1] * 1000000 + t[2]");
+        self.line("local key = KEYS[1]");
+        self.line("local fmt = string.format");
+
+        // Per-call arguments.
+        let mut a = 1;
+        let mut dims = Vec::new();
+        // HMGET slots: x, [c, cm, d:<id>], then the dimensions.
+        let mut slot = if conc.is_some() { 5 } else { 2 };
+        let mut ks: Vec<(u64, String)> = Vec::new();
+        for (i, r) in shape.rates.iter().enumerate() {
+            let n = i + 1;
+            match *r {
+                RateShape::Gcra { id } => {
+                    let _ = writeln!(
+                        self.out,
+                        "local u{n}, m{n}, T{n} = ARGV[{a}] + 0, ARGV[{}] + 0, ARGV[{}] + 0",
+                        a + 1,
+                        a + 2
+                    );
+                    a += 3;
+                    dims.push(Dim {
+                        n,
+                        id,
+                        window: None,
+                        slot,
+                        k: String::new(),
+                    });
+                    slot += 2;
+                }
+                RateShape::Window { id, step_us } => {
+                    let _ = writeln!(self.out, "local u{n}, m{n} = ARGV[{a}] + 0, ARGV[{}] + 0", a + 1);
+                    a += 2;
+                    // One sub-window index (and its text) per distinct length.
+                    let k = match ks.iter().find(|(s, _)| *s == step_us) {
+                        Some((_, k)) => k.clone(),
+                        None => {
+                            let k = format!("k{}", ks.len() + 1);
+                            ks.push((step_us, k.clone()));
+                            k
+                        }
+                    };
+                    dims.push(Dim {
+                        n,
+                        id,
+                        window: Some(step_us),
+                        slot,
+                        k,
+                    });
+                    slot += 3;
+                }
+            }
+        }
+        if conc.is_some() {
+            let _ = writeln!(self.out, "local conc, lid = ARGV[{a}] + 0, ARGV[{}]", a + 1);
+            a += 2;
+        }
+        let book_arg = a;
+        for (step, k) in &ks {
+            let _ = writeln!(self.out, "local {k} = math.floor(now / {step})");
+            let _ = writeln!(self.out, "local {k}s = fmt('%d', {k})");
+        }
+        for d in &dims {
+            if d.window.is_some() {
+                let _ = writeln!(self.out, "local f{} = 'w{}:' .. {}s", d.n, d.id, d.k);
+            }
+        }
+        let mut fields = vec!["'x'".to_owned()];
+        if conc.is_some() {
+            self.line("local dl = '-'");
+            self.line("if conc > 0 then dl = 'd:' .. lid end");
+            fields.extend(["'c'".to_owned(), "'cm'".to_owned(), "dl".to_owned()]);
+        }
+        for d in &dims {
+            match d.window {
+                None => fields.extend([format!("'g{}'", d.id), format!("'g{}t'", d.id)]),
+                Some(_) => fields.extend([
+                    format!("'w{}:s'", d.id),
+                    format!("'w{}:lo'", d.id),
+                    format!("f{}", d.n),
+                ]),
+            }
+        }
+        let _ = writeln!(
+            self.out,
+            "local v = redis.call('HMGET', key, {})",
+            fields.join(", ")
+        );
+        self.line("local x = v[1]");
+        self.line("x = x and x + 0 or 0");
+        if conc.is_some() {
+            self.line("if conc > 0 and v[4] then");
+            self.line("  -- Given up by its client before it got here: reserve nothing.");
+            self.line("  redis.call('HDEL', key, dl)");
+            self.line("  return {2, 0, 0}");
+            self.line("end");
+            self.line("local count, cmin = v[2], v[3]");
+            self.line("count = count and count + 0 or 0");
+            self.line("if cmin then cmin = cmin + 0 else cmin = nil end");
+        }
+        self.line("local worst, wd = -1, 5");
+        if dims.iter().any(|d| d.window.is_some()) {
+            self.line("local dels, nd = nil, 0");
+        }
+
+        for d in &dims {
+            self.emit_check(d);
+        }
+        if conc.is_some() {
+            self.emit_concurrency();
+        }
+
+        // Denied (or booked).
+        self.line("local start = now");
+        self.line("if worst >= 0 then");
+        if bookable {
+            let _ = writeln!(self.out, "  local book = ARGV[{book_arg}] + 0");
+            if conc.is_some() {
+                self.line("  local bookable = book > 0 and conc == 0");
+            } else {
+                self.line("  local bookable = book > 0");
+            }
+            self.line("  if bookable then");
+            for d in &dims {
+                let n = d.n;
+                let _ = writeln!(
+                    self.out,
+                    "    if u{n} > 0 then start = math.max(start, (tat{n} > now and tat{n} or now) + u{n} * T{n} - m{n}) end"
+                );
+            }
+            self.line("  end");
+            self.line("  if not bookable or start - now > book then");
+        } else {
+            self.line("  do");
+        }
+        self.line("    -- Denied: keep only the housekeeping (evictions, sweep).");
+        self.line("    local upd, nu = {}, 0");
+        for d in &dims {
+            if d.window.is_some() {
+                let (n, id) = (d.n, d.id);
+                let _ = writeln!(
+                    self.out,
+                    "    if e{n} then upd[nu + 1] = 'w{id}:s'; upd[nu + 2] = s{n}; upd[nu + 3] = 'w{id}:lo'; upd[nu + 4] = l{n}; nu = nu + 4 end"
+                );
+            }
+        }
+        if conc.is_some() {
+            self.line("    if swept then");
+            self.line("      upd[nu + 1] = 'c'; upd[nu + 2] = count; nu = nu + 2");
+            self.line("      if cmin ~= nil then upd[nu + 1] = 'cm'; upd[nu + 2] = cmin; nu = nu + 2 end");
+            self.line("    end");
+        }
+        if dims.iter().any(|d| d.window.is_some()) {
+            self.line("    if nd > 0 then redis.call('HDEL', key, unpack(dels)) end");
+        }
+        self.line("    if nu > 0 then redis.call('HSET', key, unpack(upd)) end");
+        self.line("    return {0, worst, wd}");
+        self.line("  end");
+        self.line("end");
+
+        self.emit_grant(shape, &dims);
+    }
+
+    /// The check of one rate dimension (`worst`, `wd` updated).
+    fn emit_check(&mut self, d: &Dim) {
+        let (n, id, p) = (d.n, d.id, d.slot);
+        match d.window {
+            None => {
+                let _ = writeln!(self.out, "local tat{n}, ts{n} = v[{p}], v[{}]", p + 1);
+                let _ = writeln!(self.out, "tat{n} = tat{n} and tat{n} + 0 or 0");
+                let _ = writeln!(self.out, "if ts{n} then ts{n} = ts{n} + 0 else ts{n} = nil end");
+                let _ = writeln!(
+                    self.out,
+                    "if ts{n} ~= nil and ts{n} ~= T{n} and tat{n} > now then"
+                );
+                self.line("  -- Counted with another T (the limit changed): keep the units held.");
+                let _ = writeln!(
+                    self.out,
+                    "  tat{n} = now + math.ceil((tat{n} - now) / ts{n}) * T{n}"
+                );
+                self.line("end");
+                let _ = writeln!(self.out, "local tw{n} = ts{n} ~= T{n}");
+                let _ = writeln!(self.out, "if u{n} > 0 then");
+                let _ = writeln!(
+                    self.out,
+                    "  local w = (tat{n} > now and tat{n} or now) + u{n} * T{n} - m{n} - now"
+                );
+                let _ = writeln!(self.out, "  if w > 0 and w > worst then worst, wd = w, {id} end");
+                self.line("end");
+            }
+            Some(step) => {
+                let k = &d.k;
+                let _ = writeln!(
+                    self.out,
+                    "local s{n}, l{n}, c{n} = v[{p}], v[{}], v[{}]",
+                    p + 1,
+                    p + 2
+                );
+                let _ = writeln!(self.out, "s{n} = s{n} and s{n} + 0 or 0");
+                let _ = writeln!(self.out, "local lw{n} = not l{n}");
+                let _ = writeln!(self.out, "l{n} = l{n} and l{n} + 0 or {k}");
+                let _ = writeln!(self.out, "c{n} = c{n} and c{n} + 0 or 0");
+                let _ = writeln!(self.out, "local e{n} = false");
+                let _ = writeln!(self.out, "if l{n} < {k} - {S} then");
+                let _ = writeln!(
+                    self.out,
+                    "  -- Evict sub-windows older than k - {S} (live ones span at most {}).",
+                    S + 1
+                );
+                self.line("  local old = {}");
+                let _ = writeln!(
+                    self.out,
+                    "  for j = l{n}, math.min({k} - {}, l{n} + {S}) do old[#old + 1] = 'w{id}:' .. j end",
+                    S + 1
+                );
+                self.line("  local ov = redis.call('HMGET', key, unpack(old))");
+                self.line("  dels = dels or {}");
+                let _ = writeln!(
+                    self.out,
+                    "  for j = 1, #old do s{n} = s{n} - (tonumber(ov[j]) or 0); nd = nd + 1; dels[nd] = old[j] end"
+                );
+                let _ = writeln!(self.out, "  l{n} = {k} - {S}");
+                let _ = writeln!(self.out, "  e{n} = true");
+                self.line("end");
+                let _ = writeln!(self.out, "if u{n} > 0 and s{n} + u{n} > m{n} then");
+                let _ = writeln!(self.out, "  local w = {}", step * (S + 1));
+                let _ = writeln!(self.out, "  if u{n} <= m{n} then");
+                let _ = writeln!(self.out, "    local need, live = s{n} + u{n} - m{n}, {{}}");
+                let _ = writeln!(
+                    self.out,
+                    "    for j = l{n}, {k} do live[#live + 1] = 'w{id}:' .. j end"
+                );
+                self.line("    local lv = redis.call('HMGET', key, unpack(live))");
+                self.line("    local freed = 0");
+                self.line("    for j = 1, #live do");
+                self.line("      freed = freed + (tonumber(lv[j]) or 0)");
+                self.line("      if freed >= need then");
+                let _ = writeln!(
+                    self.out,
+                    "        w = math.max((l{n} + j + {S}) * {step} - now, 1)"
+                );
+                self.line("        break");
+                self.line("      end");
+                self.line("    end");
+                self.line("  end");
+                let _ = writeln!(self.out, "  if w > worst then worst, wd = w, {id} end");
+                self.line("end");
+            }
+        }
+    }
+
+    /// The concurrency check, with the sweep of expired leases.
+    fn emit_concurrency(&mut self) {
+        self.line("local swept = false");
+        self.line("if conc > 0 and count >= conc then");
+        self.line("  if cmin ~= nil and now >= cmin then");
+        self.line("    -- Sweep expired leases; recount and find the exact earliest expiry.");
+        self.line("    local h = redis.call('HGETALL', key)");
+        self.line("    local dead, live, first = {}, 0, nil");
+        self.line("    for j = 1, #h, 2 do");
+        self.line("      local f = h[j]");
+        self.line("      local p = string.sub(f, 1, 2)");
+        self.line("      if p == 'l:' then");
+        self.line("        local e = tonumber(h[j + 1])");
+        self.line("        if e <= now then");
+        self.line("          dead[#dead + 1] = f");
+        self.line("        else");
+        self.line("          live = live + 1");
+        self.line("          if first == nil or e < first then first = e end");
+        self.line("        end");
+        self.line("      elseif p == 'd:' and tonumber(h[j + 1]) <= now then");
+        self.line("        dead[#dead + 1] = f");
+        self.line("      end");
+        self.line("    end");
+        self.line("    if #dead > 0 then redis.call('HDEL', key, unpack(dead)) end");
+        self.line("    count, cmin, swept = live, first, true");
+        self.line("  end");
+        self.line("  if count >= conc then");
+        self.line("    local w = 100000");
+        self.line("    if cmin ~= nil then w = math.max(1, math.min(cmin - now, 100000)) end");
+        self.line("    if w > worst then worst, wd = w, 5 end");
+        self.line("  end");
+        self.line("end");
+    }
+
+    /// The grant: a fast path with one literal `HSET` when nothing but the
+    /// counters moves, else the general write set of `lua/acquire.lua`.
+    fn emit_grant(&mut self, shape: &Shape, dims: &[Dim]) {
+        let conc = shape.lease_ttl_us;
+        // The key's expiry must cover: window sub-windows (constant), the
+        // lease TTL (constant), a gcra TAT (per call).
+        let kw = dims
+            .iter()
+            .filter_map(|d| d.window.map(|s| s * (S + 2)))
+            .max()
+            .unwrap_or(0);
+        for d in dims {
+            if d.window.is_none() {
+                let n = d.n;
+                let _ = writeln!(
+                    self.out,
+                    "local nt{n} = (tat{n} > start and tat{n} or start) + u{n} * T{n}"
+                );
+            }
+        }
+        // Fast path: every rate takes units, nothing evicted or rescaled, no
+        // lo/cm/x to write, a lease when the shape has one.
+        let mut cond = Vec::new();
+        let mut sets = Vec::new();
+        let fast_keep = kw.max(conc.unwrap_or(0));
+        for d in dims {
+            let (n, id) = (d.n, d.id);
+            cond.push(format!("u{n} > 0"));
+            match d.window {
+                None => {
+                    cond.push(format!("not tw{n}"));
+                    sets.push(format!("'g{id}', fmt('%d', nt{n})"));
+                }
+                Some(_) => {
+                    cond.push(format!("not e{n}"));
+                    cond.push(format!("not lw{n}"));
+                    sets.push(format!(
+                        "'w{id}:s', fmt('%d', s{n} + u{n}), f{n}, fmt('%d', c{n} + u{n})"
+                    ));
+                }
+            }
+        }
+        if let Some(ttl) = conc {
+            let _ = writeln!(self.out, "local exp = now + {ttl}");
+            cond.push("conc > 0".into());
+            cond.push("not swept".into());
+            cond.push("cmin ~= nil".into());
+            cond.push("exp >= cmin".into());
+            sets.push("'c', fmt('%d', count + 1), 'l:' .. lid, fmt('%d', exp)".into());
+        }
+        let _ = writeln!(self.out, "local keep = {fast_keep}");
+        for d in dims {
+            if d.window.is_none() {
+                let n = d.n;
+                let _ = writeln!(self.out, "if nt{n} - now > keep then keep = nt{n} - now end");
+            }
+        }
+        cond.push("now + keep <= x".into());
+        if !sets.is_empty() {
+            let _ = writeln!(self.out, "if {} then", cond.join(" and "));
+            let _ = writeln!(self.out, "  redis.call('HSET', key, {})", sets.join(", "));
+            self.line("  return {1, now, start - now}");
+            self.line("end");
+        }
+
+        // General path, as lua/acquire.lua.
+        self.line("local upd, nu = {}, 0");
+        self.line("keep = 0");
+        for d in dims {
+            let (n, id) = (d.n, d.id);
+            match d.window {
+                None => {
+                    let _ = writeln!(self.out, "if u{n} > 0 then");
+                    let _ = writeln!(
+                        self.out,
+                        "  upd[nu + 1] = 'g{id}'; upd[nu + 2] = nt{n}; nu = nu + 2"
+                    );
+                    let _ = writeln!(
+                        self.out,
+                        "  if tw{n} then upd[nu + 1] = 'g{id}t'; upd[nu + 2] = T{n}; nu = nu + 2 end"
+                    );
+                    let _ = writeln!(self.out, "  if nt{n} - now > keep then keep = nt{n} - now end");
+                    self.line("end");
+                }
+                Some(step) => {
+                    let _ = writeln!(self.out, "if u{n} > 0 or e{n} then");
+                    let _ = writeln!(
+                        self.out,
+                        "  upd[nu + 1] = 'w{id}:s'; upd[nu + 2] = s{n} + u{n}; upd[nu + 3] = 'w{id}:lo'; upd[nu + 4] = l{n}; nu = nu + 4"
+                    );
+                    let _ = writeln!(
+                        self.out,
+                        "  if u{n} > 0 then upd[nu + 1] = f{n}; upd[nu + 2] = c{n} + u{n}; nu = nu + 2 end"
+                    );
+                    let _ = writeln!(
+                        self.out,
+                        "  if {} > keep then keep = {} end",
+                        step * (S + 2),
+                        step * (S + 2)
+                    );
+                    self.line("end");
+                }
+            }
+        }
+        if let Some(ttl) = conc {
+            self.line("if conc > 0 then");
+            self.line("  upd[nu + 1] = 'c'; upd[nu + 2] = count + 1; upd[nu + 3] = 'l:' .. lid; upd[nu + 4] = exp; nu = nu + 4");
+            self.line("  if cmin == nil or exp < cmin then");
+            self.line("    upd[nu + 1] = 'cm'; upd[nu + 2] = exp; nu = nu + 2");
+            self.line("  elseif swept then");
+            self.line("    upd[nu + 1] = 'cm'; upd[nu + 2] = cmin; nu = nu + 2");
+            self.line("  end");
+            let _ = writeln!(self.out, "  if {ttl} > keep then keep = {ttl} end");
+            self.line("elseif swept then");
+            self.line("  upd[nu + 1] = 'c'; upd[nu + 2] = count; nu = nu + 2");
+            self.line("  if cmin ~= nil then upd[nu + 1] = 'cm'; upd[nu + 2] = cmin; nu = nu + 2 end");
+            self.line("end");
+        }
+        self.line("-- The key outlives everything it holds; move its expiry only when needed.");
+        self.line("if now + keep > x then");
+        self.line("  x = now + keep + 10000000");
+        self.line("  upd[nu + 1] = 'x'; upd[nu + 2] = x; nu = nu + 2");
+        self.line("  redis.call('PEXPIREAT', key, math.ceil(x / 1000))");
+        self.line("end");
+        if dims.iter().any(|d| d.window.is_some()) {
+            self.line("if nd > 0 then redis.call('HDEL', key, unpack(dels)) end");
+        }
+        self.line("if nu > 0 then redis.call('HSET', key, unpack(upd)) end");
+        self.line("return {1, now, start - now}");
+    }
+}
+
+/// `gcra:1 window:2/2000000 conc/30000000`-style summary for the script's
+/// first line (what the script was generated for, readable in `SCRIPT`
+/// dumps and slow logs).
+fn describe(shape: &Shape) -> String {
+    let mut parts: Vec<String> = shape
+        .rates
+        .iter()
+        .map(|r| match r {
+            RateShape::Gcra { id } => format!("gcra:{id}"),
+            RateShape::Window { id, step_us } => format!("window:{id}/{step_us}us"),
+        })
+        .collect();
+    if let Some(ttl) = shape.lease_ttl_us {
+        parts.push(format!("leases/{ttl}us"));
+    }
+    if parts.is_empty() {
+        "empty".into()
+    } else {
+        parts.join(" ")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pressure_core::{Limits, MAX_LIMIT};
+
+    /// The shape of `limits` with the steps the backend computes.
+    fn shape_of(limits: &Limits) -> Shape {
+        let spec = limits.compile().expect("valid limits");
+        let steps: Vec<u64> = spec
+            .rates
+            .iter()
+            .map(|r| {
+                let w = r.window_ns / 1_000;
+                match r.algorithm {
+                    Algorithm::Gcra => w.div_ceil(r.limit),
+                    _ => w.div_ceil(pressure_core::SUB_WINDOWS),
+                }
+            })
+            .collect();
+        Shape::of(&spec, &steps).expect("a shape")
+    }
+
+    fn dim3() -> Limits {
+        Limits::default()
+            .requests_per_minute(MAX_LIMIT)
+            .tokens_per_minute(MAX_LIMIT)
+            .max_concurrent_requests(MAX_LIMIT)
+    }
+
+    #[test]
+    fn same_shape_same_script_whatever_the_limits() {
+        let a = shape_of(
+            &Limits::default()
+                .requests_per_minute(10)
+                .max_concurrent_requests(3),
+        );
+        let b = shape_of(
+            &Limits::default()
+                .requests_per_minute(5_000)
+                .max_concurrent_requests(70),
+        );
+        assert_eq!(a, b, "limits are per-call arguments, not part of the shape");
+        let sha = |s: &Shape| redis::Script::new(&generate(s)).get_hash().to_owned();
+        assert_eq!(sha(&a), sha(&b));
+        // gcra: the emission interval follows the limit, and is an argument.
+        assert_eq!(
+            shape_of(&Limits::default().requests_per_second(5).gcra(None)),
+            shape_of(&Limits::default().requests_per_second(900).gcra(Some(3)))
+        );
+        // What is baked in makes another script: a window length, a
+        // dimension, the lease TTL, the algorithm.
+        let others = [
+            shape_of(
+                &Limits::default()
+                    .requests_per_second(10)
+                    .max_concurrent_requests(3),
+            ),
+            shape_of(&Limits::default().requests_per_minute(10)),
+            shape_of(
+                &Limits::default()
+                    .requests_per_minute(10)
+                    .max_concurrent_requests(3)
+                    .lease_ttl(std::time::Duration::from_secs(5)),
+            ),
+            shape_of(
+                &Limits::default()
+                    .requests_per_minute(10)
+                    .max_concurrent_requests(3)
+                    .gcra(None),
+            ),
+        ];
+        for o in &others {
+            assert_ne!(sha(o), sha(&a), "{o:?}");
+        }
+    }
+
+    #[test]
+    fn the_script_has_no_loop_over_dimensions_and_no_field_names_from_argv() {
+        for limits in [
+            dim3(),
+            Limits::default().requests_per_second(100).gcra(None),
+            Limits::default()
+                .requests_per_minute(60)
+                .tokens_per_minute(1_000)
+                .max_concurrent_requests(4)
+                .gcra(None),
+        ] {
+            let shape = shape_of(&limits);
+            let src = generate(&shape);
+            // Every loop is inside a rare branch (eviction, exact wait,
+            // lease sweep); the top level is straight-line.
+            for line in src.lines() {
+                assert!(!line.starts_with("for "), "top-level loop: {line}\n{src}");
+                if line.trim_start().starts_with("for ") {
+                    assert!(line.trim_start().starts_with("for j = "), "{line}");
+                }
+            }
+            assert!(!src.contains("unpack(fields)") && !src.contains("tonumber(ARGV"));
+            // One HMGET at top level, with the field names as literals.
+            let hmget: Vec<&str> = src
+                .lines()
+                .filter(|l| l.starts_with("local v = redis.call('HMGET'"))
+                .collect();
+            assert_eq!(hmget.len(), 1, "{src}");
+            for r in &shape.rates {
+                match r {
+                    RateShape::Gcra { id } => assert!(hmget[0].contains(&format!("'g{id}', 'g{id}t'"))),
+                    RateShape::Window { id, .. } => {
+                        assert!(
+                            hmget[0].contains(&format!("'w{id}:s', 'w{id}:lo', f")),
+                            "{}",
+                            hmget[0]
+                        );
+                    }
+                }
+            }
+            // The fast path's HSET is a literal argument list.
+            assert!(src.contains("  redis.call('HSET', key, '"), "{src}");
+            // ARGV holds exactly what args() sends.
+            let used = src
+                .match_indices("ARGV[")
+                .filter_map(|(i, _)| src[i + 5..].split(']').next()?.parse::<usize>().ok())
+                .max()
+                .unwrap_or(0);
+            let rates = vec![
+                RateArgs {
+                    units: 1,
+                    limit: 2,
+                    step_us: 3
+                };
+                shape.rates.len()
+            ];
+            assert_eq!(used, args(&shape, &rates, 1, "m", 0).len(), "{src}");
+        }
+    }
+
+    #[test]
+    fn two_windows_of_one_length_share_one_sub_window_index() {
+        let src = generate(&shape_of(&dim3()));
+        assert_eq!(src.matches("math.floor(now / ").count(), 1, "{src}");
+        assert_eq!(src.matches("fmt('%d', k1)").count(), 1, "{src}");
+    }
+
+    #[test]
+    fn constants_a_lua_number_cannot_hold_fall_back_to_the_generic_script() {
+        let spec = dim3().compile().expect("valid");
+        assert!(Shape::of(&spec, &[2_000_000, 2_000_000]).is_some());
+        assert!(
+            Shape::of(&spec, &[50, 2_000_000]).is_none(),
+            "sub-windows under 100 µs"
+        );
+        assert!(Shape::of(&spec, &[LUA_EXACT, 2_000_000]).is_none());
+    }
+}
