@@ -1,0 +1,269 @@
+//! Instruction counts of one admission decision, for `valgrind --tool=callgrind`.
+//!
+//! Not a timing benchmark: `benches/callgrind-core.sh` (at the repository
+//! root) runs this binary under callgrind once per case with `N` = 100 000
+//! and once with 200 000, collecting only inside [`measured`] (whose name is
+//! the script's `--toggle-collect`), and reports
+//! `(instr(200k) − instr(100k)) / 100k`: instructions per check, with setup,
+//! warm-up and every one-time cost cancelled out. Instruction counts do not
+//! move with the machine's speed, so they compare between commits and next to
+//! governor in the same build.
+//!
+//! ```text
+//! instructions <case> <n>      # run one case n times
+//! instructions --list          # the case names
+//! ```
+//!
+//! Run without valgrind it prints the case and n and does the same work (a
+//! smoke test: `cargo bench -p pressure-core --bench instructions` runs every
+//! case briefly). The cases are the rows of `benches/acquire.rs`, with the
+//! same resources and the same quotas; every granted permit is dropped
+//! inside the loop, as a real caller's would be.
+
+#![allow(missing_docs)]
+
+use futures::FutureExt;
+use governor::{Quota, RateLimiter};
+use pressure_core::{
+    AcquireOptions, Backend, Decision, Demand, Limits, MemoryBackend, ResourceBroker, ResourceHandle,
+    SyncBackend, MAX_LIMIT,
+};
+use std::hint::black_box;
+use std::num::NonZeroU32;
+use std::sync::Arc;
+
+const KEYS: usize = 1_000;
+const INPUT_TOKENS: u64 = 100;
+const OUTPUT_TOKENS: u64 = 200;
+
+/// Every case: (name, what it measures).
+const CASES: &[(&str, &str)] = &[
+    ("governor_direct", "governor direct check(), quota never reached"),
+    ("governor_direct_denied", "governor direct check(), every call denied"),
+    ("governor_keyed", "governor keyed check_key(), 1,000 keys in turn"),
+    ("gcra_backend_decision", "MemoryBackend::acquire_sync alone, 1 gcra key"),
+    ("gcra_handle", "gcra, handle, try_acquire_now"),
+    ("gcra_handle_async", "gcra, handle, async try_acquire polled once"),
+    ("gcra_lookup", "gcra, id lookup, try_acquire_now"),
+    ("window_handle", "window, handle, try_acquire_now"),
+    ("multi_window_handle", "rpm + tpm + concurrency, window, handle, tokens"),
+    ("multi_gcra_handle", "rpm + tpm + concurrency, gcra, handle, tokens"),
+    ("denied_gcra_handle", "gcra, handle, every call denied"),
+    ("denied_window_handle", "window, handle, every call denied"),
+    ("gcra_lookup_1000", "gcra, id lookup, 1,000 keys in turn"),
+    ("window_lookup_1000", "window, id lookup, 1,000 keys in turn"),
+];
+
+/// One case, ready to run: a closure doing one check.
+type Check<'a> = Box<dyn FnMut(usize) -> bool + 'a>;
+
+/// The loop callgrind counts (`--toggle-collect=*measured*`). Not inlined,
+/// so its symbol exists; the per-iteration call through `check` costs the
+/// same few instructions in every case, governor's included.
+#[inline(never)]
+fn measured(n: usize, check: &mut Check<'_>) -> usize {
+    let mut ok = 0;
+    for i in 0..n {
+        ok += usize::from(check(black_box(i)));
+    }
+    ok
+}
+
+fn governor_free_quota() -> Quota {
+    Quota::per_second(NonZeroU32::new(1_000_000_000).expect("non-zero"))
+}
+
+fn handle(b: &ResourceBroker, id: &str) -> ResourceHandle {
+    b.resource(id).expect("registered resource")
+}
+
+#[inline(always)]
+fn acquire_handle(h: &ResourceHandle, opts: AcquireOptions) -> bool {
+    let a = h.try_acquire_now(opts).expect("registered resource");
+    let allowed = a.allowed();
+    drop(black_box(a));
+    allowed
+}
+
+fn keys() -> Vec<String> {
+    (0..KEYS).map(|i| format!("tenant-{i:04}")).collect()
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().map(String::as_str) == Some("--list") {
+        for (name, what) in CASES {
+            println!("{name}\t{what}");
+        }
+        return;
+    }
+    // `cargo bench` passes `--bench`: run every case a little as a smoke test.
+    let named = args.iter().find(|a| !a.starts_with('-')).cloned();
+    let n: usize = args
+        .iter()
+        .filter(|a| !a.starts_with('-'))
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1_000);
+    let cases: Vec<&str> = match &named {
+        Some(c) => vec![c.as_str()],
+        None => CASES.iter().map(|(c, _)| *c).collect(),
+    };
+    for case in cases {
+        let (expect_allowed, ok) = run(case, n);
+        let want = if expect_allowed { n } else { 0 };
+        assert_eq!(ok, want, "{case}: {ok} of {n} allowed, expected {want}");
+        println!("{case} {n}");
+    }
+}
+
+/// Runs `case` `n` times after a warm-up; (whether every check should be
+/// allowed, how many were).
+fn run(case: &str, n: usize) -> (bool, usize) {
+    let opts = AcquireOptions::default();
+    let tokens = opts.tokens(INPUT_TOKENS, OUTPUT_TOKENS);
+    let b = ResourceBroker::new();
+    let reg = |id: &str, l: Limits| b.register_limit(id, l).expect("valid limits");
+    reg("gcra", Limits::default().requests_per_second(MAX_LIMIT).gcra(None));
+    reg("window", Limits::default().requests_per_second(MAX_LIMIT));
+    let multi = Limits::default()
+        .requests_per_minute(MAX_LIMIT)
+        .tokens_per_minute(MAX_LIMIT)
+        .max_concurrent_requests(MAX_LIMIT);
+    reg("multi_window", multi.clone());
+    reg("multi_gcra", multi.gcra(None));
+    reg("denied_gcra", Limits::default().requests_per_minute(1).gcra(None));
+    reg("denied_window", Limits::default().requests_per_minute(1));
+    let keys = keys();
+    let keyed = |limits: Limits| {
+        let kb = ResourceBroker::new();
+        for k in &keys {
+            kb.register_limit(k.as_str(), limits.clone()).expect("valid limits");
+        }
+        kb
+    };
+
+    // Holders of whatever a case borrows, declared before the closures.
+    let gov_free = RateLimiter::direct(governor_free_quota());
+    let gov_denied = RateLimiter::direct(Quota::per_minute(NonZeroU32::new(1).expect("non-zero")));
+    let gov_keyed = RateLimiter::keyed(governor_free_quota());
+    let mem = MemoryBackend::new();
+    let raw = mem
+        .attach(
+            "raw",
+            Arc::new(
+                Limits::default()
+                    .requests_per_second(MAX_LIMIT)
+                    .gcra(None)
+                    .compile()
+                    .expect("valid"),
+            ),
+        )
+        .expect("attaches");
+    let demand = Demand::default();
+    let keyed_broker = match case {
+        "gcra_lookup_1000" => Some(keyed(Limits::default().requests_per_second(MAX_LIMIT).gcra(None))),
+        "window_lookup_1000" => Some(keyed(Limits::default().requests_per_second(MAX_LIMIT))),
+        _ => None,
+    };
+
+    let (allowed, mut check): (bool, Check<'_>) = match case {
+        "governor_direct" => (true, Box::new(|_| black_box(gov_free.check()).is_ok())),
+        "governor_direct_denied" => {
+            assert!(gov_denied.check().is_ok(), "first check fits");
+            (false, Box::new(|_| black_box(gov_denied.check()).is_ok()))
+        }
+        "governor_keyed" => (
+            true,
+            Box::new(|i| black_box(gov_keyed.check_key(&keys[i % KEYS])).is_ok()),
+        ),
+        "gcra_backend_decision" => (
+            true,
+            Box::new(|_| matches!(black_box(mem.acquire_sync(&raw, &demand)), Decision::Granted(_))),
+        ),
+        "gcra_handle" => {
+            let h = handle(&b, "gcra");
+            (true, Box::new(move |_| acquire_handle(&h, opts)))
+        }
+        "gcra_handle_async" => {
+            let h = handle(&b, "gcra");
+            (
+                true,
+                Box::new(move |_| {
+                    let a = h
+                        .try_acquire(opts)
+                        .now_or_never()
+                        .expect("the memory backend completes at once")
+                        .expect("registered resource");
+                    let allowed = a.allowed();
+                    drop(black_box(a));
+                    allowed
+                }),
+            )
+        }
+        "gcra_lookup" => (
+            true,
+            Box::new(|_| {
+                let a = b
+                    .try_acquire_now(black_box("gcra"), opts)
+                    .expect("registered resource");
+                let allowed = a.allowed();
+                drop(black_box(a));
+                allowed
+            }),
+        ),
+        "window_handle" => {
+            let h = handle(&b, "window");
+            (true, Box::new(move |_| acquire_handle(&h, opts)))
+        }
+        "multi_window_handle" => {
+            let h = handle(&b, "multi_window");
+            (true, Box::new(move |_| acquire_handle(&h, tokens)))
+        }
+        "multi_gcra_handle" => {
+            let h = handle(&b, "multi_gcra");
+            (true, Box::new(move |_| acquire_handle(&h, tokens)))
+        }
+        "denied_gcra_handle" | "denied_window_handle" => {
+            let id = if case == "denied_gcra_handle" {
+                "denied_gcra"
+            } else {
+                "denied_window"
+            };
+            let h = handle(&b, id);
+            assert!(acquire_handle(&h, opts), "first acquisition fits");
+            (false, Box::new(move |_| acquire_handle(&h, opts)))
+        }
+        "gcra_lookup_1000" | "window_lookup_1000" => {
+            let kb = keyed_broker.as_ref().expect("built above");
+            (
+                true,
+                Box::new(move |i| {
+                    let a = kb
+                        .try_acquire_now(&keys[i % KEYS], opts)
+                        .expect("registered resource");
+                    let allowed = a.allowed();
+                    drop(black_box(a));
+                    allowed
+                }),
+            )
+        }
+        other => panic!("unknown case {other:?} (see --list)"),
+    };
+    // Warm-up outside the counted function: first-use allocations (window
+    // sub-windows, lease slots, the keyed maps' entries) happen here.
+    let warm = warm_up(2 * KEYS, &mut check);
+    assert!(allowed || warm == 0, "{case}: a denied case allowed {warm}");
+    (allowed, measured(n, &mut check))
+}
+
+/// The warm-up loop: the same work as [`measured`] under another name, so
+/// callgrind does not count it.
+#[inline(never)]
+fn warm_up(n: usize, check: &mut Check<'_>) -> usize {
+    let mut ok = 0;
+    for i in 0..n {
+        ok += usize::from(check(black_box(i)));
+    }
+    ok
+}
