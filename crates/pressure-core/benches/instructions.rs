@@ -39,15 +39,27 @@ const OUTPUT_TOKENS: u64 = 200;
 /// Every case: (name, what it measures).
 const CASES: &[(&str, &str)] = &[
     ("governor_direct", "governor direct check(), quota never reached"),
-    ("governor_direct_denied", "governor direct check(), every call denied"),
+    (
+        "governor_direct_denied",
+        "governor direct check(), every call denied",
+    ),
     ("governor_keyed", "governor keyed check_key(), 1,000 keys in turn"),
-    ("gcra_backend_decision", "MemoryBackend::acquire_sync alone, 1 gcra key"),
+    (
+        "gcra_backend_decision",
+        "MemoryBackend::acquire_sync alone, 1 gcra key",
+    ),
     ("gcra_handle", "gcra, handle, try_acquire_now"),
     ("gcra_handle_async", "gcra, handle, async try_acquire polled once"),
     ("gcra_lookup", "gcra, id lookup, try_acquire_now"),
     ("window_handle", "window, handle, try_acquire_now"),
-    ("multi_window_handle", "rpm + tpm + concurrency, window, handle, tokens"),
-    ("multi_gcra_handle", "rpm + tpm + concurrency, gcra, handle, tokens"),
+    (
+        "multi_window_handle",
+        "rpm + tpm + concurrency, window, handle, tokens",
+    ),
+    (
+        "multi_gcra_handle",
+        "rpm + tpm + concurrency, gcra, handle, tokens",
+    ),
     ("denied_gcra_handle", "gcra, handle, every call denied"),
     ("denied_window_handle", "window, handle, every call denied"),
     ("gcra_lookup_1000", "gcra, id lookup, 1,000 keys in turn"),
@@ -124,7 +136,10 @@ fn run(case: &str, n: usize) -> (bool, usize) {
     let tokens = opts.tokens(INPUT_TOKENS, OUTPUT_TOKENS);
     let b = ResourceBroker::new();
     let reg = |id: &str, l: Limits| b.register_limit(id, l).expect("valid limits");
-    reg("gcra", Limits::default().requests_per_second(MAX_LIMIT).gcra(None));
+    reg(
+        "gcra",
+        Limits::default().requests_per_second(MAX_LIMIT).gcra(None),
+    );
     reg("window", Limits::default().requests_per_second(MAX_LIMIT));
     let multi = Limits::default()
         .requests_per_minute(MAX_LIMIT)
@@ -138,7 +153,8 @@ fn run(case: &str, n: usize) -> (bool, usize) {
     let keyed = |limits: Limits| {
         let kb = ResourceBroker::new();
         for k in &keys {
-            kb.register_limit(k.as_str(), limits.clone()).expect("valid limits");
+            kb.register_limit(k.as_str(), limits.clone())
+                .expect("valid limits");
         }
         kb
     };

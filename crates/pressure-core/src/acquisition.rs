@@ -143,7 +143,7 @@ impl<B: Backend> std::fmt::Debug for Permit<B> {
 }
 
 impl<B: Backend> Permit<B> {
-    #[inline]
+    #[inline(always)]
     pub(crate) fn new(entry: Option<Arc<Entry<B>>>, grant: Grant, ticket: u64) -> Self {
         Self {
             entry,

@@ -4,7 +4,7 @@
 use crate::acquisition::{AcquireOptions, Acquisition, Permit};
 use crate::backend::{Backend, SyncBackend};
 use crate::clock::{Clock, MonotonicClock};
-use crate::entry::{Counters, Entry, ResourceHandle};
+use crate::entry::{Counters, Entry, Fits, ResourceHandle};
 use crate::error::{Error, QueueError};
 use crate::limits::{LimitSpec, Limits, PPM};
 use crate::queue::{self, Attempt, Queue, QueueConfig, Request, Response, TaskError};
@@ -259,6 +259,7 @@ impl<B: Backend> ResourceBroker<B> {
             let next = Arc::new(Entry {
                 id: Arc::clone(&current.id),
                 kind: current.kind,
+                fits: Fits::of(&spec),
                 spec,
                 backend: Arc::clone(&self.shared.backend),
                 handle,
@@ -358,6 +359,7 @@ impl<B: Backend> ResourceBroker<B> {
         let entry = Arc::new(Entry {
             id: Arc::clone(&id),
             kind,
+            fits: Fits::of(&spec),
             spec,
             backend: Arc::clone(&self.shared.backend),
             handle,

@@ -11,9 +11,9 @@
 //! version that granted them, whose backend handle still releases them.
 
 use crate::acquisition::{AcquireOptions, Acquisition, Permit};
-use crate::backend::{Backend, BackendError, Decision, Grant, SyncBackend};
+use crate::backend::{Backend, BackendError, Decision, Grant, QuickDecision, SyncBackend};
 use crate::error::Error;
-use crate::limits::{Demand, LimitSpec, PPM};
+use crate::limits::{Demand, Dimension, LimitSpec, PPM};
 use crate::queue::Queue;
 use crate::renewal::{LeaseBook, Renewer};
 use crate::stats::ResourceKind;
@@ -31,10 +31,50 @@ pub(crate) struct Counters {
     pub(crate) backend_errors: AtomicU64,
 }
 
+/// The largest demand that fits every dimension of a spec at once, by
+/// kind of unit, for the whole limit (interactive priority): a demand within
+/// both needs no per-dimension size check.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Fits {
+    /// Least `max_demand` over the request dimensions (`u64::MAX`: none).
+    requests: u64,
+    /// Least `max_demand` over the token dimensions (`u64::MAX`: none); a
+    /// demand whose input plus output tokens fit it fits every one of them.
+    tokens: u64,
+}
+
+impl Fits {
+    pub(crate) fn of(spec: &LimitSpec) -> Self {
+        let mut fits = Self {
+            requests: u64::MAX,
+            tokens: u64::MAX,
+        };
+        for r in &spec.rates {
+            let slot = match r.dimension {
+                Dimension::RequestsPerSecond | Dimension::RequestsPerMinute => &mut fits.requests,
+                _ => &mut fits.tokens,
+            };
+            *slot = (*slot).min(r.max_demand());
+        }
+        fits
+    }
+
+    /// Whether `demand` surely fits every dimension (`false`: ask
+    /// [`LimitSpec::oversized`]).
+    #[inline(always)]
+    fn surely(&self, demand: &Demand) -> bool {
+        demand.ceiling_ppm >= PPM
+            && demand.requests <= self.requests
+            && demand.input_tokens.saturating_add(demand.output_tokens) <= self.tokens
+    }
+}
+
 pub(crate) struct Entry<B: Backend> {
     pub(crate) id: Arc<str>,
     pub(crate) kind: ResourceKind,
     pub(crate) spec: Arc<LimitSpec>,
+    /// What fits `spec` for sure, so the common demand skips the size check.
+    pub(crate) fits: Fits,
     pub(crate) backend: Arc<B>,
     pub(crate) handle: B::Handle,
     /// Shared by every version of the resource.
@@ -98,6 +138,14 @@ impl<B: Backend> Entry<B> {
     /// Refuses a demand that can never fit.
     #[inline(always)]
     pub(crate) fn check_size(&self, demand: &Demand) -> Result<(), Error> {
+        if self.fits.surely(demand) {
+            return Ok(());
+        }
+        self.check_size_slow(demand)
+    }
+
+    #[inline(never)]
+    fn check_size_slow(&self, demand: &Demand) -> Result<(), Error> {
         match self.spec.oversized(demand) {
             None => Ok(()),
             Some((dimension, demand, max)) => Err(Error::DemandTooLarge {
@@ -122,7 +170,7 @@ impl<B: Backend> Entry<B> {
     }
 
     /// Turns a backend decision into an acquisition.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn finish(
         self: &Arc<Self>,
         decision: Result<Decision, BackendError>,
@@ -137,7 +185,7 @@ impl<B: Backend> Entry<B> {
         }
     }
 
-    #[inline]
+    #[inline(always)]
     fn permit(self: &Arc<Self>, grant: Grant) -> Permit<B> {
         // A lease always needs its entry back, even if it raced with a
         // change of limits that added concurrency to a resource whose
@@ -185,7 +233,7 @@ impl<B: Backend> Entry<B> {
     }
 
     /// `try_acquire` on a backend that always answers at once.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn try_acquire_sync(self: &Arc<Self>, opts: &AcquireOptions) -> Result<Acquisition<B>, Error>
     where
         B: SyncBackend,
@@ -193,8 +241,24 @@ impl<B: Backend> Entry<B> {
         let e = self.current();
         let demand = e.demand(opts);
         e.check_size(&demand)?;
-        let d = e.backend.acquire_sync(&e.handle, &demand);
-        e.finish(Ok(d))
+        match e.backend.acquire_quick(&e.handle, &demand) {
+            // Built here, in the caller's return slot: no lease, nothing
+            // registered, a reference only if the permit can reconcile.
+            QuickDecision::Granted { at_ns } => {
+                let entry = e.stateful.then(|| Arc::clone(e));
+                Ok(Acquisition::Granted(Permit::new(
+                    entry,
+                    Grant::plain(at_ns, &demand),
+                    0,
+                )))
+            }
+            QuickDecision::Full(d) => e.finish_full(d),
+        }
+    }
+
+    #[inline(never)]
+    fn finish_full(self: &Arc<Self>, decision: Decision) -> Result<Acquisition<B>, Error> {
+        self.finish(Ok(decision))
     }
 
     /// Tells the queue (if any) that capacity may have been freed.

@@ -17,10 +17,14 @@
 //! acquisition through an old handle that meets the sentinel follows the
 //! move. Nothing is ever counted against a layout it does not match.
 
-use super::{Backend, BackendError, Counts, Decision, Denial, Grant, LeaseId, Reserved, SyncBackend, Usage};
+use super::{
+    Backend, BackendError, Counts, Decision, Denial, Grant, LeaseId, QuickDecision, Reserved, SyncBackend,
+    Usage,
+};
 use crate::algo::{gcra, leases::LeaseSet, window::WindowState};
 use crate::clock::{Clock, MonotonicClock};
 use crate::limits::{Algorithm, Demand, Dimension, LimitSpec, RateSpec};
+use crate::striped::Tally;
 use parking_lot::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -35,22 +39,42 @@ const RETIRED: u64 = u64::MAX;
 #[derive(Debug, Clone)]
 pub struct MemoryBackend {
     clock: Arc<dyn Clock>,
+    /// The same clock as `clock` when it is the production one, read
+    /// without a virtual call on the hot path (a copy: same origin).
+    monotonic: Option<MonotonicClock>,
 }
 
 impl MemoryBackend {
     /// A backend on the production monotonic clock.
     pub fn new() -> Self {
-        Self::with_clock(Arc::new(MonotonicClock::new()))
+        let clock = MonotonicClock::new();
+        Self {
+            clock: Arc::new(clock.clone()),
+            monotonic: Some(clock),
+        }
     }
 
     /// A backend on the given clock (tests use `TokioClock` or `ManualClock`).
     pub fn with_clock(clock: Arc<dyn Clock>) -> Self {
-        Self { clock }
+        Self {
+            clock,
+            monotonic: None,
+        }
     }
 
     /// The clock this backend counts with.
     pub fn clock(&self) -> &Arc<dyn Clock> {
         &self.clock
+    }
+
+    /// The backend's time: a direct read of the production clock, a virtual
+    /// call only for an injected one.
+    #[inline(always)]
+    fn now(&self) -> u64 {
+        match &self.monotonic {
+            Some(c) => c.now_nanos(),
+            None => self.clock.now_nanos(),
+        }
     }
 
     fn release_sync(&self, h: &MemoryHandle, grant: &Grant) {
@@ -74,10 +98,13 @@ pub struct MemoryHandle {
     state: State,
 }
 
+// `Fast` is the hot path and stays inline (a box would put a dependent load
+// before the compare-and-swap); the other variants are a pointer each.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug)]
 enum State {
     /// One `gcra` dimension, no concurrency: the TAT in a lock-free word,
-    /// next to its counters (one cache line).
+    /// next to its per-thread counters.
     Fast(Fast),
     /// Anything else: all dimensions under one lock, with the limits they
     /// are counted against (shared by every handle of the resource).
@@ -91,8 +118,8 @@ enum State {
 struct Fast {
     rate: RateSpec,
     tat: AtomicU64,
-    allowed: AtomicU64,
-    denied: AtomicU64,
+    /// Grants and denials, one stripe per thread (no locked increment).
+    tally: Tally,
     /// Where the state went when the limits changed; published after the
     /// new cell holds the carried state, read by whoever meets [`RETIRED`].
     moved: OnceLock<Arc<State>>,
@@ -103,8 +130,7 @@ impl Fast {
         Self {
             rate,
             tat: AtomicU64::new(0),
-            allowed: AtomicU64::new(0),
-            denied: AtomicU64::new(0),
+            tally: Tally::default(),
             moved: OnceLock::new(),
         }
     }
@@ -150,6 +176,18 @@ struct Counters {
     denied: u64,
 }
 
+/// What [`Counters::decide`] did, before it is dressed as a [`Decision`].
+enum Verdict {
+    /// Immediate, no lease: [`QuickDecision::Granted`].
+    Plain,
+    /// Granted with a booked delay or a lease.
+    Granted {
+        delay: u64,
+        lease: Option<LeaseId>,
+    },
+    Denied(Denial),
+}
+
 #[derive(Debug)]
 enum DimState {
     Gcra(u64),
@@ -166,7 +204,7 @@ fn fast_rate(spec: &LimitSpec) -> Option<RateSpec> {
 
 /// The lock-free acquisition; `None` when the word was retired (the limits
 /// changed) and the caller must follow [`Fast::moved`].
-#[inline]
+#[inline(always)]
 fn fast_acquire(f: &Fast, now: u64, demand: &Demand) -> Option<Decision> {
     let rate = &f.rate;
     let units = rate.units(demand);
@@ -183,7 +221,7 @@ fn fast_acquire(f: &Fast, now: u64, demand: &Demand) -> Option<Decision> {
             }
             Err(wait) => {
                 if demand.count_denial {
-                    f.denied.fetch_add(1, Ordering::Relaxed);
+                    f.tally.deny();
                 }
                 return Some(Decision::Denied(Denial::exhausted(
                     Duration::from_nanos(wait),
@@ -196,14 +234,52 @@ fn fast_acquire(f: &Fast, now: u64, demand: &Demand) -> Option<Decision> {
                 .compare_exchange_weak(cur, next, Ordering::AcqRel, Ordering::Acquire)
                 .is_ok()
         {
-            f.allowed.fetch_add(1, Ordering::Relaxed);
+            f.tally.allow();
             return Some(granted(now, delay, None, demand));
         }
         cur = f.tat.load(Ordering::Acquire);
     }
 }
 
-#[inline]
+/// [`fast_acquire`] without booking (`demand.book_within_ns == 0`): the
+/// grant is plain, so only the verdict comes back. `None`: retired.
+#[inline(always)]
+fn fast_plain(f: &Fast, now: u64, demand: &Demand) -> Option<Result<(), Denial>> {
+    let rate = &f.rate;
+    let units = rate.units(demand);
+    let cap = RateSpec::scaled(rate.capacity, demand.ceiling_ppm);
+    let mut cur = f.tat.load(Ordering::Acquire);
+    loop {
+        if cur == RETIRED {
+            return None;
+        }
+        let next = match gcra::check(rate, cur, now, units, cap) {
+            Ok(next) => next.min(RETIRED - 1),
+            Err(wait) => {
+                if demand.count_denial {
+                    f.tally.deny();
+                }
+                return Some(Err(Denial::exhausted(Duration::from_nanos(wait), rate.dimension)));
+            }
+        };
+        if next == cur {
+            f.tally.allow();
+            return Some(Ok(()));
+        }
+        match f
+            .tat
+            .compare_exchange_weak(cur, next, Ordering::AcqRel, Ordering::Acquire)
+        {
+            Ok(_) => {
+                f.tally.allow();
+                return Some(Ok(()));
+            }
+            Err(actual) => cur = actual,
+        }
+    }
+}
+
+#[inline(always)]
 fn granted(now: u64, delay_ns: u64, lease: Option<LeaseId>, demand: &Demand) -> Decision {
     Decision::Granted(Grant {
         at_ns: now,
@@ -321,8 +397,8 @@ impl Counters {
             let to = self.spec.rates[i];
             self.dims[i] = carry_dim(&f.rate, DimState::Gcra(tat), &to, now);
         }
-        self.allowed = f.allowed.load(Ordering::Relaxed);
-        self.denied = f.denied.load(Ordering::Relaxed);
+        self.allowed = f.tally.allowed();
+        self.denied = f.tally.denied();
     }
 
     /// Re-lays the state out for `spec`, dimension by dimension; leases and
@@ -353,16 +429,35 @@ impl Counters {
     }
 
     fn acquire(&mut self, now: u64, demand: &Demand) -> Decision {
-        let decision = self.decide(now, demand);
-        match decision {
-            Decision::Granted(_) => self.allowed += 1,
-            Decision::Denied(_) if demand.count_denial => self.denied += 1,
-            Decision::Denied(_) => {}
+        match self.acquire_verdict(now, demand) {
+            Verdict::Plain => granted(now, 0, None, demand),
+            Verdict::Granted { delay, lease } => granted(now, delay, lease, demand),
+            Verdict::Denied(d) => Decision::Denied(d),
         }
-        decision
     }
 
-    fn decide(&mut self, now: u64, demand: &Demand) -> Decision {
+    /// [`Counters::acquire`] for [`SyncBackend::acquire_quick`].
+    fn acquire_quick(&mut self, now: u64, demand: &Demand) -> QuickDecision {
+        match self.acquire_verdict(now, demand) {
+            Verdict::Plain => QuickDecision::Granted { at_ns: now },
+            Verdict::Granted { delay, lease } => QuickDecision::Full(granted(now, delay, lease, demand)),
+            Verdict::Denied(d) => QuickDecision::Full(Decision::Denied(d)),
+        }
+    }
+
+    #[inline(always)]
+    fn acquire_verdict(&mut self, now: u64, demand: &Demand) -> Verdict {
+        let verdict = self.decide(now, demand);
+        match verdict {
+            Verdict::Plain | Verdict::Granted { .. } => self.allowed += 1,
+            Verdict::Denied(_) if demand.count_denial => self.denied += 1,
+            Verdict::Denied(_) => {}
+        }
+        verdict
+    }
+
+    #[inline(always)]
+    fn decide(&mut self, now: u64, demand: &Demand) -> Verdict {
         // Disjoint borrows of the fields: the limits are read while the
         // dimensions are updated, with no reference count touched.
         let Counters {
@@ -407,7 +502,7 @@ impl Counters {
             None => 0,
             Some((wait, dimension)) => match bookable_start(spec, dims, now, demand, lease.is_some()) {
                 Some(start) => start - now,
-                None => return Decision::Denied(Denial::exhausted(Duration::from_nanos(wait), dimension)),
+                None => return Verdict::Denied(Denial::exhausted(Duration::from_nanos(wait), dimension)),
             },
         };
         let start = now + delay;
@@ -423,7 +518,10 @@ impl Counters {
             leases.insert(id, now + spec.lease_ttl_ns);
             LeaseId(id)
         });
-        granted(now, delay, lease, demand)
+        match (delay, lease) {
+            (0, None) => Verdict::Plain,
+            (delay, lease) => Verdict::Granted { delay, lease },
+        }
     }
 
     /// Corrects by dimension, against the limits counted now (a grant made
@@ -486,15 +584,36 @@ impl Counters {
 }
 
 impl MemoryBackend {
-    #[inline]
+    /// The common case inline (a lock-free word that was not retired), the
+    /// rest out of line.
+    #[inline(always)]
     fn acquire_state(&self, state: &State, now: u64, demand: &Demand) -> Decision {
+        if let State::Fast(f) = state {
+            if let Some(d) = fast_acquire(f, now, demand) {
+                return d;
+            }
+        }
+        Self::acquire_slow(state, now, demand)
+    }
+
+    #[inline(never)]
+    fn acquire_quick_slow(state: &State, now: u64, demand: &Demand) -> QuickDecision {
+        match state {
+            State::Locked(m) => m.lock().acquire_quick(now, demand),
+            State::Moved(next) => Self::acquire_quick_slow(next, now, demand),
+            State::Fast(_) => QuickDecision::of(Self::acquire_slow(state, now, demand), demand),
+        }
+    }
+
+    #[inline(never)]
+    fn acquire_slow(state: &State, now: u64, demand: &Demand) -> Decision {
         match state {
             State::Fast(f) => match fast_acquire(f, now, demand) {
                 Some(d) => d,
-                None => self.acquire_state(f.successor(), now, demand),
+                None => Self::acquire_slow(f.successor(), now, demand),
             },
             State::Locked(m) => m.lock().acquire(now, demand),
-            State::Moved(next) => self.acquire_state(next, now, demand),
+            State::Moved(next) => Self::acquire_slow(next, now, demand),
         }
     }
 
@@ -503,8 +622,8 @@ impl MemoryBackend {
             State::Fast(f) => match f.moved.get() {
                 Some(next) => Self::counts_of(next),
                 None => Counts {
-                    allowed: f.allowed.load(Ordering::Relaxed),
-                    denied: f.denied.load(Ordering::Relaxed),
+                    allowed: f.tally.allowed(),
+                    denied: f.tally.denied(),
                 },
             },
             State::Locked(m) => {
@@ -608,10 +727,8 @@ impl MemoryBackend {
                             DimState::Window(_) => 0,
                         };
                         nf.tat.store(carried, Ordering::Release);
-                        nf.allowed
-                            .store(f.allowed.load(Ordering::Relaxed), Ordering::Relaxed);
-                        nf.denied
-                            .store(f.denied.load(Ordering::Relaxed), Ordering::Relaxed);
+                        // Not published yet: nobody else counts on it.
+                        nf.tally.carry(&f.tally);
                         State::Moved(Arc::clone(&cell))
                     }
                     // Built above as one of the two.
@@ -642,7 +759,7 @@ impl Backend for MemoryBackend {
         old: &MemoryHandle,
         spec: Arc<LimitSpec>,
     ) -> Result<MemoryHandle, BackendError> {
-        let now = self.clock.now_nanos();
+        let now = self.now();
         Ok(MemoryHandle {
             state: self.carry(&old.state, spec, now),
         })
@@ -685,7 +802,7 @@ impl Backend for MemoryBackend {
         handle: &MemoryHandle,
         grant: &Grant,
     ) -> impl std::future::Future<Output = Result<bool, BackendError>> + Send {
-        let now = self.clock.now_nanos();
+        let now = self.now();
         let ok = match (handle.state.locked(), grant.lease) {
             (Some(m), Some(lease)) => {
                 let mut c = m.lock();
@@ -702,7 +819,7 @@ impl Backend for MemoryBackend {
         handle: &MemoryHandle,
         grants: &[Grant],
     ) -> impl std::future::Future<Output = Result<Vec<bool>, BackendError>> + Send {
-        let now = self.clock.now_nanos();
+        let now = self.now();
         let out = match handle.state.locked() {
             Some(m) => {
                 let mut c = m.lock();
@@ -723,7 +840,7 @@ impl Backend for MemoryBackend {
         grant: &Grant,
         actual: &Reserved,
     ) -> impl std::future::Future<Output = Result<(), BackendError>> + Send {
-        let now = self.clock.now_nanos();
+        let now = self.now();
         Self::reconcile_state(&handle.state, now, grant, actual);
         std::future::ready(Ok(()))
     }
@@ -732,20 +849,39 @@ impl Backend for MemoryBackend {
         &self,
         handle: &MemoryHandle,
     ) -> impl std::future::Future<Output = Result<Usage, BackendError>> + Send {
-        let now = self.clock.now_nanos();
+        let now = self.now();
         std::future::ready(Ok(Self::usage_of(&handle.state, now)))
     }
 
     fn at_rest(&self, handle: &MemoryHandle) -> bool {
-        Self::at_rest_of(&handle.state, self.clock.now_nanos())
+        Self::at_rest_of(&handle.state, self.now())
     }
 }
 
 impl SyncBackend for MemoryBackend {
-    #[inline]
+    /// Inlined into the caller, so the decision is built where the caller
+    /// keeps it (a copy through memory stalls on store forwarding).
+    #[inline(always)]
     fn acquire_sync(&self, h: &MemoryHandle, demand: &Demand) -> Decision {
-        let now = self.clock.now_nanos();
+        let now = self.now();
         self.acquire_state(&h.state, now, demand)
+    }
+
+    /// The lock-free word answers in place; everything else (a retired
+    /// word, a locked resource, a booking) goes out of line.
+    #[inline(always)]
+    fn acquire_quick(&self, h: &MemoryHandle, demand: &Demand) -> QuickDecision {
+        let now = self.now();
+        if let State::Fast(f) = &h.state {
+            if demand.book_within_ns == 0 {
+                match fast_plain(f, now, demand) {
+                    Some(Ok(())) => return QuickDecision::Granted { at_ns: now },
+                    Some(Err(denial)) => return QuickDecision::Full(Decision::Denied(denial)),
+                    None => {}
+                }
+            }
+        }
+        Self::acquire_quick_slow(&h.state, now, demand)
     }
 }
 
