@@ -2,10 +2,14 @@
 //!
 //! A resource with a single `gcra` rate dimension and no concurrency limit
 //! (the common "N per second" case) is one atomic word updated with a
-//! compare-and-swap, plus its grant and denial counters: no lock, no
-//! allocation. Every other
-//! resource keeps its dimensions and counters behind one short mutex, which
-//! is what makes a multi-dimension acquisition all-or-nothing.
+//! compare-and-swap, plus its grant and denial counters (per-thread
+//! stripes, see `striped`): no lock, no allocation, no locked instruction
+//! but the compare-and-swap. A single `window` dimension without
+//! concurrency is the same in the common case: the open sub-window's budget
+//! is one word, and the lock is taken once per sub-window and per denial
+//! (`fast_window`). Every other resource keeps its dimensions and counters
+//! behind one short mutex, which is what makes a multi-dimension
+//! acquisition all-or-nothing.
 //!
 //! # Changing limits ([`Backend::reattach`])
 //! The state carries over into the new limits, matched by dimension (not by
@@ -29,6 +33,9 @@ use parking_lot::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
+
+mod fast_window;
+use fast_window::{FastWindow, Slow};
 
 /// The TAT word of a retired lock-free state: larger than any real TAT
 /// (those are clamped below it), so every compare-and-swap against a value
@@ -106,6 +113,10 @@ enum State {
     /// One `gcra` dimension, no concurrency: the TAT in a lock-free word,
     /// next to its per-thread counters.
     Fast(Fast),
+    /// One `window` dimension, no concurrency: the open sub-window's budget
+    /// in a lock-free word, the closed ones under a lock (see
+    /// `fast_window`).
+    FastWindow(Box<FastWindow>),
     /// Anything else: all dimensions under one lock, with the limits they
     /// are counted against (shared by every handle of the resource).
     Locked(Arc<Mutex<Counters>>),
@@ -161,6 +172,28 @@ impl State {
             State::Locked(m) => Some(m),
             State::Moved(next) => next.locked(),
             State::Fast(f) => f.moved.get().and_then(|next| next.locked()),
+            State::FastWindow(f) => f.moved.get().and_then(|next| next.locked()),
+        }
+    }
+
+    /// The state of a resource attached with `spec`, nothing counted.
+    fn fresh(spec: &Arc<LimitSpec>) -> Self {
+        if let Some(rate) = fast_rate(spec) {
+            return State::Fast(Fast::new(rate));
+        }
+        if let Some(rate) = fast_window_rate(spec) {
+            return State::FastWindow(Box::new(FastWindow::new(rate, WindowState::default())));
+        }
+        State::Locked(Arc::new(Mutex::new(Counters::new(Arc::clone(spec)))))
+    }
+
+    /// The handle's view of a cell that continues a retired state: a locked
+    /// cell directly (all its handles share the lock), a lock-free one
+    /// through the move.
+    fn continued_by(cell: &Arc<State>) -> Self {
+        match &**cell {
+            State::Locked(m) => State::Locked(Arc::clone(m)),
+            _ => State::Moved(Arc::clone(cell)),
         }
     }
 }
@@ -200,6 +233,39 @@ fn fast_rate(spec: &LimitSpec) -> Option<RateSpec> {
         [rate] if rate.algorithm == Algorithm::Gcra && spec.concurrency.is_none() => Some(*rate),
         _ => None,
     }
+}
+
+/// Whether `spec` can be counted with a lock-free open sub-window: one
+/// `window` rate, no concurrency.
+fn fast_window_rate(spec: &LimitSpec) -> Option<RateSpec> {
+    match spec.rates.as_slice() {
+        [rate] if rate.algorithm == Algorithm::Window && spec.concurrency.is_none() => Some(*rate),
+        _ => None,
+    }
+}
+
+/// The exact decision of a [`FastWindow`] under its lock (a denial, a new
+/// sub-window, a batch caller near the limit): `Ok(at_ns)` granted, or the
+/// denial; `None` when the state was retired.
+fn window_locked(f: &FastWindow, now: u64, demand: &Demand) -> Option<Result<u64, Denial>> {
+    let r = f.rate;
+    f.with_folded(now, |w, t| {
+        let units = r.units(demand);
+        match w.check(&r, t, units, RateSpec::scaled(r.limit, demand.ceiling_ppm)) {
+            Ok(()) => {
+                w.commit(&r, t, units);
+                f.tally.allow();
+                Ok(t)
+            }
+            Err(wait) => {
+                if demand.count_denial {
+                    f.tally.deny();
+                }
+                let wait = Duration::from_nanos(wait.saturating_add(t - now));
+                Err(Denial::exhausted(wait, r.dimension))
+            }
+        }
+    })
 }
 
 /// The lock-free acquisition; `None` when the word was retired (the limits
@@ -385,20 +451,15 @@ impl Counters {
         }
     }
 
-    /// Takes over the state of a retired lock-free word (`tat`) and its
-    /// counts, on the dimension they share.
-    fn absorb_fast(&mut self, f: &Fast, tat: u64, now: u64) {
-        if let Some(i) = self
-            .spec
-            .rates
-            .iter()
-            .position(|r| r.dimension == f.rate.dimension)
-        {
+    /// Takes over the final state `st` of a retired lock-free dimension
+    /// counted with `from`, and its counts, on the dimension they share.
+    fn absorb(&mut self, from: &RateSpec, st: DimState, tally: &Tally, now: u64) {
+        if let Some(i) = self.spec.rates.iter().position(|r| r.dimension == from.dimension) {
             let to = self.spec.rates[i];
-            self.dims[i] = carry_dim(&f.rate, DimState::Gcra(tat), &to, now);
+            self.dims[i] = carry_dim(from, st, &to, now);
         }
-        self.allowed = f.tally.allowed();
-        self.denied = f.tally.denied();
+        self.allowed = tally.allowed();
+        self.denied = tally.denied();
     }
 
     /// Re-lays the state out for `spec`, dimension by dimension; leases and
@@ -588,10 +649,16 @@ impl MemoryBackend {
     /// rest out of line.
     #[inline(always)]
     fn acquire_state(&self, state: &State, now: u64, demand: &Demand) -> Decision {
-        if let State::Fast(f) = state {
-            if let Some(d) = fast_acquire(f, now, demand) {
-                return d;
+        match state {
+            State::Fast(f) => {
+                if let Some(d) = fast_acquire(f, now, demand) {
+                    return d;
+                }
             }
+            State::FastWindow(f) if f.try_fast(now, demand).is_ok() => {
+                return granted(now, 0, None, demand);
+            }
+            _ => {}
         }
         Self::acquire_slow(state, now, demand)
     }
@@ -601,6 +668,11 @@ impl MemoryBackend {
         match state {
             State::Locked(m) => m.lock().acquire_quick(now, demand),
             State::Moved(next) => Self::acquire_quick_slow(next, now, demand),
+            State::FastWindow(f) => match Self::window_slow(f, now, demand) {
+                Some(Ok(at_ns)) => QuickDecision::Granted { at_ns },
+                Some(Err(denial)) => QuickDecision::Full(Decision::Denied(denial)),
+                None => Self::acquire_quick_slow(f.successor(), now, demand),
+            },
             State::Fast(_) => QuickDecision::of(Self::acquire_slow(state, now, demand), demand),
         }
     }
@@ -614,6 +686,22 @@ impl MemoryBackend {
             },
             State::Locked(m) => m.lock().acquire(now, demand),
             State::Moved(next) => Self::acquire_slow(next, now, demand),
+            State::FastWindow(f) => match Self::window_slow(f, now, demand) {
+                Some(Ok(at_ns)) => granted(at_ns, 0, None, demand),
+                Some(Err(denial)) => Decision::Denied(denial),
+                None => Self::acquire_slow(f.successor(), now, demand),
+            },
+        }
+    }
+
+    /// A [`FastWindow`] acquisition the lock-free path left: tried again
+    /// lock-free (it may have raced with a fold), then decided exactly under
+    /// the lock. `None`: retired.
+    fn window_slow(f: &FastWindow, now: u64, demand: &Demand) -> Option<Result<u64, Denial>> {
+        match f.try_fast(now, demand) {
+            Ok(()) => Some(Ok(now)),
+            Err(Slow::Retired) => None,
+            Err(Slow::Locked) => window_locked(f, now, demand),
         }
     }
 
@@ -634,6 +722,13 @@ impl MemoryBackend {
                 }
             }
             State::Moved(next) => Self::counts_of(next),
+            State::FastWindow(f) => match f.moved.get() {
+                Some(next) => Self::counts_of(next),
+                None => Counts {
+                    allowed: f.tally.allowed(),
+                    denied: f.tally.denied(),
+                },
+            },
         }
     }
 
@@ -658,6 +753,19 @@ impl MemoryBackend {
             }
             State::Locked(m) => m.lock().reconcile(now, grant, actual),
             State::Moved(next) => Self::reconcile_state(next, now, grant, actual),
+            State::FastWindow(f) => {
+                let r = f.rate;
+                let delta =
+                    r.units(&Demand::from(actual)) as i64 - r.units(&Demand::from(&grant.reserved)) as i64;
+                if delta == 0 {
+                    return;
+                }
+                if f.with_folded(now, |w, t| w.adjust(&r, t, grant.at_ns, delta))
+                    .is_none()
+                {
+                    Self::reconcile_state(f.successor(), now, grant, actual);
+                }
+            }
         }
     }
 
@@ -672,6 +780,13 @@ impl MemoryBackend {
             },
             State::Locked(m) => m.lock().usage(now),
             State::Moved(next) => Self::usage_of(next, now),
+            State::FastWindow(f) => match f.with_folded(now, |w, _| w.sum()) {
+                Some(used) => Usage {
+                    dimensions: vec![(f.rate.dimension, used)],
+                    leases: 0,
+                },
+                None => Self::usage_of(f.successor(), now),
+            },
         }
     }
 
@@ -683,6 +798,10 @@ impl MemoryBackend {
             },
             State::Locked(m) => m.try_lock().is_some_and(|mut c| c.at_rest(now)),
             State::Moved(next) => Self::at_rest_of(next, now),
+            State::FastWindow(f) => match f.with_folded(now, |w, _| w.is_empty()) {
+                Some(empty) => empty,
+                None => Self::at_rest_of(f.successor(), now),
+            },
         }
     }
 
@@ -704,41 +823,62 @@ impl MemoryBackend {
                 // the carried state.
                 // Everything that allocates happens before the retirement,
                 // so racers meeting the sentinel wait only for arithmetic.
-                let (cell, locked) = match fast_rate(&spec) {
-                    Some(rate) => (Arc::new(State::Fast(Fast::new(rate))), None),
-                    None => {
-                        let m = Arc::new(Mutex::new(Counters::new(Arc::clone(&spec))));
-                        (Arc::new(State::Locked(Arc::clone(&m))), Some(m))
-                    }
-                };
+                let cell = Arc::new(State::fresh(&spec));
                 let tat = f.tat.swap(RETIRED, Ordering::AcqRel);
                 if tat == RETIRED {
                     // Retired by a concurrent change: follow it.
                     return self.carry(f.successor(), spec, now);
                 }
-                let here = match (locked, &*cell) {
-                    (Some(m), _) => {
-                        m.lock().absorb_fast(f, tat, now);
-                        State::Locked(m)
-                    }
-                    (None, State::Fast(nf)) => {
-                        let carried = match carry_dim(&f.rate, DimState::Gcra(tat), &nf.rate, now) {
-                            DimState::Gcra(t) => t,
-                            DimState::Window(_) => 0,
-                        };
-                        nf.tat.store(carried, Ordering::Release);
-                        // Not published yet: nobody else counts on it.
-                        nf.tally.carry(&f.tally);
-                        State::Moved(Arc::clone(&cell))
-                    }
-                    // Built above as one of the two.
-                    (None, _) => State::Moved(Arc::clone(&cell)),
-                };
+                carry_into(&cell, &f.rate, DimState::Gcra(tat), &f.tally, now);
                 // Only this call retired the word, so the cell is unset.
-                let _ = f.moved.set(cell);
-                here
+                let _ = f.moved.set(Arc::clone(&cell));
+                State::continued_by(&cell)
+            }
+            State::FastWindow(f) => {
+                if let Some(next) = f.moved.get() {
+                    return self.carry(next, spec, now);
+                }
+                let cell = Arc::new(State::fresh(&spec));
+                let retired = f.retire(now, |closed| {
+                    carry_into(&cell, &f.rate, DimState::Window(closed), &f.tally, now);
+                    Arc::clone(&cell)
+                });
+                match retired {
+                    Some(()) => State::continued_by(&cell),
+                    // Retired by a concurrent change: follow it.
+                    None => self.carry(f.successor(), spec, now),
+                }
             }
         }
+    }
+}
+
+/// Carries the final state `st` of a retired lock-free dimension (counted
+/// with `from`) and its counts into `cell`, a fresh state for the new
+/// limits that nobody counts on yet.
+fn carry_into(cell: &State, from: &RateSpec, st: DimState, tally: &Tally, now: u64) {
+    match cell {
+        State::Locked(m) => m.lock().absorb(from, st, tally, now),
+        State::Fast(nf) => {
+            // A bucket carries into a bucket whatever its dimension (as it
+            // always has); a window only into its own dimension.
+            if nf.rate.dimension == from.dimension || matches!(st, DimState::Gcra(_)) {
+                if let DimState::Gcra(t) = carry_dim(from, st, &nf.rate, now) {
+                    nf.tat.store(t, Ordering::Release);
+                }
+            }
+            nf.tally.carry(tally);
+        }
+        State::FastWindow(nw) => {
+            if nw.rate.dimension == from.dimension {
+                if let DimState::Window(w) = carry_dim(from, st, &nw.rate, now) {
+                    nw.set_closed(w);
+                }
+            }
+            nw.tally.carry(tally);
+        }
+        // `State::fresh` never makes one.
+        State::Moved(_) => {}
     }
 }
 
@@ -746,10 +886,7 @@ impl Backend for MemoryBackend {
     type Handle = MemoryHandle;
 
     fn attach(&self, _resource: &str, spec: Arc<LimitSpec>) -> Result<MemoryHandle, BackendError> {
-        let state = match fast_rate(&spec) {
-            Some(rate) => State::Fast(Fast::new(rate)),
-            None => State::Locked(Arc::new(Mutex::new(Counters::new(spec)))),
-        };
+        let state = State::fresh(&spec);
         Ok(MemoryHandle { state })
     }
 
@@ -872,14 +1009,16 @@ impl SyncBackend for MemoryBackend {
     #[inline(always)]
     fn acquire_quick(&self, h: &MemoryHandle, demand: &Demand) -> QuickDecision {
         let now = self.now();
-        if let State::Fast(f) = &h.state {
-            if demand.book_within_ns == 0 {
-                match fast_plain(f, now, demand) {
-                    Some(Ok(())) => return QuickDecision::Granted { at_ns: now },
-                    Some(Err(denial)) => return QuickDecision::Full(Decision::Denied(denial)),
-                    None => {}
-                }
+        match &h.state {
+            State::Fast(f) if demand.book_within_ns == 0 => match fast_plain(f, now, demand) {
+                Some(Ok(())) => return QuickDecision::Granted { at_ns: now },
+                Some(Err(denial)) => return QuickDecision::Full(Decision::Denied(denial)),
+                None => {}
+            },
+            State::FastWindow(f) if f.try_fast(now, demand).is_ok() => {
+                return QuickDecision::Granted { at_ns: now };
             }
+            _ => {}
         }
         Self::acquire_quick_slow(&h.state, now, demand)
     }
@@ -939,6 +1078,113 @@ mod tests {
             ]
         );
         assert_eq!(u.leases, 1);
+    }
+
+    /// Threads racing on the lock-free layouts (`gcra` word, `window`
+    /// budget word) at one instant: exactly the limit is admitted, and the
+    /// striped counts and the usage are exact.
+    #[test]
+    fn lock_free_layouts_count_exactly_under_threads() {
+        const LIMIT: u64 = 5_000;
+        const THREADS: u64 = 4;
+        const EACH: u64 = 3_000;
+        for limits in [
+            Limits::default().requests_per_minute(LIMIT),
+            Limits::default().requests_per_minute(LIMIT).gcra(None),
+        ] {
+            let (b, _) = backend();
+            let h = b.attach("r", Arc::new(limits.compile().unwrap())).unwrap();
+            let granted: u64 = std::thread::scope(|s| {
+                let run = || {
+                    s.spawn(|| {
+                        (0..EACH)
+                            .filter(|_| {
+                                matches!(b.acquire_sync(&h, &Demand::default()), Decision::Granted(_))
+                            })
+                            .count() as u64
+                    })
+                };
+                let threads: Vec<_> = (0..THREADS).map(|_| run()).collect();
+                threads.into_iter().map(|t| t.join().expect("thread")).sum()
+            });
+            assert_eq!(granted, LIMIT, "{limits:?}");
+            let c = b.counts(&h);
+            assert_eq!(
+                (c.allowed, c.denied),
+                (LIMIT, THREADS * EACH - LIMIT),
+                "{limits:?}"
+            );
+            let u = now(b.usage(&h)).unwrap();
+            assert_eq!(
+                u.dimensions,
+                vec![(Dimension::RequestsPerMinute, LIMIT)],
+                "{limits:?}"
+            );
+        }
+    }
+
+    /// Threads acquiring on the lock-free `window` while another moves the
+    /// clock across many sub-windows and windows: no interval of the
+    /// window's length ever holds more than the limit (by the grants' own
+    /// times), and the counts are exact.
+    #[test]
+    fn lock_free_window_never_over_admits_while_time_moves() {
+        const LIMIT: u64 = 200;
+        let (b, clock) = backend();
+        let spec = Limits::default().requests_per_second(LIMIT).compile().unwrap();
+        let (w, g) = (spec.rates[0].window_ns, spec.rates[0].sub_window_ns);
+        let h = b.attach("r", Arc::new(spec)).unwrap();
+        let done = std::sync::atomic::AtomicBool::new(false);
+        let (mut times, attempts) = std::thread::scope(|s| {
+            let ticker = s.spawn(|| {
+                for i in 0..3_000u64 {
+                    clock.advance(Duration::from_nanos((i * 7_919) % (g / 2)));
+                    std::thread::yield_now();
+                }
+                done.store(true, Ordering::SeqCst);
+            });
+            let run = || {
+                s.spawn(|| {
+                    let (mut at, mut n) = (Vec::new(), 0u64);
+                    while !done.load(Ordering::SeqCst) {
+                        n += 1;
+                        if let Decision::Granted(gr) = b.acquire_sync(&h, &Demand::default()) {
+                            at.push(gr.at_ns);
+                        }
+                    }
+                    (at, n)
+                })
+            };
+            let threads: Vec<_> = (0..3).map(|_| run()).collect();
+            ticker.join().expect("ticker");
+            threads.into_iter().map(|t| t.join().expect("thread")).fold(
+                (Vec::new(), 0),
+                |(mut all, n), (at, m)| {
+                    all.extend(at);
+                    (all, n + m)
+                },
+            )
+        });
+        times.sort_unstable();
+        let mut lo = 0;
+        for hi in 0..times.len() {
+            while times[hi] - times[lo] >= w {
+                lo += 1;
+            }
+            assert!(
+                (hi - lo + 1) as u64 <= LIMIT,
+                "{} grants within {w} ns",
+                hi - lo + 1
+            );
+        }
+        let c = b.counts(&h);
+        assert_eq!(c.allowed, times.len() as u64);
+        assert_eq!(c.allowed + c.denied, attempts);
+        assert!(
+            c.allowed > LIMIT,
+            "time moved over several windows: {}",
+            c.allowed
+        );
     }
 
     #[test]
