@@ -49,9 +49,14 @@ const CASES: &[(&str, &str)] = &[
         "MemoryBackend::acquire_sync alone, 1 gcra key",
     ),
     ("gcra_handle", "gcra, handle, try_acquire_now"),
+    ("gcra_handle_check", "gcra, handle, check_now (yes/no, no permit)"),
     ("gcra_handle_async", "gcra, handle, async try_acquire polled once"),
     ("gcra_lookup", "gcra, id lookup, try_acquire_now"),
     ("window_handle", "window, handle, try_acquire_now"),
+    (
+        "window_handle_check",
+        "window, handle, check_now (yes/no, no permit)",
+    ),
     (
         "multi_window_handle",
         "rpm + tpm + concurrency, window, handle, tokens",
@@ -62,6 +67,14 @@ const CASES: &[(&str, &str)] = &[
     ),
     ("denied_gcra_handle", "gcra, handle, every call denied"),
     ("denied_window_handle", "window, handle, every call denied"),
+    (
+        "denied_gcra_handle_check",
+        "gcra, handle, check_now, every call denied",
+    ),
+    (
+        "denied_window_handle_check",
+        "window, handle, check_now, every call denied",
+    ),
     ("gcra_lookup_1000", "gcra, id lookup, 1,000 keys in turn"),
     ("window_lookup_1000", "window, id lookup, 1,000 keys in turn"),
 ];
@@ -200,6 +213,22 @@ fn run(case: &str, n: usize) -> (bool, usize) {
         "gcra_handle" => {
             let h = handle(&b, "gcra");
             (true, Box::new(move |_| acquire_handle(&h, opts)))
+        }
+        "gcra_handle_check" | "window_handle_check" => {
+            let h = handle(&b, case.trim_end_matches("_handle_check"));
+            (
+                true,
+                Box::new(move |_| black_box(h.check_now(opts).expect("registered")).is_ok()),
+            )
+        }
+        "denied_gcra_handle_check" | "denied_window_handle_check" => {
+            let id = case.trim_end_matches("_handle_check");
+            let h = handle(&b, id);
+            assert!(acquire_handle(&h, opts), "first acquisition fits");
+            (
+                false,
+                Box::new(move |_| black_box(h.check_now(opts).expect("registered")).is_ok()),
+            )
         }
         "gcra_handle_async" => {
             let h = handle(&b, "gcra");

@@ -2,7 +2,7 @@
 //! top of one [`Backend`].
 
 use crate::acquisition::{AcquireOptions, Acquisition, Permit};
-use crate::backend::{Backend, SyncBackend};
+use crate::backend::{Backend, Denial, SyncBackend};
 use crate::clock::{Clock, MonotonicClock};
 use crate::entry::{Counters, Entry, Fits, ResourceHandle};
 use crate::error::{Error, QueueError};
@@ -484,6 +484,16 @@ impl<B: Backend> ResourceBroker<B> {
         B: SyncBackend,
     {
         self.lookup(resource)?.value().try_acquire_sync(&opts)
+    }
+
+    /// [`ResourceBroker::try_acquire_now`] as a yes/no, without building a
+    /// permit: see [`ResourceHandle::check_now`].
+    #[inline]
+    pub fn check_now(&self, resource: &str, opts: AcquireOptions) -> Result<Result<(), Denial>, Error>
+    where
+        B: SyncBackend,
+    {
+        self.lookup(resource)?.value().check_sync(&opts)
     }
 
     #[inline]

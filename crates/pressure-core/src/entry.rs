@@ -11,7 +11,7 @@
 //! version that granted them, whose backend handle still releases them.
 
 use crate::acquisition::{AcquireOptions, Acquisition, Permit};
-use crate::backend::{Backend, BackendError, Decision, Grant, QuickDecision, SyncBackend};
+use crate::backend::{Backend, BackendError, Decision, Denial, Grant, QuickDecision, SyncBackend};
 use crate::error::Error;
 use crate::limits::{Demand, Dimension, LimitSpec, PPM};
 use crate::queue::Queue;
@@ -256,6 +256,36 @@ impl<B: Backend> Entry<B> {
         }
     }
 
+    /// [`Entry::try_acquire_sync`] as a yes/no: a plain grant is answered
+    /// without building a permit (its permit would be inert).
+    #[inline(always)]
+    pub(crate) fn check_sync(self: &Arc<Self>, opts: &AcquireOptions) -> Result<Result<(), Denial>, Error>
+    where
+        B: SyncBackend,
+    {
+        let e = self.current();
+        let demand = e.demand(opts);
+        e.check_size(&demand)?;
+        match e.backend.acquire_quick(&e.handle, &demand) {
+            QuickDecision::Granted { .. } => Ok(Ok(())),
+            QuickDecision::Full(d) => e.check_full(d),
+        }
+    }
+
+    /// A decision other than a plain grant, as a yes/no: a permit that
+    /// holds something (a lease) is built and dropped, so it gives back
+    /// at once what it took.
+    #[inline(never)]
+    fn check_full(self: &Arc<Self>, decision: Decision) -> Result<Result<(), Denial>, Error> {
+        match self.finish(Ok(decision))? {
+            Acquisition::Granted(permit) => {
+                drop(permit);
+                Ok(Ok(()))
+            }
+            Acquisition::Denied(d) => Ok(Err(d)),
+        }
+    }
+
     #[inline(never)]
     fn finish_full(self: &Arc<Self>, decision: Decision) -> Result<Acquisition<B>, Error> {
         self.finish(Ok(decision))
@@ -326,13 +356,27 @@ impl<B: Backend> ResourceHandle<B> {
     }
 
     /// Check+reject without a future, on a backend whose state is in this
-    /// process (the in-memory backend): for synchronous code paths, and the
-    /// cheapest check there is.
+    /// process (the in-memory backend): for synchronous code paths.
     #[inline]
     pub fn try_acquire_now(&self, opts: AcquireOptions) -> Result<Acquisition<B>, Error>
     where
         B: SyncBackend,
     {
         self.entry.try_acquire_sync(&opts)
+    }
+
+    /// [`ResourceHandle::try_acquire_now`] as a yes/no, for callers that
+    /// need no permit (a rate limit checked per request, like governor's
+    /// `check()`): `Ok(Ok(()))` granted, `Ok(Err(denial))` refused. Exactly
+    /// `try_acquire_now` followed by dropping the permit — counted the same,
+    /// a reservation of tokens stays, a concurrency slot is given back at
+    /// once — without building the permit, which makes it the cheapest
+    /// check there is.
+    #[inline]
+    pub fn check_now(&self, opts: AcquireOptions) -> Result<Result<(), Denial>, Error>
+    where
+        B: SyncBackend,
+    {
+        self.entry.check_sync(&opts)
     }
 }
