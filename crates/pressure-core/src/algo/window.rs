@@ -73,6 +73,16 @@ impl WindowState {
         self.sum
     }
 
+    /// The oldest sub-window that holds units (call [`WindowState::evict`]
+    /// first): with the window full, the one whose departure frees the next
+    /// unit.
+    pub fn oldest_counted(&self) -> Option<u64> {
+        self.buckets
+            .iter()
+            .find(|&&(_, count)| count > 0)
+            .map(|&(idx, _)| idx)
+    }
+
     /// Whether nothing is counted any more, so the state can be dropped.
     pub fn is_empty(&self) -> bool {
         self.buckets.is_empty()

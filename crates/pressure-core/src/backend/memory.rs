@@ -655,9 +655,11 @@ impl MemoryBackend {
                     return d;
                 }
             }
-            State::FastWindow(f) if f.try_fast(now, demand).is_ok() => {
-                return granted(now, 0, None, demand);
-            }
+            State::FastWindow(f) => match f.try_fast(now, demand) {
+                Ok(()) => return granted(now, 0, None, demand),
+                Err(Slow::Denied(d)) => return Decision::Denied(d),
+                Err(_) => {}
+            },
             _ => {}
         }
         Self::acquire_slow(state, now, demand)
@@ -700,6 +702,7 @@ impl MemoryBackend {
     fn window_slow(f: &FastWindow, now: u64, demand: &Demand) -> Option<Result<u64, Denial>> {
         match f.try_fast(now, demand) {
             Ok(()) => Some(Ok(now)),
+            Err(Slow::Denied(d)) => Some(Err(d)),
             Err(Slow::Retired) => None,
             Err(Slow::Locked) => window_locked(f, now, demand),
         }
@@ -1015,9 +1018,11 @@ impl SyncBackend for MemoryBackend {
                 Some(Err(denial)) => return QuickDecision::Full(Decision::Denied(denial)),
                 None => {}
             },
-            State::FastWindow(f) if f.try_fast(now, demand).is_ok() => {
-                return QuickDecision::Granted { at_ns: now };
-            }
+            State::FastWindow(f) => match f.try_fast(now, demand) {
+                Ok(()) => return QuickDecision::Granted { at_ns: now },
+                Err(Slow::Denied(d)) => return QuickDecision::Full(Decision::Denied(d)),
+                Err(_) => {}
+            },
             _ => {}
         }
         Self::acquire_quick_slow(&h.state, now, demand)

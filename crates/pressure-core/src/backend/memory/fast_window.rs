@@ -30,11 +30,13 @@
 
 use super::{State, RETIRED};
 use crate::algo::window::WindowState;
-use crate::limits::{Demand, RateSpec};
+use crate::backend::Denial;
+use crate::limits::{Demand, RateSpec, SUB_WINDOWS};
 use crate::striped::Tally;
 use parking_lot::{Mutex, MutexGuard};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
+use std::time::Duration;
 
 const BUDGET_BITS: u32 = 40;
 const BUDGET_MASK: u64 = (1 << BUDGET_BITS) - 1;
@@ -63,6 +65,11 @@ pub(super) struct FastWindow {
     /// The open sub-window's index; written under the lock before the word
     /// that opens it.
     open: AtomicU64,
+    /// When the open sub-window's budget is spent: the time at which one
+    /// unit fits again (the oldest counted sub-window leaves the span) —
+    /// what [`WindowState::check`] answers for one unit then. Written under
+    /// the lock with the word.
+    free_at: AtomicU64,
     inner: Mutex<Inner>,
     /// Grants and denials, one stripe per thread.
     pub(super) tally: Tally,
@@ -80,6 +87,8 @@ struct Inner {
 
 /// What the fast path could not decide.
 pub(super) enum Slow {
+    /// Denied lock-free (a one-unit demand against a spent budget), counted.
+    Denied(Denial),
     /// Decide under the lock.
     Locked,
     /// The limits changed: follow [`FastWindow::moved`].
@@ -96,6 +105,7 @@ impl FastWindow {
             rate,
             word: AtomicU64::new(UNOPENED),
             open: AtomicU64::new(0),
+            free_at: AtomicU64::new(0),
             inner: Mutex::new(Inner {
                 closed,
                 opened_with: rate.limit,
@@ -121,11 +131,11 @@ impl FastWindow {
             let k = self.open.load(Ordering::Acquire);
             let start = k.wrapping_mul(rate.sub_window_ns);
             let budget = w & BUDGET_MASK;
-            if w >> BUDGET_BITS != k & TAG_MASK
-                || now.wrapping_sub(start) >= rate.sub_window_ns
-                || units.saturating_add(keep) > budget
-            {
+            if w >> BUDGET_BITS != k & TAG_MASK || now.wrapping_sub(start) >= rate.sub_window_ns {
                 return Err(Slow::Locked);
+            }
+            if units.saturating_add(keep) > budget {
+                return Err(self.deny_fast(w, now, units, keep, demand));
             }
             if units == 0 {
                 break;
@@ -140,6 +150,27 @@ impl FastWindow {
         }
         self.tally.allow();
         Ok(())
+    }
+
+    /// The common denial without the lock: one unit at the full limit
+    /// against a spent budget, whose exact wait was prepared when the
+    /// sub-window opened. Anything else decides under the lock.
+    #[inline(always)]
+    fn deny_fast(&self, w: u64, now: u64, units: u64, keep: u64, demand: &Demand) -> Slow {
+        if units != 1 || keep != 0 {
+            return Slow::Locked;
+        }
+        let free_at = self.free_at.load(Ordering::Acquire);
+        // Written before the word that published it: if the word is still
+        // `w`, `free_at` belongs to it.
+        if self.word.load(Ordering::Acquire) != w {
+            return Slow::Locked;
+        }
+        if demand.count_denial {
+            self.tally.deny();
+        }
+        let wait = Duration::from_nanos(free_at.saturating_sub(now).max(1));
+        Slow::Denied(Denial::exhausted(wait, self.rate.dimension))
     }
 
     /// Runs `op` on the exact state at `now` (clamped into the open
@@ -189,7 +220,12 @@ impl FastWindow {
         let budget = rate.limit.saturating_sub(inner.closed.sum());
         inner.opened_with = budget;
         let k = t / rate.sub_window_ns;
+        // With the budget spent, sum = N: one unit fits once the oldest
+        // counted sub-window leaves (the open one if none is closed).
+        let oldest = inner.closed.oldest_counted().unwrap_or(k).min(k);
+        let free_at = (oldest + SUB_WINDOWS + 1).saturating_mul(rate.sub_window_ns);
         self.open.store(k, Ordering::Relaxed);
+        self.free_at.store(free_at, Ordering::Release);
         self.word.store(pack(k, budget), Ordering::Release);
     }
 
@@ -262,30 +298,36 @@ mod tests {
         let mut reference = WindowState::default();
         let mut now = 1_000_000_000u64;
         let demand = Demand::default();
-        let (mut lock_free, mut locked) = (0u64, 0u64);
+        let (mut lock_free, mut locked, mut fast_denials) = (0u64, 0u64, 0u64);
         for i in 0..5_000u64 {
             now += (i * 7_919) % (r.sub_window_ns / 3);
-            let ours = match f.try_fast(now, &demand) {
+            let ours: Result<(), u64> = match f.try_fast(now, &demand) {
                 Ok(()) => {
                     lock_free += 1;
-                    true
+                    Ok(())
                 }
                 Err(Slow::Locked) => f
                     .with_folded(now, |w, t| {
-                        let ok = w.check(&r, t, 1, r.limit).is_ok();
-                        if ok {
+                        let res = w.check(&r, t, 1, r.limit);
+                        if res.is_ok() {
                             w.commit(&r, t, 1);
                             locked += 1;
                         }
-                        ok
+                        res
                     })
                     .expect("not retired"),
+                Err(Slow::Denied(d)) => {
+                    fast_denials += 1;
+                    Err(d.wait.as_nanos() as u64)
+                }
                 Err(Slow::Retired) => unreachable!("never retired here"),
             };
-            let plain = reference.try_admit(&r, now, 1, r.limit).is_ok();
-            assert_eq!(ours, plain, "step {i} at {now}");
+            let plain = reference.try_admit(&r, now, 1, r.limit);
+            assert_eq!(ours, plain, "step {i} at {now}: grant or exact wait");
         }
         assert_eq!(f.tally.allowed(), lock_free, "the fast path counts its grants");
+        assert_eq!(f.tally.denied(), fast_denials, "and its denials");
+        assert!(fast_denials > 0, "some denials were answered lock-free");
         assert!(
             lock_free > locked,
             "{lock_free} lock-free vs {locked} locked grants"
