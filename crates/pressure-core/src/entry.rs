@@ -210,10 +210,14 @@ impl<B: Backend> Entry<B> {
         self: &Arc<Self>,
         opts: &AcquireOptions,
     ) -> Result<Acquisition<B>, Error> {
+        if let Some(out) = self.try_acquire_now(opts) {
+            return out;
+        }
         let e = self.current();
         let demand = e.demand(opts);
         e.check_size(&demand)?;
-        e.attempt(&demand).await
+        let decision = e.backend.acquire(&e.handle, &demand).await;
+        e.finish(decision)
     }
 
     /// `try_acquire` answered at once, or `None` when the backend must be
@@ -228,8 +232,11 @@ impl<B: Backend> Entry<B> {
         if let Err(err) = e.check_size(&demand) {
             return Some(Err(err));
         }
-        let d = e.backend.acquire_now(&e.handle, &demand)?;
-        Some(e.finish(d))
+        Some(match e.backend.acquire_now_quick(&e.handle, &demand)? {
+            Ok(QuickDecision::Granted { at_ns }) => Ok(e.plain_grant(at_ns, &demand)),
+            Ok(QuickDecision::Full(d)) => e.finish_full(d),
+            Err(err) => e.finish_error(err),
+        })
     }
 
     /// `try_acquire` on a backend that always answers at once.
@@ -242,18 +249,23 @@ impl<B: Backend> Entry<B> {
         let demand = e.demand(opts);
         e.check_size(&demand)?;
         match e.backend.acquire_quick(&e.handle, &demand) {
-            // Built here, in the caller's return slot: no lease, nothing
-            // registered, a reference only if the permit can reconcile.
-            QuickDecision::Granted { at_ns } => {
-                let entry = e.stateful.then(|| Arc::clone(e));
-                Ok(Acquisition::Granted(Permit::new(
-                    entry,
-                    Grant::plain(at_ns, &demand),
-                    0,
-                )))
-            }
+            QuickDecision::Granted { at_ns } => Ok(e.plain_grant(at_ns, &demand)),
             QuickDecision::Full(d) => e.finish_full(d),
         }
+    }
+
+    /// The acquisition of a plain grant, built in the caller's return slot:
+    /// no lease, nothing registered, a reference only if the permit can
+    /// reconcile.
+    #[inline(always)]
+    fn plain_grant(self: &Arc<Self>, at_ns: u64, demand: &Demand) -> Acquisition<B> {
+        let entry = self.stateful.then(|| Arc::clone(self));
+        Acquisition::Granted(Permit::new(entry, Grant::plain(at_ns, demand), 0))
+    }
+
+    #[inline(never)]
+    fn finish_error(self: &Arc<Self>, err: BackendError) -> Result<Acquisition<B>, Error> {
+        self.finish(Err(err))
     }
 
     /// [`Entry::try_acquire_sync`] as a yes/no: a plain grant is answered

@@ -27,7 +27,7 @@ use super::{
 };
 use crate::algo::{gcra, leases::LeaseSet, window::WindowState};
 use crate::clock::{Clock, MonotonicClock};
-use crate::limits::{Algorithm, Demand, Dimension, LimitSpec, RateSpec};
+use crate::limits::{Algorithm, Demand, Dimension, LimitSpec, RateSpec, PPM};
 use crate::striped::Tally;
 use parking_lot::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -128,6 +128,10 @@ enum State {
 #[derive(Debug)]
 struct Fast {
     rate: RateSpec,
+    /// `gcra::tolerance` at the full capacity, computed once.
+    tolerance: u64,
+    /// Whether the dimension counts requests (the units of most demands).
+    per_request: bool,
     tat: AtomicU64,
     /// Grants and denials, one stripe per thread (no locked increment).
     tally: Tally,
@@ -140,6 +144,11 @@ impl Fast {
     fn new(rate: RateSpec) -> Self {
         Self {
             rate,
+            tolerance: gcra::tolerance(&rate, rate.capacity),
+            per_request: matches!(
+                rate.dimension,
+                Dimension::RequestsPerSecond | Dimension::RequestsPerMinute
+            ),
             tat: AtomicU64::new(0),
             tally: Tally::default(),
             moved: OnceLock::new(),
@@ -312,21 +321,35 @@ fn fast_acquire(f: &Fast, now: u64, demand: &Demand) -> Option<Decision> {
 #[inline(always)]
 fn fast_plain(f: &Fast, now: u64, demand: &Demand) -> Option<Result<(), Denial>> {
     let rate = &f.rate;
-    let units = rate.units(demand);
-    let cap = RateSpec::scaled(rate.capacity, demand.ceiling_ppm);
+    let units = if f.per_request {
+        demand.requests
+    } else {
+        rate.units(demand)
+    };
+    // `gcra::check` with its increment and tolerance hoisted out of the loop
+    // (the tolerance precomputed for the full limit).
+    let tol = if demand.ceiling_ppm >= PPM {
+        f.tolerance
+    } else {
+        gcra::tolerance(rate, RateSpec::scaled(rate.capacity, demand.ceiling_ppm))
+    };
+    let inc = gcra::increment(rate, units);
     let mut cur = f.tat.load(Ordering::Acquire);
     loop {
         if cur == RETIRED {
             return None;
         }
-        let next = match gcra::check(rate, cur, now, units, cap) {
-            Ok(next) => next.min(RETIRED - 1),
-            Err(wait) => {
-                if demand.count_denial {
-                    f.tally.deny();
-                }
-                return Some(Err(Denial::exhausted(Duration::from_nanos(wait), rate.dimension)));
+        let new_tat = cur.max(now).saturating_add(inc);
+        let next = if units == 0 {
+            cur
+        } else if new_tat - now <= tol {
+            new_tat.min(RETIRED - 1)
+        } else {
+            if demand.count_denial {
+                f.tally.deny();
             }
+            let wait = new_tat - tol - now;
+            return Some(Err(Denial::exhausted(Duration::from_nanos(wait), rate.dimension)));
         };
         if next == cur {
             f.tally.allow();
@@ -910,6 +933,15 @@ impl Backend for MemoryBackend {
         Some(Ok(self.acquire_sync(handle, demand)))
     }
 
+    #[inline(always)]
+    fn acquire_now_quick(
+        &self,
+        handle: &MemoryHandle,
+        demand: &Demand,
+    ) -> Option<Result<QuickDecision, BackendError>> {
+        Some(Ok(self.acquire_quick(handle, demand)))
+    }
+
     fn counts(&self, handle: &MemoryHandle) -> Counts {
         Self::counts_of(&handle.state)
     }
@@ -1140,11 +1172,17 @@ mod tests {
         let (w, g) = (spec.rates[0].window_ns, spec.rates[0].sub_window_ns);
         let h = b.attach("r", Arc::new(spec)).unwrap();
         let done = std::sync::atomic::AtomicBool::new(false);
+        let tries = AtomicU64::new(0);
         let (mut times, attempts) = std::thread::scope(|s| {
             let ticker = s.spawn(|| {
-                for i in 0..3_000u64 {
+                for i in 0..1_500u64 {
+                    // Each step waits for a few acquisitions, so time and
+                    // traffic interleave however the threads are scheduled.
+                    let seen = tries.load(Ordering::SeqCst);
+                    while tries.load(Ordering::SeqCst) < seen + 10 {
+                        std::thread::yield_now();
+                    }
                     clock.advance(Duration::from_nanos((i * 7_919) % (g / 2)));
-                    std::thread::yield_now();
                 }
                 done.store(true, Ordering::SeqCst);
             });
@@ -1153,6 +1191,7 @@ mod tests {
                     let (mut at, mut n) = (Vec::new(), 0u64);
                     while !done.load(Ordering::SeqCst) {
                         n += 1;
+                        tries.fetch_add(1, Ordering::SeqCst);
                         if let Decision::Granted(gr) = b.acquire_sync(&h, &Demand::default()) {
                             at.push(gr.at_ns);
                         }
@@ -1190,6 +1229,39 @@ mod tests {
             "time moved over several windows: {}",
             c.allowed
         );
+    }
+
+    proptest::proptest! {
+        /// The lock-free `gcra` path (its arithmetic hoisted and
+        /// precomputed) decides exactly as `gcra::check`, waits included,
+        /// for any demand, ceiling and history.
+        #[test]
+        fn lock_free_gcra_is_gcra_check(
+            n in 1u64..1_000,
+            burst in 1u64..20,
+            steps in proptest::collection::vec((0u64..50_000_000, 0u64..4, 0u32..2_000_000), 1..100),
+        ) {
+            let spec = Limits::default().requests_per_second(n).gcra(Some(burst)).compile().unwrap();
+            let rate = spec.rates[0];
+            let f = Fast::new(rate);
+            let mut now = 1_000_000_000u64;
+            let mut tat = 0u64;
+            for (gap, requests, ppm) in steps {
+                now += gap;
+                let demand = Demand { requests, ceiling_ppm: ppm.min(PPM), ..Demand::default() };
+                let cap = RateSpec::scaled(rate.capacity, demand.ceiling_ppm);
+                let want = gcra::check(&rate, tat, now, requests, cap);
+                let got = fast_plain(&f, now, &demand).expect("not retired");
+                match want {
+                    Ok(next) => {
+                        proptest::prop_assert!(got.is_ok());
+                        tat = next;
+                    }
+                    Err(wait) => proptest::prop_assert_eq!(got.map_err(|d| d.wait), Err(Duration::from_nanos(wait))),
+                }
+                proptest::prop_assert_eq!(f.tat.load(Ordering::Relaxed), tat);
+            }
+        }
     }
 
     #[test]

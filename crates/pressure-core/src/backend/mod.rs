@@ -229,6 +229,21 @@ pub trait Backend: Send + Sync + Sized + std::fmt::Debug + 'static {
         None
     }
 
+    /// [`Backend::acquire_now`] answered as a [`QuickDecision`] (see
+    /// [`SyncBackend::acquire_quick`]) for the broker's hot path, so a plain
+    /// grant is built where the caller keeps it. The default classifies
+    /// `acquire_now`'s decision; a backend with in-process state overrides
+    /// it to skip building a `Grant` it would not need.
+    #[inline]
+    fn acquire_now_quick(
+        &self,
+        handle: &Self::Handle,
+        demand: &Demand,
+    ) -> Option<Result<QuickDecision, BackendError>> {
+        self.acquire_now(handle, demand)
+            .map(|r| r.map(|d| QuickDecision::of(d, demand)))
+    }
+
     /// Acquisitions counted for this resource by this process.
     fn counts(&self, handle: &Self::Handle) -> Counts;
 
