@@ -642,7 +642,7 @@ fn local_stats_of<B: Backend>(e: &Entry<B>) -> ResourceStats {
         kind: e.kind,
         limits: e.spec.limits.clone(),
         usage,
-        active: e.spec.concurrency.map(|_| c.active.load(Ordering::Relaxed)),
+        active: e.spec.concurrency.map(|_| c.active.get()),
         allowed: counts.allowed,
         denied: counts.denied + c.rejected.load(Ordering::Relaxed),
         backend_errors: c.backend_errors.load(Ordering::Relaxed),

@@ -17,6 +17,7 @@ use crate::limits::{Demand, Dimension, LimitSpec, PPM};
 use crate::queue::Queue;
 use crate::renewal::{LeaseBook, Renewer};
 use crate::stats::ResourceKind;
+use crate::striped::Gauge;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 
@@ -26,8 +27,9 @@ use std::sync::{Arc, OnceLock};
 pub(crate) struct Counters {
     /// Queue requests refused (full, timed out) and `acquire_within` give-ups.
     pub(crate) rejected: AtomicU64,
-    /// Live permits holding a concurrency lease.
-    pub(crate) active: AtomicU64,
+    /// Live permits holding a concurrency lease (per-thread stripes: no
+    /// locked increment when a permit is taken or dropped).
+    pub(crate) active: Gauge,
     pub(crate) backend_errors: AtomicU64,
 }
 
@@ -195,7 +197,7 @@ impl<B: Backend> Entry<B> {
         }
         let ticket = match grant.lease {
             Some(_) => {
-                self.counters.active.fetch_add(1, Ordering::Relaxed);
+                self.counters.active.inc();
                 self.renewer.register(self, grant)
             }
             None => 0,

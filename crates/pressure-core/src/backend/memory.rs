@@ -668,26 +668,6 @@ impl Counters {
 }
 
 impl MemoryBackend {
-    /// The common case inline (a lock-free word that was not retired), the
-    /// rest out of line.
-    #[inline(always)]
-    fn acquire_state(&self, state: &State, now: u64, demand: &Demand) -> Decision {
-        match state {
-            State::Fast(f) => {
-                if let Some(d) = fast_acquire(f, now, demand) {
-                    return d;
-                }
-            }
-            State::FastWindow(f) => match f.try_fast(now, demand) {
-                Ok(()) => return granted(now, 0, None, demand),
-                Err(Slow::Denied(d)) => return Decision::Denied(d),
-                Err(_) => {}
-            },
-            _ => {}
-        }
-        Self::acquire_slow(state, now, demand)
-    }
-
     #[inline(never)]
     fn acquire_quick_slow(state: &State, now: u64, demand: &Demand) -> QuickDecision {
         match state {
@@ -1035,8 +1015,7 @@ impl SyncBackend for MemoryBackend {
     /// keeps it (a copy through memory stalls on store forwarding).
     #[inline(always)]
     fn acquire_sync(&self, h: &MemoryHandle, demand: &Demand) -> Decision {
-        let now = self.now();
-        self.acquire_state(&h.state, now, demand)
+        self.acquire_quick(h, demand).into_decision(demand)
     }
 
     /// The lock-free word answers in place; everything else (a retired
