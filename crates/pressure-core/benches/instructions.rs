@@ -12,6 +12,7 @@
 //! ```text
 //! instructions <case> <n>      # run one case n times
 //! instructions --list          # the case names
+//! instructions --paired [case ...]   # ns per check, paired with governor
 //! ```
 //!
 //! Run without valgrind it prints the case and n and does the same work (a
@@ -122,6 +123,16 @@ fn main() {
         }
         return;
     }
+    if args.first().map(String::as_str) == Some("--paired") {
+        let named: Vec<&str> = args[1..].iter().map(String::as_str).collect();
+        let all: Vec<&str> = CASES
+            .iter()
+            .map(|(c, _)| *c)
+            .filter(|c| !c.starts_with("governor_"))
+            .collect();
+        paired(if named.is_empty() { &all } else { &named });
+        return;
+    }
     // `cargo bench` passes `--bench`: run every case a little as a smoke test.
     let named = args.iter().find(|a| !a.starts_with('-')).cloned();
     let n: usize = args
@@ -145,6 +156,78 @@ fn main() {
 /// Runs `case` `n` times after a warm-up; (whether every check should be
 /// allowed, how many were).
 fn run(case: &str, n: usize) -> (bool, usize) {
+    with_case(case, |allowed, check| {
+        let warm = warm_up(2 * KEYS, check);
+        assert!(allowed || warm == 0, "{case}: a denied case allowed {warm}");
+        (allowed, measured(n, check))
+    })
+}
+
+/// The governor case a pressure case is compared with.
+fn reference(case: &str) -> &'static str {
+    if case.starts_with("denied_") {
+        "governor_direct_denied"
+    } else if case.ends_with("_1000") {
+        "governor_keyed"
+    } else {
+        "governor_direct"
+    }
+}
+
+/// Paired timing (`--paired`): the case and its governor reference run in
+/// alternating blocks of `BLOCK` checks, `ROUNDS` times, so both see the
+/// same machine speed however it drifts (on a shared machine it moves 2–4×
+/// between phases of a longer run). Prints the medians of each and the
+/// median of the per-round ratios.
+fn paired(cases: &[&str]) {
+    const BLOCK: usize = 200_000;
+    const ROUNDS: usize = 41;
+    let clock = pressure_core::clock::MonotonicClock::new();
+    use pressure_core::clock::Clock;
+    let median = |v: &mut Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    println!("| case | pressure ns | governor ns | ratio (median of {ROUNDS} paired rounds) |");
+    println!("|---|---:|---:|---:|");
+    for case in cases {
+        let reference = reference(case);
+        with_case(case, |_, ours| {
+            with_case(reference, |_, theirs| {
+                warm_up(BLOCK, ours);
+                warm_up(BLOCK, theirs);
+                let time = |check: &mut Check<'_>| {
+                    let start = clock.now_nanos();
+                    black_box(warm_up(BLOCK, check));
+                    (clock.now_nanos() - start) as f64 / BLOCK as f64
+                };
+                let (mut a, mut b, mut r) = (Vec::new(), Vec::new(), Vec::new());
+                for round in 0..ROUNDS {
+                    let (x, y) = if round % 2 == 0 {
+                        let x = time(ours);
+                        (x, time(theirs))
+                    } else {
+                        let y = time(theirs);
+                        (time(ours), y)
+                    };
+                    a.push(x);
+                    b.push(y);
+                    r.push(x / y);
+                }
+                println!(
+                    "| {case} | {:.1} | {:.1} ({reference}) | {:.2}× |",
+                    median(&mut a),
+                    median(&mut b),
+                    median(&mut r)
+                );
+            })
+        });
+    }
+}
+
+/// Builds `case` and hands its check to `f`; (whether every check of the
+/// case should be allowed, the check).
+fn with_case<R>(case: &str, f: impl FnOnce(bool, &mut Check<'_>) -> R) -> R {
     let opts = AcquireOptions::default();
     let tokens = opts.tokens(INPUT_TOKENS, OUTPUT_TOKENS);
     let b = ResourceBroker::new();
@@ -295,11 +378,10 @@ fn run(case: &str, n: usize) -> (bool, usize) {
         }
         other => panic!("unknown case {other:?} (see --list)"),
     };
-    // Warm-up outside the counted function: first-use allocations (window
-    // sub-windows, lease slots, the keyed maps' entries) happen here.
-    let warm = warm_up(2 * KEYS, &mut check);
-    assert!(allowed || warm == 0, "{case}: a denied case allowed {warm}");
-    (allowed, measured(n, &mut check))
+    // The caller warms up outside the counted function: first-use
+    // allocations (window sub-windows, lease slots, the keyed maps' entries)
+    // happen there.
+    f(allowed, &mut check)
 }
 
 /// The warm-up loop: the same work as [`measured`] under another name, so

@@ -473,7 +473,7 @@ impl<B: Backend> ResourceBroker<B> {
             }
         }
         let entry = self.entry(resource)?;
-        entry.try_acquire(&opts).await
+        entry.try_acquire_awaited(&opts).await
     }
 
     /// Check+reject without a future, on a backend whose state is in this

@@ -207,14 +207,12 @@ impl<B: Backend> Entry<B> {
 
     /// `try_acquire`: one attempt on the newest version; the backend counts
     /// a denial.
-    #[inline]
-    pub(crate) async fn try_acquire(
+    /// `try_acquire` when [`Entry::try_acquire_now`] could not answer: the
+    /// backend is awaited.
+    pub(crate) async fn try_acquire_awaited(
         self: &Arc<Self>,
         opts: &AcquireOptions,
     ) -> Result<Acquisition<B>, Error> {
-        if let Some(out) = self.try_acquire_now(opts) {
-            return out;
-        }
         let e = self.current();
         let demand = e.demand(opts);
         e.check_size(&demand)?;
@@ -366,7 +364,12 @@ impl<B: Backend> ResourceHandle<B> {
     /// Check+reject: reserve `opts` now or get a denial with its wait time.
     #[inline]
     pub async fn try_acquire(&self, opts: AcquireOptions) -> Result<Acquisition<B>, Error> {
-        self.entry.try_acquire(&opts).await
+        // Answered in the first poll without a nested future when the
+        // backend can (the result is moved once, not through every layer).
+        if let Some(out) = self.entry.try_acquire_now(&opts) {
+            return out;
+        }
+        self.entry.try_acquire_awaited(&opts).await
     }
 
     /// Check+reject without a future, on a backend whose state is in this
