@@ -12,7 +12,9 @@
 //!
 //! * `free_1key`: quota never reached, one key. governor direct `check()` vs
 //!   our `gcra` through a [`ResourceHandle`] (the fair equivalent of a direct
-//!   limiter), `gcra` through the id lookup, `window` through a handle, and a
+//!   limiter; `*_check` rows: `check_now`, the yes/no answer without a
+//!   permit, like `check()`), `gcra` through the id lookup, `window` through
+//!   a handle, and a
 //!   multi-dimension resource (`requestsPerMinute` + `tokensPerMinute` +
 //!   `maxConcurrentRequests`) with a token demand, `window` and `gcra`.
 //! * `free_1000keys`: 1,000 string keys, cycled in order: governor keyed
@@ -74,6 +76,13 @@ fn acquire_handle(h: &ResourceHandle, opts: AcquireOptions) -> bool {
     let allowed = a.allowed();
     drop(black_box(a));
     allowed
+}
+
+/// The same as a yes/no (`check_now`, no permit built), like governor's
+/// `check()`.
+#[inline(always)]
+fn check_handle(h: &ResourceHandle, opts: AcquireOptions) -> bool {
+    black_box(h.check_now(opts).expect("registered resource")).is_ok()
 }
 
 /// The same through the `async` API, polled once.
@@ -182,6 +191,7 @@ fn free_one_key(c: &mut Criterion) {
 
     let h = handle(&b, "gcra");
     g.bench_function("gcra_handle", |bn| bn.iter(|| acquire_handle(&h, opts)));
+    g.bench_function("gcra_handle_check", |bn| bn.iter(|| check_handle(&h, opts)));
     g.bench_function("gcra_handle_async", |bn| {
         bn.iter(|| acquire_handle_async(&h, opts))
     });
@@ -191,6 +201,7 @@ fn free_one_key(c: &mut Criterion) {
 
     let h = handle(&b, "window");
     g.bench_function("window_handle", |bn| bn.iter(|| acquire_handle(&h, opts)));
+    g.bench_function("window_handle_check", |bn| bn.iter(|| check_handle(&h, opts)));
 
     let h = handle(&b, "multi_window");
     g.bench_function("multi_window_handle", |bn| bn.iter(|| acquire_handle(&h, tokens)));
@@ -256,6 +267,7 @@ fn denied_one_key(c: &mut Criterion) {
         assert!(acquire_handle(&h, opts), "first acquisition fits");
         assert!(!acquire_handle(&h, opts), "quota exhausted");
         g.bench_function(name, |bn| bn.iter(|| acquire_handle(&h, opts)));
+        g.bench_function(format!("{name}_check"), |bn| bn.iter(|| check_handle(&h, opts)));
     }
     g.finish();
 }

@@ -6,7 +6,6 @@ use crate::entry::Entry;
 use crate::error::Error;
 use crate::queue::Priority;
 use crate::MemoryBackend;
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -143,7 +142,7 @@ impl<B: Backend> std::fmt::Debug for Permit<B> {
 }
 
 impl<B: Backend> Permit<B> {
-    #[inline]
+    #[inline(always)]
     pub(crate) fn new(entry: Option<Arc<Entry<B>>>, grant: Grant, ticket: u64) -> Self {
         Self {
             entry,
@@ -192,7 +191,7 @@ impl<B: Backend> Permit<B> {
         }
         if let (Some(e), Some(_)) = (&self.entry, self.grant.lease) {
             e.leases.remove(self.ticket);
-            e.counters.active.fetch_sub(1, Ordering::Relaxed);
+            e.counters.active.dec();
             let res = e.backend.release(&e.handle, &self.grant).await;
             e.capacity_freed();
             res?;
@@ -239,7 +238,7 @@ impl<B: Backend> Drop for Permit<B> {
         if let (true, Some(e), Some(_)) = (self.live, &self.entry, self.grant.lease) {
             self.live = false;
             e.leases.remove(self.ticket);
-            e.counters.active.fetch_sub(1, Ordering::Relaxed);
+            e.counters.active.dec();
             e.backend.release_detached(&e.handle, self.grant);
             e.capacity_freed();
         }

@@ -2,9 +2,9 @@
 //! top of one [`Backend`].
 
 use crate::acquisition::{AcquireOptions, Acquisition, Permit};
-use crate::backend::{Backend, SyncBackend};
+use crate::backend::{Backend, Denial, SyncBackend};
 use crate::clock::{Clock, MonotonicClock};
-use crate::entry::{Counters, Entry, ResourceHandle};
+use crate::entry::{Counters, Entry, Fits, ResourceHandle};
 use crate::error::{Error, QueueError};
 use crate::limits::{LimitSpec, Limits, PPM};
 use crate::queue::{self, Attempt, Queue, QueueConfig, Request, Response, TaskError};
@@ -259,6 +259,7 @@ impl<B: Backend> ResourceBroker<B> {
             let next = Arc::new(Entry {
                 id: Arc::clone(&current.id),
                 kind: current.kind,
+                fits: Fits::of(&spec),
                 spec,
                 backend: Arc::clone(&self.shared.backend),
                 handle,
@@ -358,6 +359,7 @@ impl<B: Backend> ResourceBroker<B> {
         let entry = Arc::new(Entry {
             id: Arc::clone(&id),
             kind,
+            fits: Fits::of(&spec),
             spec,
             backend: Arc::clone(&self.shared.backend),
             handle,
@@ -471,7 +473,7 @@ impl<B: Backend> ResourceBroker<B> {
             }
         }
         let entry = self.entry(resource)?;
-        entry.try_acquire(&opts).await
+        entry.try_acquire_awaited(&opts).await
     }
 
     /// Check+reject without a future, on a backend whose state is in this
@@ -482,6 +484,16 @@ impl<B: Backend> ResourceBroker<B> {
         B: SyncBackend,
     {
         self.lookup(resource)?.value().try_acquire_sync(&opts)
+    }
+
+    /// [`ResourceBroker::try_acquire_now`] as a yes/no, without building a
+    /// permit: see [`ResourceHandle::check_now`].
+    #[inline]
+    pub fn check_now(&self, resource: &str, opts: AcquireOptions) -> Result<Result<(), Denial>, Error>
+    where
+        B: SyncBackend,
+    {
+        self.lookup(resource)?.value().check_sync(&opts)
     }
 
     #[inline]
@@ -630,7 +642,7 @@ fn local_stats_of<B: Backend>(e: &Entry<B>) -> ResourceStats {
         kind: e.kind,
         limits: e.spec.limits.clone(),
         usage,
-        active: e.spec.concurrency.map(|_| c.active.load(Ordering::Relaxed)),
+        active: e.spec.concurrency.map(|_| c.active.get()),
         allowed: counts.allowed,
         denied: counts.denied + c.rejected.load(Ordering::Relaxed),
         backend_errors: c.backend_errors.load(Ordering::Relaxed),

@@ -11,12 +11,13 @@
 //! version that granted them, whose backend handle still releases them.
 
 use crate::acquisition::{AcquireOptions, Acquisition, Permit};
-use crate::backend::{Backend, BackendError, Decision, Grant, SyncBackend};
+use crate::backend::{Backend, BackendError, Decision, Denial, Grant, QuickDecision, SyncBackend};
 use crate::error::Error;
-use crate::limits::{Demand, LimitSpec, PPM};
+use crate::limits::{Demand, Dimension, LimitSpec, PPM};
 use crate::queue::Queue;
 use crate::renewal::{LeaseBook, Renewer};
 use crate::stats::ResourceKind;
+use crate::striped::Gauge;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 
@@ -26,15 +27,56 @@ use std::sync::{Arc, OnceLock};
 pub(crate) struct Counters {
     /// Queue requests refused (full, timed out) and `acquire_within` give-ups.
     pub(crate) rejected: AtomicU64,
-    /// Live permits holding a concurrency lease.
-    pub(crate) active: AtomicU64,
+    /// Live permits holding a concurrency lease (per-thread stripes: no
+    /// locked increment when a permit is taken or dropped).
+    pub(crate) active: Gauge,
     pub(crate) backend_errors: AtomicU64,
+}
+
+/// The largest demand that fits every dimension of a spec at once, by
+/// kind of unit, for the whole limit (interactive priority): a demand within
+/// both needs no per-dimension size check.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Fits {
+    /// Least `max_demand` over the request dimensions (`u64::MAX`: none).
+    requests: u64,
+    /// Least `max_demand` over the token dimensions (`u64::MAX`: none); a
+    /// demand whose input plus output tokens fit it fits every one of them.
+    tokens: u64,
+}
+
+impl Fits {
+    pub(crate) fn of(spec: &LimitSpec) -> Self {
+        let mut fits = Self {
+            requests: u64::MAX,
+            tokens: u64::MAX,
+        };
+        for r in &spec.rates {
+            let slot = match r.dimension {
+                Dimension::RequestsPerSecond | Dimension::RequestsPerMinute => &mut fits.requests,
+                _ => &mut fits.tokens,
+            };
+            *slot = (*slot).min(r.max_demand());
+        }
+        fits
+    }
+
+    /// Whether `demand` surely fits every dimension (`false`: ask
+    /// [`LimitSpec::oversized`]).
+    #[inline(always)]
+    fn surely(&self, demand: &Demand) -> bool {
+        demand.ceiling_ppm >= PPM
+            && demand.requests <= self.requests
+            && demand.input_tokens.saturating_add(demand.output_tokens) <= self.tokens
+    }
 }
 
 pub(crate) struct Entry<B: Backend> {
     pub(crate) id: Arc<str>,
     pub(crate) kind: ResourceKind,
     pub(crate) spec: Arc<LimitSpec>,
+    /// What fits `spec` for sure, so the common demand skips the size check.
+    pub(crate) fits: Fits,
     pub(crate) backend: Arc<B>,
     pub(crate) handle: B::Handle,
     /// Shared by every version of the resource.
@@ -98,6 +140,14 @@ impl<B: Backend> Entry<B> {
     /// Refuses a demand that can never fit.
     #[inline(always)]
     pub(crate) fn check_size(&self, demand: &Demand) -> Result<(), Error> {
+        if self.fits.surely(demand) {
+            return Ok(());
+        }
+        self.check_size_slow(demand)
+    }
+
+    #[inline(never)]
+    fn check_size_slow(&self, demand: &Demand) -> Result<(), Error> {
         match self.spec.oversized(demand) {
             None => Ok(()),
             Some((dimension, demand, max)) => Err(Error::DemandTooLarge {
@@ -122,7 +172,7 @@ impl<B: Backend> Entry<B> {
     }
 
     /// Turns a backend decision into an acquisition.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn finish(
         self: &Arc<Self>,
         decision: Result<Decision, BackendError>,
@@ -137,7 +187,7 @@ impl<B: Backend> Entry<B> {
         }
     }
 
-    #[inline]
+    #[inline(always)]
     fn permit(self: &Arc<Self>, grant: Grant) -> Permit<B> {
         // A lease always needs its entry back, even if it raced with a
         // change of limits that added concurrency to a resource whose
@@ -147,7 +197,7 @@ impl<B: Backend> Entry<B> {
         }
         let ticket = match grant.lease {
             Some(_) => {
-                self.counters.active.fetch_add(1, Ordering::Relaxed);
+                self.counters.active.inc();
                 self.renewer.register(self, grant)
             }
             None => 0,
@@ -157,15 +207,17 @@ impl<B: Backend> Entry<B> {
 
     /// `try_acquire`: one attempt on the newest version; the backend counts
     /// a denial.
-    #[inline]
-    pub(crate) async fn try_acquire(
+    /// `try_acquire` when [`Entry::try_acquire_now`] could not answer: the
+    /// backend is awaited.
+    pub(crate) async fn try_acquire_awaited(
         self: &Arc<Self>,
         opts: &AcquireOptions,
     ) -> Result<Acquisition<B>, Error> {
         let e = self.current();
         let demand = e.demand(opts);
         e.check_size(&demand)?;
-        e.attempt(&demand).await
+        let decision = e.backend.acquire(&e.handle, &demand).await;
+        e.finish(decision)
     }
 
     /// `try_acquire` answered at once, or `None` when the backend must be
@@ -180,12 +232,15 @@ impl<B: Backend> Entry<B> {
         if let Err(err) = e.check_size(&demand) {
             return Some(Err(err));
         }
-        let d = e.backend.acquire_now(&e.handle, &demand)?;
-        Some(e.finish(d))
+        Some(match e.backend.acquire_now_quick(&e.handle, &demand)? {
+            Ok(QuickDecision::Granted { at_ns }) => Ok(e.plain_grant(at_ns, &demand)),
+            Ok(QuickDecision::Full(d)) => e.finish_full(d),
+            Err(err) => e.finish_error(err),
+        })
     }
 
     /// `try_acquire` on a backend that always answers at once.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn try_acquire_sync(self: &Arc<Self>, opts: &AcquireOptions) -> Result<Acquisition<B>, Error>
     where
         B: SyncBackend,
@@ -193,8 +248,59 @@ impl<B: Backend> Entry<B> {
         let e = self.current();
         let demand = e.demand(opts);
         e.check_size(&demand)?;
-        let d = e.backend.acquire_sync(&e.handle, &demand);
-        e.finish(Ok(d))
+        match e.backend.acquire_quick(&e.handle, &demand) {
+            QuickDecision::Granted { at_ns } => Ok(e.plain_grant(at_ns, &demand)),
+            QuickDecision::Full(d) => e.finish_full(d),
+        }
+    }
+
+    /// The acquisition of a plain grant, built in the caller's return slot:
+    /// no lease, nothing registered, a reference only if the permit can
+    /// reconcile.
+    #[inline(always)]
+    fn plain_grant(self: &Arc<Self>, at_ns: u64, demand: &Demand) -> Acquisition<B> {
+        let entry = self.stateful.then(|| Arc::clone(self));
+        Acquisition::Granted(Permit::new(entry, Grant::plain(at_ns, demand), 0))
+    }
+
+    #[inline(never)]
+    fn finish_error(self: &Arc<Self>, err: BackendError) -> Result<Acquisition<B>, Error> {
+        self.finish(Err(err))
+    }
+
+    /// [`Entry::try_acquire_sync`] as a yes/no: a plain grant is answered
+    /// without building a permit (its permit would be inert).
+    #[inline(always)]
+    pub(crate) fn check_sync(self: &Arc<Self>, opts: &AcquireOptions) -> Result<Result<(), Denial>, Error>
+    where
+        B: SyncBackend,
+    {
+        let e = self.current();
+        let demand = e.demand(opts);
+        e.check_size(&demand)?;
+        match e.backend.acquire_quick(&e.handle, &demand) {
+            QuickDecision::Granted { .. } => Ok(Ok(())),
+            QuickDecision::Full(d) => e.check_full(d),
+        }
+    }
+
+    /// A decision other than a plain grant, as a yes/no: a permit that
+    /// holds something (a lease) is built and dropped, so it gives back
+    /// at once what it took.
+    #[inline(never)]
+    fn check_full(self: &Arc<Self>, decision: Decision) -> Result<Result<(), Denial>, Error> {
+        match self.finish(Ok(decision))? {
+            Acquisition::Granted(permit) => {
+                drop(permit);
+                Ok(Ok(()))
+            }
+            Acquisition::Denied(d) => Ok(Err(d)),
+        }
+    }
+
+    #[inline(never)]
+    fn finish_full(self: &Arc<Self>, decision: Decision) -> Result<Acquisition<B>, Error> {
+        self.finish(Ok(decision))
     }
 
     /// Tells the queue (if any) that capacity may have been freed.
@@ -258,17 +364,36 @@ impl<B: Backend> ResourceHandle<B> {
     /// Check+reject: reserve `opts` now or get a denial with its wait time.
     #[inline]
     pub async fn try_acquire(&self, opts: AcquireOptions) -> Result<Acquisition<B>, Error> {
-        self.entry.try_acquire(&opts).await
+        // Answered in the first poll without a nested future when the
+        // backend can (the result is moved once, not through every layer).
+        if let Some(out) = self.entry.try_acquire_now(&opts) {
+            return out;
+        }
+        self.entry.try_acquire_awaited(&opts).await
     }
 
     /// Check+reject without a future, on a backend whose state is in this
-    /// process (the in-memory backend): for synchronous code paths, and the
-    /// cheapest check there is.
+    /// process (the in-memory backend): for synchronous code paths.
     #[inline]
     pub fn try_acquire_now(&self, opts: AcquireOptions) -> Result<Acquisition<B>, Error>
     where
         B: SyncBackend,
     {
         self.entry.try_acquire_sync(&opts)
+    }
+
+    /// [`ResourceHandle::try_acquire_now`] as a yes/no, for callers that
+    /// need no permit (a rate limit checked per request, like governor's
+    /// `check()`): `Ok(Ok(()))` granted, `Ok(Err(denial))` refused. Exactly
+    /// `try_acquire_now` followed by dropping the permit — counted the same,
+    /// a reservation of tokens stays, a concurrency slot is given back at
+    /// once — without building the permit, which makes it the cheapest
+    /// check there is.
+    #[inline]
+    pub fn check_now(&self, opts: AcquireOptions) -> Result<Result<(), Denial>, Error>
+    where
+        B: SyncBackend,
+    {
+        self.entry.check_sync(&opts)
     }
 }

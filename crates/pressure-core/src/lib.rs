@@ -125,11 +125,12 @@ pub mod queue;
 mod renewal;
 pub mod shared_breaker;
 mod stats;
+mod striped;
 
 pub use acquisition::{AcquireOptions, Acquisition, ActualUsage, Permit};
 pub use backend::{
-    Backend, BackendError, Counts, Decision, Denial, DenialCause, Grant, LeaseId, MemoryBackend, Reserved,
-    SyncBackend,
+    Backend, BackendError, Counts, Decision, Denial, DenialCause, Grant, LeaseId, MemoryBackend,
+    QuickDecision, Reserved, SyncBackend,
 };
 pub use broker::{
     BrokerBuilder, LimitChange, LimitTemplate, ResourceBroker, ResourceConfig, DEFAULT_MAX_LAZY_RESOURCES,

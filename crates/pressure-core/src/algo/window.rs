@@ -18,17 +18,46 @@ use std::collections::VecDeque;
 
 /// Units admitted per sub-window, oldest first; only non-empty sub-windows
 /// are stored, so an idle resource costs no memory beyond the struct.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+///
+/// A state is counted against one sub-window length (`spec.sub_window_ns`)
+/// for its whole life; it remembers the last sub-window it saw, so the
+/// common call within the same sub-window costs no 64-bit division.
+#[derive(Debug, Clone, Default)]
 pub struct WindowState {
     buckets: VecDeque<(u64, u64)>,
     sum: u64,
+    /// The last sub-window seen: its index `k` and its start `k · g` (a
+    /// cache; `(0, 0)` is sub-window 0, also correct).
+    seen: (u64, u64),
 }
 
+impl PartialEq for WindowState {
+    /// The counted units; the cache of the last sub-window is not state.
+    fn eq(&self, other: &Self) -> bool {
+        self.buckets == other.buckets && self.sum == other.sum
+    }
+}
+
+impl Eq for WindowState {}
+
 impl WindowState {
+    /// The sub-window index of `now`: the cached one while `now` stays in
+    /// it, one division when it moves.
+    #[inline(always)]
+    fn index(&mut self, spec: &RateSpec, now: u64) -> u64 {
+        let (k, start) = self.seen;
+        if now >= start && now - start < spec.sub_window_ns {
+            return k;
+        }
+        let k = now / spec.sub_window_ns;
+        self.seen = (k, k * spec.sub_window_ns);
+        k
+    }
+
     /// Drops sub-windows that no longer count at `now`.
     #[inline]
     pub fn evict(&mut self, spec: &RateSpec, now: u64) {
-        let k = now / spec.sub_window_ns;
+        let k = self.index(spec, now);
         while let Some(&(idx, count)) = self.buckets.front() {
             if idx + SUB_WINDOWS < k {
                 self.sum -= count;
@@ -42,6 +71,16 @@ impl WindowState {
     /// Units counted at `now` (call [`WindowState::evict`] first).
     pub fn sum(&self) -> u64 {
         self.sum
+    }
+
+    /// The oldest sub-window that holds units (call [`WindowState::evict`]
+    /// first): with the window full, the one whose departure frees the next
+    /// unit.
+    pub fn oldest_counted(&self) -> Option<u64> {
+        self.buckets
+            .iter()
+            .find(|&&(_, count)| count > 0)
+            .map(|&(idx, _)| idx)
     }
 
     /// Whether nothing is counted any more, so the state can be dropped.
@@ -76,7 +115,7 @@ impl WindowState {
         if units == 0 {
             return;
         }
-        let k = now / spec.sub_window_ns;
+        let k = self.index(spec, now);
         self.sum += units;
         match self.buckets.back_mut() {
             Some((idx, count)) if *idx == k => *count += units,
@@ -167,6 +206,16 @@ mod tests {
         assert!(st.clone().try_admit(&s, now + wait - 1, 1, 10).is_err());
         assert!(st.try_admit(&s, now + wait, 1, 10).is_ok());
         assert!(wait <= s.window_ns + s.sub_window_ns);
+    }
+
+    #[test]
+    fn the_cached_sub_window_follows_the_clock_both_ways() {
+        let s = spec(30);
+        let g = s.sub_window_ns;
+        let mut st = WindowState::default();
+        for now in [5 * g, 5 * g + 1, 6 * g - 1, 6 * g, 3 * g, 40 * g - 1, 0] {
+            assert_eq!(st.index(&s, now), now / g, "now = {now}");
+        }
     }
 
     #[test]

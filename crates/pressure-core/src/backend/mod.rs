@@ -229,6 +229,21 @@ pub trait Backend: Send + Sync + Sized + std::fmt::Debug + 'static {
         None
     }
 
+    /// [`Backend::acquire_now`] answered as a [`QuickDecision`] (see
+    /// [`SyncBackend::acquire_quick`]) for the broker's hot path, so a plain
+    /// grant is built where the caller keeps it. The default classifies
+    /// `acquire_now`'s decision; a backend with in-process state overrides
+    /// it to skip building a `Grant` it would not need.
+    #[inline]
+    fn acquire_now_quick(
+        &self,
+        handle: &Self::Handle,
+        demand: &Demand,
+    ) -> Option<Result<QuickDecision, BackendError>> {
+        self.acquire_now(handle, demand)
+            .map(|r| r.map(|d| QuickDecision::of(d, demand)))
+    }
+
     /// Acquisitions counted for this resource by this process.
     fn counts(&self, handle: &Self::Handle) -> Counts;
 
@@ -299,4 +314,70 @@ pub trait Backend: Send + Sync + Sized + std::fmt::Debug + 'static {
 pub trait SyncBackend: Backend {
     /// [`Backend::acquire`] without a future.
     fn acquire_sync(&self, handle: &Self::Handle, demand: &Demand) -> Decision;
+
+    /// [`SyncBackend::acquire_sync`] for the broker's hot path: the same
+    /// reservation, answered as [`QuickDecision::Granted`] when the grant is
+    /// *plain* — immediate, no lease, not a fallback, reserving exactly the
+    /// demand — so the caller builds the [`Grant`] where it keeps it (a
+    /// decision copied through memory costs more than the decision itself).
+    /// The default asks `acquire_sync` and classifies its answer; a backend
+    /// overrides it to skip building a `Grant` it would not need.
+    #[inline]
+    fn acquire_quick(&self, handle: &Self::Handle, demand: &Demand) -> QuickDecision {
+        QuickDecision::of(self.acquire_sync(handle, demand), demand)
+    }
+}
+
+/// The answer of [`SyncBackend::acquire_quick`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum QuickDecision {
+    /// Granted, plainly: the grant is `Grant { at_ns, delay_ns: 0, lease:
+    /// None, reserved: Reserved::from(demand), fallback: false }`.
+    Granted {
+        /// Backend time at which the units were counted ([`Grant::at_ns`]).
+        at_ns: u64,
+    },
+    /// Any other decision (a denial, a lease, a booked slot, a fallback).
+    Full(Decision),
+}
+
+impl QuickDecision {
+    /// Classifies a full decision made for `demand`.
+    #[inline]
+    pub fn of(decision: Decision, demand: &Demand) -> Self {
+        match decision {
+            Decision::Granted(g)
+                if g.delay_ns == 0
+                    && g.lease.is_none()
+                    && !g.fallback
+                    && g.reserved == Reserved::from(demand) =>
+            {
+                QuickDecision::Granted { at_ns: g.at_ns }
+            }
+            d => QuickDecision::Full(d),
+        }
+    }
+
+    /// The full decision for `demand`.
+    #[inline]
+    pub fn into_decision(self, demand: &Demand) -> Decision {
+        match self {
+            QuickDecision::Granted { at_ns } => Decision::Granted(Grant::plain(at_ns, demand)),
+            QuickDecision::Full(d) => d,
+        }
+    }
+}
+
+impl Grant {
+    /// An immediate grant of exactly `demand` at `at_ns`, without a lease.
+    #[inline(always)]
+    pub fn plain(at_ns: u64, demand: &Demand) -> Self {
+        Self {
+            at_ns,
+            delay_ns: 0,
+            lease: None,
+            reserved: Reserved::from(demand),
+            fallback: false,
+        }
+    }
 }

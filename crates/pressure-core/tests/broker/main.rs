@@ -270,3 +270,56 @@ async fn local_stats_are_the_counters_without_usage() {
     );
     assert_eq!((full[0].allowed, full[0].denied, full[0].active), (1, 1, Some(1)));
 }
+
+/// `check_now` is `try_acquire_now` with the permit dropped at once, on
+/// every layout: the same grants and denials and counters, the same
+/// oversized-demand error, tokens stay reserved, a concurrency slot comes
+/// straight back.
+#[tokio::test]
+async fn check_now_is_try_acquire_now_with_the_permit_dropped() {
+    let clock = Arc::new(ManualClock::new(1_000_000_000));
+    let b = ResourceBroker::builder(MemoryBackend::with_clock(clock.clone()))
+        .clock(clock.clone())
+        .build();
+    let layouts = [
+        ("gcra", Limits::default().requests_per_minute(3).gcra(None)),
+        ("window", Limits::default().requests_per_minute(3)),
+        (
+            "multi",
+            Limits::default()
+                .requests_per_minute(3)
+                .tokens_per_minute(1_000)
+                .max_concurrent_requests(1),
+        ),
+    ];
+    for (id, limits) in layouts {
+        b.register_limit(id, limits).expect("valid");
+        let h = b.resource(id).expect("registered");
+        let opts = AcquireOptions::default().tokens(100, 0);
+        let answers: Vec<bool> = (0..5)
+            .map(|i| match i % 2 {
+                0 => h.check_now(opts).expect("answers").is_ok(),
+                _ => b.check_now(id, opts).expect("answers").is_ok(),
+            })
+            .collect();
+        assert_eq!(answers, [true, true, true, false, false], "{id}");
+        let d = h.check_now(opts).expect("answers").expect_err("denied");
+        assert!(d.wait > Duration::ZERO, "{id}: {d:?}");
+        let s = b.resource_stats(id).await.expect("registered");
+        assert_eq!((s.allowed, s.denied), (3, 3), "{id}");
+        assert_eq!(s.usage.get("requestsPerMinute"), Some(&3), "{id}");
+        if id == "multi" {
+            assert_eq!(s.usage.get("tokensPerMinute"), Some(&300), "tokens stay reserved");
+            assert_eq!(
+                s.usage.get("maxConcurrentRequests"),
+                Some(&0),
+                "the slot came back"
+            );
+            assert_eq!(s.active, Some(0));
+        }
+        assert!(matches!(
+            h.check_now(AcquireOptions::default().requests(4)),
+            Err(Error::DemandTooLarge { .. })
+        ));
+    }
+}

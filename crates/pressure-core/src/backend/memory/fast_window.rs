@@ -1,0 +1,336 @@
+//! The lock-free common case of a `window` resource: one `window` rate
+//! dimension, no concurrency limit.
+//!
+//! The sub-windows that are *closed* live in a [`WindowState`] under a mutex;
+//! the *open* sub-window `k` (the newest one) is one atomic word holding
+//! its **budget**: the units it may still admit at the full limit,
+//! `N − (units of sub-windows k−S ..= k counted so far)`. A demand of `n`
+//! units in sub-window `k` fits iff that sum plus `n` stays within `N` (the
+//! window's rule, see [`crate::algo::window`]), i.e. iff `n` fits the
+//! budget, so the common check is the same as `gcra`'s: one clock read, two
+//! loads and one compare-and-swap that takes `n` off the budget. For a
+//! caller limited to a share of `N` (batch headroom), the budget must keep
+//! the difference as well.
+//!
+//! Everything else happens under the mutex with the word *closed* (a
+//! sentinel no compare-and-swap matches, so no grant slips past): the units
+//! the open sub-window admitted (`opened_with − budget`) are folded into its
+//! bucket, the operation runs on the exact [`WindowState`] (a denial and its
+//! exact wait, a new sub-window, reconcile, usage), and the word is reopened
+//! for the sub-window of the time counted with the budget that state leaves.
+//! That is once per sub-window (`W/30`) for a resource that is not denied,
+//! and once per denial.
+//!
+//! The word is `tag << 40 | budget`, the tag being the low 24 bits of `k`,
+//! so a compare-and-swap prepared in one sub-window cannot land in another
+//! (a budget may repeat, a tag only after 2²⁴ sub-windows — for a 1 s window
+//! 6.5 days — which a thread would have to spend between one load and its
+//! compare-and-swap). Budgets fit 40 bits: limits are at most
+//! [`crate::MAX_LIMIT`] = 10¹² < 2⁴⁰.
+
+use super::{State, RETIRED};
+use crate::algo::window::WindowState;
+use crate::backend::Denial;
+use crate::limits::{Demand, RateSpec, SUB_WINDOWS};
+use crate::striped::Tally;
+use parking_lot::{Mutex, MutexGuard};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+const BUDGET_BITS: u32 = 40;
+const BUDGET_MASK: u64 = (1 << BUDGET_BITS) - 1;
+const TAG_MASK: u64 = (1 << (64 - BUDGET_BITS)) - 1;
+
+/// The word while the lock holder folds the open sub-window: its budget bits
+/// exceed any real budget, and it is not [`RETIRED`].
+const CLOSED: u64 = RETIRED - 1;
+
+/// The word before the first acquisition: no sub-window is open yet.
+const UNOPENED: u64 = RETIRED - 2;
+
+/// A word: budgets never exceed a limit, so never a sentinel's bits.
+#[inline(always)]
+fn pack(k: u64, budget: u64) -> u64 {
+    ((k & TAG_MASK) << BUDGET_BITS) | budget.min(crate::MAX_LIMIT)
+}
+
+/// One `window` dimension counted with a lock-free open sub-window.
+#[derive(Debug)]
+pub(super) struct FastWindow {
+    pub(super) rate: RateSpec,
+    /// `pack(open, budget)`, [`CLOSED`] while folded, [`RETIRED`] once the
+    /// limits changed.
+    word: AtomicU64,
+    /// The open sub-window's index; written under the lock before the word
+    /// that opens it.
+    open: AtomicU64,
+    /// When the open sub-window's budget is spent: the time at which one
+    /// unit fits again (the oldest counted sub-window leaves the span) —
+    /// what [`WindowState::check`] answers for one unit then. Written under
+    /// the lock with the word.
+    free_at: AtomicU64,
+    inner: Mutex<Inner>,
+    /// Grants and denials, one stripe per thread.
+    pub(super) tally: Tally,
+    /// Where the state went when the limits changed (set under the lock).
+    pub(super) moved: OnceLock<Arc<State>>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    /// Every sub-window but the open one's units since it was (re)opened.
+    closed: WindowState,
+    /// The budget the open sub-window was (re)opened with.
+    opened_with: u64,
+}
+
+/// What the fast path could not decide.
+pub(super) enum Slow {
+    /// Denied lock-free (a one-unit demand against a spent budget), counted.
+    Denied(Denial),
+    /// Decide under the lock.
+    Locked,
+    /// The limits changed: follow [`FastWindow::moved`].
+    Retired,
+}
+
+impl FastWindow {
+    /// A window counting `closed` (carried over a change of limits, or empty).
+    pub(super) fn new(rate: RateSpec, closed: WindowState) -> Self {
+        // Nothing is open: the first acquisition takes the lock, folds
+        // nothing and opens its own sub-window with the budget `closed`
+        // leaves.
+        Self {
+            rate,
+            word: AtomicU64::new(UNOPENED),
+            open: AtomicU64::new(0),
+            free_at: AtomicU64::new(0),
+            inner: Mutex::new(Inner {
+                closed,
+                opened_with: rate.limit,
+            }),
+            tally: Tally::default(),
+            moved: OnceLock::new(),
+        }
+    }
+
+    /// The lock-free grant: `Ok(())` counted at `now`, or what must decide.
+    #[inline(always)]
+    pub(super) fn try_fast(&self, now: u64, demand: &Demand) -> Result<(), Slow> {
+        let rate = &self.rate;
+        let units = rate.units(demand);
+        // Units the open sub-window must keep beyond this demand: what the
+        // caller's share of the limit leaves out.
+        let keep = rate.limit - RateSpec::scaled(rate.limit, demand.ceiling_ppm);
+        let mut w = self.word.load(Ordering::Acquire);
+        loop {
+            if w >= UNOPENED {
+                return Err(if w == RETIRED { Slow::Retired } else { Slow::Locked });
+            }
+            let k = self.open.load(Ordering::Acquire);
+            let start = k.wrapping_mul(rate.sub_window_ns);
+            let budget = w & BUDGET_MASK;
+            if w >> BUDGET_BITS != k & TAG_MASK || now.wrapping_sub(start) >= rate.sub_window_ns {
+                return Err(Slow::Locked);
+            }
+            if units.saturating_add(keep) > budget {
+                return Err(self.deny_fast(w, now, units, keep, demand));
+            }
+            if units == 0 {
+                break;
+            }
+            match self
+                .word
+                .compare_exchange_weak(w, w - units, Ordering::AcqRel, Ordering::Acquire)
+            {
+                Ok(_) => break,
+                Err(actual) => w = actual,
+            }
+        }
+        self.tally.allow();
+        Ok(())
+    }
+
+    /// The common denial without the lock: one unit at the full limit
+    /// against a spent budget, whose exact wait was prepared when the
+    /// sub-window opened. Anything else decides under the lock.
+    #[inline(always)]
+    fn deny_fast(&self, w: u64, now: u64, units: u64, keep: u64, demand: &Demand) -> Slow {
+        if units != 1 || keep != 0 {
+            return Slow::Locked;
+        }
+        let free_at = self.free_at.load(Ordering::Acquire);
+        // Written before the word that published it: if the word is still
+        // `w`, `free_at` belongs to it.
+        if self.word.load(Ordering::Acquire) != w {
+            return Slow::Locked;
+        }
+        if demand.count_denial {
+            self.tally.deny();
+        }
+        let wait = Duration::from_nanos(free_at.saturating_sub(now).max(1));
+        Slow::Denied(Denial::exhausted(wait, self.rate.dimension))
+    }
+
+    /// Runs `op` on the exact state at `now` (clamped into the open
+    /// sub-window, so buckets stay in order): the word closed and the open
+    /// sub-window folded, then reopened at the sub-window of the time `op`
+    /// counted at (passed to it). `None` when the state was retired.
+    pub(super) fn with_folded<R>(&self, now: u64, op: impl FnOnce(&mut WindowState, u64) -> R) -> Option<R> {
+        let mut inner = self.inner.lock();
+        let t = self.fold(&mut inner, now, CLOSED)?;
+        let out = op(&mut inner.closed, t);
+        self.reopen(&mut inner, t);
+        Some(out)
+    }
+
+    /// Closes the word (to `to`: [`CLOSED`] or [`RETIRED`]) and folds the
+    /// open sub-window into `inner.closed`, evicted at the returned time.
+    fn fold(&self, inner: &mut MutexGuard<'_, Inner>, now: u64, to: u64) -> Option<u64> {
+        // Retirement happens under this lock, so the word cannot become
+        // RETIRED between this load and the swap.
+        if self.word.load(Ordering::Acquire) == RETIRED {
+            return None;
+        }
+        let w = self.word.swap(to, Ordering::AcqRel);
+        // CLOSED here only if an operation panicked under the lock: what the
+        // open sub-window admitted since is lost, never double counted.
+        let start = match w {
+            UNOPENED => 0,
+            _ => {
+                let k = self.open.load(Ordering::Relaxed);
+                let start = k.wrapping_mul(self.rate.sub_window_ns);
+                let used = match w {
+                    CLOSED => 0,
+                    w => inner.opened_with.saturating_sub(w & BUDGET_MASK),
+                };
+                inner.closed.commit(&self.rate, start, used);
+                start
+            }
+        };
+        let t = now.max(start);
+        inner.closed.evict(&self.rate, t);
+        Some(t)
+    }
+
+    fn reopen(&self, inner: &mut MutexGuard<'_, Inner>, t: u64) {
+        let rate = &self.rate;
+        inner.closed.evict(rate, t);
+        let budget = rate.limit.saturating_sub(inner.closed.sum());
+        inner.opened_with = budget;
+        let k = t / rate.sub_window_ns;
+        // With the budget spent, sum = N: one unit fits once the oldest
+        // counted sub-window leaves (the open one if none is closed).
+        let oldest = inner.closed.oldest_counted().unwrap_or(k).min(k);
+        let free_at = (oldest + SUB_WINDOWS + 1).saturating_mul(rate.sub_window_ns);
+        self.open.store(k, Ordering::Relaxed);
+        self.free_at.store(free_at, Ordering::Release);
+        self.word.store(pack(k, budget), Ordering::Release);
+    }
+
+    /// Replaces the closed sub-windows of a state nobody counts on yet (a
+    /// cell prepared for a change of limits, before it is published).
+    pub(super) fn set_closed(&self, closed: WindowState) {
+        self.inner.lock().closed = closed;
+    }
+
+    /// Retires the state (the limits changed): the word becomes
+    /// [`RETIRED`], and `publish` gets the exact final state to carry while
+    /// the lock is held, and returns the cell that continues it, which is
+    /// published before the lock is released (so whoever takes it next
+    /// finds the successor). `None`: already retired.
+    pub(super) fn retire(&self, now: u64, publish: impl FnOnce(WindowState) -> Arc<State>) -> Option<()> {
+        let mut inner = self.inner.lock();
+        self.fold(&mut inner, now, RETIRED)?;
+        let closed = std::mem::take(&mut inner.closed);
+        let cell = publish(closed);
+        let _ = self.moved.set(cell);
+        Some(())
+    }
+
+    /// The state this retired one moved to; waits out the few instructions
+    /// between the retirement and the publication.
+    #[cold]
+    pub(super) fn successor(&self) -> &State {
+        loop {
+            if let Some(next) = self.moved.get() {
+                return next;
+            }
+            // Published under the lock: once it is free, the cell is set.
+            drop(self.inner.lock());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::limits::Limits;
+
+    fn rate(n: u64) -> RateSpec {
+        Limits::default()
+            .requests_per_second(n)
+            .compile()
+            .expect("valid")
+            .rates[0]
+    }
+
+    /// The word never takes a sentinel's value.
+    #[test]
+    fn packed_words_are_never_sentinels() {
+        for k in [0, 1, TAG_MASK, u64::MAX] {
+            for b in [0, 1, crate::MAX_LIMIT, BUDGET_MASK] {
+                let w = pack(k, b);
+                assert!(w < UNOPENED, "pack({k}, {b}) = {w:#x}");
+                assert!(w & BUDGET_MASK <= crate::MAX_LIMIT);
+            }
+        }
+    }
+
+    /// Lock-free grants, folds and the exact path agree with a plain
+    /// [`WindowState`] fed the same admissions, over many sub-windows, and
+    /// most grants take the lock-free path.
+    #[test]
+    fn agrees_with_the_plain_window() {
+        let r = rate(50);
+        let f = FastWindow::new(r, WindowState::default());
+        let mut reference = WindowState::default();
+        let mut now = 1_000_000_000u64;
+        let demand = Demand::default();
+        let (mut lock_free, mut locked, mut fast_denials) = (0u64, 0u64, 0u64);
+        for i in 0..5_000u64 {
+            now += (i * 7_919) % (r.sub_window_ns / 3);
+            let ours: Result<(), u64> = match f.try_fast(now, &demand) {
+                Ok(()) => {
+                    lock_free += 1;
+                    Ok(())
+                }
+                Err(Slow::Locked) => f
+                    .with_folded(now, |w, t| {
+                        let res = w.check(&r, t, 1, r.limit);
+                        if res.is_ok() {
+                            w.commit(&r, t, 1);
+                            locked += 1;
+                        }
+                        res
+                    })
+                    .expect("not retired"),
+                Err(Slow::Denied(d)) => {
+                    fast_denials += 1;
+                    Err(d.wait.as_nanos() as u64)
+                }
+                Err(Slow::Retired) => unreachable!("never retired here"),
+            };
+            let plain = reference.try_admit(&r, now, 1, r.limit);
+            assert_eq!(ours, plain, "step {i} at {now}: grant or exact wait");
+        }
+        assert_eq!(f.tally.allowed(), lock_free, "the fast path counts its grants");
+        assert_eq!(f.tally.denied(), fast_denials, "and its denials");
+        assert!(fast_denials > 0, "some denials were answered lock-free");
+        assert!(
+            lock_free > locked,
+            "{lock_free} lock-free vs {locked} locked grants"
+        );
+    }
+}
