@@ -3,7 +3,7 @@
 
 use pressure_core::backend::{MemoryHandle, Usage};
 use pressure_core::{
-    Backend, BackendError, Counts, Decision, Demand, Grant, LimitSpec, MemoryBackend, Reserved,
+    Backend, BackendError, Counts, Decision, Demand, Grant, LimitSpec, MemoryBackend, QuickDecision, Reserved,
 };
 use pressure_redis::{RedisBackend, RedisHandle};
 use std::sync::Arc;
@@ -64,6 +64,20 @@ impl Backend for AnyBackend {
     fn acquire_now(&self, handle: &AnyHandle, demand: &Demand) -> Option<Result<Decision, BackendError>> {
         match (self, handle) {
             (AnyBackend::Memory(b), AnyHandle::Memory(h)) => b.acquire_now(h, demand),
+            _ => None,
+        }
+    }
+
+    #[inline]
+    fn acquire_now_quick(
+        &self,
+        handle: &AnyHandle,
+        demand: &Demand,
+    ) -> Option<Result<QuickDecision, BackendError>> {
+        // The memory backend's quick path (no `Grant` built for a plain
+        // grant); Redis has no synchronous answer.
+        match (self, handle) {
+            (AnyBackend::Memory(b), AnyHandle::Memory(h)) => b.acquire_now_quick(h, demand),
             _ => None,
         }
     }
