@@ -21,11 +21,16 @@
 #    total divided by N is the figure: everything the proxy process did for
 #    those requests, its timers and idle wake-ups included.
 #
+# With CG_TOOL=strace the same runs count system calls instead: the proxy
+# runs natively and `strace -f -c` is attached for the measured requests
+# (syscalls per request, every thread of the process).
+#
 # Usage:  benches/callgrind-gateway.sh
 # Environment:
 #   CG_REQUESTS=2000   measured requests per path
 #   CG_WARMUP=200      unmeasured requests before them
 #   PRESSURE_BIN=path  a prebuilt `pressure` (default: build --release)
+#   CG_TOOL=callgrind  or strace (system calls per request)
 #   CG_KEEP=dir        keep each dump there (cg-<proxy>-<path>.out), for
 #                      callgrind_annotate
 #
@@ -43,7 +48,13 @@ die() {
   echo "callgrind-gateway: $*" >&2
   exit 1
 }
-for tool in valgrind callgrind_control nginx curl awk; do
+tool_kind=${CG_TOOL:-callgrind}
+case $tool_kind in
+  callgrind) tools="valgrind callgrind_control" ;;
+  strace) tools="strace" ;;
+  *) die "CG_TOOL must be callgrind or strace (got $tool_kind)" ;;
+esac
+for tool in $tools nginx curl awk; do
   command -v "$tool" >/dev/null || die "missing tool: $tool (apt-get install valgrind nginx curl)"
 done
 
@@ -160,7 +171,11 @@ wait_port "$up_port" "nginx upstream"
 measured() {
   local name=$1
   shift
-  valgrind --tool=callgrind --callgrind-out-file="$tmp/cg-$name.%p" "$@" >"$tmp/$name.log" 2>&1 &
+  if [[ $tool_kind == strace ]]; then
+    "$@" >"$tmp/$name.log" 2>&1 &
+  else
+    valgrind --tool=callgrind --callgrind-out-file="$tmp/cg-$name.%p" "$@" >"$tmp/$name.log" 2>&1 &
+  fi
   pids+=("$!")
   measured_pid=$!
 }
@@ -171,6 +186,22 @@ count() {
   local pid=$1 port=$2 path=$3 name=$4
   shift 4
   timeout 300 curl -s -o /dev/null "$@" "http://127.0.0.1:$port$path?w=[1-$warmup]"
+  if [[ $tool_kind == strace ]]; then
+    local out="$tmp/strace-$name-${path//\//_}" tracer
+    timeout 900 strace -f -c -o "$out" -p "$pid" 2>/dev/null &
+    tracer=$!
+    sleep 1 # attached to every thread
+    timeout 600 curl -s -o /dev/null -w '%{http_code}\n' "$@" "http://127.0.0.1:$port$path?n=[1-$requests]" >"$tmp/codes"
+    sleep 0.5
+    kill -INT "$tracer" 2>/dev/null || true
+    wait "$tracer" 2>/dev/null || true
+    awk -v n="$requests" '$NF == "total" { printf "%.2f", $4 / n }' "$out"
+    if [[ -n ${CG_KEEP:-} ]]; then
+      mkdir -p "$CG_KEEP"
+      cp "$out" "$CG_KEEP/"
+    fi
+    return
+  fi
   timeout 60 callgrind_control -z "$pid" >/dev/null 2>&1
   timeout 600 curl -s -o /dev/null -w '%{http_code}\n' "$@" "http://127.0.0.1:$port$path?n=[1-$requests]" >"$tmp/codes"
   timeout 60 callgrind_control -d "$pid" >/dev/null 2>&1
@@ -211,7 +242,9 @@ gw_llm_codes=$(codes)
 
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", a / b }'; }
 echo
-echo "instructions per request (callgrind, $requests requests on one keep-alive connection, after $warmup)"
+what="instructions per request (callgrind"
+[[ $tool_kind == strace ]] && what="system calls per request (strace -f -c"
+echo "$what, $requests requests on one keep-alive connection, after $warmup)"
 echo
 echo "| path | pressure | nginx | pressure / nginx | answers (pressure; nginx) |"
 echo "|---|---|---|---|---|"
