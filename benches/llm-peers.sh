@@ -42,14 +42,19 @@
 #                                          installed; reused when present
 #   PRESSURE_BIN=path                      a prebuilt `pressure` instead of
 #                                          building one
+#   BENCH_NETNS=auto                       1: run the measured part in a new
+#                                          network namespace with only lo
+#                                          (`unshare -n`, root); 0: do not;
+#                                          auto: when unshare -n works
 #
 # Needs cargo, python3 (with venv), node + npm, nginx, and the network for
 # the first run's installs (PyPI, npm, crates.io). Everything measured
 # listens on 127.0.0.1 only (Portkey's start script has no host flag:
 # benches/llm-peers/portkey-loopback.mjs pins it), LiteLLM runs with its
-# local model cost map and no telemetry, every step has a timeout, each
-# process started here gets its own process group (setsid) and the whole
-# group is stopped on exit (trap). The runs take about
+# local model cost map and no telemetry, and as root the measured part runs
+# in a network namespace holding only lo (BENCH_NETNS). Every step has a
+# timeout, each process started here gets its own process group (setsid)
+# and the whole group is stopped on exit (trap). The runs take about
 # 5 + (1 + number of peers) * (number of rates) * (DURATION + 2) seconds
 # plus the serial runs (LiteLLM's is the longest, ~15 ms per request) and
 # LiteLLM's startup (~10-30 s) after the build and installs.
@@ -98,7 +103,9 @@ fi
 mkdir -p "$scratch"
 
 # oha: from PATH, else `cargo install oha --locked --root $scratch/oha`.
-if command -v oha >/dev/null; then
+if [[ -n ${BENCH_OHA_BIN:-} ]]; then
+  oha_bin=$BENCH_OHA_BIN
+elif command -v oha >/dev/null; then
   oha_bin=$(command -v oha)
 else
   oha_bin=$scratch/oha/bin/oha
@@ -140,6 +147,25 @@ if wants pressure; then
   fi
   [[ -x $pressure_bin ]] || die "no $pressure_bin after the build"
 fi
+
+# --- Loopback-only network namespace ----------------------------------------
+# With BENCH_NETNS=auto (default, when running as root and `unshare -n`
+# works) or 1, the measured part runs in a new network namespace that has
+# only a loopback interface: nothing started below can reach anything but
+# 127.0.0.1, whatever it tries (LiteLLM fetching its cost map, telemetry).
+# 0: the host's network namespace (everything still listens on 127.0.0.1).
+netns=${BENCH_NETNS:-auto}
+if [[ ${BENCH_IN_NETNS:-} != 1 && $netns != 0 ]]; then
+  if [[ $netns == 1 ]] || { [[ $(id -u) == 0 ]] && timeout 5 unshare -n true 2>/dev/null; }; then
+    command -v ip >/dev/null || die "BENCH_NETNS needs ip (iproute2) to bring up lo"
+    log "re-running in a new network namespace with only lo (BENCH_NETNS=0: do not)"
+    export BENCH_IN_NETNS=1 BENCH_OHA_BIN=$oha_bin
+    [[ -n ${pressure_bin:-} ]] && export PRESSURE_BIN=$pressure_bin
+    # shellcheck disable=SC2016
+    exec unshare -n -- bash -c 'ip link set lo up && exec "$0" "$@"' "$here/benches/llm-peers.sh" "$@"
+  fi
+fi
+[[ ${BENCH_IN_NETNS:-} == 1 ]] && log "in a network namespace of its own: $(ip -brief link 2>/dev/null | awk '{ printf "%s ", $1 }')"
 
 # --- Scratch dir of this run and cleanup ------------------------------------
 # Every process is started with setsid (its own process group: LiteLLM forks
@@ -424,9 +450,11 @@ if wants portkey; then
     "$scratch/portkey/node_modules/@portkey-ai/gateway/package.json")
 fi
 echo
+peer_versions=""
+[[ -n $ver_litellm ]] && peer_versions+=", LiteLLM $ver_litellm ($litellm_workers workers)"
+[[ -n $ver_portkey ]] && peer_versions+=", Portkey gateway $ver_portkey"
 echo "llm-peers: $cores cores ($(uname -m)), ${duration}s per open-loop run, $serial_n serial requests;" \
-  "$("$oha_bin" --version 2>/dev/null | head -n1), $("$nginx_bin" -v 2>&1 | sed 's/.*: //') mock" \
-  "${ver_litellm:+, LiteLLM $ver_litellm ($litellm_workers workers)}${ver_portkey:+, Portkey gateway $ver_portkey}"
+  "$("$oha_bin" --version 2>/dev/null | head -n1), mock $("$nginx_bin" -v 2>&1 | sed 's/.*: //')$peer_versions"
 echo
 python3 benches/llm-peers/summarize.py "$out" "$(
   IFS=,
