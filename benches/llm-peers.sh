@@ -36,6 +36,13 @@
 #   BENCH_CONNS=0                          oha connections of the open-loop runs
 #                                          (0: rate/10, at least 50, at most 500)
 #   BENCH_LITELLM_WORKERS=2                LiteLLM's --num_workers
+#   BENCH_LOGS=quiet                       quiet: every gateway logs errors
+#                                          and warnings only (pressure
+#                                          --log-level warn, LITELLM_LOG=ERROR,
+#                                          Portkey --headless); default: each
+#                                          as shipped (pressure: one JSON line
+#                                          per LLM answer; LiteLLM: uvicorn's
+#                                          access log)
 #   BENCH_SCRATCH=$HOME/.cache/pressure-llm-peers
 #                                          where LiteLLM (venv), Portkey (npm)
 #                                          and oha (cargo install --root) are
@@ -51,7 +58,7 @@
 # the first run's installs (PyPI, npm, crates.io). Everything measured
 # listens on 127.0.0.1 only (Portkey's start script has no host flag:
 # benches/llm-peers/portkey-loopback.mjs pins it), LiteLLM runs with its
-# local model cost map and no telemetry, and as root the measured part runs
+# local model cost map, and as root the measured part runs
 # in a network namespace holding only lo (BENCH_NETNS). Every step has a
 # timeout, each process started here gets its own process group (setsid)
 # and the whole group is stopped on exit (trap). The runs take about
@@ -70,6 +77,7 @@ serial_n=${BENCH_SERIAL_N:-1000}
 warmup_n=${BENCH_WARMUP_N:-300}
 conns_knob=${BENCH_CONNS:-0}
 litellm_workers=${BENCH_LITELLM_WORKERS:-2}
+logs=${BENCH_LOGS:-quiet}
 scratch=${BENCH_SCRATCH:-$HOME/.cache/pressure-llm-peers}
 cores=$(nproc)
 
@@ -87,6 +95,7 @@ for peer in ${peers//,/ }; do
 done
 [[ $rates =~ ^[0-9]+(,[0-9]+)*$ ]] || die "BENCH_RATES must be comma-separated integers, got '$rates'"
 [[ $duration =~ ^[0-9]+$ ]] || die "BENCH_DURATION must be whole seconds, got '$duration'"
+[[ $logs == quiet || $logs == default ]] || die "BENCH_LOGS must be quiet or default, got '$logs'"
 wants() { [[ ,$peers, == *,$1,* ]]; }
 
 for tool in cargo python3 nginx awk setsid timeout; do
@@ -323,26 +332,33 @@ EOF
   timeout 10 "$pressure_bin" check-config "$tmp/pressure.json" >/dev/null ||
     die "pressure config invalid"
   log "starting pressure gateway on 127.0.0.1:$gw_port"
-  BENCH_MOCK_API_KEY=dummy spawn pressure "$pressure_bin" gateway --config "$tmp/pressure.json"
+  # RUST_LOG would replace --log-level: unset.
+  pressure_log=(--log-level warn)
+  [[ $logs == default ]] && pressure_log=(--log-level info)
+  spawn pressure env -u RUST_LOG BENCH_MOCK_API_KEY=dummy \
+    "$pressure_bin" gateway --config "$tmp/pressure.json" "${pressure_log[@]}"
 fi
 
 # --- 2b. LiteLLM proxy ------------------------------------------------------
-# Offline: the bundled model cost map instead of fetching it, no telemetry,
-# errors-only logging.
+# Offline: the bundled model cost map instead of fetching it (its telemetry
+# records nothing until a destination is configured), no admin UI;
+# quiet: errors only (uvicorn's log level follows LITELLM_LOG), default: no
+# LITELLM_LOG at all, as shipped.
 if wants litellm; then
   sed "s/@MOCK_PORT@/$mock_port/g" benches/llm-peers/litellm.yaml >"$tmp/litellm.yaml"
   log "starting LiteLLM proxy ($litellm_workers workers) on 127.0.0.1:$litellm_port"
-  LITELLM_LOCAL_MODEL_COST_MAP=True LITELLM_LOG=ERROR LITELLM_TELEMETRY=False \
-    NO_DOCS=True DISABLE_ADMIN_UI=True \
-    spawn litellm "$litellm_bin" --config "$tmp/litellm.yaml" --host 127.0.0.1 \
+  litellm_log=(LITELLM_LOG=ERROR)
+  [[ $logs == default ]] && litellm_log=(-u LITELLM_LOG)
+  spawn litellm env "${litellm_log[@]}" LITELLM_LOCAL_MODEL_COST_MAP=True \
+    DISABLE_ADMIN_UI=True "$litellm_bin" --config "$tmp/litellm.yaml" --host 127.0.0.1 \
     --port "$litellm_port" --num_workers "$litellm_workers"
 fi
 
 # --- 2c. Portkey gateway ----------------------------------------------------
 if wants portkey; then
   log "starting Portkey gateway on 127.0.0.1:$portkey_port"
-  NODE_ENV=production PORTKEY_START=$portkey_start \
-    spawn portkey node benches/llm-peers/portkey-loopback.mjs --port="$portkey_port" --headless
+  spawn portkey env NODE_ENV=production PORTKEY_START="$portkey_start" \
+    node benches/llm-peers/portkey-loopback.mjs --port="$portkey_port" --headless
 fi
 
 wants pressure && wait_port "$gw_port" pressure 20
@@ -418,6 +434,7 @@ oha_run() {
   }
 }
 
+load_before=$(cut -d' ' -f1-3 /proc/loadavg)
 for t in "${targets[@]}"; do
   log "warm-up $t: $warmup_n requests, 4 connections"
   oha_run "$t" "$out/$t-warmup.json" 120 -c 4 -n "$warmup_n"
@@ -440,6 +457,8 @@ for rate in ${rates//,/ }; do
   done
 done
 
+load_after=$(cut -d' ' -f1-3 /proc/loadavg)
+
 # --- Report -----------------------------------------------------------------
 ver_litellm="" ver_portkey=""
 if wants litellm; then
@@ -454,7 +473,8 @@ peer_versions=""
 [[ -n $ver_litellm ]] && peer_versions+=", LiteLLM $ver_litellm ($litellm_workers workers)"
 [[ -n $ver_portkey ]] && peer_versions+=", Portkey gateway $ver_portkey"
 echo "llm-peers: $cores cores ($(uname -m)), ${duration}s per open-loop run, $serial_n serial requests;" \
-  "$("$oha_bin" --version 2>/dev/null | head -n1), mock $("$nginx_bin" -v 2>&1 | sed 's/.*: //')$peer_versions"
+  "$("$oha_bin" --version 2>/dev/null | head -n1), mock $("$nginx_bin" -v 2>&1 | sed 's/.*: //')$peer_versions;" \
+  "logs $logs; load average (1/5/15 min) $load_before before the runs, $load_after after"
 echo
 python3 benches/llm-peers/summarize.py "$out" "$(
   IFS=,
