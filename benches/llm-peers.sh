@@ -58,13 +58,12 @@
 # the first run's installs (PyPI, npm, crates.io). Everything measured
 # listens on 127.0.0.1 only (Portkey's start script has no host flag:
 # benches/llm-peers/portkey-loopback.mjs pins it), LiteLLM runs with its
-# local model cost map, and as root the measured part runs
-# in a network namespace holding only lo (BENCH_NETNS). Every step has a
-# timeout, each process started here gets its own process group (setsid)
-# and the whole group is stopped on exit (trap). The runs take about
-# 5 + (1 + number of peers) * (number of rates) * (DURATION + 2) seconds
-# plus the serial runs (LiteLLM's is the longest, ~15 ms per request) and
-# LiteLLM's startup (~10-30 s) after the build and installs.
+# local model cost map, and as root the measured part runs in a network
+# namespace holding only lo (BENCH_NETNS). Every step has a timeout, each
+# process started here gets its own process group (setsid) and the whole
+# group is stopped on exit (trap). The defaults take about 4 minutes after
+# the build and installs: (1 + peers) * rates runs of DURATION + 1 s, the
+# serial runs (LiteLLM's ~6-15 ms per request) and LiteLLM's startup.
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -111,7 +110,8 @@ fi
 # --- Installs into the scratch dir (reused between runs) ---------------------
 mkdir -p "$scratch"
 
-# oha: from PATH, else `cargo install oha --locked --root $scratch/oha`.
+# oha: BENCH_OHA_BIN (set by the network-namespace re-run below), else from
+# PATH, else `cargo install oha --locked --root $scratch/oha`.
 if [[ -n ${BENCH_OHA_BIN:-} ]]; then
   oha_bin=$BENCH_OHA_BIN
 elif command -v oha >/dev/null; then
