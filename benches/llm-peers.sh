@@ -23,8 +23,9 @@
 #    measured seconds apart (this box's speed drifts).
 # 4. Tables (benches/llm-peers/summarize.py): achieved rate, p50, p99, added
 #    p50/p99 over direct at the same rate, error share (non-2xx + connection
-#    errors), and the max sustained rate (highest rate tried with achieved
-#    >= 95% of it and error share < 1%).
+#    errors), CPU time of the target's own processes per response (from
+#    /proc, the mock's for direct), and the max sustained rate (highest rate
+#    tried with achieved >= 95% of it and error share < 1%).
 #
 # Usage:  benches/llm-peers.sh
 # Environment:
@@ -205,12 +206,28 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM
 
 # spawn NAME CMD...: starts CMD in a new session (process group id = its
-# pid) with output in $tmp/NAME.log; records the group.
+# pid) with output in $tmp/NAME.log; records the group, also as group[NAME].
+declare -A group
 spawn() {
   local name=$1
   shift
   setsid "$@" >"$tmp/$name.log" 2>&1 </dev/null &
   pgids+=("$!")
+  group[$name]=$!
+}
+
+# CPU time (user + system) of every live process of group $1, microseconds.
+# /proc/PID/stat after the command's ")": field 3 (state) first, utime and
+# stime are fields 14 and 15.
+clk_tck=$(getconf CLK_TCK 2>/dev/null || echo 100)
+group_cpu_us() {
+  local ticks=0 pid stat fields
+  for pid in $(pgrep -g "$1" 2>/dev/null); do
+    stat=$(cat "/proc/$pid/stat" 2>/dev/null) || continue
+    read -r -a fields <<<"${stat##*) }"
+    ticks=$((ticks + fields[11] + fields[12]))
+  done
+  echo $((ticks * 1000000 / clk_tck))
 }
 
 # free_port VAR: as in gateway-vs-nginx.sh, a loopback port nothing listens
@@ -369,6 +386,7 @@ wants litellm && wait_port "$litellm_port" litellm 180
 targets=(direct)
 declare -A url
 url[direct]="http://127.0.0.1:$mock_port/v1/chat/completions"
+group[direct]=${group[mock]}
 url[pressure]="http://127.0.0.1:$gw_port/v1/chat/completions"
 url[litellm]="http://127.0.0.1:$litellm_port/v1/chat/completions"
 url[portkey]="http://127.0.0.1:$portkey_port/v1/chat/completions"
@@ -421,17 +439,22 @@ log "every target answers a chat.completion (targets: ${targets[*]})"
 # --- oha runs ---------------------------------------------------------------
 out=$tmp/oha
 mkdir -p "$out"
-# oha_run NAME OUTFILE BOUND ARGS...: one oha run against target NAME.
+# oha_run NAME OUTFILE BOUND ARGS...: one oha run against target NAME; the
+# CPU time its process group (the mock's, for direct) used meanwhile goes
+# to OUTFILE's .cpu_us.
 oha_run() {
-  local name=$1 file=$2 bound=$3 hdrs
+  local name=$1 file=$2 bound=$3 hdrs cpu_before pg
   shift 3
   mapfile -t hdrs < <(extra_headers "$name")
+  pg=${group[$name]}
+  cpu_before=$(group_cpu_us "$pg")
   timeout --kill-after=5 "$bound" "$oha_bin" --no-tui --output-format json \
     -m POST "${common_headers[@]}" "${hdrs[@]}" -D "$tmp/body.json" "$@" \
     "${url[$name]}" >"$file" 2>"$file.err" || {
     echo "llm-peers: oha against $name failed or timed out ($(head -c 300 "$file.err"))" >&2
     rm -f "$file"
   }
+  echo $(($(group_cpu_us "$pg") - cpu_before)) >"${file%.json}.cpu_us"
 }
 
 load_before=$(cut -d' ' -f1-3 /proc/loadavg)
