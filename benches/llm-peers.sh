@@ -37,6 +37,8 @@
 #   BENCH_CONNS=0                          oha connections of the open-loop runs
 #                                          (0: rate/10, at least 50, at most 500)
 #   BENCH_LITELLM_WORKERS=2                LiteLLM's --num_workers
+#   BENCH_LITELLM_ARGS=                    more `litellm` flags, split on
+#                                          spaces (e.g. --run_granian)
 #   BENCH_LOGS=quiet                       quiet: every gateway logs errors
 #                                          and warnings only (pressure
 #                                          --log-level warn, LITELLM_LOG=ERROR,
@@ -77,6 +79,7 @@ serial_n=${BENCH_SERIAL_N:-1000}
 warmup_n=${BENCH_WARMUP_N:-300}
 conns_knob=${BENCH_CONNS:-0}
 litellm_workers=${BENCH_LITELLM_WORKERS:-2}
+read -r -a litellm_args <<<"${BENCH_LITELLM_ARGS:-}"
 logs=${BENCH_LOGS:-quiet}
 scratch=${BENCH_SCRATCH:-$HOME/.cache/pressure-llm-peers}
 cores=$(nproc)
@@ -368,7 +371,7 @@ if wants litellm; then
   [[ $logs == default ]] && litellm_log=(-u LITELLM_LOG)
   spawn litellm env "${litellm_log[@]}" LITELLM_LOCAL_MODEL_COST_MAP=True \
     DISABLE_ADMIN_UI=True "$litellm_bin" --config "$tmp/litellm.yaml" --host 127.0.0.1 \
-    --port "$litellm_port" --num_workers "$litellm_workers"
+    --port "$litellm_port" --num_workers "$litellm_workers" "${litellm_args[@]}"
 fi
 
 # --- 2c. Portkey gateway ----------------------------------------------------
@@ -493,7 +496,7 @@ if wants portkey; then
 fi
 echo
 peer_versions=""
-[[ -n $ver_litellm ]] && peer_versions+=", LiteLLM $ver_litellm ($litellm_workers workers)"
+[[ -n $ver_litellm ]] && peer_versions+=", LiteLLM $ver_litellm ($litellm_workers workers${litellm_args[*]:+ ${litellm_args[*]}})"
 [[ -n $ver_portkey ]] && peer_versions+=", Portkey gateway $ver_portkey"
 echo "llm-peers: $cores cores ($(uname -m)), ${duration}s per open-loop run, $serial_n serial requests;" \
   "$("$oha_bin" --version 2>/dev/null | head -n1), mock $("$nginx_bin" -v 2>&1 | sed 's/.*: //')$peer_versions;" \
