@@ -252,6 +252,12 @@ free_port() {
   die "no free port found"
 }
 
+# exited NAME: dies when the process group of NAME has ended, with its log.
+exited() {
+  group_alive "${group[$1]}" ||
+    die "$1 exited; its log:"$'\n'"$(tail -n 30 "$tmp/$1.log" 2>/dev/null)"
+}
+
 # wait_port PORT NAME SECONDS: until something accepts on 127.0.0.1:PORT.
 wait_port() {
   local tries=$(($3 * 10))
@@ -259,6 +265,7 @@ wait_port() {
     if (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; then
       return
     fi
+    exited "$2"
     sleep 0.1
   done
   die "$2 did not listen on 127.0.0.1:$1 within $3 s; its log:"$'\n'"$(tail -n 30 "$tmp/$2.log" 2>/dev/null)"
@@ -431,6 +438,7 @@ PY
 ready() {
   local deadline=$((SECONDS + $2))
   until probe "$1"; do
+    exited "$1"
     ((SECONDS < deadline)) ||
       die "$1: POST ${url[$1]} gave no chat.completion within $2 s: $(head -c 400 "$tmp/probe-$1.out")"$'\n'"$(tail -n 20 "$tmp/$1.log" 2>/dev/null)"
     sleep 0.5
