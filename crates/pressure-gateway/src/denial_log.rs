@@ -166,25 +166,7 @@ impl DenialLog {
 
     /// Writes the summary line of `s`.
     fn write(&self, s: &Summary) {
-        let window_ms = u64::try_from(WINDOW.as_millis()).unwrap_or(u64::MAX);
-        match self.inner.kind {
-            Kind::Denied => tracing::info!(
-                target: "pressure::denial",
-                resource = s.resource.as_str(),
-                layer = s.layer.as_str(),
-                suppressed = s.suppressed,
-                window_ms,
-                "denials suppressed"
-            ),
-            Kind::Unavailable => tracing::warn!(
-                target: "pressure::denial",
-                resource = s.resource.as_str(),
-                layer = s.layer.as_str(),
-                suppressed = s.suppressed,
-                window_ms,
-                "limiter unavailable lines suppressed"
-            ),
-        }
+        write_summary(self.inner.kind, s);
     }
 
     /// Starts the task that writes summaries of windows nobody refused
@@ -211,6 +193,41 @@ impl DenialLog {
                 }
             }
         });
+    }
+}
+
+/// Writes the summary line of `s` for lines of `kind`.
+fn write_summary(kind: Kind, s: &Summary) {
+    let window_ms = u64::try_from(WINDOW.as_millis()).unwrap_or(u64::MAX);
+    match kind {
+        Kind::Denied => tracing::info!(
+            target: "pressure::denial",
+            resource = s.resource.as_str(),
+            layer = s.layer.as_str(),
+            suppressed = s.suppressed,
+            window_ms,
+            "denials suppressed"
+        ),
+        Kind::Unavailable => tracing::warn!(
+            target: "pressure::denial",
+            resource = s.resource.as_str(),
+            layer = s.layer.as_str(),
+            suppressed = s.suppressed,
+            window_ms,
+            "limiter unavailable lines suppressed"
+        ),
+    }
+}
+
+impl Drop for Inner {
+    /// A gateway that stops mid-flood still says what it left out.
+    fn drop(&mut self) {
+        let state = self.state.get_mut();
+        for (resource, w) in state.windows.drain() {
+            if let Some(s) = w.close(&resource) {
+                write_summary(self.kind, &s);
+            }
+        }
     }
 }
 
@@ -320,6 +337,40 @@ mod tests {
         }
         log.admit(R, Layer::PreAuth, 1, t + WINDOW);
         assert_eq!(log.inner.state.lock().windows.len(), 1);
+    }
+
+    #[test]
+    fn a_log_dropped_mid_window_writes_its_summaries() {
+        use std::sync::Mutex as StdMutex;
+        let out = Arc::new(StdMutex::new(Vec::<u8>::new()));
+        let sink = Arc::clone(&out);
+        let subscriber = tracing_subscriber::fmt()
+            .json()
+            .with_writer(move || Sink(Arc::clone(&sink)))
+            .finish();
+        tracing::subscriber::with_default(subscriber, || {
+            let log = DenialLog::new(Kind::Denied);
+            let t = Instant::now();
+            for _ in 0..7 {
+                log.admit(R, Layer::PreAuth, 3, t);
+            }
+        });
+        let text = String::from_utf8(out.lock().expect("sink").clone()).expect("utf-8");
+        assert!(text.contains("denials suppressed"), "{text}");
+        assert!(text.contains(r#""suppressed":4"#), "{text}");
+    }
+
+    /// A writer into a shared buffer, for the test subscriber.
+    struct Sink(Arc<std::sync::Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Sink {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().expect("sink").extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
     }
 
     #[tokio::test(start_paused = true)]
