@@ -14,7 +14,7 @@ use super::fallback::{FallbackHandler, InMemoryQueue, KeywordRules, ManualQueue}
 use super::metrics::{Metrics, MetricsSnapshot};
 use super::stream::{AnswerStream, Live};
 use super::{Answer, Degradation, LlmError, Reply};
-use crate::breaker::BreakerRegistry;
+use crate::breaker::{BreakerRegistry, CallPermit, CircuitBreaker};
 use crate::price::{ModelPrice, Money};
 use crate::provider::{
     CallError, CallTag, ChatRequest, PoolStats, ProviderClient, ProviderKind, RateLimitHints,
@@ -23,6 +23,19 @@ use crate::reservation::{resource_id, ModelLimits, Reservation};
 use crate::retry::{Decision, RetryState};
 use crate::taxonomy::{Disposition, ErrorKind, TimeoutPhase};
 use crate::tokens::TokenCounter;
+
+/// What [`LlmClient::gate`] decided before one attempt.
+pub(super) enum Gate<B: Backend> {
+    /// Call: the breaker's permit, and the limiter's (none for a model
+    /// without limits).
+    Go(CallPermit, Option<pressure_core::Permit<B>>),
+    /// Ask the gate again: a provider hold ended, or the breaker changed
+    /// state while the limiter decided (the reservation was given back).
+    Again,
+    /// The level cannot call now: a hold past the deadline, an open
+    /// breaker, or the limiter's refusal.
+    Refused(LlmError),
+}
 
 /// One configured model, ready to call.
 #[derive(Debug)]
@@ -493,6 +506,89 @@ impl<B: Backend> LlmClient<B> {
         Ok(self.counter.count_chat(model, &messages)?)
     }
 
+    /// The gate before each attempt on model `m`, for chat and embeddings
+    /// alike. A provider hold (its rate-limit headers said the quota is
+    /// spent) is a limiter denial: waited out when it ends before the
+    /// deadline, else the level is refused. Then the breaker: an open
+    /// breaker costs no quota and no call. Then the limiter, within the
+    /// time left. The limiter may take a while (a wait for capacity, a
+    /// store round trip): if the breaker changed state meanwhile, its
+    /// permit is void, so the reservation is given back and the gate is
+    /// asked again, and an open breaker sends nothing.
+    pub(super) async fn gate(
+        &self,
+        m: &ModelEntry,
+        breaker: &CircuitBreaker,
+        reservation: &Reservation,
+        now: Instant,
+        deadline: Instant,
+    ) -> Gate<B> {
+        let held = m.hold.load(Ordering::Relaxed);
+        let now_nanos = self.clock.now_nanos();
+        if held > now_nanos {
+            let wait = Duration::from_nanos(held - now_nanos);
+            if now + wait <= deadline {
+                tokio::time::sleep_until(now + wait).await;
+                return Gate::Again;
+            }
+            Metrics::add(&self.metrics.limiter_rejections, 1);
+            return Gate::Refused(LlmError::NoCapacity {
+                resource: resource_id(&m.provider, &m.model),
+                retry_after: Some(wait),
+            });
+        }
+        let bp = match breaker.acquire().await {
+            Ok(p) => p,
+            Err(rejected) => {
+                Metrics::add(&self.metrics.breaker_rejections, 1);
+                return Gate::Refused(LlmError::BreakerOpen {
+                    provider: m.provider.clone(),
+                    model: m.model.clone(),
+                    retry_after: Some(rejected.retry_in),
+                });
+            }
+        };
+        let permit = match &m.resource {
+            None => None,
+            Some(resource) => {
+                let remaining = deadline.saturating_duration_since(now);
+                match self
+                    .broker
+                    .acquire_within(resource, reservation.acquire_options(), remaining)
+                    .await
+                {
+                    Ok(p) => Some(p),
+                    Err(e) => {
+                        bp.ignore();
+                        Metrics::add(&self.metrics.limiter_rejections, 1);
+                        return Gate::Refused(match e {
+                            pressure_core::Error::WaitExceeded { wait, .. } => LlmError::NoCapacity {
+                                resource: resource.clone(),
+                                retry_after: Some(wait),
+                            },
+                            // Never fits: no wait would help.
+                            pressure_core::Error::DemandTooLarge { .. } => LlmError::NoCapacity {
+                                resource: resource.clone(),
+                                retry_after: None,
+                            },
+                            other => LlmError::Limiter(other),
+                        });
+                    }
+                }
+            }
+        };
+        if !bp.is_current() {
+            if let Some(mut p) = permit {
+                if let Err(e) = p.reconcile(Reservation::actual((0, 0))).await {
+                    tracing::warn!(model = %m.key, error = %e, "reconcile failed");
+                }
+            }
+            bp.ignore();
+            return Gate::Again;
+        }
+        Gate::Go(bp, permit)
+    }
+
     /// Retries one model level until it answers, gives up, or the deadline passes.
     #[allow(clippy::too_many_arguments)]
     async fn run_model(
@@ -523,79 +619,11 @@ impl<B: Backend> LlmClient<B> {
             if now >= deadline {
                 return Err(LevelEnd::Next(deadline_error()));
             }
-            // A provider hold (its rate-limit headers said the quota is
-            // spent) is a limiter denial: wait when it ends before the
-            // deadline, else move on to the next level. No breaker permit,
-            // no quota, no call.
-            let held = m.hold.load(Ordering::Relaxed);
-            let now_nanos = self.clock.now_nanos();
-            if held > now_nanos {
-                let wait = Duration::from_nanos(held - now_nanos);
-                if now + wait <= deadline {
-                    tokio::time::sleep_until(now + wait).await;
-                    continue;
-                }
-                Metrics::add(&self.metrics.limiter_rejections, 1);
-                return Err(LevelEnd::Next(LlmError::NoCapacity {
-                    resource: resource_id(&m.provider, &m.model),
-                    retry_after: Some(wait),
-                }));
-            }
-            // Breaker first: an open breaker costs no quota and no call.
-            let bp = match breaker.acquire().await {
-                Ok(p) => p,
-                Err(rejected) => {
-                    Metrics::add(&self.metrics.breaker_rejections, 1);
-                    return Err(LevelEnd::Next(LlmError::BreakerOpen {
-                        provider: m.provider.clone(),
-                        model: m.model.clone(),
-                        retry_after: Some(rejected.retry_in),
-                    }));
-                }
+            let (bp, mut permit) = match self.gate(m, &breaker, &reservation, now, deadline).await {
+                Gate::Go(bp, permit) => (bp, permit),
+                Gate::Again => continue,
+                Gate::Refused(e) => return Err(LevelEnd::Next(e)),
             };
-            let remaining = deadline.saturating_duration_since(now);
-            let acquired = match &m.resource {
-                Some(resource) => {
-                    self.broker
-                        .acquire_within(resource, reservation.acquire_options(), remaining)
-                        .await
-                }
-                None => Err(pressure_core::Error::UnknownResource(String::new())),
-            };
-            let mut permit = match (acquired, &m.resource) {
-                (Ok(p), _) => Some(p),
-                (Err(_), None) => None,
-                (Err(e), Some(resource)) => {
-                    bp.ignore();
-                    Metrics::add(&self.metrics.limiter_rejections, 1);
-                    let err = match e {
-                        pressure_core::Error::WaitExceeded { wait, .. } => LlmError::NoCapacity {
-                            resource: resource.clone(),
-                            retry_after: Some(wait),
-                        },
-                        // Never fits: no wait would help.
-                        pressure_core::Error::DemandTooLarge { .. } => LlmError::NoCapacity {
-                            resource: resource.clone(),
-                            retry_after: None,
-                        },
-                        other => LlmError::Limiter(other),
-                    };
-                    return Err(LevelEnd::Next(err));
-                }
-            };
-            // The limiter may have taken a while (a wait for capacity, a
-            // store round trip): if the breaker changed state meanwhile, this
-            // permit is void. Give the reservation back and ask the breaker
-            // again, so an open breaker sends nothing.
-            if !bp.is_current() {
-                if let Some(mut p) = permit.take() {
-                    if let Err(e) = p.reconcile(Reservation::actual((0, 0))).await {
-                        tracing::warn!(model = %m.key, error = %e, "reconcile failed");
-                    }
-                }
-                bp.ignore();
-                continue;
-            }
             event.attempts += 1;
             Metrics::add(&self.metrics.attempts, 1);
             let tag = CallTag {

@@ -30,13 +30,13 @@ use pressure_core::clock::{duration_to_millis as duration_ms, duration_to_nanos}
 use pressure_core::Backend;
 use tokio::time::Instant;
 
-use super::client::{breaker_outcome, hold_for, ModelEntry, Outcome};
+use super::client::{breaker_outcome, hold_for, Gate, ModelEntry, Outcome};
 use super::config::{ChainLevel, ModelKind, UseCaseConfig};
 use super::metrics::Metrics;
 use super::{Degradation, LlmClient, LlmError};
 use crate::price::Money;
 use crate::provider::{CallTag, EmbeddingRequest, EmbeddingResponse, InputItem};
-use crate::reservation::{resource_id, Reservation};
+use crate::reservation::Reservation;
 use crate::retry::{Decision, RetryState};
 use crate::taxonomy::{Disposition, ErrorKind, TimeoutPhase};
 
@@ -86,6 +86,37 @@ impl EmbeddingError {
             error,
             retry_after: wait.filter(|d| !d.is_zero()),
         }
+    }
+}
+
+/// The gate's refusal as an embeddings level ends with it: the wait of a
+/// capacity refusal travels in the [`EmbeddingError`] (not in the error
+/// itself); a breaker's stays in both.
+fn refusal(error: LlmError) -> EmbeddingError {
+    match error {
+        LlmError::NoCapacity {
+            resource,
+            retry_after,
+        } => EmbeddingError::with_wait(
+            LlmError::NoCapacity {
+                resource,
+                retry_after: None,
+            },
+            retry_after,
+        ),
+        LlmError::BreakerOpen {
+            provider,
+            model,
+            retry_after,
+        } => EmbeddingError::with_wait(
+            LlmError::BreakerOpen {
+                provider,
+                model,
+                retry_after,
+            },
+            retry_after,
+        ),
+        other => other.into(),
     }
 }
 
@@ -285,79 +316,16 @@ impl<B: Backend> LlmClient<B> {
         let deadline_error = || LlmError::DeadlineExceeded {
             total_ms: duration_ms(uc.total()),
         };
-        // The wait travels in the EmbeddingError.
-        let no_capacity = || LlmError::NoCapacity {
-            resource: resource_id(&m.provider, &m.model),
-            retry_after: None,
-        };
         loop {
             let now = Instant::now();
             if now >= deadline {
                 return Err(Step::Next(deadline_error().into()));
             }
-            // A provider hold is a limiter denial (see `run_model`).
-            let held = m.hold.load(Ordering::Relaxed);
-            let now_nanos = self.clock.now_nanos();
-            if held > now_nanos {
-                let wait = Duration::from_nanos(held - now_nanos);
-                if now + wait <= deadline {
-                    tokio::time::sleep_until(now + wait).await;
-                    continue;
-                }
-                Metrics::add(&self.metrics.limiter_rejections, 1);
-                return Err(Step::Next(EmbeddingError::with_wait(no_capacity(), Some(wait))));
-            }
-            let bp = match breaker.acquire().await {
-                Ok(p) => p,
-                Err(rejected) => {
-                    Metrics::add(&self.metrics.breaker_rejections, 1);
-                    let error = LlmError::BreakerOpen {
-                        provider: m.provider.clone(),
-                        model: m.model.clone(),
-                        retry_after: Some(rejected.retry_in),
-                    };
-                    return Err(Step::Next(EmbeddingError::with_wait(
-                        error,
-                        Some(rejected.retry_in),
-                    )));
-                }
+            let (bp, mut permit) = match self.gate(m, &breaker, &reservation, now, deadline).await {
+                Gate::Go(bp, permit) => (bp, permit),
+                Gate::Again => continue,
+                Gate::Refused(e) => return Err(Step::Next(refusal(e))),
             };
-            let mut permit = match &m.resource {
-                None => None,
-                Some(resource) => {
-                    let remaining = deadline.saturating_duration_since(now);
-                    match self
-                        .broker()
-                        .acquire_within(resource, reservation.acquire_options(), remaining)
-                        .await
-                    {
-                        Ok(p) => Some(p),
-                        Err(e) => {
-                            bp.ignore();
-                            Metrics::add(&self.metrics.limiter_rejections, 1);
-                            let refused = match e {
-                                pressure_core::Error::WaitExceeded { wait, .. } => {
-                                    EmbeddingError::with_wait(no_capacity(), Some(wait))
-                                }
-                                pressure_core::Error::DemandTooLarge { .. } => no_capacity().into(),
-                                other => LlmError::Limiter(other).into(),
-                            };
-                            return Err(Step::Next(refused));
-                        }
-                    }
-                }
-            };
-            // The breaker changed state while the limiter decided: give the
-            // reservation back and ask the breaker again.
-            if !bp.is_current() {
-                if let Some(mut p) = permit.take() {
-                    if let Err(e) = p.reconcile(Reservation::actual((0, 0))).await {
-                        tracing::warn!(model = %m.key, error = %e, "reconcile failed");
-                    }
-                }
-                bp.ignore();
-                continue;
-            }
             totals.attempts += 1;
             Metrics::add(&self.metrics.attempts, 1);
             let tag = CallTag {
