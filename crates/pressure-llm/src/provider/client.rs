@@ -134,6 +134,66 @@ pub(crate) struct Sent {
     pub(crate) first_byte: Duration,
 }
 
+/// A 2xx answer read whole, its connection slot freed.
+pub(crate) struct Answered {
+    pub(crate) bytes: Vec<u8>,
+    pub(crate) status: u16,
+    pub(crate) headers: Vec<(String, String)>,
+    pub(crate) ratelimit: RateLimitHints,
+    pub(crate) first_byte: Duration,
+    /// From the request to the end of the body.
+    pub(crate) total: Duration,
+}
+
+impl Sent {
+    /// Reads the whole body, within [`RESPONSE_BODY_LIMIT`], `read` between
+    /// chunks and the deadline, and frees the connection slot.
+    pub(crate) async fn read_all(mut self, read: Duration, deadline: Instant) -> Result<Answered, CallError> {
+        let mut bytes = Vec::new();
+        while let Some(chunk) = next_chunk(&mut self.body, read, deadline)
+            .await
+            .map_err(|e| e.with_response(self.status, &self.ratelimit))?
+        {
+            bytes.extend_from_slice(&chunk);
+            if bytes.len() > RESPONSE_BODY_LIMIT {
+                return Err(CallError::transport(
+                    ErrorKind::Other,
+                    format!("response body exceeds {RESPONSE_BODY_LIMIT} bytes"),
+                )
+                .with_response(self.status, &self.ratelimit));
+            }
+        }
+        drop(self.permit);
+        Ok(Answered {
+            bytes,
+            status: self.status,
+            headers: self.headers,
+            ratelimit: self.ratelimit,
+            first_byte: self.first_byte,
+            total: self.started.elapsed(),
+        })
+    }
+}
+
+impl Answered {
+    /// The error of a body that did not decode (`what: e`): classified as
+    /// the error answer it may be, else a malformed one.
+    pub(crate) fn undecodable(self, what: &str, e: impl std::fmt::Display) -> CallError {
+        let text = String::from_utf8_lossy(&self.bytes);
+        let kind = taxonomy::classify(self.status, &self.headers, &text);
+        let message = match kind {
+            ErrorKind::Other => format!("{what}: {e}"),
+            _ => error_message(&text, self.status),
+        };
+        CallError {
+            kind,
+            status: Some(self.status),
+            message,
+            ratelimit: self.ratelimit,
+        }
+    }
+}
+
 /// The request as sent: the caller's fields with `stream` and `stream_options` set by the client.
 #[derive(Serialize)]
 struct Wire<'a> {
@@ -306,46 +366,20 @@ impl ProviderClient {
         let body = self
             .encode(req, false)
             .map_err(|e| CallError::transport(ErrorKind::BadRequest, e))?;
-        let mut sent = self.send(body, false, deadline, tag).await?;
-        let read = self.inner.timeouts.read();
-        let mut buf = Vec::new();
-        while let Some(chunk) = next_chunk(&mut sent.body, read, deadline)
-            .await
-            .map_err(|e| e.with_response(sent.status, &sent.ratelimit))?
-        {
-            buf.extend_from_slice(&chunk);
-            if buf.len() > RESPONSE_BODY_LIMIT {
-                return Err(CallError::transport(
-                    ErrorKind::Other,
-                    format!("response body exceeds {RESPONSE_BODY_LIMIT} bytes"),
-                )
-                .with_response(sent.status, &sent.ratelimit));
-            }
-        }
-        drop(sent.permit);
-        let total = sent.started.elapsed();
-        match self.decode(&buf) {
+        let done = self
+            .send(body, false, deadline, tag)
+            .await?
+            .read_all(self.inner.timeouts.read(), deadline)
+            .await?;
+        match self.decode(&done.bytes) {
             Ok(response) => Ok(Completion {
                 usage: response.usage.clone(),
                 response,
-                ttft: sent.first_byte,
-                total,
-                ratelimit: sent.ratelimit,
+                ttft: done.first_byte,
+                total: done.total,
+                ratelimit: done.ratelimit,
             }),
-            Err(e) => {
-                let text = String::from_utf8_lossy(&buf);
-                let kind = taxonomy::classify(sent.status, &sent.headers, &text);
-                let message = match kind {
-                    ErrorKind::Other => format!("malformed completion: {e}"),
-                    _ => error_message(&text, sent.status),
-                };
-                Err(CallError {
-                    kind,
-                    status: Some(sent.status),
-                    message,
-                    ratelimit: sent.ratelimit,
-                })
-            }
+            Err(e) => Err(done.undecodable("malformed completion", e)),
         }
     }
 

@@ -12,11 +12,11 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use tokio::time::Instant;
 
-use super::client::{error_message, next_chunk, ProviderClient, RESPONSE_BODY_LIMIT};
+use super::client::ProviderClient;
 use super::error::CallError;
 use super::ratelimit::RateLimitHints;
 use super::tag::CallTag;
-use crate::taxonomy::{self, ErrorKind};
+use crate::taxonomy::ErrorKind;
 
 /// The most inputs one request may carry (OpenAI's limit).
 pub const MAX_EMBEDDING_INPUTS: usize = 2048;
@@ -265,45 +265,19 @@ impl ProviderClient {
         let body = serde_json::to_vec(req).map_err(|e| {
             CallError::transport(ErrorKind::BadRequest, format!("serialising the request: {e}"))
         })?;
-        let mut sent = self.send_to(url, body, false, deadline, tag).await?;
-        let read = self.timeouts().read();
-        let mut buf = Vec::new();
-        while let Some(chunk) = next_chunk(&mut sent.body, read, deadline)
-            .await
-            .map_err(|e| e.with_response(sent.status, &sent.ratelimit))?
-        {
-            buf.extend_from_slice(&chunk);
-            if buf.len() > RESPONSE_BODY_LIMIT {
-                return Err(CallError::transport(
-                    ErrorKind::Other,
-                    format!("response body exceeds {RESPONSE_BODY_LIMIT} bytes"),
-                )
-                .with_response(sent.status, &sent.ratelimit));
-            }
-        }
-        drop(sent.permit);
-        let total = sent.started.elapsed();
-        match serde_json::from_slice::<EmbeddingResponse>(&buf) {
+        let done = self
+            .send_to(url, body, false, deadline, tag)
+            .await?
+            .read_all(self.timeouts().read(), deadline)
+            .await?;
+        match serde_json::from_slice::<EmbeddingResponse>(&done.bytes) {
             Ok(response) => Ok(EmbeddingCompletion {
                 response,
-                ttft: sent.first_byte,
-                total,
-                ratelimit: sent.ratelimit,
+                ttft: done.first_byte,
+                total: done.total,
+                ratelimit: done.ratelimit,
             }),
-            Err(e) => {
-                let text = String::from_utf8_lossy(&buf);
-                let kind = taxonomy::classify(sent.status, &sent.headers, &text);
-                let message = match kind {
-                    ErrorKind::Other => format!("malformed embeddings answer: {e}"),
-                    _ => error_message(&text, sent.status),
-                };
-                Err(CallError {
-                    kind,
-                    status: Some(sent.status),
-                    message,
-                    ratelimit: sent.ratelimit,
-                })
-            }
+            Err(e) => Err(done.undecodable("malformed embeddings answer", e)),
         }
     }
 
