@@ -42,10 +42,10 @@ use serde_json::{json, Value};
 use tokio::time::Instant;
 
 use super::handler::{
-    count_input, cut_text, header, put, split_even, streamed, MAX_CONTENT_CHUNKS, STALL_JSON_BYTES,
+    count_input, cut_text, put, split_even, streamed, MAX_CONTENT_CHUNKS, STALL_JSON_BYTES,
 };
 use super::quota::{QuotaHints, Verdict};
-use super::record::{Outcome, ATTEMPT_HEADER, BAD_REQUEST_MARKER, PROBE_HEADER, REQUEST_ID_HEADER};
+use super::record::{Outcome, BAD_REQUEST_MARKER};
 use super::sse::{Piece, Plan};
 use super::state::{Draft, Fault, OutputBill, Shared, Tracker};
 
@@ -67,25 +67,13 @@ pub(crate) async fn messages(State(shared): State<Arc<Shared>>, headers: HeaderM
     let now = Instant::now();
     let mut tracker = Tracker::new(shared.clone());
     let phase = shared.phase_at(now);
-    let mut draft = Draft {
-        at: now,
-        endpoint: MESSAGES,
-        model: String::new(),
-        request_id: header(&headers, REQUEST_ID_HEADER).map(str::to_owned),
-        attempt: header(&headers, ATTEMPT_HEADER).and_then(|v| v.parse().ok()),
-        probe: header(&headers, PROBE_HEADER).is_some_and(|v| !matches!(v, "false" | "0")),
-        stream: false,
-        phase: phase.name.clone(),
-    };
+    let mut draft = Draft::arriving(now, MESSAGES, &headers, &phase.name);
 
     // 1. Parse.
     let req = match parse(&body) {
         Ok(req) => req,
         Err(message) => {
-            draft.model = serde_json::from_slice::<Value>(&body)
-                .ok()
-                .and_then(|v| v.get("model").and_then(Value::as_str).map(str::to_owned))
-                .unwrap_or_default();
+            draft.model_of_invalid(&body);
             shared.record(draft, Outcome::BadRequest, 400, 0);
             tracker.finish();
             return error(StatusCode::BAD_REQUEST, "invalid_request_error", &message);

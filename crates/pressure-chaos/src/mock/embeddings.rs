@@ -34,9 +34,9 @@ use pressure_llm::provider::{EmbeddingRequest, InputItem};
 use serde_json::{json, Value};
 use tokio::time::Instant;
 
-use super::handler::{error, header, invalid_request, put_hints, rate_limited, shutting_down};
+use super::handler::{error, invalid_request, put_hints, rate_limited, shutting_down};
 use super::quota::Verdict;
-use super::record::{Outcome, ATTEMPT_HEADER, BAD_REQUEST_MARKER, PROBE_HEADER, REQUEST_ID_HEADER};
+use super::record::{Outcome, BAD_REQUEST_MARKER};
 use super::sse::{Piece, Plan};
 use super::state::{Draft, Fault, Shared, Tracker};
 
@@ -119,16 +119,7 @@ pub(crate) async fn embeddings(
     let now = Instant::now();
     let mut tracker = Tracker::new(shared.clone());
     let phase = shared.phase_at(now);
-    let mut draft = Draft {
-        at: now,
-        endpoint: EMBEDDINGS,
-        model: String::new(),
-        request_id: header(&headers, REQUEST_ID_HEADER).map(str::to_owned),
-        attempt: header(&headers, ATTEMPT_HEADER).and_then(|v| v.parse().ok()),
-        probe: header(&headers, PROBE_HEADER).is_some_and(|v| !matches!(v, "false" | "0")),
-        stream: false,
-        phase: phase.name.clone(),
-    };
+    let mut draft = Draft::arriving(now, EMBEDDINGS, &headers, &phase.name);
 
     // 1. Parse and check.
     let parsed = serde_json::from_slice::<EmbeddingRequest>(&body)
@@ -137,10 +128,7 @@ pub(crate) async fn embeddings(
     let req = match parsed {
         Ok(req) => req,
         Err(message) => {
-            draft.model = serde_json::from_slice::<Value>(&body)
-                .ok()
-                .and_then(|v| v.get("model").and_then(Value::as_str).map(str::to_owned))
-                .unwrap_or_default();
+            draft.model_of_invalid(&body);
             shared.record(draft, Outcome::BadRequest, 400, 0);
             tracker.finish();
             return invalid_request(&message);

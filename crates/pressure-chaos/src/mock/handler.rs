@@ -35,7 +35,7 @@ use serde_json::{json, Value};
 use tokio::time::Instant;
 
 use super::quota::{go_duration, QuotaHints, Verdict};
-use super::record::{Outcome, ATTEMPT_HEADER, BAD_REQUEST_MARKER, PROBE_HEADER, REQUEST_ID_HEADER};
+use super::record::{Outcome, BAD_REQUEST_MARKER};
 use super::sse::{self, Piece, Plan};
 use super::state::{Draft, Fault, OutputBill, Shared, Tracker};
 
@@ -55,25 +55,13 @@ pub(crate) async fn chat_completions(
     let now = Instant::now();
     let mut tracker = Tracker::new(shared.clone());
     let phase = shared.phase_at(now);
-    let mut draft = Draft {
-        at: now,
-        endpoint: CHAT_COMPLETIONS,
-        model: String::new(),
-        request_id: header(&headers, REQUEST_ID_HEADER).map(str::to_owned),
-        attempt: header(&headers, ATTEMPT_HEADER).and_then(|v| v.parse().ok()),
-        probe: header(&headers, PROBE_HEADER).is_some_and(|v| !matches!(v, "false" | "0")),
-        stream: false,
-        phase: phase.name.clone(),
-    };
+    let mut draft = Draft::arriving(now, CHAT_COMPLETIONS, &headers, &phase.name);
 
     // 1. Parse.
     let req = match parse(&body) {
         Ok(req) => req,
         Err(message) => {
-            draft.model = serde_json::from_slice::<Value>(&body)
-                .ok()
-                .and_then(|v| v.get("model").and_then(Value::as_str).map(str::to_owned))
-                .unwrap_or_default();
+            draft.model_of_invalid(&body);
             shared.record(draft, Outcome::BadRequest, 400, 0);
             tracker.finish();
             return invalid_request(&message);

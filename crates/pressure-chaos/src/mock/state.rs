@@ -86,6 +86,43 @@ pub(crate) struct Draft {
     pub(crate) phase: String,
 }
 
+impl Draft {
+    /// The record of a request to `endpoint` that arrived `at` in `phase`,
+    /// with the pipeline's tags (request id, attempt, probe) from its
+    /// headers; the model and `stream` are filled in once it is parsed.
+    pub(crate) fn arriving(
+        at: Instant,
+        endpoint: &'static str,
+        headers: &axum::http::HeaderMap,
+        phase: &str,
+    ) -> Self {
+        use super::handler::header;
+        use super::record::{ATTEMPT_HEADER, PROBE_HEADER, REQUEST_ID_HEADER};
+        Self {
+            at,
+            endpoint,
+            model: String::new(),
+            request_id: header(headers, REQUEST_ID_HEADER).map(str::to_owned),
+            attempt: header(headers, ATTEMPT_HEADER).and_then(|v| v.parse().ok()),
+            probe: header(headers, PROBE_HEADER).is_some_and(|v| !matches!(v, "false" | "0")),
+            stream: false,
+            phase: phase.to_owned(),
+        }
+    }
+
+    /// Records the `model` a body that is no valid request still names.
+    pub(crate) fn model_of_invalid(&mut self, body: &[u8]) {
+        self.model = serde_json::from_slice::<serde_json::Value>(body)
+            .ok()
+            .and_then(|v| {
+                v.get("model")
+                    .and_then(serde_json::Value::as_str)
+                    .map(str::to_owned)
+            })
+            .unwrap_or_default();
+    }
+}
+
 /// The fault a request draws.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Fault {
