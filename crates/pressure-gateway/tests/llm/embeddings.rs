@@ -33,19 +33,7 @@ pub(crate) async fn provider(
     Json(body): Json<Value>,
 ) -> Response {
     let model = body["model"].as_str().unwrap_or_default().to_owned();
-    let header = |name: &str| {
-        headers
-            .get(name)
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or("-")
-            .to_owned()
-    };
-    state.tags.lock().push((
-        model.clone(),
-        header("x-pressure-request-id"),
-        header("x-pressure-attempt"),
-    ));
-    *state.hits.lock().entry(model.clone()).or_default() += 1;
+    state.called(&model, &headers);
     if state.failing.lock().contains(&model) {
         return (
             StatusCode::INTERNAL_SERVER_ERROR,

@@ -59,6 +59,25 @@ struct MockState {
     tags: Mutex<Vec<(String, String, String)>>,
 }
 
+impl MockState {
+    /// Counts one provider call to `model`, with its tag headers.
+    fn called(&self, model: &str, headers: &http::HeaderMap) {
+        let header = |name: &str| {
+            headers
+                .get(name)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("-")
+                .to_owned()
+        };
+        self.tags.lock().push((
+            model.to_owned(),
+            header("x-pressure-request-id"),
+            header("x-pressure-attempt"),
+        ));
+        *self.hits.lock().entry(model.to_owned()).or_default() += 1;
+    }
+}
+
 /// A mock OpenAI provider (`/v1/chat/completions`) that is also a plain HTTP
 /// upstream (`/api/hello`).
 pub(crate) struct Mock {
@@ -118,19 +137,7 @@ async fn chat(
     Json(body): Json<Value>,
 ) -> Response {
     let model = body["model"].as_str().unwrap_or_default().to_owned();
-    let header = |name: &str| {
-        headers
-            .get(name)
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or("-")
-            .to_owned()
-    };
-    state.tags.lock().push((
-        model.clone(),
-        header("x-pressure-request-id"),
-        header("x-pressure-attempt"),
-    ));
-    *state.hits.lock().entry(model.clone()).or_default() += 1;
+    state.called(&model, &headers);
     if model.starts_with("busy") {
         // A provider whose quota is spent for the next 2 s.
         return (
