@@ -34,8 +34,7 @@ use pressure_llm::provider::{EmbeddingRequest, InputItem};
 use serde_json::{json, Value};
 use tokio::time::Instant;
 
-use super::handler::{error, invalid_request, put_hints, rate_limited, shutting_down};
-use super::quota::Verdict;
+use super::handler::{failed, invalid_request, quota, shutting_down};
 use super::record::{Outcome, BAD_REQUEST_MARKER};
 use super::sse::{Piece, Plan};
 use super::state::{Draft, Fault, Shared, Tracker};
@@ -157,25 +156,14 @@ pub(crate) async fn embeddings(
     let hit = phase.hits(&req.model);
 
     // 2. The mock's own quota, on the input tokens.
-    let mut out_headers = HeaderMap::new();
-    if let (true, Some(limit)) = (hit, phase.rate_limit) {
-        let verdict = shared
-            .quota
-            .lock()
-            .check(&req.model, limit, input, shared.ms_since_start(now));
-        match verdict {
-            Verdict::Admitted(hints) => put_hints(&mut out_headers, &hints),
-            Verdict::Refused {
-                kind,
-                retry_after_ms,
-                hints,
-            } => {
-                shared.record(draft, Outcome::RateLimited, 429, 0);
-                tracker.finish();
-                return rate_limited(&req.model, kind, retry_after_ms, &hints, input);
-            }
+    let mut out_headers = match quota(&shared, &phase, hit, &req.model, input, now) {
+        Ok(hints) => hints,
+        Err(refused) => {
+            shared.record(draft, Outcome::RateLimited, 429, 0);
+            tracker.finish();
+            return *refused;
         }
-    }
+    };
 
     // 3. The fault draw.
     let fault = if hit {
@@ -184,29 +172,8 @@ pub(crate) async fn embeddings(
         Fault::None
     };
     match fault {
-        Fault::Error => {
-            shared.record(draft, Outcome::ServerError, 500, 0);
-            tracker.finish();
-            error(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                "The server had an error while processing your request. Sorry about that!",
-                "server_error",
-            )
-        }
-        Fault::Overload => {
-            shared.record(draft, Outcome::ServerError, 503, 0);
-            tracker.finish();
-            error(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "The engine is currently overloaded, please try again later.",
-                "server_error",
-            )
-        }
-        Fault::Hang => {
-            let at = shared.record(draft, Outcome::Hung, 0, input);
-            tracker.attach(at);
-            shared.shutdown_signal().await;
-            shutting_down()
+        Fault::Error | Fault::Overload | Fault::Hang => {
+            failed(&shared, draft, &mut tracker, fault, input).await
         }
         Fault::Stall | Fault::None => {
             let dims = req.dimensions.unwrap_or_else(|| default_dimensions(&req.model));

@@ -34,6 +34,7 @@ use pressure_llm::tokens::{ChatMessage, TokenCounter};
 use serde_json::{json, Value};
 use tokio::time::Instant;
 
+use super::behaviour::Phase;
 use super::quota::{go_duration, QuotaHints, Verdict};
 use super::record::{Outcome, BAD_REQUEST_MARKER};
 use super::sse::{self, Piece, Plan};
@@ -83,26 +84,15 @@ pub(crate) async fn chat_completions(
     let hit = phase.hits(&req.model);
 
     // 3. The mock's own quota.
-    let mut quota_headers = HeaderMap::new();
-    if let (true, Some(limit)) = (hit, phase.rate_limit) {
-        let cost = input + max_out.unwrap_or(u64::from(phase.output_tokens));
-        let verdict = shared
-            .quota
-            .lock()
-            .check(&req.model, limit, cost, shared.ms_since_start(now));
-        match verdict {
-            Verdict::Admitted(hints) => put_hints(&mut quota_headers, &hints),
-            Verdict::Refused {
-                kind,
-                retry_after_ms,
-                hints,
-            } => {
-                shared.record(draft, Outcome::RateLimited, 429, 0);
-                tracker.finish();
-                return rate_limited(&req.model, kind, retry_after_ms, &hints, cost);
-            }
+    let cost = input + max_out.unwrap_or(u64::from(phase.output_tokens));
+    let mut quota_headers = match quota(&shared, &phase, hit, &req.model, cost, now) {
+        Ok(hints) => hints,
+        Err(refused) => {
+            shared.record(draft, Outcome::RateLimited, 429, 0);
+            tracker.finish();
+            return *refused;
         }
-    }
+    };
 
     // 4. The fault draw.
     let fault = if hit {
@@ -111,30 +101,8 @@ pub(crate) async fn chat_completions(
         Fault::None
     };
     match fault {
-        Fault::Error => {
-            shared.record(draft, Outcome::ServerError, 500, 0);
-            tracker.finish();
-            error(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                "The server had an error while processing your request. Sorry about that!",
-                "server_error",
-            )
-        }
-        Fault::Overload => {
-            shared.record(draft, Outcome::ServerError, 503, 0);
-            tracker.finish();
-            error(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "The engine is currently overloaded, please try again later.",
-                "server_error",
-            )
-        }
-        Fault::Hang => {
-            let at = shared.record(draft, Outcome::Hung, 0, input);
-            tracker.attach(at);
-            // Dropped here when the client goes away: the tracker marks it.
-            shared.shutdown_signal().await;
-            shutting_down()
+        Fault::Error | Fault::Overload | Fault::Hang => {
+            failed(&shared, draft, &mut tracker, fault, input).await
         }
         Fault::Stall | Fault::None => {
             let stall = fault == Fault::Stall;
@@ -213,6 +181,74 @@ pub(crate) async fn chat_completions(
             tracker.finish();
             quota_headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
             (StatusCode::OK, quota_headers, answer.json()).into_response()
+        }
+    }
+}
+
+/// The mock's own quota for `cost` tokens of `model`, when the phase's
+/// rate limit hits it: the hint headers to answer with, or the 429 in
+/// OpenAI's shape.
+pub(super) fn quota(
+    shared: &Shared,
+    phase: &Phase,
+    hit: bool,
+    model: &str,
+    cost: u64,
+    now: Instant,
+) -> Result<HeaderMap, Box<Response>> {
+    let mut hints_headers = HeaderMap::new();
+    if let (true, Some(limit)) = (hit, phase.rate_limit) {
+        let verdict = shared
+            .quota
+            .lock()
+            .check(model, limit, cost, shared.ms_since_start(now));
+        match verdict {
+            Verdict::Admitted(hints) => put_hints(&mut hints_headers, &hints),
+            Verdict::Refused {
+                kind,
+                retry_after_ms,
+                hints,
+            } => return Err(Box::new(rate_limited(model, kind, retry_after_ms, &hints, cost))),
+        }
+    }
+    Ok(hints_headers)
+}
+
+/// The answer of a request that drew a failing fault, in OpenAI's shape: a
+/// 500 ([`Fault::Error`]), a 503 ([`Fault::Overload`]), or, for a hang, no
+/// answer until the mock shuts down (dropped when the client goes away,
+/// which the tracker marks).
+pub(super) async fn failed(
+    shared: &Shared,
+    draft: Draft,
+    tracker: &mut Tracker,
+    fault: Fault,
+    input: u64,
+) -> Response {
+    match fault {
+        Fault::Error => {
+            shared.record(draft, Outcome::ServerError, 500, 0);
+            tracker.finish();
+            error(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "The server had an error while processing your request. Sorry about that!",
+                "server_error",
+            )
+        }
+        Fault::Overload => {
+            shared.record(draft, Outcome::ServerError, 503, 0);
+            tracker.finish();
+            error(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "The engine is currently overloaded, please try again later.",
+                "server_error",
+            )
+        }
+        _ => {
+            let at = shared.record(draft, Outcome::Hung, 0, input);
+            tracker.attach(at);
+            shared.shutdown_signal().await;
+            shutting_down()
         }
     }
 }
