@@ -20,7 +20,7 @@ use crate::provider::{
     CallError, CallTag, ChatRequest, PoolStats, ProviderClient, ProviderKind, RateLimitHints,
 };
 use crate::reservation::{resource_id, ModelLimits, Reservation};
-use crate::retry::{Decision, RetryState};
+use crate::retry::{Decision, GiveUpReason, RetryState};
 use crate::taxonomy::{Disposition, ErrorKind, TimeoutPhase};
 use crate::tokens::TokenCounter;
 
@@ -711,21 +711,11 @@ impl<B: Backend> LlmClient<B> {
                             tokio::time::sleep_until((Instant::now() + wait).min(deadline)).await;
                         }
                         Decision::GiveUp(reason) => {
-                            let err = match &err {
-                                LlmError::Upstream {
-                                    kind:
-                                        ErrorKind::Timeout {
-                                            phase: TimeoutPhase::Total,
-                                        },
-                                    ..
-                                } => deadline_error(),
-                                _ => err,
-                            };
-                            return Err(match reason.disposition() {
-                                Disposition::Fail if !matches!(err, LlmError::DeadlineExceeded { .. }) => {
-                                    LevelEnd::Fail(err)
-                                }
-                                _ => LevelEnd::Next(err),
+                            let (err, fail) = given_up(err, &reason, deadline_error);
+                            return Err(if fail {
+                                LevelEnd::Fail(err)
+                            } else {
+                                LevelEnd::Next(err)
                             });
                         }
                     }
@@ -789,7 +779,30 @@ pub fn hold_for(hints: &RateLimitHints, typical: &Reservation) -> Option<Duratio
     hold.filter(|d| !d.is_zero()).map(|d| d.min(MAX_PROVIDER_HOLD))
 }
 
-fn upstream(m: &ModelEntry, e: CallError) -> LlmError {
+/// How a level ends when its retries gave up on `err` for `reason`: a
+/// total timeout is the use case's deadline error, and the event fails
+/// (no fallback) only when the reason says so and the deadline has not
+/// passed. Returns the error and whether the event fails.
+pub(super) fn given_up(
+    err: LlmError,
+    reason: &GiveUpReason,
+    deadline_error: impl FnOnce() -> LlmError,
+) -> (LlmError, bool) {
+    let err = match &err {
+        LlmError::Upstream {
+            kind: ErrorKind::Timeout {
+                phase: TimeoutPhase::Total,
+            },
+            ..
+        } => deadline_error(),
+        _ => err,
+    };
+    let fail = reason.disposition() == Disposition::Fail && !matches!(err, LlmError::DeadlineExceeded { .. });
+    (err, fail)
+}
+
+/// A failed provider call of `m` as the pipeline's error.
+pub(super) fn upstream(m: &ModelEntry, e: CallError) -> LlmError {
     LlmError::Upstream {
         provider: m.provider.clone(),
         model: m.model.clone(),

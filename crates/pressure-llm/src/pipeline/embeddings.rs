@@ -30,7 +30,7 @@ use pressure_core::clock::{duration_to_millis as duration_ms, duration_to_nanos}
 use pressure_core::Backend;
 use tokio::time::Instant;
 
-use super::client::{breaker_outcome, hold_for, Gate, ModelEntry, Outcome};
+use super::client::{breaker_outcome, given_up, hold_for, upstream, Gate, ModelEntry, Outcome};
 use super::config::{ChainLevel, ModelKind, UseCaseConfig};
 use super::metrics::Metrics;
 use super::{Degradation, LlmClient, LlmError};
@@ -38,7 +38,6 @@ use crate::price::Money;
 use crate::provider::{CallTag, EmbeddingRequest, EmbeddingResponse, InputItem};
 use crate::reservation::Reservation;
 use crate::retry::{Decision, RetryState};
-use crate::taxonomy::{Disposition, ErrorKind, TimeoutPhase};
 
 /// The answer of one embeddings event.
 #[derive(Debug, Clone, PartialEq)]
@@ -381,31 +380,14 @@ impl<B: Backend> LlmClient<B> {
                         .on_failure(&e.kind, cost, cost, self.clock.now_nanos());
                     tracing::debug!(model = %m.key, error = %e.kind, ?decision, "embeddings attempt failed");
                     let wait = e.kind.retry_after();
-                    let error = LlmError::Upstream {
-                        provider: m.provider.clone(),
-                        model: m.model.clone(),
-                        kind: e.kind,
-                        status: e.status,
-                        message: e.message,
-                    };
+                    let error = upstream(m, e);
                     match decision {
                         Decision::RetryAfter(d) => {
                             Metrics::add(&self.metrics.retries, 1);
                             tokio::time::sleep_until((Instant::now() + d).min(deadline)).await;
                         }
                         Decision::GiveUp(reason) => {
-                            let error = match &error {
-                                LlmError::Upstream {
-                                    kind:
-                                        ErrorKind::Timeout {
-                                            phase: TimeoutPhase::Total,
-                                        },
-                                    ..
-                                } => deadline_error(),
-                                _ => error,
-                            };
-                            let fail = reason.disposition() == Disposition::Fail
-                                && !matches!(error, LlmError::DeadlineExceeded { .. });
+                            let (error, fail) = given_up(error, &reason, deadline_error);
                             let refused = EmbeddingError::with_wait(error, wait);
                             return Err(if fail {
                                 Step::Fail(refused)
