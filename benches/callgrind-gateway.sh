@@ -39,6 +39,8 @@
 # is stopped on exit.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=benches/lib/common.sh
+source benches/lib/common.sh
 
 requests=${CG_REQUESTS:-2000}
 warmup=${CG_WARMUP:-200}
@@ -61,24 +63,12 @@ done
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/callgrind-gateway.XXXXXX")
 pids=()
 cleanup() {
-  local pid
-  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
-  for pid in "${pids[@]}"; do
-    for _ in $(seq 50); do
-      kill -0 "$pid" 2>/dev/null || break
-      sleep 0.1
-    done
-    kill -9 "$pid" 2>/dev/null || true
-    wait "$pid" 2>/dev/null || true
-  done
+  stop_pids "${pids[@]}"
   rm -rf "$tmp"
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-free_port() {
-  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
-}
 wait_port() {
   for _ in $(seq 300); do
     if (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; then return; fi
@@ -95,10 +85,11 @@ else
   pressure_bin=target/release/pressure
 fi
 
-up_port=$(free_port)
-ngx_port=$(free_port)
-gw_port=$(free_port)
-gw_admin_port=$(free_port)
+up_port="" ngx_port="" gw_port="" gw_admin_port="" # set by free_port
+free_port up_port
+free_port ngx_port
+free_port gw_port
+free_port gw_admin_port
 user=""
 [[ $(id -u) == 0 ]] && user="user root;"
 

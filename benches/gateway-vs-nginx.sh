@@ -35,6 +35,8 @@
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
+# shellcheck source=benches/lib/common.sh
+source benches/lib/common.sh
 
 secs=${BENCH_SECS:-10}
 warmup=${BENCH_WARMUP:-2}
@@ -70,45 +72,11 @@ nginx_bin=$(command -v nginx)
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/gateway-vs-nginx.XXXXXX")
 pids=()
 cleanup() {
-  local pid
-  for pid in "${pids[@]}"; do
-    kill "$pid" 2>/dev/null || true
-  done
-  for pid in "${pids[@]}"; do
-    # Bounded wait: TERM first, KILL after 5 s.
-    for _ in $(seq 50); do
-      kill -0 "$pid" 2>/dev/null || break
-      sleep 0.1
-    done
-    kill -9 "$pid" 2>/dev/null || true
-    wait "$pid" 2>/dev/null || true
-  done
+  stop_pids "${pids[@]}"
   rm -rf "$tmp"
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
-
-# free_port VAR: sets VAR to a loopback TCP port nothing listens on and not
-# handed out before (a global, not $(...), so the record of used ports
-# survives). Ports are drawn below the kernel's ephemeral range, so no
-# outgoing connection can hold one without listening on it.
-used_ports=" "
-ephemeral_low=$(awk '{ print $1 }' /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || echo 32768)
-(( ephemeral_low > 12000 )) || ephemeral_low=32768
-free_port() {
-  local port
-  for _ in $(seq 200); do
-    port=$((10000 + RANDOM % (ephemeral_low - 10000)))
-    [[ $used_ports == *" $port "* ]] && continue
-    # Connecting fails when nothing listens there.
-    if ! (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
-      used_ports+="$port "
-      printf -v "$1" '%s' "$port"
-      return
-    fi
-  done
-  die "no free port found"
-}
 
 # Waits (at most 10 s) until something accepts on 127.0.0.1:$1; $2 names it.
 wait_port() {
@@ -145,6 +113,7 @@ fi
 timeout 900 cargo build -q --release -p pressure-gateway --example tenants_rss
 [[ -x $pressure_bin ]] || die "no $pressure_bin after the build"
 
+up_port="" ngx_pass_port="" ngx_rej_port="" gw_port="" gw_admin_port="" # set by free_port
 free_port up_port       # trivial upstream (nginx)
 free_port ngx_pass_port # nginx proxy, limit never reached
 free_port ngx_rej_port  # nginx proxy, rate=1r/s

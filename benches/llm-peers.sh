@@ -70,6 +70,8 @@
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
+# shellcheck source=benches/lib/common.sh
+source benches/lib/common.sh
 here=$PWD
 
 peers=${BENCH_PEERS:-pressure,litellm,portkey}
@@ -231,25 +233,6 @@ group_cpu_us() {
     ticks=$((ticks + fields[11] + fields[12]))
   done
   echo $((ticks * 1000000 / clk_tck))
-}
-
-# free_port VAR: as in gateway-vs-nginx.sh, a loopback port nothing listens
-# on, below the ephemeral range, not handed out before.
-used_ports=" "
-ephemeral_low=$(awk '{ print $1 }' /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || echo 32768)
-((ephemeral_low > 12000)) || ephemeral_low=32768
-free_port() {
-  local port
-  for _ in $(seq 200); do
-    port=$((10000 + RANDOM % (ephemeral_low - 10000)))
-    [[ $used_ports == *" $port "* ]] && continue
-    if ! (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
-      used_ports+="$port "
-      printf -v "$1" '%s' "$port"
-      return
-    fi
-  done
-  die "no free port found"
 }
 
 # exited NAME: dies when the process group of NAME has ended, with its log.
