@@ -357,15 +357,15 @@ impl Rejection {
     /// `info` under the target `pressure::denial`, at most `denial_lines`
     /// per resource per second, see [`crate::denial_log`]; 0: no bound).
     pub fn record(&self, metrics: &GatewayMetrics, denial_lines: u32) {
-        let now = tokio::time::Instant::now();
         match self {
             Self::RateLimited(r) => {
                 metrics.denied(&r.resource, r.layer);
-                if !metrics
-                    .denial_logs()
-                    .denied
-                    .admit(&r.resource, r.layer, denial_lines, now)
-                {
+                if !metrics.denial_logs().denied.admit(
+                    &r.resource,
+                    r.layer,
+                    denial_lines,
+                    tokio::time::Instant::now(),
+                ) {
                     return;
                 }
                 tracing::info!(
@@ -385,11 +385,12 @@ impl Rejection {
                 ..
             } => {
                 metrics.limiter_unavailable(*layer);
-                if !metrics
-                    .denial_logs()
-                    .unavailable
-                    .admit(resource, *layer, denial_lines, now)
-                {
+                if !metrics.denial_logs().unavailable.admit(
+                    resource,
+                    *layer,
+                    denial_lines,
+                    tokio::time::Instant::now(),
+                ) {
                     return;
                 }
                 tracing::warn!(
