@@ -192,9 +192,10 @@ impl<B: Backend> Permit<B> {
         if let (Some(e), Some(_)) = (&self.entry, self.grant.lease) {
             e.leases.remove(self.ticket);
             e.counters.active.dec();
-            let res = e.backend.release(&e.handle, &self.grant).await;
-            e.capacity_freed();
-            res?;
+            // The queue hears of the freed slot even if this future is
+            // dropped at the await (the backend settles the release itself).
+            let _wake = WakeOnDrop(e);
+            e.backend.release(&e.handle, &self.grant).await?;
         }
         Ok(())
     }
@@ -220,15 +221,33 @@ impl<B: Backend> Permit<B> {
         if actual == self.grant.reserved {
             return Ok(());
         }
-        e.backend.reconcile(&e.handle, &self.grant, &actual).await?;
-        let r = &self.grant.reserved;
+        // The permit holds `actual` from here on: a backend settles a
+        // correction it has started even if this future is dropped at the
+        // await, so a later reconcile must count from `actual`, not again
+        // from the estimate. An error (nothing applied, as far as the
+        // backend knows) puts the estimate back.
+        let before = self.grant;
+        self.grant.reserved = actual;
+        if let Err(err) = e.backend.reconcile(&e.handle, &before, &actual).await {
+            self.grant.reserved = before.reserved;
+            return Err(err.into());
+        }
+        let r = &before.reserved;
         let freed = actual.input_tokens + actual.output_tokens + actual.requests
             < r.input_tokens + r.output_tokens + r.requests;
-        self.grant.reserved = actual;
         if freed {
             e.capacity_freed();
         }
         Ok(())
+    }
+}
+
+/// Tells the entry's queue that capacity may have been freed, when dropped.
+struct WakeOnDrop<'a, B: Backend>(&'a Entry<B>);
+
+impl<B: Backend> Drop for WakeOnDrop<'_, B> {
+    fn drop(&mut self) {
+        self.0.capacity_freed();
     }
 }
 

@@ -19,7 +19,11 @@
 --          d:<id>    tombstone of lease <id>: its client gave the acquisition
 --                    up (no reply in time) and released it before it arrived;
 --                    an acquisition with that lease id reserves nothing
---          x         the key's expiry as last set (PEXPIREAT only when it must move)
+--          e         the key's expiry as last set, in us (PEXPIREAT only when it
+--                    must move; it is set after the HSET that may create the
+--                    key, so a new key always gets one). Versions before it
+--                    kept the mark in `x` and could leave a new key without
+--                    a TTL; a key without `e` gets its expiry on first touch.
 -- ARGV[1]  number of rate dimensions n
 -- ARGV[2 + 8i .. 9 + 8i], for i = 0..n-1:
 --          algo (1 = gcra, 0 = window), dim id, units,
@@ -49,7 +53,7 @@ local conc = tonumber(ARGV[c0])
 -- must be written), o+9 units of sub-window k, o+10 dirty, o+11 sum field,
 -- o+12 lo field; the field of sub-window k is at F[i].
 local D, F = {}, {}
-local fields = {'x', 'c', 'cm', '-'}
+local fields = {'e', 'c', 'cm', '-'}
 if conc > 0 then fields[4] = 'd:' .. ARGV[c0 + 2] end
 local nf = 4
 local all_gcra = n > 0
@@ -249,12 +253,14 @@ elseif swept then
   upd[nu + 1] = 'c'; upd[nu + 2] = count; nu = nu + 2
   if cmin ~= nil then upd[nu + 1] = 'cm'; upd[nu + 2] = cmin; nu = nu + 2 end
 end
--- The key outlives everything it holds; move its expiry only when needed.
-if now + keep > x then
-  x = now + keep + SLACK
-  upd[nu + 1] = 'x'; upd[nu + 2] = x; nu = nu + 2
-  redis.call('PEXPIREAT', key, math.ceil(x / 1000))
+-- The key outlives everything it holds; move its expiry only when needed,
+-- and after the HSET (PEXPIREAT on a key that does not exist yet is a no-op).
+local expire = keep > 0 and now + keep > x
+if expire then
+  x = now + keep + math.min(SLACK, keep)
+  upd[nu + 1] = 'e'; upd[nu + 2] = x; nu = nu + 2
 end
 if nd > 0 then redis.call('HDEL', key, unpack(dels)) end
 if nu > 0 then redis.call('HSET', key, unpack(upd)) end
+if expire then redis.call('PEXPIREAT', key, math.ceil(x / 1000)) end
 return {1, now, start - now}

@@ -8,6 +8,8 @@
 -- Returns 1.
 
 local S = 30
+local SLACK = 10000000
+local keep = 0
 local t = redis.call('TIME')
 local now = t[1] * 1000000 + t[2]
 local n = tonumber(ARGV[1])
@@ -19,8 +21,8 @@ for i = 0, n - 1 do
   local gcra, id, delta, step = ARGV[b] == '1', ARGV[b + 1], tonumber(ARGV[b + 2]), tonumber(ARGV[b + 3])
   if delta ~= 0 then
     if gcra then
-      local v = redis.call('HMGET', key, 'g' .. id, 'x', 'g' .. id .. 't')
-      local tat, x, tstep = tonumber(v[1]), tonumber(v[2]) or 0, tonumber(v[3])
+      local v = redis.call('HMGET', key, 'g' .. id, 'g' .. id .. 't')
+      local tat, tstep = tonumber(v[1]), tonumber(v[2])
       if tat and tstep ~= nil and tstep ~= step and tat > now then
         -- Counted with another T (the limit changed): keep the units held.
         tat = now + math.ceil((tat - now) / tstep) * step
@@ -34,10 +36,7 @@ for i = 0, n - 1 do
       if nt then
         redis.call('HSET', key, 'g' .. id, nt, 'g' .. id .. 't', step)
         -- The key must outlive the corrected bucket.
-        if nt > x then
-          redis.call('HSET', key, 'x', nt + 10000000)
-          redis.call('PEXPIREAT', key, math.ceil((nt + 10000000) / 1000))
-        end
+        if nt - now > keep then keep = nt - now end
       end
     else
       local pre = 'w' .. id .. ':'
@@ -50,11 +49,22 @@ for i = 0, n - 1 do
         local applied = next_cur - (cur or 0)
         if cur ~= nil or applied > 0 then
           redis.call('HSET', key, pre .. k_at, next_cur, pre .. 's', math.max(sum + applied, 0), pre .. 'lo', lo or k_at)
+          local kw = (k_at + S + 2) * step - now
+          if kw > keep then keep = kw end
         end
       end
     end
   end
 end
--- Window corrections stay within sub-windows the key already outlives
--- (acquire set its expiry past them).
+-- The key outlives what was written (see acquire.lua's `e`): usually the
+-- acquisition already moved the expiry past it, but a correction may outlast
+-- it (a gcra TAT pushed forward) or write a key that is gone.
+if keep > 0 then
+  local x = tonumber(redis.call('HGET', key, 'e')) or 0
+  if now + keep > x then
+    x = now + keep + math.min(SLACK, keep)
+    redis.call('HSET', key, 'e', x)
+    redis.call('PEXPIREAT', key, math.ceil(x / 1000))
+  end
+end
 return 1

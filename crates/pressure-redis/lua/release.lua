@@ -27,13 +27,15 @@ if tombs then
   local now = t[1] * 1000000 + t[2]
   local upd = {}
   for j = 1, #tombs do upd[#upd + 1] = tombs[j]; upd[#upd + 1] = now + tomb_ttl end
-  -- The key outlives its tombstones.
-  local x = tonumber(redis.call('HGET', key, 'x')) or 0
-  if now + tomb_ttl > x then
-    x = now + tomb_ttl + 10000000
-    upd[#upd + 1] = 'x'; upd[#upd + 1] = x
-    redis.call('PEXPIREAT', key, math.ceil(x / 1000))
+  -- The key outlives its tombstones (expiry after the HSET that may create
+  -- the key: see acquire.lua's `e`).
+  local x = tonumber(redis.call('HGET', key, 'e')) or 0
+  local expire = now + tomb_ttl > x
+  if expire then
+    x = now + tomb_ttl + math.min(10000000, tomb_ttl)
+    upd[#upd + 1] = 'e'; upd[#upd + 1] = x
   end
   redis.call('HSET', key, unpack(upd))
+  if expire then redis.call('PEXPIREAT', key, math.ceil(x / 1000)) end
 end
 return freed

@@ -13,7 +13,7 @@ local ttl = tonumber(ARGV[1])
 local f = {}
 for i = 2, #ARGV do f[#f + 1] = 'l:' .. ARGV[i] end
 local n = #f
-f[n + 1] = 'x'
+f[n + 1] = 'e'
 local v = redis.call('HMGET', key, unpack(f))
 local out, upd, dead = {}, {}, {}
 for i = 1, n do
@@ -34,11 +34,12 @@ if #dead > 0 then
 end
 if #upd > 0 then
   local x = tonumber(v[n + 1]) or 0
-  if now + ttl > x then
-    x = now + ttl + 10000000
-    upd[#upd + 1] = 'x'; upd[#upd + 1] = x
-    redis.call('PEXPIREAT', key, math.ceil(x / 1000))
+  local expire = now + ttl > x
+  if expire then
+    x = now + ttl + math.min(10000000, ttl)
+    upd[#upd + 1] = 'e'; upd[#upd + 1] = x
   end
   redis.call('HSET', key, unpack(upd))
+  if expire then redis.call('PEXPIREAT', key, math.ceil(x / 1000)) end
 end
 return out

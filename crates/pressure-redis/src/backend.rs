@@ -27,6 +27,7 @@ use crate::conn::{self, Pool};
 use crate::health::Health;
 use crate::keys::ResourceKeys;
 use crate::scripts;
+use crate::settle::Settled;
 use crate::shape::{self, RateArgs, Shape};
 use parking_lot::Mutex;
 use pressure_core::backend::{MemoryHandle, Usage};
@@ -78,6 +79,11 @@ pub(crate) struct Inner {
     /// The acquire script of every limit shape registered so far, shared by
     /// the handles of that shape (see `shape.rs`).
     pub(crate) shapes: Mutex<HashMap<Shape, Arc<ShapeScript>>>,
+    /// Calls whose caller went away before the answer, settled here.
+    cancelled_calls: AtomicU64,
+    /// Leases and reservations given back because their acquisition's
+    /// caller went away before its answer.
+    cancel_releases: AtomicU64,
 }
 
 /// The acquire script generated for one [`Shape`].
@@ -120,6 +126,14 @@ pub struct RedisStatus {
     pub last_error: Option<String>,
     /// Lease releases waiting for Redis (lost acquisitions, failed releases).
     pub pending_releases: u64,
+    /// Store calls (acquire, release, reconcile) whose caller went away
+    /// before the answer — a client that reset its connection, a dropped
+    /// future — and that the backend finished and settled itself.
+    pub cancelled_calls: u64,
+    /// Leases and reservations given back because the caller of their
+    /// acquisition went away before its answer (each would otherwise have
+    /// held its slot for the lease TTL, its units for the window).
+    pub cancel_releases: u64,
 }
 
 /// A failed store call, and whether the command may have reached Redis (so
@@ -141,7 +155,9 @@ impl From<Failure> for BackendError {
 pub struct RedisHandle {
     keys: ResourceKeys,
     spec: Arc<LimitSpec>,
-    dims: Vec<Dim>,
+    /// Shared with the calls in flight, which settle by them when their
+    /// caller goes away (`settle.rs`).
+    dims: Arc<[Dim]>,
     local: Option<MemoryHandle>,
     deny: Mutex<Option<Denied>>,
     /// Shared with the handles of the resource's other limits (reattach),
@@ -295,6 +311,8 @@ impl RedisBackend {
             lost: Mutex::new(Vec::new()),
             wake: Arc::new(tokio::sync::Notify::new()),
             shapes: Mutex::new(HashMap::new()),
+            cancelled_calls: AtomicU64::new(0),
+            cancel_releases: AtomicU64::new(0),
         });
         tokio::spawn(crate::background::run(
             Arc::downgrade(&inner),
@@ -334,6 +352,8 @@ impl RedisBackend {
             url: h.address.clone(),
             last_error: h.last_error(),
             pending_releases: self.inner.lost.lock().len() as u64,
+            cancelled_calls: self.inner.cancelled_calls.load(Ordering::Relaxed),
+            cancel_releases: self.inner.cancel_releases.load(Ordering::Relaxed),
         }
     }
 
@@ -367,22 +387,8 @@ impl RedisBackend {
     /// Queues the background release of `lease` (`kind` says whether its
     /// acquisition's reply was lost or its release failed).
     fn lose(&self, h: &RedisHandle, lease: u64, kind: LostKind) {
-        let ttl = Duration::from_nanos(h.spec.lease_ttl_ns);
-        let tombstone_us = match kind {
-            LostKind::Acquisition => pressure_core::clock::duration_to_nanos(ttl.max(TOMBSTONE_MIN)) / 1_000,
-            LostKind::Release => 0,
-        };
-        let give_up_ns = self
-            .inner
-            .clock
-            .now_nanos()
-            .saturating_add(pressure_core::clock::duration_to_nanos(ttl + LOST_MARGIN));
-        self.inner.push_lost(Lost {
-            key: h.keys.state.clone(),
-            member: member(lease),
-            tombstone_us,
-            give_up_ns,
-        });
+        self.inner
+            .lose(h.keys.state.clone(), lease, h.spec.lease_ttl_ns, kind);
     }
 
     fn fallback(&self, h: &RedisHandle, demand: &Demand) -> Decision {
@@ -406,6 +412,10 @@ impl RedisBackend {
         }
     }
 
+    /// One acquisition in Redis with the shape's script (or the generic
+    /// one), as a [`Settled`] call: a caller that goes away before the
+    /// answer leaves nothing behind — a task awaits the answer and gives
+    /// back what it granted ([`LostAcquisition::settle`]).
     async fn acquire_remote(
         &self,
         h: &RedisHandle,
@@ -416,34 +426,39 @@ impl RedisBackend {
             (Some(_), Some(c)) => RateSpec::scaled(c, demand.ceiling_ppm),
             _ => 0,
         };
-        let v: Vec<i64> = match &h.shaped {
-            Some(s) => {
-                let mut inv = s.script.prepare_invoke();
-                inv.key(&h.keys.state);
-                for a in shaped_args(&s.shape, &h.dims, demand, conc, &member(lease.unwrap_or(0))) {
+        let lease_member = member(lease.unwrap_or(0));
+        let (script, args) = match &h.shaped {
+            Some(s) => (
+                AcquireScript::Shaped(Arc::clone(s)),
+                shaped_args(&s.shape, &h.dims, demand, conc, &lease_member),
+            ),
+            None => (
+                AcquireScript::Generic,
+                generic_args(&h.dims, &h.spec, demand, conc, &lease_member),
+            ),
+        };
+        let key = h.keys.state.clone();
+        let call = {
+            let (inner, key) = (Arc::clone(&self.inner), key.clone());
+            async move {
+                let mut inv = script.get().prepare_invoke();
+                inv.key(&key);
+                for a in &args {
                     inv.arg(a);
                 }
-                self.call(inv).await?
+                inner.call::<Vec<i64>>(inv).await
             }
-            None => self.acquire_generic(h, demand, lease, conc).await?,
         };
+        let lost = LostAcquisition {
+            inner: Arc::clone(&self.inner),
+            key,
+            lease,
+            lease_ttl_ns: h.spec.lease_ttl_ns,
+            dims: Arc::clone(&h.dims),
+            demand: *demand,
+        };
+        let v = Settled::new(call, move |answer| lost.settle(answer)).await?;
         self.decide(h, demand, lease, &v)
-    }
-
-    /// One acquisition with the generic `lua/acquire.lua`.
-    async fn acquire_generic(
-        &self,
-        h: &RedisHandle,
-        demand: &Demand,
-        lease: Option<u64>,
-        conc: u64,
-    ) -> Result<Vec<i64>, Failure> {
-        let mut inv = scripts::ACQUIRE.prepare_invoke();
-        inv.key(&h.keys.state);
-        for a in generic_args(&h.dims, &h.spec, demand, conc, &member(lease.unwrap_or(0))) {
-            inv.arg(a);
-        }
-        self.call(inv).await
     }
 
     /// The decision of an acquire script's reply `v`.
@@ -626,7 +641,7 @@ impl Backend for RedisBackend {
         Ok(RedisHandle {
             keys: ResourceKeys::new(&self.inner.config.key_prefix, resource),
             spec,
-            dims,
+            dims: dims.into(),
             local,
             deny: Mutex::new(None),
             tally: Arc::default(),
@@ -705,11 +720,22 @@ impl Backend for RedisBackend {
             return Ok(());
         }
         let Some(lease) = grant.lease else { return Ok(()) };
-        match self
-            .inner
-            .release_remote(&h.keys.state, 0, &[member(lease.0)])
-            .await
-        {
+        // Settled: a caller that goes away mid-call still has its lease
+        // released (the connection would drop an unwritten command whose
+        // caller is gone).
+        let (inner, key, ttl) = (Arc::clone(&self.inner), h.keys.state.clone(), h.spec.lease_ttl_ns);
+        let call = {
+            let (inner, key) = (Arc::clone(&inner), key.clone());
+            async move { inner.release_remote(&key, 0, &[member(lease.0)]).await }
+        };
+        let answer = Settled::new(call, move |answer| {
+            inner.cancelled_calls.fetch_add(1, Ordering::Relaxed);
+            if !matches!(answer, Some(Ok(_))) {
+                inner.lose(key, lease.0, ttl, LostKind::Release);
+            }
+        })
+        .await;
+        match answer {
             Ok(_) => Ok(()),
             Err(f) => {
                 // Retried in the background until Redis answers.
@@ -800,34 +826,36 @@ impl Backend for RedisBackend {
         }
         let before = Demand::from(&grant.reserved);
         let after = Demand::from(actual);
-        let changed: Vec<(&Dim, i64)> = h
+        let changes: Vec<Change> = h
             .dims
             .iter()
-            .map(|d| (d, d.rate.units(&after) as i64 - d.rate.units(&before) as i64))
-            .filter(|(_, delta)| *delta != 0)
+            .map(|d| Change::of(d, d.rate.units(&after) as i64 - d.rate.units(&before) as i64))
+            .filter(|c| c.delta != 0)
             .collect();
-        if changed.is_empty() {
+        if changes.is_empty() {
             return Ok(());
         }
-        let mut inv = scripts::RECONCILE.prepare_invoke();
-        inv.key(&h.keys.state).arg(changed.len()).arg(grant.at_ns / 1_000);
-        for (d, delta) in changed {
-            inv.arg(u8::from(d.gcra))
-                .arg(d.rate.dimension.index())
-                .arg(delta)
-                .arg(d.step_us);
-        }
-        let _: i64 = self.call(inv).await?;
         if delta_frees(&before, &after) {
+            // Before the call: once it is sent the units may be free, and
+            // the call outlives a caller that goes away.
             *h.deny.lock() = None;
         }
+        let (inner, key, at_us) = (Arc::clone(&self.inner), h.keys.state.clone(), grant.at_ns / 1_000);
+        let call = {
+            let inner = Arc::clone(&inner);
+            async move { inner.reconcile_remote(&key, at_us, &changes).await }
+        };
+        Settled::new(call, move |_| {
+            inner.cancelled_calls.fetch_add(1, Ordering::Relaxed);
+        })
+        .await?;
         Ok(())
     }
 
     async fn usage(&self, h: &RedisHandle) -> Result<Usage, BackendError> {
         let mut inv = scripts::USAGE.prepare_invoke();
         inv.key(&h.keys.state).arg(h.dims.len());
-        for d in &h.dims {
+        for d in h.dims.iter() {
             inv.arg(u8::from(d.gcra))
                 .arg(d.rate.dimension.index())
                 .arg(d.step_us);
@@ -851,6 +879,144 @@ impl Backend for RedisBackend {
         // The state lives in Redis and expires there by itself; dropping the
         // local handle loses nothing.
         true
+    }
+}
+
+/// The acquire script of a call in flight, owned by it.
+enum AcquireScript {
+    /// The script generated for the limit's shape.
+    Shaped(Arc<ShapeScript>),
+    /// `lua/acquire.lua`.
+    Generic,
+}
+
+impl AcquireScript {
+    fn get(&self) -> &redis::Script {
+        match self {
+            AcquireScript::Shaped(s) => &s.script,
+            AcquireScript::Generic => &scripts::ACQUIRE,
+        }
+    }
+}
+
+/// One dimension's correction for `lua/reconcile.lua`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Change {
+    gcra: bool,
+    dimension: usize,
+    /// Units to add (negative: to give back).
+    delta: i64,
+    step_us: u64,
+}
+
+impl Change {
+    fn of(d: &Dim, delta: i64) -> Self {
+        Self {
+            gcra: d.gcra,
+            dimension: d.rate.dimension.index(),
+            delta,
+            step_us: d.step_us,
+        }
+    }
+}
+
+/// What an acquisition whose caller went away before its answer may hold,
+/// to give it back once the answer is known.
+struct LostAcquisition {
+    inner: Arc<Inner>,
+    key: String,
+    lease: Option<u64>,
+    lease_ttl_ns: u64,
+    dims: Arc<[Dim]>,
+    demand: Demand,
+}
+
+impl LostAcquisition {
+    /// Settles the answer of the orphaned call (`None`: it could not be
+    /// awaited). A grant is given back whole — its lease released, its
+    /// units refunded at the instant they were counted — as if the caller
+    /// had never asked; a denial holds nothing; no answer (an error, a
+    /// timeout, no runtime) leaves the lease to the background release
+    /// with a tombstone, as a lost reply does.
+    fn settle(self, answer: Option<Result<Vec<i64>, Failure>>) {
+        let inner = &self.inner;
+        inner.cancelled_calls.fetch_add(1, Ordering::Relaxed);
+        let granted_at_us = match &answer {
+            Some(Ok(v)) => match v[..] {
+                [1, at_us, _] => at_us.max(0) as u64,
+                // Denied, or its lease id already given up: nothing held.
+                _ => return,
+            },
+            Some(Err(f)) if !f.sent => return,
+            _ => {
+                if let Some(lease) = self.lease {
+                    inner.lose(self.key, lease, self.lease_ttl_ns, LostKind::Acquisition);
+                }
+                return;
+            }
+        };
+        inner.cancel_releases.fetch_add(1, Ordering::Relaxed);
+        let refund: Vec<Change> = self
+            .dims
+            .iter()
+            .map(|d| Change::of(d, -(d.rate.units(&self.demand) as i64)))
+            .filter(|c| c.delta != 0)
+            .collect();
+        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+            if let Some(lease) = self.lease {
+                inner.lose(self.key, lease, self.lease_ttl_ns, LostKind::Release);
+            }
+            return;
+        };
+        let (inner, key, lease, ttl) = (Arc::clone(inner), self.key, self.lease, self.lease_ttl_ns);
+        rt.spawn(async move {
+            if let Some(lease) = lease {
+                if inner.release_remote(&key, 0, &[member(lease)]).await.is_err() {
+                    inner.lose(key.clone(), lease, ttl, LostKind::Release);
+                }
+            }
+            if !refund.is_empty() {
+                // A refund that fails errs on the safe side: the units stay
+                // counted until their window passes.
+                let _ = inner.reconcile_remote(&key, granted_at_us, &refund).await;
+            }
+        });
+    }
+}
+
+impl Inner {
+    /// Queues the background release of lease `lease` of `key` (`kind`
+    /// says whether its acquisition's reply was lost or its release
+    /// failed).
+    pub(crate) fn lose(&self, key: String, lease: u64, lease_ttl_ns: u64, kind: LostKind) {
+        let ttl = Duration::from_nanos(lease_ttl_ns);
+        let tombstone_us = match kind {
+            LostKind::Acquisition => pressure_core::clock::duration_to_nanos(ttl.max(TOMBSTONE_MIN)) / 1_000,
+            LostKind::Release => 0,
+        };
+        let give_up_ns = self
+            .clock
+            .now_nanos()
+            .saturating_add(pressure_core::clock::duration_to_nanos(ttl + LOST_MARGIN));
+        self.push_lost(Lost {
+            key,
+            member: member(lease),
+            tombstone_us,
+            give_up_ns,
+        });
+    }
+
+    /// Corrects the units counted at `at_us` (server time) by `changes`.
+    async fn reconcile_remote(&self, key: &str, at_us: u64, changes: &[Change]) -> Result<i64, Failure> {
+        let mut inv = scripts::RECONCILE.prepare_invoke();
+        inv.key(key).arg(changes.len()).arg(at_us);
+        for c in changes {
+            inv.arg(u8::from(c.gcra))
+                .arg(c.dimension)
+                .arg(c.delta)
+                .arg(c.step_us);
+        }
+        self.call(inv).await
     }
 }
 

@@ -55,6 +55,7 @@ pub use conn::{connect, Conn as RedisConnection};
 mod health;
 pub mod keys;
 mod scripts;
+mod settle;
 mod shape;
 mod shared_breaker;
 

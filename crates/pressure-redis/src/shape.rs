@@ -212,7 +212,7 @@ impl Gen {
         // Per-call arguments.
         let mut a = 1;
         let mut dims = Vec::new();
-        // HMGET slots: x, [c, cm, d:<id>], then the dimensions.
+        // HMGET slots: e (the expiry mark), [c, cm, d:<id>], then the dimensions.
         let mut slot = if conc.is_some() { 5 } else { 2 };
         let mut ks: Vec<(u64, String)> = Vec::new();
         for (i, r) in shape.rates.iter().enumerate() {
@@ -272,7 +272,7 @@ impl Gen {
                 let _ = writeln!(self.out, "local f{} = 'w{}:' .. {}s", d.n, d.id, d.k);
             }
         }
-        let mut fields = vec!["'x'".to_owned()];
+        let mut fields = vec!["'e'".to_owned()];
         if conc.is_some() {
             self.line("local dl = '-'");
             self.line("if conc > 0 then dl = 'd:' .. lid end");
@@ -511,7 +511,7 @@ impl Gen {
             }
         }
         // Fast path: every rate takes units, nothing evicted or rescaled, no
-        // lo/cm/x to write, a lease when the shape has one.
+        // lo/cm/e to write, a lease when the shape has one.
         let mut cond = Vec::new();
         let mut sets = Vec::new();
         let fast_keep = kw.max(conc.unwrap_or(0));
@@ -608,16 +608,18 @@ impl Gen {
             self.line("  if cmin ~= nil then upd[nu + 1] = 'cm'; upd[nu + 2] = cmin; nu = nu + 2 end");
             self.line("end");
         }
-        self.line("-- The key outlives everything it holds; move its expiry only when needed.");
-        self.line("if now + keep > x then");
-        self.line("  x = now + keep + 10000000");
-        self.line("  upd[nu + 1] = 'x'; upd[nu + 2] = x; nu = nu + 2");
-        self.line("  redis.call('PEXPIREAT', key, math.ceil(x / 1000))");
+        self.line("-- The key outlives everything it holds; move its expiry only when needed,");
+        self.line("-- after the HSET that may create the key.");
+        self.line("local expire = keep > 0 and now + keep > x");
+        self.line("if expire then");
+        self.line("  x = now + keep + math.min(10000000, keep)");
+        self.line("  upd[nu + 1] = 'e'; upd[nu + 2] = x; nu = nu + 2");
         self.line("end");
         if dims.iter().any(|d| d.window.is_some()) {
             self.line("if nd > 0 then redis.call('HDEL', key, unpack(dels)) end");
         }
         self.line("if nu > 0 then redis.call('HSET', key, unpack(upd)) end");
+        self.line("if expire then redis.call('PEXPIREAT', key, math.ceil(x / 1000)) end");
         self.line("return {1, now, start - now}");
     }
 }

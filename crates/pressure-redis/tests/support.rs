@@ -13,7 +13,7 @@
 use pressure_core::ResourceBroker;
 use pressure_redis::{RedisBackend, RedisConfig};
 
-pub use pressure_testkit::{cluster_nodes, redis_url, RedisServer};
+pub use pressure_testkit::{cluster_nodes, redis_url, RedisCluster, RedisServer};
 
 /// A prefix unique to this test process, so runs never share state.
 pub fn run_id() -> &'static str {
@@ -68,4 +68,56 @@ pub fn conn(srv: &RedisServer) -> redis::Connection {
     redis::Client::open(srv.url())
         .and_then(|c| c.get_connection())
         .expect("connects")
+}
+
+/// A store gate over a server of its own: held, the server is frozen
+/// (`SIGSTOP`: it reads and answers nothing, its sockets stay open); open,
+/// it runs on and answers what it was sent meanwhile.
+pub struct FrozenServer(pub RedisServer);
+
+impl pressure_core::contract::StoreGate for FrozenServer {
+    fn hold(&self) {
+        self.0.pause(true);
+    }
+    fn open(&self) {
+        self.0.pause(false);
+    }
+}
+
+/// [`FrozenServer`] for a cluster of its own: every node frozen at once.
+pub struct FrozenCluster(pub RedisCluster);
+
+impl pressure_core::contract::StoreGate for FrozenCluster {
+    fn hold(&self) {
+        self.0.pause(true);
+    }
+    fn open(&self) {
+        self.0.pause(false);
+    }
+}
+
+/// A broker over a Redis of its own, and the gate that freezes it.
+pub async fn gated_broker() -> (
+    ResourceBroker<RedisBackend>,
+    Box<dyn pressure_core::contract::StoreGate>,
+) {
+    let srv = RedisServer::start();
+    let b = broker_with(config(srv.url())).await;
+    (b, Box::new(FrozenServer(srv)))
+}
+
+/// A broker over a Redis Cluster of its own, and the gate that freezes it.
+pub async fn gated_cluster_broker() -> (
+    ResourceBroker<RedisBackend>,
+    Box<dyn pressure_core::contract::StoreGate>,
+) {
+    let cluster = tokio::task::spawn_blocking(RedisCluster::start)
+        .await
+        .expect("cluster starts");
+    let b = broker_with(RedisConfig {
+        cluster_nodes: cluster.urls(),
+        ..config(String::new())
+    })
+    .await;
+    (b, Box::new(FrozenCluster(cluster)))
 }

@@ -56,6 +56,14 @@ impl RedisCluster {
         Ok(cluster)
     }
 
+    /// Freezes (`SIGSTOP`) or thaws (`SIGCONT`) every node, as
+    /// [`RedisServer::pause`] does one.
+    pub fn pause(&self, paused: bool) {
+        for n in &self.nodes {
+            n.pause(paused);
+        }
+    }
+
     /// The nodes' URLs, `redis://127.0.0.1:<port>` each.
     pub fn urls(&self) -> Vec<String> {
         self.nodes.iter().map(RedisServer::url).collect()

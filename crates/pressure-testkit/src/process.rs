@@ -176,6 +176,15 @@ impl Watched {
                 .arg(self.pid.to_string())
                 .stderr(Stdio::null())
                 .status();
+            // A signal to a process running on another CPU lands a moment
+            // later: wait (bounded) until the kernel shows the new state, so
+            // a caller that pauses and then sends knows the server is frozen.
+            for _ in 0..1_000 {
+                if stopped(self.pid) == Some(paused) {
+                    break;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
         }
     }
 
@@ -245,4 +254,13 @@ fn read_output(stdout: std::process::ChildStdout, tx: &mpsc::Sender<Event>, log:
             let _ = tx.send(e);
         }
     }
+}
+
+/// Whether process `pid` is stopped (state `T` in `/proc/<pid>/stat`);
+/// `None` when that cannot be read (not Linux, or gone).
+fn stopped(pid: u32) -> Option<bool> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // "pid (comm) S ...": the state follows the last ')'.
+    let state = stat.rsplit_once(')')?.1.trim_start().chars().next()?;
+    Some(matches!(state, 'T' | 't'))
 }

@@ -6,8 +6,10 @@
 //! time and long windows where counts must be exact, so they hold on a
 //! shared store (Redis) as well as in memory.
 
+mod cancel;
 mod checks;
 
+pub use cancel::*;
 pub use checks::*;
 
 use crate::{Backend, ResourceBroker};
@@ -28,6 +30,28 @@ pub trait Harness: Send + Sync + 'static {
     /// Whether brokers made by [`Harness::broker`] share one store (a fleet
     /// on Redis) or each count alone (in-memory, one per process).
     fn shared_store(&self) -> bool;
+
+    /// A broker over a store of its own that the cancellation checks can
+    /// hold ([`StoreGate`]), so a call can be dropped while it is in
+    /// flight; `None` (the default) for a backend that answers in this
+    /// process and so never leaves a call in flight.
+    fn gated(&self) -> impl std::future::Future<Output = Option<Gated<Self::B>>> + Send {
+        async { None }
+    }
+}
+
+/// A broker over a store of its own, and the gate that holds that store.
+pub type Gated<B> = (ResourceBroker<B>, Box<dyn StoreGate>);
+
+/// Holds a store's answers on command, for the cancellation checks: a call
+/// made while it is held is sent and stays unanswered until [`open`].
+///
+/// [`open`]: StoreGate::open
+pub trait StoreGate: Send + Sync {
+    /// From now on the store answers nothing (a frozen server).
+    fn hold(&self);
+    /// The store answers again, the held calls first.
+    fn open(&self);
 }
 
 /// Expands to one `#[tokio::test]` per contract check, for the harness
@@ -55,6 +79,9 @@ macro_rules! contract_suite {
             enqueue_paces_gcra_by_booking,
             enqueue_waits_for_window_capacity,
             enqueue_waits_for_concurrency_release,
+            acquisition_dropped_in_flight_leaves_nothing,
+            enqueue_dropped_while_queued_leaves_nothing,
+            permit_calls_dropped_in_flight_are_settled,
         );
     };
     (@tests $harness:expr; $($name:ident),* $(,)?) => {

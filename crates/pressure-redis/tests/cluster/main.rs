@@ -36,6 +36,10 @@ impl Harness for Cluster {
     fn shared_store(&self) -> bool {
         true
     }
+
+    async fn gated(&self) -> Option<pressure_core::contract::Gated<RedisBackend>> {
+        Some(support::gated_cluster_broker().await)
+    }
 }
 
 pressure_core::contract_suite!(Cluster);

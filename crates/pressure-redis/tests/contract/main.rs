@@ -26,6 +26,10 @@ impl Harness for Redis {
     fn shared_store(&self) -> bool {
         true
     }
+
+    async fn gated(&self) -> Option<pressure_core::contract::Gated<RedisBackend>> {
+        Some(support::gated_broker().await)
+    }
 }
 
 pressure_core::contract_suite!(Redis);
