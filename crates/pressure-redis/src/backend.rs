@@ -1029,3 +1029,7 @@ fn delta_frees(before: &Demand, after: &Demand) -> bool {
 #[cfg(test)]
 #[path = "shape_equiv_tests.rs"]
 mod shape_equiv_tests;
+
+#[cfg(test)]
+#[path = "script_expiry_tests.rs"]
+mod script_expiry_tests;

@@ -129,7 +129,7 @@ fn generated_scripts_decide_and_store_like_the_generic_one() {
     let run = format!("{:x}", secs ^ micros.rotate_left(20));
 
     let mut steps = 0;
-    let (mut granted, mut denied, mut tombstoned) = (0, 0, 0);
+    let (mut granted, mut denied, mut tombstoned, mut marked) = (0, 0, 0, 0);
     for (fi, family) in families().into_iter().enumerate() {
         let specs: Vec<LimitSpec> = family
             .iter()
@@ -209,6 +209,18 @@ fn generated_scripts_decide_and_store_like_the_generic_one() {
                 hg, hs,
                 "family {fi} step {steps}: state differs after {demand:?} (conc {conc}), reply {rg:?}"
             );
+            // A key that holds the expiry mark has that expiry: the write
+            // that created it came before the PEXPIREAT (issue 27).
+            for k in [&kg, &ks] {
+                if con.hexists::<_, _, bool>(k, "e").expect("HEXISTS") {
+                    let ttl: i64 = con.pttl(k).expect("PTTL");
+                    assert!(
+                        ttl > 0,
+                        "family {fi} step {steps}: {k} holds `e` but has PTTL {ttl}"
+                    );
+                    marked += 1;
+                }
+            }
             match rg[0] {
                 1 => granted += 1,
                 2 => tombstoned += 1,
@@ -217,8 +229,9 @@ fn generated_scripts_decide_and_store_like_the_generic_one() {
         }
         let _: () = con.del(&[&kg, &ks]).expect("DEL");
     }
-    eprintln!("granted {granted}, denied {denied}, tombstoned {tombstoned}");
+    eprintln!("granted {granted}, denied {denied}, tombstoned {tombstoned}, marked keys seen {marked}");
     // The sequence exercised every outcome.
+    assert!(marked > 1_000, "marked keys seen {marked}");
     assert!(
         granted > 500 && denied > 300 && tombstoned > 5,
         "granted {granted}, denied {denied}, tombstoned {tombstoned}"

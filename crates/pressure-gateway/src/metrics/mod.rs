@@ -24,6 +24,8 @@
 //! | `pressure_redis_failures_total` | counter | |
 //! | `pressure_redis_fallbacks_total` | counter | |
 //! | `pressure_redis_transitions_total` | counter | |
+//! | `pressure_redis_cancelled_calls_total` | counter | |
+//! | `pressure_redis_cancel_releases_total` | counter | |
 //!
 //! and the traffic families of [`traffic`] (requests by route, upstream and
 //! status class, latency histograms per route, requests in flight, upstream

@@ -110,6 +110,18 @@ pub(super) fn encode(out: &mut String, stats: &[ResourceStats], redis: Option<Re
                 "Redis healthy/unavailable transitions.",
                 r.transitions,
             ),
+            (
+                "pressure_redis_cancelled_calls_total",
+                "counter",
+                "Redis calls whose caller went away before the answer, finished and settled by the backend.",
+                r.cancelled_calls,
+            ),
+            (
+                "pressure_redis_cancel_releases_total",
+                "counter",
+                "Leases and reservations given back because their acquisition's caller went away before its answer.",
+                r.cancel_releases,
+            ),
         ];
         for (name, kind, help, v) in redis_families {
             header(out, name, kind, help)?;

@@ -662,6 +662,8 @@ async fn healthz_reports_redis_degraded_but_stays_up() {
     let m = parse_prometheus(&server.get("/metrics").await.body);
     assert_eq!(sample(&m, "pressure_redis_healthy", &[]), Some(1.0));
     assert_eq!(sample(&m, "pressure_redis_transitions_total", &[]), Some(0.0));
+    assert_eq!(sample(&m, "pressure_redis_cancelled_calls_total", &[]), Some(0.0));
+    assert_eq!(sample(&m, "pressure_redis_cancel_releases_total", &[]), Some(0.0));
 
     proxy.cut();
     let t0 = tokio::time::Instant::now();

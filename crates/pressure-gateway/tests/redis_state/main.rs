@@ -146,12 +146,24 @@ async fn a_reset_storm_leaves_no_lease_behind_on_redis() {
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
+        let metrics = String::from_utf8_lossy(&gw.admin_get("/metrics").await.body).into_owned();
+        let counted = |name: &str| {
+            metrics
+                .lines()
+                .find_map(|l| l.strip_prefix(name)?.trim().parse::<u64>().ok())
+                .unwrap_or_else(|| panic!("{name} missing from /metrics"))
+        };
+        let (cancelled, released) = (
+            counted("pressure_redis_cancelled_calls_total"),
+            counted("pressure_redis_cancel_releases_total"),
+        );
         let replies = join_all((0..SLOTS).map(|_| gw.get("/storm/hold"))).await;
         let codes = statuses(&replies);
         let refused = codes.iter().filter(|c| **c == 429).count();
         eprintln!(
             "reset storm: {} resets, {busy_requests} busy requests; slots left after {:?}: {left}; \
-             {refused} of {SLOTS} concurrent requests refused",
+             {refused} of {SLOTS} concurrent requests refused; calls settled after their caller left: \
+             {cancelled}, of which grants given back: {released}",
             RESETTERS * RESETS_EACH,
             start.elapsed()
         );

@@ -33,3 +33,52 @@ impl Harness for Redis {
 }
 
 pressure_core::contract_suite!(Redis);
+
+/// An acquisition dropped in flight is settled by the cancellation path,
+/// and the status counts it (`pressure_redis_cancel_releases_total` in the
+/// gateway's metrics): the caller went away, its lease went back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_acquisition_is_counted_by_the_cancellation_path() {
+    use pressure_core::{AcquireOptions, Limits};
+    use std::time::Duration;
+    let (b, gate) = support::gated_broker().await;
+    b.register_limit(
+        "cut",
+        Limits::default()
+            .max_concurrent_requests(1)
+            .lease_ttl(Duration::from_secs(60)),
+    )
+    .expect("valid");
+    let before = b.backend().status();
+    assert_eq!((before.cancelled_calls, before.cancel_releases), (0, 0));
+    gate.hold();
+    let mut acquisition = Box::pin(b.try_acquire("cut", AcquireOptions::default()));
+    assert!(
+        tokio::time::timeout(Duration::from_millis(100), &mut acquisition)
+            .await
+            .is_err(),
+        "answered although the store was frozen"
+    );
+    drop(acquisition);
+    gate.open();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    while b.backend().status().cancel_releases == 0 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{:?}",
+            b.backend().status()
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let after = b.backend().status();
+    assert_eq!(
+        (after.cancelled_calls, after.cancel_releases),
+        (1, 1),
+        "{after:?}"
+    );
+    let next = b
+        .try_acquire("cut", AcquireOptions::default())
+        .await
+        .expect("answers");
+    assert!(next.allowed(), "the slot came back");
+}
