@@ -7,6 +7,7 @@ mod demo;
 mod gateway;
 mod mock_provider;
 mod queue;
+mod redis_cmd;
 mod triage;
 
 use clap::{CommandFactory, Parser, Subcommand};
@@ -72,6 +73,9 @@ enum Command {
     /// admin API (`--admin`, either backend), or from the Redis stream of a
     /// config (`--config`); one JSON line per queued request.
     Queue(queue::QueueArgs),
+    /// Maintenance of the Redis backend's keys: `pressure redis gc` repairs
+    /// keys that older versions left without an expiry.
+    Redis(redis_cmd::RedisArgs),
     /// Runs the chaos stand's mock provider: OpenAI-compatible, misbehaving
     /// on demand (scenario at start, switchable through `/mock/*`).
     MockProvider(mock_provider::MockProviderArgs),
@@ -178,6 +182,7 @@ fn run() -> anyhow::Result<ExitCode> {
         Command::Gateway(args) => runtime.block_on(gateway::run(args)),
         Command::CheckConfig(args) => gateway::check(args),
         Command::Queue(args) => runtime.block_on(queue::run(args)),
+        Command::Redis(args) => runtime.block_on(redis_cmd::run(args)),
         Command::MockProvider(args) => runtime.block_on(mock_provider::run(args)),
         Command::Chaos(args) => runtime.block_on(chaos::run(args)),
         Command::Triage(args) => runtime.block_on(triage::run(args)),

@@ -45,11 +45,16 @@
 //!   shared failure window and a fleet-wide half-open probe quota.
 //! * **Local deny cache**: after the store denies a demand until `T`, the same
 //!   or a larger demand is refused locally until `T`, with no round trip.
+//! * **Repair of keys without an expiry**: [`gc`] (`pressure redis gc`)
+//!   gives the keys that versions before the `e` mark left without a TTL
+//!   the expiry they were meant to have, or deletes them when their content
+//!   is past; one atomic script per key, so it runs on a live fleet.
 
 mod backend;
 mod background;
 mod config;
 mod conn;
+mod gc;
 
 pub use conn::{connect, Conn as RedisConnection};
 mod health;
@@ -61,5 +66,8 @@ mod shared_breaker;
 
 pub use backend::{RedisBackend, RedisHandle, RedisStatus};
 pub use config::{FailureMode, RedisConfig};
+/// The one-off repair of keys left without an expiry by older versions
+/// (`pressure redis gc`, docs/runbook.md "Redis keys without an expiry").
+pub use gc::{gc, GcOptions, GcReport};
 pub use tls::RedisTlsConfig;
 mod tls;

@@ -9,6 +9,7 @@ pub(crate) const RELEASE_LUA: &str = include_str!("../lua/release.lua");
 const RENEW_LUA: &str = include_str!("../lua/renew.lua");
 const USAGE_LUA: &str = include_str!("../lua/usage.lua");
 const BREAKER_LUA: &str = include_str!("../lua/breaker.lua");
+const GC_LUA: &str = include_str!("../lua/gc.lua");
 
 /// Check and reserve all dimensions (`lua/acquire.lua`).
 pub(crate) static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(ACQUIRE_LUA));
@@ -24,7 +25,12 @@ pub(crate) static USAGE: LazyLock<Script> = LazyLock::new(|| Script::new(USAGE_L
 /// Shared circuit breaker state, one op per call (`lua/breaker.lua`).
 pub(crate) static BREAKER: LazyLock<Script> = LazyLock::new(|| Script::new(BREAKER_LUA));
 
-/// The source of every script, for `SCRIPT LOAD` on a new connection.
+/// Give a key without an expiry the one it was meant to have
+/// (`lua/gc.lua`, run by [`crate::gc`]). Not in [`sources`]: the backend
+/// never runs it, and `gc` loads it itself on NOSCRIPT.
+pub(crate) static GC: LazyLock<Script> = LazyLock::new(|| Script::new(GC_LUA));
+
+/// The source of every script the backend runs, for `SCRIPT LOAD` on a new connection.
 pub(crate) fn sources() -> [&'static str; 6] {
     [
         ACQUIRE_LUA,

@@ -1,11 +1,13 @@
 //! The command's manners: one error style and exit-code table, a closed
 //! pipe that is no crash, completions, the generated config schema, and the
 //! manual queue of a memory-backend gateway listed and drained through its
-//! admin API.
+//! admin API; `pressure redis gc` against a real Redis (`redis_gc.rs`).
 
 #[path = "../lifecycle/support.rs"]
 #[allow(dead_code)]
 mod support;
+
+mod redis_gc;
 
 use serde_json::{json, Value};
 use std::io::{BufRead, BufReader};
