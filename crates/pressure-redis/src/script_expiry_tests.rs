@@ -31,7 +31,9 @@ fn a_tombstone_on_a_new_key_expires_with_it() {
         .invoke(&mut con)
         .expect("release");
     assert_eq!(freed, 0, "no lease was there");
-    assert!(con.hexists::<_, _, bool>(&key, "d:00000000000000ab").expect("HEXISTS"));
+    assert!(con
+        .hexists::<_, _, bool>(&key, "d:00000000000000ab")
+        .expect("HEXISTS"));
     let ttl: i64 = con.pttl(&key).expect("PTTL");
     // The tombstone's TTL plus a margin of at most as much again.
     assert!(ttl > 2_000 && ttl <= 4_001, "PTTL {ttl} ms");
@@ -60,6 +62,9 @@ fn a_reconcile_that_creates_the_key_gives_it_an_expiry() {
         // gcra: 5 intervals of 100 ms; window: 32 sub-windows of 33.3 ms;
         // each plus a margin of at most as much again.
         let bound = if gcra == 1 { 1_001 } else { 2_135 };
-        assert!(ttl > 0 && ttl <= bound, "gcra={gcra}: PTTL {ttl} ms, bound {bound}");
+        assert!(
+            ttl > 0 && ttl <= bound,
+            "gcra={gcra}: PTTL {ttl} ms, bound {bound}"
+        );
     }
 }
