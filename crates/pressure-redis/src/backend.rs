@@ -20,6 +20,19 @@
 //! side, while a concurrency slot comes back within about one retry interval
 //! (≤ 400 ms) of Redis answering again. A release that fails is retried the
 //! same way.
+//!
+//! # Vanished callers leave nothing
+//! Acquire, release and reconcile run as `Settled` calls (`settle.rs`): a
+//! caller dropped while its call is in flight — a client that reset its
+//! connection — hands the call to a task. An acquisition's grant is then
+//! given back whole (lease released, units refunded at the instant they
+//! were counted), as if it had never been asked; a release or a correction
+//! is delivered all the same. Renewals need no such care: a lost renewal
+//! leaves the lease held by a permit that still lives, and the renewal task
+//! repeats it. On the LLM path this covers the reservation: a client gone
+//! while its tokens were being reserved leaves no tokens and no slot; one
+//! gone after the provider was called leaves its estimate counted (the
+//! provider counts that call too) and its slot released.
 
 use crate::background::{Lost, LostKind};
 use crate::config::{FailureMode, RedisConfig};

@@ -39,6 +39,17 @@
 //!   release that failed are released in the background by their
 //!   client-chosen lease id, retried until Redis answers; a tombstone makes a
 //!   late script reserve nothing.
+//! * **Cancellation-safe**: once a call has been handed to the connection,
+//!   its outcome is settled even if the caller's future is dropped (a client
+//!   that resets mid-admission): a task awaits the answer and gives back
+//!   what was granted — the lease released, the units refunded — and a
+//!   release or reconcile is delivered all the same (`settle.rs`; counted
+//!   in [`RedisStatus::cancelled_calls`] and [`RedisStatus::cancel_releases`]).
+//! * **Every key expires**: each script sets the expiry of what it writes in
+//!   the same call, after the write that may create the key (the hash field
+//!   `e` remembers it), no later than the longest window, TAT, lease or
+//!   tombstone the key holds plus a margin of at most that again and at
+//!   most 10 s; Redis memory follows the live resources.
 //! * **Shared circuit breakers**: `RedisBackend` is also a
 //!   [`pressure_core::shared_breaker::SharedBreakerStore`] (`lua/breaker.lua`):
 //!   one breaker state per (provider, model) for the whole fleet, with a
