@@ -10,9 +10,12 @@
 //! answers — with or without traffic.
 //!
 //! # Lost replies never hold a slot
-//! A lease id is chosen here, before the script runs. When an acquisition
-//! that asked for a lease gets no reply (timeout, connection lost after the
-//! send), the script may still run later in Redis: the backend then releases
+//! A caller waits at most the call timeout; past it the call goes on in a
+//! task (`settle.rs`) that waits up to 10 s more for the answer and settles
+//! it as for a caller that went away (below). A lease id is chosen here,
+//! before the script runs. When an acquisition that asked for a lease gets
+//! no reply at all (connection lost after the send, or nothing within those
+//! 10 s), the script may still run later in Redis: the backend then releases
 //! that lease id in the background, retried until Redis answers (bounded by
 //! the lease TTL plus a margin), and the release leaves a tombstone so an
 //! acquisition that arrives after its own release reserves nothing. Rate
@@ -64,6 +67,11 @@ const TOMBSTONE_MIN: Duration = Duration::from_secs(60);
 /// How long past the lease TTL a lost lease is still worth releasing: by
 /// then a lease the late script created has expired by itself.
 const LOST_MARGIN: Duration = Duration::from_secs(10);
+
+/// How long a call whose caller went away (or gave up at the call
+/// timeout) waits for its answer before its outcome counts as lost (a lease
+/// then goes back by the background release and its tombstone).
+const ORPHAN_WAIT: Duration = Duration::from_secs(10);
 
 /// Distinct limit shapes that get a script of their own; past this, new
 /// shapes use the generic `lua/acquire.lua` (each script is kept in Redis's
@@ -141,7 +149,8 @@ pub struct RedisStatus {
     pub pending_releases: u64,
     /// Store calls (acquire, release, reconcile) whose caller went away
     /// before the answer — a client that reset its connection, a dropped
-    /// future — and that the backend finished and settled itself.
+    /// future, a caller that gave up at the call timeout — and that the
+    /// backend finished and settled itself.
     pub cancelled_calls: u64,
     /// Leases and reservations given back because the caller of their
     /// acquisition went away before its answer (each would otherwise have
@@ -155,6 +164,18 @@ pub struct RedisStatus {
 pub(crate) struct Failure {
     pub(crate) error: BackendError,
     pub(crate) sent: bool,
+    /// The call is still in flight, owned by a task that settles its
+    /// outcome (`settle.rs`): the caller must not clean up after it.
+    pub(crate) owned: bool,
+}
+
+impl Failure {
+    /// A call given up by its caller at the call timeout and handed to the
+    /// task that settles it.
+    fn handed_on(mut self) -> Self {
+        self.owned = true;
+        self
+    }
 }
 
 impl From<Failure> for BackendError {
@@ -459,7 +480,7 @@ impl RedisBackend {
                 for a in &args {
                     inv.arg(a);
                 }
-                inner.call::<Vec<i64>>(inv).await
+                inner.call_untimed::<Vec<i64>>(inv).await
             }
         };
         let lost = LostAcquisition {
@@ -470,7 +491,10 @@ impl RedisBackend {
             dims: Arc::clone(&h.dims),
             demand: *demand,
         };
-        let v = Settled::new(call, move |answer| lost.settle(answer)).await?;
+        let v = self
+            .inner
+            .call_settled(call, move |answer| lost.settle(answer))
+            .await?;
         self.decide(h, demand, lease, &v)
     }
 
@@ -486,6 +510,7 @@ impl RedisBackend {
             return Err(Failure {
                 error: BackendError::Protocol(format!("acquire returned {v:?}")),
                 sent: true,
+                owned: false,
             });
         };
         let (a, b) = (a.max(0) as u64, b.max(0) as u64);
@@ -699,7 +724,7 @@ impl Backend for RedisBackend {
             match self.acquire_remote(h, demand, lease).await {
                 Ok(d) => d,
                 Err(f) => {
-                    if let (true, Some(lease)) = (f.sent, lease) {
+                    if let (true, false, Some(lease)) = (f.sent, f.owned, lease) {
                         // The script may still run: give its lease back.
                         self.lose(h, lease, LostKind::Acquisition);
                     }
@@ -733,23 +758,31 @@ impl Backend for RedisBackend {
             return Ok(());
         }
         let Some(lease) = grant.lease else { return Ok(()) };
-        // Settled: a caller that goes away mid-call still has its lease
-        // released (the connection would drop an unwritten command whose
-        // caller is gone).
+        // Settled: a caller that goes away mid-call (or gives up at the
+        // timeout) still has its lease released: the connection would drop
+        // an unwritten command whose caller is gone.
         let (inner, key, ttl) = (Arc::clone(&self.inner), h.keys.state.clone(), h.spec.lease_ttl_ns);
         let call = {
             let (inner, key) = (Arc::clone(&inner), key.clone());
-            async move { inner.release_remote(&key, 0, &[member(lease.0)]).await }
-        };
-        let answer = Settled::new(call, move |answer| {
-            inner.cancelled_calls.fetch_add(1, Ordering::Relaxed);
-            if !matches!(answer, Some(Ok(_))) {
-                inner.lose(key, lease.0, ttl, LostKind::Release);
+            let members = [member(lease.0)];
+            async move {
+                inner
+                    .call_untimed::<i64>(crate::background::release_invocation(&key, 0, &members))
+                    .await
             }
-        })
-        .await;
+        };
+        let answer = self
+            .inner
+            .call_settled(call, move |answer| {
+                inner.cancelled_calls.fetch_add(1, Ordering::Relaxed);
+                if !matches!(answer, Some(Ok(_))) {
+                    inner.lose(key, lease.0, ttl, LostKind::Release);
+                }
+            })
+            .await;
         match answer {
             Ok(_) => Ok(()),
+            Err(f) if f.owned => Err(f.error),
             Err(f) => {
                 // Retried in the background until Redis answers.
                 self.lose(h, lease.0, LostKind::Release);
@@ -856,13 +889,24 @@ impl Backend for RedisBackend {
         let (inner, key, at_us) = (Arc::clone(&self.inner), h.keys.state.clone(), grant.at_ns / 1_000);
         let call = {
             let inner = Arc::clone(&inner);
-            async move { inner.reconcile_remote(&key, at_us, &changes).await }
+            async move {
+                inner
+                    .call_untimed::<i64>(reconcile_invocation(&key, at_us, &changes))
+                    .await
+            }
         };
-        Settled::new(call, move |_| {
-            inner.cancelled_calls.fetch_add(1, Ordering::Relaxed);
-        })
-        .await?;
-        Ok(())
+        match self
+            .inner
+            .call_settled(call, move |_| {
+                inner.cancelled_calls.fetch_add(1, Ordering::Relaxed);
+            })
+            .await
+        {
+            // Past the timeout the correction is the backend's to deliver
+            // (when Redis answers): the permit counts it as made.
+            Ok(_) | Err(Failure { owned: true, .. }) => Ok(()),
+            Err(f) => Err(f.error),
+        }
     }
 
     async fn usage(&self, h: &RedisHandle) -> Result<Usage, BackendError> {
@@ -1021,16 +1065,38 @@ impl Inner {
 
     /// Corrects the units counted at `at_us` (server time) by `changes`.
     async fn reconcile_remote(&self, key: &str, at_us: u64, changes: &[Change]) -> Result<i64, Failure> {
-        let mut inv = scripts::RECONCILE.prepare_invoke();
-        inv.key(key).arg(changes.len()).arg(at_us);
-        for c in changes {
-            inv.arg(u8::from(c.gcra))
-                .arg(c.dimension)
-                .arg(c.delta)
-                .arg(c.step_us);
-        }
-        self.call(inv).await
+        self.call(reconcile_invocation(key, at_us, changes)).await
     }
+
+    /// Runs `call` as a [`Settled`] call bounded by the call timeout: past
+    /// it, the caller gets a timeout failure marked as handed on, and the
+    /// call goes on in a task that waits up to [`ORPHAN_WAIT`] for the
+    /// answer and gives it to `orphan` (`None`: none came).
+    async fn call_settled<T, F, O>(&self, call: F, orphan: O) -> Result<T, Failure>
+    where
+        T: Send + 'static,
+        F: std::future::Future<Output = Result<T, Failure>> + Send + 'static,
+        O: FnOnce(Option<Result<T, Failure>>) + Send + 'static,
+    {
+        let settled = Settled::new(call, orphan).orphan_wait(ORPHAN_WAIT);
+        match tokio::time::timeout(self.config.timeout(), settled).await {
+            Ok(answer) => answer,
+            Err(_) => Err(self.timed_out().handed_on()),
+        }
+    }
+}
+
+/// One call of `lua/reconcile.lua`: correct the units counted at `at_us`.
+fn reconcile_invocation(key: &str, at_us: u64, changes: &[Change]) -> redis::ScriptInvocation<'static> {
+    let mut inv = scripts::RECONCILE.prepare_invoke();
+    inv.key(key).arg(changes.len()).arg(at_us);
+    for c in changes {
+        inv.arg(u8::from(c.gcra))
+            .arg(c.dimension)
+            .arg(c.delta)
+            .arg(c.step_us);
+    }
+    inv
 }
 
 fn delta_frees(before: &Demand, after: &Demand) -> bool {

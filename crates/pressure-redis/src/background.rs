@@ -62,6 +62,31 @@ impl Inner {
         &self,
         inv: redis::ScriptInvocation<'_>,
     ) -> Result<T, Failure> {
+        match tokio::time::timeout(self.config.timeout(), self.call_untimed(inv)).await {
+            Ok(answer) => answer,
+            Err(_) => Err(self.timed_out()),
+        }
+    }
+
+    /// The failure of a call that got no answer within the call timeout
+    /// (its command was sent: it may still run), counted in the health.
+    pub(crate) fn timed_out(&self) -> Failure {
+        let timeout = self.config.timeout();
+        self.health
+            .failed(&format!("no answer within {} ms", timeout.as_millis()));
+        Failure {
+            error: BackendError::Timeout(timeout),
+            sent: true,
+            owned: false,
+        }
+    }
+
+    /// [`Inner::call`] without the timeout: for a call whose caller bounds
+    /// the wait itself and hands the call on when it gives up (`settle.rs`).
+    pub(crate) async fn call_untimed<T: redis::FromRedisValue>(
+        &self,
+        inv: redis::ScriptInvocation<'_>,
+    ) -> Result<T, Failure> {
         let timeout = self.config.timeout();
         let Some(mut pooled) = self.pool.get() else {
             let cause = self.health.last_error().unwrap_or_else(|| "connecting".into());
@@ -72,14 +97,15 @@ impl Inner {
                     self.health.address
                 )),
                 sent: false,
+                owned: false,
             });
         };
-        match tokio::time::timeout(timeout, inv.invoke_async(&mut pooled.conn)).await {
-            Ok(Ok(v)) => {
+        match inv.invoke_async(&mut pooled.conn).await {
+            Ok(v) => {
                 self.health.ok();
                 Ok(v)
             }
-            Ok(Err(e)) if is_store_failure(&e) => {
+            Err(e) if is_store_failure(&e) => {
                 if conn::is_broken(&e) {
                     self.pool.discard(&pooled);
                     self.wake.notify_one();
@@ -89,21 +115,15 @@ impl Inner {
                 Err(Failure {
                     error: BackendError::Unavailable(format!("{}: {cause}", self.health.address)),
                     sent: true,
+                    owned: false,
                 })
             }
-            Ok(Err(e)) => {
+            Err(e) => {
                 self.health.ok();
                 Err(Failure {
                     error: BackendError::Protocol(e.to_string()),
                     sent: true,
-                })
-            }
-            Err(_) => {
-                self.health
-                    .failed(&format!("no answer within {} ms", timeout.as_millis()));
-                Err(Failure {
-                    error: BackendError::Timeout(timeout),
-                    sent: true,
+                    owned: false,
                 })
             }
         }
@@ -117,12 +137,7 @@ impl Inner {
         tombstone_us: u64,
         members: &[String],
     ) -> Result<i64, Failure> {
-        let mut inv = scripts::RELEASE.prepare_invoke();
-        inv.key(key).arg(tombstone_us);
-        for m in members {
-            inv.arg(m);
-        }
-        self.call(inv).await
+        self.call(release_invocation(key, tombstone_us, members)).await
     }
 
     /// Queues a release for the background task and wakes it.
@@ -228,6 +243,21 @@ impl Inner {
         }
         pause
     }
+}
+
+/// One call of `lua/release.lua`: release `members` of `key` (`tombstone_us`
+/// > 0: leave a tombstone for those not there yet).
+pub(crate) fn release_invocation(
+    key: &str,
+    tombstone_us: u64,
+    members: &[String],
+) -> redis::ScriptInvocation<'static> {
+    let mut inv = scripts::RELEASE.prepare_invoke();
+    inv.key(key).arg(tombstone_us);
+    for m in members {
+        inv.arg(m);
+    }
+    inv
 }
 
 /// Loads every script on a new connection — the fixed ones and `shaped`,

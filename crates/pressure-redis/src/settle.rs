@@ -24,11 +24,15 @@ type Call<T> = Pin<Box<dyn Future<Output = T> + Send>>;
 /// One store call whose outcome is settled even when the caller's future is
 /// dropped first (see the module docs). The orphan handler gets `Some`
 /// answer from the task that finished the call, or `None` when no task
-/// could be started (no runtime: the process is going down).
+/// could be started (no runtime: the process is going down) or no answer
+/// came within [`Settled::orphan_wait`].
 #[must_use = "a Settled call does nothing until awaited"]
 pub(crate) struct Settled<T: Send + 'static, O: FnOnce(Option<T>) + Send + 'static> {
     call: Option<Call<T>>,
     orphan: Option<O>,
+    /// How long the task waits for an orphaned call's answer (`None`: as
+    /// long as it takes).
+    wait: Option<std::time::Duration>,
 }
 
 impl<T: Send + 'static, O: FnOnce(Option<T>) + Send + 'static> Settled<T, O> {
@@ -37,7 +41,15 @@ impl<T: Send + 'static, O: FnOnce(Option<T>) + Send + 'static> Settled<T, O> {
         Self {
             call: Some(Box::pin(call)),
             orphan: Some(orphan),
+            wait: None,
         }
+    }
+
+    /// Bounds the task's wait for an orphaned call's answer: past `wait`
+    /// the handler gets `None`, as if no answer could come.
+    pub(crate) fn orphan_wait(mut self, wait: std::time::Duration) -> Self {
+        self.wait = Some(wait);
+        self
     }
 }
 
@@ -72,7 +84,14 @@ impl<T: Send + 'static, O: FnOnce(Option<T>) + Send + 'static> Drop for Settled<
         };
         match tokio::runtime::Handle::try_current() {
             Ok(rt) => {
-                rt.spawn(async move { orphan(Some(call.await)) });
+                let wait = self.wait;
+                rt.spawn(async move {
+                    let answer = match wait {
+                        Some(wait) => tokio::time::timeout(wait, call).await.ok(),
+                        None => Some(call.await),
+                    };
+                    orphan(answer)
+                });
             }
             Err(_) => orphan(None),
         }
@@ -112,6 +131,19 @@ mod tests {
         drop(call);
         answer_tx.send(42).expect("the call is still waiting");
         assert_eq!(settled_rx.await.expect("settled"), Some(42));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_orphan_that_gets_no_answer_in_its_wait_is_told_so() {
+        let (settled_tx, settled_rx) = oneshot::channel::<Option<u32>>();
+        let call = Settled::new(std::future::pending::<u32>(), move |v| {
+            let _ = settled_tx.send(v);
+        })
+        .orphan_wait(std::time::Duration::from_secs(10));
+        let mut call = Box::pin(call);
+        assert!(futures::poll!(call.as_mut()).is_pending());
+        drop(call);
+        assert_eq!(settled_rx.await.expect("settled"), None);
     }
 
     #[test]
