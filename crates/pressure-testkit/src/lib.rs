@@ -11,6 +11,9 @@
 //!   binary, likewise.
 //! * [`RedisServer`] / [`RedisCluster`]: servers of a test's own, to kill,
 //!   freeze or restart.
+//! * [`skip`]: how a test that cannot run here says so — one line on stderr
+//!   that shows on a pass, appended to `PRESSURE_SKIP_LOG`, and a failure
+//!   when the test's `PRESSURE_REQUIRE_*` variable is `1`.
 //!
 //! `PRESSURE_REDIS_URL` (a URL) and `PRESSURE_REDIS_CLUSTER` (comma-separated
 //! node URLs) point the tests at existing servers instead; nothing is
@@ -35,9 +38,11 @@ mod cluster;
 mod process;
 mod resp;
 mod server;
+mod skip;
 
 pub use cluster::RedisCluster;
 pub use server::{RedisServer, TlsFiles};
+pub use skip::skip;
 
 use std::sync::OnceLock;
 

@@ -37,6 +37,32 @@ pub struct TlsFiles {
     pub ca: PathBuf,
 }
 
+/// How [`RedisServer::try_start_tls`]'s `Err` starts when the server has no TLS.
+const NO_TLS: &str = "this redis-server has no TLS";
+
+/// Why a failed TLS start (its message, with the server's log) shows a
+/// redis-server without TLS, when it does; `None` for every other failure.
+///
+/// Only the server's own words count, never the argument list (which always
+/// holds `--tls-port`):
+/// * up to 7.0 the `tls-*` options exist only in a build with TLS, and
+///   before 6.0 not at all: the config loader rejects the first of them,
+///   `>>> 'tls-port "<port>"'` followed by `Bad directive or wrong number
+///   of arguments`. (A build with TLS knows `tls-port`; it rejects another
+///   option it does not know in the same words, which is not this case.)
+/// * from 7.2, built without TLS or with TLS as a module not loaded, the
+///   options are known and the start ends with `Failed finding TLS
+///   support.`
+fn tls_missing(failure: &str) -> Option<&'static str> {
+    if failure.contains(">>> 'tls-port ") && failure.contains("Bad directive or wrong number of arguments") {
+        Some("its config loader does not know `tls-port` (built without TLS, or older than 6.0)")
+    } else if failure.contains("Failed finding TLS support") {
+        Some("it says \"Failed finding TLS support\" (built without TLS, or its TLS module not loaded)")
+    } else {
+        None
+    }
+}
+
 /// Ports that were free a moment ago, all distinct (each listener is held
 /// until every port is chosen).
 pub(crate) fn free_ports(n: usize) -> std::io::Result<Vec<u16>> {
@@ -70,10 +96,15 @@ impl RedisServer {
 
     /// Starts a server that speaks TLS only (`--port 0 --tls-port <free
     /// port>`, clients not asked for certificates) with `files`; its
-    /// [`url`](Self::url) is `rediss://127.0.0.1:<port>`. An `Err` whose
-    /// text mentions TLS is the usual sign of a redis-server built
-    /// without it. [`answers`](Self::answers) does not work on it (plain
-    /// `PING`).
+    /// [`url`](Self::url) is `rediss://127.0.0.1:<port>`.
+    /// [`answers`](Self::answers) does not work on it (plain `PING`).
+    ///
+    /// An `Err` that starts with `this redis-server has no TLS` means just
+    /// that: the server refused to start in words only a build without TLS
+    /// writes (up to 7.0: its config loader rejects `tls-port`; from 7.2:
+    /// "Failed finding TLS support"), never because the argument list
+    /// mentions TLS. Every other `Err` is a failure to start, to be
+    /// reported as one.
     pub fn try_start_tls(files: &TlsFiles) -> Result<Self, String> {
         require(Program::Server)?;
         for _ in 0..PORT_ATTEMPTS {
@@ -87,7 +118,12 @@ impl RedisServer {
             match server.spawn() {
                 Ok(()) => return Ok(server),
                 Err(StartError::PortTaken) => continue,
-                Err(StartError::Failed(e)) => return Err(e),
+                Err(StartError::Failed(e)) => {
+                    return Err(match tls_missing(&e) {
+                        Some(why) => format!("{NO_TLS}: {why}"),
+                        None => e,
+                    })
+                }
             }
         }
         Err(format!(
@@ -242,5 +278,49 @@ impl RedisServer {
 impl Drop for RedisServer {
     fn drop(&mut self) {
         self.stop();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The start of a failure message: the argument list, as `Watched` writes it.
+    const ARGS: &str = "redis-server --port 0 --bind 127.0.0.1 --dir /tmp/d --port 0 --tls-port 45678 \
+                        --tls-cert-file /tmp/s/redis.crt --tls-key-file /tmp/s/redis.key \
+                        --tls-ca-cert-file /tmp/s/redis-ca.pem --tls-auth-clients no exited with status 1";
+
+    #[test]
+    fn only_a_tls_less_servers_own_words_mean_no_tls() {
+        // Redis 7.0.15 built with BUILD_TLS=no (its stderr, verbatim).
+        let v70 = format!(
+            "{ARGS}; its log:  | *** FATAL CONFIG FILE ERROR (Redis 7.0.15) *** | Reading the \
+             configuration file, at line 10 | >>> 'tls-port \"45678\"' | Bad directive or wrong \
+             number of arguments"
+        );
+        assert!(tls_missing(&v70).is_some(), "{v70}");
+        // Redis 7.2 built with BUILD_TLS=no.
+        let v72 = format!(
+            "{ARGS}; its log: 1:C 01 Dec 2026 20:46:07.942 # Configuration loaded | 1:M 01 Dec \
+             2026 20:46:07.950 # Failed finding TLS support."
+        );
+        assert!(tls_missing(&v72).is_some(), "{v72}");
+
+        // A server with TLS that fails for another reason: a failure.
+        for log in [
+            // Redis 7.0.15 with TLS, a bad certificate (verbatim).
+            "1:M 01 Dec 2026 20:46:07.942 # Failed to load certificate: /tmp/s/redis.crt: \
+             error:0480006C:PEM routines::no start line | 1:M 01 Dec 2026 20:46:07.955 # \
+             Failed to configure TLS. Check logs for more info.",
+            // Redis 7.0.15 with TLS, an option it does not know.
+            "*** FATAL CONFIG FILE ERROR (Redis 7.0.15) *** | Reading the configuration file, at \
+             line 3 | >>> 'tls-bogus \"1\"' | Bad directive or wrong number of arguments",
+            "1:M 01 Dec 2026 20:46:07.955 # Failed listening on port 45678 (TLS), aborting.",
+            "",
+        ] {
+            let failure = format!("{ARGS}; its log: {log}");
+            assert_eq!(tls_missing(&failure), None, "{failure}");
+        }
+        assert_eq!(tls_missing("redis-server was not ready within 30 s"), None);
     }
 }
