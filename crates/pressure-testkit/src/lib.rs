@@ -173,6 +173,11 @@ mod tests {
     #[test]
     fn the_shared_server_is_started_once() {
         if env_var("PRESSURE_REDIS_URL").is_some() {
+            crate::skip(
+                "the_shared_server_is_started_once",
+                "PRESSURE_REQUIRE_OWN_SERVERS",
+                "PRESSURE_REDIS_URL points the tests at a server of its own",
+            );
             return;
         }
         let urls: Vec<String> = (0..4)
@@ -191,6 +196,11 @@ mod tests {
     #[test]
     fn the_cluster_is_ok_on_every_node() {
         if env_var("PRESSURE_REDIS_CLUSTER").is_some() {
+            crate::skip(
+                "the_cluster_is_ok_on_every_node",
+                "PRESSURE_REQUIRE_OWN_SERVERS",
+                "PRESSURE_REDIS_CLUSTER points the tests at a cluster of its own",
+            );
             return;
         }
         let nodes = cluster_nodes();
