@@ -1,6 +1,6 @@
-//! Latency histograms, provider rate-limit headers holding a model, and
-//! interactive before batch under contention — against mock
-//! OpenAI-compatible servers on 127.0.0.1.
+//! Latency histograms, provider rate-limit headers holding a model, the
+//! batch share of a limit, and interactive before batch under contention —
+//! against mock OpenAI-compatible servers on 127.0.0.1.
 
 #![allow(clippy::unwrap_used)]
 
@@ -22,6 +22,11 @@ use tokio::time::Instant;
 struct MockState {
     /// Response headers added to every 200.
     headers: Mutex<Vec<(String, String)>>,
+    /// The first user message of every request, in the order they arrived.
+    texts: Mutex<Vec<String>>,
+    /// Requests whose message starts with `hold` take a permit from here
+    /// before they are answered (none at first): the test lets them go.
+    gate: tokio::sync::Semaphore,
 }
 
 type Mock = support::Mock<MockState>;
@@ -35,10 +40,22 @@ impl Mock {
         Self::serve(
             MockState {
                 headers: Mutex::new(headers),
+                texts: Mutex::new(Vec::new()),
+                gate: tokio::sync::Semaphore::new(0),
             },
             handler,
         )
         .await
+    }
+
+    /// The first user message of every request so far, in arrival order.
+    fn texts(&self) -> Vec<String> {
+        self.state.texts.lock().unwrap().clone()
+    }
+
+    /// Lets one held (`hold…`) request be answered.
+    fn release_one(&self) {
+        self.state.gate.add_permits(1);
     }
 
     fn clear_headers(&self) {
@@ -48,6 +65,14 @@ impl Mock {
 
 async fn handler(State(state): State<Arc<Shared<MockState>>>, Json(body): Json<Value>) -> Response {
     state.hit();
+    let text = body["messages"][0]["content"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    state.texts.lock().unwrap().push(text.clone());
+    if text.starts_with("hold") {
+        state.gate.acquire().await.unwrap().forget();
+    }
     let mut resp = if body["stream"] == json!(true) {
         let chunk = |delta: Value, finish: Value| {
             json!({"id": "c1", "object": "chat.completion.chunk", "created": 1, "model": body["model"],
@@ -221,8 +246,11 @@ async fn low_remaining_tokens_hold_until_token_reset() {
     .await;
 }
 
+/// The batch ceiling of a rate, one request after another: batch use cases
+/// get `1 − batchHeadroom` of it, then fall back (or fail without a
+/// backup, touching nothing), and interactive ones still get the rest.
 #[tokio::test]
-async fn interactive_served_before_batch_under_contention() {
+async fn batch_fills_only_its_share_of_a_rate() {
     bounded(async {
         let p = Mock::start(&[]).await;
         let b = Mock::start(&[]).await;
@@ -259,6 +287,71 @@ async fn interactive_served_before_batch_under_contention() {
             assert_eq!(a.degradation, Degradation::Primary);
         }
         assert_eq!(p.hits(), 5);
+    })
+    .await;
+}
+
+/// Waits until `cond` holds; only a hang fails (the test's 20 s bound).
+async fn until(mut cond: impl FnMut() -> bool) {
+    while !cond() {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// Under contention the order is priority, not arrival: with the model's
+/// two slots taken, a batch request that has been waiting is still waiting
+/// when an interactive one that came after it is served. (Batch may fill
+/// `1 − batchHeadroom` = one of the two slots; the limiter is asked again
+/// while the slots are held, so the one that frees is the interactive
+/// request's, and the batch request runs once both are free.)
+#[tokio::test]
+async fn interactive_served_before_batch_under_contention() {
+    bounded(async {
+        let p = Mock::start(&[]).await;
+        let b = Mock::start(&[]).await;
+        let limits = json!({"limits": {"maxConcurrentRequests": 2}, "batchHeadroom": 0.5});
+        let uc = json!({
+            "hold": {"chain": [{"model": "p/m"}], "totalMs": 15_000},
+            "bulk": {"chain": [{"model": "p/m"}], "priority": "batch", "totalMs": 15_000},
+            "chat": {"chain": [{"model": "p/m"}], "totalMs": 15_000},
+        });
+        let c = Arc::new(client(&p, &b, limits, uc));
+        let event = |use_case: &'static str, text: &'static str| {
+            let c = Arc::clone(&c);
+            tokio::spawn(async move { c.complete(use_case, request(text)).await })
+        };
+        // Both slots held by calls the mock does not answer yet.
+        let holds = [event("hold", "hold 1"), event("hold", "hold 2")];
+        until(|| p.hits() == 2).await;
+        let active = c.broker().resource_stats("llm:p:m").await.unwrap().active;
+        assert_eq!(active, Some(2), "both slots are taken");
+        // The batch request first, then the interactive one; each is waiting
+        // for the limiter once the event has started (on this single-thread
+        // runtime nothing between the start of an event and its limiter
+        // attempt yields).
+        let batch = event("bulk", "batch");
+        until(|| c.snapshot().requests == 3).await;
+        let interactive = event("chat", "interactive");
+        until(|| c.snapshot().requests == 4).await;
+        assert_eq!(p.hits(), 2, "both are waiting, neither reached the provider");
+        // One slot frees: the interactive request takes it, the batch one
+        // (over its share with one slot in use) goes on waiting.
+        p.release_one();
+        let a = interactive.await.unwrap().unwrap();
+        assert_eq!(a.degradation, Degradation::Primary);
+        assert!(!batch.is_finished(), "the batch request is still waiting");
+        assert_eq!(p.texts(), ["hold 1", "hold 2", "interactive"]);
+        // The last held slot frees: now the batch request runs.
+        p.release_one();
+        let a = batch.await.unwrap().unwrap();
+        assert_eq!(a.degradation, Degradation::Primary);
+        for h in holds {
+            assert_eq!(h.await.unwrap().unwrap().degradation, Degradation::Primary);
+        }
+        assert_eq!(p.texts(), ["hold 1", "hold 2", "interactive", "batch"]);
+        assert_eq!(b.hits(), 0);
+        let stats = c.broker().resource_stats("llm:p:m").await.unwrap();
+        assert_eq!(stats.active, Some(0), "every slot is given back");
     })
     .await;
 }
