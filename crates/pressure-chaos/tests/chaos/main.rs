@@ -1,12 +1,81 @@
 //! The CI smoke of the chaos stand: every scenario in short mode through the
 //! real mock provider and a real gateway on 127.0.0.1, with the money
-//! comparison, and every criterion must pass. Bounded: 5 scenarios × 2 runs
-//! of a few seconds each, all loopback.
+//! comparison, and every criterion must pass — except the one that compares
+//! wall-clock latencies between runs (`hang`'s p95 against `normal`'s),
+//! which a loaded machine can break and which is printed instead; the
+//! property behind it is asserted with counts and states. Bounded: 5
+//! scenarios × 2 runs of a few seconds each, all loopback.
 
+use std::io::Write;
 use std::time::Duration;
 
 use pressure_chaos::driver::{self, ChaosOptions, Quiet};
-use pressure_chaos::report;
+use pressure_chaos::mock::Outcome;
+use pressure_chaos::report::{self, Criterion, ScenarioReport};
+
+/// The `hang` criterion that compares the healthy requests' p95 with the
+/// `normal` runs' (two runs, minutes apart on a shared machine): reported by
+/// `pressure chaos`, information only here.
+const HANG_LATENCY: &str = "Healthy requests keep their latency (p95 ≤ 1.1 × normal)";
+
+/// The criterion `name` of scenario `s`; panics if the report lacks it.
+fn criterion<'a>(s: &'a ScenarioReport, name: &str) -> &'a Criterion {
+    s.criteria
+        .iter()
+        .find(|c| c.name == name)
+        .unwrap_or_else(|| panic!("{}: no criterion {name:?} in {:?}", s.name, s.criteria))
+}
+
+/// What the `hang` scenario promises, from counts and states only: hanging
+/// calls do not slow the others because they are cut by the provider
+/// timeout and hold no capacity once cut.
+fn assert_hangs_are_cut_and_hold_nothing(hang: &ScenarioReport) {
+    let hung = hang.mock.by_outcome.get(&Outcome::Hung).copied().unwrap_or(0);
+    assert!(hung > 0, "the mock hung no call: {:?}", hang.mock.by_outcome);
+    // Every hung call was abandoned by the gateway (the mock saw the client
+    // go), every request was answered, and none was left open at the mock.
+    for name in [
+        "Hanging calls are cut by the timeout",
+        "Every client gets an answer",
+        // A hung call holds no connection (peak within one per client, no
+        // wait for a connection in vain) and no slot after the run.
+        "The connection pool is never exhausted",
+        "No slot is left behind",
+    ] {
+        let c = criterion(hang, name);
+        assert!(c.passed, "hang: {name} — {}", c.detail);
+    }
+    assert_eq!(hang.mock.in_flight, 0, "calls still open at the mock");
+    // What cut the hung calls is the first-byte timeout, not the event's
+    // deadline: a call cut by the timeout leaves time to retry or to ask the
+    // backup model, so the event is still answered by a model; one cut by the
+    // deadline leaves none, and the event ends in the rules or the manual
+    // queue (the criteria above all pass then too). With 20 % of calls
+    // hanging, a model answers all but a fraction of a percent of the events
+    // when the timeout cuts them (every try of an event would have to hang;
+    // a run measured 99.6 %), and about 80 % when only the deadline does (a
+    // run with `firstByteMs` past the deadline measured 80 %): 95 % tells
+    // them apart whatever the machine's speed.
+    let count = |label: &str| hang.results.get(label).copied().unwrap_or(0);
+    let by_model = count("primary") + count("backup");
+    // Requests the provider accepts (the invalid ones are refused with 400 on purpose).
+    let accepted: u64 = hang
+        .results
+        .iter()
+        .filter(|(k, _)| !k.starts_with("error:4"))
+        .map(|(_, n)| n)
+        .sum();
+    assert!(
+        accepted > 0 && by_model * 100 >= accepted * 95,
+        "hang: {by_model} of {accepted} requests answered by a model (≥ 95 %): {:?}",
+        hang.results
+    );
+}
+
+/// One line on stderr, written directly so that it shows on a pass too.
+fn inform(line: &str) {
+    let _ = writeln!(std::io::stderr().lock(), "{line}");
+}
 
 /// One load at a time: the latency criteria compare runs, so two tests
 /// loading the machine at once would measure each other.
@@ -24,6 +93,16 @@ async fn every_scenario_passes_in_short_mode() {
         .expect("the short run ends within 5 minutes")
         .expect("the stack starts");
 
+    let hang = rep.scenarios.iter().find(|s| s.name == "hang").expect("hang");
+    assert_hangs_are_cut_and_hold_nothing(hang);
+    let latency = criterion(hang, HANG_LATENCY).clone();
+    inform(&format!(
+        "chaos hang (information, not asserted): {} — {}: {}",
+        if latency.passed { "pass" } else { "FAIL" },
+        latency.name,
+        latency.detail
+    ));
+    inform(&format!("chaos hang results: {:?}", hang.results));
     let failed: Vec<String> = rep
         .scenarios
         .iter()
@@ -31,11 +110,11 @@ async fn every_scenario_passes_in_short_mode() {
             s.criteria
                 .iter()
                 .filter(|c| !c.passed)
+                .filter(|c| !(s.name == "hang" && c.name == HANG_LATENCY))
                 .map(move |c| format!("{}: {} — {}", s.name, c.name, c.detail))
         })
         .collect();
     assert!(failed.is_empty(), "failed criteria:\n{}", failed.join("\n"));
-    assert!(rep.passed);
 
     let names: Vec<&str> = rep.scenarios.iter().map(|s| s.name.as_str()).collect();
     assert_eq!(names, driver::scenario::SCENARIOS);
@@ -71,7 +150,13 @@ async fn every_scenario_passes_in_short_mode() {
     assert!(written.iter().any(|p| p.ends_with("report.md")));
     assert!(written.iter().any(|p| p.ends_with("500-storm-breaker.svg")));
     let md = std::fs::read_to_string(dir.join("report.md")).expect("report.md");
-    assert!(md.contains("**PASS**"), "{md}");
+    // The report's verdict includes the latency comparison.
+    let verdict = if rep.passed { "**PASS**" } else { "**FAIL**" };
+    assert!(md.contains(verdict), "{md}");
+    assert_eq!(
+        rep.passed, latency.passed,
+        "the only criterion allowed to fail is {HANG_LATENCY:?}"
+    );
     std::fs::remove_dir_all(&dir).expect("clean up");
 }
 
