@@ -33,10 +33,14 @@ pub(crate) fn free_port() -> u16 {
     listener.local_addr().expect("local addr").port()
 }
 
-/// An upstream on `127.0.0.1:0`: `/slow?ms=N` answers after N ms, anything
-/// else at once. Aborted on drop.
+/// An upstream on `127.0.0.1:0`: `/hold` tells the test it arrived (see
+/// [`Upstream::wait_held`]) and answers `released` only once the test
+/// calls [`Upstream::release`]; anything else answers `ok` at once.
+/// Aborted on drop.
 pub(crate) struct Upstream {
     pub(crate) url: String,
+    arrivals: tokio::sync::mpsc::UnboundedReceiver<()>,
+    release: tokio::sync::watch::Sender<bool>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -46,27 +50,83 @@ impl Drop for Upstream {
     }
 }
 
-pub(crate) async fn upstream() -> Upstream {
-    async fn handle(req: axum::extract::Request) -> String {
-        if req.uri().path() == "/slow" {
-            let ms: u64 = req
-                .uri()
-                .query()
-                .and_then(|q| q.strip_prefix("ms="))
-                .and_then(|v| v.parse().ok())
-                .unwrap_or(1000);
-            tokio::time::sleep(Duration::from_millis(ms)).await;
-            return format!("slept {ms} ms");
-        }
-        "ok".to_owned()
+impl Upstream {
+    /// Waits (30 s at most, a bound on a hang) until one more `/hold`
+    /// request has reached the upstream.
+    pub(crate) async fn wait_held(&mut self) {
+        tokio::time::timeout(Duration::from_secs(30), self.arrivals.recv())
+            .await
+            .expect("a /hold request reached the upstream within 30 s")
+            .expect("the upstream is running");
     }
+
+    /// Lets every `/hold` request, held now or arriving later, answer.
+    pub(crate) fn release(&self) {
+        self.release.send_replace(true);
+    }
+}
+
+pub(crate) async fn upstream() -> Upstream {
+    let (arrived, arrivals) = tokio::sync::mpsc::unbounded_channel();
+    let (release, released) = tokio::sync::watch::channel(false);
+    let handle = move |req: axum::extract::Request| {
+        let (arrived, mut released) = (arrived.clone(), released.clone());
+        async move {
+            if req.uri().path() != "/hold" {
+                return "ok".to_owned();
+            }
+            let _ = arrived.send(());
+            let _ = released.wait_for(|r| *r).await;
+            "released".to_owned()
+        }
+    };
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let url = format!("http://{}", listener.local_addr().expect("addr"));
     let app = axum::Router::new().fallback(handle);
     let task = tokio::spawn(async move {
         let _ = axum::serve(listener, app).await;
     });
-    Upstream { url, task }
+    Upstream {
+        url,
+        arrivals,
+        release,
+        task,
+    }
+}
+
+/// What became of one new connection to a listener.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Dial {
+    /// Nothing listens: the connection was refused.
+    Refused,
+    /// Connected, but the request got no answer (closed, reset or 5 s of
+    /// silence).
+    Unanswered,
+    /// Connected and answered; the first bytes of the answer.
+    Answered(String),
+}
+
+/// Opens a new connection to `127.0.0.1:port` and sends one `GET /` on it.
+pub(crate) async fn dial(port: u16) -> Dial {
+    use std::io::{Read, Write};
+    tokio::task::spawn_blocking(move || {
+        let mut s = match std::net::TcpStream::connect(("127.0.0.1", port)) {
+            Ok(s) => s,
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => return Dial::Refused,
+            Err(e) => panic!("connect to 127.0.0.1:{port}: {e}"),
+        };
+        let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
+        if s.write_all(b"GET / HTTP/1.1\r\nhost: 127.0.0.1\r\n\r\n").is_err() {
+            return Dial::Unanswered;
+        }
+        let mut buf = [0u8; 64];
+        match s.read(&mut buf) {
+            Ok(n) if n > 0 => Dial::Answered(String::from_utf8_lossy(&buf[..n]).into_owned()),
+            _ => Dial::Unanswered,
+        }
+    })
+    .await
+    .expect("dial task")
 }
 
 /// A running `pressure gateway`, killed and reaped on drop.
@@ -157,18 +217,72 @@ impl Gateway {
         lines[lines.len().saturating_sub(25)..].join("\n")
     }
 
-    /// Replaces the config file.
+    /// Replaces the config file at once (written beside it, then renamed
+    /// over it), so a watcher never reads half a file.
     pub(crate) fn rewrite(&self, config: &serde_json::Value) {
-        std::fs::write(&self.config, serde_json::to_vec_pretty(config).expect("json")).expect("write config");
+        let next = self.config.with_extension("json.next");
+        std::fs::write(&next, serde_json::to_vec_pretty(config).expect("json")).expect("write config");
+        std::fs::rename(&next, &self.config).expect("replace config");
+    }
+
+    /// The log's lines that are JSON objects satisfying `pred`.
+    pub(crate) fn log_json(&self, pred: impl Fn(&serde_json::Value) -> bool) -> Vec<serde_json::Value> {
+        self.log()
+            .lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .filter(|v| pred(v))
+            .collect()
+    }
+
+    /// The log's JSON lines whose `fields.message` satisfies `pred`.
+    pub(crate) fn log_events(&self, pred: impl Fn(&str) -> bool) -> Vec<serde_json::Value> {
+        self.log_json(|v| v["fields"]["message"].as_str().is_some_and(&pred))
+    }
+
+    /// Waits (30 s at most, a bound on a hang) until the log holds a JSON
+    /// line satisfying `pred`; the first such line.
+    pub(crate) async fn wait_json(
+        &self,
+        what: &str,
+        pred: impl Fn(&serde_json::Value) -> bool,
+    ) -> serde_json::Value {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Some(v) = self.log_json(&pred).into_iter().next() {
+                return v;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no {what} line within 30 s:\n{}",
+                self.log_tail()
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// [`wait_json`](Self::wait_json) for a line whose `fields.message`
+    /// satisfies `pred`.
+    pub(crate) async fn wait_event(&self, what: &str, pred: impl Fn(&str) -> bool) -> serde_json::Value {
+        self.wait_json(what, |v| v["fields"]["message"].as_str().is_some_and(&pred))
+            .await
+    }
+
+    /// The proxy listener's port.
+    pub(crate) fn proxy_port(&self) -> u16 {
+        self.proxy
+            .rsplit(':')
+            .next()
+            .and_then(|p| p.parse().ok())
+            .expect("a port in the proxy address")
     }
 
     pub(crate) fn is_running(&mut self) -> bool {
         matches!(self.child.try_wait(), Ok(None))
     }
 
-    /// Waits (10 s at most) until `/readyz` answers 200.
+    /// Waits (30 s at most, a bound on a hang) until `/readyz` answers 200.
     pub(crate) async fn wait_ready(&mut self) {
-        let deadline = Instant::now() + Duration::from_secs(10);
+        let deadline = Instant::now() + Duration::from_secs(30);
         loop {
             if let Ok(Some(status)) = self.child.try_wait() {
                 panic!("the gateway exited early ({status}):\n{}", self.log_tail());
@@ -180,7 +294,7 @@ impl Gateway {
             }
             assert!(
                 Instant::now() < deadline,
-                "not ready within 10 s:\n{}",
+                "not ready within 30 s:\n{}",
                 self.log_tail()
             );
             tokio::time::sleep(Duration::from_millis(50)).await;
@@ -237,9 +351,24 @@ impl Gateway {
         }
     }
 
-    /// Waits (5 s at most) until `/metrics` holds `line`.
+    /// The value of the unlabelled series `name` in `/metrics` (`None`
+    /// when absent or the admin listener does not answer).
+    #[allow(dead_code)] // the logging tests read it
+    pub(crate) async fn metric(&self, name: &str) -> Option<f64> {
+        let r = self
+            .client
+            .get(format!("{}/metrics", self.admin))
+            .send()
+            .await
+            .ok()?;
+        let text = r.text().await.ok()?;
+        text.lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+    }
+
+    /// Waits (30 s at most, a bound on a hang) until `/metrics` holds `line`.
     pub(crate) async fn wait_metric(&self, line: &str) {
-        let deadline = Instant::now() + Duration::from_secs(5);
+        let deadline = Instant::now() + Duration::from_secs(30);
         loop {
             if let Ok(r) = self.client.get(format!("{}/metrics", self.admin)).send().await {
                 if r.text().await.unwrap_or_default().lines().any(|l| l == line) {
@@ -248,7 +377,7 @@ impl Gateway {
             }
             assert!(
                 Instant::now() < deadline,
-                "`{line}` never showed in /metrics:\n{}",
+                "`{line}` not in /metrics within 30 s:\n{}",
                 self.log_tail()
             );
             tokio::time::sleep(Duration::from_millis(50)).await;

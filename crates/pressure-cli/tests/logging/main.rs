@@ -1,19 +1,21 @@
 //! The gateway's log as an operator reads it, from the real binary's
 //! stderr: `--access-log` writes one JSON line per request with its fields,
 //! `--log-format text` writes human-readable (non-JSON) lines, `--log-level`
-//! filters unless `RUST_LOG` is set (which wins), and an invalid level is
-//! refused with exit code 2. Every process is killed on drop and every wait
-//! is bounded.
+//! filters unless `RUST_LOG` is set (which wins), an invalid level is
+//! refused with exit code 2, and a Redis outage is logged once per
+//! transition, not once per request. Every process is killed on drop and
+//! every wait is for an event, under a deadline that only bounds a hang.
 
 #[path = "../lifecycle/support.rs"]
 #[allow(dead_code)]
 mod support;
 
+use pressure_testkit::RedisServer;
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
-use support::{free_port, upstream, TempDir};
+use support::{free_port, upstream, Gateway, TempDir};
 use tokio::time::Instant;
 
 /// A `pressure gateway` child with its stderr in a file; killed on drop.
@@ -70,7 +72,7 @@ impl Gw {
 
     async fn wait_ready(&mut self) {
         let client = reqwest::Client::new();
-        let deadline = Instant::now() + Duration::from_secs(10);
+        let deadline = Instant::now() + Duration::from_secs(30);
         loop {
             if let Ok(Some(status)) = self.child.try_wait() {
                 panic!("the gateway exited early ({status}):\n{}", self.log());
@@ -80,14 +82,15 @@ impl Gw {
                     return;
                 }
             }
-            assert!(Instant::now() < deadline, "not ready in 10 s:\n{}", self.log());
+            assert!(Instant::now() < deadline, "not ready in 30 s:\n{}", self.log());
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }
 
-    /// Waits (5 s at most) until a log line satisfies `pred`; that line.
+    /// Waits (30 s at most, a bound on a hang) until a log line satisfies
+    /// `pred`; that line.
     async fn wait_line(&self, pred: impl Fn(&str) -> bool) -> String {
-        let deadline = Instant::now() + Duration::from_secs(5);
+        let deadline = Instant::now() + Duration::from_secs(30);
         loop {
             if let Some(l) = self.log().lines().find(|l| pred(l)) {
                 return l.to_owned();
@@ -133,14 +136,20 @@ async fn the_access_log_flag_writes_one_json_line_per_request() {
         !line.contains("abc123") && !line.contains("not-a-checked-token"),
         "{line}"
     );
-    // Exactly one line for one request.
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // Exactly one line for one request: once the line of a later request
+    // is written (one writer, in order), no second line of the first.
+    let later = reqwest::get(format!("{}/later", gw.proxy))
+        .await
+        .expect("answered");
+    assert_eq!(later.status(), 200);
+    gw.wait_line(|l| l.contains("\"pressure::access\"") && l.contains("\"/later\""))
+        .await;
     let n = gw
         .log()
         .lines()
         .filter(|l| l.contains("\"pressure::access\""))
         .count();
-    assert_eq!(n, 1, "{}", gw.log());
+    assert_eq!(n, 2, "{}", gw.log());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -194,6 +203,87 @@ async fn log_level_filters_and_rust_log_wins() {
         "an info line at --log-level warn:\n{}",
         quiet.log()
     );
+}
+
+/// README "Redis backend": while Redis is out the failure mode applies,
+/// "logged once per transition". Traffic through an outage in which the
+/// gateway sees Redis fail again and again writes one `unavailable` line,
+/// and the return one `recovered` line — not one per request or probe.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redis_outage_is_logged_once_per_transition() {
+    let mut redis = RedisServer::start();
+    let up = upstream().await;
+    let dir = TempDir::new("outage-log");
+    let (proxy, admin) = (free_port(), free_port());
+    let config = json!({ "gateway": {
+        "listen": format!("127.0.0.1:{proxy}"),
+        "admin": { "listen": format!("127.0.0.1:{admin}") },
+        "upstreams": { "app": { "url": up.url, "pathPrefix": "/" } },
+        "backend": { "type": "redis", "url": redis.url(), "failureMode": "open", "timeoutMs": 50,
+                     "keyPrefix": format!("outage-log-{}", std::process::id()) },
+        "pressure": { "perRoute": [{
+            "resource": "gateway:route:limited", "pathPrefix": "/limited",
+            "limits": { "requestsPerMinute": 100_000 } }] }
+    }});
+    let mut gw = Gateway::spawn("outage", dir.path(), &config, &["--access-log"]);
+    gw.wait_ready().await;
+    assert_eq!(gw.get("/limited").await.0, 200, "{}", gw.log_tail());
+    assert_eq!(gw.metric("pressure_redis_healthy").await, Some(1.0));
+    let unavailable = |gw: &Gateway| gw.log_events(|m| m.starts_with("redis backend unavailable"));
+    let recovered = |gw: &Gateway| gw.log_events(|m| m.starts_with("redis backend recovered"));
+
+    redis.stop();
+    // Traffic (admitted: failure mode `open`) until the gateway has counted
+    // at least 5 failed Redis calls (probes by traffic and in the
+    // background): a line per failure would be 5 lines or more.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut sent = 0;
+    loop {
+        assert_eq!(gw.get("/limited").await.0, 200, "{}", gw.log_tail());
+        sent += 1;
+        let failures = gw.metric("pressure_redis_failures_total").await.unwrap_or(0.0);
+        if sent >= 20 && failures >= 5.0 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{failures} Redis failures counted after {sent} requests in 30 s:\n{}",
+            gw.log_tail()
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let line = gw
+        .wait_event("redis unavailable", |m| {
+            m.starts_with("redis backend unavailable")
+        })
+        .await;
+    assert_eq!(line["level"], "WARN", "{line}");
+    assert_eq!(line["fields"]["redis"], redis.url(), "{line}");
+    barrier(&gw, "/barrier-outage").await;
+    assert_eq!(unavailable(&gw).len(), 1, "{}", gw.log());
+    assert_eq!(recovered(&gw).len(), 0, "{}", gw.log());
+
+    redis.restart();
+    gw.wait_event("redis recovered", |m| m.starts_with("redis backend recovered"))
+        .await;
+    for _ in 0..20 {
+        assert_eq!(gw.get("/limited").await.0, 200, "{}", gw.log_tail());
+    }
+    barrier(&gw, "/barrier-recovered").await;
+    assert_eq!(gw.metric("pressure_redis_healthy").await, Some(1.0));
+    assert_eq!(gw.metric("pressure_redis_transitions_total").await, Some(2.0));
+    assert_eq!(unavailable(&gw).len(), 1, "{}", gw.log());
+    assert_eq!(recovered(&gw).len(), 1, "{}", gw.log());
+}
+
+/// Sends `GET path` and waits for its access line: every line logged
+/// before the request is then in the file (one writer, in order).
+async fn barrier(gw: &Gateway, path: &str) {
+    assert_eq!(gw.get(path).await.0, 200, "{}", gw.log_tail());
+    gw.wait_json(path, |v| {
+        v["target"] == "pressure::access" && v["fields"]["path"] == path
+    })
+    .await;
 }
 
 #[test]
