@@ -4,6 +4,11 @@
 //! when a Redis of the test's own comes up later the background probe
 //! reconnects — with no traffic at all — so the next acquisition is counted
 //! by Redis.
+//!
+//! Nothing here depends on how fast the machine is: the call timeout is far
+//! above what a healthy call takes on a loaded machine, and the time bounds
+//! are the configured values a wrong implementation would have to wait for
+//! (a connect timeout) or a deadline that only catches a hang.
 
 #[path = "../own_store/redis.rs"]
 mod own_redis;
@@ -15,14 +20,32 @@ use pressure_redis::{FailureMode, RedisBackend, RedisConfig};
 use std::time::Duration;
 use tokio::time::Instant;
 
+/// The per-call timeout, ms. Not the 50 ms default: a healthy call on a
+/// loaded machine can take longer than that, and in `closed` mode the
+/// timeout is a refusal where the test expects Redis to count.
+const TIMEOUT_MS: u64 = 1_000;
+
+/// How long the background task may take to find a Redis that came up:
+/// it reconnects and probes every 100 ms, so this only catches a backend
+/// that never does.
+const RECOVERY: Duration = Duration::from_secs(10);
+
 fn config(port: u16, mode: FailureMode) -> RedisConfig {
     RedisConfig {
         url: format!("redis://127.0.0.1:{port}"),
         failure_mode: mode,
         local_share: 0.5,
-        timeout_ms: 50,
+        timeout_ms: TIMEOUT_MS,
         ..RedisConfig::default()
     }
+}
+
+/// A loopback listener that never accepts: the kernel completes each
+/// connection, and nothing ever answers on it. A Redis down this way makes
+/// connecting cost the whole connect timeout (unlike a refused port, which
+/// fails at once), so a call that waited for a connect would show.
+fn silent_listener() -> std::net::TcpListener {
+    std::net::TcpListener::bind("127.0.0.1:0").expect("bind a loopback port")
 }
 
 async fn broker_down(port: u16, mode: FailureMode) -> ResourceBroker<RedisBackend> {
@@ -68,15 +91,46 @@ async fn start_with_redis_down_reports_the_address_and_the_cause() {
     );
 }
 
+/// Redis is silent (connecting to it would cost the connect timeout): every
+/// call is refused by the failure mode as an outage, and none waits for a
+/// connect — not even those that try Redis again — each is answered before
+/// a connect could time out.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn closed_mode_refuses_as_an_outage_not_as_a_limit() {
-    let b = broker_down(free_port(), FailureMode::Closed).await;
-    let t0 = Instant::now();
-    let out = burst(&b, 10).await;
+    // A call that connected would wait the connect timeout out: the call
+    // timeout is longer, so it would not cut that wait short.
+    const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+    const CALL_TIMEOUT_MS: u64 = 5_000;
+    let silent = silent_listener();
+    let port = silent.local_addr().expect("addr").port();
+    let backend = RedisBackend::start(RedisConfig {
+        connect_timeout_ms: CONNECT_TIMEOUT.as_millis() as u64,
+        timeout_ms: CALL_TIMEOUT_MS,
+        ..config(port, FailureMode::Closed)
+    })
+    .await
+    .expect("starts without redis");
+    let st = backend.status();
     assert!(
-        t0.elapsed() < Duration::from_secs(1),
-        "no call waits for a connect"
+        !st.healthy && st.last_error.as_deref().is_some_and(|e| e.contains("timed out")),
+        "the start-up connect waited out its timeout: {st:?}"
     );
+    let b = ResourceBroker::builder(backend).build();
+    b.register_limit("o", Limits::default().requests_per_minute(20))
+        .expect("valid");
+    let mut out = Vec::new();
+    for i in 0..10 {
+        // More than a probe interval (100 ms) apart: each call is the one
+        // that may try Redis again, not one answered by the failure mode
+        // because another just tried.
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        out.push(
+            tokio::time::timeout(CONNECT_TIMEOUT, b.try_acquire("o", AcquireOptions::default()))
+                .await
+                .unwrap_or_else(|_| panic!("call {i} waited for a connect"))
+                .expect("the failure mode answers, never an error"),
+        );
+    }
     for a in &out {
         let d = a.denial().expect("closed denies");
         assert_eq!(d.cause, DenialCause::Unavailable, "{d:?}");
@@ -119,9 +173,10 @@ async fn redis_coming_up_later_is_used_without_any_traffic() {
     // reading the status is not traffic.
     while !b.backend().status().healthy {
         assert!(
-            up.elapsed() < Duration::from_secs(1),
-            "not reconnected {:?} after redis answered, without traffic",
-            up.elapsed()
+            up.elapsed() < RECOVERY,
+            "not reconnected {:?} after redis answered, without traffic: {:?}",
+            up.elapsed(),
+            b.backend().status()
         );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
