@@ -120,7 +120,10 @@ pub async fn acquisition_dropped_in_flight_leaves_nothing<H: Harness>(h: &H) {
         (
             "cutg",
             Limits::default()
-                .requests_per_minute(1_000)
+                // One unit a minute: a unit's usage stays counted for the
+                // whole check (a faster refill would make usage a function
+                // of time), the burst of 100 covers every acquisition here.
+                .requests_per_minute(1)
                 .gcra(Some(100))
                 .max_concurrent_requests(4)
                 .lease_ttl(LEASE_TTL),
