@@ -70,29 +70,20 @@ pub fn conn(srv: &RedisServer) -> redis::Connection {
         .expect("connects")
 }
 
-/// A store gate over a server of its own: held, the server is frozen
+/// A store gate over a server (or cluster) of its own: held, it is frozen
 /// (`SIGSTOP`: it reads and answers nothing, its sockets stay open); open,
 /// it runs on and answers what it was sent meanwhile.
-pub struct FrozenServer(pub RedisServer);
-
-impl pressure_core::contract::StoreGate for FrozenServer {
-    fn hold(&self) {
-        self.0.pause(true);
-    }
-    fn open(&self) {
-        self.0.pause(false);
-    }
+pub struct Frozen<S> {
+    store: S,
+    pause: fn(&S, bool),
 }
 
-/// [`FrozenServer`] for a cluster of its own: every node frozen at once.
-pub struct FrozenCluster(pub RedisCluster);
-
-impl pressure_core::contract::StoreGate for FrozenCluster {
+impl<S: Send + Sync> pressure_core::contract::StoreGate for Frozen<S> {
     fn hold(&self) {
-        self.0.pause(true);
+        (self.pause)(&self.store, true);
     }
     fn open(&self) {
-        self.0.pause(false);
+        (self.pause)(&self.store, false);
     }
 }
 
@@ -103,7 +94,13 @@ pub async fn gated_broker() -> (
 ) {
     let srv = RedisServer::start();
     let b = broker_with(config(srv.url())).await;
-    (b, Box::new(FrozenServer(srv)))
+    (
+        b,
+        Box::new(Frozen {
+            store: srv,
+            pause: RedisServer::pause,
+        }),
+    )
 }
 
 /// A broker over a Redis Cluster of its own, and the gate that freezes it.
@@ -119,5 +116,11 @@ pub async fn gated_cluster_broker() -> (
         ..config(String::new())
     })
     .await;
-    (b, Box::new(FrozenCluster(cluster)))
+    (
+        b,
+        Box::new(Frozen {
+            store: cluster,
+            pause: RedisCluster::pause,
+        }),
+    )
 }
