@@ -774,7 +774,6 @@ impl Backend for RedisBackend {
         let answer = self
             .inner
             .call_settled(call, move |answer| {
-                inner.cancelled_calls.fetch_add(1, Ordering::Relaxed);
                 if !matches!(answer, Some(Ok(_))) {
                     inner.lose(key, lease.0, ttl, LostKind::Release);
                 }
@@ -799,33 +798,8 @@ impl Backend for RedisBackend {
             return;
         }
         let Some(lease) = grant.lease else { return };
-        match tokio::runtime::Handle::try_current() {
-            Ok(rt) => {
-                let this = self.clone();
-                let key = h.keys.state.clone();
-                let ttl = h.spec.lease_ttl_ns;
-                rt.spawn(async move {
-                    if this
-                        .inner
-                        .release_remote(&key, 0, &[member(lease.0)])
-                        .await
-                        .is_err()
-                    {
-                        this.inner.push_lost(Lost {
-                            key,
-                            member: member(lease.0),
-                            tombstone_us: 0,
-                            give_up_ns: this.inner.clock.now_nanos().saturating_add(
-                                ttl.saturating_add(pressure_core::clock::duration_to_nanos(LOST_MARGIN)),
-                            ),
-                        });
-                    }
-                });
-            }
-            // No runtime here: the background task (on the backend's own
-            // runtime) delivers it.
-            Err(_) => self.lose(h, lease.0, LostKind::Release),
-        }
+        self.inner
+            .release_detached(h.keys.state.clone(), lease.0, h.spec.lease_ttl_ns);
     }
 
     async fn renew(&self, h: &RedisHandle, grant: &Grant) -> Result<bool, BackendError> {
@@ -887,21 +861,12 @@ impl Backend for RedisBackend {
             *h.deny.lock() = None;
         }
         let (inner, key, at_us) = (Arc::clone(&self.inner), h.keys.state.clone(), grant.at_ns / 1_000);
-        let call = {
-            let inner = Arc::clone(&inner);
-            async move {
-                inner
-                    .call_untimed::<i64>(reconcile_invocation(&key, at_us, &changes))
-                    .await
-            }
+        let call = async move {
+            inner
+                .call_untimed::<i64>(reconcile_invocation(&key, at_us, &changes))
+                .await
         };
-        match self
-            .inner
-            .call_settled(call, move |_| {
-                inner.cancelled_calls.fetch_add(1, Ordering::Relaxed);
-            })
-            .await
-        {
+        match self.inner.call_settled(call, |_| {}).await {
             // Past the timeout the correction is the backend's to deliver
             // (when Redis answers): the permit counts it as made.
             Ok(_) | Err(Failure { owned: true, .. }) => Ok(()),
@@ -997,7 +962,6 @@ impl LostAcquisition {
     /// with a tombstone, as a lost reply does.
     fn settle(self, answer: Option<Result<Vec<i64>, Failure>>) {
         let inner = &self.inner;
-        inner.cancelled_calls.fetch_add(1, Ordering::Relaxed);
         let granted_at_us = match &answer {
             Some(Ok(v)) => match v[..] {
                 [1, at_us, _] => at_us.max(0) as u64,
@@ -1019,25 +983,17 @@ impl LostAcquisition {
             .map(|d| Change::of(d, -(d.rate.units(&self.demand) as i64)))
             .filter(|c| c.delta != 0)
             .collect();
-        let Ok(rt) = tokio::runtime::Handle::try_current() else {
-            if let Some(lease) = self.lease {
-                inner.lose(self.key, lease, self.lease_ttl_ns, LostKind::Release);
-            }
-            return;
-        };
-        let (inner, key, lease, ttl) = (Arc::clone(inner), self.key, self.lease, self.lease_ttl_ns);
-        rt.spawn(async move {
-            if let Some(lease) = lease {
-                if inner.release_remote(&key, 0, &[member(lease)]).await.is_err() {
-                    inner.lose(key.clone(), lease, ttl, LostKind::Release);
-                }
-            }
-            if !refund.is_empty() {
-                // A refund that fails errs on the safe side: the units stay
-                // counted until their window passes.
+        if let Some(lease) = self.lease {
+            inner.release_detached(self.key.clone(), lease, self.lease_ttl_ns);
+        }
+        // A refund that fails (or finds no runtime) errs on the safe side:
+        // the units stay counted until their window passes.
+        if let (false, Ok(rt)) = (refund.is_empty(), tokio::runtime::Handle::try_current()) {
+            let (inner, key) = (Arc::clone(inner), self.key);
+            rt.spawn(async move {
                 let _ = inner.reconcile_remote(&key, granted_at_us, &refund).await;
-            }
-        });
+            });
+        }
     }
 }
 
@@ -1063,6 +1019,25 @@ impl Inner {
         });
     }
 
+    /// Releases lease `lease` of `key` without waiting: in a task when there
+    /// is a runtime, queued for the background task when that fails or when
+    /// there is none.
+    fn release_detached(self: &Arc<Self>, key: String, lease: u64, lease_ttl_ns: u64) {
+        match tokio::runtime::Handle::try_current() {
+            Ok(rt) => {
+                let inner = Arc::clone(self);
+                rt.spawn(async move {
+                    if inner.release_remote(&key, 0, &[member(lease)]).await.is_err() {
+                        inner.lose(key, lease, lease_ttl_ns, LostKind::Release);
+                    }
+                });
+            }
+            // No runtime here: the background task (on the backend's own
+            // runtime) delivers it.
+            Err(_) => self.lose(key, lease, lease_ttl_ns, LostKind::Release),
+        }
+    }
+
     /// Corrects the units counted at `at_us` (server time) by `changes`.
     async fn reconcile_remote(&self, key: &str, at_us: u64, changes: &[Change]) -> Result<i64, Failure> {
         self.call(reconcile_invocation(key, at_us, changes)).await
@@ -1071,13 +1046,19 @@ impl Inner {
     /// Runs `call` as a [`Settled`] call bounded by the call timeout: past
     /// it, the caller gets a timeout failure marked as handed on, and the
     /// call goes on in a task that waits up to [`ORPHAN_WAIT`] for the
-    /// answer and gives it to `orphan` (`None`: none came).
-    async fn call_settled<T, F, O>(&self, call: F, orphan: O) -> Result<T, Failure>
+    /// answer and gives it to `orphan` (`None`: none came), counted in
+    /// [`RedisStatus::cancelled_calls`].
+    async fn call_settled<T, F, O>(self: &Arc<Self>, call: F, orphan: O) -> Result<T, Failure>
     where
         T: Send + 'static,
         F: std::future::Future<Output = Result<T, Failure>> + Send + 'static,
         O: FnOnce(Option<Result<T, Failure>>) + Send + 'static,
     {
+        let inner = Arc::clone(self);
+        let orphan = move |answer| {
+            inner.cancelled_calls.fetch_add(1, Ordering::Relaxed);
+            orphan(answer)
+        };
         let settled = Settled::new(call, orphan).orphan_wait(ORPHAN_WAIT);
         match tokio::time::timeout(self.config.timeout(), settled).await {
             Ok(answer) => answer,

@@ -53,15 +53,20 @@ async fn sighup_raises_a_limit_and_keeps_the_usage() {
     send_signal(&gw, "HUP");
     gw.wait_metric("pressure_config_reloads_total{result=\"ok\"} 1")
         .await;
-    // 2 of the new 5 are used: exactly 3 more pass.
-    let after = statuses(&gw, "/limited", 5).await;
+    raised_to_five_keeping_usage(&gw).await;
+    assert!(gw.is_running(), "SIGHUP must not stop the gateway");
+}
+
+/// After a reload from 2 to 5 per window with 2 used: exactly 3 of the next
+/// 5 pass (the usage was kept, the new limit applies).
+async fn raised_to_five_keeping_usage(gw: &Gateway) {
+    let after = statuses(gw, "/limited", 5).await;
     assert_eq!(
         (count(&after, 200), count(&after, 429)),
         (3, 2),
         "{after:?}\n{}",
         gw.log_tail()
     );
-    assert!(gw.is_running(), "SIGHUP must not stop the gateway");
 }
 
 /// With `--watch`, an edit of the config file is a reload: no signal, no
@@ -88,14 +93,7 @@ async fn watch_reloads_an_edited_file_without_sighup() {
         m.starts_with("config or certificate file changed")
     })
     .await;
-    // 2 of the new 5 are used: exactly 3 more pass.
-    let after = statuses(&gw, "/limited", 5).await;
-    assert_eq!(
-        (count(&after, 200), count(&after, 429)),
-        (3, 2),
-        "{after:?}\n{}",
-        gw.log_tail()
-    );
+    raised_to_five_keeping_usage(&gw).await;
     assert!(
         gw.log_events(|m| m.starts_with("SIGHUP")).is_empty(),
         "{}",
