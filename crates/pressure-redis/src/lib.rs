@@ -61,6 +61,7 @@
 //!   the expiry they were meant to have, or deletes them when their content
 //!   is past; one atomic script per key, so it runs on a live fleet.
 
+mod any;
 mod backend;
 mod background;
 mod config;
@@ -75,6 +76,7 @@ mod settle;
 mod shape;
 mod shared_breaker;
 
+pub use any::{AnyBackend, AnyHandle};
 pub use backend::{RedisBackend, RedisHandle, RedisStatus};
 pub use config::{FailureMode, RedisConfig};
 /// The one-off repair of keys left without an expiry by older versions

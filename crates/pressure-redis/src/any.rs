@@ -1,0 +1,159 @@
+//! [`AnyBackend`]: the backend chosen at run time (memory or Redis), so a
+//! program that picks its store by config (the gateway, the rate limit
+//! service, the bindings) has one concrete broker type.
+
+use crate::{RedisBackend, RedisHandle};
+use pressure_core::backend::{MemoryHandle, Usage};
+use pressure_core::{
+    Backend, BackendError, Counts, Decision, Demand, Grant, LimitSpec, MemoryBackend, QuickDecision, Reserved,
+};
+use std::sync::Arc;
+
+/// Memory or Redis, as configured.
+#[derive(Debug, Clone)]
+pub enum AnyBackend {
+    /// In this process.
+    Memory(MemoryBackend),
+    /// In Redis.
+    Redis(RedisBackend),
+}
+
+/// The handle of the backend in use.
+#[derive(Debug)]
+pub enum AnyHandle {
+    /// Of [`AnyBackend::Memory`].
+    Memory(MemoryHandle),
+    /// Of [`AnyBackend::Redis`].
+    Redis(RedisHandle),
+}
+
+fn mismatch() -> BackendError {
+    BackendError::Protocol("handle of another backend".into())
+}
+
+impl Backend for AnyBackend {
+    type Handle = AnyHandle;
+
+    fn attach(&self, resource: &str, spec: Arc<LimitSpec>) -> Result<AnyHandle, BackendError> {
+        match self {
+            AnyBackend::Memory(b) => b.attach(resource, spec).map(AnyHandle::Memory),
+            AnyBackend::Redis(b) => b.attach(resource, spec).map(AnyHandle::Redis),
+        }
+    }
+
+    fn reattach(
+        &self,
+        resource: &str,
+        old: &AnyHandle,
+        spec: Arc<LimitSpec>,
+    ) -> Result<AnyHandle, BackendError> {
+        match (self, old) {
+            (AnyBackend::Memory(b), AnyHandle::Memory(h)) => {
+                b.reattach(resource, h, spec).map(AnyHandle::Memory)
+            }
+            (AnyBackend::Redis(b), AnyHandle::Redis(h)) => {
+                b.reattach(resource, h, spec).map(AnyHandle::Redis)
+            }
+            _ => Err(mismatch()),
+        }
+    }
+
+    #[inline]
+    fn acquire_now(&self, handle: &AnyHandle, demand: &Demand) -> Option<Result<Decision, BackendError>> {
+        match (self, handle) {
+            (AnyBackend::Memory(b), AnyHandle::Memory(h)) => b.acquire_now(h, demand),
+            _ => None,
+        }
+    }
+
+    #[inline]
+    fn acquire_now_quick(
+        &self,
+        handle: &AnyHandle,
+        demand: &Demand,
+    ) -> Option<Result<QuickDecision, BackendError>> {
+        // The memory backend's quick path (no `Grant` built for a plain
+        // grant); Redis has no synchronous answer.
+        match (self, handle) {
+            (AnyBackend::Memory(b), AnyHandle::Memory(h)) => b.acquire_now_quick(h, demand),
+            _ => None,
+        }
+    }
+
+    fn counts(&self, handle: &AnyHandle) -> Counts {
+        match (self, handle) {
+            (AnyBackend::Memory(b), AnyHandle::Memory(h)) => b.counts(h),
+            (AnyBackend::Redis(b), AnyHandle::Redis(h)) => b.counts(h),
+            _ => Counts::default(),
+        }
+    }
+
+    async fn acquire(&self, handle: &AnyHandle, demand: &Demand) -> Result<Decision, BackendError> {
+        match (self, handle) {
+            (AnyBackend::Memory(b), AnyHandle::Memory(h)) => b.acquire(h, demand).await,
+            (AnyBackend::Redis(b), AnyHandle::Redis(h)) => b.acquire(h, demand).await,
+            _ => Err(mismatch()),
+        }
+    }
+
+    async fn release(&self, handle: &AnyHandle, grant: &Grant) -> Result<(), BackendError> {
+        match (self, handle) {
+            (AnyBackend::Memory(b), AnyHandle::Memory(h)) => b.release(h, grant).await,
+            (AnyBackend::Redis(b), AnyHandle::Redis(h)) => b.release(h, grant).await,
+            _ => Err(mismatch()),
+        }
+    }
+
+    fn release_detached(&self, handle: &AnyHandle, grant: Grant) {
+        match (self, handle) {
+            (AnyBackend::Memory(b), AnyHandle::Memory(h)) => b.release_detached(h, grant),
+            (AnyBackend::Redis(b), AnyHandle::Redis(h)) => b.release_detached(h, grant),
+            _ => {}
+        }
+    }
+
+    async fn renew(&self, handle: &AnyHandle, grant: &Grant) -> Result<bool, BackendError> {
+        match (self, handle) {
+            (AnyBackend::Memory(b), AnyHandle::Memory(h)) => b.renew(h, grant).await,
+            (AnyBackend::Redis(b), AnyHandle::Redis(h)) => b.renew(h, grant).await,
+            _ => Err(mismatch()),
+        }
+    }
+
+    async fn renew_many(&self, handle: &AnyHandle, grants: &[Grant]) -> Result<Vec<bool>, BackendError> {
+        match (self, handle) {
+            (AnyBackend::Memory(b), AnyHandle::Memory(h)) => b.renew_many(h, grants).await,
+            (AnyBackend::Redis(b), AnyHandle::Redis(h)) => b.renew_many(h, grants).await,
+            _ => Err(mismatch()),
+        }
+    }
+
+    async fn reconcile(
+        &self,
+        handle: &AnyHandle,
+        grant: &Grant,
+        actual: &Reserved,
+    ) -> Result<(), BackendError> {
+        match (self, handle) {
+            (AnyBackend::Memory(b), AnyHandle::Memory(h)) => b.reconcile(h, grant, actual).await,
+            (AnyBackend::Redis(b), AnyHandle::Redis(h)) => b.reconcile(h, grant, actual).await,
+            _ => Err(mismatch()),
+        }
+    }
+
+    async fn usage(&self, handle: &AnyHandle) -> Result<Usage, BackendError> {
+        match (self, handle) {
+            (AnyBackend::Memory(b), AnyHandle::Memory(h)) => b.usage(h).await,
+            (AnyBackend::Redis(b), AnyHandle::Redis(h)) => b.usage(h).await,
+            _ => Err(mismatch()),
+        }
+    }
+
+    fn at_rest(&self, handle: &AnyHandle) -> bool {
+        match (self, handle) {
+            (AnyBackend::Memory(b), AnyHandle::Memory(h)) => b.at_rest(h),
+            (AnyBackend::Redis(b), AnyHandle::Redis(h)) => b.at_rest(h),
+            _ => true,
+        }
+    }
+}
