@@ -361,6 +361,20 @@ impl<B: Backend> ResourceHandle<B> {
         Ok(e.backend.usage(&e.handle).await?)
     }
 
+    /// Gives back everything `grant` (from a permit of this resource, see
+    /// [`Permit::grant`]) counted on the rate dimensions, as if it had never
+    /// been granted: for a caller that takes several resources in turn and
+    /// must undo the ones it took when a later one refuses ("all must
+    /// pass", a denial consumes nothing). Works on every permit, also an
+    /// inert one, whose own [`Permit::reconcile`] is a no-op; a concurrency
+    /// lease is not touched (release the permit for that). Settled by the
+    /// backend like a reconcile, also if this future is dropped.
+    pub async fn refund(&self, grant: &Grant) -> Result<(), Error> {
+        let e = self.entry.current();
+        let none = crate::backend::Reserved::default();
+        Ok(e.backend.reconcile(&e.handle, grant, &none).await?)
+    }
+
     /// Check+reject: reserve `opts` now or get a denial with its wait time.
     #[inline]
     pub async fn try_acquire(&self, opts: AcquireOptions) -> Result<Acquisition<B>, Error> {

@@ -1,0 +1,182 @@
+//! The standalone service: gRPC on one listener, `/metrics` and `/healthz`
+//! on an optional admin listener, reload on file change and SIGHUP.
+//! [`Server::bind`] binds both (so a caller can print the addresses, also
+//! for port 0) and [`Server::serve`] runs until the shutdown future ends.
+
+use crate::config::Plan;
+use crate::error::RlsError;
+use crate::grpc::RateLimitServiceServer;
+use crate::reload::{self, Reloader};
+use crate::service::RateLimiter;
+use pressure_core::ResourceBroker;
+use pressure_redis::{AnyBackend, RedisBackend, RedisConfig};
+use std::future::Future;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::net::TcpListener;
+
+/// The default gRPC address (envoyproxy/ratelimit listens on 8081; 8089
+/// keeps clear of it, so both can run side by side while migrating).
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:8089";
+
+/// What `pressure rls` was asked to run.
+#[derive(Debug, Clone)]
+pub struct ServerOptions {
+    /// The YAML files, one domain each.
+    pub files: Vec<PathBuf>,
+    /// The gRPC address.
+    pub listen: String,
+    /// The admin address (`/metrics`, `/healthz`), if any.
+    pub admin: Option<String>,
+    /// The Redis backend; `None`: in memory (one process).
+    pub redis: Option<RedisConfig>,
+    /// Poll the files for changes this often; `None`: SIGHUP only.
+    pub watch: Option<Duration>,
+    /// Most descriptor counters kept at once (the broker's lazy bound).
+    pub max_counters: usize,
+}
+
+impl ServerOptions {
+    /// Options for `files` with the defaults: [`DEFAULT_LISTEN`], no admin
+    /// listener, in memory, watched.
+    pub fn new(files: Vec<PathBuf>) -> Self {
+        Self {
+            files,
+            listen: DEFAULT_LISTEN.into(),
+            admin: None,
+            redis: None,
+            watch: Some(reload::WATCH_INTERVAL),
+            max_counters: pressure_core::DEFAULT_MAX_LAZY_RESOURCES,
+        }
+    }
+}
+
+/// A bound, not yet serving, rate limit service.
+#[derive(Debug)]
+pub struct Server {
+    limiter: Arc<RateLimiter<AnyBackend>>,
+    reloader: Arc<Reloader<AnyBackend>>,
+    grpc: TcpListener,
+    admin: Option<TcpListener>,
+    watch: Option<Duration>,
+    redis: Option<RedisBackend>,
+}
+
+impl Server {
+    /// Loads the files, sets up the backend and binds the listeners.
+    pub async fn bind(opts: ServerOptions) -> Result<Self, RlsError> {
+        let texts = reload::read(&opts.files)?;
+        let plan = Plan::from_texts(&texts)?;
+        let (backend, redis) = match &opts.redis {
+            None => (AnyBackend::Memory(pressure_core::MemoryBackend::new()), None),
+            Some(rc) => {
+                // Redis down at start is not fatal: the failure mode applies
+                // and the backend reconnects by itself.
+                let r = RedisBackend::start(rc.clone()).await?;
+                let status = r.status();
+                if !status.healthy {
+                    tracing::warn!(
+                        url = status.url.as_str(),
+                        error = status.last_error.as_deref().unwrap_or("unknown"),
+                        failure_mode = ?rc.failure_mode,
+                        "Redis is unavailable at start; serving in the failure mode until it answers"
+                    );
+                }
+                (AnyBackend::Redis(r.clone()), Some(r))
+            }
+        };
+        let broker = ResourceBroker::builder(backend)
+            .max_lazy_resources(opts.max_counters)
+            .build();
+        let limiter = Arc::new(RateLimiter::new(broker, plan));
+        let reloader = Arc::new(Reloader::new(opts.files.clone(), Arc::clone(&limiter), texts));
+        let grpc = bind(&opts.listen).await?;
+        let admin = match &opts.admin {
+            Some(a) => Some(bind(a).await?),
+            None => None,
+        };
+        Ok(Self {
+            limiter,
+            reloader,
+            grpc,
+            admin,
+            watch: opts.watch,
+            redis,
+        })
+    }
+
+    /// The bound gRPC address.
+    pub fn grpc_addr(&self) -> Option<SocketAddr> {
+        self.grpc.local_addr().ok()
+    }
+
+    /// The bound admin address.
+    pub fn admin_addr(&self) -> Option<SocketAddr> {
+        self.admin.as_ref().and_then(|l| l.local_addr().ok())
+    }
+
+    /// The service.
+    pub fn limiter(&self) -> &Arc<RateLimiter<AnyBackend>> {
+        &self.limiter
+    }
+
+    /// Serves until `shutdown` completes.
+    pub async fn serve(self, shutdown: impl Future<Output = ()> + Send + 'static) -> Result<(), RlsError> {
+        let mut tasks = tokio::task::JoinSet::new();
+        if let Some(every) = self.watch {
+            tasks.spawn(Arc::clone(&self.reloader).watch(every));
+        }
+        tasks.spawn(Arc::clone(&self.reloader).on_sighup());
+        if let Some(admin) = self.admin {
+            let app = admin_router(Arc::clone(&self.limiter), self.redis.clone());
+            tasks.spawn(async move {
+                if let Err(e) = axum::serve(admin, app).await {
+                    tracing::error!(error = %e, "admin listener stopped");
+                }
+            });
+        }
+        let svc = RateLimitServiceServer::new(Arc::clone(&self.limiter));
+        let served = tonic::transport::Server::builder()
+            .add_service(svc)
+            .serve_with_incoming_shutdown(tonic::transport::server::TcpIncoming::from(self.grpc), shutdown)
+            .await;
+        tasks.abort_all();
+        Ok(served?)
+    }
+}
+
+async fn bind(addr: &str) -> Result<TcpListener, RlsError> {
+    TcpListener::bind(addr).await.map_err(|source| RlsError::Bind {
+        addr: addr.to_owned(),
+        source,
+    })
+}
+
+/// `/metrics` (Prometheus text) and `/healthz` (`200 ok`, or `503` while
+/// the Redis backend is unreachable).
+pub fn admin_router(limiter: Arc<RateLimiter<AnyBackend>>, redis: Option<RedisBackend>) -> axum::Router {
+    use axum::routing::get;
+    let metrics = move || {
+        let limiter = Arc::clone(&limiter);
+        async move {
+            let mut out = String::new();
+            limiter.metrics().encode(&mut out);
+            ([(http::header::CONTENT_TYPE, "text/plain; version=0.0.4")], out)
+        }
+    };
+    let healthz = move || {
+        let healthy = redis.as_ref().is_none_or(|r| r.status().healthy);
+        async move {
+            if healthy {
+                (http::StatusCode::OK, "ok\n")
+            } else {
+                (http::StatusCode::SERVICE_UNAVAILABLE, "redis unavailable\n")
+            }
+        }
+    };
+    axum::Router::new()
+        .route("/metrics", get(metrics))
+        .route("/healthz", get(healthz))
+}
