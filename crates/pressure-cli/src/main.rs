@@ -8,6 +8,7 @@ mod gateway;
 mod mock_provider;
 mod queue;
 mod redis_cmd;
+mod rls;
 mod triage;
 
 use clap::{CommandFactory, Parser, Subcommand};
@@ -73,6 +74,10 @@ enum Command {
     /// admin API (`--admin`, either backend), or from the Redis stream of a
     /// config (`--config`); one JSON line per queued request.
     Queue(queue::QueueArgs),
+    /// Runs Envoy's rate limit service (gRPC `ShouldRateLimit`) with
+    /// envoyproxy/ratelimit's YAML files: exact sliding windows, denials
+    /// that consume nothing, memory or Redis.
+    Rls(rls::RlsArgs),
     /// Maintenance of the Redis backend's keys: `pressure redis gc` repairs
     /// keys that older versions left without an expiry.
     Redis(redis_cmd::RedisArgs),
@@ -167,6 +172,8 @@ fn run() -> anyhow::Result<ExitCode> {
             // the stack itself are worth a line among the progress bars.
             let default = match &cli.command {
                 Command::Chaos(_) | Command::Triage(_) => "error",
+                // Reloads are worth a line.
+                Command::Rls(_) => "info",
                 _ => "warn",
             };
             tracing_subscriber::fmt()
@@ -183,6 +190,7 @@ fn run() -> anyhow::Result<ExitCode> {
         Command::CheckConfig(args) => gateway::check(args),
         Command::Queue(args) => runtime.block_on(queue::run(args)),
         Command::Redis(args) => runtime.block_on(redis_cmd::run(args)),
+        Command::Rls(args) => runtime.block_on(rls::run(args)),
         Command::MockProvider(args) => runtime.block_on(mock_provider::run(args)),
         Command::Chaos(args) => runtime.block_on(chaos::run(args)),
         Command::Triage(args) => runtime.block_on(triage::run(args)),

@@ -1,1 +1,2 @@
+//! Placeholder, replaced by the decision benchmark.
 fn main() {}

@@ -273,7 +273,7 @@ pub fn parse(file: &str, text: &str) -> Result<Domain, ConfigError> {
     let root: YamlRoot = serde_path_to_error::deserialize(de).map_err(|e| {
         let path = e.path().to_string();
         let path = if path == "." { String::new() } else { path };
-        ConfigError::new(file, path, e.into_inner().to_string())
+        ConfigError::new(file, path, strip_yaml_path(&e.into_inner().to_string()))
     })?;
     if root.domain.is_empty() {
         return Err(ConfigError::new(file, "domain", "the domain must not be empty"));
@@ -288,6 +288,15 @@ pub fn parse(file: &str, text: &str) -> Result<Domain, ConfigError> {
         file: file.to_owned(),
         root: level,
     })
+}
+
+/// The YAML parser's message without its own path prefix (the path is
+/// already in the error, exactly).
+fn strip_yaml_path(msg: &str) -> String {
+    match msg.split_once(": ") {
+        Some((head, rest)) if !head.contains(' ') && !head.is_empty() => rest.to_owned(),
+        _ => msg.to_owned(),
+    }
 }
 
 struct Cx<'a> {
@@ -410,3 +419,6 @@ impl Cx<'_> {
         })
     }
 }
+
+#[cfg(test)]
+mod tests;

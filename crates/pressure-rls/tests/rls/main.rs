@@ -1,1 +1,13 @@
-//! t
+//! `pressure rls` as Envoy sees it: a real tonic client against the service
+//! on 127.0.0.1:0. `readme`: every example of envoyproxy/ratelimit's README,
+//! as written there; `decisions`: all-must-pass with nothing consumed on a
+//! denial, hits, headers, overrides; `edge`: no 2N at a window edge, on an
+//! injected clock; `outage`: Redis down and the failure modes; `reload`:
+//! a file edit applies live and keeps the counters.
+
+mod decisions;
+mod edge;
+mod outage;
+mod readme;
+mod reload;
+mod support;
