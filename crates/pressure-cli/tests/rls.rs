@@ -1,0 +1,243 @@
+//! `pressure rls` as an operator runs it, against the real binary on
+//! loopback with a real tonic client: bad YAML exits 2 naming the file and
+//! the path; a file edit (watched) and SIGHUP apply live and keep the
+//! counters; two processes on one Redis share one limit exactly. Every
+//! process is killed on drop; every wait is for an event, under a deadline
+//! that only bounds a hang.
+
+use pressure_rls::proto::{Code, RateLimitDescriptor, RateLimitRequest};
+use pressure_rls::RateLimitClient;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+static SEQ: AtomicU32 = AtomicU32::new(0);
+
+/// A directory of this test's own, removed on drop.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(name: &str) -> Self {
+        let n = SEQ.fetch_add(1, Ordering::Relaxed);
+        let dir = std::env::temp_dir().join(format!("pressure-rls-{name}-{}-{n}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        Self(dir)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A running `pressure rls`, killed on drop.
+struct Rls {
+    child: Child,
+    log: PathBuf,
+    url: String,
+}
+
+impl Drop for Rls {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn yaml(domain: &str, n: u32) -> String {
+    format!("domain: {domain}\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: minute\n      requests_per_unit: {n}\n")
+}
+
+impl Rls {
+    /// Starts the binary on `config` with `extra` arguments and waits for
+    /// the line naming its bound address.
+    fn spawn(dir: &Path, name: &str, config: &Path, extra: &[&str]) -> Self {
+        let log = dir.join(format!("{name}.log"));
+        let stderr = std::fs::File::create(&log).expect("log file");
+        let child = Command::new(env!("CARGO_BIN_EXE_pressure"))
+            .arg("rls")
+            .arg("--config")
+            .arg(config)
+            .args(["--listen", "127.0.0.1:0"])
+            .args(extra)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(stderr)
+            .spawn()
+            .expect("spawn pressure");
+        let mut rls = Self {
+            child,
+            log,
+            url: String::new(),
+        };
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let text = std::fs::read_to_string(&rls.log).unwrap_or_default();
+            if let Some(addr) = text
+                .lines()
+                .find_map(|l| l.strip_prefix("rls on grpc://"))
+                .map(|rest| rest.split_whitespace().next().unwrap_or_default().to_owned())
+            {
+                rls.url = format!("http://{addr}");
+                return rls;
+            }
+            if let Ok(Some(status)) = rls.child.try_wait() {
+                panic!("pressure rls exited early ({status}):\n{text}");
+            }
+            assert!(Instant::now() < deadline, "no address within 20 s:\n{text}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    async fn client(&self) -> RateLimitClient {
+        RateLimitClient::connect(self.url.clone()).await.expect("connect")
+    }
+
+    fn signal(&self, sig: &str) {
+        let status = Command::new("kill")
+            .arg(format!("-{sig}"))
+            .arg(self.child.id().to_string())
+            .status()
+            .expect("kill");
+        assert!(status.success());
+    }
+}
+
+fn request(domain: &str, value: &str) -> RateLimitRequest {
+    RateLimitRequest {
+        domain: domain.into(),
+        descriptors: vec![RateLimitDescriptor::of([("k", value)])],
+        hits_addend: 0,
+    }
+}
+
+async fn admitted(c: &mut RateLimitClient, r: &RateLimitRequest, n: usize) -> usize {
+    let mut ok = 0;
+    for _ in 0..n {
+        let a = c.should_rate_limit(r.clone()).await.expect("answer");
+        ok += usize::from(a.overall_code == Code::Ok as i32);
+    }
+    ok
+}
+
+/// Waits (bounded) until a probe descriptor reports `n` per unit: the
+/// reload has been applied.
+async fn wait_limit(c: &mut RateLimitClient, domain: &str, n: u32) {
+    let probe = request(domain, "probe");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let a = c.should_rate_limit(probe.clone()).await.expect("answer");
+        if a.statuses[0].current_limit.as_ref().map(|l| l.requests_per_unit) == Some(n) {
+            return;
+        }
+        assert!(Instant::now() < deadline, "limit {n} not applied within 20 s");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[test]
+fn bad_yaml_exits_2_naming_the_file_and_the_path() {
+    let dir = TempDir::new("bad");
+    let cases = [
+        (
+            "domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: weeks\n      requests_per_unit: 1\n",
+            "ratelimit.yaml: descriptors[0].rate_limit.unit: unknown unit \"weeks\"",
+        ),
+        (
+            "domain: d\ndescriptors:\n  - key: k\n    rate_limt: {unit: second}\n",
+            "ratelimit.yaml: descriptors[0].rate_limt: unknown field `rate_limt`",
+        ),
+    ];
+    for (text, expected) in cases {
+        std::fs::write(dir.0.join("ratelimit.yaml"), text).expect("write");
+        let out = Command::new(env!("CARGO_BIN_EXE_pressure"))
+            .current_dir(&dir.0)
+            .args(["rls", "--config", "ratelimit.yaml", "--listen", "127.0.0.1:0"])
+            .output()
+            .expect("run");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{stderr}");
+        assert!(stderr.contains(expected), "{stderr}");
+    }
+    // Two files with one domain.
+    std::fs::write(dir.0.join("a.yaml"), "domain: same\n").expect("write");
+    std::fs::write(dir.0.join("b.yaml"), "domain: same\n").expect("write");
+    let out = Command::new(env!("CARGO_BIN_EXE_pressure"))
+        .current_dir(&dir.0)
+        .args([
+            "rls",
+            "--config",
+            "a.yaml",
+            "--config",
+            "b.yaml",
+            "--listen",
+            "127.0.0.1:0",
+        ])
+        .output()
+        .expect("run");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("b.yaml: domain: duplicate domain \"same\""),
+        "{stderr}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sighup_and_a_file_edit_apply_live_and_keep_the_counters() {
+    let dir = TempDir::new("reload");
+    // SIGHUP, no watch.
+    let file = dir.0.join("hup.yaml");
+    std::fs::write(&file, yaml("hup", 2)).expect("write");
+    let rls = Rls::spawn(&dir.0, "hup", &file, &["--no-watch"]);
+    let mut c = rls.client().await;
+    let r = request("hup", "v");
+    assert_eq!(admitted(&mut c, &r, 3).await, 2);
+    std::fs::write(&file, yaml("hup", 5)).expect("edit");
+    rls.signal("HUP");
+    wait_limit(&mut c, "hup", 5).await;
+    assert_eq!(admitted(&mut c, &r, 5).await, 3, "2 used of 5: 3 more");
+
+    // The file watched (the default): an edit alone.
+    let file = dir.0.join("watch.yaml");
+    std::fs::write(&file, yaml("watch", 2)).expect("write");
+    let rls = Rls::spawn(&dir.0, "watch", &file, &[]);
+    let mut c = rls.client().await;
+    let r = request("watch", "v");
+    assert_eq!(admitted(&mut c, &r, 3).await, 2);
+    std::fs::write(&file, yaml("watch", 4)).expect("edit");
+    wait_limit(&mut c, "watch", 4).await;
+    assert_eq!(admitted(&mut c, &r, 4).await, 2, "2 used of 4: 2 more");
+    let log = std::fs::read_to_string(&rls.log).unwrap_or_default();
+    assert!(log.contains("reloaded"), "{log}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_processes_on_one_redis_share_one_limit_exactly() {
+    let url = pressure_testkit::redis_url();
+    let dir = TempDir::new("fleet");
+    // A domain of this run's own: its counters are new in the shared Redis.
+    let domain = format!(
+        "fleet{}x{}",
+        std::process::id(),
+        SEQ.fetch_add(1, Ordering::Relaxed)
+    );
+    let file = dir.0.join("fleet.yaml");
+    std::fs::write(&file, yaml(&domain, 30)).expect("write");
+    let a = Rls::spawn(&dir.0, "a", &file, &["--redis", &url]);
+    let b = Rls::spawn(&dir.0, "b", &file, &["--redis", &url]);
+    let (mut ca, mut cb) = (a.client().await, b.client().await);
+    let r = request(&domain, "shared");
+    let mut ok = [0usize; 2];
+    for i in 0..100 {
+        let c = if i % 2 == 0 { &mut ca } else { &mut cb };
+        let answer = c.should_rate_limit(r.clone()).await.expect("answer");
+        if answer.overall_code == Code::Ok as i32 {
+            ok[i % 2] += 1;
+        }
+    }
+    assert_eq!(ok[0] + ok[1], 30, "admitted by a and b: {ok:?}");
+    assert!(ok[0] > 0 && ok[1] > 0, "both served: {ok:?}");
+}
