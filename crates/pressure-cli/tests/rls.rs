@@ -1,7 +1,9 @@
 //! `pressure rls` as an operator runs it, against the real binary on
 //! loopback with a real tonic client: bad YAML exits 2 naming the file and
 //! the path; a file edit (watched) and SIGHUP apply live and keep the
-//! counters; two processes on one Redis share one limit exactly. Every
+//! counters; two processes on one Redis share one limit exactly; Envoy's
+//! own generated messages (Python `grpcio` + `xds-protos`, a client we did
+//! not write) get the answers Envoy expects. Every
 //! process is killed on drop; every wait is for an event, under a deadline
 //! that only bounds a hang.
 
@@ -240,4 +242,72 @@ async fn two_processes_on_one_redis_share_one_limit_exactly() {
     }
     assert_eq!(ok[0] + ok[1], 30, "admitted by a and b: {ok:?}");
     assert!(ok[0] > 0 && ok[1] > 0, "both served: {ok:?}");
+}
+
+#[test]
+fn envoys_generated_client_gets_the_answers_envoy_expects() {
+    let test = "rls::envoys_generated_client_gets_the_answers_envoy_expects";
+    let probe = Command::new("python3")
+        .args(["-c", "import grpc, envoy.service.ratelimit.v3.rls_pb2_grpc"])
+        .output();
+    if !probe.as_ref().is_ok_and(|o| o.status.success()) {
+        pressure_testkit::skip(
+            test,
+            "PRESSURE_REQUIRE_XDS_PROTOS",
+            "python3 with grpcio and xds-protos is needed (pip install grpcio xds-protos)",
+        );
+        return;
+    }
+    let dir = TempDir::new("envoy");
+    let file = dir.0.join("py.yaml");
+    std::fs::write(
+        &file,
+        "domain: py\ndescriptors:\n  - key: k\n    rate_limit:\n      name: per_k\n      unit: minute\n      requests_per_unit: 3\n",
+    )
+    .expect("write");
+    let rls = Rls::spawn(&dir.0, "py", &file, &[]);
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/rls_envoy_client.py");
+    let out = Command::new("python3")
+        .arg(script)
+        .arg(rls.url.trim_start_matches("http://"))
+        .arg("py")
+        .output()
+        .expect("run python3");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}\n{}",
+        stdout,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let calls: Vec<serde_json::Value> = stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("JSON line"))
+        .collect();
+    assert_eq!(calls.len(), 8, "{stdout}");
+    let overall: Vec<&str> = calls
+        .iter()
+        .map(|c| c["overall"].as_str().unwrap_or(""))
+        .collect();
+    assert_eq!(
+        overall,
+        ["OK", "OK", "OK", "OVER_LIMIT", "OK", "OK", "OK", "OVER_LIMIT"],
+        "{stdout}"
+    );
+    let first = &calls[0]["statuses"][0];
+    assert_eq!(first["limit"], 3);
+    assert_eq!(first["unit"], "MINUTE");
+    assert_eq!(first["name"], "per_k");
+    assert_eq!(first["remaining"], 2);
+    assert_eq!(first["reset_s"], 60);
+    assert_eq!(calls[0]["headers"]["ratelimit"], "\"requestsPerMinute\";r=2;t=60");
+    assert_eq!(calls[3]["statuses"][0]["code"], "OVER_LIMIT");
+    assert!(calls[3]["headers"]["retry-after"].is_string(), "{stdout}");
+    // A descriptor's hits_addend (UInt64Value, field 3): 3 at once.
+    assert_eq!(calls[4]["statuses"][0]["remaining"], 0);
+    // The request's hits_addend (field 3).
+    assert_eq!(calls[5]["statuses"][0]["remaining"], 1);
+    // Envoy's override (field 2): 1 per second.
+    assert_eq!(calls[6]["statuses"][0]["limit"], 1);
+    assert_eq!(calls[6]["statuses"][0]["unit"], "SECOND");
 }
