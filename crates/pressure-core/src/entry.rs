@@ -13,7 +13,7 @@
 use crate::acquisition::{AcquireOptions, Acquisition, Permit};
 use crate::backend::{Backend, BackendError, Decision, Denial, Grant, QuickDecision, SyncBackend};
 use crate::error::Error;
-use crate::limits::{Demand, Dimension, LimitSpec, PPM};
+use crate::limits::{Demand, LimitSpec, PPM};
 use crate::queue::Queue;
 use crate::renewal::{LeaseBook, Renewer};
 use crate::stats::ResourceKind;
@@ -52,9 +52,10 @@ impl Fits {
             tokens: u64::MAX,
         };
         for r in &spec.rates {
-            let slot = match r.dimension {
-                Dimension::RequestsPerSecond | Dimension::RequestsPerMinute => &mut fits.requests,
-                _ => &mut fits.tokens,
+            let slot = if r.dimension.counts_requests() {
+                &mut fits.requests
+            } else {
+                &mut fits.tokens
             };
             *slot = (*slot).min(r.max_demand());
         }

@@ -43,6 +43,13 @@ pub struct Limits {
     /// Requests admitted per minute.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub requests_per_minute: Option<u64>,
+    /// Requests admitted per hour (a sliding hour, like every window here).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub requests_per_hour: Option<u64>,
+    /// Requests admitted in any 24 hours (sliding, not a calendar day: no
+    /// 2N across midnight), e.g. Envoy rate limit configs' `unit: day`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub requests_per_24_hours: Option<u64>,
     /// Input plus output tokens per minute.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tokens_per_minute: Option<u64>,
@@ -80,6 +87,16 @@ impl Limits {
         self.requests_per_minute = Some(n);
         self
     }
+    /// Sets `requestsPerHour`.
+    pub fn requests_per_hour(mut self, n: u64) -> Self {
+        self.requests_per_hour = Some(n);
+        self
+    }
+    /// Sets `requestsPer24Hours`.
+    pub fn requests_per_24_hours(mut self, n: u64) -> Self {
+        self.requests_per_24_hours = Some(n);
+        self
+    }
     /// Sets `tokensPerMinute`.
     pub fn tokens_per_minute(mut self, n: u64) -> Self {
         self.tokens_per_minute = Some(n);
@@ -112,6 +129,38 @@ impl Limits {
         self
     }
 
+    /// The configured value of `dimension`, if set.
+    pub fn get(&self, dimension: Dimension) -> Option<u64> {
+        match dimension {
+            Dimension::RequestsPerSecond => self.requests_per_second,
+            Dimension::RequestsPerMinute => self.requests_per_minute,
+            Dimension::RequestsPerHour => self.requests_per_hour,
+            Dimension::RequestsPer24Hours => self.requests_per_24_hours,
+            Dimension::TokensPerMinute => self.tokens_per_minute,
+            Dimension::InputTokensPerMinute => self.input_tokens_per_minute,
+            Dimension::OutputTokensPerMinute => self.output_tokens_per_minute,
+            Dimension::MaxConcurrentRequests => self.max_concurrent_requests,
+        }
+    }
+
+    /// The same limits with every count set to `f` of it (what a process
+    /// may use alone, a scaled tier): `f` sees each set value in turn.
+    pub fn map_values(&self, f: impl Fn(u64) -> u64) -> Self {
+        let f = |v: Option<u64>| v.map(&f);
+        Self {
+            requests_per_second: f(self.requests_per_second),
+            requests_per_minute: f(self.requests_per_minute),
+            requests_per_hour: f(self.requests_per_hour),
+            requests_per_24_hours: f(self.requests_per_24_hours),
+            tokens_per_minute: f(self.tokens_per_minute),
+            input_tokens_per_minute: f(self.input_tokens_per_minute),
+            output_tokens_per_minute: f(self.output_tokens_per_minute),
+            max_concurrent_requests: f(self.max_concurrent_requests),
+            burst: f(self.burst),
+            ..self.clone()
+        }
+    }
+
     /// Checks the limits and compiles them into the form backends count with.
     pub fn compile(&self) -> Result<LimitSpec, LimitsError> {
         LimitSpec::new(self)
@@ -134,6 +183,10 @@ pub enum Dimension {
     OutputTokensPerMinute,
     /// `maxConcurrentRequests`.
     MaxConcurrentRequests,
+    /// `requestsPerHour` (after the others: indices are stored in Redis).
+    RequestsPerHour,
+    /// `requestsPer24Hours`.
+    RequestsPer24Hours,
 }
 
 impl Dimension {
@@ -146,25 +199,58 @@ impl Dimension {
             Dimension::InputTokensPerMinute => "inputTokensPerMinute",
             Dimension::OutputTokensPerMinute => "outputTokensPerMinute",
             Dimension::MaxConcurrentRequests => "maxConcurrentRequests",
+            Dimension::RequestsPerHour => "requestsPerHour",
+            Dimension::RequestsPer24Hours => "requestsPer24Hours",
         }
     }
 
-    /// A stable small index (0..6), used by backends and scripts.
+    /// Whether the dimension counts requests (else tokens or leases).
+    #[inline]
+    pub fn counts_requests(self) -> bool {
+        matches!(
+            self,
+            Dimension::RequestsPerSecond
+                | Dimension::RequestsPerMinute
+                | Dimension::RequestsPerHour
+                | Dimension::RequestsPer24Hours
+        )
+    }
+
+    /// The length of the dimension's window; `None` for the concurrency
+    /// limit, which has none.
+    pub fn window(self) -> Option<Duration> {
+        Some(Duration::from_secs(match self {
+            Dimension::RequestsPerSecond => 1,
+            Dimension::RequestsPerMinute
+            | Dimension::TokensPerMinute
+            | Dimension::InputTokensPerMinute
+            | Dimension::OutputTokensPerMinute => 60,
+            Dimension::RequestsPerHour => 3_600,
+            Dimension::RequestsPer24Hours => 86_400,
+            Dimension::MaxConcurrentRequests => return None,
+        }))
+    }
+
+    /// Every dimension, in [`Dimension::index`] order.
+    pub const ALL: [Dimension; 8] = [
+        Dimension::RequestsPerSecond,
+        Dimension::RequestsPerMinute,
+        Dimension::TokensPerMinute,
+        Dimension::InputTokensPerMinute,
+        Dimension::OutputTokensPerMinute,
+        Dimension::MaxConcurrentRequests,
+        Dimension::RequestsPerHour,
+        Dimension::RequestsPer24Hours,
+    ];
+
+    /// A stable small index (0..8), used by backends and scripts.
     pub fn index(self) -> usize {
         self as usize
     }
 
     /// The dimension of [`Dimension::index`] `i`.
     pub fn from_index(i: usize) -> Option<Self> {
-        Some(match i {
-            0 => Dimension::RequestsPerSecond,
-            1 => Dimension::RequestsPerMinute,
-            2 => Dimension::TokensPerMinute,
-            3 => Dimension::InputTokensPerMinute,
-            4 => Dimension::OutputTokensPerMinute,
-            5 => Dimension::MaxConcurrentRequests,
-            _ => return None,
-        })
+        Self::ALL.get(i).copied()
     }
 }
 
@@ -219,7 +305,10 @@ impl RateSpec {
     #[inline]
     pub fn units(&self, demand: &Demand) -> u64 {
         match self.dimension {
-            Dimension::RequestsPerSecond | Dimension::RequestsPerMinute => demand.requests,
+            Dimension::RequestsPerSecond
+            | Dimension::RequestsPerMinute
+            | Dimension::RequestsPerHour
+            | Dimension::RequestsPer24Hours => demand.requests,
             Dimension::TokensPerMinute => demand.input_tokens.saturating_add(demand.output_tokens),
             Dimension::InputTokensPerMinute => demand.input_tokens,
             Dimension::OutputTokensPerMinute => demand.output_tokens,
@@ -303,22 +392,10 @@ pub struct LimitSpec {
 
 impl LimitSpec {
     fn new(limits: &Limits) -> Result<Self, LimitsError> {
-        const SEC: u64 = 1_000_000_000;
-        let dims = [
-            (Dimension::RequestsPerSecond, limits.requests_per_second, SEC),
-            (Dimension::RequestsPerMinute, limits.requests_per_minute, 60 * SEC),
-            (Dimension::TokensPerMinute, limits.tokens_per_minute, 60 * SEC),
-            (
-                Dimension::InputTokensPerMinute,
-                limits.input_tokens_per_minute,
-                60 * SEC,
-            ),
-            (
-                Dimension::OutputTokensPerMinute,
-                limits.output_tokens_per_minute,
-                60 * SEC,
-            ),
-        ];
+        let dims = Dimension::ALL
+            .into_iter()
+            .filter(|d| *d != Dimension::MaxConcurrentRequests)
+            .filter_map(|d| Some((d, limits.get(d), d.window()?.as_nanos() as u64)));
         if let Some(b) = limits.burst {
             if limits.algorithm != Algorithm::Gcra {
                 return Err(LimitsError::new(
@@ -332,11 +409,7 @@ impl LimitSpec {
         for (dimension, value, window_ns) in dims {
             let Some(limit) = value else { continue };
             check_value(dimension.as_str(), limit)?;
-            let is_request = matches!(
-                dimension,
-                Dimension::RequestsPerSecond | Dimension::RequestsPerMinute
-            );
-            let capacity = match (limits.burst, is_request) {
+            let capacity = match (limits.burst, dimension.counts_requests()) {
                 (Some(b), true) => b,
                 _ => limit,
             };
@@ -379,13 +452,7 @@ impl LimitSpec {
     /// correct: a lease, or token dimensions to reconcile. Permits of other
     /// resources are inert and cost nothing to hold or drop.
     pub fn permits_hold_state(&self) -> bool {
-        self.concurrency.is_some()
-            || self.rates.iter().any(|r| {
-                !matches!(
-                    r.dimension,
-                    Dimension::RequestsPerSecond | Dimension::RequestsPerMinute
-                )
-            })
+        self.concurrency.is_some() || self.rates.iter().any(|r| !r.dimension.counts_requests())
     }
 
     /// Whether every rate dimension uses `gcra` (so future slots can be
@@ -458,6 +525,39 @@ mod tests {
         assert!(bad.is_err());
         let neg: Result<Limits, _> = serde_json::from_str(r#"{"requestsPerSecond":-1}"#);
         assert!(neg.is_err());
+    }
+
+    #[test]
+    fn hour_and_24_hours_have_their_json_names_windows_and_indices() {
+        let l: Limits =
+            serde_json_like(r#"{"requestsPerHour":7,"requestsPer24Hours":9,"burst":2,"algorithm":"gcra"}"#);
+        assert_eq!((l.requests_per_hour, l.requests_per_24_hours), (Some(7), Some(9)));
+        let spec = l.compile().unwrap();
+        let dims: Vec<_> = spec
+            .rates
+            .iter()
+            .map(|r| (r.dimension, r.window_ns / 1_000_000_000, r.capacity))
+            .collect();
+        assert_eq!(
+            dims,
+            [
+                (Dimension::RequestsPerHour, 3_600, 2),
+                (Dimension::RequestsPer24Hours, 86_400, 2)
+            ],
+            "request dimensions take the burst"
+        );
+        assert!(
+            !spec.permits_hold_state(),
+            "request dimensions are not reconciled"
+        );
+        for (i, d) in Dimension::ALL.into_iter().enumerate() {
+            assert_eq!((d.index(), Dimension::from_index(i)), (i, Some(d)));
+        }
+        assert_eq!(Dimension::from_index(8), None);
+        // Stored indices of the older dimensions do not move.
+        assert_eq!(Dimension::MaxConcurrentRequests.index(), 5);
+        assert_eq!(l.map_values(|v| v * 10).requests_per_24_hours, Some(90));
+        assert_eq!(l.get(Dimension::RequestsPerHour), Some(7));
     }
 
     fn serde_json_like(s: &str) -> Limits {

@@ -545,14 +545,8 @@ impl axum::response::IntoResponse for Rejection {
 
 /// The quota and window (seconds) of `dim` in `limits`, for the policy header.
 fn policy(limits: &Limits, dim: Dimension) -> Option<(u64, u64)> {
-    match dim {
-        Dimension::RequestsPerSecond => limits.requests_per_second.map(|q| (q, 1)),
-        Dimension::RequestsPerMinute => limits.requests_per_minute.map(|q| (q, 60)),
-        Dimension::TokensPerMinute => limits.tokens_per_minute.map(|q| (q, 60)),
-        Dimension::InputTokensPerMinute => limits.input_tokens_per_minute.map(|q| (q, 60)),
-        Dimension::OutputTokensPerMinute => limits.output_tokens_per_minute.map(|q| (q, 60)),
-        Dimension::MaxConcurrentRequests => limits.max_concurrent_requests.map(|q| (q, 0)),
-    }
+    let window = dim.window().map_or(0, |w| w.as_secs());
+    limits.get(dim).map(|q| (q, window))
 }
 
 /// `Retry-After` of an LLM `429`/`503` whose pipeline had no better hint

@@ -646,17 +646,7 @@ pub(crate) fn is_store_failure(e: &redis::RedisError) -> bool {
 
 /// The limits a process may use alone in `local` mode: `share` of each.
 fn local_limits(limits: &Limits, share: f64) -> Limits {
-    let f = |v: Option<u64>| v.map(|v| ((v as f64 * share).floor() as u64).max(1));
-    Limits {
-        requests_per_second: f(limits.requests_per_second),
-        requests_per_minute: f(limits.requests_per_minute),
-        tokens_per_minute: f(limits.tokens_per_minute),
-        input_tokens_per_minute: f(limits.input_tokens_per_minute),
-        output_tokens_per_minute: f(limits.output_tokens_per_minute),
-        max_concurrent_requests: f(limits.max_concurrent_requests),
-        burst: limits.burst.map(|b| ((b as f64 * share).floor() as u64).max(1)),
-        ..limits.clone()
-    }
+    limits.map_values(|v| ((v as f64 * share).floor() as u64).max(1))
 }
 
 impl Backend for RedisBackend {

@@ -145,10 +145,7 @@ impl Fast {
         Self {
             rate,
             tolerance: gcra::tolerance(&rate, rate.capacity),
-            per_request: matches!(
-                rate.dimension,
-                Dimension::RequestsPerSecond | Dimension::RequestsPerMinute
-            ),
+            per_request: rate.dimension.counts_requests(),
             tat: AtomicU64::new(0),
             tally: Tally::default(),
             moved: OnceLock::new(),

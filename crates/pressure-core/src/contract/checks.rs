@@ -56,6 +56,66 @@ pub async fn multi_dimension_denial_consumes_nothing<H: Harness>(h: &H) {
     assert!(fits.allowed(), "the denials must not have consumed tokens");
 }
 
+/// `requestsPerHour` and `requestsPer24Hours` count like the short windows
+/// and answer waits of their own length: the hour refuses the fourth of
+/// three with a wait of about an hour, consuming nothing on the 24 hours;
+/// the 24 hours refuses with a wait of about a day; `gcra` on an hour waits
+/// one emission interval.
+pub async fn hour_and_24_hour_windows_count_and_wait<H: Harness>(h: &H) {
+    const HOUR: u64 = 3_600;
+    let b = h.broker().await;
+    let id = h.unique("hour");
+    b.register_limit(
+        &id,
+        Limits::default().requests_per_hour(3).requests_per_24_hours(5),
+    )
+    .expect("valid");
+    for _ in 0..3 {
+        assert!(take(&b, &id, AcquireOptions::default()).await.allowed());
+    }
+    let d = take(&b, &id, AcquireOptions::default()).await;
+    let denial = d.denial().expect("the fourth of three per hour is refused");
+    assert_eq!(denial.dimension, Dimension::RequestsPerHour);
+    // The first admission leaves the sliding hour after 31 sub-windows of
+    // 120 s from its own: more than 58 minutes from now, at most 62.
+    let wait = denial.wait.as_secs();
+    assert!((HOUR - 120..=HOUR + 120).contains(&wait), "wait {wait} s");
+    assert_eq!(usage(&b, &id, "requestsPerHour").await, 3);
+    assert_eq!(
+        usage(&b, &id, "requestsPer24Hours").await,
+        3,
+        "a denial consumes nothing"
+    );
+
+    let day = h.unique("day");
+    b.register_limit(&day, Limits::default().requests_per_24_hours(2))
+        .expect("valid");
+    for _ in 0..2 {
+        assert!(take(&b, &day, AcquireOptions::default()).await.allowed());
+    }
+    let d = take(&b, &day, AcquireOptions::default()).await;
+    let denial = d.denial().expect("the third of two per 24 hours is refused");
+    assert_eq!(denial.dimension, Dimension::RequestsPer24Hours);
+    let wait = denial.wait.as_secs();
+    assert!(
+        (24 * HOUR - 2_880..=24 * HOUR + 2_880).contains(&wait),
+        "wait {wait} s"
+    );
+
+    let gcra = h.unique("hour-gcra");
+    b.register_limit(&gcra, Limits::default().requests_per_hour(3).gcra(None))
+        .expect("valid");
+    for _ in 0..3 {
+        assert!(take(&b, &gcra, AcquireOptions::default()).await.allowed());
+    }
+    let d = take(&b, &gcra, AcquireOptions::default()).await;
+    let denial = d.denial().expect("the bucket of three is empty");
+    assert_eq!(denial.dimension, Dimension::RequestsPerHour);
+    // One emission interval (20 minutes), less the time the test took.
+    let wait = denial.wait.as_secs();
+    assert!((HOUR / 3 - 60..=HOUR / 3).contains(&wait), "wait {wait} s");
+}
+
 async fn exact_count<H: Harness>(h: &H, limits: Limits, n: u64, name: &str) {
     let b = h.broker().await;
     let id = h.unique(name);

@@ -61,6 +61,7 @@ macro_rules! contract_suite {
     ($harness:expr) => {
         $crate::contract_suite!(@tests $harness;
             multi_dimension_denial_consumes_nothing,
+            hour_and_24_hour_windows_count_and_wait,
             window_counts_exactly_under_concurrency,
             gcra_counts_exactly_under_concurrency,
             window_retry_at_wait_time_succeeds,
