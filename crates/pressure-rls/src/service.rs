@@ -397,7 +397,7 @@ fn override_rule(o: proto::RateLimitOverride) -> Option<Arc<Rule>> {
     let quota = if o.requests_per_unit == 0 {
         Quota::Blocked
     } else {
-        let limits = unit.limits(o.requests_per_unit).ok()?;
+        let limits = unit.limits(o.requests_per_unit);
         Quota::Limited {
             template: LimitTemplate::new(&limits).ok()?,
         }
@@ -423,10 +423,6 @@ fn current_limit(rule: &Rule) -> proto::RateLimit {
 }
 
 fn dimension_name(unit: Option<Unit>) -> &'static str {
-    match unit {
-        Some(Unit::Second) => Dimension::RequestsPerSecond.as_str(),
-        Some(Unit::Minute) | None => Dimension::RequestsPerMinute.as_str(),
-        Some(Unit::Hour) => "requestsPerHour",
-        Some(Unit::Day) => "requestsPerDay",
-    }
+    unit.map_or(Dimension::RequestsPerMinute, Unit::dimension)
+        .as_str()
 }

@@ -27,9 +27,9 @@ pub enum Unit {
     Second,
     /// One minute: `requestsPerMinute`.
     Minute,
-    /// One hour.
+    /// One hour: `requestsPerHour`.
     Hour,
-    /// One day.
+    /// One day: `requestsPer24Hours` (a sliding 24 hours).
     Day,
 }
 
@@ -76,18 +76,28 @@ impl Unit {
         })
     }
 
-    /// `n` requests per this unit as pressure limits (a strict sliding
-    /// window). Hour and day wait for the core's `requestsPerHour` and
-    /// `requestsPerDay`.
-    pub fn limits(self, n: u32) -> Result<Limits, String> {
+    /// `n` requests per this unit as pressure limits: strict sliding
+    /// windows of one second, minute, hour, or 24 hours (`day`; upstream
+    /// counts the UTC calendar day in a fixed window instead).
+    pub fn limits(self, n: u32) -> Limits {
         let n = u64::from(n);
+        let l = Limits::default();
         match self {
-            Self::Second => Ok(Limits::default().requests_per_second(n)),
-            Self::Minute => Ok(Limits::default().requests_per_minute(n)),
-            Self::Hour | Self::Day => Err(format!(
-                "unit \"{}\" is not supported yet (second and minute are)",
-                self.as_str()
-            )),
+            Self::Second => l.requests_per_second(n),
+            Self::Minute => l.requests_per_minute(n),
+            Self::Hour => l.requests_per_hour(n),
+            Self::Day => l.requests_per_24_hours(n),
+        }
+    }
+
+    /// The pressure dimension counting this unit.
+    pub fn dimension(self) -> pressure_core::Dimension {
+        use pressure_core::Dimension;
+        match self {
+            Self::Second => Dimension::RequestsPerSecond,
+            Self::Minute => Dimension::RequestsPerMinute,
+            Self::Hour => Dimension::RequestsPerHour,
+            Self::Day => Dimension::RequestsPer24Hours,
         }
     }
 
@@ -399,9 +409,7 @@ impl Cx<'_> {
             if rl.requests_per_unit == 0 {
                 Quota::Blocked
             } else {
-                let limits = unit
-                    .limits(rl.requests_per_unit)
-                    .map_err(|e| self.err(&format!("{path}.unit"), e))?;
+                let limits = unit.limits(rl.requests_per_unit);
                 let template = LimitTemplate::new(&limits)
                     .map_err(|e| self.err(&format!("{path}.requests_per_unit"), e.to_string()))?;
                 Quota::Limited { template }

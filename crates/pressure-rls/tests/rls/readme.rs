@@ -63,14 +63,6 @@ descriptors:
       unit: day
       requests_per_unit: 100
 ";
-    if let Err(e) = pressure_rls::Plan::from_texts(&[("messaging.yaml".into(), yaml.into())]) {
-        pressure_testkit::skip(
-            "rls::readme::example_2_nested_lists_and_several_descriptors",
-            "PRESSURE_REQUIRE_RLS_DAY_UNIT",
-            &format!("unit day is not in this core yet: {e}"),
-        );
-        return;
-    }
     let mut rls = start(&[yaml]).await;
     let both = req(
         "messaging",
