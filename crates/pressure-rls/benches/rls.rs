@@ -15,7 +15,8 @@ use pressure_redis::{AnyBackend, RedisBackend, RedisConfig};
 use pressure_rls::proto::{Code, RateLimitDescriptor, RateLimitRequest};
 use pressure_rls::{Plan, RateLimitClient, RateLimitServiceServer, RateLimiter};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use tokio::time::Instant;
 
 const YAML: &str = "domain: bench
 descriptors:
