@@ -316,3 +316,98 @@ fn envoys_generated_client_gets_the_answers_envoy_expects() {
     assert_eq!(calls[6]["statuses"][0]["limit"], 1);
     assert_eq!(calls[6]["statuses"][0]["unit"], "SECOND");
 }
+
+/// A loopback port nothing listens on a moment ago.
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("free port")
+}
+
+/// `GET url` on loopback with a bare HTTP/1.1 request: (status, body).
+async fn get(url: &str) -> (u16, String) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let rest = url.trim_start_matches("http://");
+    let (addr, path) = rest.split_once('/').unwrap_or((rest, ""));
+    let Ok(mut s) = tokio::net::TcpStream::connect(addr).await else {
+        return (0, String::new());
+    };
+    let req = format!("GET /{path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+    if s.write_all(req.as_bytes()).await.is_err() {
+        return (0, String::new());
+    }
+    let mut out = String::new();
+    let _ = s.read_to_string(&mut out).await;
+    let status = out.split(' ').nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
+    let body = out
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_owned())
+        .unwrap_or_default();
+    (status, body)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_gateway_serves_rls_on_its_own_broker_and_metrics() {
+    let dir = TempDir::new("gateway");
+    std::fs::write(dir.0.join("gw.yaml"), yaml("gw", 2)).expect("write");
+    let (proxy, admin, rls) = (free_port(), free_port(), free_port());
+    let config = serde_json::json!({ "gateway": {
+        "listen": format!("127.0.0.1:{proxy}"),
+        "admin": { "listen": format!("127.0.0.1:{admin}") },
+        "upstreams": { "app": { "url": "http://127.0.0.1:9", "pathPrefix": "/" } },
+        "rls": { "listen": format!("127.0.0.1:{rls}"), "files": ["gw.yaml"] }
+    }});
+    let path = dir.0.join("gateway.json");
+    std::fs::write(&path, serde_json::to_vec(&config).expect("json")).expect("write");
+    let log = dir.0.join("gateway.log");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_pressure"))
+        .arg("gateway")
+        .arg("--config")
+        .arg(&path)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).expect("log"))
+        .spawn()
+        .expect("spawn");
+    let guard = KillOnDrop(&mut child);
+    let url = format!("http://127.0.0.1:{rls}");
+    let connected = tokio::time::timeout(Duration::from_secs(20), async {
+        loop {
+            if let Ok(c) = RateLimitClient::connect(url.clone()).await {
+                return c;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await;
+    let Ok(mut c) = connected else {
+        panic!(
+            "gateway.rls not up within 20 s:\n{}",
+            std::fs::read_to_string(&log).unwrap_or_default()
+        );
+    };
+    let r = request("gw", "v");
+    assert_eq!(admitted(&mut c, &r, 3).await, 2);
+    let (status, metrics) = get(&format!("http://127.0.0.1:{admin}/metrics")).await;
+    assert_eq!(status, 200);
+    assert!(
+        metrics.contains("pressure_rls_total_hits{domain=\"gw\",descriptor=\"k\"} 3"),
+        "{metrics}"
+    );
+    let (_, stats) = get(&format!("http://127.0.0.1:{admin}/admin/pressure/stats")).await;
+    assert!(
+        stats.contains("rls:gw:k=v"),
+        "the descriptor counts on the gateway's broker: {stats}"
+    );
+    drop(guard);
+}
+
+struct KillOnDrop<'a>(&'a mut Child);
+
+impl Drop for KillOnDrop<'_> {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}

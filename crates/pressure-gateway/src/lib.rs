@@ -30,6 +30,7 @@ pub mod proxy;
 pub mod rejection;
 pub mod reload;
 pub mod resources;
+pub mod rls;
 mod run;
 pub mod server;
 pub mod tls;

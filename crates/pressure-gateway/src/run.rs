@@ -62,6 +62,11 @@ pub async fn run(config: GatewayConfig, base_dir: &Path, options: RunOptions) ->
     let admin_addr = config.admin.listen.clone();
     let proxy_socket = bind(&listen, "gateway.listen")?;
     let admin_socket = bind(&admin_addr, "gateway.admin.listen")?;
+    let rls_config = config.rls.clone();
+    let rls_socket = match &rls_config {
+        Some(r) => Some(bind(&r.listen, "gateway.rls.listen")?),
+        None => None,
+    };
     let mut gateway = Gateway::build(config, base_dir).await?;
     if let Some(path) = &options.config_path {
         gateway = gateway.with_source(path);
@@ -70,6 +75,10 @@ pub async fn run(config: GatewayConfig, base_dir: &Path, options: RunOptions) ->
         gateway = gateway.with_access_log();
     }
     let serve = gateway.serve_options();
+    let rls = match (&rls_config, rls_socket) {
+        (Some(c), Some(socket)) => Some(crate::rls::RlsListener::new(&gateway, c, base_dir, socket)?),
+        _ => None,
+    };
     let workers = std::thread::available_parallelism().map_or(1, |n| n.get());
     tracing::info!(listen, admin = admin_addr, workers, "gateway listening");
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
@@ -120,6 +129,17 @@ pub async fn run(config: GatewayConfig, base_dir: &Path, options: RunOptions) ->
         .await
     });
 
+    let rls_task = rls.map(|rls| {
+        let mut rls_stop = stop_rx.clone();
+        tracing::info!(
+            listen = rls_config.as_ref().map(|c| c.listen.as_str()),
+            "gateway.rls listening"
+        );
+        tokio::spawn(rls.serve(options.watch, async move {
+            let _ = rls_stop.wait_for(|v| *v).await;
+        }))
+    });
+
     wait_for_stop(&gateway, &options).await;
     gateway.set_draining();
     tracing::info!(
@@ -128,6 +148,9 @@ pub async fn run(config: GatewayConfig, base_dir: &Path, options: RunOptions) ->
     );
     let _ = stop_tx.send(true);
     let _ = acceptor.await;
+    if let Some(t) = rls_task {
+        let _ = t.await;
+    }
     let mut dropped = 0;
     for t in threads {
         if let Ok(Ok(n)) = tokio::task::spawn_blocking(move || t.join()).await {

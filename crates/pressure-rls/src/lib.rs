@@ -34,5 +34,5 @@ pub use config::Plan;
 pub use error::{ConfigError, RlsError};
 pub use grpc::{RateLimitClient, RateLimitServiceServer};
 pub use id::resource_id;
-pub use server::{admin_router, Server, ServerOptions, DEFAULT_LISTEN};
+pub use server::{admin_router, serve_grpc, Server, ServerOptions, DEFAULT_LISTEN};
 pub use service::{DecisionError, RateLimiter};

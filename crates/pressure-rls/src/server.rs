@@ -8,7 +8,7 @@ use crate::error::RlsError;
 use crate::grpc::RateLimitServiceServer;
 use crate::reload::{self, Reloader};
 use crate::service::RateLimiter;
-use pressure_core::ResourceBroker;
+use pressure_core::{Backend, ResourceBroker};
 use pressure_redis::{AnyBackend, RedisBackend, RedisConfig};
 use std::future::Future;
 use std::net::SocketAddr;
@@ -137,14 +137,24 @@ impl Server {
                 }
             });
         }
-        let svc = RateLimitServiceServer::new(Arc::clone(&self.limiter));
-        let served = tonic::transport::Server::builder()
-            .add_service(svc)
-            .serve_with_incoming_shutdown(tonic::transport::server::TcpIncoming::from(self.grpc), shutdown)
-            .await;
+        let served = serve_grpc(Arc::clone(&self.limiter), self.grpc, shutdown).await;
         tasks.abort_all();
-        Ok(served?)
+        served
     }
+}
+
+/// Serves `limiter` over gRPC on `listener` until `shutdown` completes: what
+/// a program embedding the service (the gateway's `gateway.rls`) runs.
+pub async fn serve_grpc<B: Backend>(
+    limiter: Arc<RateLimiter<B>>,
+    listener: TcpListener,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), RlsError> {
+    tonic::transport::Server::builder()
+        .add_service(RateLimitServiceServer::new(limiter))
+        .serve_with_incoming_shutdown(tonic::transport::server::TcpIncoming::from(listener), shutdown)
+        .await?;
+    Ok(())
 }
 
 async fn bind(addr: &str) -> Result<TcpListener, RlsError> {

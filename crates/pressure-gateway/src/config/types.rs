@@ -61,6 +61,10 @@ pub struct GatewayConfig {
     /// Bounds on the denial log under a flood (`pressure::denial`).
     #[serde(default)]
     pub denial_log: DenialLogConfig,
+    /// Envoy's rate limit service (gRPC) on its own listener, on this
+    /// gateway's broker; absent: off.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rls: Option<super::RlsConfig>,
 }
 
 /// `gateway.denialLog`: how many `request denied` lines one resource may
