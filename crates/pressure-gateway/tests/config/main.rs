@@ -280,7 +280,7 @@ const CASES: &[Case] = &[
         "unknown key in gateway",
         |v| v["gateway"]["listn"] = json!("x"),
         "gateway.listn: unknown key `listn` in gateway (known keys: `listen`, `upstreams`, `backend`, `auth`, \
-         `admin`, `pressure`, `limits`, `timeouts`, `shutdownGraceMs`, `llm`, `tls`, `accessLog`, `denialLog`)",
+         `admin`, `pressure`, `limits`, `timeouts`, `shutdownGraceMs`, `llm`, `tls`, `accessLog`, `denialLog`, `rls`)",
     ),
     (
         "denial log budget that is not a count",
