@@ -19,6 +19,12 @@
 //! 5. `shadow_mode`: counted like any rule, answered OK, counted in the
 //!    `shadow_mode` metric when it would have refused.
 //!
+//! A call dropped half-way (Envoy's `timeout` passed and it went on
+//! without an answer) keeps what it had reserved: Envoy's failure mode then
+//! decides whether that request passes, and counting it can only refuse
+//! sooner, never admit more than N. Every reservation and refund sent to
+//! the store is settled by the backend even if the call is dropped.
+//!
 //! When the backend cannot decide (Redis down and failure mode `closed`,
 //! or a backend error), the call fails with gRPC `UNAVAILABLE` after giving
 //! back what it took: Envoy's `failure_mode_deny` then decides (deny with

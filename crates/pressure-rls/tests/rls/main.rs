@@ -3,8 +3,10 @@
 //! as written there; `decisions`: all-must-pass with nothing consumed on a
 //! denial, hits, headers, overrides; `edge`: no 2N at a window edge, on an
 //! injected clock; `outage`: Redis down and the failure modes; `reload`:
-//! a file edit applies live and keeps the counters.
+//! a file edit applies live and keeps the counters; `cluster`: two services
+//! on one Redis Cluster share one limit.
 
+mod cluster;
 mod decisions;
 mod edge;
 mod outage;

@@ -1,0 +1,26 @@
+//! Two services on one Redis Cluster (the testkit's own 3 masters, or
+//! `PRESSURE_REDIS_CLUSTER`) share one limit exactly, across descriptors
+//! whose counters land on different shards.
+
+use crate::support::{ok, req, start_with};
+use pressure_redis::RedisConfig;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_services_on_one_cluster_share_one_limit() {
+    let mut rc = RedisConfig::new("");
+    rc.cluster_nodes = pressure_testkit::cluster_nodes();
+    rc.key_prefix = format!("rls-cluster-{}", std::process::id());
+    let yaml =
+        "domain: c\ndescriptors:\n  - key: user\n    rate_limit: {unit: minute, requests_per_unit: 7}\n";
+    let mut a = start_with(&[yaml], Some(rc.clone()), false).await;
+    let mut b = start_with(&[yaml], Some(rc), false).await;
+    for user in ["u1", "u2", "u3", "u4"] {
+        let r = req("c", &[&[("user", user)]]);
+        let mut admitted = 0;
+        for i in 0..20 {
+            let s = if i % 2 == 0 { &mut a } else { &mut b };
+            admitted += usize::from(ok(&s.call(r.clone()).await));
+        }
+        assert_eq!(admitted, 7, "user {user}: 7 per minute across both services");
+    }
+}
