@@ -249,20 +249,86 @@ async fn two_processes_on_one_redis_share_one_limit_exactly() {
     assert!(ok[0] > 0 && ok[1] > 0, "both served: {ok:?}");
 }
 
+/// The last non-empty output line of a failed command, or why it could
+/// not run.
+fn run_quiet(cmd: &mut Command) -> Result<(), String> {
+    match cmd.output() {
+        Ok(out) if out.status.success() => Ok(()),
+        Ok(out) => {
+            let text = format!(
+                "{}\n{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+            let last = text.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("");
+            Err(format!("{} ({})", last.trim(), out.status))
+        }
+        Err(e) => Err(format!("cannot run it: {e}")),
+    }
+}
+
+const XDS_IMPORT: &str = "import grpc, envoy.service.ratelimit.v3.rls_pb2_grpc";
+
+/// A python with `grpcio` and `xds-protos` importable: the system's, or a
+/// venv cached as `<target>/rls-envoy-venv` (built once from the package
+/// index, into a fresh directory moved into place when complete).
+fn python_with_xds_protos() -> Result<PathBuf, String> {
+    if run_quiet(Command::new("python3").args(["-c", XDS_IMPORT])).is_ok() {
+        return Ok(PathBuf::from("python3"));
+    }
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    // <target>/<profile>/deps/rls-<hash>
+    let target = exe
+        .ancestors()
+        .nth(3)
+        .map(Path::to_path_buf)
+        .ok_or("no target directory")?;
+    let venv = target.join("rls-envoy-venv");
+    let python = venv.join("bin").join("python");
+    if run_quiet(Command::new(&python).args(["-c", XDS_IMPORT])).is_ok() {
+        return Ok(python);
+    }
+    let building = venv.with_extension(format!("building-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&building);
+    let built = (|| {
+        run_quiet(Command::new("python3").arg("-m").arg("venv").arg(&building))
+            .map_err(|e| format!("needs python3 with its venv module (python3-venv): {e}"))?;
+        run_quiet(Command::new(building.join("bin").join("pip")).args([
+            "install",
+            "--disable-pip-version-check",
+            "--quiet",
+            "--retries",
+            "1",
+            "--timeout",
+            "20",
+            "grpcio",
+            "xds-protos",
+        ]))
+        .map_err(|e| format!("needs the package index once (pip install grpcio xds-protos): {e}"))?;
+        let _ = std::fs::remove_dir_all(&venv);
+        std::fs::rename(&building, &venv).map_err(|e| format!("cannot move the venv into place: {e}"))?;
+        // A venv's scripts name its directory: rebuild them after the move.
+        run_quiet(
+            Command::new("python3")
+                .args(["-m", "venv", "--upgrade"])
+                .arg(&venv),
+        )?;
+        run_quiet(Command::new(&python).args(["-c", XDS_IMPORT]))
+    })();
+    let _ = std::fs::remove_dir_all(&building);
+    built.map(|()| python)
+}
+
 #[test]
 fn envoys_generated_client_gets_the_answers_envoy_expects() {
     let test = "rls::envoys_generated_client_gets_the_answers_envoy_expects";
-    let probe = Command::new("python3")
-        .args(["-c", "import grpc, envoy.service.ratelimit.v3.rls_pb2_grpc"])
-        .output();
-    if !probe.as_ref().is_ok_and(|o| o.status.success()) {
-        pressure_testkit::skip(
-            test,
-            "PRESSURE_REQUIRE_XDS_PROTOS",
-            "python3 with grpcio and xds-protos is needed (pip install grpcio xds-protos)",
-        );
-        return;
-    }
+    let python = match python_with_xds_protos() {
+        Ok(p) => p,
+        Err(need) => {
+            pressure_testkit::skip(test, "PRESSURE_REQUIRE_XDS_PROTOS", &need);
+            return;
+        }
+    };
     let dir = TempDir::new("envoy");
     let file = dir.0.join("py.yaml");
     std::fs::write(
@@ -272,7 +338,7 @@ fn envoys_generated_client_gets_the_answers_envoy_expects() {
     .expect("write");
     let rls = Rls::spawn(&dir.0, "py", &file, &[]);
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/rls_envoy_client.py");
-    let out = Command::new("python3")
+    let out = Command::new(&python)
         .arg(script)
         .arg(rls.url.trim_start_matches("http://"))
         .arg("py")
