@@ -148,18 +148,13 @@ async fn direct_phase(l: &Arc<RateLimiter<AnyBackend>>, conc: u64, secs: u64, ke
     let l = Arc::clone(l);
     let over = key == "blocked";
     for w in 0..conc {
-        l.should_rate_limit(&request(key, &format!("c{w}")))
-            .await
-            .expect("answer");
+        let _ = l.should_rate_limit(&request(key, &format!("c{w}"))).await;
     }
     drive(conc, secs, move |w| {
         let l = Arc::clone(&l);
         async move {
-            let r = l
-                .should_rate_limit(&request(key, &format!("c{w}")))
-                .await
-                .expect("answer");
-            (r.overall_code == Code::OverLimit as i32) == over
+            let r = l.should_rate_limit(&request(key, &format!("c{w}"))).await.ok()?;
+            Some((r.overall_code == Code::OverLimit as i32) == over)
         }
     })
     .await
