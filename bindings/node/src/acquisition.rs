@@ -29,12 +29,13 @@ pub struct NativeAcquisition {
     wait_ms: f64,
     dimension: Option<&'static str>,
     unavailable: bool,
+    memory: bool,
     permit: Slot,
 }
 
 impl NativeAcquisition {
     /// Wraps the core's answer.
-    pub(crate) fn new(acq: Acquisition<AnyBackend>) -> Self {
+    pub(crate) fn new(acq: Acquisition<AnyBackend>, memory: bool) -> Self {
         let wait_ms = error::ms(acq.wait_time());
         match acq {
             Acquisition::Granted(p) => Self {
@@ -42,6 +43,7 @@ impl NativeAcquisition {
                 wait_ms,
                 dimension: None,
                 unavailable: false,
+                memory,
                 permit: Arc::new(Mutex::new(Held {
                     permit: Some(p),
                     released: false,
@@ -52,6 +54,7 @@ impl NativeAcquisition {
                 wait_ms,
                 dimension: Some(d.dimension.as_str()),
                 unavailable: d.cause == DenialCause::Unavailable,
+                memory,
                 permit: Slot::default(),
             },
         }
@@ -90,6 +93,28 @@ impl NativeAcquisition {
     #[napi(getter)]
     pub fn held(&self) -> bool {
         !self.permit.lock().released && self.allowed
+    }
+
+    /// Releases at once when the state is in this process (the core's
+    /// release on drop, which the memory backend settles synchronously) and
+    /// returns `true`; `false` on Redis, where [`NativeAcquisition::release`]
+    /// must be awaited. Also `true` when there was nothing to release.
+    #[napi]
+    pub fn release_now(&self) -> bool {
+        let mut held = self.permit.lock();
+        if held.released || held.permit.is_none() {
+            held.released = true;
+            return true;
+        }
+        if !self.memory {
+            return false;
+        }
+        held.released = true;
+        if let Some(p) = held.permit.take() {
+            drop(held);
+            crate::runtime::within(move || drop(p));
+        }
+        true
     }
 
     /// Gives the capacity back and waits for the backend to confirm.
@@ -144,7 +169,7 @@ impl Drop for NativeAcquisition {
         // Collected without a release: the core's `Drop` releases, in the
         // runtime's context (a Redis release is sent from a task).
         if let Some(p) = self.permit.lock().permit.take() {
-            napi::bindgen_prelude::within_runtime_if_available(move || drop(p));
+            crate::runtime::within(move || drop(p));
         }
     }
 }

@@ -23,6 +23,7 @@ impl NativeBroker {
     /// A broker whose state lives in this process.
     #[napi(constructor)]
     pub fn new() -> Self {
+        crate::runtime::init();
         Self {
             broker: ResourceBroker::builder(AnyBackend::Memory(MemoryBackend::new())).build(),
             memory: true,
@@ -34,6 +35,7 @@ impl NativeBroker {
     /// same Redis. `options` is JSON: `{"redis": RedisConfig, "strict"}`.
     #[napi(factory)]
     pub async fn connect(options: String) -> napi::Result<NativeBroker> {
+        crate::runtime::init();
         let o: ConnectOptions = options::parse("options", &options)?;
         if let Err(e) = o.redis.validate() {
             return Err(error::config(format!("redis.{e}")));
@@ -96,11 +98,11 @@ impl NativeBroker {
         let opts = options::demand(requests, input_tokens, output_tokens, batch)?;
         // The memory backend answers at once; the runtime's context lets a
         // concurrency permit register with the broker's renewal task.
-        let polled = napi::bindgen_prelude::within_runtime_if_available(|| {
+        let polled = crate::runtime::within(|| {
             self.broker.try_acquire(&resource, opts).now_or_never()
         });
         match polled {
-            Some(out) => out.map(|a| Some(NativeAcquisition::new(a))).map_err(error::broker),
+            Some(out) => out.map(|a| Some(NativeAcquisition::new(a, true))).map_err(error::broker),
             None => Ok(None),
         }
     }
@@ -118,7 +120,7 @@ impl NativeBroker {
     ) -> napi::Result<NativeAcquisition> {
         let opts = options::demand(requests, input_tokens, output_tokens, batch)?;
         let acq = self.broker.try_acquire(&resource, opts).await.map_err(error::broker)?;
-        Ok(NativeAcquisition::new(acq))
+        Ok(NativeAcquisition::new(acq, self.memory))
     }
 
     /// Queue+execute: waits in the resource's priority queue, calls `run`

@@ -20,4 +20,5 @@ pub mod acquisition;
 pub mod broker;
 mod error;
 mod options;
+mod runtime;
 mod task;
