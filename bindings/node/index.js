@@ -101,13 +101,14 @@ const TASK_FAILED = 'ERR_PRESSURE_TASK_FAILED';
 /** The addon's coded error (JSON in the message) as its typed class. */
 function translate(e) {
   const text = e && typeof e.message === 'string' ? e.message : '';
-  if (!text.startsWith('{"code"')) return e;
+  if (!text.startsWith('{"')) return e;
   let body;
   try {
     body = JSON.parse(text);
   } catch {
     return e;
   }
+  if (!body || typeof body.code !== 'string' || !body.code.startsWith('ERR_PRESSURE_')) return e;
   const { code, message, ...fields } = body;
   switch (code) {
     case 'ERR_PRESSURE_CONFIG':
