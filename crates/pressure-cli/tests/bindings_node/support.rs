@@ -1,0 +1,153 @@
+//! Running `node`, `npm` and the nested `cargo build` of the addon: each a
+//! child in its own process group, killed (the whole group) past its time
+//! bound, its output kept and printed when it fails.
+
+use std::io::Read;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::{Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+/// What a child does, for its time bound and messages.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Step {
+    /// `npm ci`.
+    Install,
+    /// The nested `cargo build -p pressure-node` (a cold target dir builds
+    /// every dependency: minutes on a busy machine).
+    Build,
+    /// `npm test`.
+    Test,
+}
+
+impl Step {
+    fn bound(self) -> Duration {
+        match self {
+            Step::Install => Duration::from_secs(300),
+            Step::Build => Duration::from_secs(1800),
+            Step::Test => Duration::from_secs(300),
+        }
+    }
+}
+
+/// The workspace root.
+pub(crate) fn workspace() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .canonicalize()
+        .expect("workspace root")
+}
+
+/// `Ok` when `node` (20 or later) and `npm` run; otherwise why not.
+pub(crate) fn node_tools() -> Result<(), String> {
+    let version = Command::new("node")
+        .arg("--version")
+        .output()
+        .map_err(|e| format!("node is not on PATH ({e}); install Node.js 20+ (apt: nodejs npm)"))?;
+    let v = String::from_utf8_lossy(&version.stdout).trim().to_owned();
+    let major: u32 = v
+        .trim_start_matches('v')
+        .split('.')
+        .next()
+        .and_then(|m| m.parse().ok())
+        .unwrap_or(0);
+    if major < 20 {
+        return Err(format!("node {v} is too old: the binding needs Node.js 20+"));
+    }
+    Command::new("npm")
+        .arg("--version")
+        .output()
+        .map_err(|e| format!("npm is not on PATH ({e}); install npm (apt: npm)"))?;
+    Ok(())
+}
+
+/// The environment every Node test sees: the Redis servers of this test
+/// binary and the `pressure` binary of this build.
+fn test_env() -> Vec<(&'static str, String)> {
+    vec![
+        ("PRESSURE_TEST_REDIS_URL", pressure_testkit::redis_url()),
+        (
+            "PRESSURE_TEST_REDIS_CLUSTER_URL",
+            pressure_testkit::cluster_nodes().join(","),
+        ),
+        ("PRESSURE_BIN", env!("CARGO_BIN_EXE_pressure").to_owned()),
+    ]
+}
+
+/// Runs `npm <args>` in `dir`; panics with its output unless it exits 0.
+pub(crate) fn npm(dir: &Path, args: &[&str], step: Step) {
+    let mut cmd = Command::new("npm");
+    cmd.args(args).current_dir(dir);
+    if matches!(step, Step::Test) {
+        cmd.envs(test_env());
+    }
+    run(cmd, step, &format!("npm {} in {}", args.join(" "), dir.display()));
+}
+
+/// Builds the addon once per test binary (`npm run build` under the
+/// separate target dir).
+pub(crate) fn build_addon(pkg: &Path) {
+    static BUILT: OnceLock<Mutex<bool>> = OnceLock::new();
+    let mut built = BUILT.get_or_init(|| Mutex::new(false)).lock().unwrap_or_else(|e| e.into_inner());
+    if *built {
+        return;
+    }
+    let mut cmd = Command::new("node");
+    cmd.arg("scripts/build.js")
+        .current_dir(pkg)
+        .env("CARGO_TARGET_DIR", workspace().join("target/bindings"));
+    run(cmd, Step::Build, "node scripts/build.js (cargo build -p pressure-node)");
+    *built = true;
+}
+
+fn run(mut cmd: Command, step: Step, what: &str) {
+    cmd.stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0);
+    let mut child = cmd.spawn().unwrap_or_else(|e| panic!("{what}: cannot start: {e}"));
+    let mut out = child.stdout.take().expect("stdout");
+    let mut err = child.stderr.take().expect("stderr");
+    let out = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = out.read_to_string(&mut s);
+        s
+    });
+    let err = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = err.read_to_string(&mut s);
+        s
+    });
+    let deadline = Instant::now() + step.bound();
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait") {
+            break Some(status);
+        }
+        if Instant::now() > deadline {
+            // The whole group: npm's node and the test runner's children.
+            let _ = Command::new("kill")
+                .args(["-KILL", &format!("-{}", child.id())])
+                .status();
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let out = out.join().unwrap_or_default();
+    let err = err.join().unwrap_or_default();
+    match status {
+        Some(s) if s.success() => {
+            if matches!(step, Step::Test) {
+                // The runner's summary, visible with --nocapture.
+                println!("{out}");
+            }
+        }
+        Some(s) => panic!("{what} failed ({s}):\n--- stdout\n{out}\n--- stderr\n{err}"),
+        None => panic!(
+            "{what} did not finish within {:?}; killed:\n--- stdout\n{out}\n--- stderr\n{err}",
+            step.bound()
+        ),
+    }
+}
