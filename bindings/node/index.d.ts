@@ -141,6 +141,12 @@ export interface ResourceStats {
   lazy: boolean;
 }
 
+/** Limits checked once, for lazily registered (per-tenant) resources. */
+export declare class LimitTemplate {
+  constructor(limits: Limits);
+  readonly limits: Limits;
+}
+
 export declare class ResourceBroker {
   /** Memory, or (with `redis`) Redis connected lazily: Redis down at start is not fatal. */
   constructor(options?: BrokerOptions);
@@ -148,6 +154,8 @@ export declare class ResourceBroker {
   static connect(options: BrokerOptions): Promise<ResourceBroker>;
   register(resource: string, config: ResourceConfig): this;
   registerLimit(resource: string, limits: Limits): this;
+  /** Registers `resource` on first use with the template's limits; bounded (idle ones evicted). */
+  lazyLimit(resource: string, template: LimitTemplate): Promise<void>;
   unregister(resource: string): boolean;
   tryAcquire(resource: string, opts?: AcquireOptions): Promise<Acquisition>;
   enqueue<T>(request: EnqueueRequest<T>): Promise<EnqueueResult<T>>;

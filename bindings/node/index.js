@@ -246,6 +246,22 @@ class Acquisition {
   }
 }
 
+const NATIVE = Symbol('native');
+
+/** Limits checked once, for `lazyLimit` (per-tenant resources). Throws a
+ * ConfigError naming the key when they are invalid. */
+class LimitTemplate {
+  constructor(limits) {
+    if (!isObject(limits)) throw new ConfigError('LimitTemplate: limits must be an object');
+    try {
+      this[NATIVE] = new native.NativeLimitTemplate(JSON.stringify(limits));
+    } catch (e) {
+      rethrow(e);
+    }
+    this.limits = { ...limits };
+  }
+}
+
 // ---------------------------------------------------------------- broker
 
 /**
@@ -342,6 +358,22 @@ class ResourceBroker {
     if (!isObject(limits)) throw new ConfigError('registerLimit: limits must be an object');
     this.#registerNow('registerLimit', resource, JSON.stringify(limits));
     return this;
+  }
+
+  /**
+   * Registers `resource` with the template's limits on first use (per-tenant
+   * resources); their number is bounded — idle ones are evicted — so a flood
+   * of distinct ids cannot exhaust memory. Idempotent; cheap once registered.
+   */
+  async lazyLimit(resource, template) {
+    resourceId(resource, 'lazyLimit');
+    if (!(template instanceof LimitTemplate)) throw new ConfigError('lazyLimit: template must be a LimitTemplate');
+    const n = this.#native ?? (await this.#get());
+    try {
+      n.lazyLimit(resource, template[NATIVE]);
+    } catch (e) {
+      rethrow(e);
+    }
   }
 
   /** Removes a resource; permits still held release normally. */
@@ -450,6 +482,7 @@ class ResourceBroker {
 module.exports = {
   ResourceBroker,
   Acquisition,
+  LimitTemplate,
   PressureError,
   ConfigError,
   UnknownResourceError,

@@ -8,7 +8,7 @@ use crate::options::{self, ConnectOptions, RegisterOptions};
 use crate::task::{self, RunAttempt};
 use futures::FutureExt;
 use napi_derive::napi;
-use pressure_core::{BrokerStats, Limits, MemoryBackend, ResourceBroker, ResourceConfig};
+use pressure_core::{BrokerStats, LimitTemplate, Limits, MemoryBackend, ResourceBroker, ResourceConfig};
 use pressure_redis::{AnyBackend, RedisBackend};
 
 /// The broker: its resources, queues and counters, on one backend.
@@ -72,6 +72,17 @@ impl NativeBroker {
     pub fn register_limit(&self, resource: String, limits: String) -> napi::Result<()> {
         let l: Limits = options::parse("limits", &limits)?;
         self.broker.register_limit(resource, l).map_err(error::broker)
+    }
+
+    /// Registers `resource` with `template`'s limits on first use (a
+    /// per-tenant resource), bounded in number: idle lazy resources are
+    /// evicted past the broker's bound (the core's `lazy_limit`).
+    #[napi]
+    pub fn lazy_limit(&self, resource: String, template: &NativeLimitTemplate) -> napi::Result<()> {
+        self.broker
+            .lazy_limit(&resource, &template.template)
+            .map(drop)
+            .map_err(error::broker)
     }
 
     /// Removes a resource; its outstanding permits still release. Returns
@@ -148,6 +159,28 @@ impl NativeBroker {
     pub async fn stats(&self) -> napi::Result<String> {
         let resources = self.broker.stats().await;
         serde_json::to_string(&BrokerStats { resources }).map_err(|e| error::config(e.to_string()))
+    }
+}
+
+/// Limits checked once, for resources registered lazily (per tenant).
+#[napi]
+pub struct NativeLimitTemplate {
+    template: LimitTemplate,
+}
+
+#[napi]
+impl NativeLimitTemplate {
+    /// Parses and checks `limits` (JSON); the error names the key.
+    #[napi(constructor)]
+    pub fn new(limits: String) -> napi::Result<Self> {
+        let l: Limits = options::parse("limits", &limits)?;
+        let template = LimitTemplate::new(&l).map_err(|source| {
+            error::broker(pressure_core::Error::InvalidLimits {
+                resource: "(template)".into(),
+                source,
+            })
+        })?;
+        Ok(Self { template })
     }
 }
 

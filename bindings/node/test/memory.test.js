@@ -253,3 +253,20 @@ test('bad acquisitions are typed errors', async () => {
   await assert.rejects(b.tryAcquire('l', { tokns: 1 }), (e) => e instanceof ConfigError && /tokns/.test(e.message));
   await assert.rejects(b.enqueue({ resource: 'l', execute: () => 1 }), (e) => e instanceof ConfigError && /register/.test(e.message));
 });
+
+test('lazyLimit registers a per-tenant resource once, with the template limits', async () => {
+  const { LimitTemplate } = require('..');
+  const b = new ResourceBroker();
+  const tpl = new LimitTemplate({ requestsPerMinute: 2 });
+  for (const tenant of ['a', 'b']) {
+    let allowed = 0;
+    for (let i = 0; i < 3; i++) {
+      await b.lazyLimit(`tenant:${tenant}`, tpl);
+      if ((await b.tryAcquire(`tenant:${tenant}`)).allowed) allowed++;
+    }
+    assert.equal(allowed, 2, `tenant ${tenant}`);
+  }
+  const s = await statsOf(b, 'tenant:a');
+  assert.equal(s.lazy, true);
+  assert.throws(() => new LimitTemplate({ requestsPerMinut: 2 }), (e) => e instanceof ConfigError && /requestsPerMinut/.test(e.message));
+});
