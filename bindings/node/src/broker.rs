@@ -109,11 +109,11 @@ impl NativeBroker {
         let opts = options::demand(requests, input_tokens, output_tokens, batch)?;
         // The memory backend answers at once; the runtime's context lets a
         // concurrency permit register with the broker's renewal task.
-        let polled = crate::runtime::within(|| {
-            self.broker.try_acquire(&resource, opts).now_or_never()
-        });
+        let polled = crate::runtime::within(|| self.broker.try_acquire(&resource, opts).now_or_never());
         match polled {
-            Some(out) => out.map(|a| Some(NativeAcquisition::new(a, true))).map_err(error::broker),
+            Some(out) => out
+                .map(|a| Some(NativeAcquisition::new(a, true)))
+                .map_err(error::broker),
             None => Ok(None),
         }
     }
@@ -130,7 +130,11 @@ impl NativeBroker {
         batch: bool,
     ) -> napi::Result<NativeAcquisition> {
         let opts = options::demand(requests, input_tokens, output_tokens, batch)?;
-        let acq = self.broker.try_acquire(&resource, opts).await.map_err(error::broker)?;
+        let acq = self
+            .broker
+            .try_acquire(&resource, opts)
+            .await
+            .map_err(error::broker)?;
         Ok(NativeAcquisition::new(acq, self.memory))
     }
 

@@ -89,7 +89,9 @@ pub(crate) fn queue(e: QueueError<String>) -> napi::Error {
             message,
             json!({ "resource": resource, "maxWaitMs": ms(max_wait) }),
         ),
-        QueueError::RateLimited { resource, attempts, .. } => coded(
+        QueueError::RateLimited {
+            resource, attempts, ..
+        } => coded(
             RATE_LIMITED,
             message,
             json!({ "resource": resource, "attempts": attempts }),

@@ -54,7 +54,9 @@ pub(crate) fn units(name: &str, v: f64) -> napi::Result<u64> {
         // Exact: a non-negative integer below 2^53.
         Ok(v as u64)
     } else {
-        Err(error::config(format!("{name}: must be a non-negative integer, got {v}")))
+        Err(error::config(format!(
+            "{name}: must be a non-negative integer, got {v}"
+        )))
     }
 }
 
@@ -64,6 +66,10 @@ pub(crate) fn demand(requests: f64, input: f64, output: f64, batch: bool) -> nap
         requests: units("requests", requests)?,
         input_tokens: units("inputTokens", input)?,
         output_tokens: units("outputTokens", output)?,
-        priority: if batch { Priority::Batch } else { Priority::Interactive },
+        priority: if batch {
+            Priority::Batch
+        } else {
+            Priority::Interactive
+        },
     })
 }

@@ -12,7 +12,7 @@ use crate::error;
 use napi::bindgen_prelude::Promise;
 use napi::threadsafe_function::ThreadsafeFunction;
 use napi::Status;
-use pressure_core::{AcquireOptions, ActualUsage, Attempt, ResourceBroker, Request, TaskError};
+use pressure_core::{AcquireOptions, ActualUsage, Attempt, Request, ResourceBroker, TaskError};
 use pressure_redis::AnyBackend;
 use serde::Deserialize;
 use std::sync::Arc;

@@ -22,9 +22,7 @@ fn bindings_node_npm_test_passes() {
         pressure_testkit::skip(test, "PRESSURE_REQUIRE_NODE", &why);
         return;
     }
-    let pkg = support::workspace().join("bindings/node");
-    npm(&pkg, &["ci", "--no-audit", "--no-fund"], Step::Install);
-    support::build_addon(&pkg);
+    let pkg = support::binding();
     npm(&pkg, &["test"], Step::Test);
 }
 
@@ -35,12 +33,9 @@ fn fastify_example_npm_test_passes() {
         pressure_testkit::skip(test, "PRESSURE_REQUIRE_NODE", &why);
         return;
     }
-    let root = support::workspace();
-    let pkg = root.join("bindings/node");
-    let example = root.join("examples/fastify");
     // The example depends on the binding by `file:`; the addon must exist.
-    npm(&pkg, &["ci", "--no-audit", "--no-fund"], Step::Install);
-    support::build_addon(&pkg);
+    support::binding();
+    let example = support::workspace().join("examples/fastify");
     npm(&example, &["ci", "--no-audit", "--no-fund"], Step::Install);
     npm(&example, &["test"], Step::Test);
 }

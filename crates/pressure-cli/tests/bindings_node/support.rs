@@ -6,8 +6,9 @@ use std::io::Read;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::{Mutex, OnceLock};
-use std::time::{Duration, Instant};
+use std::sync::mpsc::{self, RecvTimeoutError};
+use std::sync::Mutex;
+use std::time::Duration;
 
 /// What a child does, for its time bound and messages.
 #[derive(Debug, Clone, Copy)]
@@ -85,20 +86,27 @@ pub(crate) fn npm(dir: &Path, args: &[&str], step: Step) {
     run(cmd, step, &format!("npm {} in {}", args.join(" "), dir.display()));
 }
 
-/// Builds the addon once per test binary (`npm run build` under the
-/// separate target dir).
-pub(crate) fn build_addon(pkg: &Path) {
-    static BUILT: OnceLock<Mutex<bool>> = OnceLock::new();
-    let mut built = BUILT.get_or_init(|| Mutex::new(false)).lock().unwrap_or_else(|e| e.into_inner());
-    if *built {
-        return;
+/// `bindings/node` ready to use, once per test binary: `npm ci` there and
+/// the addon built (`npm run build` under the separate target dir). The
+/// tests share it, so they must not reinstall it while another runs.
+pub(crate) fn binding() -> PathBuf {
+    static READY: Mutex<bool> = Mutex::new(false);
+    let pkg = workspace().join("bindings/node");
+    let mut ready = READY.lock().unwrap_or_else(|e| e.into_inner());
+    if !*ready {
+        npm(&pkg, &["ci", "--no-audit", "--no-fund"], Step::Install);
+        let mut cmd = Command::new("node");
+        cmd.arg("scripts/build.js")
+            .current_dir(&pkg)
+            .env("CARGO_TARGET_DIR", workspace().join("target/bindings"));
+        run(
+            cmd,
+            Step::Build,
+            "node scripts/build.js (cargo build -p pressure-node)",
+        );
+        *ready = true;
     }
-    let mut cmd = Command::new("node");
-    cmd.arg("scripts/build.js")
-        .current_dir(pkg)
-        .env("CARGO_TARGET_DIR", workspace().join("target/bindings"));
-    run(cmd, Step::Build, "node scripts/build.js (cargo build -p pressure-node)");
-    *built = true;
+    pkg
 }
 
 fn run(mut cmd: Command, step: Step, what: &str) {
@@ -106,7 +114,9 @@ fn run(mut cmd: Command, step: Step, what: &str) {
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .process_group(0);
-    let mut child = cmd.spawn().unwrap_or_else(|e| panic!("{what}: cannot start: {e}"));
+    let mut child = cmd
+        .spawn()
+        .unwrap_or_else(|e| panic!("{what}: cannot start: {e}"));
     let mut out = child.stdout.take().expect("stdout");
     let mut err = child.stderr.take().expect("stderr");
     let out = std::thread::spawn(move || {
@@ -119,22 +129,24 @@ fn run(mut cmd: Command, step: Step, what: &str) {
         let _ = err.read_to_string(&mut s);
         s
     });
-    let deadline = Instant::now() + step.bound();
-    let status = loop {
-        if let Some(status) = child.try_wait().expect("wait") {
-            break Some(status);
-        }
-        if Instant::now() > deadline {
-            // The whole group: npm's node and the test runner's children.
+    // A watchdog kills the whole group (npm, its node, the test runner's
+    // children) when the bound passes before the child ends.
+    let (done, ended) = mpsc::channel::<()>();
+    let group = child.id();
+    let bound = step.bound();
+    let watchdog = std::thread::spawn(move || {
+        if ended.recv_timeout(bound) == Err(RecvTimeoutError::Timeout) {
             let _ = Command::new("kill")
-                .args(["-KILL", &format!("-{}", child.id())])
+                .args(["-KILL", &format!("-{group}")])
                 .status();
-            let _ = child.kill();
-            let _ = child.wait();
-            break None;
+            return true;
         }
-        std::thread::sleep(Duration::from_millis(100));
-    };
+        false
+    });
+    let status = child.wait().expect("wait for the child");
+    let _ = done.send(());
+    let killed = watchdog.join().unwrap_or(false);
+    let status = (!killed).then_some(status);
     let out = out.join().unwrap_or_default();
     let err = err.join().unwrap_or_default();
     match status {
