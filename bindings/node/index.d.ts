@@ -1,3 +1,4 @@
+/// <reference lib="esnext.disposable" />
 // Types of @pressure-rs/broker: the pressure ResourceBroker (Rust) in Node.js.
 
 /** Limits, in the gateway config's camelCase JSON names. Any subset; an
