@@ -210,40 +210,55 @@ function resourceId(resource, where) {
 class Acquisition {
   #native;
 
-  constructor(n) {
+  constructor(n, allowed, waitTimeMs, dimension, unavailable) {
     this.#native = n;
-    this.allowed = n.allowed;
-    this.waitTimeMs = n.waitTimeMs;
-    if (!this.allowed) {
-      this.dimension = n.dimension;
-      this.unavailable = n.unavailable;
+    this.allowed = allowed;
+    this.waitTimeMs = waitTimeMs;
+    if (!allowed) {
+      this.dimension = dimension;
+      this.unavailable = unavailable;
     }
-    // A bound function, so `const { release } = await broker.tryAcquire(..)`
-    // works as in the original design.
-    this.release = () => {
-      if (n.releaseNow()) return Promise.resolve();
-      return n.release().catch(rethrow);
-    };
+    // A function of its own, so `const { release } = await broker.tryAcquire(..)`
+    // works as in the original design; shared when there is nothing to release.
+    this.release = n === null ? releaseNothing : () => (n.releaseNow() ? RESOLVED : n.release().catch(rethrow));
   }
 
-  /** Whether the permit still holds capacity. */
+  /** Whether the permit still holds capacity (false after release, after a
+   * denial, and for a grant on a resource with only request-rate limits,
+   * which holds nothing). */
   get held() {
-    return this.#native.held;
+    return this.#native === null ? false : this.#native.held;
   }
 
   /** Corrects the token reservation to the actual usage. */
   async reconcile(actual = {}) {
     const a = checkKeys(actual, ['requests', 'inputTokens', 'outputTokens'], 'reconcile');
-    const n = this.#native;
-    if (!this.allowed) return;
-    await n
-      .reconcile(count(a.requests, 'requests', 1), count(a.inputTokens, 'inputTokens', 0), count(a.outputTokens, 'outputTokens', 0))
-      .catch(rethrow);
+    const requests = count(a.requests, 'requests', 1);
+    const input = count(a.inputTokens, 'inputTokens', 0);
+    const output = count(a.outputTokens, 'outputTokens', 0);
+    if (this.#native === null) return;
+    await this.#native.reconcile(requests, input, output).catch(rethrow);
   }
 
   [asyncDispose]() {
     return this.release();
   }
+}
+
+const RESOLVED = Promise.resolve();
+
+function releaseNothing() {
+  return RESOLVED;
+}
+
+/** The addon's answer (a NativeAcquisition, a plain denial, or 1 for a
+ * grant that holds nothing) as an Acquisition. */
+function acquisitionOf(a) {
+  if (a === 1) return new Acquisition(null, true, 0);
+  if (a instanceof native.NativeAcquisition) {
+    return new Acquisition(a, a.allowed, a.waitTimeMs, a.dimension, a.unavailable);
+  }
+  return new Acquisition(null, false, a.waitTimeMs, a.dimension, a.unavailable);
 }
 
 const NATIVE = Symbol('native');
@@ -395,11 +410,13 @@ class ResourceBroker {
     const n = this.#native ?? (await this.#get());
     let a;
     try {
-      a = n.tryAcquireNow(resource, requests, input, output, batch) ?? (await n.tryAcquire(resource, requests, input, output, batch));
+      a = n.tryAcquireNow(resource, requests, input, output, batch);
+      // 0: not answerable without a round trip (Redis).
+      if (a === 0) a = await n.tryAcquire(resource, requests, input, output, batch);
     } catch (e) {
       rethrow(e);
     }
-    return new Acquisition(a);
+    return acquisitionOf(a);
   }
 
   /**

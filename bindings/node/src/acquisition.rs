@@ -21,6 +21,28 @@ struct Held {
 
 type Slot = Arc<Mutex<Held>>;
 
+/// A denial as a plain JavaScript object (no class instance, nothing to
+/// finalize): the fast path of a refused `tryAcquire`.
+#[napi(object)]
+pub struct Denied {
+    /// Milliseconds until the same demand could fit.
+    pub wait_time_ms: f64,
+    /// The dimension that needed the longest wait.
+    pub dimension: String,
+    /// The store could not be asked (a 503, not a 429).
+    pub unavailable: bool,
+}
+
+impl From<&pressure_core::Denial> for Denied {
+    fn from(d: &pressure_core::Denial) -> Self {
+        Self {
+            wait_time_ms: error::ms(d.wait),
+            dimension: d.dimension.as_str().to_owned(),
+            unavailable: d.cause == DenialCause::Unavailable,
+        }
+    }
+}
+
 /// One check+reject answer: granted (holding a permit until released) or
 /// denied (with the wait until the same demand could fit).
 #[napi]

@@ -2,13 +2,14 @@
 //! core's calls as napi methods (`index.js` gives them the original
 //! design's names and shapes).
 
-use crate::acquisition::NativeAcquisition;
+use crate::acquisition::{Denied, NativeAcquisition};
+use napi::bindgen_prelude::Either3;
 use crate::error;
 use crate::options::{self, ConnectOptions, RegisterOptions};
 use crate::task::{self, RunAttempt};
 use futures::FutureExt;
 use napi_derive::napi;
-use pressure_core::{BrokerStats, LimitTemplate, Limits, MemoryBackend, ResourceBroker, ResourceConfig};
+use pressure_core::{Acquisition, BrokerStats, LimitTemplate, Limits, MemoryBackend, ResourceBroker, ResourceConfig};
 use pressure_redis::{AnyBackend, RedisBackend};
 
 /// The broker: its resources, queues and counters, on one backend.
@@ -93,7 +94,11 @@ impl NativeBroker {
     }
 
     /// Check+reject answered without a thread hop when the backend is in
-    /// memory (`null` on Redis: call [`NativeBroker::try_acquire`]).
+    /// memory. The cheapest answer that says it all: `1` for a grant that
+    /// holds nothing (a resource with only request-rate limits: nothing to
+    /// release or reconcile), a plain [`Denied`] object for a denial, a
+    /// [`NativeAcquisition`] for a grant that holds capacity, and `0` on
+    /// Redis (call [`NativeBroker::try_acquire`]).
     #[napi]
     pub fn try_acquire_now(
         &self,
@@ -102,20 +107,20 @@ impl NativeBroker {
         input_tokens: f64,
         output_tokens: f64,
         batch: bool,
-    ) -> napi::Result<Option<NativeAcquisition>> {
+    ) -> napi::Result<Either3<f64, Denied, NativeAcquisition>> {
         if !self.memory {
-            return Ok(None);
+            return Ok(Either3::A(0.0));
         }
         let opts = options::demand(requests, input_tokens, output_tokens, batch)?;
         // The memory backend answers at once; the runtime's context lets a
         // concurrency permit register with the broker's renewal task.
         let polled = crate::runtime::within(|| self.broker.try_acquire(&resource, opts).now_or_never());
-        match polled {
-            Some(out) => out
-                .map(|a| Some(NativeAcquisition::new(a, true)))
-                .map_err(error::broker),
-            None => Ok(None),
-        }
+        Ok(match polled.transpose().map_err(error::broker)? {
+            None => Either3::A(0.0),
+            Some(Acquisition::Denied(d)) => Either3::B(Denied::from(&d)),
+            Some(Acquisition::Granted(p)) if p.resource().is_none() => Either3::A(1.0),
+            Some(a) => Either3::C(NativeAcquisition::new(a, true)),
+        })
     }
 
     /// Check+reject: reserve now or get a denial with its wait time. A
