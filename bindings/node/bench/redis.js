@@ -51,7 +51,7 @@ async function main() {
       { name: 'pressure (sliding window, Redis)', tryOne: async () => (await broker.tryAcquire('edge')).allowed },
       { name: 'rate-limiter-flexible RateLimiterRedis', tryOne: () => rlfEdge.consume('edge').then(() => true, () => false) },
     ],
-    { N, W: 1000, gap: 150 },
+    { N, W: 1000, gap: 300 },
   );
   redis.disconnect();
   process.exit(0);

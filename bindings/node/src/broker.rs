@@ -3,13 +3,15 @@
 //! design's names and shapes).
 
 use crate::acquisition::{Denied, NativeAcquisition};
-use napi::bindgen_prelude::Either3;
 use crate::error;
 use crate::options::{self, ConnectOptions, RegisterOptions};
 use crate::task::{self, RunAttempt};
 use futures::FutureExt;
+use napi::bindgen_prelude::Either3;
 use napi_derive::napi;
-use pressure_core::{Acquisition, BrokerStats, LimitTemplate, Limits, MemoryBackend, ResourceBroker, ResourceConfig};
+use pressure_core::{
+    Acquisition, BrokerStats, LimitTemplate, Limits, MemoryBackend, ResourceBroker, ResourceConfig,
+};
 use pressure_redis::{AnyBackend, RedisBackend};
 
 /// The broker: its resources, queues and counters, on one backend.
