@@ -119,14 +119,12 @@ impl NativeBroker {
         let polled = crate::runtime::within(|| self.broker.try_acquire(&resource, opts).now_or_never());
         Ok(match polled.transpose().map_err(error::broker)? {
             None => Either3::A(0.0),
-            Some(Acquisition::Denied(d)) => Either3::B(Denied::from(&d)),
-            Some(Acquisition::Granted(p)) if p.resource().is_none() => Either3::A(1.0),
-            Some(a) => Either3::C(NativeAcquisition::new(a, true)),
+            Some(a) => answer(a, true),
         })
     }
 
-    /// Check+reject: reserve now or get a denial with its wait time. A
-    /// denial consumes nothing.
+    /// Check+reject: reserve now or get a denial with its wait time (in the
+    /// forms of [`NativeBroker::try_acquire_now`]). A denial consumes nothing.
     #[napi]
     pub async fn try_acquire(
         &self,
@@ -135,14 +133,14 @@ impl NativeBroker {
         input_tokens: f64,
         output_tokens: f64,
         batch: bool,
-    ) -> napi::Result<NativeAcquisition> {
+    ) -> napi::Result<Either3<f64, Denied, NativeAcquisition>> {
         let opts = options::demand(requests, input_tokens, output_tokens, batch)?;
         let acq = self
             .broker
             .try_acquire(&resource, opts)
             .await
             .map_err(error::broker)?;
-        Ok(NativeAcquisition::new(acq, self.memory))
+        Ok(answer(acq, self.memory))
     }
 
     /// Queue+execute: waits in the resource's priority queue, calls `run`
@@ -170,6 +168,17 @@ impl NativeBroker {
     pub async fn stats(&self) -> napi::Result<String> {
         let resources = self.broker.stats().await;
         serde_json::to_string(&BrokerStats { resources }).map_err(|e| error::config(e.to_string()))
+    }
+}
+
+/// The cheapest JavaScript form of an answer: `1` for a grant that holds
+/// nothing, a plain [`Denied`] object, or a [`NativeAcquisition`] that owns
+/// the permit.
+fn answer(acq: Acquisition<AnyBackend>, memory: bool) -> Either3<f64, Denied, NativeAcquisition> {
+    match acq {
+        Acquisition::Denied(d) => Either3::B(Denied::from(&d)),
+        Acquisition::Granted(p) if p.resource().is_none() => Either3::A(1.0),
+        a => Either3::C(NativeAcquisition::new(a, memory)),
     }
 }
 
