@@ -45,7 +45,7 @@ pub(crate) fn node_tools() -> Result<(), String> {
     let version = Command::new("node")
         .arg("--version")
         .output()
-        .map_err(|e| format!("node is not on PATH ({e}); install Node.js 20+ (apt: nodejs npm)"))?;
+        .map_err(|e| format!("node is not on PATH ({e}); install Node.js 20 or later with npm (Debian 12's own nodejs package is 18, too old)"))?;
     let v = String::from_utf8_lossy(&version.stdout).trim().to_owned();
     let major: u32 = v
         .trim_start_matches('v')
@@ -59,7 +59,7 @@ pub(crate) fn node_tools() -> Result<(), String> {
     Command::new("npm")
         .arg("--version")
         .output()
-        .map_err(|e| format!("npm is not on PATH ({e}); install npm (apt: npm)"))?;
+        .map_err(|e| format!("npm is not on PATH ({e}); install npm"))?;
     Ok(())
 }
 
