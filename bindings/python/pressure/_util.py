@@ -32,3 +32,11 @@ def wants_attempt(execute: Callable[..., Any]) -> bool:
         if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.VAR_POSITIONAL):
             return True
     return False
+
+
+def check_awaitable(value: Any) -> None:
+    """Raises TypeError unless ``value`` (what ``execute`` returned) is awaitable."""
+    if not inspect.isawaitable(value):
+        raise TypeError(
+            f"enqueue: execute must be an async callable (returning an awaitable), it returned {type(value).__name__}"
+        )

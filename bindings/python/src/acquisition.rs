@@ -115,7 +115,10 @@ impl PyAcquisition {
 
     fn __repr__(&self) -> String {
         match self.dimension {
-            None => format!("Acquisition(allowed={})", if self.allowed { "True" } else { "False" }),
+            None => format!(
+                "Acquisition(allowed={})",
+                if self.allowed { "True" } else { "False" }
+            ),
             Some(d) => format!(
                 "Acquisition(allowed=False, wait_time_ms={}, dimension={d:?})",
                 self.wait_time_ms

@@ -98,8 +98,8 @@ impl PyBroker {
         limits: &Bound<'_, PyAny>,
         queue: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<()> {
-        let config = ResourceConfig::new(config::limits(&resource, limits)?)
-            .queue(config::queue(&resource, queue)?);
+        let config =
+            ResourceConfig::new(config::limits(&resource, limits)?).queue(config::queue(&resource, queue)?);
         py.detach(|| in_runtime(|| self.broker.register(resource, config)))
             .map_err(broker_error)
     }
@@ -171,7 +171,11 @@ impl PyBroker {
     }
 
     fn __repr__(&self) -> String {
-        format!("ResourceBroker(backend={:?}, resources={})", self.backend, self.broker.len())
+        format!(
+            "ResourceBroker(backend={:?}, resources={})",
+            self.backend,
+            self.broker.len()
+        )
     }
 }
 

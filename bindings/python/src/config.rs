@@ -6,11 +6,31 @@ use crate::errors::ConfigError;
 use pressure_core::{Limits, Priority, QueueConfig};
 use pressure_redis::RedisConfig;
 use pyo3::prelude::*;
+use pyo3::types::PyMapping;
 use serde::de::DeserializeOwned;
 
-/// Deserializes `value` (a dict) into `T`; `what` prefixes the message.
+/// Deserializes `value` (a dict) into `T`; the message starts with `what`
+/// and the path of the offending key (`limits.requestsPerMinute: invalid
+/// value: integer `-1`, expected u64`).
 fn from_py<T: DeserializeOwned>(value: &Bound<'_, PyAny>, what: &str) -> PyResult<T> {
-    pythonize::depythonize::<T>(value).map_err(|e| ConfigError::new_err(format!("{what}: {e}")))
+    // serde would also read a list as the fields in order.
+    if value.cast::<PyMapping>().is_err() {
+        return Err(ConfigError::new_err(format!(
+            "{what}: expected a dict with camelCase keys, got {}",
+            value.get_type().name()?
+        )));
+    }
+    let json: serde_json::Value =
+        pythonize::depythonize(value).map_err(|e| ConfigError::new_err(format!("{what}: {e}")))?;
+    serde_path_to_error::deserialize(json).map_err(|e| {
+        let path = e.path().to_string();
+        let inner = e.into_inner();
+        if path == "." {
+            ConfigError::new_err(format!("{what}: {inner}"))
+        } else {
+            ConfigError::new_err(format!("{what}.{path}: {inner}"))
+        }
+    })
 }
 
 /// The limits of `resource` from a dict such as `{"requestsPerSecond": 10}`.
@@ -48,7 +68,8 @@ pub(crate) fn redis(
     options: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<RedisConfig> {
     let mut value = match options {
-        Some(o) if !o.is_none() => from_py::<serde_json::Value>(o, "options")?,
+        Some(o) if !o.is_none() => pythonize::depythonize::<serde_json::Value>(o)
+            .map_err(|e| ConfigError::new_err(format!("options: {e}")))?,
         _ => serde_json::Value::Object(serde_json::Map::new()),
     };
     let Some(map) = value.as_object_mut() else {

@@ -87,8 +87,12 @@ fn attempt(
             execute.call1(py, (number,))?
         } else {
             execute.call0(py)?
-        };
-        pyo3_async_runtimes::into_future_with_locals(locals, awaitable.into_bound(py))
+        }
+        .into_bound(py);
+        // Refused here: the event loop would only log it, and the attempt
+        // would never finish.
+        util(py)?.call_method1("check_awaitable", (&awaitable,))?;
+        pyo3_async_runtimes::into_future_with_locals(locals, awaitable)
     })
 }
 

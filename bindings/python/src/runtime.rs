@@ -4,8 +4,8 @@
 //! other becomes an asyncio future.
 
 use pyo3::exceptions::PyStopIteration;
-use pyo3::BoundObject;
 use pyo3::prelude::*;
+use pyo3::BoundObject;
 use std::future::Future;
 use std::task::{Context, Poll};
 

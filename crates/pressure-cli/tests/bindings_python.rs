@@ -145,7 +145,9 @@ fn run_ok(cmd: &mut Command, timeout: Duration) -> Result<Outcome, String> {
 fn fingerprint(paths: &[PathBuf]) -> String {
     fn walk(path: &Path, files: &mut Vec<PathBuf>) {
         if path.is_dir() {
-            let Ok(entries) = std::fs::read_dir(path) else { return };
+            let Ok(entries) = std::fs::read_dir(path) else {
+                return;
+            };
             for e in entries.flatten() {
                 let p = e.path();
                 let name = e.file_name();
@@ -177,7 +179,8 @@ fn fingerprint(paths: &[PathBuf]) -> String {
 fn venv_with_tools(requirements: &Path) -> Result<PathBuf, String> {
     let venv = target_dir().join("python-binding-venv");
     let stamp = venv.join("requirements.stamp");
-    let wanted = std::fs::read_to_string(requirements).map_err(|e| format!("{}: {e}", requirements.display()))?;
+    let wanted =
+        std::fs::read_to_string(requirements).map_err(|e| format!("{}: {e}", requirements.display()))?;
     if std::fs::read_to_string(&stamp).is_ok_and(|s| s == wanted) {
         return Ok(venv);
     }
@@ -213,10 +216,13 @@ fn venv_with_tools(requirements: &Path) -> Result<PathBuf, String> {
         ))
     })?;
     let _ = std::fs::remove_dir_all(&venv);
-    std::fs::rename(&building, &venv).map_err(|e| cleanup(format!("cannot move the venv into place: {e}")))?;
+    std::fs::rename(&building, &venv)
+        .map_err(|e| cleanup(format!("cannot move the venv into place: {e}")))?;
     // A venv's scripts name its directory: rebuild them after the move.
     run_ok(
-        Command::new("python3").args(["-m", "venv", "--upgrade"]).arg(&venv),
+        Command::new("python3")
+            .args(["-m", "venv", "--upgrade"])
+            .arg(&venv),
         VENV_TIMEOUT,
     )
     .map_err(|e| format!("python3 -m venv --upgrade {}: {e}", venv.display()))?;
@@ -227,10 +233,15 @@ fn venv_with_tools(requirements: &Path) -> Result<PathBuf, String> {
 /// `PATH` with the venv's scripts (maturin) and the running cargo first.
 fn path_with(venv: &Path) -> std::ffi::OsString {
     let mut dirs = vec![venv.join("bin")];
-    if let Some(cargo_dir) = std::env::var_os("CARGO").map(PathBuf::from).and_then(|c| c.parent().map(Path::to_path_buf)) {
+    if let Some(cargo_dir) = std::env::var_os("CARGO")
+        .map(PathBuf::from)
+        .and_then(|c| c.parent().map(Path::to_path_buf))
+    {
         dirs.push(cargo_dir);
     }
-    dirs.extend(std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default()));
+    dirs.extend(std::env::split_paths(
+        &std::env::var_os("PATH").unwrap_or_default(),
+    ));
     std::env::join_paths(dirs).unwrap_or_default()
 }
 
@@ -258,7 +269,11 @@ fn install_binding(venv: &Path) {
     let stamp = venv.join("binding.stamp");
     let python = venv.join("bin").join("python");
     let importable = || {
-        run(Command::new(&python).args(["-c", "import pressure"]), VENV_TIMEOUT).is_ok_and(|o| o.ok)
+        run(
+            Command::new(&python).args(["-c", "import pressure"]),
+            VENV_TIMEOUT,
+        )
+        .is_ok_and(|o| o.ok)
     };
     if std::fs::read_to_string(&stamp).is_ok_and(|s| s == print) && importable() {
         return;
@@ -268,7 +283,11 @@ fn install_binding(venv: &Path) {
         ("cargo", "the Rust toolchain (cargo) on PATH"),
         ("maturin", "maturin in the venv (pip install maturin)"),
     ] {
-        let found = run(Command::new(tool).arg("--version").env("PATH", &path), VENV_TIMEOUT).is_ok_and(|o| o.ok);
+        let found = run(
+            Command::new(tool).arg("--version").env("PATH", &path),
+            VENV_TIMEOUT,
+        )
+        .is_ok_and(|o| o.ok);
         assert!(found, "building the Python binding needs {need}");
     }
     let _ = std::fs::remove_file(&stamp);
@@ -290,7 +309,10 @@ fn install_binding(venv: &Path) {
         out.status,
         out.tail(60)
     );
-    assert!(importable(), "the Python binding was built but `import pressure` fails");
+    assert!(
+        importable(),
+        "the Python binding was built but `import pressure` fails"
+    );
     std::fs::write(&stamp, print).expect("write the build stamp");
 }
 
