@@ -331,10 +331,13 @@ fn the_python_binding_passes_its_pytest_suite() {
     let redis = pressure_testkit::redis_url();
     let cluster = pressure_testkit::cluster_nodes().join(",");
     let out = run(
-        Command::new(venv.join("bin").join("python"))
-            .args(["-m", "pytest", "-q", "-p", "no:cacheprovider", "-rfEs"])
-            .arg(binding.join("tests"))
-            .current_dir(&binding)
+        // `bin/pytest`, not `python -m pytest`: the latter puts the working
+        // directory first on `sys.path`, where `bindings/python/pressure`
+        // (the sources, without the built module) would shadow the
+        // installed package.
+        Command::new(venv.join("bin").join("pytest"))
+            .args(["-q", "-p", "no:cacheprovider", "-rfEs", "."])
+            .current_dir(binding.join("tests"))
             .env("PRESSURE_TEST_REDIS_URL", &redis)
             .env("PRESSURE_TEST_REDIS_CLUSTER_URL", &cluster)
             // Inside this test a missing store is a failure, not a skip.
