@@ -292,8 +292,11 @@ fn install_binding(venv: &Path) {
     }
     let _ = std::fs::remove_file(&stamp);
     let out = run(
-        Command::new(venv.join("bin").join("pip"))
-            .args(["install", "--disable-pip-version-check", "--no-build-isolation"])
+        // `python -m pip`: the venv was made under another name and moved,
+        // so its `pip` script's `#!` line names a directory that is gone.
+        Command::new(venv.join("bin").join("python"))
+            .args(["-m", "pip", "install", "--disable-pip-version-check"])
+            .arg("--no-build-isolation")
             .args(["--no-deps", "--force-reinstall"])
             .arg(ws.join("bindings/python"))
             .env("PATH", &path)
@@ -331,12 +334,11 @@ fn the_python_binding_passes_its_pytest_suite() {
     let redis = pressure_testkit::redis_url();
     let cluster = pressure_testkit::cluster_nodes().join(",");
     let out = run(
-        // `bin/pytest`, not `python -m pytest`: the latter puts the working
-        // directory first on `sys.path`, where `bindings/python/pressure`
-        // (the sources, without the built module) would shadow the
-        // installed package.
-        Command::new(venv.join("bin").join("pytest"))
-            .args(["-q", "-p", "no:cacheprovider", "-rfEs", "."])
+        // From `tests/`: `python -m` puts the working directory first on
+        // `sys.path`, and in `bindings/python` the source package (without
+        // the built module) would shadow the installed one.
+        Command::new(venv.join("bin").join("python"))
+            .args(["-m", "pytest", "-q", "-p", "no:cacheprovider", "-rfEs", "."])
             .current_dir(binding.join("tests"))
             .env("PRESSURE_TEST_REDIS_URL", &redis)
             .env("PRESSURE_TEST_REDIS_CLUSTER_URL", &cluster)
