@@ -20,7 +20,7 @@ use std::hash::{Hash, Hasher};
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Set to `1` to make a missing Python / venv / package index a failure.
 const REQUIRE: &str = "PRESSURE_REQUIRE_PYTHON_BINDING";
@@ -99,16 +99,22 @@ fn run(cmd: &mut Command, timeout: Duration) -> Result<Outcome, String> {
         })
     })
     .collect();
-    let deadline = Instant::now() + timeout;
+    // Bounded by a count of polls, not a clock (the workspace reads time
+    // only through injected clocks).
+    let step = Duration::from_millis(50);
+    let mut polls_left = timeout.as_millis() / step.as_millis();
     let status = loop {
         match child.try_wait() {
             Ok(Some(status)) => break Some(status),
-            Ok(None) if Instant::now() >= deadline => {
+            Ok(None) if polls_left == 0 => {
                 let _ = child.kill();
                 let _ = child.wait();
                 break None;
             }
-            Ok(None) => std::thread::sleep(Duration::from_millis(50)),
+            Ok(None) => {
+                polls_left -= 1;
+                std::thread::sleep(step);
+            }
             Err(e) => return Err(format!("waiting for {:?}: {e}", cmd.get_program())),
         }
     };
