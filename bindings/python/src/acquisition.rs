@@ -5,7 +5,7 @@
 use crate::broker::Broker;
 use crate::errors::broker_error;
 use crate::runtime::{in_runtime, now_or_later};
-use pressure_core::{AcquireOptions, Acquisition, ActualUsage, Permit};
+use pressure_core::{AcquireOptions, Acquisition, ActualUsage, DenialCause, Permit};
 use pressure_redis::AnyBackend;
 use pyo3::prelude::*;
 use std::sync::Arc;
@@ -58,6 +58,11 @@ pub(crate) struct PyAcquisition {
     /// (`requestsPerSecond`, …); `None` when allowed.
     #[pyo3(get)]
     dimension: Option<&'static str>,
+    /// On a denial, `"exhausted"` (a limit refused: 429) or `"unavailable"`
+    /// (the store could not be asked and the failure mode refuses: 503);
+    /// `None` when allowed.
+    #[pyo3(get)]
+    cause: Option<&'static str>,
     held: Arc<Held>,
 }
 
@@ -65,10 +70,15 @@ impl PyAcquisition {
     fn new(acq: Acquisition<AnyBackend>) -> Self {
         let wait_time_ms = ceil_ms(acq.wait_time());
         let dimension = acq.denial().map(|d| d.dimension.as_str());
+        let cause = acq.denial().map(|d| match d.cause {
+            DenialCause::Exhausted => "exhausted",
+            DenialCause::Unavailable => "unavailable",
+        });
         Self {
             allowed: acq.allowed(),
             wait_time_ms,
             dimension,
+            cause,
             held: Arc::new(Held {
                 permit: tokio::sync::Mutex::new(acq.into_permit()),
             }),

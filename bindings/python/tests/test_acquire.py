@@ -23,12 +23,14 @@ def test_allowed_and_denied_counts_with_wait_time(backend: str) -> None:
         for a in allowed:
             assert a.wait_time_ms == 0
             assert a.dimension is None
+            assert a.cause is None
             assert bool(a)
         for d in denied:
             # The next slot frees when the first grant's sub-window (2 s of
             # the 30 per minute) leaves the window.
             assert 0 < d.wait_time_ms <= 62_000
             assert d.dimension == "requestsPerMinute"
+            assert d.cause == "exhausted"
             assert not d
         s = await stats_of(broker, r)
         assert s["kind"] == "limit"
