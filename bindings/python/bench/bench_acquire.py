@@ -14,6 +14,9 @@ Rounds are interleaved (every contender once per round, the order rotated),
 and the report gives the median calls/s, µs per call and the ratio against
 the peer on the same storage measured in the same run.
 
+A second run puts ``--callers`` Redis acquisitions in flight at once (a
+service under load), where pipelining counts more than one call's latency.
+
 Then the exactness check: two contenders of each kind hammer a limit of N per
 1 s window for a few seconds; the report gives the most grants that surely
 fell in one window (see ``surely_inside``) against N, and the total.
@@ -133,6 +136,41 @@ async def timed(op: Op, calls: int) -> float:
     return time.perf_counter() - t0
 
 
+async def timed_concurrent(op: Op, calls: int, callers: int) -> float:
+    """Seconds for `calls` operations made by `callers` tasks at once."""
+
+    async def caller(k: int) -> None:
+        for _ in range(k):
+            await op()
+
+    t0 = time.perf_counter()
+    await asyncio.gather(*(caller(calls // callers) for _ in range(callers)))
+    return time.perf_counter() - t0
+
+
+async def throughput_concurrent(redis_url: str, rounds: int, calls: int, callers: int) -> None:
+    """The Redis contenders with `callers` acquisitions in flight at once
+    (a service under load): pipelining and connection use, not latency."""
+    ops = await contenders(redis_url, 10_000_000)
+    names = ["pressure redis", "limits async+redis"]
+    per_call: Dict[str, List[float]] = {n: [] for n in names}
+    for name in names:
+        await timed_concurrent(ops[name], 400, callers)
+    for r in range(rounds):
+        order = names if r % 2 == 0 else names[::-1]
+        for name in order:
+            k = calls - calls % callers
+            per_call[name].append(await timed_concurrent(ops[name], k, callers) / k)
+    med = {n: statistics.median(v) for n, v in per_call.items()}
+    print(f"\n## Redis, {callers} callers at once, median of {rounds} interleaved rounds")
+    print(f"{'contender':<24}{'calls/s':>12}{'µs/call':>10}  vs peer")
+    print(
+        f"{'pressure redis':<24}{1 / med['pressure redis']:>12,.0f}{med['pressure redis'] * 1e6:>10.2f}"
+        f"  {med['limits async+redis'] / med['pressure redis']:.2f}x the calls/s of limits async+redis"
+    )
+    print(f"{'limits async+redis':<24}{1 / med['limits async+redis']:>12,.0f}{med['limits async+redis'] * 1e6:>10.2f}")
+
+
 async def throughput(redis_url: str, rounds: int, calls: int, redis_calls: int) -> None:
     # A limit far above the rate reached, so every call is a grant (the
     # common case) and both sides do their whole counting work.
@@ -207,6 +245,7 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=7)
     p.add_argument("--calls", type=int, default=20_000, help="calls per round, memory contenders")
     p.add_argument("--redis-calls", type=int, default=2_000, help="calls per round, Redis contenders")
+    p.add_argument("--callers", type=int, default=32, help="tasks at once in the concurrent Redis run")
     p.add_argument("--exact-n", type=int, default=100)
     p.add_argument("--exact-seconds", type=float, default=3.0)
     args = p.parse_args()
@@ -219,6 +258,7 @@ def main() -> None:
         print(f"python {sys.version.split()[0]}, limits {limits.__version__ if hasattr(limits, '__version__') else '?'}, "
               f"{os.cpu_count()} cpus, redis {url}")
         asyncio.run(throughput(url, args.rounds, args.calls, args.redis_calls))
+        asyncio.run(throughput_concurrent(url, args.rounds, args.redis_calls * 2, args.callers))
         asyncio.run(exactness(url, args.exact_n, args.exact_seconds))
     finally:
         if proc is not None:
