@@ -61,7 +61,7 @@ pub(super) fn parse<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, Re
     let mut de = serde_json::Deserializer::from_slice(body);
     serde_path_to_error::deserialize(&mut de).map_err(|e| {
         let path = e.path().to_string();
-        let at = if path == "." { "body".to_owned() } else { path };
+        let at = if path == "." || path == "?" { "body".to_owned() } else { path };
         Rejection::BadRequest(format!("{at}: {}", e.inner()).into())
     })
 }

@@ -240,6 +240,11 @@ impl TestGateway {
         }
     }
 
+    /// The gateway being served.
+    pub(crate) fn gateway(&self) -> &Gateway {
+        &self.gateway
+    }
+
     /// The URL of `path` on the proxy listener.
     pub(crate) fn url(&self, path: &str) -> String {
         format!("http://{}{path}", self.addr)
