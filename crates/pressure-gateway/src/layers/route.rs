@@ -189,6 +189,7 @@ where
         };
         let obs = Observation::start(&metrics, arrived, name, upstream, access).proxied(proxied);
         let headers = charged.clone().filter(|_| rate_limit_headers);
+        let concurrency = req.extensions().get::<super::NoLease>().is_none();
         let denial_lines = plan.denial_lines();
         if let Some(c) = charged {
             req.extensions_mut().insert(c);
@@ -200,7 +201,7 @@ where
             let resp = match reply {
                 Ok(mut resp) => {
                     if let Some(c) = &headers {
-                        ratelimit_headers::annotate(&mut resp, c).await;
+                        ratelimit_headers::annotate(&mut resp, c, concurrency).await;
                     }
                     resp
                 }
