@@ -730,7 +730,10 @@ mod tests {
         let resp = r.render(Dialect::Decision);
         assert_eq!(resp.status(), 429);
         assert_eq!(resp.headers()["retry-after"], "2");
-        assert_eq!(resp.headers()["ratelimit-policy"], "\"requestsPerMinute\";q=2;w=60");
+        assert_eq!(
+            resp.headers()["ratelimit-policy"],
+            "\"requestsPerMinute\";q=2;w=60"
+        );
         let b = body(resp).await;
         assert_eq!(
             b,

@@ -56,7 +56,10 @@ pub(super) fn check(cfg: &GatewayConfig) -> Result<(), ConfigError> {
     if d.max_permits == 0 {
         return Err(ConfigError::new("gateway.decisions.maxPermits", "must be > 0"));
     }
-    for (other, path) in [(&cfg.listen, "gateway.listen"), (&cfg.admin.listen, "gateway.admin.listen")] {
+    for (other, path) in [
+        (&cfg.listen, "gateway.listen"),
+        (&cfg.admin.listen, "gateway.admin.listen"),
+    ] {
         if other.parse::<std::net::SocketAddr>().ok() == Some(addr) && addr.port() != 0 {
             return Err(ConfigError::new(
                 "gateway.decisions.listen",

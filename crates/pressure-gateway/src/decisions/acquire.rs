@@ -61,7 +61,11 @@ pub(super) fn parse<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, Re
     let mut de = serde_json::Deserializer::from_slice(body);
     serde_path_to_error::deserialize(&mut de).map_err(|e| {
         let path = e.path().to_string();
-        let at = if path == "." || path == "?" { "body".to_owned() } else { path };
+        let at = if path == "." || path == "?" {
+            "body".to_owned()
+        } else {
+            path
+        };
         Rejection::BadRequest(format!("{at}: {}", e.inner()).into())
     })
 }
@@ -114,7 +118,8 @@ async fn decide(state: &DecisionState, body: &[u8]) -> Result<Granted, Rejection
             Err(e) => Err(e),
         }
     };
-    let namespace = resources::is_tenant(&req.resource).then(|| &req.resource[resources::TENANT_PREFIX.len()..]);
+    let namespace =
+        resources::is_tenant(&req.resource).then(|| &req.resource[resources::TENANT_PREFIX.len()..]);
     let permit = match outcome {
         Ok(Ok(p)) => p,
         Ok(Err(d)) => return Err(denied(&handle, &d, namespace)),
@@ -151,7 +156,11 @@ async fn decide(state: &DecisionState, body: &[u8]) -> Result<Granted, Rejection
 }
 
 /// A denial as the decision dialect's 429 (or a 503 for an outage).
-fn denied(handle: &pressure_core::ResourceHandle<crate::backend::AnyBackend>, d: &Denial, namespace: Option<&str>) -> Rejection {
+fn denied(
+    handle: &pressure_core::ResourceHandle<crate::backend::AnyBackend>,
+    d: &Denial,
+    namespace: Option<&str>,
+) -> Rejection {
     if d.is_unavailable() {
         return Rejection::LimiterUnavailable {
             resource: handle.id().to_owned(),

@@ -40,7 +40,9 @@ fn forwarded<'a>(headers: &'a HeaderMap, names: &[&str]) -> Result<Option<&'a st
         let mut all = headers.get_all(*name).iter();
         let Some(v) = all.next() else { continue };
         if all.next().is_some() {
-            return Err(Rejection::BadRequest(format!("more than one {name} header").into()));
+            return Err(Rejection::BadRequest(
+                format!("more than one {name} header").into(),
+            ));
         }
         return v
             .to_str()

@@ -92,7 +92,11 @@ impl PermitStore {
 
     /// Holds `permit` for `ttl` and returns its new id; [`Full`] (and the
     /// permit back, to be dropped by the caller) when the store is full.
-    pub(crate) fn insert(&self, permit: Permit<AnyBackend>, ttl: Duration) -> Result<String, (Full, Permit<AnyBackend>)> {
+    pub(crate) fn insert(
+        &self,
+        permit: Permit<AnyBackend>,
+        ttl: Duration,
+    ) -> Result<String, (Full, Permit<AnyBackend>)> {
         let mut state = self.state.lock();
         if state.by_id.len() >= self.max {
             drop(state);
@@ -154,7 +158,9 @@ impl PermitStore {
             if *at > now {
                 break;
             }
-            let Some((_, id)) = state.by_expiry.pop_first() else { break };
+            let Some((_, id)) = state.by_expiry.pop_first() else {
+                break;
+            };
             if let Some(held) = state.by_id.remove(&id) {
                 out.push(held.permit);
             }

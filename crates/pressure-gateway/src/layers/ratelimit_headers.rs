@@ -99,7 +99,10 @@ pub fn quotas(spec: &LimitSpec, usage: &Usage) -> Vec<Quota> {
 
 /// The tightest quota of the resources in `charged`; resources whose usage
 /// cannot be read are skipped.
-async fn tightest(resources: &[ResourceHandle<crate::backend::AnyBackend>], concurrency: bool) -> Option<Quota> {
+async fn tightest(
+    resources: &[ResourceHandle<crate::backend::AnyBackend>],
+    concurrency: bool,
+) -> Option<Quota> {
     let mut best: Option<Quota> = None;
     for handle in resources {
         let Ok(usage) = handle.usage().await else {

@@ -47,7 +47,8 @@ impl Decisions {
             Value::Null => Bytes::new(),
             other => Bytes::from(other.to_string()),
         };
-        let mut b = Request::post(format!("http://{}{path}", self.addr)).header("content-type", "application/json");
+        let mut b =
+            Request::post(format!("http://{}{path}", self.addr)).header("content-type", "application/json");
         for (k, v) in headers {
             b = b.header(*k, *v);
         }
@@ -62,13 +63,17 @@ impl Decisions {
 
     /// `POST /v1/permits/{id}/{action}`, no body.
     pub(crate) async fn permit(&self, id: &str, action: &str) -> Reply {
-        self.post(&format!("/v1/permits/{id}/{action}"), &Value::Null, &[]).await
+        self.post(&format!("/v1/permits/{id}/{action}"), &Value::Null, &[])
+            .await
     }
 
     /// Stops the decision listener, then the gateway.
     pub(crate) async fn stop(mut self) {
         if let Some(s) = self.serving.take() {
-            assert!(s.stop(Duration::from_secs(5)).await, "the decision listener did not stop");
+            assert!(
+                s.stop(Duration::from_secs(5)).await,
+                "the decision listener did not stop"
+            );
         }
         self.gw.stop().await;
     }
@@ -88,7 +93,9 @@ pub(crate) fn permit_of(reply: &Reply) -> String {
     assert_eq!(reply.status, 200, "{:?}", reply.json());
     let body = reply.json();
     assert_eq!(body["allowed"], true);
-    let id = body["permit"].as_str().unwrap_or_else(|| panic!("no permit in {body}"));
+    let id = body["permit"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no permit in {body}"));
     assert_eq!(id.len(), 32, "{id}");
     assert!(id.bytes().all(|b| b.is_ascii_hexdigit()), "{id}");
     id.to_owned()

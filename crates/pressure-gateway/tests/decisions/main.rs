@@ -30,7 +30,10 @@ async fn exhaustion_is_a_429_with_the_wait_and_headers() {
         for _ in 0..2 {
             let ok = d.acquire(json!({ "resource": "jobs" })).await;
             assert_eq!(ok.status, 200);
-            assert_eq!(ok.json(), json!({ "allowed": true, "permit": null, "leaseTtlMs": null }));
+            assert_eq!(
+                ok.json(),
+                json!({ "allowed": true, "permit": null, "leaseTtlMs": null })
+            );
         }
         let no = d.acquire(json!({ "resource": "jobs" })).await;
         assert_eq!(no.status, 429);
@@ -41,9 +44,16 @@ async fn exhaustion_is_a_429_with_the_wait_and_headers() {
         let wait = body["waitTimeMs"].as_u64().expect("waitTimeMs");
         // At most a window and one of its sub-windows (the `window` algorithm).
         assert!(wait > 0 && wait <= 64_000, "{wait}");
-        let retry: u64 = no.header("retry-after").expect("Retry-After").parse().expect("seconds");
+        let retry: u64 = no
+            .header("retry-after")
+            .expect("Retry-After")
+            .parse()
+            .expect("seconds");
         assert_eq!(retry, wait.div_ceil(1000).max(1));
-        assert_eq!(no.header("ratelimit-policy"), Some("\"requestsPerMinute\";q=2;w=60"));
+        assert_eq!(
+            no.header("ratelimit-policy"),
+            Some("\"requestsPerMinute\";q=2;w=60")
+        );
         assert_eq!(
             no.header("ratelimit"),
             Some(format!("\"requestsPerMinute\";r=0;t={retry}").as_str())
@@ -83,7 +93,12 @@ async fn leases_are_capped_released_twice_renewed_and_gone_after_release() {
 
         assert_eq!(d.permit(&a, "release").await.status, 204);
         assert_eq!(d.permit(&a, "release").await.status, 204, "release is idempotent");
-        assert_eq!(d.permit("0123456789abcdef0123456789abcdef", "release").await.status, 204);
+        assert_eq!(
+            d.permit("0123456789abcdef0123456789abcdef", "release")
+                .await
+                .status,
+            204
+        );
         assert_eq!(d.gw.stats("slots").await.active, Some(1));
         let c = permit_of(&d.acquire(json!({ "resource": "slots" })).await);
 
@@ -125,8 +140,16 @@ async fn a_permit_not_renewed_is_gone_after_its_ttl_and_its_slot_is_free() {
             tokio::time::sleep(Duration::from_millis(50)).await;
         };
         let next = permit_of(&next);
-        assert_eq!(d.permit(&dead, "renew").await.status, 410, "an expired permit is gone");
-        assert_eq!(d.gw.gateway().decision_permits(), 1, "only the new permit is held");
+        assert_eq!(
+            d.permit(&dead, "renew").await.status,
+            410,
+            "an expired permit is gone"
+        );
+        assert_eq!(
+            d.gw.gateway().decision_permits(),
+            1,
+            "only the new permit is held"
+        );
         assert_eq!(d.permit(&next, "release").await.status, 204);
         d.gw.await_idle("slots", Duration::from_secs(5)).await;
         d.stop().await;
@@ -207,10 +230,15 @@ async fn a_client_that_goes_away_while_waiting_reserves_nothing() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tokens_are_reconciled_on_a_permit() {
     bounded(async {
-        let d = Decisions::start(with_resources(json!({ "llm-budget": { "tokensPerMinute": 100 } }))).await;
+        let d = Decisions::start(with_resources(
+            json!({ "llm-budget": { "tokensPerMinute": 100 } }),
+        ))
+        .await;
         let p = permit_of(
-            &d.acquire(json!({ "resource": "llm-budget", "inputTokens": 50, "outputTokens": 30, "lease": true }))
-                .await,
+            &d.acquire(
+                json!({ "resource": "llm-budget", "inputTokens": 50, "outputTokens": 30, "lease": true }),
+            )
+            .await,
         );
         let over = d.acquire(json!({ "resource": "llm-budget", "tokens": 30 })).await;
         assert_eq!(over.status, 429);
@@ -225,13 +253,26 @@ async fn tokens_are_reconciled_on_a_permit() {
         assert_eq!(r.status, 204);
         let s = d.gw.stats("llm-budget").await;
         assert_eq!(s.usage.get("tokensPerMinute"), Some(&55));
-        assert_eq!(d.acquire(json!({ "resource": "llm-budget", "tokens": 30 })).await.status, 200);
+        assert_eq!(
+            d.acquire(json!({ "resource": "llm-budget", "tokens": 30 }))
+                .await
+                .status,
+            200
+        );
         let bad = d
-            .post(&format!("/v1/permits/{p}/reconcile"), &json!({ "tokens": 1 }), &[])
+            .post(
+                &format!("/v1/permits/{p}/reconcile"),
+                &json!({ "tokens": 1 }),
+                &[],
+            )
             .await;
         assert_eq!(bad.status, 400);
         let gone = d
-            .post("/v1/permits/00000000000000000000000000000000/reconcile", &json!({}), &[])
+            .post(
+                "/v1/permits/00000000000000000000000000000000/reconcile",
+                &json!({}),
+                &[],
+            )
             .await;
         assert_eq!(gone.status, 410);
         d.stop().await;
@@ -250,12 +291,21 @@ async fn routes_services_and_tenants_are_resources_unknown_ids_are_404() {
         section["pressure"]["perTenant"] = json!({ "enabled": true, "limits": { "requestsPerMinute": 1 } });
         section["auth"] = hs256_auth();
         let d = Decisions::start(section).await;
-        for id in ["gateway:service:app", "gateway:route:hooks", "gateway:tenant:acme"] {
+        for id in [
+            "gateway:service:app",
+            "gateway:route:hooks",
+            "gateway:tenant:acme",
+        ] {
             assert_eq!(d.acquire(json!({ "resource": id })).await.status, 200, "{id}");
             assert_eq!(d.acquire(json!({ "resource": id })).await.status, 429, "{id}");
         }
         assert!(d.gw.stats("gateway:tenant:acme").await.lazy);
-        for id in ["nope", "gateway:tenant:", "gateway:service:other", "llm:openai:gpt"] {
+        for id in [
+            "nope",
+            "gateway:tenant:",
+            "gateway:service:other",
+            "llm:openai:gpt",
+        ] {
             let r = d.acquire(json!({ "resource": id })).await;
             assert_eq!(r.status, 404, "{id}");
             assert_eq!(r.json()["error"]["type"], "unknown_resource");
@@ -277,13 +327,19 @@ async fn bad_bodies_are_400_naming_the_problem() {
             (json!({ "resource": "jobs", "waitMs": -1 }), "waitMs"),
             (json!({ "resource": "jobs", "waitMs": 999999999 }), "waitMs"),
             (json!({ "resource": "jobs", "priority": "urgent" }), "priority"),
-            (json!({ "resource": "jobs", "tokens": 1, "inputTokens": 1 }), "tokens"),
+            (
+                json!({ "resource": "jobs", "tokens": 1, "inputTokens": 1 }),
+                "tokens",
+            ),
             (json!({ "resource": "jobs", "requests": 6 }), "jobs"),
         ] {
             let r = d.post("/v1/acquire", &body, &[]).await;
             assert_eq!(r.status, 400, "{body}: {:?}", r.json());
             assert_eq!(r.json()["error"]["type"], "bad_request");
-            let message = r.json()["error"]["message"].as_str().unwrap_or_default().to_owned();
+            let message = r.json()["error"]["message"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned();
             assert!(message.contains(needle), "{body}: {message}");
         }
         assert_eq!(d.gw.stats("jobs").await.allowed, 0);
@@ -307,13 +363,21 @@ async fn a_missing_or_wrong_token_is_401() {
         assert_eq!(none.json()["error"]["type"], "unauthorized");
         assert!(none.header("www-authenticate").is_some());
         let wrong = d
-            .post("/v1/acquire", &body, &[("authorization", "Bearer s3cret-decisions-tokeN")])
+            .post(
+                "/v1/acquire",
+                &body,
+                &[("authorization", "Bearer s3cret-decisions-tokeN")],
+            )
             .await;
         assert_eq!(wrong.status, 401);
         let release = d.post("/v1/permits/x/release", &json!(null), &[]).await;
         assert_eq!(release.status, 401, "every endpoint needs the token");
         let right = d
-            .post("/v1/acquire", &body, &[("authorization", "Bearer s3cret-decisions-token")])
+            .post(
+                "/v1/acquire",
+                &body,
+                &[("authorization", "Bearer s3cret-decisions-token")],
+            )
             .await;
         assert_eq!(right.status, 200);
         assert_eq!(d.gw.stats("jobs").await.allowed, 1);
@@ -330,8 +394,14 @@ async fn reload_applies_resources() {
         assert_eq!(d.acquire(json!({ "resource": "jobs" })).await.status, 429);
         let mut cfg = d.gw.gateway().plan().config().clone();
         let mut resources = std::collections::BTreeMap::new();
-        resources.insert("jobs".to_owned(), pressure_core::Limits::default().requests_per_minute(3));
-        resources.insert("fresh".to_owned(), pressure_core::Limits::default().requests_per_second(1));
+        resources.insert(
+            "jobs".to_owned(),
+            pressure_core::Limits::default().requests_per_minute(3),
+        );
+        resources.insert(
+            "fresh".to_owned(),
+            pressure_core::Limits::default().requests_per_second(1),
+        );
         cfg.pressure.resources = resources;
         let outcome = d.gw.gateway().apply(cfg.clone()).expect("reload");
         assert_eq!(outcome.changed, vec!["jobs".to_owned()]);

@@ -68,41 +68,88 @@ async fn the_decision_is_the_proxys_without_concurrency() {
         // Someone holds the route's only slot: forward auth does not check
         // (or take) concurrency, so it still passes on the rate.
         let held = permit_of(
-            &d.post("/v1/acquire", &json!({ "resource": ROUTE }), &[("authorization", &bearer)])
-                .await,
+            &d.post(
+                "/v1/acquire",
+                &json!({ "resource": ROUTE }),
+                &[("authorization", &bearer)],
+            )
+            .await,
         );
-        let ok = ask(&d, &[("x-forwarded-method", "POST"), ("x-forwarded-uri", "/webhooks/github?x=1")]).await;
+        let ok = ask(
+            &d,
+            &[
+                ("x-forwarded-method", "POST"),
+                ("x-forwarded-uri", "/webhooks/github?x=1"),
+            ],
+        )
+        .await;
         assert_eq!(ok.status, 204, "{:?}", ok.body);
         assert!(ok.body.is_empty());
-        assert_eq!(ok.header("ratelimit-policy"), Some("\"requestsPerMinute\";q=3;w=60"));
+        assert_eq!(
+            ok.header("ratelimit-policy"),
+            Some("\"requestsPerMinute\";q=3;w=60")
+        );
         assert_eq!(ok.header("ratelimit"), Some("\"requestsPerMinute\";r=1;t=60"));
-        let ok = ask(&d, &[("x-original-method", "GET"), ("x-original-uri", "/x/../webhooks//a")]).await;
+        let ok = ask(
+            &d,
+            &[
+                ("x-original-method", "GET"),
+                ("x-original-uri", "/x/../webhooks//a"),
+            ],
+        )
+        .await;
         assert_eq!(ok.status, 204);
         let no = ask(&d, &[("x-original-uri", "/webhooks/b")]).await;
         assert_eq!(no.status, 429);
         assert!(no.header("retry-after").is_some());
         assert_eq!(no.json()["error"]["resource"], ROUTE);
-        let forbidden = ask(&d, &[("x-original-uri", "/webhooks/b"), ("x-pressure-deny-status", "403")]).await;
+        let forbidden = ask(
+            &d,
+            &[
+                ("x-original-uri", "/webhooks/b"),
+                ("x-pressure-deny-status", "403"),
+            ],
+        )
+        .await;
         assert_eq!(forbidden.status, 403, "nginx's recipe");
         assert!(forbidden.header("retry-after").is_some());
         let s = d.gw.stats(ROUTE).await;
         assert_eq!((s.allowed, s.denied, s.active), (3, 2, Some(1)));
-        assert_eq!(d.permit(&held, "release").await.status, 401, "the API needs its token");
+        assert_eq!(
+            d.permit(&held, "release").await.status,
+            401,
+            "the API needs its token"
+        );
         let released = d
-            .post(&format!("/v1/permits/{held}/release"), &Value::Null, &[("authorization", &bearer)])
+            .post(
+                &format!("/v1/permits/{held}/release"),
+                &Value::Null,
+                &[("authorization", &bearer)],
+            )
             .await;
         assert_eq!(released.status, 204);
 
         // Refusals: a path the proxy refuses, a missing URI, a bad token,
         // a bad JWT; no token passes anonymously.
         assert_eq!(ask(&d, &[("x-forwarded-uri", "/a%2Fb")]).await.status, 400);
-        assert_eq!(ask(&d, &[("x-forwarded-uri", "/%2e%2e/webhooks")]).await.status, 400);
+        assert_eq!(
+            ask(&d, &[("x-forwarded-uri", "/%2e%2e/webhooks")]).await.status,
+            400
+        );
         assert_eq!(ask(&d, &[]).await.status, 400);
         let wrong = d
-            .post("/v1/forward-auth", &Value::Null, &[("x-forwarded-uri", "/api"), ("x-pressure-token", "nope")])
+            .post(
+                "/v1/forward-auth",
+                &Value::Null,
+                &[("x-forwarded-uri", "/api"), ("x-pressure-token", "nope")],
+            )
             .await;
         assert_eq!(wrong.status, 401);
-        let bad_jwt = ask(&d, &[("x-forwarded-uri", "/api"), ("authorization", "Bearer not.a.jwt")]).await;
+        let bad_jwt = ask(
+            &d,
+            &[("x-forwarded-uri", "/api"), ("authorization", "Bearer not.a.jwt")],
+        )
+        .await;
         assert_eq!(bad_jwt.status, 401);
         assert_eq!(ask(&d, &[("x-forwarded-uri", "/api")]).await.status, 204);
         d.stop().await;
@@ -125,7 +172,11 @@ async fn behind(kind: Kind, test: &str) {
         pressure_testkit::skip(
             test,
             kind.require_env(),
-            &format!("{} is not installed (Debian package {})", kind.binary(), kind.binary()),
+            &format!(
+                "{} is not installed (Debian package {})",
+                kind.binary(),
+                kind.binary()
+            ),
         );
         return;
     };
@@ -138,16 +189,27 @@ async fn behind(kind: Kind, test: &str) {
     // third is over the route's 3 a minute (one taken through the API).
     let bearer = format!("Bearer {TOKEN}");
     let held = permit_of(
-        &d.post("/v1/acquire", &json!({ "resource": ROUTE }), &[("authorization", &bearer)])
-            .await,
+        &d.post(
+            "/v1/acquire",
+            &json!({ "resource": ROUTE }),
+            &[("authorization", &bearer)],
+        )
+        .await,
     );
     let first = proxy.get("/a/../webhooks/x", &[]).await;
     assert_eq!(first.status, 200, "{first:?}\n{}", logs());
-    assert!(first.body.contains("webhooks/x"), "the upstream answered: {first:?}");
+    assert!(
+        first.body.contains("webhooks/x"),
+        "the upstream answered: {first:?}"
+    );
     if kind == Kind::Nginx {
         // nginx's snippet passes the headers of a 2xx decision on; Caddy
         // copies a 2xx decision's headers into the upstream request only.
-        assert_eq!(first.header("ratelimit"), Some("\"requestsPerMinute\";r=1;t=60"), "{first:?}");
+        assert_eq!(
+            first.header("ratelimit"),
+            Some("\"requestsPerMinute\";r=1;t=60"),
+            "{first:?}"
+        );
     }
     let second = proxy.get("//webhooks/y", &[]).await;
     assert_eq!(second.status, 200, "{second:?}\n{}", logs());
@@ -181,15 +243,28 @@ async fn behind(kind: Kind, test: &str) {
     let over = proxy.get("/api/items", &[("Authorization", &a)]).await;
     assert_eq!(over.status, 429, "{over:?}");
     assert!(over.header("retry-after").is_some(), "{over:?}");
-    assert_eq!(proxy.get("/api/items", &[("Authorization", &b)]).await.status, 200);
+    assert_eq!(
+        proxy.get("/api/items", &[("Authorization", &b)]).await.status,
+        200
+    );
     let ta = d.gw.stats("gateway:tenant:tenant-a").await;
     assert_eq!((ta.allowed, ta.denied), (2, 1));
-    let invalid = proxy.get("/api/items", &[("Authorization", "Bearer not.a.jwt")]).await;
+    let invalid = proxy
+        .get("/api/items", &[("Authorization", "Bearer not.a.jwt")])
+        .await;
     assert_eq!(invalid.status, 401, "{invalid:?}");
-    assert_eq!(proxy.get("/api/items", &[]).await.status, 200, "no token: anonymous");
+    assert_eq!(
+        proxy.get("/api/items", &[]).await.status,
+        200,
+        "no token: anonymous"
+    );
 
     let _ = d
-        .post(&format!("/v1/permits/{held}/release"), &Value::Null, &[("authorization", &bearer)])
+        .post(
+            &format!("/v1/permits/{held}/release"),
+            &Value::Null,
+            &[("authorization", &bearer)],
+        )
         .await;
     proxy.stop().await;
     d.stop().await;
@@ -198,10 +273,18 @@ async fn behind(kind: Kind, test: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn behind_real_nginx_auth_request() {
-    bounded(behind(Kind::Nginx, "forward_auth::behind_real_nginx_auth_request")).await;
+    bounded(behind(
+        Kind::Nginx,
+        "forward_auth::behind_real_nginx_auth_request",
+    ))
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn behind_real_caddy_forward_auth() {
-    bounded(behind(Kind::Caddy, "forward_auth::behind_real_caddy_forward_auth")).await;
+    bounded(behind(
+        Kind::Caddy,
+        "forward_auth::behind_real_caddy_forward_auth",
+    ))
+    .await;
 }

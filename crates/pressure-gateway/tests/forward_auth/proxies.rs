@@ -152,7 +152,8 @@ impl Proxy {
         match kind {
             Kind::Nginx => {
                 let conf = dir.path().join("nginx.conf");
-                std::fs::write(&conf, nginx_conf(dir.path(), port, decisions, upstream, token)).expect("conf");
+                std::fs::write(&conf, nginx_conf(dir.path(), port, decisions, upstream, token))
+                    .expect("conf");
                 cmd.arg("-p")
                     .arg(dir.path())
                     .arg("-e")
@@ -192,7 +193,11 @@ impl Proxy {
             if let Ok(Some(status)) = self.child.try_wait() {
                 panic!("the proxy exited ({status}) before listening:\n{}", self.logs());
             }
-            assert!(Instant::now() < deadline, "the proxy never listened:\n{}", self.logs());
+            assert!(
+                Instant::now() < deadline,
+                "the proxy never listened:\n{}",
+                self.logs()
+            );
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }
@@ -237,7 +242,9 @@ impl RawReply {
 
 /// One `GET` over a fresh connection (`Connection: close`), read to EOF.
 pub(crate) async fn raw_get(port: u16, path: &str, headers: &[(&str, &str)]) -> RawReply {
-    let mut tcp = TcpStream::connect(("127.0.0.1", port)).await.expect("connect proxy");
+    let mut tcp = TcpStream::connect(("127.0.0.1", port))
+        .await
+        .expect("connect proxy");
     let mut req = format!("GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n");
     for (k, v) in headers {
         req.push_str(&format!("{k}: {v}\r\n"));
