@@ -240,7 +240,8 @@ impl TestGateway {
         }
     }
 
-    /// The gateway being served.
+    /// The gateway being served (for the decision listener's tests).
+    #[allow(dead_code)]
     pub(crate) fn gateway(&self) -> &Gateway {
         &self.gateway
     }
