@@ -2,17 +2,17 @@
 //! the gateway's one broker for callers whose traffic does not pass through
 //! its proxy. Same config, same backend, same stats, same denial log.
 //!
-//! * **Decision API** ([`acquire`], [`permit`]): `POST /v1/acquire` asks
+//! * **Decision API** (`acquire.rs`, `permit.rs`): `POST /v1/acquire` asks
 //!   for capacity on a configured resource (a `pressure.resources` entry,
 //!   a route, a service, a tenant `gateway:tenant:<id>` registered lazily
 //!   with the `perTenant` limits, or an LLM resource) and answers `200`
 //!   with an optional permit id or `429` with the wait; `waitMs > 0` waits
 //!   for capacity first (the core's `acquire_within`). Permits live in a
-//!   bounded [`permits::PermitStore`] and expire their lease TTL after the
+//!   bounded permit store (`permits.rs`) and expire their lease TTL after the
 //!   last acquire or renew; `POST /v1/permits/{id}/release|renew|reconcile`
 //!   act on them. With `tokenEnv` set every call carries
 //!   `Authorization: Bearer <token>` (compared in constant time).
-//! * **Forward auth** ([`forward_auth`]): `/v1/forward-auth`, any method,
+//! * **Forward auth** (`forward_auth.rs`): `/v1/forward-auth`, any method,
 //!   for nginx `auth_request`, Caddy `forward_auth` and Traefik
 //!   `ForwardAuth`: the original request's method and URI come in
 //!   `X-Forwarded-Method`/`X-Forwarded-Uri` or
