@@ -175,3 +175,47 @@ impl PermitStore {
         out
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::Broker;
+    use pressure_core::{AcquireOptions, Limits, MemoryBackend, ResourceBroker};
+
+    async fn permit(broker: &Broker) -> Permit<AnyBackend> {
+        broker
+            .try_acquire("slots", AcquireOptions::default())
+            .await
+            .expect("acquire")
+            .into_permit()
+            .expect("granted")
+    }
+
+    #[tokio::test]
+    async fn bounded_renewable_and_expiring() {
+        let broker: Broker = ResourceBroker::builder(AnyBackend::Memory(MemoryBackend::new())).build();
+        broker
+            .register_limit("slots", Limits::default().max_concurrent_requests(3))
+            .expect("register");
+        let store = PermitStore::start(2);
+        let a = store
+            .insert(permit(&broker).await, Duration::from_secs(60))
+            .expect("a");
+        let b = store.insert(permit(&broker).await, Duration::ZERO).expect("b");
+        assert_ne!(a, b);
+        assert_eq!(a.len(), 32);
+        let (Full, refused) = store
+            .insert(permit(&broker).await, Duration::from_secs(60))
+            .expect_err("full");
+        drop(refused);
+        assert_eq!(store.renew(&a), Some(Duration::from_secs(60)));
+        // `b` expired at once: gone for renew and get, swept out.
+        assert_eq!(store.renew(&b), None);
+        assert!(store.get(&b).is_none());
+        assert_eq!(store.expired(Instant::now()).len(), 1);
+        assert_eq!(store.len(), 1);
+        assert!(store.remove(&a).is_some());
+        assert!(store.remove(&a).is_none());
+        assert_eq!(store.len(), 0);
+    }
+}
