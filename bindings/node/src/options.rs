@@ -71,5 +71,6 @@ pub(crate) fn demand(requests: f64, input: f64, output: f64, batch: bool) -> nap
         } else {
             Priority::Interactive
         },
+        ..AcquireOptions::default()
     })
 }
