@@ -22,6 +22,11 @@ pub struct AcquireOptions {
     /// Priority class; `Batch` may only fill the share of each limit left
     /// after the resource's batch headroom.
     pub priority: Priority,
+    /// Whether a resource with `maxConcurrentRequests` takes (and checks) a
+    /// concurrency lease (default `true`). `false` charges the rate and
+    /// token dimensions only: for a caller that can never give a slot back,
+    /// such as a forward-auth subrequest.
+    pub lease: bool,
 }
 
 impl Default for AcquireOptions {
@@ -31,6 +36,7 @@ impl Default for AcquireOptions {
             input_tokens: 0,
             output_tokens: 0,
             priority: Priority::Interactive,
+            lease: true,
         }
     }
 }
@@ -50,6 +56,11 @@ impl AcquireOptions {
     /// Sets the priority class.
     pub fn priority(mut self, p: Priority) -> Self {
         self.priority = p;
+        self
+    }
+    /// Charges no concurrency lease (see [`AcquireOptions::lease`]).
+    pub fn without_lease(mut self) -> Self {
+        self.lease = false;
         self
     }
 }

@@ -543,6 +543,7 @@ impl<B: Backend> ResourceBroker<B> {
                             resource: resource.to_owned(),
                             max_wait,
                             wait: d.wait,
+                            last: d,
                         });
                     }
                     tokio::time::sleep_until((now + d.wait).min(deadline)).await;

@@ -128,7 +128,7 @@ impl<B: Backend> Entry<B> {
             requests: opts.requests,
             input_tokens: opts.input_tokens,
             output_tokens: opts.output_tokens,
-            lease: true,
+            lease: opts.lease,
             ceiling_ppm: match opts.priority {
                 crate::Priority::Interactive => PPM,
                 crate::Priority::Batch => self.batch_ceiling_ppm,

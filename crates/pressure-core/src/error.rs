@@ -60,6 +60,9 @@ pub enum Error {
         max_wait: Duration,
         /// When capacity would have been available.
         wait: Duration,
+        /// The last denial: its dimension and cause (a limit, or an outage
+        /// of the store), for a caller that answers `429` or `503`.
+        last: crate::backend::Denial,
     },
     /// The state backend failed.
     #[error(transparent)]

@@ -5,7 +5,9 @@
 
 use crate::admin::{self, AdminState};
 use crate::backend::{AnyBackend, Broker};
-use crate::config::{BackendConfig, ConfigError, GatewayConfig};
+use crate::config::{BackendConfig, ConfigError, GatewayConfig, DEFAULT_MAX_PERMITS};
+use crate::decisions::permits::PermitStore;
+use crate::decisions::{self, DecisionState};
 use crate::layers::body_limit::BodyLimitLayer;
 use crate::layers::pre_auth::PreAuthLayer;
 use crate::layers::release::ReleaseLayer;
@@ -79,6 +81,8 @@ struct Inner {
     admin_token: Option<String>,
     tls: Listeners,
     force_access_log: bool,
+    permits: Arc<PermitStore>,
+    decisions_token: Option<Arc<str>>,
 }
 
 impl std::fmt::Debug for Gateway {
@@ -155,6 +159,17 @@ impl Gateway {
             .as_deref()
             .and_then(|v| std::env::var(v).ok())
             .filter(|t| !t.is_empty());
+        let decisions_token = config
+            .decisions
+            .as_ref()
+            .and_then(|d| d.token_env.as_deref())
+            .and_then(|v| std::env::var(v).ok())
+            .filter(|t| !t.is_empty())
+            .map(Arc::from);
+        let max_permits = config
+            .decisions
+            .as_ref()
+            .map_or(DEFAULT_MAX_PERMITS, |d| d.max_permits);
         let tls = LoadedTls::load(&config, base_dir)?.into_listeners();
         let plan = Plan::build(config, base_dir, &broker, llm)?;
         Ok(Self {
@@ -170,6 +185,8 @@ impl Gateway {
                 admin_token,
                 tls,
                 force_access_log: false,
+                permits: PermitStore::start(max_permits),
+                decisions_token,
             }),
         })
     }
@@ -332,6 +349,53 @@ impl Gateway {
             llm: self.llm(),
             control: Some(self.clone()),
         })
+    }
+
+    /// The decision listener's router (`gateway.decisions`, see
+    /// [`crate::decisions`]): the decision API and forward auth on this
+    /// gateway's broker and plan.
+    pub fn decisions_router(&self) -> axum::Router {
+        decisions::router(DecisionState::new(
+            Arc::clone(&self.inner.plan),
+            self.inner.broker.clone(),
+            Arc::clone(&self.inner.metrics),
+            Arc::clone(&self.inner.permits),
+            self.inner.decisions_token.clone(),
+            self.inner.force_access_log,
+        ))
+    }
+
+    /// Permits the decision listener holds for its clients now.
+    pub fn decision_permits(&self) -> usize {
+        self.inner.permits.len()
+    }
+
+    /// How the decision listener serves connections: the proxy's timeouts
+    /// and head bound, a one-second grace, plain HTTP.
+    pub fn decisions_serve_options(&self) -> ServeOptions {
+        ServeOptions {
+            grace: std::time::Duration::from_secs(1),
+            tls: None,
+            ..ServeOptions::from_config(self.plan().config())
+        }
+    }
+
+    /// Serves the decision listener on `listener` in a background task
+    /// until the returned [`Serving`] is stopped or dropped.
+    pub fn spawn_decisions(&self, listener: TcpListener) -> Serving {
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        let router = self.decisions_router();
+        let options = self.decisions_serve_options();
+        let task = tokio::spawn(async move {
+            serve_with(listener, router, &options, async move {
+                let _ = rx.await;
+            })
+            .await;
+        });
+        Serving {
+            stop: Some(tx),
+            task: Some(task),
+        }
     }
 
     /// How the proxy listener serves connections (TLS when `gateway.tls`).

@@ -10,12 +10,15 @@
 //! request, route it once, and return refusals as [`rejection::Rejection`]
 //! values rendered in one place. [`Gateway`] holds the current plan and
 //! swaps it on reload; [`run`] is the process (signals, drain, reload).
+//! The [`decisions`] listener opens the same broker to callers outside the
+//! proxy: a decision API and forward auth for nginx, Caddy and Traefik.
 
 pub mod access_log;
 pub mod admin;
 pub mod backend;
 pub mod charged;
 pub mod config;
+pub mod decisions;
 pub mod demo_upstream;
 pub mod denial_log;
 mod gateway;

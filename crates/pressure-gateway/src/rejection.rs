@@ -8,12 +8,16 @@
 //!   `resource`, `dimension`, `retryAfterMs`);
 //! * **OpenAI** on the LLM routes (`/v1/*` when `gateway.llm` is set) —
 //!   `{"error":{"message","type","param","code"}}`, which every OpenAI SDK
-//!   parses.
+//!   parses;
+//! * **decision** on `POST /v1/acquire` of the decision listener
+//!   (`crate::decisions`) — a 429 is `{"allowed":false,"waitTimeMs",
+//!   "resource","dimension"}`, every other refusal the gateway dialect.
 //!
-//! Client faults are 4xx (bad request 400, bad token 401, unknown path 404,
-//! body too slow 408, body too large 413, rate limited 429) and upstream
-//! faults 5xx (limiter unavailable 503, upstream unreachable or failed 502,
-//! upstream too slow 504) — never the other way round.
+//! Client faults are 4xx (bad request 400, bad token 401, unknown path or
+//! resource 404, body too slow 408, permit gone 410, body too large 413,
+//! rate limited 429) and upstream faults 5xx (limiter unavailable or too
+//! many permits held 503, upstream unreachable or failed 502, upstream too
+//! slow 504) — never the other way round.
 
 use crate::layers::tenant::AuthError;
 use crate::metrics::{GatewayMetrics, Layer};
@@ -33,6 +37,9 @@ pub enum Dialect {
     Gateway,
     /// `{"error":{"message","type","param","code"}}`.
     OpenAi,
+    /// The decision API's `POST /v1/acquire`: a 429 is `{"allowed":false,
+    /// "waitTimeMs","resource","dimension"}`; the rest as [`Dialect::Gateway`].
+    Decision,
 }
 
 /// The gateway dialect's 429 body, written straight into one buffer: under
@@ -213,6 +220,24 @@ pub enum Rejection {
     Llm(LlmError),
     /// `500`: the gateway itself failed.
     Internal(String),
+    /// `404`: the decision API was asked about a resource the config does
+    /// not name.
+    UnknownResource(String),
+    /// `410`: the decision API's permit expired (not renewed within its
+    /// lease TTL) or was released.
+    PermitGone,
+    /// `401`: a call to the decision listener without its service token
+    /// (`gateway.decisions.tokenEnv`), or with a wrong one.
+    ServiceToken {
+        /// Whether a token was given at all.
+        given: bool,
+    },
+    /// `503`: the decision listener holds `gateway.decisions.maxPermits`
+    /// permits already.
+    TooManyPermits {
+        /// The bound.
+        max: usize,
+    },
 }
 
 /// Why an upstream exchange failed, as counted in
@@ -278,6 +303,10 @@ impl Rejection {
             Self::UpstreamTimeout { .. } => StatusCode::GATEWAY_TIMEOUT,
             Self::Llm(e) => StatusCode::from_u16(e.openai_error().0).unwrap_or(StatusCode::BAD_GATEWAY),
             Self::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+            Self::UnknownResource(_) => StatusCode::NOT_FOUND,
+            Self::PermitGone => StatusCode::GONE,
+            Self::ServiceToken { .. } => StatusCode::UNAUTHORIZED,
+            Self::TooManyPermits { .. } => StatusCode::SERVICE_UNAVAILABLE,
         }
     }
 
@@ -287,7 +316,8 @@ impl Rejection {
             Self::LimiterUnavailable { .. }
             | Self::UpstreamUnavailable { .. }
             | Self::UpstreamError { .. }
-            | Self::UpstreamTimeout { .. } => Level::Warn,
+            | Self::UpstreamTimeout { .. }
+            | Self::TooManyPermits { .. } => Level::Warn,
             Self::Internal(_) => Level::Error,
             // The LLM endpoint logs its own event line.
             _ => Level::Info,
@@ -309,6 +339,10 @@ impl Rejection {
             Self::UpstreamTimeout { .. } => "upstream_timeout",
             Self::Llm(e) => e.label(),
             Self::Internal(_) => "internal_error",
+            Self::UnknownResource(_) => "unknown_resource",
+            Self::PermitGone => "permit_gone",
+            Self::ServiceToken { .. } => "unauthorized",
+            Self::TooManyPermits { .. } => "too_many_permits",
         }
     }
 
@@ -337,6 +371,11 @@ impl Rejection {
             }
             Self::Llm(e) => e.to_string(),
             Self::Internal(m) => m.clone(),
+            Self::UnknownResource(id) => format!("no configured resource is named {id:?}"),
+            Self::PermitGone => "the permit expired or was released".into(),
+            Self::ServiceToken { given: true } => "invalid service token".into(),
+            Self::ServiceToken { given: false } => "a service token is required".into(),
+            Self::TooManyPermits { max } => format!("the decision listener already holds {max} permits"),
         }
     }
 
@@ -345,6 +384,7 @@ impl Rejection {
         match self {
             Self::RateLimited(r) => Some(r.wait),
             Self::LimiterUnavailable { retry_after, .. } => Some(*retry_after),
+            Self::TooManyPermits { .. } => Some(Duration::from_secs(1)),
             Self::Llm(e) => {
                 let status = e.openai_error().0;
                 (status == 429 || status == 503).then(|| e.retry_after().unwrap_or(LLM_DEFAULT_RETRY_AFTER))
@@ -402,6 +442,10 @@ impl Rejection {
                 );
             }
             Self::Unauthorized(e) => metrics.unauthorized(e.reason()),
+            Self::ServiceToken { .. } => metrics.unauthorized("service_token"),
+            Self::TooManyPermits { max } => {
+                tracing::warn!(max_permits = max, "decision listener: too many permits held");
+            }
             Self::UpstreamUnavailable {
                 upstream,
                 reason,
@@ -449,7 +493,8 @@ impl Rejection {
         let body = match (dialect, self) {
             // The flood path: written directly, the same bytes as below.
             (Dialect::Gateway, Self::RateLimited(r)) => rate_limited_body(r),
-            (Dialect::Gateway, _) => self.gateway_body().to_string(),
+            (Dialect::Decision, Self::RateLimited(r)) => decision_denied_body(r).to_string(),
+            (Dialect::Gateway | Dialect::Decision, _) => self.gateway_body().to_string(),
             (Dialect::OpenAi, _) => self.openai_body().to_string(),
         };
         let mut resp = Response::new(Body::from(body));
@@ -474,6 +519,14 @@ impl Rejection {
         match self {
             Self::Unauthorized(_) => {
                 h.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+            }
+            Self::ServiceToken { given } => {
+                let challenge = if *given {
+                    "Bearer realm=\"pressure-decisions\", error=\"invalid_token\""
+                } else {
+                    "Bearer realm=\"pressure-decisions\""
+                };
+                h.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static(challenge));
             }
             Self::RateLimited(r) => {
                 if let Some((quota, window)) = r.policy {
@@ -504,7 +557,7 @@ impl Rejection {
                     Value::from(u64::try_from(r.wait.as_millis()).unwrap_or(u64::MAX)),
                 );
             }
-            Self::LimiterUnavailable { resource, .. } => {
+            Self::LimiterUnavailable { resource, .. } | Self::UnknownResource(resource) => {
                 error.insert("resource".into(), Value::from(resource.as_str()));
             }
             Self::Llm(e) => return e.openai_error().1,
@@ -531,6 +584,10 @@ impl Rejection {
             }
             Self::UpstreamTimeout { .. } => ("server_error", Some("upstream_timeout"), None),
             Self::Internal(_) => ("server_error", None, None),
+            Self::UnknownResource(_) => ("invalid_request_error", Some("unknown_resource"), None),
+            Self::PermitGone => ("invalid_request_error", Some("permit_gone"), None),
+            Self::ServiceToken { .. } => ("invalid_request_error", Some("invalid_api_key"), None),
+            Self::TooManyPermits { .. } => ("server_error", Some("too_many_permits"), None),
         };
         json!({"error": {"message": self.message(), "type": ty, "param": param, "code": code}})
     }
@@ -541,6 +598,17 @@ impl axum::response::IntoResponse for Rejection {
     fn into_response(self) -> axum::response::Response {
         self.render(Dialect::Gateway)
     }
+}
+
+/// The decision dialect's 429 body: what a caller of `POST /v1/acquire`
+/// reads (`allowed`, how long to wait, which resource and dimension).
+fn decision_denied_body(r: &RateLimited) -> Value {
+    json!({
+        "allowed": false,
+        "waitTimeMs": u64::try_from(r.wait.as_millis()).unwrap_or(u64::MAX),
+        "resource": r.resource,
+        "dimension": r.dimension.as_str(),
+    })
 }
 
 /// The quota and window (seconds) of `dim` in `limits`, for the policy header.
@@ -640,6 +708,40 @@ mod tests {
         let b = body(resp).await;
         assert_eq!(b["error"]["resource"], "gateway:route:x");
         assert_eq!(b["error"]["retryAfterMs"], 960);
+    }
+
+    #[tokio::test]
+    async fn the_decision_dialect_says_allowed_false() {
+        let limits = Limits::default().requests_per_minute(2);
+        let r = Rejection::RateLimited(Box::new(RateLimited {
+            resource: "jobs".into(),
+            layer: Layer::Decision,
+            dimension: Dimension::RequestsPerMinute,
+            wait: Duration::from_millis(1500),
+            policy: policy(&limits, Dimension::RequestsPerMinute),
+            namespace_id: None,
+        }));
+        let resp = r.render(Dialect::Decision);
+        assert_eq!(resp.status(), 429);
+        assert_eq!(resp.headers()["retry-after"], "2");
+        assert_eq!(
+            resp.headers()["ratelimit-policy"],
+            "\"requestsPerMinute\";q=2;w=60"
+        );
+        let b = body(resp).await;
+        assert_eq!(
+            b,
+            json!({"allowed": false, "waitTimeMs": 1500, "resource": "jobs", "dimension": "requestsPerMinute"})
+        );
+        let unknown = Rejection::UnknownResource("nope".into()).render(Dialect::Decision);
+        assert_eq!(unknown.status(), 404);
+        let b = body(unknown).await;
+        assert_eq!(b["error"]["type"], "unknown_resource");
+        assert_eq!(b["error"]["resource"], "nope");
+        assert_eq!(Rejection::PermitGone.status(), 410);
+        let token = Rejection::ServiceToken { given: true }.render(Dialect::Decision);
+        assert_eq!(token.status(), 401);
+        assert!(token.headers().contains_key("www-authenticate"));
     }
 
     #[test]

@@ -3,7 +3,7 @@
 //! A reload re-reads the config file, validates it and swaps the whole plan
 //! (routes, limits, auth, tenant template, body and upstream bounds). What
 //! the running process bound or built at start can only change with a
-//! restart: the listeners (`listen`, `admin`, turning `tls` on or off —
+//! restart: the listeners (`listen`, `admin`, `decisions`, turning `tls` on or off —
 //! the certificate files themselves are re-read on every reload), the
 //! `backend`, the LLM section, `limits.maxHeaderBytes`, the client-side and
 //! connect timeouts, `shutdownGraceMs` and `perTenant.maxTenants`. A reload that changes one
@@ -29,7 +29,8 @@ pub struct ReloadOutcome {
     pub removed: Vec<String>,
 }
 
-/// The route and service resources of `cfg` with their limits.
+/// The route, service and `pressure.resources` resources of `cfg` with
+/// their limits.
 fn limited(cfg: &GatewayConfig) -> BTreeMap<String, &Limits> {
     let p = &cfg.pressure;
     if !p.enabled {
@@ -39,6 +40,7 @@ fn limited(cfg: &GatewayConfig) -> BTreeMap<String, &Limits> {
         .iter()
         .map(|(name, l)| (resources::service(name), l))
         .chain(p.per_route.iter().map(|r| (r.resource.clone(), &r.limits)))
+        .chain(p.resources.iter().map(|(id, l)| (id.clone(), l)))
         .collect()
 }
 
@@ -106,6 +108,9 @@ pub fn check_restart_only(old: &GatewayConfig, new: &GatewayConfig) -> Result<()
     }
     if old.shutdown_grace_ms != new.shutdown_grace_ms {
         return restart("gateway.shutdownGraceMs");
+    }
+    if old.decisions != new.decisions {
+        return restart("gateway.decisions");
     }
     if old.pressure.per_tenant.max_tenants != new.pressure.per_tenant.max_tenants {
         return restart("gateway.pressure.perTenant.maxTenants");

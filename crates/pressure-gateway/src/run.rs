@@ -2,7 +2,7 @@
 //! `SIGHUP` (and on changes of the config or its TLS files with `watch`),
 //! drain on `SIGTERM`/`SIGINT`.
 //!
-//! * Both listeners are bound before anything else starts, without
+//! * Every listener (proxy, admin, decisions) is bound before anything else starts, without
 //!   `SO_REUSEPORT`: a second process on the same address fails with
 //!   "address already in use" instead of silently sharing the traffic. One
 //!   task accepts and hands the connections round-robin to the server
@@ -62,6 +62,11 @@ pub async fn run(config: GatewayConfig, base_dir: &Path, options: RunOptions) ->
     let admin_addr = config.admin.listen.clone();
     let proxy_socket = bind(&listen, "gateway.listen")?;
     let admin_socket = bind(&admin_addr, "gateway.admin.listen")?;
+    let decisions_addr = config.decisions.as_ref().map(|d| d.listen.clone());
+    let decisions_socket = match &decisions_addr {
+        Some(addr) => Some(bind(addr, "gateway.decisions.listen")?),
+        None => None,
+    };
     let rls_config = config.rls.clone();
     let rls_socket = match &rls_config {
         Some(r) => Some(bind(&r.listen, "gateway.rls.listen")?),
@@ -129,6 +134,15 @@ pub async fn run(config: GatewayConfig, base_dir: &Path, options: RunOptions) ->
         .await
     });
 
+    let decisions = match (decisions_socket, &decisions_addr) {
+        (Some(socket), Some(addr)) => {
+            let listener = tokio::net::TcpListener::from_std(socket)
+                .map_err(bind_error("gateway.decisions.listen", addr))?;
+            tracing::info!(decisions = addr.as_str(), "decision listener on");
+            Some(gateway.spawn_decisions(listener))
+        }
+        _ => None,
+    };
     let rls_task = rls.map(|rls| {
         let mut rls_stop = stop_rx.clone();
         tracing::info!(
@@ -156,6 +170,9 @@ pub async fn run(config: GatewayConfig, base_dir: &Path, options: RunOptions) ->
         if let Ok(Ok(n)) = tokio::task::spawn_blocking(move || t.join()).await {
             dropped += n;
         }
+    }
+    if let Some(d) = decisions {
+        d.stop(Duration::from_secs(2)).await;
     }
     let _ = admin_tx.send(true);
     let _ = admin_task.await;

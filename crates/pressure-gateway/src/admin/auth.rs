@@ -35,7 +35,7 @@ fn unauthorized(challenge: &'static str, message: &str) -> Response {
 
 /// The credentials of an `Authorization: Bearer ...` header (the scheme is
 /// case-insensitive), if there is exactly one such header.
-fn bearer(headers: &HeaderMap) -> Option<&[u8]> {
+pub(crate) fn bearer(headers: &HeaderMap) -> Option<&[u8]> {
     let mut values = headers.get_all(header::AUTHORIZATION).iter();
     let value = values.next()?;
     if values.next().is_some() {
@@ -53,7 +53,7 @@ fn bearer(headers: &HeaderMap) -> Option<&[u8]> {
 
 /// Compares in a time that depends on the lengths only, not on where the
 /// first differing byte is.
-fn constant_time_eq(expected: &[u8], given: &[u8]) -> bool {
+pub(crate) fn constant_time_eq(expected: &[u8], given: &[u8]) -> bool {
     let mut diff = u8::from(expected.len() != given.len());
     for (i, &e) in expected.iter().enumerate() {
         let g = given.get(i).copied().unwrap_or(!e);

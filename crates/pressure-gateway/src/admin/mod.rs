@@ -25,7 +25,7 @@
 //! wrong methods 405, all errors in the gateway's one error shape
 //! `{"error":{"type":"<code>","message":"..."}}`.
 
-mod auth;
+pub(crate) mod auth;
 mod dashboard;
 mod events;
 mod llm;

@@ -1,6 +1,7 @@
 //! Gateway configuration: types, loading with JSON-path errors, semantic
 //! validation, and plugin manifests.
 
+mod decisions;
 mod error;
 mod load;
 pub mod manifest;
@@ -11,6 +12,7 @@ mod tls;
 mod types;
 mod validate;
 
+pub use decisions::{DecisionsConfig, DEFAULT_MAX_PERMITS};
 pub use error::ConfigError;
 pub use load::{load, parse, parse_in, parse_shape};
 pub use manifest::{LoadedManifest, PluginManifest};

@@ -61,6 +61,10 @@ pub struct GatewayConfig {
     /// Bounds on the denial log under a flood (`pressure::denial`).
     #[serde(default)]
     pub denial_log: DenialLogConfig,
+    /// The decision API and forward auth on a listener of their own
+    /// (`docs/decision-api.md`, `docs/forward-auth.md`); absent: off.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decisions: Option<super::DecisionsConfig>,
     /// Envoy's rate limit service (gRPC) on its own listener, on this
     /// gateway's broker; absent: off.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -236,6 +240,11 @@ pub struct PressureConfig {
     /// round trip each on Redis).
     #[serde(default)]
     pub rate_limit_headers: bool,
+    /// Resources of their own (id → limits) that no route charges: for
+    /// callers of the decision API (`gateway.decisions`), beside the route,
+    /// service, tenant and LLM resources it also serves.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub resources: BTreeMap<String, Limits>,
 }
 
 impl Default for PressureConfig {
@@ -247,6 +256,7 @@ impl Default for PressureConfig {
             per_tenant: TenantLimits::default(),
             manifests_dir: None,
             rate_limit_headers: false,
+            resources: BTreeMap::new(),
         }
     }
 }

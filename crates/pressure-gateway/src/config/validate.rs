@@ -49,6 +49,7 @@ pub fn validate(cfg: &GatewayConfig, base_dir: &Path) -> Result<(), ConfigError>
     check_request_limits(cfg)?;
     check_llm(cfg)?;
     super::tls::check_tls(cfg, base_dir)?;
+    super::decisions::check(cfg)?;
     Ok(())
 }
 
@@ -81,7 +82,7 @@ pub fn check_limits(limits: &Limits, path: &str) -> Result<(), ConfigError> {
     })
 }
 
-fn parse_addr(value: &str, path: &str) -> Result<SocketAddr, ConfigError> {
+pub(super) fn parse_addr(value: &str, path: &str) -> Result<SocketAddr, ConfigError> {
     value.parse::<SocketAddr>().map_err(|_| {
         ConfigError::new(
             path,
@@ -116,7 +117,7 @@ fn check_admin(admin: &AdminConfig, listen: &str) -> Result<(), ConfigError> {
 }
 
 /// An environment variable named by the config must be set and non-empty.
-fn check_env(var: &str, path: &str) -> Result<(), ConfigError> {
+pub(super) fn check_env(var: &str, path: &str) -> Result<(), ConfigError> {
     if var.is_empty() {
         return Err(ConfigError::new(path, "must not be empty"));
     }

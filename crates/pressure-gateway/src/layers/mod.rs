@@ -94,6 +94,12 @@ pub(crate) fn slot_of<B>(req: &mut Request<B>) -> PermitSlot {
     }
 }
 
+/// In a request's extensions: charge no concurrency lease for it (a
+/// forward-auth subrequest, which can never give a slot back; see
+/// `crate::decisions`). Rate and token limits are charged as usual.
+#[derive(Debug, Clone, Copy)]
+pub struct NoLease;
+
 /// Charges one request to `handle` for `layer`: on a grant the permit joins
 /// the request's slot; a denial is a 429, an outage (or a limiter failure)
 /// a 503 `limiter_unavailable`.
@@ -104,7 +110,11 @@ pub(crate) async fn charge(
     namespace_id: Option<&str>,
     metrics: &GatewayMetrics,
 ) -> Result<(), Rejection> {
-    match handle.try_acquire(AcquireOptions::default()).await {
+    let opts = match req.extensions().get::<NoLease>() {
+        Some(NoLease) => AcquireOptions::default().without_lease(),
+        None => AcquireOptions::default(),
+    };
+    match handle.try_acquire(opts).await {
         Ok(Acquisition::Granted(permit)) => {
             metrics.allowed(layer);
             slot_of(req).push(permit);

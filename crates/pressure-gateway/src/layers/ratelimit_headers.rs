@@ -99,13 +99,19 @@ pub fn quotas(spec: &LimitSpec, usage: &Usage) -> Vec<Quota> {
 
 /// The tightest quota of the resources in `charged`; resources whose usage
 /// cannot be read are skipped.
-async fn tightest(resources: &[ResourceHandle<crate::backend::AnyBackend>]) -> Option<Quota> {
+async fn tightest(
+    resources: &[ResourceHandle<crate::backend::AnyBackend>],
+    concurrency: bool,
+) -> Option<Quota> {
     let mut best: Option<Quota> = None;
     for handle in resources {
         let Ok(usage) = handle.usage().await else {
             continue;
         };
         for q in quotas(handle.spec(), &usage) {
+            if !concurrency && q.dimension == Dimension::MaxConcurrentRequests {
+                continue;
+            }
             if best.as_ref().is_none_or(|b| q.tighter_than(b)) {
                 best = Some(q);
             }
@@ -125,14 +131,16 @@ pub fn header_values(q: &Quota) -> (String, String) {
     (policy, format!("\"{name}\";r={};t={}", q.remaining, q.reset_secs))
 }
 
-/// Adds the headers to `resp` (module docs).
-pub(crate) async fn annotate(resp: &mut Response<Body>, charged: &Charged) {
+/// Adds the headers to `resp` (module docs); `concurrency: false` leaves
+/// out `maxConcurrentRequests` (a request that was not charged a slot,
+/// such as a forward-auth decision).
+pub(crate) async fn annotate(resp: &mut Response<Body>, charged: &Charged, concurrency: bool) {
     let status = resp.status();
     if status.is_client_error() || status.is_server_error() || resp.headers().contains_key(RATELIMIT) {
         return;
     }
     let resources = charged.resources();
-    let Some(q) = tightest(&resources).await else {
+    let Some(q) = tightest(&resources, concurrency).await else {
         return;
     };
     let (policy, limit) = header_values(&q);

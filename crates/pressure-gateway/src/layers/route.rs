@@ -44,6 +44,7 @@ pub struct RouteLayer {
     plan: PlanCell,
     metrics: Arc<GatewayMetrics>,
     force_access_log: bool,
+    force_rate_limit_headers: bool,
 }
 
 impl RouteLayer {
@@ -53,6 +54,7 @@ impl RouteLayer {
             plan,
             metrics,
             force_access_log: false,
+            force_rate_limit_headers: false,
         }
     }
 
@@ -60,6 +62,15 @@ impl RouteLayer {
     #[must_use]
     pub fn force_access_log(mut self, on: bool) -> Self {
         self.force_access_log = on;
+        self
+    }
+
+    /// Adds `RateLimit` headers to successful answers whatever
+    /// `pressure.rateLimitHeaders` says when `on` (forward auth: the proxy
+    /// in front passes them on).
+    #[must_use]
+    pub fn force_rate_limit_headers(mut self, on: bool) -> Self {
+        self.force_rate_limit_headers = on;
         self
     }
 }
@@ -73,6 +84,7 @@ impl<S> tower::Layer<S> for RouteLayer {
             plan: Arc::clone(&self.plan),
             metrics: Arc::clone(&self.metrics),
             force_access_log: self.force_access_log,
+            force_rate_limit_headers: self.force_rate_limit_headers,
         }
     }
 }
@@ -84,6 +96,7 @@ pub struct RouteService<S> {
     plan: PlanCell,
     metrics: Arc<GatewayMetrics>,
     force_access_log: bool,
+    force_rate_limit_headers: bool,
 }
 
 /// Refuses request heads that would let a client smuggle a second value
@@ -164,7 +177,8 @@ where
         let route = plan.router().route(req.method(), req.uri().path());
         let dialect = route.dialect();
         let (name, upstream) = labels(&route);
-        let charged = (access_log || plan.rate_limit_headers()).then(Charged::default);
+        let rate_limit_headers = self.force_rate_limit_headers || plan.rate_limit_headers();
+        let charged = (access_log || rate_limit_headers).then(Charged::default);
         if let (Some(a), Some(c)) = (access.as_mut(), &charged) {
             a.set_path(req.uri().path());
             a.routed(name, upstream, c.clone());
@@ -174,7 +188,8 @@ where
             Endpoint::ChatCompletions | Endpoint::Embeddings | Endpoint::Models | Endpoint::Model => None,
         };
         let obs = Observation::start(&metrics, arrived, name, upstream, access).proxied(proxied);
-        let headers = charged.clone().filter(|_| plan.rate_limit_headers());
+        let headers = charged.clone().filter(|_| rate_limit_headers);
+        let concurrency = req.extensions().get::<super::NoLease>().is_none();
         let denial_lines = plan.denial_lines();
         if let Some(c) = charged {
             req.extensions_mut().insert(c);
@@ -186,7 +201,7 @@ where
             let resp = match reply {
                 Ok(mut resp) => {
                     if let Some(c) = &headers {
-                        ratelimit_headers::annotate(&mut resp, c).await;
+                        ratelimit_headers::annotate(&mut resp, c, concurrency).await;
                     }
                     resp
                 }

@@ -59,14 +59,18 @@ pub enum Layer {
     PreAuth,
     /// Per-tenant limits, after authentication.
     Tenant,
+    /// `POST /v1/acquire` on the decision listener (forward auth is
+    /// counted as `pre_auth` and `tenant`, like the proxy).
+    Decision,
 }
 
 impl Layer {
-    /// The label value: `pre_auth` or `tenant`.
+    /// The label value: `pre_auth`, `tenant` or `decision`.
     pub const fn as_str(self) -> &'static str {
         match self {
             Layer::PreAuth => "pre_auth",
             Layer::Tenant => "tenant",
+            Layer::Decision => "decision",
         }
     }
 
@@ -74,10 +78,11 @@ impl Layer {
         match self {
             Layer::PreAuth => 0,
             Layer::Tenant => 1,
+            Layer::Decision => 2,
         }
     }
 
-    const ALL: [Layer; 2] = [Layer::PreAuth, Layer::Tenant];
+    const ALL: [Layer; 3] = [Layer::PreAuth, Layer::Tenant, Layer::Decision];
 }
 
 /// Counters by a label value created on first use; the common case (the
@@ -119,9 +124,9 @@ pub type MetricsSection = Arc<dyn Fn(&mut String) + Send + Sync>;
 /// the same resource allocates nothing either.
 #[derive(Default)]
 pub struct GatewayMetrics {
-    allowed: [AtomicU64; 2],
-    denied: [Labelled; 2],
-    limiter_unavailable: [AtomicU64; 2],
+    allowed: [AtomicU64; 3],
+    denied: [Labelled; 3],
+    limiter_unavailable: [AtomicU64; 3],
     unauthorized: Labelled,
     bypassed: Labelled,
     upstream_errors: Labelled,

@@ -98,6 +98,11 @@ impl Plan {
                 ids.insert(r.resource.clone());
                 router = router.limit(&r.path_prefix, h);
             }
+            // Charged by no route: served to the decision API only.
+            for (id, limits) in &pressure.resources {
+                apply(broker, id, limits, &format!("gateway.pressure.resources.{id}"))?;
+                ids.insert(id.clone());
+            }
         }
         let auth = match &config.auth.jwt {
             Some(j) => Some(Arc::new(
@@ -185,7 +190,8 @@ impl Plan {
         self.rate_limit_headers
     }
 
-    /// Ids of the route and service resources this plan charges.
+    /// Ids of the route, service and `pressure.resources` resources this
+    /// plan registered.
     pub fn resource_ids(&self) -> &BTreeSet<String> {
         &self.resources
     }

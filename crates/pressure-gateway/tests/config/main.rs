@@ -273,14 +273,16 @@ const CASES: &[Case] = &[
         "unknown key in limits",
         |v| v["gateway"]["pressure"]["perService"]["rest"]["rps"] = json!(5),
         "gateway.pressure.perService.rest.rps: unknown key `rps` in gateway.pressure.perService.rest \
-         (known keys: `requestsPerSecond`, `requestsPerMinute`, `tokensPerMinute`, `inputTokensPerMinute`, \
+         (known keys: `requestsPerSecond`, `requestsPerMinute`, `requestsPerHour`, `requestsPer24Hours`, \
+         `tokensPerMinute`, `inputTokensPerMinute`, \
          `outputTokensPerMinute`, `maxConcurrentRequests`, `algorithm`, `burst`, `leaseTtlMs`)",
     ),
     (
         "unknown key in gateway",
         |v| v["gateway"]["listn"] = json!("x"),
         "gateway.listn: unknown key `listn` in gateway (known keys: `listen`, `upstreams`, `backend`, `auth`, \
-         `admin`, `pressure`, `limits`, `timeouts`, `shutdownGraceMs`, `llm`, `tls`, `accessLog`, `denialLog`, `rls`)",
+         `admin`, `pressure`, `limits`, `timeouts`, `shutdownGraceMs`, `llm`, `tls`, `accessLog`, `denialLog`, \
+         `decisions`, `rls`)",
     ),
     (
         "denial log budget that is not a count",
@@ -726,6 +728,57 @@ const CASES: &[Case] = &[
         "connectMs above totalMs",
         |v| v["gateway"]["timeouts"] = json!({ "connectMs": 5000, "totalMs": 4000 }),
         "gateway.timeouts.connectMs: must be at most totalMs (4000)",
+    ),
+    // ---- decisions and pressure.resources
+    (
+        "decision listener off loopback without a token",
+        |v| v["gateway"]["decisions"] = json!({ "listen": "0.0.0.0:8082" }),
+        "gateway.decisions.tokenEnv: is required when gateway.decisions.listen (0.0.0.0:8082) is not a \
+         loopback address",
+    ),
+    (
+        "decision token variable not set",
+        |v| {
+            v["gateway"]["decisions"] =
+                json!({ "listen": "0.0.0.0:8082", "tokenEnv": "PRESSURE_CONFIG_TEST_UNSET_DECISIONS" })
+        },
+        "gateway.decisions.tokenEnv: environment variable PRESSURE_CONFIG_TEST_UNSET_DECISIONS is not set",
+    ),
+    (
+        "decision listener on the proxy's address",
+        |v| v["gateway"]["decisions"] = json!({ "listen": "127.0.0.1:8080" }),
+        "gateway.decisions.listen: same address as gateway.listen (127.0.0.1:8080)",
+    ),
+    (
+        "decision listener address that is not one",
+        |v| v["gateway"]["decisions"] = json!({ "listen": "localhost" }),
+        "gateway.decisions.listen: \"localhost\" is not a socket address (expected ip:port, e.g. 127.0.0.1:8080)",
+    ),
+    (
+        "unknown key in decisions",
+        |v| v["gateway"]["decisions"] = json!({ "listen": "127.0.0.1:8082", "token": "x" }),
+        "gateway.decisions.token: unknown key `token` in gateway.decisions (known keys: `listen`, `tokenEnv`, \
+         `maxPermits`)",
+    ),
+    (
+        "a resource with a route's id",
+        |v| {
+            v["gateway"]["pressure"]["resources"] =
+                json!({ "gateway:route:webhooks-stripe": { "requestsPerSecond": 1 } })
+        },
+        "gateway.pressure.resources.gateway:route:webhooks-stripe: \"gateway:route:webhooks-stripe\" is the \
+         resource of gateway.pressure.perRoute[1]",
+    ),
+    (
+        "a resource with a tenant's id",
+        |v| v["gateway"]["pressure"]["resources"] = json!({ "gateway:tenant:x": { "requestsPerSecond": 1 } }),
+        "gateway.pressure.resources.gateway:tenant:x: the prefix gateway:tenant: is reserved for perTenant \
+         resources",
+    ),
+    (
+        "a resource with invalid limits",
+        |v| v["gateway"]["pressure"]["resources"] = json!({ "jobs": { "requestsPerSecond": 0 } }),
+        "gateway.pressure.resources.jobs.requestsPerSecond: must be > 0",
     ),
 ];
 

@@ -240,6 +240,12 @@ impl TestGateway {
         }
     }
 
+    /// The gateway being served (for the decision listener's tests).
+    #[allow(dead_code)]
+    pub(crate) fn gateway(&self) -> &Gateway {
+        &self.gateway
+    }
+
     /// The URL of `path` on the proxy listener.
     pub(crate) fn url(&self, path: &str) -> String {
         format!("http://{}{path}", self.addr)

@@ -1,0 +1,100 @@
+//! `POST /v1/permits/{id}/release|renew|reconcile`: what a decision API
+//! client does with the permit `POST /v1/acquire` gave it.
+//!
+//! * `release`: gives the capacity back; `204` also for an unknown, expired
+//!   or already released id (idempotent, as `Permit::release` is).
+//! * `renew`: keeps the permit for another lease TTL (`200 {"leaseTtlMs"}`);
+//!   `410` once it expired or was released, or when the store reclaimed its
+//!   lease.
+//! * `reconcile`: corrects the permit's token reservation to the actual
+//!   usage (`{"inputTokens","outputTokens"}`), `204`; `410` when gone.
+
+use super::acquire::{core_error, parse};
+use super::DecisionState;
+use crate::rejection::{Dialect, Rejection};
+use axum::body::Bytes;
+use axum::extract::{Path, State};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use http::StatusCode;
+use pressure_core::ActualUsage;
+use serde::{Deserialize, Serialize};
+
+/// `200` of `renew`.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Renewed {
+    lease_ttl_ms: u64,
+}
+
+/// The body of `reconcile`: the actual usage.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct Usage {
+    #[serde(default)]
+    input_tokens: u64,
+    #[serde(default)]
+    output_tokens: u64,
+}
+
+pub(super) async fn release(State(state): State<DecisionState>, Path(id): Path<String>) -> Response {
+    if let Some(shared) = state.permits.remove(&id) {
+        // A failed release still ends the permit (it is no longer live):
+        // the store settles or expires the lease on its own.
+        if let Err(e) = shared.lock().await.release().await {
+            tracing::warn!(target: "pressure::decisions", error = %e, "permit release failed");
+        }
+    }
+    StatusCode::NO_CONTENT.into_response()
+}
+
+pub(super) async fn renew(State(state): State<DecisionState>, Path(id): Path<String>) -> Response {
+    let Some(shared) = state.permits.get(&id) else {
+        return state.refuse(Rejection::PermitGone, Dialect::Decision);
+    };
+    {
+        let mut permit = shared.lock().await;
+        // A lease the store no longer holds (reclaimed after an outage) is
+        // gone for the client too; an error leaves it to the renewal task.
+        if permit.grant().lease.is_some() && matches!(permit.renew().await, Ok(false)) {
+            drop(permit);
+            state.permits.remove(&id);
+            return state.refuse(Rejection::PermitGone, Dialect::Decision);
+        }
+    }
+    match state.permits.renew(&id) {
+        Some(ttl) => Json(Renewed {
+            lease_ttl_ms: u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX),
+        })
+        .into_response(),
+        None => state.refuse(Rejection::PermitGone, Dialect::Decision),
+    }
+}
+
+pub(super) async fn reconcile(
+    State(state): State<DecisionState>,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> Response {
+    let usage: Usage = match parse(&body) {
+        Ok(u) => u,
+        Err(r) => return state.refuse(r, Dialect::Decision),
+    };
+    let Some(shared) = state.permits.get(&id) else {
+        return state.refuse(Rejection::PermitGone, Dialect::Decision);
+    };
+    let mut permit = shared.lock().await;
+    let actual = ActualUsage {
+        requests: permit.grant().reserved.requests,
+        input_tokens: usage.input_tokens,
+        output_tokens: usage.output_tokens,
+    };
+    match permit.reconcile(actual).await {
+        Ok(()) => StatusCode::NO_CONTENT.into_response(),
+        Err(e) => {
+            let resource = permit.resource().unwrap_or_default().to_owned();
+            drop(permit);
+            state.refuse(core_error(&resource, e), Dialect::Decision)
+        }
+    }
+}
