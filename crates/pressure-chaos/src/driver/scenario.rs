@@ -43,7 +43,7 @@ impl Streaming {
     pub fn for_worker(self, w: usize) -> bool {
         match self {
             Self::Never => false,
-            Self::Half => w % 2 == 0,
+            Self::Half => w.is_multiple_of(2),
         }
     }
 }

@@ -183,7 +183,7 @@ pub(crate) fn go_duration(ms: u64) -> String {
     let h = ms / 3_600_000;
     let m = (ms / 60_000) % 60;
     let s_ms = ms % 60_000;
-    let secs = if s_ms % 1_000 == 0 {
+    let secs = if s_ms.is_multiple_of(1_000) {
         format!("{}", s_ms / 1_000)
     } else {
         let frac = format!("{:03}", s_ms % 1_000);
