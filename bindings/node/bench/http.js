@@ -47,7 +47,7 @@ function start(kind) {
 }
 
 async function main() {
-  console.log(`node ${process.version}; ${ROUNDS} interleaved rounds of ${SECONDS} s, ${CONNECTIONS} connections; machine shared with other builds: compare ratios`);
+  console.log(`node ${process.version}; ${ROUNDS} interleaved rounds of ${SECONDS} s, ${CONNECTIONS} connections; compare ratios`);
   const servers = {
     'Fastify example (pressure plugin)': await start('pressure'),
     'Fastify + @fastify/rate-limit': await start('peer'),

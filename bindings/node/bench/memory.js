@@ -86,7 +86,7 @@ async function edge() {
 }
 
 async function main() {
-  console.log(`node ${process.version}; machine shared with other builds: compare ratios, not absolute numbers`);
+  console.log(`node ${process.version}; compare ratios, not absolute numbers`);
   // The edge first: the throughput rounds leave millions of collected
   // results whose finalizers would stall the event loop past the edge.
   await edge();

@@ -20,7 +20,7 @@ const BIG = 1_000_000_000_000;
 
 async function main() {
   if (!URL_) throw new Error('REDIS_URL is not set (e.g. redis://127.0.0.1:6379)');
-  console.log(`node ${process.version}; Redis ${URL_}; machine shared with other builds: compare ratios`);
+  console.log(`node ${process.version}; Redis ${URL_}; compare ratios`);
   const run = crypto.randomUUID();
   const broker = await ResourceBroker.connect({ redis: { url: URL_, keyPrefix: `bench-${run}`, timeoutMs: 1000 } });
   broker.registerLimit('rate', { requestsPerMinute: BIG });
