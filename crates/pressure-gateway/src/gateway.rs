@@ -24,7 +24,7 @@ use crate::tls::{Listeners, LoadedTls};
 use arc_swap::ArcSwap;
 use axum::body::Body;
 use http::{Request, Response};
-use pressure_core::{MemoryBackend, ResourceBroker};
+use pressure_core::ResourceBroker;
 use pressure_llm::breaker::BreakerScope;
 use pressure_llm::pipeline::{LlmClient, LlmError};
 use pressure_redis::RedisBackend;
@@ -106,24 +106,13 @@ impl Gateway {
     /// Builds the gateway from a validated `config`; `base_dir` resolves
     /// relative files (JWT keys). Sets up the Redis backend when configured.
     pub async fn build(config: GatewayConfig, base_dir: &Path) -> Result<Self, GatewayError> {
-        let (backend, redis) = match &config.backend {
-            BackendConfig::Memory => (AnyBackend::Memory(MemoryBackend::new()), None),
-            BackendConfig::Redis(rc) => {
-                // Redis down at start is not fatal: the failure mode applies
-                // and a background probe reconnects (DESIGN §5.2).
-                let r = RedisBackend::start(rc.clone()).await?;
-                let status = r.status();
-                if !status.healthy {
-                    tracing::warn!(
-                        url = status.url.as_str(),
-                        error = status.last_error.as_deref().unwrap_or("unknown"),
-                        failure_mode = ?rc.failure_mode,
-                        "Redis is unavailable at start; serving in the failure mode until it answers"
-                    );
-                }
-                (AnyBackend::Redis(r.clone()), Some(r))
-            }
+        // Redis down at start is not fatal: the failure mode applies and a
+        // background probe reconnects (DESIGN §5.2).
+        let redis_config = match &config.backend {
+            BackendConfig::Memory => None,
+            BackendConfig::Redis(rc) => Some(rc),
         };
+        let (backend, redis) = AnyBackend::start(redis_config).await?;
         let broker: Broker = ResourceBroker::builder(backend)
             .max_lazy_resources(config.pressure.per_tenant.max_tenants)
             .build();

@@ -2,7 +2,7 @@
 //! program that picks its store by config (the gateway, the rate limit
 //! service, the bindings) has one concrete broker type.
 
-use crate::{RedisBackend, RedisHandle};
+use crate::{RedisBackend, RedisConfig, RedisHandle};
 use pressure_core::backend::{MemoryHandle, Usage};
 use pressure_core::{
     Backend, BackendError, Counts, Decision, Demand, Grant, LimitSpec, MemoryBackend, QuickDecision, Reserved,
@@ -16,6 +16,29 @@ pub enum AnyBackend {
     Memory(MemoryBackend),
     /// In Redis.
     Redis(RedisBackend),
+}
+
+impl AnyBackend {
+    /// In memory without `redis`; else Redis, started even when it is down
+    /// (the failure mode applies and the backend reconnects by itself; the
+    /// outage at start is logged once). The Redis backend is also returned
+    /// on its own, for its status.
+    pub async fn start(redis: Option<&RedisConfig>) -> Result<(Self, Option<RedisBackend>), BackendError> {
+        let Some(rc) = redis else {
+            return Ok((AnyBackend::Memory(MemoryBackend::new()), None));
+        };
+        let r = RedisBackend::start(rc.clone()).await?;
+        let status = r.status();
+        if !status.healthy {
+            tracing::warn!(
+                url = status.url.as_str(),
+                error = status.last_error.as_deref().unwrap_or("unknown"),
+                failure_mode = ?rc.failure_mode,
+                "Redis is unavailable at start; serving in the failure mode until it answers"
+            );
+        }
+        Ok((AnyBackend::Redis(r.clone()), Some(r)))
+    }
 }
 
 /// The handle of the backend in use.

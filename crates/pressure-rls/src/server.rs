@@ -69,24 +69,9 @@ impl Server {
     pub async fn bind(opts: ServerOptions) -> Result<Self, RlsError> {
         let texts = reload::read(&opts.files)?;
         let plan = Plan::from_texts(&texts)?;
-        let (backend, redis) = match &opts.redis {
-            None => (AnyBackend::Memory(pressure_core::MemoryBackend::new()), None),
-            Some(rc) => {
-                // Redis down at start is not fatal: the failure mode applies
-                // and the backend reconnects by itself.
-                let r = RedisBackend::start(rc.clone()).await?;
-                let status = r.status();
-                if !status.healthy {
-                    tracing::warn!(
-                        url = status.url.as_str(),
-                        error = status.last_error.as_deref().unwrap_or("unknown"),
-                        failure_mode = ?rc.failure_mode,
-                        "Redis is unavailable at start; serving in the failure mode until it answers"
-                    );
-                }
-                (AnyBackend::Redis(r.clone()), Some(r))
-            }
-        };
+        // Redis down at start is not fatal: the failure mode applies and
+        // the backend reconnects by itself.
+        let (backend, redis) = AnyBackend::start(opts.redis.as_ref()).await?;
         let broker = ResourceBroker::builder(backend)
             .max_lazy_resources(opts.max_counters)
             .build();
