@@ -137,6 +137,12 @@ async fn lost_acquisitions_give_their_slots_back(mode: FailureMode) {
     assert!(took < Duration::from_millis(1_500));
     // The probe's own permits go back too, and no ghost is left.
     no_leases_in_redis(&srv).await;
+    // The client counts a release as pending until its reply is read, a
+    // moment after Redis applied it: wait for the count (bounded), too.
+    let t0 = Instant::now();
+    while b.backend().status().pending_releases != 0 && t0.elapsed() < Duration::from_secs(1) {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     assert_eq!(b.backend().status().pending_releases, 0);
 }
 
