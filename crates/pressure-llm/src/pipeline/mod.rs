@@ -303,65 +303,93 @@ impl LlmError {
         self
     }
 
-    /// The HTTP status and OpenAI-style error body
-    /// (`{"error": {"message", "type", "param", "code"}}`) to answer with.
-    pub fn openai_error(&self) -> (u16, Value) {
-        let body = |status: u16, ty: &str, code: Option<&str>, param: Option<&str>| {
-            (
+    /// The HTTP status and OpenAI-style error fields
+    /// (`{"error": {"message", "type", "param", "code"}}`) to answer with;
+    /// the gateway renders the body, this crate only names the parts.
+    pub fn describe(&self) -> ErrorDescription {
+        let d = |status: u16,
+                 error_type: &'static str,
+                 code: Option<&'static str>,
+                 param: Option<&'static str>| {
+            ErrorDescription {
                 status,
-                json!({"error": {"message": self.to_string(), "type": ty, "param": param, "code": code}}),
-            )
+                error_type,
+                code,
+                param,
+            }
         };
         match self {
-            Self::UnknownUseCase(_) => body(
+            Self::UnknownUseCase(_) => d(
                 404,
                 "invalid_request_error",
                 Some("model_not_found"),
                 Some("model"),
             ),
-            Self::ContextLength(e) => body(400, e.error_type(), Some(e.code()), Some(e.param())),
-            Self::WrongKind { .. } => body(
+            Self::ContextLength(e) => d(400, e.error_type(), Some(e.code()), Some(e.param())),
+            Self::WrongKind { .. } => d(
                 400,
                 "invalid_request_error",
                 Some("model_not_supported"),
                 Some("model"),
             ),
-            Self::InvalidEmbedding(e) => body(400, "invalid_request_error", Some(e.code), Some(e.param)),
-            Self::InputTooLong { .. } => body(
+            Self::InvalidEmbedding(e) => d(400, "invalid_request_error", Some(e.code), Some(e.param)),
+            Self::InputTooLong { .. } => d(
                 400,
                 "invalid_request_error",
                 Some("context_length_exceeded"),
                 Some("input"),
             ),
             Self::Upstream { kind, .. } => match kind {
-                ErrorKind::BadRequest => body(400, "invalid_request_error", None, None),
-                ErrorKind::ContextLength => body(
+                ErrorKind::BadRequest => d(400, "invalid_request_error", None, None),
+                ErrorKind::ContextLength => d(
                     400,
                     "invalid_request_error",
                     Some("context_length_exceeded"),
                     Some("messages"),
                 ),
-                ErrorKind::ContentRefusal => body(400, "invalid_request_error", Some("content_filter"), None),
+                ErrorKind::ContentRefusal => d(400, "invalid_request_error", Some("content_filter"), None),
                 ErrorKind::RateLimited { .. } => {
-                    body(429, "rate_limit_error", Some("rate_limit_exceeded"), None)
+                    d(429, "rate_limit_error", Some("rate_limit_exceeded"), None)
                 }
-                ErrorKind::QuotaExhausted => {
-                    body(429, "insufficient_quota", Some("insufficient_quota"), None)
-                }
-                ErrorKind::Timeout { .. } => body(504, "timeout_error", Some("upstream_timeout"), None),
-                ErrorKind::Overloaded { .. } => body(503, "server_error", Some("overloaded"), None),
-                _ => body(502, "server_error", Some("upstream_error"), None),
+                ErrorKind::QuotaExhausted => d(429, "insufficient_quota", Some("insufficient_quota"), None),
+                ErrorKind::Timeout { .. } => d(504, "timeout_error", Some("upstream_timeout"), None),
+                ErrorKind::Overloaded { .. } => d(503, "server_error", Some("overloaded"), None),
+                _ => d(502, "server_error", Some("upstream_error"), None),
             },
-            Self::DeadlineExceeded { .. } => body(504, "timeout_error", Some("deadline_exceeded"), None),
-            Self::NoCapacity { .. } => body(429, "rate_limit_error", Some("rate_limit_exceeded"), None),
+            Self::DeadlineExceeded { .. } => d(504, "timeout_error", Some("deadline_exceeded"), None),
+            Self::NoCapacity { .. } => d(429, "rate_limit_error", Some("rate_limit_exceeded"), None),
             Self::BreakerOpen { .. } | Self::NoAnswer | Self::ManualQueue(_) => {
-                body(503, "server_error", Some("service_unavailable"), None)
+                d(503, "server_error", Some("service_unavailable"), None)
             }
             Self::Tokenizer(_) | Self::Limiter(_) | Self::Config(_) | Self::Provider(_) => {
-                body(500, "server_error", None, None)
+                d(500, "server_error", None, None)
             }
         }
     }
+
+    /// The HTTP status and OpenAI-style error body. Transitional: the
+    /// gateway's one renderer takes [`LlmError::describe`] instead.
+    pub fn openai_error(&self) -> (u16, Value) {
+        let d = self.describe();
+        (
+            d.status,
+            json!({"error": {"message": self.to_string(), "type": d.error_type, "param": d.param, "code": d.code}}),
+        )
+    }
+}
+
+/// The parts of an OpenAI-style error answer for an [`LlmError`]: status,
+/// `type`, `code` and `param` (the message is the error's `Display`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ErrorDescription {
+    /// The HTTP status to answer with.
+    pub status: u16,
+    /// OpenAI's `error.type`.
+    pub error_type: &'static str,
+    /// OpenAI's `error.code`, when there is one.
+    pub code: Option<&'static str>,
+    /// OpenAI's `error.param`: the request field at fault, when there is one.
+    pub param: Option<&'static str>,
 }
 
 /// What a use case of `kind` serves, for [`LlmError::WrongKind`].
