@@ -26,7 +26,7 @@ def modpath(src, path):
 
 def strip_tests(text):
     # drop #[cfg(test)] mod tests { ... } blocks roughly: from the attribute to EOF
-    m = re.search(r'#\[cfg\(test\)\]\s*mod \w+\s*\{', text)
+    m = re.search(r'#\[cfg\(test\)\]\s*(?:pub(?:\([^)]*\))?\s+)?mod \w+\s*\{', text)
     return text[:m.start()] if m else text
 
 total_pub = total_crate = 0
