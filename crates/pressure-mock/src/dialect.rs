@@ -20,6 +20,34 @@ pub(crate) enum Dialect {
     Anthropic,
 }
 
+/// OpenAI's quota headers: (limit, remaining, reset) of requests, then of tokens.
+const OPENAI_HINTS: [[&str; 3]; 2] = [
+    [
+        "x-ratelimit-limit-requests",
+        "x-ratelimit-remaining-requests",
+        "x-ratelimit-reset-requests",
+    ],
+    [
+        "x-ratelimit-limit-tokens",
+        "x-ratelimit-remaining-tokens",
+        "x-ratelimit-reset-tokens",
+    ],
+];
+
+/// Anthropic's quota headers, in the same order.
+const ANTHROPIC_HINTS: [[&str; 3]; 2] = [
+    [
+        "anthropic-ratelimit-requests-limit",
+        "anthropic-ratelimit-requests-remaining",
+        "anthropic-ratelimit-requests-reset",
+    ],
+    [
+        "anthropic-ratelimit-tokens-limit",
+        "anthropic-ratelimit-tokens-remaining",
+        "anthropic-ratelimit-tokens-reset",
+    ],
+];
+
 /// HTTP 529, Anthropic's "overloaded".
 fn overloaded_status() -> StatusCode {
     StatusCode::from_u16(529).unwrap_or(StatusCode::SERVICE_UNAVAILABLE)
@@ -96,49 +124,24 @@ impl Dialect {
     /// `anthropic-ratelimit-*` with a `date` header of the same clock
     /// (resets are RFC 3339 times, which a client reads against `date`).
     pub(crate) fn put_hints(self, headers: &mut HeaderMap, hints: &QuotaHints) {
-        let (names, reset): ([[&'static str; 3]; 2], Box<dyn Fn(u64) -> String>) = match self {
-            Dialect::OpenAi => (
-                [
-                    [
-                        "x-ratelimit-limit-requests",
-                        "x-ratelimit-remaining-requests",
-                        "x-ratelimit-reset-requests",
-                    ],
-                    [
-                        "x-ratelimit-limit-tokens",
-                        "x-ratelimit-remaining-tokens",
-                        "x-ratelimit-reset-tokens",
-                    ],
-                ],
-                Box::new(go_duration),
-            ),
+        // `date` has whole seconds: resets count from the same truncated second.
+        let date_s = unix_ms() / 1_000;
+        let names = match self {
+            Dialect::OpenAi => &OPENAI_HINTS,
             Dialect::Anthropic => {
-                // `date` has whole seconds: resets count from the same truncated second.
-                let date_s = unix_ms() / 1_000;
                 put(headers, "date", http_date(date_s));
-                (
-                    [
-                        [
-                            "anthropic-ratelimit-requests-limit",
-                            "anthropic-ratelimit-requests-remaining",
-                            "anthropic-ratelimit-requests-reset",
-                        ],
-                        [
-                            "anthropic-ratelimit-tokens-limit",
-                            "anthropic-ratelimit-tokens-remaining",
-                            "anthropic-ratelimit-tokens-reset",
-                        ],
-                    ],
-                    Box::new(move |ms| rfc3339_ms(date_s * 1_000 + ms)),
-                )
+                &ANTHROPIC_HINTS
             }
         };
-        for (dim, [limit, remaining, reset_name]) in [hints.requests, hints.tokens].into_iter().zip(names) {
-            if let Some(d) = dim {
-                put(headers, limit, d.limit.to_string());
-                put(headers, remaining, d.remaining.to_string());
-                put(headers, reset_name, reset(d.reset_ms));
-            }
+        for (dim, &[limit, remaining, reset]) in [hints.requests, hints.tokens].into_iter().zip(names) {
+            let Some(d) = dim else { continue };
+            put(headers, limit, d.limit.to_string());
+            put(headers, remaining, d.remaining.to_string());
+            let at = match self {
+                Dialect::OpenAi => go_duration(d.reset_ms),
+                Dialect::Anthropic => rfc3339_ms(date_s * 1_000 + d.reset_ms),
+            };
+            put(headers, reset, at);
         }
     }
 

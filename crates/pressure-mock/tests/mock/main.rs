@@ -6,6 +6,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod embeddings;
+mod wire_shapes;
 
 use std::collections::BTreeMap;
 use std::future::Future;
