@@ -107,7 +107,7 @@ pub(crate) async fn decide<E: Endpoint>(
             dialect.shutting_down()
         }
         Fault::Stall | Fault::None => {
-            let plan = Plan {
+            let plan = Playout {
                 now,
                 latency: shared.draw_latency(&phase.latency),
                 stall: fault == Fault::Stall,
@@ -160,14 +160,14 @@ fn quota<R>(
 /// How an answer is played: from `now`, over `latency`, stalling or not,
 /// with the quota's headers.
 #[derive(Debug)]
-struct Plan {
+struct Playout {
     now: Instant,
     latency: Duration,
     stall: bool,
     headers: HeaderMap,
 }
 
-impl Plan {
+impl Playout {
     /// When the first content is due (20 % of the latency).
     fn first_at(&self) -> Instant {
         self.now + self.latency.mul_f64(0.2)
@@ -213,7 +213,7 @@ async fn answer<E: Endpoint>(
     draft: Draft,
     mut tracker: Tracker,
     call: &Call<E::Request>,
-    plan: Plan,
+    plan: Playout,
 ) -> Response {
     let (text, tokens, capped) = generate(shared, phase, call);
     let outcome = if plan.stall { Outcome::Stalled } else { Outcome::Ok };
@@ -266,7 +266,7 @@ async fn answer<E: Endpoint>(
     (StatusCode::OK, headers, json).into_response()
 }
 
-fn piece(plan: &Plan, due: Due, bytes: Bytes, bill: bool) -> Piece {
+fn piece(plan: &Playout, due: Due, bytes: Bytes, bill: bool) -> Piece {
     Piece {
         at: plan.at(due),
         bytes,

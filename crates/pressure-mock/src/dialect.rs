@@ -65,17 +65,17 @@ impl Dialect {
     /// `type` being `kind` (and OpenAI's `code`, `code`).
     fn error(self, status: StatusCode, kind: &str, message: &str, code: Option<&str>) -> Response {
         let body = match self {
-            Dialect::OpenAi => json_bytes(&openai::ErrorBody {
-                error: openai::ErrorDetail {
+            Dialect::OpenAi => json_bytes(&openai::OpenAiErrorBody {
+                error: openai::OpenAiErrorDetail {
                     message,
                     kind,
                     param: None,
                     code,
                 },
             }),
-            Dialect::Anthropic => json_bytes(&anthropic::ErrorBody {
+            Dialect::Anthropic => json_bytes(&anthropic::AnthropicErrorBody {
                 kind: "error",
-                error: anthropic::ErrorDetail { kind, message },
+                error: anthropic::AnthropicErrorDetail { kind, message },
             }),
         };
         (status, [(CONTENT_TYPE, "application/json")], body).into_response()

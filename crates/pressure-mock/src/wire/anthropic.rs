@@ -193,15 +193,15 @@ impl StreamEvent<'_> {
 
 /// Anthropic's error body: `{"type": "error", "error": {"type", "message"}}`.
 #[derive(Debug, Serialize)]
-pub(crate) struct ErrorBody<'a> {
+pub(crate) struct AnthropicErrorBody<'a> {
     #[serde(rename = "type")]
     pub(crate) kind: &'static str,
-    pub(crate) error: ErrorDetail<'a>,
+    pub(crate) error: AnthropicErrorDetail<'a>,
 }
 
-/// The `error` of an [`ErrorBody`].
+/// The `error` of an [`AnthropicErrorBody`].
 #[derive(Debug, Serialize)]
-pub(crate) struct ErrorDetail<'a> {
+pub(crate) struct AnthropicErrorDetail<'a> {
     #[serde(rename = "type")]
     pub(crate) kind: &'a str,
     pub(crate) message: &'a str,

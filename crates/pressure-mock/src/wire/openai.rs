@@ -243,13 +243,13 @@ pub(crate) struct EmbeddingUsage {
 
 /// OpenAI's error body: `{"error": {"message", "type", "param", "code"}}`.
 #[derive(Debug, Serialize)]
-pub(crate) struct ErrorBody<'a> {
-    pub(crate) error: ErrorDetail<'a>,
+pub(crate) struct OpenAiErrorBody<'a> {
+    pub(crate) error: OpenAiErrorDetail<'a>,
 }
 
-/// The `error` of an [`ErrorBody`].
+/// The `error` of an [`OpenAiErrorBody`].
 #[derive(Debug, Serialize)]
-pub(crate) struct ErrorDetail<'a> {
+pub(crate) struct OpenAiErrorDetail<'a> {
     pub(crate) message: &'a str,
     #[serde(rename = "type")]
     pub(crate) kind: &'a str,
