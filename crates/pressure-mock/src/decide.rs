@@ -58,8 +58,8 @@ pub(crate) async fn decide<E: Endpoint>(
     let now = Instant::now();
     let mut tracker = Tracker::new(shared.clone());
     let phase = shared.phase_at(now);
-    let mut draft = Draft::arriving(now, E::PATH, &headers, &phase.name);
-    let dialect = E::DIALECT;
+    let mut draft = Draft::arriving(now, E::ROUTE.path, &headers, &phase.name);
+    let dialect = E::ROUTE.dialect;
     let mut refuse = |draft: Draft, outcome: Outcome, status: u16, answer: Response| {
         shared.record(draft, outcome, status, 0);
         tracker.finish();
@@ -257,7 +257,7 @@ async fn answer<E: Endpoint>(
     }
     tokio::select! {
         _ = tokio::time::sleep_until(plan.due()) => {}
-        _ = shared.shutdown_signal() => return E::DIALECT.shutting_down(),
+        _ = shared.shutdown_signal() => return E::ROUTE.dialect.shutting_down(),
     }
     bill.bill_now();
     tracker.finish();

@@ -212,9 +212,9 @@ pub fn unknown_scenario(name: &str) -> String {
 
 fn router(shared: Arc<Shared>) -> Router {
     Router::new()
-        .route(Chat::PATH, post(decide::<Chat>))
-        .route(Embeddings::PATH, post(decide::<Embeddings>))
-        .route(Messages::PATH, post(decide::<Messages>))
+        .route(Chat::ROUTE.path, post(decide::<Chat>))
+        .route(Embeddings::ROUTE.path, post(decide::<Embeddings>))
+        .route(Messages::ROUTE.path, post(decide::<Messages>))
         .route("/mock/stats", get(stats))
         .route("/mock/arrivals", get(arrivals))
         .route("/mock/behaviour", get(get_behaviour).put(put_behaviour))

@@ -8,15 +8,15 @@
 
 use bytes::Bytes;
 
-use super::{content_events, Call, Due, Endpoint, Event, Output, Reply};
+use super::{content_events, Call, Due, Endpoint, Event, Output, Reply, Route};
 use crate::dialect::Dialect;
 use crate::record::BAD_REQUEST_MARKER;
 use crate::responder::Turn;
 use crate::tokens::{count_prompt, Counted};
 use crate::wire::json_bytes;
 use crate::wire::openai::{
-    sse, AssistantMessage, ChatCompletion, ChatCompletionChunk, ChatCompletionRequest, Choice, ChunkChoice,
-    Delta, Usage, DONE,
+    read_request, sse, AssistantMessage, ChatCompletion, ChatCompletionChunk, ChatCompletionRequest, Choice,
+    ChunkChoice, Delta, Usage, DONE,
 };
 
 /// The chat-completions endpoint.
@@ -25,11 +25,7 @@ pub(crate) struct Chat;
 
 /// The request, or the message of a 400 (worded like OpenAI's).
 fn parse(body: &[u8]) -> Result<ChatCompletionRequest, String> {
-    let req: ChatCompletionRequest = serde_json::from_slice(body)
-        .map_err(|e| format!("We could not parse the JSON body of your request: {e}"))?;
-    if req.model.is_empty() {
-        return Err("you must provide a model parameter".into());
-    }
+    let req = read_request(body, |r: &ChatCompletionRequest| &r.model)?;
     if req.messages.is_empty() {
         return Err("'messages' must contain at least one message".into());
     }
@@ -37,8 +33,7 @@ fn parse(body: &[u8]) -> Result<ChatCompletionRequest, String> {
 }
 
 impl Endpoint for Chat {
-    const PATH: &'static str = "/v1/chat/completions";
-    const DIALECT: Dialect = Dialect::OpenAi;
+    const ROUTE: Route = Route::new("/v1/chat/completions", Dialect::OpenAi);
     type Request = ChatCompletionRequest;
 
     fn read(body: &[u8]) -> Result<Call<ChatCompletionRequest>, String> {

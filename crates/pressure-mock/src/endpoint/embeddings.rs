@@ -19,13 +19,13 @@
 
 use base64::Engine as _;
 
-use super::{Call, Endpoint, Output, Reply};
+use super::{Call, Endpoint, Output, Reply, Route};
 use crate::dialect::Dialect;
 use crate::record::BAD_REQUEST_MARKER;
 use crate::tokens::count_text;
 use crate::wire::json_bytes;
 use crate::wire::openai::{
-    EmbeddingData, EmbeddingList, EmbeddingUsage, EmbeddingsInput, EmbeddingsRequest, Vector,
+    read_request, EmbeddingData, EmbeddingList, EmbeddingUsage, EmbeddingsInput, EmbeddingsRequest, Vector,
 };
 
 /// The most inputs one request may carry (OpenAI's limit).
@@ -116,11 +116,7 @@ fn items(input: &EmbeddingsInput) -> Vec<InputItem<'_>> {
 
 /// The request, or the message of a 400 (worded like OpenAI's).
 fn parse(body: &[u8]) -> Result<EmbeddingsRequest, String> {
-    let req: EmbeddingsRequest = serde_json::from_slice(body)
-        .map_err(|e| format!("We could not parse the JSON body of your request: {e}"))?;
-    if req.model.is_empty() {
-        return Err("you must provide a model parameter".into());
-    }
+    let req = read_request(body, |r: &EmbeddingsRequest| &r.model)?;
     let inputs = items(&req.input);
     if inputs.is_empty() {
         return Err("'input' must not be an empty array".into());
@@ -164,8 +160,7 @@ fn parse(body: &[u8]) -> Result<EmbeddingsRequest, String> {
 pub(crate) struct Embeddings;
 
 impl Endpoint for Embeddings {
-    const PATH: &'static str = "/v1/embeddings";
-    const DIALECT: Dialect = Dialect::OpenAi;
+    const ROUTE: Route = Route::new("/v1/embeddings", Dialect::OpenAi);
     type Request = EmbeddingsRequest;
 
     fn read(body: &[u8]) -> Result<Call<EmbeddingsRequest>, String> {

@@ -15,7 +15,7 @@
 //! `end_turn`. Errors are Anthropic-shaped; the quota headers are
 //! `anthropic-ratelimit-*`; overloaded is 529.
 
-use super::{content_events, Call, Due, Endpoint, Event, Output, Reply};
+use super::{content_events, Call, Due, Endpoint, Event, Output, Reply, Route};
 use crate::dialect::Dialect;
 use crate::record::BAD_REQUEST_MARKER;
 use crate::responder::Turn;
@@ -93,8 +93,7 @@ fn parse(body: &[u8]) -> Result<Checked, String> {
 }
 
 impl Endpoint for Messages {
-    const PATH: &'static str = "/v1/messages";
-    const DIALECT: Dialect = Dialect::Anthropic;
+    const ROUTE: Route = Route::new("/v1/messages", Dialect::Anthropic);
     type Request = Checked;
 
     fn read(body: &[u8]) -> Result<Call<Checked>, String> {

@@ -22,10 +22,8 @@ const MAX_CONTENT_CHUNKS: usize = 8;
 
 /// One endpoint of the mock; see the module docs.
 pub(crate) trait Endpoint: 'static {
-    /// The path, as arrivals record it.
-    const PATH: &'static str;
-    /// Whose error bodies and quota headers it answers with.
-    const DIALECT: Dialect;
+    /// Where it is served and in whose format it answers.
+    const ROUTE: Route;
     /// The request as the endpoint reads it.
     type Request: Send + Sync + 'static;
 
@@ -35,6 +33,22 @@ pub(crate) trait Endpoint: 'static {
 
     /// The answer to a request that gets one.
     fn answer(call: &Call<Self::Request>, out: &Output) -> Reply;
+}
+
+/// An endpoint's path and dialect.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Route {
+    /// The path, as arrivals record it.
+    pub(crate) path: &'static str,
+    /// Whose error bodies and quota headers it answers with.
+    pub(crate) dialect: Dialect,
+}
+
+impl Route {
+    /// `path`, answering in `dialect`.
+    const fn new(path: &'static str, dialect: Dialect) -> Self {
+        Self { path, dialect }
+    }
 }
 
 /// A request that was read: what the decision step needs of it.

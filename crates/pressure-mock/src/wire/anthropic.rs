@@ -14,26 +14,19 @@ use super::json_bytes;
 /// `thinking`, ...) are ignored.
 #[derive(Debug, Clone, Deserialize)]
 pub(crate) struct MessagesRequest {
-    #[serde(default)]
     pub(crate) model: Option<String>,
     /// Signed, so that a negative value is refused by range, as Anthropic does.
-    #[serde(default)]
     pub(crate) max_tokens: Option<i64>,
-    #[serde(default)]
     pub(crate) messages: Option<Vec<InputMessage>>,
     /// A string, or an array of text blocks.
-    #[serde(default)]
     pub(crate) system: Option<Content>,
-    #[serde(default)]
     pub(crate) stream: Option<bool>,
 }
 
 /// One turn of `messages`.
 #[derive(Debug, Clone, Deserialize)]
 pub(crate) struct InputMessage {
-    #[serde(default)]
     pub(crate) role: Option<String>,
-    #[serde(default)]
     pub(crate) content: Option<Content>,
 }
 
@@ -79,7 +72,6 @@ pub(crate) enum Block {
         input: Value,
     },
     ToolResult {
-        #[serde(default)]
         content: Option<Content>,
     },
     #[serde(other)]

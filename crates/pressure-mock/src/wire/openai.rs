@@ -3,9 +3,21 @@
 //! events of a stream), `POST /v1/embeddings`, and the error body.
 
 use bytes::Bytes;
+use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 use super::json_bytes;
+
+/// A request body read as OpenAI reads it: malformed JSON, a missing
+/// field or an empty `model` is refused with OpenAI's wording.
+pub(crate) fn read_request<T: DeserializeOwned>(body: &[u8], model: fn(&T) -> &str) -> Result<T, String> {
+    let req: T = serde_json::from_slice(body)
+        .map_err(|e| format!("We could not parse the JSON body of your request: {e}"))?;
+    if model(&req).is_empty() {
+        return Err("you must provide a model parameter".into());
+    }
+    Ok(req)
+}
 
 /// A chat completion request. Only what the mock reads is typed; every
 /// other field (`temperature`, `tools`, `n`, ...) is ignored.
@@ -14,14 +26,10 @@ pub(crate) struct ChatCompletionRequest {
     pub(crate) model: String,
     pub(crate) messages: Vec<ChatMessage>,
     /// The output cap of older clients (deprecated by OpenAI, still accepted).
-    #[serde(default)]
     pub(crate) max_tokens: Option<u32>,
     /// The output cap of newer clients.
-    #[serde(default)]
     pub(crate) max_completion_tokens: Option<u32>,
-    #[serde(default)]
     pub(crate) stream: Option<bool>,
-    #[serde(default)]
     pub(crate) stream_options: Option<StreamOptions>,
 }
 
@@ -43,7 +51,6 @@ impl ChatCompletionRequest {
 /// `stream_options`.
 #[derive(Debug, Clone, Default, Deserialize)]
 pub(crate) struct StreamOptions {
-    #[serde(default)]
     pub(crate) include_usage: Option<bool>,
 }
 
@@ -54,10 +61,8 @@ pub(crate) struct ChatMessage {
     pub(crate) role: String,
     /// A string, an array of parts, or `null` / absent (an assistant
     /// message that only calls tools).
-    #[serde(default)]
     pub(crate) content: Option<ChatContent>,
     /// The participant's name.
-    #[serde(default)]
     pub(crate) name: Option<String>,
 }
 
@@ -105,9 +110,7 @@ pub(crate) struct EmbeddingsRequest {
     pub(crate) model: String,
     pub(crate) input: EmbeddingsInput,
     /// `float` (the default) or `base64`.
-    #[serde(default)]
     pub(crate) encoding_format: Option<String>,
-    #[serde(default)]
     pub(crate) dimensions: Option<u32>,
 }
 
