@@ -5,7 +5,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use anyhow::Context;
-use pressure_chaos::mock::{parse_behaviour, unknown_scenario, Behaviour, MockConfig, MockProvider};
+use pressure_mock::{parse_behaviour, unknown_scenario, Behaviour, MockConfig, MockProvider};
 
 /// Arguments of `pressure mock-provider`.
 #[derive(Debug, clap::Args)]

@@ -7,8 +7,8 @@ use std::collections::BTreeMap;
 use pressure_llm::breaker::State;
 
 use super::load::Sample;
-use crate::mock::{Arrival, Outcome};
 use crate::report::{BreakerSpan, Bucket, LatencyPoint, Percentiles};
+use pressure_mock::{Arrival, Outcome};
 
 /// A breaker transition on the run's time axis.
 #[derive(Debug, Clone, PartialEq)]

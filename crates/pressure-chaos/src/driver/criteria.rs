@@ -7,8 +7,8 @@ use super::analysis::{by_request, percentiles, rate, TransitionAt};
 use super::load::Sample;
 use super::scenario::{Scenario, PRIMARY};
 use super::stack::StackSettings;
-use crate::mock::{Arrival, MockStats, Outcome};
 use crate::report::Criterion;
+use pressure_mock::{Arrival, MockStats, Outcome};
 
 /// Ms after a breaker opens during which a call admitted just before may
 /// still arrive at the mock (the pipeline asks the breaker again after the

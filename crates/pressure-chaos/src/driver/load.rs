@@ -12,7 +12,7 @@ use tokio::time::Instant;
 
 use super::scenario::Streaming;
 use super::stack::USE_CASE;
-use crate::mock::BAD_REQUEST_MARKER;
+use pressure_mock::BAD_REQUEST_MARKER;
 
 /// Every this many requests a worker sends one the provider must refuse
 /// (400), to check that no 400 is ever retried.

@@ -32,8 +32,8 @@ use self::criteria::{evaluate, healthy_p95, RunData};
 use self::load::{drive, Load};
 use self::scenario::{Scenario, SCENARIOS};
 use self::stack::{Stack, StackSettings, BUDGET_MICRO_USD, ROUTE_RESOURCE};
-use crate::mock::Behaviour;
 use crate::report::{MoneyRow, PhaseSpan, Report, ScenarioReport};
+use pressure_mock::Behaviour;
 
 /// Why a chaos run could not be made (a failed criterion is not an error:
 /// it is in the report).
@@ -293,7 +293,7 @@ async fn run_once(
     // Warm-up on a healthy mock (tokenizer, connections), then a clean slate.
     stack
         .mock
-        .set_behaviour(Behaviour::single(crate::mock::Phase::normal("warm-up")))
+        .set_behaviour(Behaviour::single(pressure_mock::Phase::normal("warm-up")))
         .map_err(ChaosError::Start)?;
     let warm = Load {
         url: url.clone(),

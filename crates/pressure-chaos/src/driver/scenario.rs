@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use crate::mock::{Behaviour, Latency, Phase, RateLimit};
+use pressure_mock::{Behaviour, Latency, Phase, RateLimit};
 
 /// The model every chain tries first.
 pub const PRIMARY: &str = "primary";

@@ -15,7 +15,7 @@ use tokio::net::TcpListener;
 
 use super::scenario::{Scenario, BACKUP, PRIMARY};
 use super::ChaosError;
-use crate::mock::{MockConfig, MockProvider};
+use pressure_mock::{MockConfig, MockProvider, Price};
 
 /// The use case the clients call.
 pub const USE_CASE: &str = "chat";
@@ -192,9 +192,10 @@ impl Stack {
         redis: Option<(&str, &str)>,
         seed: Option<u64>,
     ) -> Result<Self, ChaosError> {
-        let prices: BTreeMap<String, ModelPrice> = [
-            (PRIMARY.to_owned(), PRIMARY_PRICE),
-            (BACKUP.to_owned(), BACKUP_PRICE),
+        let price = |p: ModelPrice| Price::new(p.input_micro_usd_per_1m, p.output_micro_usd_per_1m);
+        let prices: BTreeMap<String, Price> = [
+            (PRIMARY.to_owned(), price(PRIMARY_PRICE)),
+            (BACKUP.to_owned(), price(BACKUP_PRICE)),
         ]
         .into();
         let config = MockConfig {

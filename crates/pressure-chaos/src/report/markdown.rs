@@ -238,7 +238,7 @@ fn criteria_summary(s: &ScenarioReport) -> String {
 }
 
 /// The serde (snake_case) name of a mock outcome.
-fn outcome_name(outcome: &crate::mock::Outcome) -> String {
+fn outcome_name(outcome: &pressure_mock::Outcome) -> String {
     match serde_json::to_value(outcome) {
         Ok(serde_json::Value::String(name)) => name,
         _ => format!("{outcome:?}"),

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::mock::MockStats;
+use pressure_mock::MockStats;
 
 /// A whole run: every scenario and the money comparison.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]

@@ -81,10 +81,10 @@ pub(super) mod tests {
     use std::sync::atomic::{AtomicUsize, Ordering};
 
     use super::*;
-    use crate::mock::{MockStats, Outcome};
     use crate::report::model::{
         BreakerSpan, Bucket, Criterion, LatencyPoint, MoneyRow, Percentiles, PhaseSpan, ScenarioReport,
     };
+    use pressure_mock::{MockStats, Outcome};
 
     /// A small realistic run: a passing `normal` scenario and a failing
     /// `500 storm <&>` one with a fault phase, breaker spans and a money row.

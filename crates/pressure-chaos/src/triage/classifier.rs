@@ -11,10 +11,9 @@
 //! request (the label list from the system prompt, the ticket from the last
 //! user message).
 
-use pressure_llm::provider::Message;
+use pressure_mock::{Responder, Turn};
 
 use super::dataset::LABELS;
-use crate::mock::Responder;
 
 /// The mock model that uses the full lexicon; every other model name gets
 /// the reduced one.
@@ -315,17 +314,17 @@ impl LexicalClassifier {
 }
 
 impl Responder for LexicalClassifier {
-    fn respond(&self, model: &str, messages: &[Message]) -> String {
-        let text = messages
+    fn respond(&self, model: &str, turns: &[Turn]) -> String {
+        let text = turns
             .iter()
             .rev()
-            .find(|m| m.role == "user")
-            .map(Message::text)
+            .find(|t| t.role == "user")
+            .map(|t| t.text.clone())
             .unwrap_or_default();
-        let system = messages
+        let system = turns
             .iter()
-            .filter(|m| m.role == "system")
-            .map(Message::text)
+            .filter(|t| t.role == "system")
+            .map(|t| t.text.as_str())
             .collect::<Vec<_>>()
             .join("\n");
         let offered = offered_labels(&system);
@@ -395,7 +394,12 @@ mod tests {
 
     fn answer(model: &str, text: &str) -> String {
         let req = prompt::request(model, text);
-        LexicalClassifier.respond(model, &req.messages)
+        let turns: Vec<Turn> = req
+            .messages
+            .iter()
+            .map(|m| Turn::new(&m.role, m.text()))
+            .collect();
+        LexicalClassifier.respond(model, &turns)
     }
 
     #[test]
@@ -430,8 +434,8 @@ mod tests {
     #[test]
     fn only_offered_labels_are_answered() {
         let messages = vec![
-            Message::new("system", "Labels:\n- shipping\n- cancellation: ending things"),
-            Message::new("user", "refund my parcel please"),
+            Turn::new("system", "Labels:\n- shipping\n- cancellation: ending things"),
+            Turn::new("user", "refund my parcel please"),
         ];
         assert_eq!(LexicalClassifier.respond(LARGE_MODEL, &messages), "shipping");
     }

@@ -28,7 +28,7 @@ use tokio::time::Instant;
 use super::classifier::LexicalClassifier;
 use super::dataset::{Dataset, DatasetError, Ticket, LABELS};
 use super::prompt;
-use crate::mock::{MockConfig, MockError, MockProvider};
+use pressure_mock::{MockConfig, MockError, MockProvider, Price};
 
 /// The name of the one-level use case the eval builds per model level.
 const EVAL_USE_CASE: &str = "triage-eval";
@@ -93,8 +93,12 @@ pub fn point_providers_at(config: &mut LlmConfig, base_url: &str) {
 /// normal behaviour, the [`LexicalClassifier`] as its responder and the
 /// prices of `config`'s models.
 pub async fn start_mock(addr: SocketAddr, config: &LlmConfig) -> Result<MockProvider, EvalError> {
-    let prices: BTreeMap<String, ModelPrice> =
-        config.models.iter().map(|m| (m.model.clone(), m.price)).collect();
+    let price = |p: ModelPrice| Price::new(p.input_micro_usd_per_1m, p.output_micro_usd_per_1m);
+    let prices: BTreeMap<String, Price> = config
+        .models
+        .iter()
+        .map(|m| (m.model.clone(), price(m.price)))
+        .collect();
     let mock = MockProvider::start(
         addr,
         MockConfig {

@@ -11,8 +11,8 @@ use std::net::SocketAddr;
 use std::path::Path;
 use std::time::Duration;
 
-use pressure_chaos::mock::{Behaviour, Latency, MockConfig, MockProvider, Outcome, Phase};
 use pressure_gateway::{Gateway, Serving};
+use pressure_mock::{Behaviour, Latency, MockConfig, MockProvider, Outcome, Phase};
 use serde_json::{json, Value};
 use tokio::net::TcpListener;
 
@@ -211,7 +211,7 @@ fn read_stream(data: &[String]) -> (String, Vec<String>, Option<Value>, bool) {
 }
 
 /// The arrivals of `endpoint` since the last reset.
-fn arrivals_of(mock: &MockProvider, endpoint: &str) -> Vec<pressure_chaos::mock::Arrival> {
+fn arrivals_of(mock: &MockProvider, endpoint: &str) -> Vec<pressure_mock::Arrival> {
     mock.arrivals()
         .into_iter()
         .filter(|a| a.endpoint == endpoint)
@@ -371,11 +371,11 @@ async fn an_overloaded_anthropic_primary_falls_back_to_openai() {
 // The mock's Anthropic mode on its own: the provider client (kind
 // `anthropic`) and raw HTTP against `/v1/messages`.
 
-use pressure_chaos::mock::RateLimit;
 use pressure_llm::provider::{
     ChatRequest, Message, ProviderClient, ProviderConfig, ProviderKind, RateLimitHints, TimeoutsConfig,
 };
 use pressure_llm::taxonomy::{self, ErrorKind, TimeoutPhase};
+use pressure_mock::RateLimit;
 
 async fn mock(phase: Phase) -> MockProvider {
     let config = MockConfig {

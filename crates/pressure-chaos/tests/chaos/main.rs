@@ -10,8 +10,8 @@ use std::io::Write;
 use std::time::Duration;
 
 use pressure_chaos::driver::{self, ChaosOptions, Quiet};
-use pressure_chaos::mock::Outcome;
 use pressure_chaos::report::{self, Criterion, ScenarioReport};
+use pressure_mock::Outcome;
 
 /// The `hang` criterion that compares the healthy requests' p95 with the
 /// `normal` runs' (two runs, minutes apart on a shared machine): reported by

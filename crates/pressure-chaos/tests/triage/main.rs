@@ -8,10 +8,10 @@ use std::collections::{BTreeSet, HashSet};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
-use pressure_chaos::mock::Responder;
 use pressure_chaos::triage::eval::{self, EvalOptions, LevelKind};
 use pressure_chaos::triage::{prompt, Dataset, LexicalClassifier, LABELS};
 use pressure_llm::pipeline::{ChainLevel, KeywordRules, LlmConfig};
+use pressure_mock::{Responder, Turn};
 
 fn example(file: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -136,7 +136,12 @@ async fn the_eval_with_the_mock_matches_independent_counts() {
             .iter()
             .filter(|t| {
                 let req = prompt::request(&model, &t.text);
-                let answer = LexicalClassifier.respond(&model, &req.messages);
+                let turns: Vec<Turn> = req
+                    .messages
+                    .iter()
+                    .map(|m| Turn::new(&m.role, m.text()))
+                    .collect();
+                let answer = LexicalClassifier.respond(&model, &turns);
                 prompt::parse_label(&answer, LABELS) == Some(t.label.as_str())
             })
             .count();

@@ -1,6 +1,6 @@
 //! [`MockProvider`]: the mock's handle, its configuration and its axum
-//! router (the chat-completions endpoint and the `/mock/*` admin endpoints
-//! on the same listener).
+//! router (the provider endpoints and the `/mock/*` admin endpoints on the
+//! same listener).
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -12,19 +12,20 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post, put};
 use axum::{Json, Router};
-use pressure_llm::price::ModelPrice;
-use pressure_llm::tokens::Encoding;
 use serde_json::json;
 use tokio::task::JoinHandle;
 use tokio::time::{Duration, Instant};
 
-use super::anthropic::messages;
-use super::behaviour::{Behaviour, PRESETS};
-use super::embeddings::embeddings;
-use super::handler::chat_completions;
-use super::record::{Arrival, MockStats};
-use super::responder::{FillerResponder, Responder};
-use super::state::Shared;
+use crate::behaviour::{Behaviour, Phase, PRESETS};
+use crate::decide::decide;
+use crate::endpoint::chat::Chat;
+use crate::endpoint::embeddings::Embeddings;
+use crate::endpoint::messages::Messages;
+use crate::endpoint::Endpoint;
+use crate::price::Price;
+use crate::record::{Arrival, MockStats};
+use crate::responder::{FillerResponder, Responder};
+use crate::state::Shared;
 
 /// How long [`MockProvider::shutdown`] waits for connections to close
 /// before it abandons them.
@@ -36,9 +37,9 @@ pub struct MockConfig {
     /// The behaviour at start (validated by [`MockProvider::start`]).
     pub behaviour: Behaviour,
     /// Prices per model, for the bill in [`MockStats`].
-    pub prices: BTreeMap<String, ModelPrice>,
+    pub prices: BTreeMap<String, Price>,
     /// The price of models missing from `prices`.
-    pub default_price: ModelPrice,
+    pub default_price: Price,
     /// Produces the answers' text.
     pub responder: Arc<dyn Responder>,
     /// Seeds the random draws (fault shares, latencies) for repeatable
@@ -51,9 +52,9 @@ impl Default for MockConfig {
     /// default price of $1 per 1M input and $4 per 1M output tokens.
     fn default() -> Self {
         Self {
-            behaviour: Behaviour::single(super::behaviour::Phase::normal("normal")),
+            behaviour: Behaviour::single(Phase::normal("normal")),
             prices: BTreeMap::new(),
-            default_price: ModelPrice::new(1_000_000, 4_000_000),
+            default_price: Price::new(1_000_000, 4_000_000),
             responder: Arc::new(FillerResponder),
             seed: None,
         }
@@ -98,11 +99,7 @@ impl MockProvider {
             config.seed,
         ));
         // Build the tokenizers now rather than inside the first request.
-        let counter = shared.counter.clone();
-        let _ = tokio::task::spawn_blocking(move || {
-            counter.preload(&[Encoding::O200kBase, Encoding::Cl100kBase])
-        })
-        .await;
+        let _ = tokio::task::spawn_blocking(crate::tokens::preload).await;
         let listener = tokio::net::TcpListener::bind(addr)
             .await
             .map_err(|source| MockError::Bind { addr, source })?;
@@ -215,9 +212,9 @@ pub fn unknown_scenario(name: &str) -> String {
 
 fn router(shared: Arc<Shared>) -> Router {
     Router::new()
-        .route("/v1/chat/completions", post(chat_completions))
-        .route("/v1/embeddings", post(embeddings))
-        .route("/v1/messages", post(messages))
+        .route(Chat::ROUTE.path, post(decide::<Chat>))
+        .route(Embeddings::ROUTE.path, post(decide::<Embeddings>))
+        .route(Messages::ROUTE.path, post(decide::<Messages>))
         .route("/mock/stats", get(stats))
         .route("/mock/arrivals", get(arrivals))
         .route("/mock/behaviour", get(get_behaviour).put(put_behaviour))

@@ -6,19 +6,20 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod embeddings;
+mod wire_shapes;
 
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::time::Duration;
 
 use futures::StreamExt;
-use pressure_chaos::mock::{
-    Arrival, Behaviour, Latency, MockConfig, MockProvider, Outcome, Phase, RateLimit, BAD_REQUEST_MARKER,
-};
-use pressure_llm::price::ModelPrice;
 use pressure_llm::provider::{ChatRequest, Message, ProviderClient, ProviderConfig, TimeoutsConfig};
 use pressure_llm::taxonomy::{ErrorKind, TimeoutPhase};
 use pressure_llm::tokens::TokenCounter;
+use pressure_mock::{
+    Arrival, Behaviour, Latency, MockConfig, MockProvider, Outcome, Phase, Price, RateLimit,
+    BAD_REQUEST_MARKER,
+};
 use serde_json::{json, Value};
 use tokio::time::Instant;
 
@@ -40,7 +41,7 @@ fn fast(name: &str) -> Phase {
 
 async fn start(behaviour: Behaviour) -> MockProvider {
     let mut prices = BTreeMap::new();
-    prices.insert(MODEL.to_owned(), ModelPrice::new(150_000, 600_000));
+    prices.insert(MODEL.to_owned(), Price::new(150_000, 600_000));
     let config = MockConfig {
         behaviour,
         prices,
@@ -130,10 +131,8 @@ async fn normal_json_answer_carries_usage_and_is_billed() {
         assert_eq!(s.by_outcome.get(&Outcome::Ok), Some(&1));
         assert_eq!(s.billed_input_tokens, usage.prompt_tokens);
         assert_eq!(s.billed_output_tokens, usage.completion_tokens);
-        let price = ModelPrice::new(150_000, 600_000);
-        let cost = price
-            .cost(usage.prompt_tokens, usage.completion_tokens)
-            .micro_usd();
+        let price = Price::new(150_000, 600_000);
+        let cost = price.micro_usd(usage.prompt_tokens, usage.completion_tokens);
         assert_eq!(s.billed_micro_usd, cost);
         assert_eq!(s.by_model[MODEL].micro_usd, cost);
         assert_eq!(s.by_model[MODEL].requests, 1);
@@ -164,9 +163,7 @@ async fn normal_json_answer_carries_usage_and_is_billed() {
         let default = MockConfig::default().default_price;
         assert_eq!(
             bill.micro_usd,
-            default
-                .cost(usage.prompt_tokens, usage.completion_tokens)
-                .micro_usd()
+            default.micro_usd(usage.prompt_tokens, usage.completion_tokens)
         );
         mock.shutdown().await;
     })

@@ -22,7 +22,7 @@
 
 use std::collections::{HashMap, VecDeque};
 
-use super::behaviour::RateLimit;
+use crate::behaviour::RateLimit;
 
 /// The quota figures of one model at one instant, as `x-ratelimit-*`
 /// headers carry them. `None` for a dimension without a limit.

@@ -16,19 +16,30 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
+use axum::http::HeaderMap;
 use parking_lot::{Mutex, RwLock};
-use pressure_core::clock::duration_to_millis;
-use pressure_llm::price::ModelPrice;
-use pressure_llm::tokens::TokenCounter;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use tokio::sync::watch;
 use tokio::time::{Duration, Instant};
 
-use super::behaviour::{Behaviour, Latency, Phase};
-use super::quota::QuotaBook;
-use super::record::{Arrival, MockStats, ModelBill, Outcome};
-use super::responder::Responder;
+use crate::behaviour::{Behaviour, Latency, Phase};
+use crate::price::Price;
+use crate::quota::QuotaBook;
+use crate::record::{
+    Arrival, MockStats, ModelBill, Outcome, ATTEMPT_HEADER, PROBE_HEADER, REQUEST_ID_HEADER,
+};
+use crate::responder::Responder;
+
+/// Whole milliseconds of `d`, saturating.
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// A request header as text, when present and visible ASCII.
+fn header<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
+    headers.get(name).and_then(|v| v.to_str().ok()).map(str::trim)
+}
 
 /// The behaviour in force and when it was set.
 #[derive(Debug, Clone)]
@@ -90,14 +101,7 @@ impl Draft {
     /// The record of a request to `endpoint` that arrived `at` in `phase`,
     /// with the pipeline's tags (request id, attempt, probe) from its
     /// headers; the model and `stream` are filled in once it is parsed.
-    pub(crate) fn arriving(
-        at: Instant,
-        endpoint: &'static str,
-        headers: &axum::http::HeaderMap,
-        phase: &str,
-    ) -> Self {
-        use super::handler::header;
-        use super::record::{ATTEMPT_HEADER, PROBE_HEADER, REQUEST_ID_HEADER};
+    pub(crate) fn arriving(at: Instant, endpoint: &'static str, headers: &HeaderMap, phase: &str) -> Self {
         Self {
             at,
             endpoint,
@@ -133,7 +137,7 @@ pub(crate) enum Fault {
     Stall,
 }
 
-/// The state shared by the handlers and the [`MockProvider`](super::MockProvider) handle.
+/// The state shared by the handlers and the [`MockProvider`](crate::MockProvider) handle.
 #[derive(Debug)]
 pub(crate) struct Shared {
     pub(crate) started: Instant,
@@ -143,18 +147,17 @@ pub(crate) struct Shared {
     in_flight: AtomicU64,
     max_in_flight: AtomicU64,
     rng: Mutex<StdRng>,
-    prices: BTreeMap<String, ModelPrice>,
-    default_price: ModelPrice,
+    prices: BTreeMap<String, Price>,
+    default_price: Price,
     pub(crate) responder: Arc<dyn Responder>,
-    pub(crate) counter: TokenCounter,
     shutdown: watch::Sender<bool>,
 }
 
 impl Shared {
     pub(crate) fn new(
         behaviour: Behaviour,
-        prices: BTreeMap<String, ModelPrice>,
-        default_price: ModelPrice,
+        prices: BTreeMap<String, Price>,
+        default_price: Price,
         responder: Arc<dyn Responder>,
         seed: Option<u64>,
     ) -> Self {
@@ -177,7 +180,6 @@ impl Shared {
             prices,
             default_price,
             responder,
-            counter: TokenCounter::new(),
             shutdown: watch::channel(false).0,
         }
     }
@@ -201,13 +203,13 @@ impl Shared {
     pub(crate) fn phase_at(&self, at: Instant) -> Phase {
         let cur = self.current.read();
         let elapsed = at.saturating_duration_since(cur.set_at);
-        let ms = duration_to_millis(elapsed);
+        let ms = millis(elapsed);
         cur.behaviour.phase_at(ms).1.clone()
     }
 
     /// Milliseconds from the mock's start to `at`.
     pub(crate) fn ms_since_start(&self, at: Instant) -> u64 {
-        duration_to_millis(at.saturating_duration_since(self.started))
+        millis(at.saturating_duration_since(self.started))
     }
 
     /// One uniform draw decides the fault: `errorShare`, then
@@ -312,7 +314,7 @@ impl Shared {
         }
     }
 
-    fn price(&self, model: &str) -> ModelPrice {
+    fn price(&self, model: &str) -> Price {
         self.prices.get(model).copied().unwrap_or(self.default_price)
     }
 
@@ -331,7 +333,7 @@ impl Shared {
             ..MockStats::default()
         };
         for (model, t) in &r.models {
-            let micro_usd = self.price(model).cost(t.input, t.output).micro_usd();
+            let micro_usd = self.price(model).micro_usd(t.input, t.output);
             s.billed_input_tokens += t.input;
             s.billed_output_tokens += t.output;
             s.billed_micro_usd = s.billed_micro_usd.saturating_add(micro_usd);
@@ -352,10 +354,7 @@ impl Shared {
     pub(crate) fn arrivals(&self) -> Vec<Arrival> {
         let mut arrivals = self.records.lock().arrivals.clone();
         for a in &mut arrivals {
-            a.micro_usd = self
-                .price(&a.model)
-                .cost(a.input_tokens, a.output_tokens)
-                .micro_usd();
+            a.micro_usd = self.price(&a.model).micro_usd(a.input_tokens, a.output_tokens);
         }
         arrivals
     }

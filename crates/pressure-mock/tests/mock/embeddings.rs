@@ -4,10 +4,10 @@
 
 use super::{bounded, client, deadline, fast, start, MODEL};
 use base64::Engine as _;
-use pressure_chaos::mock::{default_dimensions, Behaviour, Outcome, Phase, RateLimit, BAD_REQUEST_MARKER};
 use pressure_llm::provider::{CallTag, EmbeddingInput, EmbeddingRequest, TimeoutsConfig};
 use pressure_llm::taxonomy::{ErrorKind, TimeoutPhase};
 use pressure_llm::tokens::TokenCounter;
+use pressure_mock::{default_dimensions, Behaviour, Outcome, Phase, RateLimit, BAD_REQUEST_MARKER};
 use serde_json::{json, Value};
 
 const EMBED: &str = "text-embedding-3-small";
