@@ -93,14 +93,7 @@ pub fn throughput_svg(s: &ScenarioReport) -> String {
             ),
         ];
         let x_end = buckets.iter().map(|b| (b.t_ms + b.width_ms) / 1000.0);
-        let x_max = axis_max(x_end.chain(phase_ends(&s.phases)), 1.0);
-        let y_max = axis_max(series.iter().flat_map(|(_, _, p)| p.iter().map(|&(_, y)| y)), 1.0) * 1.1;
-        let mut chart = cartesian(root, &title, x_max, y_max, "requests per second")?;
-        shade_phases(&mut chart, &s.phases, y_max)?;
-        for (label, color, points) in series {
-            line(&mut chart, points, label, color)?;
-        }
-        legend(&mut chart)
+        lines_chart(root, &title, &s.phases, x_end, series, "requests per second")
     })
 }
 
@@ -116,21 +109,30 @@ pub fn latency_svg(s: &ScenarioReport) -> String {
             ("p95", RGBColor(0xFF, 0x7F, 0x0E), pick(&points, |p| p.p95)),
             ("p99", OPEN, pick(&points, |p| p.p99)),
         ];
-        let x_max = axis_max(
-            points
-                .iter()
-                .map(|p| p.t_ms / 1000.0)
-                .chain(phase_ends(&s.phases)),
-            1.0,
-        );
-        let y_max = axis_max(series.iter().flat_map(|(_, _, p)| p.iter().map(|&(_, y)| y)), 1.0) * 1.1;
-        let mut chart = cartesian(root, &title, x_max, y_max, "latency (ms)")?;
-        shade_phases(&mut chart, &s.phases, y_max)?;
-        for (label, color, points) in series {
-            line(&mut chart, points, label, color)?;
-        }
-        legend(&mut chart)
+        let x_end = points.iter().map(|p| p.t_ms / 1000.0);
+        lines_chart(root, &title, &s.phases, x_end, series, "latency (ms)")
     })
+}
+
+/// Labelled lines over seconds, with the fault phases shaded and a legend:
+/// the x axis reaches the last point or phase end, the y axis 10 % above
+/// the highest value.
+fn lines_chart<const N: usize>(
+    root: &Area<'_>,
+    title: &str,
+    phases: &[PhaseSpan],
+    x_end: impl Iterator<Item = f64>,
+    series: [Series<'_>; N],
+    y_label: &str,
+) -> DrawResult {
+    let x_max = axis_max(x_end.chain(phase_ends(phases)), 1.0);
+    let y_max = axis_max(series.iter().flat_map(|(_, _, p)| p.iter().map(|&(_, y)| y)), 1.0) * 1.1;
+    let mut chart = cartesian(root, title, x_max, y_max, y_label)?;
+    shade_phases(&mut chart, phases, y_max)?;
+    for (label, color, points) in series {
+        line(&mut chart, points, label, color)?;
+    }
+    legend(&mut chart)
 }
 
 /// A timeline of the circuit breakers: one row per breaker name (in order of
