@@ -14,6 +14,8 @@
 //! * [`triage`]: the support-ticket triage example, its golden dataset and
 //!   the per-level accuracy evaluation.
 
+#![warn(unreachable_pub)]
+
 pub mod driver;
 pub mod report;
 pub mod triage;

@@ -12,7 +12,7 @@ use pressure_mock::{Arrival, Outcome};
 
 /// A breaker transition on the run's time axis.
 #[derive(Debug, Clone, PartialEq)]
-pub struct TransitionAt {
+pub(super) struct TransitionAt {
     /// Ms since the load started.
     pub at_ms: f64,
     /// `provider/model`.
@@ -24,7 +24,7 @@ pub struct TransitionAt {
 }
 
 /// Nearest-rank percentiles of `values` (ms).
-pub fn percentiles(values: &[f64]) -> Percentiles {
+pub(super) fn percentiles(values: &[f64]) -> Percentiles {
     if values.is_empty() {
         return Percentiles::default();
     }
@@ -45,12 +45,12 @@ pub fn percentiles(values: &[f64]) -> Percentiles {
 }
 
 /// The bucket width for a load of `duration_ms`: about 40 buckets, at least 250 ms.
-pub fn bucket_width(duration_ms: f64) -> f64 {
+pub(super) fn bucket_width(duration_ms: f64) -> f64 {
     (duration_ms / 40.0).max(250.0)
 }
 
 /// Completions (by end time) and mock arrivals per bucket, over `[0, end_ms)`.
-pub fn buckets(samples: &[Sample], arrivals: &[Arrival], end_ms: f64, width: f64) -> Vec<Bucket> {
+pub(super) fn buckets(samples: &[Sample], arrivals: &[Arrival], end_ms: f64, width: f64) -> Vec<Bucket> {
     let n = ((end_ms / width).ceil() as usize).max(1);
     let mut out: Vec<Bucket> = (0..n)
         .map(|i| Bucket {
@@ -84,7 +84,7 @@ pub fn buckets(samples: &[Sample], arrivals: &[Arrival], end_ms: f64, width: f64
 
 /// Client latency percentiles per bucket of start time (requests the provider
 /// must refuse are left out).
-pub fn latency_series(samples: &[Sample], end_ms: f64, width: f64) -> Vec<LatencyPoint> {
+pub(super) fn latency_series(samples: &[Sample], end_ms: f64, width: f64) -> Vec<LatencyPoint> {
     let n = ((end_ms / width).ceil() as usize).max(1);
     let mut per: Vec<Vec<f64>> = vec![Vec::new(); n];
     for s in samples.iter().filter(|s| !s.bad) {
@@ -107,7 +107,7 @@ pub fn latency_series(samples: &[Sample], end_ms: f64, width: f64) -> Vec<Latenc
 
 /// The state spans of every breaker that moved, from its transitions;
 /// breakers start closed at 0.
-pub fn breaker_spans(transitions: &[TransitionAt], end_ms: f64) -> Vec<BreakerSpan> {
+pub(super) fn breaker_spans(transitions: &[TransitionAt], end_ms: f64) -> Vec<BreakerSpan> {
     let mut by: BTreeMap<&str, Vec<&TransitionAt>> = BTreeMap::new();
     for t in transitions {
         by.entry(t.breaker.as_str()).or_default().push(t);
@@ -138,7 +138,7 @@ pub fn breaker_spans(transitions: &[TransitionAt], end_ms: f64) -> Vec<BreakerSp
 }
 
 /// The arrivals of each event (by `x-pressure-request-id`), in arrival order.
-pub fn by_request(arrivals: &[Arrival]) -> BTreeMap<&str, Vec<&Arrival>> {
+pub(super) fn by_request(arrivals: &[Arrival]) -> BTreeMap<&str, Vec<&Arrival>> {
     let mut out: BTreeMap<&str, Vec<&Arrival>> = BTreeMap::new();
     for a in arrivals {
         if let Some(id) = a.request_id.as_deref() {
@@ -152,12 +152,12 @@ pub fn by_request(arrivals: &[Arrival]) -> BTreeMap<&str, Vec<&Arrival>> {
 }
 
 /// Whether `a` was an attempt that did not answer (and so, if billed, money burned).
-pub fn failed_attempt(a: &Arrival) -> bool {
+pub(super) fn failed_attempt(a: &Arrival) -> bool {
     !matches!(a.outcome, Outcome::Ok | Outcome::BadRequest)
 }
 
 /// Arrivals per second within `[from_ms, to_ms)` that satisfy `keep`.
-pub fn rate(arrivals: &[Arrival], from_ms: f64, to_ms: f64, keep: impl Fn(&Arrival) -> bool) -> f64 {
+pub(super) fn rate(arrivals: &[Arrival], from_ms: f64, to_ms: f64, keep: impl Fn(&Arrival) -> bool) -> f64 {
     if to_ms <= from_ms {
         return 0.0;
     }

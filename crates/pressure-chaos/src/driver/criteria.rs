@@ -20,7 +20,7 @@ use pressure_mock::{Arrival, MockStats, Outcome};
 pub const OPEN_GRACE_MS: f64 = 300.0;
 /// The largest p95 of the healthy requests in the hang scenario, as a
 /// multiple of the normal scenario's p95 from the same run.
-pub const HANG_P95_RATIO: f64 = 1.1;
+pub(super) const HANG_P95_RATIO: f64 = 1.1;
 /// After a 429 storm, the share of requests the primary answers must come
 /// back to this fraction of its share before the storm.
 ///
@@ -31,14 +31,14 @@ pub const HANG_P95_RATIO: f64 = 1.1;
 /// does not happen looks like is traffic that stays on the fallback levels
 /// (a hold or a breaker that does not let go): the primary's share shows
 /// it at any speed.
-pub const RECOVERY_SHARE: f64 = 0.9;
+pub(super) const RECOVERY_SHARE: f64 = 0.9;
 /// Time left for the primary to take its traffic back after a storm before
 /// its share is measured, ms.
-pub const RECOVERY_GRACE_MS: f64 = 1_000.0;
+pub(super) const RECOVERY_GRACE_MS: f64 = 1_000.0;
 
 /// Everything one run observed; time is ms since the load started.
 #[derive(Debug, Clone)]
-pub struct RunData {
+pub(super) struct RunData {
     /// The scenario.
     pub scenario: Scenario,
     /// The stack's settings.
@@ -77,7 +77,7 @@ fn good(samples: &[Sample]) -> impl Iterator<Item = &Sample> {
 
 /// Criteria every run must meet: no 400 retried, attempts within the
 /// policy, no slot left behind.
-pub fn common(run: &RunData) -> Vec<Criterion> {
+pub(super) fn common(run: &RunData) -> Vec<Criterion> {
     let events = by_request(&run.arrivals);
     let mut bad_seen = 0usize;
     let mut retried_400 = 0usize;
@@ -142,7 +142,7 @@ fn all_answered(run: &RunData) -> Criterion {
 }
 
 /// The p95 (ms) of requests answered by the primary without a fault.
-pub fn healthy_p95(run: &RunData) -> (f64, usize) {
+pub(super) fn healthy_p95(run: &RunData) -> (f64, usize) {
     let events = by_request(&run.arrivals);
     let healthy: Vec<f64> = good(&run.samples)
         .filter(|s| s.degradation.as_deref() == Some("primary") && s.status == 200 && !s.stream_error)
@@ -159,7 +159,7 @@ pub fn healthy_p95(run: &RunData) -> (f64, usize) {
 /// The criteria of `run`; `normal_p95` is the normal scenario's healthy p95
 /// from the same invocation (for `hang`, the slower of the normal runs right
 /// before and right after it).
-pub fn evaluate(run: &RunData, normal_p95: Option<f64>) -> Vec<Criterion> {
+pub(super) fn evaluate(run: &RunData, normal_p95: Option<f64>) -> Vec<Criterion> {
     let mut out = match run.scenario.name {
         "normal" => normal(run),
         "hang" => hang(run, normal_p95),

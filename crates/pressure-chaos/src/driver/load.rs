@@ -16,10 +16,10 @@ use pressure_mock::BAD_REQUEST_MARKER;
 
 /// Every this many requests a worker sends one the provider must refuse
 /// (400), to check that no 400 is ever retried.
-pub const BAD_REQUEST_EVERY: u64 = 30;
+pub(super) const BAD_REQUEST_EVERY: u64 = 30;
 /// The longest a client waits for one answer (the use case's deadline is
 /// shorter; this only bounds the run if something is broken).
-pub const CLIENT_TIMEOUT: Duration = Duration::from_secs(15);
+pub(super) const CLIENT_TIMEOUT: Duration = Duration::from_secs(15);
 
 /// Support-ticket prompts (about 100 tokens each), two of which the keyword
 /// rules can answer.
@@ -36,7 +36,7 @@ const PROMPTS: &[&str] = &[
 
 /// One client request and what came back.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Sample {
+pub(super) struct Sample {
     /// The `x-request-id` sent (and the event id the mock sees).
     pub id: String,
     /// When it was sent, ms since the load started.
@@ -57,12 +57,12 @@ pub struct Sample {
 
 impl Sample {
     /// Client latency, ms.
-    pub fn latency_ms(&self) -> f64 {
+    pub(super) fn latency_ms(&self) -> f64 {
         self.end_ms - self.start_ms
     }
 
     /// The label of its result: the degradation level, or `error:<status>`.
-    pub fn result(&self) -> String {
+    pub(super) fn result(&self) -> String {
         match (&self.degradation, self.status) {
             (Some(d), 200 | 202) if !self.stream_error => d.clone(),
             (Some(d), 200) => format!("{d}+stream_error"),
@@ -72,7 +72,7 @@ impl Sample {
     }
 
     /// Whether a model (primary or backup) answered it.
-    pub fn answered_by_model(&self) -> bool {
+    pub(super) fn answered_by_model(&self) -> bool {
         self.status == 200
             && !self.stream_error
             && self
@@ -84,7 +84,7 @@ impl Sample {
 
 /// What the clients do.
 #[derive(Debug, Clone)]
-pub struct Load {
+pub(super) struct Load {
     /// The gateway's chat completions URL.
     pub url: String,
     /// Concurrent clients.
@@ -98,7 +98,7 @@ pub struct Load {
 }
 
 /// Runs the load from `t0`; `done` counts finished requests (for a progress bar).
-pub async fn drive(load: &Load, t0: Instant, done: Arc<AtomicU64>) -> Vec<Sample> {
+pub(super) async fn drive(load: &Load, t0: Instant, done: Arc<AtomicU64>) -> Vec<Sample> {
     let client = match reqwest::Client::builder()
         .pool_max_idle_per_host(load.concurrency)
         .timeout(CLIENT_TIMEOUT)

@@ -12,11 +12,15 @@
 //! machine's speed drifts between runs on a shared machine, and the
 //! criterion is about the stack, not the machine).
 
-pub mod analysis;
-pub mod criteria;
-pub mod load;
-pub mod scenario;
-pub mod stack;
+mod analysis;
+mod criteria;
+mod load;
+mod scenario;
+mod stack;
+
+pub use criteria::OPEN_GRACE_MS;
+pub use scenario::{BACKUP, PRIMARY, SCENARIOS};
+pub use stack::{gateway_config, StackSettings, USE_CASE};
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -30,8 +34,8 @@ use self::analysis::{
 };
 use self::criteria::{evaluate, healthy_p95, RunData};
 use self::load::{drive, Load};
-use self::scenario::{Scenario, SCENARIOS};
-use self::stack::{Stack, StackSettings, BUDGET_MICRO_USD, ROUTE_RESOURCE};
+use self::scenario::Scenario;
+use self::stack::{Stack, BUDGET_MICRO_USD, ROUTE_RESOURCE};
 use crate::report::{MoneyRow, PhaseSpan, Report, ScenarioReport};
 use pressure_mock::Behaviour;
 

@@ -19,7 +19,7 @@ pub const SCENARIOS: &[&str] = &["normal", "hang", "stall", "rate-limit-storm", 
 /// enough that the gateway's own share of a request's time is small, so
 /// the latency comparison between scenarios measures the stack's behaviour
 /// rather than the machine's noise.
-pub const HEALTHY: Latency = Latency::uniform(100, 150);
+pub(super) const HEALTHY: Latency = Latency::uniform(100, 150);
 
 /// A healthy phase called `name`.
 fn healthy(name: &str) -> Phase {
@@ -31,7 +31,7 @@ fn healthy(name: &str) -> Phase {
 
 /// Which clients ask for streamed answers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Streaming {
+pub(super) enum Streaming {
     /// None: every answer is one JSON body.
     Never,
     /// Every other client (even worker numbers) streams, the rest do not.
@@ -40,7 +40,7 @@ pub enum Streaming {
 
 impl Streaming {
     /// Whether worker `w` streams.
-    pub fn for_worker(self, w: usize) -> bool {
+    pub(super) fn for_worker(self, w: usize) -> bool {
         match self {
             Self::Never => false,
             Self::Half => w.is_multiple_of(2),
@@ -50,7 +50,7 @@ impl Streaming {
 
 /// One scenario.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Scenario {
+pub(super) struct Scenario {
     /// Its name (one of [`SCENARIOS`]).
     pub name: &'static str,
     /// What the mock does, in one sentence.
@@ -66,7 +66,7 @@ pub struct Scenario {
 
 impl Scenario {
     /// The scenario called `name`, its phases scaled to `duration`.
-    pub fn named(name: &str, duration: Duration) -> Option<Self> {
+    pub(super) fn named(name: &str, duration: Duration) -> Option<Self> {
         let d = pressure_core::clock::duration_to_millis(duration).max(3_000);
         let third = d / 3;
         let s = match name {

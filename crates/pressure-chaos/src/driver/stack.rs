@@ -20,18 +20,18 @@ use pressure_mock::{MockConfig, MockProvider, Price};
 /// The use case the clients call.
 pub const USE_CASE: &str = "chat";
 /// The chat route's resource (its concurrency shows slot leaks).
-pub const ROUTE_RESOURCE: &str = "gateway:route:chat";
+pub(super) const ROUTE_RESOURCE: &str = "gateway:route:chat";
 /// The primary model's price: $2.50 / $10 per 1M tokens in / out.
-pub const PRIMARY_PRICE: ModelPrice = ModelPrice::new(2_500_000, 10_000_000);
+pub(super) const PRIMARY_PRICE: ModelPrice = ModelPrice::new(2_500_000, 10_000_000);
 /// The backup model's price: $0.15 / $0.60 per 1M tokens in / out.
-pub const BACKUP_PRICE: ModelPrice = ModelPrice::new(150_000, 600_000);
+pub(super) const BACKUP_PRICE: ModelPrice = ModelPrice::new(150_000, 600_000);
 /// The per-event retry budget of the "with budget" runs, in micro-dollars:
 /// one full primary call of the driver's size (about 75 tokens in, 64 out:
 /// 828 µ$). A failed call is charged its prompt (188 µ$), or its whole
 /// answer when it timed out while the provider had it, so after any failure
 /// the next primary try would exceed the budget and the event moves on to
 /// the cheaper backup instead of retrying the expensive model.
-pub const BUDGET_MICRO_USD: u64 = 1_000;
+pub(super) const BUDGET_MICRO_USD: u64 = 1_000;
 /// The Redis backend's per-call timeout (`gateway.backend.timeoutMs`) when
 /// the stand runs on Redis.
 ///
@@ -46,7 +46,7 @@ pub const BUDGET_MICRO_USD: u64 = 1_000;
 /// answer" for a reason that is not under test. The connect timeout is
 /// raised likewise (500 ms by default), so a busy machine cannot fail the
 /// stack's start.
-pub const STORE_TIMEOUT_MS: u64 = 1_000;
+pub(super) const STORE_TIMEOUT_MS: u64 = 1_000;
 
 /// Timeouts and breaker settings of the stack, explicit so the criteria can
 /// refer to them.
@@ -87,7 +87,7 @@ impl StackSettings {
 }
 
 /// A running mock and gateway.
-pub struct Stack {
+pub(super) struct Stack {
     /// The mock provider.
     pub mock: MockProvider,
     /// The gateway's proxy address.
@@ -185,7 +185,7 @@ pub fn gateway_config(
 impl Stack {
     /// Starts the mock (playing `scenario`'s behaviour from now) and a gateway
     /// in front of it.
-    pub async fn start(
+    pub(super) async fn start(
         scenario: &Scenario,
         settings: &StackSettings,
         budget: Option<u64>,
@@ -234,7 +234,7 @@ impl Stack {
     }
 
     /// Stops the gateway and the mock.
-    pub async fn stop(self) {
+    pub(super) async fn stop(self) {
         self.serving.stop(std::time::Duration::from_secs(5)).await;
         self.mock.shutdown().await;
     }

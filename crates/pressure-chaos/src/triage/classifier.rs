@@ -17,11 +17,11 @@ use super::dataset::LABELS;
 
 /// The mock model that uses the full lexicon; every other model name gets
 /// the reduced one.
-pub const LARGE_MODEL: &str = "triage-large";
+pub(super) const LARGE_MODEL: &str = "triage-large";
 
 /// The answer when no word of the lexicon occurs (no label in it, so the
 /// eval counts it as unanswered).
-pub const NO_IDEA: &str = "I cannot tell.";
+pub(super) const NO_IDEA: &str = "I cannot tell.";
 
 /// Entries of at least this weight form the reduced lexicon of the small
 /// model: it knows the strongest cue words only.
@@ -282,7 +282,7 @@ const LEXICON: &[(&str, &[(&str, u32)])] = &[
 ];
 
 /// The stand-in triage "model" behind the mock provider (see the module
-/// docs): weighted word scoring, full lexicon for [`LARGE_MODEL`], reduced
+/// docs): weighted word scoring, full lexicon for the large model (`triage-large`), reduced
 /// lexicon (cues of weight ≥ 3 only) for any other model.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct LexicalClassifier;

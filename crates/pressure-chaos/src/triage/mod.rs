@@ -4,14 +4,14 @@
 //! each degradation level's accuracy on it, so the cost of each level is
 //! known in accuracy and not only in money.
 //!
-//! * [`dataset`]: load and check the JSONL golden set.
+//! * [`Dataset`]: load and check the JSONL golden set.
 //! * [`prompt`]: the system prompt and the robust label parser.
-//! * [`classifier`]: [`LexicalClassifier`], the mock provider's stand-in
+//! * [`LexicalClassifier`]: the mock provider's stand-in
 //!   for a model (a lexicon, not a model: CI needs no network).
 //! * [`eval`]: `pressure triage eval`, one measurement per chain level.
 
-pub mod classifier;
-pub mod dataset;
+mod classifier;
+mod dataset;
 pub mod eval;
 pub mod prompt;
 

@@ -117,7 +117,7 @@ async fn every_scenario_passes_in_short_mode() {
     assert!(failed.is_empty(), "failed criteria:\n{}", failed.join("\n"));
 
     let names: Vec<&str> = rep.scenarios.iter().map(|s| s.name.as_str()).collect();
-    assert_eq!(names, driver::scenario::SCENARIOS);
+    assert_eq!(names, driver::SCENARIOS);
     for s in &rep.scenarios {
         assert!(s.requests > 100, "{}: only {} requests", s.name, s.requests);
         assert!(s.criteria.len() >= 6, "{}: {} criteria", s.name, s.criteria.len());

@@ -17,9 +17,9 @@ pub(crate) use std::sync::Arc;
 pub(crate) use std::time::Duration;
 pub(crate) use tokio::time::Instant;
 
-pub(crate) use pressure_chaos::driver::criteria::OPEN_GRACE_MS;
-pub(crate) use pressure_chaos::driver::scenario::{BACKUP, PRIMARY};
-pub(crate) use pressure_chaos::driver::stack::{gateway_config, StackSettings, USE_CASE};
+pub(crate) use pressure_chaos::driver::OPEN_GRACE_MS;
+pub(crate) use pressure_chaos::driver::{gateway_config, StackSettings, USE_CASE};
+pub(crate) use pressure_chaos::driver::{BACKUP, PRIMARY};
 pub(crate) use pressure_core::shared_breaker::SharedBreakerStore;
 pub(crate) use pressure_gateway::openai::Llm;
 pub(crate) use pressure_gateway::{Gateway, Serving};
