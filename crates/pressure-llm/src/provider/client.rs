@@ -190,6 +190,7 @@ impl Answered {
             status: Some(self.status),
             message,
             ratelimit: self.ratelimit,
+            param: None,
         }
     }
 }
@@ -311,13 +312,16 @@ impl ProviderClient {
         self.inner.kind
     }
 
-    /// The request body in the provider's wire format; `Err` is the message
-    /// of a `BadRequest` (nothing is sent).
-    fn encode(&self, req: &ChatRequest, streaming: bool) -> Result<Vec<u8>, String> {
+    /// The request body in the provider's wire format; `Err` is a
+    /// `BadRequest` naming the field at fault when there is one (nothing
+    /// is sent).
+    fn encode(&self, req: &ChatRequest, streaming: bool) -> Result<Vec<u8>, CallError> {
         match self.inner.kind {
             ProviderKind::OpenAi => serde_json::to_vec(&Wire::new(req, streaming))
-                .map_err(|e| format!("serialising the request: {e}")),
-            ProviderKind::Anthropic => anthropic::request::encode(req, streaming).map_err(|e| e.to_string()),
+                .map_err(|e| CallError::refused(None, format!("serialising the request: {e}"))),
+            ProviderKind::Anthropic => {
+                anthropic::request::encode(req, streaming).map_err(|e| CallError::refused(e.param, e.to_string()))
+            }
         }
     }
 
@@ -363,9 +367,7 @@ impl ProviderClient {
         deadline: Instant,
         tag: &CallTag,
     ) -> Result<Completion, CallError> {
-        let body = self
-            .encode(req, false)
-            .map_err(|e| CallError::transport(ErrorKind::BadRequest, e))?;
+        let body = self.encode(req, false)?;
         let done = self
             .send(body, false, deadline, tag)
             .await?
@@ -398,9 +400,7 @@ impl ProviderClient {
         deadline: Instant,
         tag: &CallTag,
     ) -> Result<ChatStream, CallError> {
-        let body = self
-            .encode(req, true)
-            .map_err(|e| CallError::transport(ErrorKind::BadRequest, e))?;
+        let body = self.encode(req, true)?;
         let mut sent = self.send(body, true, deadline, tag).await?;
         if self.inner.kind == ProviderKind::Anthropic {
             sent.body = anthropic::stream::translate_body(sent.body);
@@ -550,6 +550,7 @@ impl ProviderClient {
                 status: Some(status),
                 message: error_message(&text, status),
                 ratelimit,
+                param: None,
             });
         }
         Ok(Sent {

@@ -16,7 +16,8 @@
 //! | `tool_choice`: `"auto"`, `"none"`, `"required"`, `{"type":"function","function":{"name"}}` | `{"type":"auto"}`, `{"type":"none"}`, `{"type":"any"}`, `{"type":"tool","name"}` |
 //! | `parallel_tool_calls: false` | `tool_choice.disable_parallel_tool_use: true` |
 //! | `stop`: a string or an array | `stop_sequences`: an array |
-//! | `temperature` (0–2) | `temperature`, capped at 1 (Anthropic's range is 0–1) |
+//! | `temperature` (0–1) | `temperature`; above 1 (Anthropic's range ends there) the request is refused, naming `temperature` |
+//! | `response_format` `text` | nothing (the default); any other type is refused, naming `response_format` |
 //! | `top_p` | `top_p` |
 //! | `user` | `metadata.user_id` |
 //! | `top_k`, `metadata`, `thinking` (Anthropic's own fields) | passed through |
@@ -25,9 +26,11 @@
 //! Every other field is dropped: the Messages API refuses fields it does not
 //! know, and the OpenAI-only ones (`n` of 1, `presence_penalty`,
 //! `frequency_penalty`, `logit_bias`, `logprobs`, `seed`,
-//! `response_format`, `stream_options`, `store`, …) have no counterpart.
+//! `stream_options`, `store`, …) have no counterpart.
 //! What cannot be expressed at all is refused as a [`TranslateError`] (the
-//! client reports it as a `BadRequest`, no call made): `n` above 1, an
+//! client reports it as a `BadRequest`, no call made, with the field in
+//! the 400's `param` where one is at fault): a `temperature` outside 0–1, a
+//! `response_format` other than `text`, `n` above 1, an
 //! unknown role, a content part or tool type Anthropic has no block for, a
 //! tool call whose `arguments` are not a JSON object.
 
@@ -42,12 +45,31 @@ pub const DEFAULT_MAX_TOKENS: u32 = 4096;
 
 /// A chat request that has no Messages-API equivalent.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("cannot translate the request for an anthropic provider: {0}")]
-pub struct TranslateError(pub String);
+#[error("cannot translate the request for an anthropic provider: {message}")]
+pub struct TranslateError {
+    /// What cannot be expressed.
+    pub message: String,
+    /// The request field at fault, for the 400's `param`, when one is.
+    pub param: Option<&'static str>,
+}
 
 fn bad(message: impl Into<String>) -> TranslateError {
-    TranslateError(message.into())
+    TranslateError {
+        message: message.into(),
+        param: None,
+    }
 }
+
+/// A refusal of the request field `param`.
+fn refuse(param: &'static str, message: impl Into<String>) -> TranslateError {
+    TranslateError {
+        message: message.into(),
+        param: Some(param),
+    }
+}
+
+/// Anthropic's highest `temperature` (OpenAI's is 2).
+pub const MAX_TEMPERATURE: f64 = 1.0;
 
 /// The Messages request for `req`; `streaming` sets `stream: true`.
 pub fn to_messages_request(req: &ChatRequest, streaming: bool) -> Result<Value, TranslateError> {
@@ -119,9 +141,20 @@ pub fn to_messages_request(req: &ChatRequest, streaming: bool) -> Result<Value, 
             out.insert("stop_sequences".into(), Value::Array(seqs));
         }
     }
-    if let Some(t) = extra.get("temperature").and_then(Value::as_f64) {
-        out.insert("temperature".into(), json!(t.clamp(0.0, 1.0)));
+    if let Some(t) = extra.get("temperature").filter(|v| !v.is_null()) {
+        match t.as_f64() {
+            Some(x) if (0.0..=MAX_TEMPERATURE).contains(&x) => {
+                out.insert("temperature".into(), t.clone());
+            }
+            _ => {
+                return Err(refuse(
+                    "temperature",
+                    format!("temperature {t} is outside 0 to {MAX_TEMPERATURE}, the range of Anthropic's models"),
+                ))
+            }
+        }
     }
+    response_format(extra.get("response_format"))?;
     if let Some(p) = extra.get("top_p").filter(|v| v.is_number()) {
         out.insert("top_p".into(), p.clone());
     }
@@ -171,6 +204,23 @@ pub fn to_messages_request(req: &ChatRequest, streaming: bool) -> Result<Value, 
         out.insert("stream".into(), json!(true));
     }
     Ok(Value::Object(out))
+}
+
+/// Refuses a `response_format` other than plain text: the Messages API
+/// has no JSON mode, and dropping the field would hand the caller prose
+/// where it asked for JSON.
+fn response_format(format: Option<&Value>) -> Result<(), TranslateError> {
+    let ty = match format {
+        None | Some(Value::Null) => return Ok(()),
+        Some(f) => f.get("type").and_then(Value::as_str).unwrap_or(""),
+    };
+    if ty == "text" {
+        return Ok(());
+    }
+    Err(refuse(
+        "response_format",
+        format!("response_format {ty:?} cannot be sent to an Anthropic model (it has no JSON mode)"),
+    ))
 }
 
 /// The request body as bytes.
@@ -422,13 +472,13 @@ mod tests {
     #[test]
     fn max_completion_tokens_and_sampling() {
         let v = translate(json!({
-            "model": "claude-x", "max_completion_tokens": 77, "temperature": 1.7, "top_p": 0.9,
+            "model": "claude-x", "max_completion_tokens": 77, "temperature": 0.7, "top_p": 0.9,
             "stop": "\n\nHuman:", "user": "u-1", "presence_penalty": 0.5, "seed": 3, "n": 1,
             "stream_options": {"include_usage": true}, "top_k": 5,
             "messages": [{"role": "user", "content": "Hi"}]
         }));
         assert_eq!(v["max_tokens"], 77);
-        assert_eq!(v["temperature"], 1.0, "Anthropic's range ends at 1");
+        assert_eq!(v["temperature"], 0.7);
         assert_eq!(v["top_p"], 0.9);
         assert_eq!(v["top_k"], 5);
         assert_eq!(v["stop_sequences"], json!(["\n\nHuman:"]));
@@ -527,7 +577,7 @@ mod tests {
 
     #[test]
     fn untranslatable_requests_are_refused() {
-        let refuse = |v: Value| to_messages_request(&req(v), false).unwrap_err().0;
+        let refuse = |v: Value| to_messages_request(&req(v), false).unwrap_err().message;
         let user = json!([{"role": "user", "content": "x"}]);
         assert!(refuse(json!({"model": "m", "n": 2, "messages": user})).contains("n = 2"));
         assert!(
@@ -559,5 +609,21 @@ mod tests {
             refuse(json!({"model": "m", "messages": user, "tool_choice": "sometimes"})).contains("sometimes")
         );
         assert!(refuse(json!({"model": "m", "messages": user, "stop": 5})).contains("stop"));
+    }
+
+    #[test]
+    fn out_of_range_values_are_refused_naming_the_field_never_changed() {
+        let param = |v: Value| to_messages_request(&req(v), false).err().and_then(|e| e.param);
+        let user = json!([{"role": "user", "content": "x"}]);
+        assert_eq!(param(json!({"model": "m", "messages": user, "temperature": 1.5})), Some("temperature"));
+        assert_eq!(param(json!({"model": "m", "messages": user, "temperature": -0.1})), Some("temperature"));
+        assert_eq!(
+            param(json!({"model": "m", "messages": user, "response_format": {"type": "json_object"}})),
+            Some("response_format")
+        );
+        let v = translate(json!({"model": "m", "messages": user, "temperature": 1.0,
+                                 "response_format": {"type": "text"}}));
+        assert_eq!(v["temperature"], 1.0);
+        assert!(v.get("response_format").is_none());
     }
 }

@@ -1,0 +1,127 @@
+//! [`Open`]: a streamed chat event, committed at the first output chunk of
+//! a model level ([`Live`]; DESIGN §6: "a streamed answer may fall back
+//! only before its first byte reached the client").
+//!
+//! An attempt is the provider stream read up to its first chunk with
+//! output (or its successful end); a failure before that retries and falls
+//! back like a complete answer. From that chunk on, the attempt's
+//! [`Ledger`] lives in the [`Live`] stream and is settled when it ends or is
+//! dropped ([`AnswerStream`](crate::pipeline::AnswerStream)).
+
+use std::collections::VecDeque;
+
+use futures::StreamExt;
+use pressure_core::{Backend, Priority};
+use tokio::time::Instant;
+
+use super::chat::{degraded_reply, for_model, plan_chat};
+use crate::pipeline::answer::LlmReply;
+use crate::pipeline::config::{ChainLevel, ModelKind};
+use crate::pipeline::engine::{Call, Engine, Ledger, ModelEntry};
+use crate::pipeline::error::LlmError;
+use crate::price::Money;
+use crate::provider::{
+    CallError, CallTag, ChatChunk, ChatRequest, ChatStream, ProviderClient, RateLimitHints,
+};
+use crate::reservation::Reservation;
+
+/// A streamed chat event.
+pub(crate) struct Open {
+    pub(crate) req: ChatRequest,
+}
+
+/// What a streamed event is served with.
+pub(crate) enum Streamed<B: Backend> {
+    /// A complete reply (a `rules` or `manualQueue` level).
+    Reply(LlmReply),
+    /// A model level's stream.
+    Live(Box<Live<B>>),
+}
+
+/// A provider stream read up to its first output chunk.
+pub(crate) struct Opened {
+    stream: ChatStream,
+    /// The chunks read, to be replayed.
+    buffered: VecDeque<ChatChunk>,
+}
+
+/// A model level's stream, committed at its first output chunk, with the
+/// attempt's ledger to settle when it ends.
+pub(crate) struct Live<B: Backend> {
+    pub(crate) stream: ChatStream,
+    /// Chunks read while opening, not yet yielded.
+    pub(crate) buffered: VecDeque<ChatChunk>,
+    pub(crate) ledger: Ledger<B>,
+}
+
+impl<B: Backend> Call<B> for Open {
+    type Prepared = ChatRequest;
+    type Sent = Opened;
+    type Output = Streamed<B>;
+
+    const KIND: ModelKind = ModelKind::Chat;
+
+    fn plan(
+        &self,
+        engine: &Engine<B>,
+        m: &ModelEntry,
+        priority: Priority,
+    ) -> Result<Result<Reservation, LlmError>, LlmError> {
+        plan_chat(engine, &self.req, m, priority)
+    }
+
+    fn prepare(&self, m: &ModelEntry, provider: &ProviderClient, reservation: &Reservation) -> ChatRequest {
+        for_model(&self.req, m, provider, reservation)
+    }
+
+    /// Opens a provider stream and reads it up to its first chunk with
+    /// output (or its successful end).
+    async fn send(
+        &self,
+        provider: &ProviderClient,
+        prepared: &ChatRequest,
+        deadline: Instant,
+        tag: &CallTag,
+    ) -> Result<Opened, CallError> {
+        let mut stream = provider.stream_tagged(prepared, deadline, tag).await?;
+        let mut buffered = VecDeque::new();
+        loop {
+            match stream.next().await {
+                Some(Ok(chunk)) => {
+                    let output = chunk.has_output();
+                    buffered.push_back(chunk);
+                    if output {
+                        break;
+                    }
+                }
+                Some(Err(e)) => return Err(e),
+                None => break,
+            }
+        }
+        Ok(Opened { stream, buffered })
+    }
+
+    fn hints(sent: &Opened) -> &RateLimitHints {
+        sent.stream.ratelimit()
+    }
+
+    async fn finish(&self, opened: Opened, ledger: Ledger<B>) -> (Streamed<B>, Money) {
+        let live = Live {
+            stream: opened.stream,
+            buffered: opened.buffered,
+            ledger,
+        };
+        (Streamed::Live(Box::new(live)), Money::ZERO)
+    }
+
+    async fn degraded(
+        &self,
+        engine: &Engine<B>,
+        use_case: &str,
+        level: &ChainLevel,
+    ) -> Result<Option<Streamed<B>>, LlmError> {
+        Ok(degraded_reply(engine, use_case, &self.req, level)
+            .await?
+            .map(Streamed::Reply))
+    }
+}
