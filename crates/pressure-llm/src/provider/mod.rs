@@ -38,6 +38,7 @@
 //! shortens, never extends, what the fallbacks get.
 
 pub mod anthropic;
+mod body;
 pub mod client;
 pub mod config;
 pub mod embeddings;

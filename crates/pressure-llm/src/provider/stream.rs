@@ -29,7 +29,7 @@ use futures::Stream;
 use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::{Instant, Sleep};
 
-use super::client::{body_error, bound, BodyStream, Sent};
+use super::body::{body_error, bound, BodyStream, ResponseHead};
 use super::error::CallError;
 use super::ratelimit::RateLimitHints;
 use super::types::{ChatChunk, Usage};
@@ -78,7 +78,7 @@ impl std::fmt::Debug for ChatStream {
 }
 
 impl ChatStream {
-    pub(crate) fn new(sent: Sent, read_timeout: Duration, deadline: Instant) -> Self {
+    pub(crate) fn new(sent: ResponseHead, read_timeout: Duration, deadline: Instant) -> Self {
         let (at, phase) = bound(TimeoutPhase::Read, read_timeout, deadline);
         Self {
             body: Some(sent.body),

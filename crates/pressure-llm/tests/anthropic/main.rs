@@ -622,10 +622,15 @@ async fn a_field_anthropic_cannot_take_is_refused_naming_it() {
         hot.extra.insert("temperature".into(), json!(1.5));
         let e = c.complete("claude", hot).await.unwrap_err();
         let d = e.describe();
-        assert_eq!((d.status, d.error_type, d.param), (400, "invalid_request_error", Some("temperature")), "{e}");
+        assert_eq!(
+            (d.status, d.error_type, d.param),
+            (400, "invalid_request_error", Some("temperature")),
+            "{e}"
+        );
         assert!(e.to_string().contains("temperature"), "{e}");
         let mut text = chat(None);
-        text.extra.insert("response_format".into(), json!({"type": "json_object"}));
+        text.extra
+            .insert("response_format".into(), json!({"type": "json_object"}));
         let e = c.complete("claude", text).await.unwrap_err();
         assert_eq!(e.describe().param, Some("response_format"), "{e}");
         assert_eq!((a.hits(), o.hits()), (0, 0), "nothing was sent");

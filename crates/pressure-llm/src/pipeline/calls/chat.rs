@@ -58,7 +58,9 @@ impl<B: Backend> Call<B> for Complete {
         let used = done
             .usage
             .as_ref()
-            .map_or((r.input_tokens, r.output_tokens), |u| (u.prompt_tokens, u.completion_tokens));
+            .map_or((r.input_tokens, r.output_tokens), |u| {
+                (u.prompt_tokens, u.completion_tokens)
+            });
         let answered = Settlement::Answered {
             ttft: Some(done.ttft),
             total: Some(done.total),

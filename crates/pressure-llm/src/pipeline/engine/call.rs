@@ -45,7 +45,8 @@ pub(crate) trait Call<B: Backend>: Sync {
     ) -> Result<Result<Reservation, LlmError>, LlmError>;
 
     /// The request for `m` on `provider`, with what was reserved for it.
-    fn prepare(&self, m: &ModelEntry, provider: &ProviderClient, reservation: &Reservation) -> Self::Prepared;
+    fn prepare(&self, m: &ModelEntry, provider: &ProviderClient, reservation: &Reservation)
+        -> Self::Prepared;
 
     /// Sends one attempt.
     fn send(
@@ -62,7 +63,11 @@ pub(crate) trait Call<B: Backend>: Sync {
     /// Turns a successful attempt into the output, settling `ledger` now
     /// (the returned cost is the attempt's) or handing it to the output to
     /// settle when it ends (cost zero here).
-    fn finish(&self, sent: Self::Sent, ledger: Ledger<B>) -> impl Future<Output = (Self::Output, Money)> + Send;
+    fn finish(
+        &self,
+        sent: Self::Sent,
+        ledger: Ledger<B>,
+    ) -> impl Future<Output = (Self::Output, Money)> + Send;
 
     /// A level without a model (`rules`, `manualQueue`): its answer, or
     /// `None` to go on with the next level.

@@ -35,7 +35,10 @@ impl ModelEntry {
     /// The entry of `m`, its resource registered on `broker` when it has
     /// limits: a `queue` resource (not `register_limit`) so that the batch
     /// ceiling applies to `Priority::Batch` acquisitions.
-    pub(crate) fn register<B: Backend>(m: &ModelConfig, broker: &ResourceBroker<B>) -> Result<Self, LlmError> {
+    pub(crate) fn register<B: Backend>(
+        m: &ModelConfig,
+        broker: &ResourceBroker<B>,
+    ) -> Result<Self, LlmError> {
         let resource = match &m.limits {
             Some(limits) => {
                 let id = resource_id(&m.provider, &m.model);

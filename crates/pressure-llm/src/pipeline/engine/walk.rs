@@ -172,6 +172,8 @@ impl<B: Backend> Engine<B> {
             }
         }
         // Given up: the error says when the soonest level could answer.
-        Err(last_error.map_or(LlmError::NoAnswer, |e| e.with_retry_after(event.hint.at(Instant::now()))))
+        Err(last_error.map_or(LlmError::NoAnswer, |e| {
+            e.with_retry_after(event.hint.at(Instant::now()))
+        }))
     }
 }

@@ -149,7 +149,9 @@ pub fn to_messages_request(req: &ChatRequest, streaming: bool) -> Result<Value, 
             _ => {
                 return Err(refuse(
                     "temperature",
-                    format!("temperature {t} is outside 0 to {MAX_TEMPERATURE}, the range of Anthropic's models"),
+                    format!(
+                        "temperature {t} is outside 0 to {MAX_TEMPERATURE}, the range of Anthropic's models"
+                    ),
                 ))
             }
         }
@@ -615,8 +617,14 @@ mod tests {
     fn out_of_range_values_are_refused_naming_the_field_never_changed() {
         let param = |v: Value| to_messages_request(&req(v), false).err().and_then(|e| e.param);
         let user = json!([{"role": "user", "content": "x"}]);
-        assert_eq!(param(json!({"model": "m", "messages": user, "temperature": 1.5})), Some("temperature"));
-        assert_eq!(param(json!({"model": "m", "messages": user, "temperature": -0.1})), Some("temperature"));
+        assert_eq!(
+            param(json!({"model": "m", "messages": user, "temperature": 1.5})),
+            Some("temperature")
+        );
+        assert_eq!(
+            param(json!({"model": "m", "messages": user, "temperature": -0.1})),
+            Some("temperature")
+        );
         assert_eq!(
             param(json!({"model": "m", "messages": user, "response_format": {"type": "json_object"}})),
             Some("response_format")

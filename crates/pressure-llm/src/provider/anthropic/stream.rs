@@ -38,7 +38,7 @@ use futures::Stream;
 use serde_json::{json, Map, Value};
 
 use super::response::{finish_reason, to_usage};
-use crate::provider::client::BodyStream;
+use crate::provider::body::BodyStream;
 
 /// What a content block of the answer is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
