@@ -239,12 +239,12 @@ impl ProviderClient {
     /// The request body in the provider's wire format; `Err` is a
     /// `BadRequest` naming the field at fault when there is one (nothing
     /// is sent).
-    fn encode(&self, req: &ChatRequest, streaming: bool) -> Result<Vec<u8>, CallError> {
+    fn encode(&self, req: &ChatRequest, streaming: bool) -> Result<Vec<u8>, Box<CallError>> {
         match self.endpoint.kind {
             ProviderKind::OpenAi => serde_json::to_vec(&Wire::new(req, streaming))
-                .map_err(|e| CallError::refused(None, format!("serialising the request: {e}"))),
+                .map_err(|e| Box::new(CallError::refused(None, format!("serialising the request: {e}")))),
             ProviderKind::Anthropic => anthropic::request::encode(req, streaming)
-                .map_err(|e| CallError::refused(e.param, e.to_string())),
+                .map_err(|e| Box::new(CallError::refused(e.param, e.to_string()))),
         }
     }
 
@@ -290,7 +290,7 @@ impl ProviderClient {
         deadline: Instant,
         tag: &CallTag,
     ) -> Result<Completion, CallError> {
-        let body = self.encode(req, false)?;
+        let body = self.encode(req, false).map_err(|e| *e)?;
         let done = self
             .send(body, false, deadline, tag)
             .await?
@@ -323,7 +323,7 @@ impl ProviderClient {
         deadline: Instant,
         tag: &CallTag,
     ) -> Result<ChatStream, CallError> {
-        let body = self.encode(req, true)?;
+        let body = self.encode(req, true).map_err(|e| *e)?;
         let mut sent = self.send(body, true, deadline, tag).await?;
         if self.endpoint.kind == ProviderKind::Anthropic {
             sent.body = anthropic::stream::translate_body(sent.body);
