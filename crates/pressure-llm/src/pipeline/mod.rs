@@ -16,9 +16,9 @@
 //!   answer, or to the input tokens alone after a failure (the reserved output
 //!   is refunded);
 //! * a successful answer's rate-limit headers (`x-ratelimit-*`,
-//!   `anthropic-ratelimit-*`) saying the quota is spent ([`hold_for`]) hold
-//!   the model until the announced reset: a held level is treated like a
-//!   limiter denial (wait when the hold ends before the deadline, else next
+//!   `anthropic-ratelimit-*`) saying the quota is spent hold the model
+//!   until the announced reset: a held level is treated like a limiter
+//!   denial (wait when the hold ends within the level's share, else next
 //!   level), so the provider is not asked again before it would answer 429;
 //! * a `batch` use case reserves under the model's batch ceiling
 //!   (`1 − batchHeadroom` of each limit, [`ModelConfig::batch_headroom`]);
@@ -78,7 +78,6 @@ pub use config::{
     ChainLevel, ConfigError, LlmConfig, ModelConfig, ModelKind, ProviderSettings, UseCaseConfig,
     UseCasePriority, DEFAULT_BATCH_HEADROOM, DEFAULT_BATCH_TOTAL_MS, DEFAULT_INTERACTIVE_TOTAL_MS,
 };
-pub use engine::{hold_for, MAX_PROVIDER_HOLD};
 pub use error::{EmbeddingError, ErrorDescription, LlmError};
 pub use fallback::{
     queued_response, queued_text, FallbackHandler, InMemoryQueue, KeywordRule, KeywordRules, ManualQueue,

@@ -37,16 +37,16 @@
 //! made. So an attempt can never outlive its event, and a slow first attempt
 //! shortens, never extends, what the fallbacks get.
 
-pub mod anthropic;
+mod anthropic;
 mod body;
-pub mod client;
-pub mod config;
-pub mod embeddings;
-pub mod error;
+mod client;
+mod config;
+mod embeddings;
+mod error;
 pub mod ratelimit;
-pub mod stream;
-pub mod tag;
-pub mod types;
+mod stream;
+mod tag;
+mod types;
 
 pub use client::{Completion, PoolStats, ProviderClient};
 pub use config::{ProviderConfig, ProviderKind, TimeoutsConfig};
@@ -55,7 +55,7 @@ pub use embeddings::{
     InputItem, InvalidEmbeddingRequest, MAX_EMBEDDING_INPUTS,
 };
 pub use error::{CallError, ProviderError};
-pub use ratelimit::RateLimitHints;
+pub use ratelimit::{parse_go_duration, parse_http_date, parse_rfc3339, RateLimitHints};
 pub use stream::ChatStream;
 pub use tag::{CallTag, ATTEMPT_HEADER, PROBE_HEADER, REQUEST_ID_HEADER};
 pub use types::{

@@ -17,7 +17,7 @@
 //!   attempt's price held by one value that settles once (breaker outcome,
 //!   reconcile, spend), whichever path the attempt took.
 //! * `models` — [`ModelEntry`], one configured model, and the provider
-//!   hold its rate-limit headers impose ([`hold_for`]).
+//!   hold its rate-limit headers impose (`hold_for`).
 
 mod call;
 mod gate;
@@ -36,7 +36,6 @@ use pressure_core::{Backend, ResourceBroker};
 pub(crate) use call::Call;
 pub(crate) use ledger::{Ledger, Settlement};
 pub(crate) use models::ModelEntry;
-pub use models::{hold_for, MAX_PROVIDER_HOLD};
 pub(crate) use walk::Served;
 
 use super::config::LlmConfig;

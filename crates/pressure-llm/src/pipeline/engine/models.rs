@@ -84,7 +84,7 @@ impl ModelEntry {
 }
 
 /// Longest hold a provider's headers can impose (a guard against a bogus reset).
-pub const MAX_PROVIDER_HOLD: Duration = Duration::from_secs(60);
+pub(crate) const MAX_PROVIDER_HOLD: Duration = Duration::from_secs(60);
 
 /// How long a (provider, model) must not be called after a successful answer
 /// whose rate-limit headers say the quota is spent, before the provider
@@ -99,7 +99,7 @@ pub const MAX_PROVIDER_HOLD: Duration = Duration::from_secs(60);
 /// provider's 429 with `retry-after` still apply). The longest applicable
 /// reset wins, capped at [`MAX_PROVIDER_HOLD`]. The hold is kept in this
 /// process only (not shared through the broker backend).
-pub fn hold_for(hints: &RateLimitHints, typical: &Reservation) -> Option<Duration> {
+pub(crate) fn hold_for(hints: &RateLimitHints, typical: &Reservation) -> Option<Duration> {
     let mut hold: Option<Duration> = None;
     let mut extend = |d: Option<Duration>| {
         if let Some(d) = d {

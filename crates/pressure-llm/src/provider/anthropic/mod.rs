@@ -63,18 +63,16 @@
 //! configured about 25 % below Anthropic's to absorb the estimate's error up
 //! front.
 
-pub mod error;
-pub mod request;
-pub mod response;
-pub mod stream;
+pub(super) mod error;
+pub(super) mod request;
+pub(super) mod response;
+pub(super) mod stream;
 
-pub use request::{to_messages_request, TranslateError, DEFAULT_MAX_TOKENS};
-pub use response::{finish_reason, to_chat_response, to_usage};
-pub use stream::EventTranslator;
+pub(super) use response::to_chat_response;
 
 /// The `anthropic-version` header sent with every call.
-pub const API_VERSION: &str = "2023-06-01";
+pub(crate) const API_VERSION: &str = "2023-06-01";
 /// The header carrying the API version.
-pub const VERSION_HEADER: &str = "anthropic-version";
+pub(crate) const VERSION_HEADER: &str = "anthropic-version";
 /// The header carrying the API key.
-pub const API_KEY_HEADER: &str = "x-api-key";
+pub(crate) const API_KEY_HEADER: &str = "x-api-key";

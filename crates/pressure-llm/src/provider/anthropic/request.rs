@@ -41,12 +41,12 @@ use crate::provider::types::{ChatRequest, Message, MessageContent};
 /// `max_tokens` sent when the request names none (Anthropic requires one).
 /// The pipeline never relies on it: it sends the output tokens it reserved
 /// for the call (the model's `defaultMaxTokens` or `maxOutputTokens`).
-pub const DEFAULT_MAX_TOKENS: u32 = 4096;
+pub(crate) const DEFAULT_MAX_TOKENS: u32 = 4096;
 
 /// A chat request that has no Messages-API equivalent.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("cannot translate the request for an anthropic provider: {message}")]
-pub struct TranslateError {
+pub(crate) struct TranslateError {
     /// What cannot be expressed.
     pub message: String,
     /// The request field at fault, for the 400's `param`, when one is.
@@ -69,10 +69,10 @@ fn refuse(param: &'static str, message: impl Into<String>) -> TranslateError {
 }
 
 /// Anthropic's highest `temperature` (OpenAI's is 2).
-pub const MAX_TEMPERATURE: f64 = 1.0;
+pub(crate) const MAX_TEMPERATURE: f64 = 1.0;
 
 /// The Messages request for `req`; `streaming` sets `stream: true`.
-pub fn to_messages_request(req: &ChatRequest, streaming: bool) -> Result<Value, TranslateError> {
+pub(crate) fn to_messages_request(req: &ChatRequest, streaming: bool) -> Result<Value, TranslateError> {
     if let Some(n) = req.extra.get("n").and_then(Value::as_u64) {
         if n > 1 {
             return Err(bad(format!("n = {n}: Anthropic answers one choice per request")));

@@ -19,7 +19,7 @@ use crate::provider::types::{ChatResponse, Choice, Message, MessageContent, Usag
 /// `stop_sequence` and `pause_turn` → `stop`; `max_tokens` and
 /// `model_context_window_exceeded` → `length`; `tool_use` → `tool_calls`;
 /// `refusal` → `content_filter`; anything else → `stop`.
-pub fn finish_reason(stop_reason: &str) -> &'static str {
+pub(crate) fn finish_reason(stop_reason: &str) -> &'static str {
     match stop_reason {
         "max_tokens" | "model_context_window_exceeded" => "length",
         "tool_use" => "tool_calls",
@@ -34,7 +34,7 @@ pub fn finish_reason(stop_reason: &str) -> &'static str {
 /// tokens; the cache reads are also given as
 /// `prompt_tokens_details.cached_tokens`), completion tokens =
 /// `output_tokens`, total = both.
-pub fn to_usage(u: &Value) -> Usage {
+pub(crate) fn to_usage(u: &Value) -> Usage {
     let n = |k: &str| u.get(k).and_then(Value::as_u64).unwrap_or(0);
     let cache_read = n("cache_read_input_tokens");
     let prompt = n("input_tokens") + n("cache_creation_input_tokens") + cache_read;
@@ -62,7 +62,7 @@ pub(crate) fn tool_call(id: &str, name: &str, arguments: String) -> Value {
 /// The `chat.completion` for a Messages answer body; `Err` when the body is
 /// not a message (an error object, or not JSON) — the client then
 /// classifies it like any error body.
-pub fn to_chat_response(body: &[u8]) -> Result<ChatResponse, String> {
+pub(crate) fn to_chat_response(body: &[u8]) -> Result<ChatResponse, String> {
     let v: Value = serde_json::from_slice(body).map_err(|e| e.to_string())?;
     if v.get("type").and_then(Value::as_str) != Some("message") {
         return Err("the body is not a Messages answer (`type` is not \"message\")".into());

@@ -52,7 +52,7 @@ enum Block {
 
 /// Translates Anthropic events, one at a time, in order; see the module docs.
 #[derive(Debug, Clone)]
-pub struct EventTranslator {
+pub(crate) struct EventTranslator {
     id: String,
     model: String,
     blocks: HashMap<u64, Block>,
@@ -69,7 +69,7 @@ impl Default for EventTranslator {
 
 impl EventTranslator {
     /// A translator for one stream.
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Self {
             id: String::new(),
             model: String::new(),
@@ -81,7 +81,7 @@ impl EventTranslator {
 
     /// The chat-completions SSE text for one Anthropic event (`event:` name
     /// and `data:`), empty when it stands for nothing.
-    pub fn event(&mut self, name: Option<&str>, data: &str) -> String {
+    pub(crate) fn event(&mut self, name: Option<&str>, data: &str) -> String {
         let Ok(v) = serde_json::from_str::<Value>(data) else {
             return format!("data: {data}\n\n");
         };
@@ -328,8 +328,9 @@ pub(crate) fn translate_body(body: BodyStream) -> BodyStream {
     })
 }
 
-/// The chat-completions SSE text of a whole Anthropic event stream (for tests and tools).
-pub fn translate_all(sse: &str) -> String {
+/// The chat-completions SSE text of a whole Anthropic event stream (for tests).
+#[cfg(test)]
+pub(crate) fn translate_all(sse: &str) -> String {
     let mut parser = SseParser::default();
     let mut tr = EventTranslator::new();
     let mut out = String::new();
