@@ -1,12 +1,13 @@
-//! [`Complete`]: a chat event answered whole; and what a streamed chat
-//! event shares with it ([`for_model`], [`plan_chat`], [`degraded_reply`]).
+//! A chat request through the engine ([`Request`] for [`ChatRequest`]:
+//! its reservation, the request sent to one model, the `rules` and
+//! `manualQueue` levels), and [`Complete`]: a chat event answered whole.
 
 use pressure_core::{Backend, Priority};
 use tokio::time::Instant;
 
 use crate::pipeline::answer::LlmReply;
 use crate::pipeline::config::{ChainLevel, ModelKind};
-use crate::pipeline::engine::{Call, Engine, Ledger, ModelEntry, Settlement};
+use crate::pipeline::engine::{Call, Engine, Ledger, ModelEntry, Request, Settlement};
 use crate::pipeline::error::LlmError;
 use crate::price::Money;
 use crate::provider::{
@@ -14,29 +15,78 @@ use crate::provider::{
 };
 use crate::reservation::Reservation;
 
-/// A chat event answered whole.
-pub(crate) struct Complete {
-    pub(crate) req: ChatRequest,
-}
-
-impl<B: Backend> Call<B> for Complete {
+impl<B: Backend> Request<B> for ChatRequest {
     type Prepared = ChatRequest;
-    type Sent = Completion;
-    type Output = LlmReply;
+    type Degraded = LlmReply;
 
     const KIND: ModelKind = ModelKind::Chat;
 
+    /// The prompt counted with the model's tokenizer, the output cap (else
+    /// the model's default); a request that overflows the context window
+    /// does not fit the level.
     fn plan(
         &self,
         engine: &Engine<B>,
         m: &ModelEntry,
         priority: Priority,
     ) -> Result<Result<Reservation, LlmError>, LlmError> {
-        plan_chat(engine, &self.req, m, priority)
+        let messages: Vec<(String, String)> =
+            self.messages.iter().map(|m| (m.role.clone(), m.text())).collect();
+        let input = engine.counter.count_chat(&m.model, &messages)?;
+        let max_tokens = self.max_output_tokens().map(u64::from);
+        Ok(Reservation::for_request(input, max_tokens, &m.context)
+            .map(|r| r.with_priority(priority))
+            .map_err(LlmError::ContextLength))
     }
 
+    /// The request with its `model` set; to an Anthropic provider, which
+    /// requires `max_tokens`, the output reserved for the call when the
+    /// request named none.
     fn prepare(&self, m: &ModelEntry, provider: &ProviderClient, reservation: &Reservation) -> ChatRequest {
-        for_model(&self.req, m, provider, reservation)
+        let mut call = self.clone();
+        call.model = m.model.clone();
+        if provider.kind() == ProviderKind::Anthropic && call.max_output_tokens().is_none() {
+            call.max_tokens = u32::try_from(reservation.output_tokens).ok();
+        }
+        call
+    }
+
+    /// A `rules` handler's answer (none: go on), or a `manualQueue` ticket.
+    async fn degraded(
+        &self,
+        engine: &Engine<B>,
+        use_case: &str,
+        level: &ChainLevel,
+    ) -> Result<Option<LlmReply>, LlmError> {
+        match level {
+            ChainLevel::Rules(name) => {
+                let Some(handler) = engine.handlers.get(name) else {
+                    tracing::warn!(use_case, rules = %name, "no handler registered for rules level; skipped");
+                    return Ok(None);
+                };
+                Ok(handler.handle(self).map(LlmReply::Completion))
+            }
+            ChainLevel::ManualQueue(_) => {
+                let ticket = engine.queue.push(use_case, self).await?;
+                Ok(Some(LlmReply::Queued { ticket }))
+            }
+            ChainLevel::Model(_) => Ok(None),
+        }
+    }
+}
+
+/// A chat event answered whole.
+pub(crate) struct Complete {
+    pub(crate) req: ChatRequest,
+}
+
+impl<B: Backend> Call<B> for Complete {
+    type Request = ChatRequest;
+    type Sent = Completion;
+    type Output = LlmReply;
+
+    fn request(&self) -> &ChatRequest {
+        &self.req
     }
 
     async fn send(
@@ -53,6 +103,8 @@ impl<B: Backend> Call<B> for Complete {
         &sent.ratelimit
     }
 
+    /// Settled at once, to the answer's `usage` (without one, to what was
+    /// reserved).
     async fn finish(&self, done: Completion, ledger: Ledger<B>) -> (LlmReply, Money) {
         let r = *ledger.reservation();
         let used = done
@@ -69,70 +121,7 @@ impl<B: Backend> Call<B> for Complete {
         (LlmReply::Completion(done.response), cost)
     }
 
-    async fn degraded(
-        &self,
-        engine: &Engine<B>,
-        use_case: &str,
-        level: &ChainLevel,
-    ) -> Result<Option<LlmReply>, LlmError> {
-        degraded_reply(engine, use_case, &self.req, level).await
-    }
-}
-
-/// The reservation of `req` on chat model `m`: its prompt counted with the
-/// model's tokenizer, its output cap (else the model's default); a request
-/// that overflows the context window does not fit the level.
-pub(crate) fn plan_chat<B: Backend>(
-    engine: &Engine<B>,
-    req: &ChatRequest,
-    m: &ModelEntry,
-    priority: Priority,
-) -> Result<Result<Reservation, LlmError>, LlmError> {
-    let messages: Vec<(String, String)> = req.messages.iter().map(|m| (m.role.clone(), m.text())).collect();
-    let input = engine.counter.count_chat(&m.model, &messages)?;
-    let max_tokens = req.max_output_tokens().map(u64::from);
-    Ok(Reservation::for_request(input, max_tokens, &m.context)
-        .map(|r| r.with_priority(priority))
-        .map_err(LlmError::ContextLength))
-}
-
-/// `req` as sent to model `m`: its `model` set; to an Anthropic provider,
-/// which requires `max_tokens`, the output reserved for the call when the
-/// request named none.
-pub(crate) fn for_model(
-    req: &ChatRequest,
-    m: &ModelEntry,
-    provider: &ProviderClient,
-    reservation: &Reservation,
-) -> ChatRequest {
-    let mut call = req.clone();
-    call.model = m.model.clone();
-    if provider.kind() == ProviderKind::Anthropic && call.max_output_tokens().is_none() {
-        call.max_tokens = u32::try_from(reservation.output_tokens).ok();
-    }
-    call
-}
-
-/// The answer of a level without a model: a `rules` handler's (none: go
-/// on), or a `manualQueue` ticket.
-pub(crate) async fn degraded_reply<B: Backend>(
-    engine: &Engine<B>,
-    use_case: &str,
-    req: &ChatRequest,
-    level: &ChainLevel,
-) -> Result<Option<LlmReply>, LlmError> {
-    match level {
-        ChainLevel::Rules(name) => {
-            let Some(handler) = engine.handlers.get(name) else {
-                tracing::warn!(use_case, rules = %name, "no handler registered for rules level; skipped");
-                return Ok(None);
-            };
-            Ok(handler.handle(req).map(LlmReply::Completion))
-        }
-        ChainLevel::ManualQueue(_) => {
-            let ticket = engine.queue.push(use_case, req).await?;
-            Ok(Some(LlmReply::Queued { ticket }))
-        }
-        ChainLevel::Model(_) => Ok(None),
+    fn degraded(answer: LlmReply) -> LlmReply {
+        answer
     }
 }

@@ -14,11 +14,13 @@
 //! refuses `rules` and `manualQueue` there), so the answer is always a
 //! model's: `Primary` or `Backup(n)`.
 
+use std::convert::Infallible;
+
 use pressure_core::{Backend, Priority};
 use tokio::time::Instant;
 
-use crate::pipeline::config::ModelKind;
-use crate::pipeline::engine::{Call, Engine, Ledger, ModelEntry, Settlement};
+use crate::pipeline::config::{ChainLevel, ModelKind};
+use crate::pipeline::engine::{Call, Engine, Ledger, ModelEntry, Request, Settlement};
 use crate::pipeline::error::LlmError;
 use crate::price::Money;
 use crate::provider::{
@@ -32,15 +34,14 @@ pub(crate) struct Embed {
     pub(crate) req: EmbeddingRequest,
 }
 
-impl<B: Backend> Call<B> for Embed {
+impl<B: Backend> Request<B> for EmbeddingRequest {
     type Prepared = EmbeddingRequest;
-    type Sent = EmbeddingCompletion;
-    type Output = EmbeddingResponse;
+    type Degraded = Infallible;
 
     const KIND: ModelKind = ModelKind::Embedding;
 
     fn validate(&self) -> Result<(), LlmError> {
-        self.req.validate().map_err(LlmError::InvalidEmbedding)
+        EmbeddingRequest::validate(self).map_err(LlmError::InvalidEmbedding)
     }
 
     /// Tokens of each input, counted with the model's tokenizer (token-id
@@ -52,7 +53,6 @@ impl<B: Backend> Call<B> for Embed {
         priority: Priority,
     ) -> Result<Result<Reservation, LlmError>, LlmError> {
         let counts = self
-            .req
             .input
             .items()
             .into_iter()
@@ -78,9 +78,24 @@ impl<B: Backend> Call<B> for Embed {
     }
 
     fn prepare(&self, m: &ModelEntry, _: &ProviderClient, _: &Reservation) -> EmbeddingRequest {
-        let mut call = self.req.clone();
+        let mut call = self.clone();
         call.model = m.model.clone();
         call
+    }
+
+    /// Embedding chains hold model levels only.
+    async fn degraded(&self, _: &Engine<B>, _: &str, _: &ChainLevel) -> Result<Option<Infallible>, LlmError> {
+        Ok(None)
+    }
+}
+
+impl<B: Backend> Call<B> for Embed {
+    type Request = EmbeddingRequest;
+    type Sent = EmbeddingCompletion;
+    type Output = EmbeddingResponse;
+
+    fn request(&self) -> &EmbeddingRequest {
+        &self.req
     }
 
     async fn send(
@@ -106,5 +121,9 @@ impl<B: Backend> Call<B> for Embed {
         };
         let cost = ledger.settle(answered, (prompt, 0)).await;
         (done.response, cost)
+    }
+
+    fn degraded(answer: Infallible) -> EmbeddingResponse {
+        match answer {}
     }
 }

@@ -11,19 +11,15 @@
 use std::collections::VecDeque;
 
 use futures::StreamExt;
-use pressure_core::{Backend, Priority};
+use pressure_core::Backend;
 use tokio::time::Instant;
 
-use super::chat::{degraded_reply, for_model, plan_chat};
 use crate::pipeline::answer::LlmReply;
-use crate::pipeline::config::{ChainLevel, ModelKind};
-use crate::pipeline::engine::{Call, Engine, Ledger, ModelEntry};
-use crate::pipeline::error::LlmError;
+use crate::pipeline::engine::{Call, Ledger};
 use crate::price::Money;
 use crate::provider::{
     CallError, CallTag, ChatChunk, ChatRequest, ChatStream, ProviderClient, RateLimitHints,
 };
-use crate::reservation::Reservation;
 
 /// A streamed chat event.
 pub(crate) struct Open {
@@ -55,23 +51,12 @@ pub(crate) struct Live<B: Backend> {
 }
 
 impl<B: Backend> Call<B> for Open {
-    type Prepared = ChatRequest;
+    type Request = ChatRequest;
     type Sent = Opened;
     type Output = Streamed<B>;
 
-    const KIND: ModelKind = ModelKind::Chat;
-
-    fn plan(
-        &self,
-        engine: &Engine<B>,
-        m: &ModelEntry,
-        priority: Priority,
-    ) -> Result<Result<Reservation, LlmError>, LlmError> {
-        plan_chat(engine, &self.req, m, priority)
-    }
-
-    fn prepare(&self, m: &ModelEntry, provider: &ProviderClient, reservation: &Reservation) -> ChatRequest {
-        for_model(&self.req, m, provider, reservation)
+    fn request(&self) -> &ChatRequest {
+        &self.req
     }
 
     /// Opens a provider stream and reads it up to its first chunk with
@@ -114,14 +99,7 @@ impl<B: Backend> Call<B> for Open {
         (Streamed::Live(Box::new(live)), Money::ZERO)
     }
 
-    async fn degraded(
-        &self,
-        engine: &Engine<B>,
-        use_case: &str,
-        level: &ChainLevel,
-    ) -> Result<Option<Streamed<B>>, LlmError> {
-        Ok(degraded_reply(engine, use_case, &self.req, level)
-            .await?
-            .map(Streamed::Reply))
+    fn degraded(answer: LlmReply) -> Streamed<B> {
+        Streamed::Reply(answer)
     }
 }

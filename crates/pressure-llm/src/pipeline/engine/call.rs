@@ -1,6 +1,13 @@
-//! [`Call`]: what one kind of call (chat completion, stream, embeddings)
-//! tells the engine; everything else — the chain walk, the gate, the retry
-//! loop, the settlement — is the engine's, written once.
+//! What one kind of call tells the engine; everything else — the chain
+//! walk, the gate, the retry loop, the settlement — is the engine's,
+//! written once.
+//!
+//! * [`Request`] — what depends on the request alone (chat or
+//!   embeddings): its checks, the reservation of one level, the request
+//!   sent to one model, the answer of a level without a model;
+//! * [`Call`] — what depends on how it is sent (complete or streamed):
+//!   one attempt, its rate-limit hints, and what a successful attempt
+//!   leaves to settle.
 
 use std::future::Future;
 
@@ -16,16 +23,14 @@ use crate::price::Money;
 use crate::provider::{CallError, CallTag, ProviderClient, RateLimitHints};
 use crate::reservation::Reservation;
 
-/// One kind of call, driven through the chain by the engine.
-pub(crate) trait Call<B: Backend>: Sync {
+/// A request the engine can walk through a chain.
+pub(crate) trait Request<B: Backend>: Sync {
     /// The request as sent to one model level (prepared once per level).
     type Prepared: Send + Sync;
-    /// A successful attempt, not yet settled.
-    type Sent: Send;
-    /// What the event answers with.
-    type Output: Send;
+    /// The answer of a level without a model.
+    type Degraded: Send;
 
-    /// The kind of model (and use case) this call is for.
+    /// The kind of model (and use case) the request is for.
     const KIND: ModelKind;
 
     /// Refuses what no provider would take, before anything is touched.
@@ -48,11 +53,33 @@ pub(crate) trait Call<B: Backend>: Sync {
     fn prepare(&self, m: &ModelEntry, provider: &ProviderClient, reservation: &Reservation)
         -> Self::Prepared;
 
+    /// A level without a model (`rules`, `manualQueue`): its answer, or
+    /// `None` to go on with the next level.
+    fn degraded(
+        &self,
+        engine: &Engine<B>,
+        use_case: &str,
+        level: &ChainLevel,
+    ) -> impl Future<Output = Result<Option<Self::Degraded>, LlmError>> + Send;
+}
+
+/// One way of sending a [`Request`], driven through the chain by the engine.
+pub(crate) trait Call<B: Backend>: Sync {
+    /// The request it sends.
+    type Request: Request<B>;
+    /// A successful attempt, not yet settled.
+    type Sent: Send;
+    /// What the event answers with.
+    type Output: Send;
+
+    /// The request.
+    fn request(&self) -> &Self::Request;
+
     /// Sends one attempt.
     fn send(
         &self,
         provider: &ProviderClient,
-        prepared: &Self::Prepared,
+        prepared: &<Self::Request as Request<B>>::Prepared,
         deadline: Instant,
         tag: &CallTag,
     ) -> impl Future<Output = Result<Self::Sent, CallError>> + Send;
@@ -69,15 +96,6 @@ pub(crate) trait Call<B: Backend>: Sync {
         ledger: Ledger<B>,
     ) -> impl Future<Output = (Self::Output, Money)> + Send;
 
-    /// A level without a model (`rules`, `manualQueue`): its answer, or
-    /// `None` to go on with the next level.
-    fn degraded(
-        &self,
-        engine: &Engine<B>,
-        use_case: &str,
-        level: &ChainLevel,
-    ) -> impl Future<Output = Result<Option<Self::Output>, LlmError>> + Send {
-        let _ = (engine, use_case, level);
-        async { Ok(None) }
-    }
+    /// The output of a level without a model.
+    fn degraded(answer: <Self::Request as Request<B>>::Degraded) -> Self::Output;
 }

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use pressure_core::Backend;
 use tokio::time::Instant;
 
-use super::call::Call;
+use super::call::{Call, Request};
 use super::gate::Gate;
 use super::hint::RetryHint;
 use super::ledger::Ledger;
@@ -70,7 +70,7 @@ impl<B: Backend> Engine<B> {
             return Err(LevelEnd::Next(LlmError::NoAnswer));
         };
         let breaker = self.breakers.get(&m.provider, &m.model);
-        let prepared = call.prepare(m, provider, &reservation);
+        let prepared = call.request().prepare(m, provider, &reservation);
         loop {
             if Instant::now() >= deadline {
                 return Err(LevelEnd::Next(event.deadline_error()));
@@ -82,7 +82,8 @@ impl<B: Backend> Engine<B> {
             };
             event.attempts += 1;
             Metrics::add(&self.metrics.attempts, 1);
-            let ledger = Ledger::new(m, bp, permit, reservation, C::KIND, Arc::clone(&self.metrics));
+            let kind = <C::Request as Request<B>>::KIND;
+            let ledger = Ledger::new(m, bp, permit, reservation, kind, Arc::clone(&self.metrics));
             let tag = CallTag {
                 request_id: Some(event.request_id.clone()),
                 attempt: event.attempts,

@@ -4,9 +4,10 @@
 //! * [`Engine`] holds what every event shares: the configuration, the
 //!   broker, the provider clients, the model table, the breakers, the
 //!   tokenizer, the fallback handlers, the manual queue and the metrics.
-//! * [`Call`] is what differs between a chat completion, a stream and an
-//!   embeddings request: how a level's reservation is estimated, how the
-//!   request is sent, and what a successful attempt leaves to settle.
+//! * [`Request`] and [`Call`] are what differs between a chat completion,
+//!   a stream and an embeddings request: how a level's reservation is
+//!   estimated, how the request is sent, and what a successful attempt
+//!   leaves to settle.
 //! * `walk` — the chain walk: deadline, reservations of every level first,
 //!   each level in order, the give-up error and its retry hint (`hint`).
 //! * `level` — the retry loop of one model level: gate, attempt, settle,
@@ -33,7 +34,7 @@ use std::sync::Arc;
 use pressure_core::clock::{Clock, TokioClock};
 use pressure_core::{Backend, ResourceBroker};
 
-pub(crate) use call::Call;
+pub(crate) use call::{Call, Request};
 pub(crate) use ledger::{Ledger, Settlement};
 pub(crate) use models::ModelEntry;
 pub(crate) use walk::Served;

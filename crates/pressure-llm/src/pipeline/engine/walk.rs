@@ -1,7 +1,7 @@
 //! The chain walk of one event, for every kind of call.
 //!
 //! * one deadline (`totalMs`) covers every retry and every fallback;
-//! * the reservation of every model level is estimated first ([`Call::plan`]):
+//! * the reservation of every model level is estimated first ([`Request::plan`]):
 //!   levels the request cannot fit are skipped, and when it fits none, the
 //!   event fails with the first level's reason before any provider or quota
 //!   is touched;
@@ -9,8 +9,8 @@
 //!   waited for only within the level's share of the time left (the time
 //!   left divided by the model levels still to try, this one included), so
 //!   an idle backup answers instead of a wait for a held primary;
-//! * levels without a model (`rules`, `manualQueue`) ask the call
-//!   ([`Call::degraded`]); they still run once the deadline has passed: they
+//! * levels without a model (`rules`, `manualQueue`) ask the request
+//!   ([`Request::degraded`]); they still run once the deadline has passed: they
 //!   make no provider call, and a degraded answer beats none;
 //! * when every level gave up, the last error says when to ask again
 //!   ([`RetryHint`](super::hint::RetryHint)).
@@ -19,7 +19,7 @@ use pressure_core::clock::{duration_to_millis, duration_to_nanos};
 use pressure_core::Backend;
 use tokio::time::Instant;
 
-use super::call::Call;
+use super::call::{Call, Request};
 use super::hint::RetryHint;
 use super::level::{Event, LevelEnd};
 use super::Engine;
@@ -68,8 +68,9 @@ impl<B: Backend> Engine<B> {
             .use_cases
             .get(use_case)
             .ok_or_else(|| LlmError::UnknownUseCase(use_case.to_owned()))?;
-        self.expect_kind(use_case, C::KIND)?;
-        call.validate()?;
+        let req = call.request();
+        self.expect_kind(use_case, <C::Request as Request<B>>::KIND)?;
+        req.validate()?;
         let total = uc.total();
         let deadline = Instant::now() + total;
         let deadline_nanos = self.clock.now_nanos().saturating_add(duration_to_nanos(total));
@@ -88,7 +89,7 @@ impl<B: Backend> Engine<B> {
                 plans.push(None);
                 continue;
             };
-            match call.plan(self, m, uc.priority.broker_priority())? {
+            match req.plan(self, m, uc.priority.broker_priority())? {
                 Ok(r) => plans.push(Some(r)),
                 Err(e) => {
                     first_misfit.get_or_insert(e);
@@ -125,12 +126,12 @@ impl<B: Backend> Engine<B> {
                 output,
             };
             let ChainLevel::Model(key) = level else {
-                if let Some(output) = call.degraded(self, use_case, level).await? {
+                if let Some(answer) = req.degraded(self, use_case, level).await? {
                     let degradation = match level {
                         ChainLevel::ManualQueue(_) => Degradation::ManualQueue,
                         _ => Degradation::Rules,
                     };
-                    return Ok(served(output, degradation, None, &event));
+                    return Ok(served(C::degraded(answer), degradation, None, &event));
                 }
                 continue;
             };
