@@ -44,6 +44,7 @@ mod config;
 mod embeddings;
 mod error;
 pub mod ratelimit;
+mod sse;
 mod stream;
 mod tag;
 mod types;

@@ -3,16 +3,13 @@
 //! `manualQueue` levels), and [`Complete`]: a chat event answered whole.
 
 use pressure_core::{Backend, Priority};
-use tokio::time::Instant;
 
 use crate::pipeline::answer::LlmReply;
 use crate::pipeline::config::{ChainLevel, ModelKind};
-use crate::pipeline::engine::{Call, Engine, Ledger, ModelEntry, Request, Settlement};
+use crate::pipeline::engine::{Call, Engine, Ledger, ModelEntry, Request, Target};
 use crate::pipeline::error::LlmError;
 use crate::price::Money;
-use crate::provider::{
-    CallError, CallTag, ChatRequest, Completion, ProviderClient, ProviderKind, RateLimitHints,
-};
+use crate::provider::{CallError, ChatRequest, Completion, ProviderClient, ProviderKind, RateLimitHints};
 use crate::reservation::Reservation;
 
 impl<B: Backend> Request<B> for ChatRequest {
@@ -89,14 +86,8 @@ impl<B: Backend> Call<B> for Complete {
         &self.req
     }
 
-    async fn send(
-        &self,
-        provider: &ProviderClient,
-        prepared: &ChatRequest,
-        deadline: Instant,
-        tag: &CallTag,
-    ) -> Result<Completion, CallError> {
-        provider.complete_tagged(prepared, deadline, tag).await
+    async fn send(&self, to: Target<'_>, prepared: &ChatRequest) -> Result<Completion, CallError> {
+        to.provider.complete_tagged(prepared, to.deadline, to.tag).await
     }
 
     fn hints(sent: &Completion) -> &RateLimitHints {
@@ -113,11 +104,7 @@ impl<B: Backend> Call<B> for Complete {
             .map_or((r.input_tokens, r.output_tokens), |u| {
                 (u.prompt_tokens, u.completion_tokens)
             });
-        let answered = Settlement::Answered {
-            ttft: Some(done.ttft),
-            total: Some(done.total),
-        };
-        let cost = ledger.settle(answered, used).await;
+        let cost = ledger.answered(done.ttft, done.total, used).await;
         (LlmReply::Completion(done.response), cost)
     }
 

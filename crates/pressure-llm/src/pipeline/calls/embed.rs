@@ -17,14 +17,13 @@
 use std::convert::Infallible;
 
 use pressure_core::{Backend, Priority};
-use tokio::time::Instant;
 
 use crate::pipeline::config::{ChainLevel, ModelKind};
-use crate::pipeline::engine::{Call, Engine, Ledger, ModelEntry, Request, Settlement};
+use crate::pipeline::engine::{Call, Engine, Ledger, ModelEntry, Request, Target};
 use crate::pipeline::error::LlmError;
 use crate::price::Money;
 use crate::provider::{
-    CallError, CallTag, EmbeddingCompletion, EmbeddingRequest, EmbeddingResponse, InputItem, ProviderClient,
+    CallError, EmbeddingCompletion, EmbeddingRequest, EmbeddingResponse, InputItem, ProviderClient,
     RateLimitHints,
 };
 use crate::reservation::Reservation;
@@ -100,12 +99,10 @@ impl<B: Backend> Call<B> for Embed {
 
     async fn send(
         &self,
-        provider: &ProviderClient,
+        to: Target<'_>,
         prepared: &EmbeddingRequest,
-        deadline: Instant,
-        tag: &CallTag,
     ) -> Result<EmbeddingCompletion, CallError> {
-        provider.embed_tagged(prepared, deadline, tag).await
+        to.provider.embed_tagged(prepared, to.deadline, to.tag).await
     }
 
     fn hints(sent: &EmbeddingCompletion) -> &RateLimitHints {
@@ -115,11 +112,7 @@ impl<B: Backend> Call<B> for Embed {
     async fn finish(&self, done: EmbeddingCompletion, ledger: Ledger<B>) -> (EmbeddingResponse, Money) {
         let input = ledger.reservation().input_tokens;
         let prompt = done.response.usage.as_ref().map_or(input, |u| u.prompt_tokens);
-        let answered = Settlement::Answered {
-            ttft: Some(done.ttft),
-            total: Some(done.total),
-        };
-        let cost = ledger.settle(answered, (prompt, 0)).await;
+        let cost = ledger.answered(done.ttft, done.total, (prompt, 0)).await;
         (done.response, cost)
     }
 

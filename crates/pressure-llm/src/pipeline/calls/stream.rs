@@ -12,14 +12,11 @@ use std::collections::VecDeque;
 
 use futures::StreamExt;
 use pressure_core::Backend;
-use tokio::time::Instant;
 
 use crate::pipeline::answer::LlmReply;
-use crate::pipeline::engine::{Call, Ledger};
+use crate::pipeline::engine::{Call, Ledger, Target};
 use crate::price::Money;
-use crate::provider::{
-    CallError, CallTag, ChatChunk, ChatRequest, ChatStream, ProviderClient, RateLimitHints,
-};
+use crate::provider::{CallError, ChatChunk, ChatRequest, ChatStream, RateLimitHints};
 
 /// A streamed chat event.
 pub(crate) struct Open {
@@ -61,14 +58,8 @@ impl<B: Backend> Call<B> for Open {
 
     /// Opens a provider stream and reads it up to its first chunk with
     /// output (or its successful end).
-    async fn send(
-        &self,
-        provider: &ProviderClient,
-        prepared: &ChatRequest,
-        deadline: Instant,
-        tag: &CallTag,
-    ) -> Result<Opened, CallError> {
-        let mut stream = provider.stream_tagged(prepared, deadline, tag).await?;
+    async fn send(&self, to: Target<'_>, prepared: &ChatRequest) -> Result<Opened, CallError> {
+        let mut stream = to.provider.stream_tagged(prepared, to.deadline, to.tag).await?;
         let mut buffered = VecDeque::new();
         loop {
             match stream.next().await {

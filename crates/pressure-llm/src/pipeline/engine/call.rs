@@ -23,6 +23,15 @@ use crate::price::Money;
 use crate::provider::{CallError, CallTag, ProviderClient, RateLimitHints};
 use crate::reservation::Reservation;
 
+/// Where one attempt goes: the provider, the event's deadline, and the
+/// tag sent with it.
+#[derive(Clone, Copy)]
+pub(crate) struct Target<'a> {
+    pub(crate) provider: &'a ProviderClient,
+    pub(crate) deadline: Instant,
+    pub(crate) tag: &'a CallTag,
+}
+
 /// A request the engine can walk through a chain.
 pub(crate) trait Request<B: Backend>: Sync {
     /// The request as sent to one model level (prepared once per level).
@@ -75,13 +84,11 @@ pub(crate) trait Call<B: Backend>: Sync {
     /// The request.
     fn request(&self) -> &Self::Request;
 
-    /// Sends one attempt.
+    /// Sends one attempt of `prepared` to `to`.
     fn send(
         &self,
-        provider: &ProviderClient,
+        to: Target<'_>,
         prepared: &<Self::Request as Request<B>>::Prepared,
-        deadline: Instant,
-        tag: &CallTag,
     ) -> impl Future<Output = Result<Self::Sent, CallError>> + Send;
 
     /// The rate-limit hints of a successful attempt's response.

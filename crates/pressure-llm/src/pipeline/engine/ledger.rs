@@ -114,6 +114,16 @@ impl<B: Backend> Ledger<B> {
         cost
     }
 
+    /// Settles an attempt answered whole after `ttft` (the response head)
+    /// and `total`, to `used` tokens; returns its cost.
+    pub(crate) async fn answered(self, ttft: Duration, total: Duration, used: (u64, u64)) -> Money {
+        let how = Settlement::Answered {
+            ttft: Some(ttft),
+            total: Some(total),
+        };
+        self.settle(how, used).await
+    }
+
     /// Settles an attempt that failed before any output reached us: the
     /// reserved output is refunded to the limiter, and the money counts
     /// the input plus what the provider bills ([`billed_output`]).

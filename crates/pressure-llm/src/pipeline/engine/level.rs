@@ -10,7 +10,7 @@ use std::sync::Arc;
 use pressure_core::Backend;
 use tokio::time::Instant;
 
-use super::call::{Call, Request};
+use super::call::{Call, Request, Target};
 use super::gate::Gate;
 use super::hint::RetryHint;
 use super::ledger::Ledger;
@@ -89,7 +89,12 @@ impl<B: Backend> Engine<B> {
                 attempt: event.attempts,
                 probe: ledger.is_probe(),
             };
-            let e = match call.send(provider, &prepared, deadline, &tag).await {
+            let to = Target {
+                provider,
+                deadline,
+                tag: &tag,
+            };
+            let e = match call.send(to, &prepared).await {
                 Ok(sent) => {
                     m.apply_hints(C::hints(&sent), &reservation, self.clock.now_nanos());
                     let (output, cost) = call.finish(sent, ledger).await;

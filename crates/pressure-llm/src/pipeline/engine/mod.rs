@@ -34,7 +34,7 @@ use std::sync::Arc;
 use pressure_core::clock::{Clock, TokioClock};
 use pressure_core::{Backend, ResourceBroker};
 
-pub(crate) use call::{Call, Request};
+pub(crate) use call::{Call, Request, Target};
 pub(crate) use ledger::{Ledger, Settlement};
 pub(crate) use models::ModelEntry;
 pub(crate) use walk::Served;

@@ -39,6 +39,7 @@ use serde_json::{json, Map, Value};
 
 use super::response::{finish_reason, to_usage};
 use crate::provider::body::BodyStream;
+use crate::provider::sse::{SseEvent, SseParser};
 
 /// What a content block of the answer is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -218,74 +219,22 @@ impl EventTranslator {
     }
 }
 
-/// Splits bytes into server-sent events (`event:` and `data:` fields; comments and other fields ignored).
-#[derive(Debug, Default)]
-struct SseParser {
-    buf: Vec<u8>,
-    data: Option<String>,
-    event: Option<String>,
-}
-
-impl SseParser {
-    fn feed(&mut self, bytes: &[u8], tr: &mut EventTranslator, out: &mut String) {
-        self.buf.extend_from_slice(bytes);
-        let mut start = 0;
-        while let Some(pos) = self.buf[start..].iter().position(|&b| b == b'\n') {
-            let end = start + pos;
-            let line = String::from_utf8_lossy(&self.buf[start..end]).into_owned();
-            self.line(line.strip_suffix('\r').unwrap_or(&line), tr, out);
-            start = end + 1;
-        }
-        self.buf.drain(..start);
-    }
-
-    fn finish(&mut self, tr: &mut EventTranslator, out: &mut String) {
-        if !self.buf.is_empty() {
-            let line = String::from_utf8_lossy(&self.buf).into_owned();
-            self.buf.clear();
-            self.line(line.trim_end_matches('\r'), tr, out);
-        }
-        self.dispatch(tr, out);
-    }
-
-    fn line(&mut self, line: &str, tr: &mut EventTranslator, out: &mut String) {
-        if line.is_empty() {
-            return self.dispatch(tr, out);
-        }
-        if line.starts_with(':') {
-            return;
-        }
-        let (field, value) = match line.split_once(':') {
-            Some((f, v)) => (f, v.strip_prefix(' ').unwrap_or(v)),
-            None => (line, ""),
-        };
-        match field {
-            "data" => match &mut self.data {
-                Some(d) => {
-                    d.push('\n');
-                    d.push_str(value);
-                }
-                None => self.data = Some(value.to_owned()),
-            },
-            "event" => self.event = Some(value.to_owned()),
-            _ => {}
-        }
-    }
-
-    fn dispatch(&mut self, tr: &mut EventTranslator, out: &mut String) {
-        let name = self.event.take();
-        if let Some(data) = self.data.take() {
-            out.push_str(&tr.event(name.as_deref(), &data));
-        }
-    }
-}
-
 /// A response body of Anthropic events, translated on the fly; see the module docs.
 struct Translated {
     body: BodyStream,
     parser: SseParser,
     translator: EventTranslator,
     ended: bool,
+}
+
+impl Translated {
+    /// The chat-completions SSE text of Anthropic `events`.
+    fn translate(&mut self, events: Vec<SseEvent>) -> String {
+        events
+            .iter()
+            .map(|(name, data)| self.translator.event(name.as_deref(), data))
+            .collect()
+    }
 }
 
 impl Stream for Translated {
@@ -298,15 +247,15 @@ impl Stream for Translated {
         }
         match this.body.as_mut().poll_next(cx) {
             Poll::Ready(Some(Ok(bytes))) => {
-                let mut out = String::new();
-                this.parser.feed(&bytes, &mut this.translator, &mut out);
+                let events = this.parser.feed(&bytes);
+                let out = this.translate(events);
                 Poll::Ready(Some(Ok(Bytes::from(out))))
             }
             Poll::Ready(Some(Err(e))) => Poll::Ready(Some(Err(e))),
             Poll::Ready(None) => {
                 this.ended = true;
-                let mut out = String::new();
-                this.parser.finish(&mut this.translator, &mut out);
+                let events = this.parser.finish();
+                let out = this.translate(events);
                 if out.is_empty() {
                     Poll::Ready(None)
                 } else {
@@ -333,10 +282,12 @@ pub(crate) fn translate_body(body: BodyStream) -> BodyStream {
 pub(crate) fn translate_all(sse: &str) -> String {
     let mut parser = SseParser::default();
     let mut tr = EventTranslator::new();
-    let mut out = String::new();
-    parser.feed(sse.as_bytes(), &mut tr, &mut out);
-    parser.finish(&mut tr, &mut out);
-    out
+    let mut events = parser.feed(sse.as_bytes());
+    events.extend(parser.finish());
+    events
+        .iter()
+        .map(|(name, data)| tr.event(name.as_deref(), data))
+        .collect()
 }
 
 #[cfg(test)]
@@ -491,10 +442,15 @@ mod tests {
         let mut parser = SseParser::default();
         let mut tr = EventTranslator::new();
         let mut out = String::new();
+        let mut translate = |events: Vec<SseEvent>| {
+            for (name, data) in events {
+                out.push_str(&tr.event(name.as_deref(), &data));
+            }
+        };
         for piece in crlf.as_bytes().chunks(7) {
-            parser.feed(piece, &mut tr, &mut out);
+            translate(parser.feed(piece));
         }
-        parser.finish(&mut tr, &mut out);
+        translate(parser.finish());
         assert_eq!(out, whole);
     }
 }
