@@ -78,6 +78,22 @@ pub(crate) fn to_messages_request(req: &ChatRequest, streaming: bool) -> Result<
             return Err(bad(format!("n = {n}: Anthropic answers one choice per request")));
         }
     }
+    let mut out = Map::new();
+    out.insert("model".into(), json!(req.model));
+    let max_tokens = req.max_output_tokens().unwrap_or(DEFAULT_MAX_TOKENS);
+    out.insert("max_tokens".into(), json!(max_tokens));
+    conversation(req, &mut out)?;
+    sampling(&req.extra, &mut out)?;
+    tools(&req.extra, &mut out)?;
+    if streaming {
+        out.insert("stream".into(), json!(true));
+    }
+    Ok(Value::Object(out))
+}
+
+/// `system` and `messages`: system prompts to the top level, turns merged
+/// so that roles alternate.
+fn conversation(req: &ChatRequest, out: &mut Map<String, Value>) -> Result<(), TranslateError> {
     let mut system: Vec<String> = Vec::new();
     let mut turns: Vec<(String, Vec<Value>)> = Vec::new();
     for (i, m) in req.messages.iter().enumerate() {
@@ -106,11 +122,6 @@ pub(crate) fn to_messages_request(req: &ChatRequest, streaming: bool) -> Result<
             _ => turns.push((role.to_owned(), blocks)),
         }
     }
-
-    let mut out = Map::new();
-    out.insert("model".into(), json!(req.model));
-    let max_tokens = req.max_output_tokens().unwrap_or(DEFAULT_MAX_TOKENS);
-    out.insert("max_tokens".into(), json!(max_tokens));
     match system.len() {
         0 => {}
         1 => {
@@ -129,8 +140,13 @@ pub(crate) fn to_messages_request(req: &ChatRequest, streaming: bool) -> Result<
         .map(|(role, blocks)| json!({"role": role, "content": compact(blocks)}))
         .collect();
     out.insert("messages".into(), Value::Array(messages));
+    Ok(())
+}
 
-    let extra = &req.extra;
+/// `stop_sequences`, `temperature` (refused outside Anthropic's range),
+/// `top_p`, `top_k`, `thinking`, `metadata` (with `user`), and the check of
+/// `response_format`.
+fn sampling(extra: &Map<String, Value>, out: &mut Map<String, Value>) -> Result<(), TranslateError> {
     if let Some(stop) = extra.get("stop").filter(|v| !v.is_null()) {
         let seqs: Vec<Value> = match stop {
             Value::String(s) => vec![json!(s)],
@@ -176,7 +192,11 @@ pub(crate) fn to_messages_request(req: &ChatRequest, streaming: bool) -> Result<
     if !metadata.is_empty() {
         out.insert("metadata".into(), Value::Object(metadata));
     }
+    Ok(())
+}
 
+/// `tools` and `tool_choice` (with `parallel_tool_calls: false`).
+fn tools(extra: &Map<String, Value>, out: &mut Map<String, Value>) -> Result<(), TranslateError> {
     if let Some(tools) = extra.get("tools").filter(|v| !v.is_null()) {
         let Some(tools) = tools.as_array() else {
             return Err(bad("tools must be an array"));
@@ -202,10 +222,7 @@ pub(crate) fn to_messages_request(req: &ChatRequest, streaming: bool) -> Result<
             json!({"type": "auto", "disable_parallel_tool_use": true}),
         );
     }
-    if streaming {
-        out.insert("stream".into(), json!(true));
-    }
-    Ok(Value::Object(out))
+    Ok(())
 }
 
 /// Refuses a `response_format` other than plain text: the Messages API
