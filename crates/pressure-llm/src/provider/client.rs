@@ -40,7 +40,7 @@ use reqwest::header::{
 };
 use serde::Serialize;
 use serde_json::{Map, Value};
-use tokio::sync::{oneshot, Semaphore};
+use tokio::sync::{oneshot, OwnedSemaphorePermit, Semaphore};
 use tokio::time::{sleep_until, timeout_at, Instant};
 
 use super::anthropic;
@@ -343,41 +343,46 @@ impl ProviderClient {
             .await
     }
 
-    /// [`send`](Self::send) to another endpoint of the provider (e.g.
-    /// `{baseUrl}/embeddings`), with the same pool, timeouts and key.
-    pub(crate) async fn send_to(
-        &self,
-        url: reqwest::Url,
-        body: Vec<u8>,
-        streaming: bool,
-        deadline: Instant,
-        tag: &CallTag,
-    ) -> Result<ResponseHead, CallError> {
-        let started = Instant::now();
+    /// A connection slot, within `poolWaitMs` and the deadline.
+    async fn slot(&self, started: Instant, deadline: Instant) -> Result<OwnedSemaphorePermit, CallError> {
         let t = &self.endpoint.timeouts;
-
         let (at, phase) = bound(TimeoutPhase::PoolWait, t.pool_wait(), deadline);
-        let permit = match timeout_at(at, self.endpoint.pool.clone().acquire_owned()).await {
+        match timeout_at(at, self.endpoint.pool.clone().acquire_owned()).await {
             Ok(Ok(permit)) => {
                 let max = t.max_connections as usize;
                 let in_use = max.saturating_sub(self.endpoint.pool.available_permits());
                 self.endpoint.peak.fetch_max(in_use, Ordering::Relaxed);
-                permit
+                Ok(permit)
             }
-            Ok(Err(_)) => return Err(CallError::transport(ErrorKind::Other, "connection pool closed")),
+            Ok(Err(_)) => Err(CallError::transport(ErrorKind::Other, "connection pool closed")),
             Err(_) => {
                 self.endpoint.pool_timeouts.fetch_add(1, Ordering::Relaxed);
-                return Err(CallError::timeout(
+                Err(CallError::timeout(
                     phase,
                     format!(
                         "no free connection to {} within {} ms",
                         self.endpoint.name,
                         elapsed_ms(started)
                     ),
-                ));
+                ))
             }
-        };
+        }
+    }
 
+    /// The POST of `body` to `url` with the key, version and tag headers,
+    /// and the signals of its body: the connection started writing it, and
+    /// took all of it.
+    fn request(
+        &self,
+        url: reqwest::Url,
+        body: Vec<u8>,
+        streaming: bool,
+        tag: &CallTag,
+    ) -> (
+        reqwest::RequestBuilder,
+        oneshot::Receiver<()>,
+        oneshot::Receiver<()>,
+    ) {
         let (started_tx, started_rx) = oneshot::channel();
         let (written_tx, written_rx) = oneshot::channel();
         let len = body.len();
@@ -408,6 +413,26 @@ impl ProviderClient {
         for (name, value) in tag.headers() {
             builder = builder.header(name, value);
         }
+        (builder, started_rx, written_rx)
+    }
+
+    /// [`send`](Self::send) to another endpoint of the provider (e.g.
+    /// `{baseUrl}/embeddings`), with the same pool, timeouts and key.
+    pub(crate) async fn send_to(
+        &self,
+        url: reqwest::Url,
+        body: Vec<u8>,
+        streaming: bool,
+        deadline: Instant,
+        tag: &CallTag,
+    ) -> Result<ResponseHead, CallError> {
+        let started = Instant::now();
+        let t = &self.endpoint.timeouts;
+
+        let permit = self.slot(started, deadline).await?;
+
+        let len = body.len();
+        let (builder, started_rx, written_rx) = self.request(url, body, streaming, tag);
         let fut = builder.send();
         tokio::pin!(fut);
 
