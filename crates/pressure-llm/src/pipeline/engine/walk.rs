@@ -24,7 +24,7 @@ use super::hint::RetryHint;
 use super::level::{Event, LevelEnd};
 use super::Engine;
 use crate::pipeline::answer::Degradation;
-use crate::pipeline::config::{ChainLevel, ModelKind};
+use crate::pipeline::config::{ChainLevel, ModelKind, UseCaseConfig};
 use crate::pipeline::error::LlmError;
 use crate::price::Money;
 use crate::reservation::Reservation;
@@ -56,26 +56,14 @@ impl<B: Backend> Engine<B> {
         }
     }
 
-    /// Runs one event of `use_case`: see the module docs.
-    pub(crate) async fn walk<C: Call<B>>(
+    /// The reservation of every model level of `uc`, before anything is
+    /// touched (`None`: not a model level, or the request does not fit
+    /// it); when the request fits no model level, the first level's reason.
+    fn plans<R: Request<B>>(
         &self,
-        use_case: &str,
-        call: &C,
-        request_id: String,
-    ) -> Result<Served<C::Output>, LlmError> {
-        let uc = self
-            .config
-            .use_cases
-            .get(use_case)
-            .ok_or_else(|| LlmError::UnknownUseCase(use_case.to_owned()))?;
-        let req = call.request();
-        self.expect_kind(use_case, <C::Request as Request<B>>::KIND)?;
-        req.validate()?;
-        let total = uc.total();
-        let deadline = Instant::now() + total;
-        let deadline_nanos = self.clock.now_nanos().saturating_add(duration_to_nanos(total));
-
-        // Reservations of every model level, before anything is touched.
+        uc: &UseCaseConfig,
+        req: &R,
+    ) -> Result<Vec<Option<Reservation>>, LlmError> {
         let mut plans: Vec<Option<Reservation>> = Vec::with_capacity(uc.chain.len());
         let mut first_misfit = None;
         let mut model_levels = 0usize;
@@ -97,11 +85,32 @@ impl<B: Backend> Engine<B> {
                 }
             }
         }
-        if model_levels > 0 && plans.iter().all(Option::is_none) {
-            if let Some(e) = first_misfit {
-                return Err(e);
-            }
+        match first_misfit {
+            Some(e) if model_levels > 0 && plans.iter().all(Option::is_none) => Err(e),
+            _ => Ok(plans),
         }
+    }
+
+    /// Runs one event of `use_case`: see the module docs.
+    pub(crate) async fn walk<C: Call<B>>(
+        &self,
+        use_case: &str,
+        call: &C,
+        request_id: String,
+    ) -> Result<Served<C::Output>, LlmError> {
+        let uc = self
+            .config
+            .use_cases
+            .get(use_case)
+            .ok_or_else(|| LlmError::UnknownUseCase(use_case.to_owned()))?;
+        let req = call.request();
+        self.expect_kind(use_case, <C::Request as Request<B>>::KIND)?;
+        req.validate()?;
+        let total = uc.total();
+        let deadline = Instant::now() + total;
+        let deadline_nanos = self.clock.now_nanos().saturating_add(duration_to_nanos(total));
+
+        let plans = self.plans(uc, req)?;
 
         let mut event = Event {
             request_id,
