@@ -609,9 +609,9 @@ fn claude_prompts_are_estimated_with_cl100k_which_agrees_with_o200k_here() {
 }
 
 /// Issue 21: a request Anthropic cannot take as sent is never changed
-/// silently. `temperature` above Anthropic's 1.0 and a `response_format`
-/// that is not translated are refused with a 400 naming the field, before
-/// any call.
+/// silently. `temperature` above Anthropic's 1.0 and a `json_object`
+/// response format (no JSON mode) are refused with a 400 naming the field,
+/// before any call; a `json_schema` one is translated into a forced tool.
 #[tokio::test]
 async fn a_field_anthropic_cannot_take_is_refused_naming_it() {
     bounded(async {
@@ -639,6 +639,19 @@ async fn a_field_anthropic_cannot_take_is_refused_naming_it() {
         warm.extra.insert("temperature".into(), json!(0.7));
         c.complete("claude", warm).await.unwrap();
         assert_eq!(a.seen()[0].body["temperature"], 0.7);
+        // A JSON schema is translated, not dropped: a tool with that schema,
+        // forced by `tool_choice`.
+        let schema = json!({"type": "object", "properties": {"city": {"type": "string"}}});
+        let mut structured = chat(None);
+        structured.extra.insert(
+            "response_format".into(),
+            json!({"type": "json_schema", "json_schema": {"name": "place", "schema": schema}}),
+        );
+        c.complete("claude", structured).await.unwrap();
+        let sent = &a.seen()[1].body;
+        assert_eq!(sent["tools"][0]["input_schema"], schema, "{sent}");
+        assert_eq!(sent["tool_choice"]["type"], "tool", "{sent}");
+        assert_eq!(sent["tool_choice"]["name"], sent["tools"][0]["name"], "{sent}");
     })
     .await;
 }

@@ -70,6 +70,14 @@ pub(super) mod stream;
 
 pub(super) use response::to_chat_response;
 
+/// The tool through which a `response_format` of type `json_schema` is
+/// asked of an Anthropic model (which has no JSON mode): the request
+/// forces it with `tool_choice`, and its `tool_use` input comes back as
+/// the message content, as JSON text ([`request`], [`response`],
+/// [`stream`]). A caller's own tool of this name would be read the same
+/// way; the name is chosen not to meet one.
+pub(crate) const ANSWER_TOOL: &str = "pressure_response_format";
+
 /// The `anthropic-version` header sent with every call.
 pub(crate) const API_VERSION: &str = "2023-06-01";
 /// The header carrying the API version.

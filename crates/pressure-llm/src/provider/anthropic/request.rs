@@ -17,7 +17,8 @@
 //! | `parallel_tool_calls: false` | `tool_choice.disable_parallel_tool_use: true` |
 //! | `stop`: a string or an array | `stop_sequences`: an array |
 //! | `temperature` (0–1) | `temperature`; above 1 (Anthropic's range ends there) the request is refused, naming `temperature` |
-//! | `response_format` `text` | nothing (the default); any other type is refused, naming `response_format` |
+//! | `response_format` `text` | nothing (the default) |
+//! | `response_format` `json_schema` (`schema` an object) | a forced tool: `tools: [{name: "pressure_response_format", input_schema: schema}]`, `tool_choice: {"type":"tool"}`; its input comes back as the message content (JSON text). Beside the caller's own tools, or `json_object`, it is refused, naming `response_format` |
 //! | `top_p` | `top_p` |
 //! | `user` | `metadata.user_id` |
 //! | `top_k`, `metadata`, `thinking` (Anthropic's own fields) | passed through |
@@ -30,12 +31,13 @@
 //! What cannot be expressed at all is refused as a [`TranslateError`] (the
 //! client reports it as a `BadRequest`, no call made, with the field in
 //! the 400's `param` where one is at fault): a `temperature` outside 0–1, a
-//! `response_format` other than `text`, `n` above 1, an
+//! `response_format` Anthropic cannot honour, `n` above 1, an
 //! unknown role, a content part or tool type Anthropic has no block for, a
 //! tool call whose `arguments` are not a JSON object.
 
 use serde_json::{json, Map, Value};
 
+use super::ANSWER_TOOL;
 use crate::provider::types::{ChatRequest, Message, MessageContent};
 
 /// `max_tokens` sent when the request names none (Anthropic requires one).
@@ -85,6 +87,7 @@ pub(crate) fn to_messages_request(req: &ChatRequest, streaming: bool) -> Result<
     conversation(req, &mut out)?;
     sampling(&req.extra, &mut out)?;
     tools(&req.extra, &mut out)?;
+    response_format(&req.extra, &mut out)?;
     if streaming {
         out.insert("stream".into(), json!(true));
     }
@@ -144,8 +147,7 @@ fn conversation(req: &ChatRequest, out: &mut Map<String, Value>) -> Result<(), T
 }
 
 /// `stop_sequences`, `temperature` (refused outside Anthropic's range),
-/// `top_p`, `top_k`, `thinking`, `metadata` (with `user`), and the check of
-/// `response_format`.
+/// `top_p`, `top_k`, `thinking`, `metadata` (with `user`).
 fn sampling(extra: &Map<String, Value>, out: &mut Map<String, Value>) -> Result<(), TranslateError> {
     if let Some(stop) = extra.get("stop").filter(|v| !v.is_null()) {
         let seqs: Vec<Value> = match stop {
@@ -172,7 +174,6 @@ fn sampling(extra: &Map<String, Value>, out: &mut Map<String, Value>) -> Result<
             }
         }
     }
-    response_format(extra.get("response_format"))?;
     if let Some(p) = extra.get("top_p").filter(|v| v.is_number()) {
         out.insert("top_p".into(), p.clone());
     }
@@ -225,21 +226,53 @@ fn tools(extra: &Map<String, Value>, out: &mut Map<String, Value>) -> Result<(),
     Ok(())
 }
 
-/// Refuses a `response_format` other than plain text: the Messages API
-/// has no JSON mode, and dropping the field would hand the caller prose
-/// where it asked for JSON.
-fn response_format(format: Option<&Value>) -> Result<(), TranslateError> {
-    let ty = match format {
+/// `response_format`: `text` is the default (nothing to send); a
+/// `json_schema` is asked through a forced tool ([`ANSWER_TOOL`]) whose
+/// input schema is the format's schema; anything else (`json_object`: the
+/// Messages API has no JSON mode) is refused, as is a `json_schema` beside
+/// the caller's own tools or `tool_choice` (the forced tool would take
+/// their place), or whose schema is not an object.
+fn response_format(extra: &Map<String, Value>, out: &mut Map<String, Value>) -> Result<(), TranslateError> {
+    let format = match extra.get("response_format") {
         None | Some(Value::Null) => return Ok(()),
-        Some(f) => f.get("type").and_then(Value::as_str).unwrap_or(""),
+        Some(f) => f,
     };
-    if ty == "text" {
-        return Ok(());
+    let no = |why: String| Err(refuse("response_format", why));
+    match format.get("type").and_then(Value::as_str).unwrap_or("") {
+        "text" => Ok(()),
+        "json_schema" => {
+            let Some(spec) = format.get("json_schema") else {
+                return no("response_format.json_schema is missing".into());
+            };
+            let schema = match spec.get("schema") {
+                Some(s @ Value::Object(o)) if o.get("type").is_none_or(|t| t == "object") => s.clone(),
+                _ => {
+                    return no(
+                        "an Anthropic model answers a json_schema response_format through a tool, \
+                         whose schema must be an object"
+                            .into(),
+                    )
+                }
+            };
+            let own = |k: &str| extra.get(k).is_some_and(|v| !v.is_null());
+            if own("tools") || own("tool_choice") {
+                return no("response_format json_schema cannot be combined with tools for an Anthropic model".into());
+            }
+            let description = spec
+                .get("description")
+                .and_then(Value::as_str)
+                .unwrap_or("Give the answer as the input of this tool.");
+            out.insert(
+                "tools".into(),
+                json!([{"name": ANSWER_TOOL, "description": description, "input_schema": schema}]),
+            );
+            out.insert("tool_choice".into(), json!({"type": "tool", "name": ANSWER_TOOL}));
+            Ok(())
+        }
+        other => no(format!(
+            "response_format {other:?} cannot be sent to an Anthropic model (it has no JSON mode; use json_schema)"
+        )),
     }
-    Err(refuse(
-        "response_format",
-        format!("response_format {ty:?} cannot be sent to an Anthropic model (it has no JSON mode)"),
-    ))
 }
 
 /// The request body as bytes.
@@ -649,6 +682,27 @@ mod tests {
         let v = translate(json!({"model": "m", "messages": user, "temperature": 1.0,
                                  "response_format": {"type": "text"}}));
         assert_eq!(v["temperature"], 1.0);
+        assert!(v.get("response_format").is_none());
+        let schema = json!({"type": "object", "properties": {"city": {"type": "string"}}});
+        let tools = json!([{"type": "function", "function": {"name": "f"}}]);
+        assert_eq!(
+            param(json!({"model": "m", "messages": user, "tools": tools,
+                         "response_format": {"type": "json_schema", "json_schema": {"name": "c", "schema": schema}}})),
+            Some("response_format")
+        );
+    }
+
+    #[test]
+    fn a_json_schema_is_asked_through_a_forced_tool() {
+        let schema =
+            json!({"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]});
+        let v = translate(json!({
+            "model": "m", "messages": [{"role": "user", "content": "Where?"}], "parallel_tool_calls": false,
+            "response_format": {"type": "json_schema", "json_schema": {"name": "place", "strict": true, "schema": schema}}
+        }));
+        assert_eq!(v["tools"][0]["name"], ANSWER_TOOL);
+        assert_eq!(v["tools"][0]["input_schema"], schema);
+        assert_eq!(v["tool_choice"], json!({"type": "tool", "name": ANSWER_TOOL}));
         assert!(v.get("response_format").is_none());
     }
 }

@@ -12,6 +12,7 @@
 //! | `content_block_start` `tool_use` (`id`, `name`) | `delta.tool_calls: [{"index": k, "id", "type":"function", "function":{"name","arguments":""}}]` (`k` counts the tool calls of the answer) |
 //! | `content_block_delta` `text_delta` | `delta.content` |
 //! | `content_block_delta` `input_json_delta` | `delta.tool_calls: [{"index": k, "function":{"arguments": partial_json}}]` |
+//! | `content_block_start` / `input_json_delta` of [`ANSWER_TOOL`] (a `json_schema` response format) | nothing / `delta.content` (the JSON text); `stop_reason` `tool_use` then finishes as `stop` |
 //! | `content_block_delta` `thinking_delta` | `delta.reasoning_content` |
 //! | `content_block_stop`, `signature_delta`, `citations_delta`, unknown events | nothing |
 //! | `message_delta` (`stop_reason`, `usage`) | a chunk with `finish_reason` ([`finish_reason`]), then the usage chunk (`choices: []`, `usage` from the message's input and the delta's output tokens) |
@@ -38,6 +39,7 @@ use futures::Stream;
 use serde_json::{json, Map, Value};
 
 use super::response::{finish_reason, to_usage};
+use super::ANSWER_TOOL;
 use crate::provider::body::BodyStream;
 use crate::provider::sse::{SseEvent, SseParser};
 
@@ -47,6 +49,9 @@ enum Block {
     Text,
     /// A tool call, with its index among the answer's tool calls.
     Tool(u32),
+    /// The forced tool of a `json_schema` response format: its input is
+    /// the content.
+    Answer,
     Thinking,
     Other,
 }
@@ -108,6 +113,10 @@ impl EventTranslator {
                             _ => String::new(),
                         }
                     }
+                    Some("tool_use") if b.get("name").and_then(Value::as_str) == Some(ANSWER_TOOL) => {
+                        self.blocks.insert(index, Block::Answer);
+                        String::new()
+                    }
                     Some("tool_use") => {
                         let k = self.tools;
                         self.tools += 1;
@@ -147,6 +156,14 @@ impl EventTranslator {
                             self.chunk(json!({"content": t}), None)
                         }
                     }
+                    (Some("input_json_delta"), Some(Block::Answer)) => {
+                        let partial = text_of("partial_json");
+                        if partial.is_empty() {
+                            String::new()
+                        } else {
+                            self.chunk(json!({"content": partial}), None)
+                        }
+                    }
                     (Some("input_json_delta"), Some(Block::Tool(k))) => {
                         let partial = text_of("partial_json");
                         if partial.is_empty() {
@@ -173,7 +190,12 @@ impl EventTranslator {
                 }
                 let mut out = String::new();
                 if let Some(reason) = v.pointer("/delta/stop_reason").and_then(Value::as_str) {
-                    out.push_str(&self.chunk(json!({}), Some(finish_reason(reason))));
+                    let finish = match reason {
+                        // Only the forced answer tool was used: a plain answer.
+                        "tool_use" if self.tools == 0 => "stop",
+                        _ => finish_reason(reason),
+                    };
+                    out.push_str(&self.chunk(json!({}), Some(finish)));
                 }
                 out.push_str(&self.usage_chunk());
                 out
@@ -431,6 +453,33 @@ mod tests {
             "data: {oops\n\n",
             "malformed data is passed on"
         );
+    }
+
+    #[test]
+    fn the_answer_tool_streams_as_content() {
+        let events = [
+            r#"{"type":"message_start","message":{"id":"m","model":"c","usage":{"input_tokens":5}}}"#.to_owned(),
+            format!(r#"{{"type":"content_block_start","index":0,"content_block":{{"type":"tool_use","id":"t","name":"{ANSWER_TOOL}","input":{{}}}}}}"#),
+            r#"{"type":"content_block_delta","index":0,"delta":{"type":"input_json_delta","partial_json":"{\"city\":"}}"#.to_owned(),
+            r#"{"type":"content_block_delta","index":0,"delta":{"type":"input_json_delta","partial_json":"\"Paris\"}"}}"#.to_owned(),
+            r#"{"type":"message_delta","delta":{"stop_reason":"tool_use"},"usage":{"output_tokens":7}}"#.to_owned(),
+        ];
+        let mut tr = EventTranslator::new();
+        let out: String = events.iter().map(|e| tr.event(None, e)).collect();
+        let chunks: Vec<Value> = out
+            .lines()
+            .filter_map(|l| l.strip_prefix("data: "))
+            .map(|d| serde_json::from_str(d).unwrap())
+            .collect();
+        let content: String = chunks
+            .iter()
+            .filter_map(|c| c.pointer("/choices/0/delta/content").and_then(Value::as_str))
+            .collect();
+        assert_eq!(content, r#"{"city":"Paris"}"#);
+        assert!(!out.contains("tool_calls"), "{out}");
+        assert!(chunks
+            .iter()
+            .any(|c| c.pointer("/choices/0/finish_reason") == Some(&json!("stop"))));
     }
 
     #[test]
