@@ -18,14 +18,13 @@
 //! * a successful answer's rate-limit headers (`x-ratelimit-*`,
 //!   `anthropic-ratelimit-*`) saying the quota is spent hold the model
 //!   until the announced reset: a held level is treated like a limiter
-//!   denial (wait when the hold ends within the level's share, else next
-//!   level), so the provider is not asked again before it would answer 429;
+//!   denial, waited out only when it ends within the level's share of the
+//!   time left (the time left over the model levels still to try), else the
+//!   next level answers at once — so the provider is not asked again before
+//!   it would answer 429, and an idle backup is not left waiting;
 //! * a `batch` use case reserves under the model's batch ceiling
 //!   (`1 − batchHeadroom` of each limit, [`ModelConfig::batch_headroom`]);
 //!   interactive ones may use the whole limit;
-//! * a provider hold is waited for only within the level's share of the
-//!   time left (the time left over the model levels still to try): longer,
-//!   the next level answers at once;
 //! * a failure is priced (input tokens plus output generated) into the
 //!   event's [`RetryState`](crate::retry::RetryState) whose decision retries
 //!   the same level, falls to the next level, or fails the event;
@@ -49,7 +48,10 @@
 //! When the deadline has passed, remaining model levels are skipped but
 //! `rules` and `manualQueue` levels still run: they make no provider call and
 //! answer at once, and a degraded answer beats none.
-
+//!
+//! When every level gave up, the error's [`LlmError::retry_after`] is the
+//! time from the give-up to the soonest moment a level could answer, never
+//! less than the chain's own backoff before it would try a level again.
 //!
 //! # Layout
 //! * `engine/` — the attempt engine, written once for every kind of call:
