@@ -102,88 +102,8 @@ impl EventTranslator {
                 }
                 self.chunk(json!({"role": "assistant", "content": ""}), None)
             }
-            "content_block_start" => {
-                let index = v.get("index").and_then(Value::as_u64).unwrap_or(0);
-                let b = &v["content_block"];
-                match b.get("type").and_then(Value::as_str) {
-                    Some("text") => {
-                        self.blocks.insert(index, Block::Text);
-                        match b.get("text").and_then(Value::as_str) {
-                            Some(t) if !t.is_empty() => self.chunk(json!({"content": t}), None),
-                            _ => String::new(),
-                        }
-                    }
-                    Some("tool_use") if b.get("name").and_then(Value::as_str) == Some(ANSWER_TOOL) => {
-                        self.blocks.insert(index, Block::Answer);
-                        String::new()
-                    }
-                    Some("tool_use") => {
-                        let k = self.tools;
-                        self.tools += 1;
-                        self.blocks.insert(index, Block::Tool(k));
-                        let call = json!({
-                            "index": k,
-                            "id": b.get("id").and_then(Value::as_str).unwrap_or(""),
-                            "type": "function",
-                            "function": {"name": b.get("name").and_then(Value::as_str).unwrap_or(""), "arguments": ""},
-                        });
-                        self.chunk(json!({"tool_calls": [call]}), None)
-                    }
-                    Some("thinking") => {
-                        self.blocks.insert(index, Block::Thinking);
-                        match b.get("thinking").and_then(Value::as_str) {
-                            Some(t) if !t.is_empty() => self.chunk(json!({"reasoning_content": t}), None),
-                            _ => String::new(),
-                        }
-                    }
-                    _ => {
-                        self.blocks.insert(index, Block::Other);
-                        String::new()
-                    }
-                }
-            }
-            "content_block_delta" => {
-                let index = v.get("index").and_then(Value::as_u64).unwrap_or(0);
-                let block = self.blocks.get(&index).copied();
-                let d = &v["delta"];
-                let text_of = |k: &str| d.get(k).and_then(Value::as_str).unwrap_or("");
-                match (d.get("type").and_then(Value::as_str), block) {
-                    (Some("text_delta"), _) => {
-                        let t = text_of("text");
-                        if t.is_empty() {
-                            String::new()
-                        } else {
-                            self.chunk(json!({"content": t}), None)
-                        }
-                    }
-                    (Some("input_json_delta"), Some(Block::Answer)) => {
-                        let partial = text_of("partial_json");
-                        if partial.is_empty() {
-                            String::new()
-                        } else {
-                            self.chunk(json!({"content": partial}), None)
-                        }
-                    }
-                    (Some("input_json_delta"), Some(Block::Tool(k))) => {
-                        let partial = text_of("partial_json");
-                        if partial.is_empty() {
-                            String::new()
-                        } else {
-                            let call = json!({"index": k, "function": {"arguments": partial}});
-                            self.chunk(json!({"tool_calls": [call]}), None)
-                        }
-                    }
-                    (Some("thinking_delta"), _) => {
-                        let t = text_of("thinking");
-                        if t.is_empty() {
-                            String::new()
-                        } else {
-                            self.chunk(json!({"reasoning_content": t}), None)
-                        }
-                    }
-                    _ => String::new(),
-                }
-            }
+            "content_block_start" => self.block_start(&v),
+            "content_block_delta" => self.block_delta(&v),
             "message_delta" => {
                 if let Some(u) = v.get("usage").and_then(Value::as_object) {
                     self.merge_usage(u);
@@ -204,6 +124,94 @@ impl EventTranslator {
             "ping" => ": ping\n\n".to_owned(),
             "error" => format!("event: error\ndata: {data}\n\n"),
             // content_block_stop, and event types added after this was written.
+            _ => String::new(),
+        }
+    }
+
+    /// `content_block_start`: the block's kind remembered by its index;
+    /// text, a tool call's head or thinking that the block starts with.
+    fn block_start(&mut self, v: &Value) -> String {
+        let index = v.get("index").and_then(Value::as_u64).unwrap_or(0);
+        let b = &v["content_block"];
+        match b.get("type").and_then(Value::as_str) {
+            Some("text") => {
+                self.blocks.insert(index, Block::Text);
+                match b.get("text").and_then(Value::as_str) {
+                    Some(t) if !t.is_empty() => self.chunk(json!({"content": t}), None),
+                    _ => String::new(),
+                }
+            }
+            Some("tool_use") if b.get("name").and_then(Value::as_str) == Some(ANSWER_TOOL) => {
+                self.blocks.insert(index, Block::Answer);
+                String::new()
+            }
+            Some("tool_use") => {
+                let k = self.tools;
+                self.tools += 1;
+                self.blocks.insert(index, Block::Tool(k));
+                let call = json!({
+                    "index": k,
+                    "id": b.get("id").and_then(Value::as_str).unwrap_or(""),
+                    "type": "function",
+                    "function": {"name": b.get("name").and_then(Value::as_str).unwrap_or(""), "arguments": ""},
+                });
+                self.chunk(json!({"tool_calls": [call]}), None)
+            }
+            Some("thinking") => {
+                self.blocks.insert(index, Block::Thinking);
+                match b.get("thinking").and_then(Value::as_str) {
+                    Some(t) if !t.is_empty() => self.chunk(json!({"reasoning_content": t}), None),
+                    _ => String::new(),
+                }
+            }
+            _ => {
+                self.blocks.insert(index, Block::Other);
+                String::new()
+            }
+        }
+    }
+
+    /// `content_block_delta`: text, a tool call's (or the answer tool's)
+    /// arguments, or thinking.
+    fn block_delta(&mut self, v: &Value) -> String {
+        let index = v.get("index").and_then(Value::as_u64).unwrap_or(0);
+        let block = self.blocks.get(&index).copied();
+        let d = &v["delta"];
+        let text_of = |k: &str| d.get(k).and_then(Value::as_str).unwrap_or("");
+        match (d.get("type").and_then(Value::as_str), block) {
+            (Some("text_delta"), _) => {
+                let t = text_of("text");
+                if t.is_empty() {
+                    String::new()
+                } else {
+                    self.chunk(json!({"content": t}), None)
+                }
+            }
+            (Some("input_json_delta"), Some(Block::Answer)) => {
+                let partial = text_of("partial_json");
+                if partial.is_empty() {
+                    String::new()
+                } else {
+                    self.chunk(json!({"content": partial}), None)
+                }
+            }
+            (Some("input_json_delta"), Some(Block::Tool(k))) => {
+                let partial = text_of("partial_json");
+                if partial.is_empty() {
+                    String::new()
+                } else {
+                    let call = json!({"index": k, "function": {"arguments": partial}});
+                    self.chunk(json!({"tool_calls": [call]}), None)
+                }
+            }
+            (Some("thinking_delta"), _) => {
+                let t = text_of("thinking");
+                if t.is_empty() {
+                    String::new()
+                } else {
+                    self.chunk(json!({"reasoning_content": t}), None)
+                }
+            }
             _ => String::new(),
         }
     }
