@@ -32,7 +32,7 @@
 //! `Overloaded`, `rate_limit_error` → `RateLimited`, `api_error` → `Server`,
 //! a billing or credit-balance refusal → `QuotaExhausted`, ...), also when
 //! they arrive as an error event inside a 200 stream; the full table is in
-//! [`provider::anthropic::error`](crate::provider::anthropic::error).
+//! the Anthropic provider's `error` module (`provider/anthropic/error.rs`).
 
 use std::fmt;
 use std::time::Duration;

@@ -12,7 +12,7 @@ use crate::rejection::{Dialect, Rejection};
 use axum::body::Body;
 use http::{HeaderValue, Request, Response, StatusCode};
 use pressure_core::clock::duration_to_millis;
-use pressure_llm::pipeline::{queued_response, Answer, LlmClient, LlmError, Reply as LlmReply, QUEUED_MODEL};
+use pressure_llm::pipeline::{queued_response, Answer, LlmClient, LlmError, LlmReply, QUEUED_MODEL};
 use pressure_llm::provider::ChatRequest;
 use serde_json::{json, Value};
 

@@ -106,13 +106,14 @@ struct Shared {
     hook: Option<TransitionHook>,
     /// Fleet scope: the link to the shared state.
     fleet: Option<Arc<FleetLink>>,
-    inner: Mutex<Inner>,
+    inner: Mutex<Core>,
     transitions: AtomicU64,
     times_opened: AtomicU64,
     rejected: AtomicU64,
 }
 
-struct Inner {
+/// The state of one breaker, behind its lock.
+struct Core {
     state: State,
     /// Bumped on every transition; permits carry the one they were issued in.
     generation: u64,
@@ -171,7 +172,7 @@ impl CircuitBreaker {
     ) -> Self {
         let now = clock.now_nanos();
         let window = SlidingWindow::new(config.bucket_ms(), config.buckets(), now);
-        let inner = Inner {
+        let inner = Core {
             state: State::Closed,
             generation: 0,
             window,
@@ -412,7 +413,7 @@ impl CircuitBreaker {
 
 impl Shared {
     /// The counts that matter in the current state.
-    fn current_counts(&self, g: &mut Inner, now: u64) -> Counts {
+    fn current_counts(&self, g: &mut Core, now: u64) -> Counts {
         match g.state {
             State::Closed => {
                 g.window.advance(now);
@@ -424,7 +425,7 @@ impl Shared {
     }
 
     /// Open → half-open once the wait is over.
-    fn expire_open(&self, g: &mut Inner, now: u64) -> Option<Transition> {
+    fn expire_open(&self, g: &mut Core, now: u64) -> Option<Transition> {
         if g.state == State::Open && now >= g.open_until {
             let counts = g.opened_with;
             Some(self.transition(g, now, State::HalfOpen, TransitionReason::WaitElapsed, counts, 0))
@@ -437,7 +438,7 @@ impl Shared {
     /// releasing it. `open_until` is used only when `to` is open.
     fn transition(
         &self,
-        g: &mut Inner,
+        g: &mut Core,
         now: u64,
         to: State,
         reason: TransitionReason,

@@ -126,7 +126,7 @@ impl BreakerConfig {
 
     /// The thresholds a shared store applies for this breaker
     /// (`pressure_core::shared_breaker`).
-    pub fn circuit_rules(&self) -> pressure_core::shared_breaker::CircuitRules {
+    pub(crate) fn circuit_rules(&self) -> pressure_core::shared_breaker::CircuitRules {
         pressure_core::shared_breaker::CircuitRules {
             window_ms: self.window_ms,
             bucket_ms: self.bucket_ms(),
@@ -144,12 +144,12 @@ impl BreakerConfig {
     }
 
     /// A call taking longer than this is slow.
-    pub fn slow_call_duration(&self) -> Duration {
+    pub(crate) fn slow_call_duration(&self) -> Duration {
         Duration::from_millis(self.slow_call_duration_ms)
     }
 
     /// How long an open breaker waits before admitting probes.
-    pub fn open_wait(&self) -> Duration {
+    pub(crate) fn open_wait(&self) -> Duration {
         Duration::from_millis(self.open_wait_ms)
     }
 

@@ -38,7 +38,7 @@
 
 mod circuit;
 mod config;
-pub mod fleet;
+mod fleet;
 mod registry;
 mod state;
 mod sync;

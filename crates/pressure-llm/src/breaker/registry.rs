@@ -10,6 +10,7 @@ use super::circuit::{BreakerSnapshot, CircuitBreaker, InvalidBreakerConfig, Tran
 use super::config::BreakerConfig;
 use super::fleet::{FleetHub, FleetLink};
 use super::state::Transition;
+use super::sync::BreakerMap;
 use parking_lot::{Mutex, RwLock};
 use pressure_core::clock::Clock;
 use pressure_core::shared_breaker::SharedBreakerStore;
@@ -17,11 +18,6 @@ use std::collections::HashMap;
 use std::collections::VecDeque;
 use std::fmt;
 use std::sync::Arc;
-
-type Models = HashMap<String, Arc<CircuitBreaker>>;
-
-/// The breakers of a registry, by provider then model.
-pub(crate) type BreakerMap = RwLock<HashMap<String, Models>>;
 
 /// Circuit breakers per (provider, model).
 pub struct BreakerRegistry {

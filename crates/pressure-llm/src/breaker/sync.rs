@@ -12,13 +12,20 @@
 
 use super::circuit::CircuitBreaker;
 use super::fleet::{FleetHub, FleetLink, SYNC_INTERVAL};
-use super::registry::BreakerMap;
 use super::state::State;
+use parking_lot::RwLock;
 use pressure_core::shared_breaker::SharedCircuit;
 use pressure_core::BackendError;
+use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 use tokio::time::MissedTickBehavior;
+
+type Models = HashMap<String, Arc<CircuitBreaker>>;
+
+/// The breakers of a registry, by provider then model (the map the sync
+/// task walks and the registry fills).
+pub(crate) type BreakerMap = RwLock<HashMap<String, Models>>;
 
 /// Runs until the registry's breaker map is gone.
 pub(crate) async fn run(breakers: Weak<BreakerMap>, hub: Arc<FleetHub>) {

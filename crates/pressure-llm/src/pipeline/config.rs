@@ -87,7 +87,7 @@ pub struct ProviderSettings {
 
 impl ProviderSettings {
     /// The provider client configuration named `name`.
-    pub fn to_provider_config(&self, name: &str) -> ProviderConfig {
+    pub(crate) fn to_provider_config(&self, name: &str) -> ProviderConfig {
         ProviderConfig {
             name: name.to_owned(),
             kind: self.kind,
@@ -209,7 +209,7 @@ pub enum UseCasePriority {
 
 impl UseCasePriority {
     /// The broker's priority class.
-    pub fn broker_priority(self) -> Priority {
+    pub(crate) fn broker_priority(self) -> Priority {
         match self {
             Self::Interactive => Priority::Interactive,
             Self::Batch => Priority::Batch,

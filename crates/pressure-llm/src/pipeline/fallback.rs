@@ -117,6 +117,9 @@ impl FallbackHandler for KeywordRules {
 #[error("manual queue: {0}")]
 pub struct ManualQueueError(pub String);
 
+/// The `model` of a manual-queue answer ([`queued_response`]).
+pub const QUEUED_MODEL: &str = "manual_queue";
+
 /// The assistant text that answers a request parked in the manual queue.
 pub fn queued_text(ticket: &str) -> String {
     format!("Your request was queued for manual handling; ticket {ticket}. A person will answer it.")

@@ -34,7 +34,7 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
-use futures::{Stream, StreamExt};
+use futures::Stream;
 use reqwest::header::{
     HeaderMap, HeaderName, HeaderValue, ACCEPT, AUTHORIZATION, CONTENT_LENGTH, CONTENT_TYPE,
 };
@@ -44,6 +44,9 @@ use tokio::sync::{oneshot, OwnedSemaphorePermit, Semaphore};
 use tokio::time::{sleep_until, timeout_at, Instant};
 
 use super::anthropic;
+use super::body::{
+    bound, error_chain, error_message, read_bounded, BodyStream, ResponseHead, ERROR_BODY_LIMIT,
+};
 use super::config::{ProviderConfig, ProviderKind, TimeoutsConfig};
 use super::error::{CallError, ProviderError};
 use super::ratelimit::RateLimitHints;
@@ -52,21 +55,14 @@ use super::tag::CallTag;
 use super::types::{ChatRequest, ChatResponse, Message, StreamOptions, Usage};
 use crate::taxonomy::{self, ErrorKind, TimeoutPhase};
 
-/// At most this much of an error body is read and classified.
-const ERROR_BODY_LIMIT: usize = 64 * 1024;
-/// A non-streamed completion larger than this is refused.
-pub(crate) const RESPONSE_BODY_LIMIT: usize = 32 * 1024 * 1024;
-
-/// The response body as a stream of byte chunks.
-pub(crate) type BodyStream = Pin<Box<dyn Stream<Item = reqwest::Result<Bytes>> + Send>>;
-
 /// A client for one OpenAI-compatible provider. Cheap to clone (shared pool).
 #[derive(Clone)]
 pub struct ProviderClient {
-    inner: Arc<Inner>,
+    endpoint: Arc<Endpoint>,
 }
 
-struct Inner {
+/// What the clones of one [`ProviderClient`] share: where, how, and the pool.
+struct Endpoint {
     name: String,
     kind: ProviderKind,
     url: reqwest::Url,
@@ -99,11 +95,11 @@ pub struct PoolStats {
 impl fmt::Debug for ProviderClient {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ProviderClient")
-            .field("name", &self.inner.name)
-            .field("kind", &self.inner.kind)
-            .field("url", &self.inner.url.as_str())
-            .field("has_api_key", &self.inner.auth.is_some())
-            .field("timeouts", &self.inner.timeouts)
+            .field("name", &self.endpoint.name)
+            .field("kind", &self.endpoint.kind)
+            .field("url", &self.endpoint.url.as_str())
+            .field("has_api_key", &self.endpoint.auth.is_some())
+            .field("timeouts", &self.endpoint.timeouts)
             .finish()
     }
 }
@@ -121,77 +117,6 @@ pub struct Completion {
     pub total: Duration,
     /// The rate-limit hints of the response headers.
     pub ratelimit: RateLimitHints,
-}
-
-/// A response head that arrived in time, with its body still to read.
-pub(crate) struct Sent {
-    pub(crate) status: u16,
-    pub(crate) headers: Vec<(String, String)>,
-    pub(crate) ratelimit: RateLimitHints,
-    pub(crate) body: BodyStream,
-    pub(crate) permit: OwnedSemaphorePermit,
-    pub(crate) started: Instant,
-    pub(crate) first_byte: Duration,
-}
-
-/// A 2xx answer read whole, its connection slot freed.
-pub(crate) struct Answered {
-    pub(crate) bytes: Vec<u8>,
-    pub(crate) status: u16,
-    pub(crate) headers: Vec<(String, String)>,
-    pub(crate) ratelimit: RateLimitHints,
-    pub(crate) first_byte: Duration,
-    /// From the request to the end of the body.
-    pub(crate) total: Duration,
-}
-
-impl Sent {
-    /// Reads the whole body, within [`RESPONSE_BODY_LIMIT`], `read` between
-    /// chunks and the deadline, and frees the connection slot.
-    pub(crate) async fn read_all(mut self, read: Duration, deadline: Instant) -> Result<Answered, CallError> {
-        let mut bytes = Vec::new();
-        while let Some(chunk) = next_chunk(&mut self.body, read, deadline)
-            .await
-            .map_err(|e| e.with_response(self.status, &self.ratelimit))?
-        {
-            bytes.extend_from_slice(&chunk);
-            if bytes.len() > RESPONSE_BODY_LIMIT {
-                return Err(CallError::transport(
-                    ErrorKind::Other,
-                    format!("response body exceeds {RESPONSE_BODY_LIMIT} bytes"),
-                )
-                .with_response(self.status, &self.ratelimit));
-            }
-        }
-        drop(self.permit);
-        Ok(Answered {
-            bytes,
-            status: self.status,
-            headers: self.headers,
-            ratelimit: self.ratelimit,
-            first_byte: self.first_byte,
-            total: self.started.elapsed(),
-        })
-    }
-}
-
-impl Answered {
-    /// The error of a body that did not decode (`what: e`): classified as
-    /// the error answer it may be, else a malformed one.
-    pub(crate) fn undecodable(self, what: &str, e: impl std::fmt::Display) -> CallError {
-        let text = String::from_utf8_lossy(&self.bytes);
-        let kind = taxonomy::classify(self.status, &self.headers, &text);
-        let message = match kind {
-            ErrorKind::Other => format!("{what}: {e}"),
-            _ => error_message(&text, self.status),
-        };
-        CallError {
-            kind,
-            status: Some(self.status),
-            message,
-            ratelimit: self.ratelimit,
-        }
-    }
 }
 
 /// The request as sent: the caller's fields with `stream` and `stream_options` set by the client.
@@ -281,7 +206,7 @@ impl ProviderClient {
                 reason: error_chain(&e),
             })?;
         Ok(Self {
-            inner: Arc::new(Inner {
+            endpoint: Arc::new(Endpoint {
                 name,
                 kind: cfg.kind,
                 url,
@@ -297,33 +222,35 @@ impl ProviderClient {
 
     /// The provider's configured name.
     pub fn name(&self) -> &str {
-        &self.inner.name
+        &self.endpoint.name
     }
 
     /// The endpoint URL (`{baseUrl}/chat/completions`, or `{baseUrl}/messages`
     /// for an Anthropic provider).
     pub fn url(&self) -> &str {
-        self.inner.url.as_str()
+        self.endpoint.url.as_str()
     }
 
     /// The wire format the provider speaks.
     pub fn kind(&self) -> ProviderKind {
-        self.inner.kind
+        self.endpoint.kind
     }
 
-    /// The request body in the provider's wire format; `Err` is the message
-    /// of a `BadRequest` (nothing is sent).
-    fn encode(&self, req: &ChatRequest, streaming: bool) -> Result<Vec<u8>, String> {
-        match self.inner.kind {
+    /// The request body in the provider's wire format; `Err` is a
+    /// `BadRequest` naming the field at fault when there is one (nothing
+    /// is sent).
+    fn encode(&self, req: &ChatRequest, streaming: bool) -> Result<Vec<u8>, Box<CallError>> {
+        match self.endpoint.kind {
             ProviderKind::OpenAi => serde_json::to_vec(&Wire::new(req, streaming))
-                .map_err(|e| format!("serialising the request: {e}")),
-            ProviderKind::Anthropic => anthropic::request::encode(req, streaming).map_err(|e| e.to_string()),
+                .map_err(|e| Box::new(CallError::refused(None, format!("serialising the request: {e}")))),
+            ProviderKind::Anthropic => anthropic::request::encode(req, streaming)
+                .map_err(|e| Box::new(CallError::refused(e.param, e.to_string()))),
         }
     }
 
     /// A non-streamed answer body as a chat completion.
     fn decode(&self, body: &[u8]) -> Result<ChatResponse, String> {
-        match self.inner.kind {
+        match self.endpoint.kind {
             ProviderKind::OpenAi => serde_json::from_slice::<ChatResponse>(body).map_err(|e| e.to_string()),
             ProviderKind::Anthropic => anthropic::to_chat_response(body),
         }
@@ -331,22 +258,22 @@ impl ProviderClient {
 
     /// The configured timeouts.
     pub fn timeouts(&self) -> &TimeoutsConfig {
-        &self.inner.timeouts
+        &self.endpoint.timeouts
     }
 
     /// Connection slots free right now (of `maxConnections`).
     pub fn available_connections(&self) -> usize {
-        self.inner.pool.available_permits()
+        self.endpoint.pool.available_permits()
     }
 
     /// The connection pool's use now and at its peak.
     pub fn pool_stats(&self) -> PoolStats {
-        let max = self.inner.timeouts.max_connections as usize;
+        let max = self.endpoint.timeouts.max_connections as usize;
         PoolStats {
-            in_use: max.saturating_sub(self.inner.pool.available_permits()),
-            peak: self.inner.peak.load(Ordering::Relaxed),
+            in_use: max.saturating_sub(self.endpoint.pool.available_permits()),
+            peak: self.endpoint.peak.load(Ordering::Relaxed),
             max,
-            wait_timeouts: self.inner.pool_timeouts.load(Ordering::Relaxed),
+            wait_timeouts: self.endpoint.pool_timeouts.load(Ordering::Relaxed),
         }
     }
 
@@ -363,13 +290,11 @@ impl ProviderClient {
         deadline: Instant,
         tag: &CallTag,
     ) -> Result<Completion, CallError> {
-        let body = self
-            .encode(req, false)
-            .map_err(|e| CallError::transport(ErrorKind::BadRequest, e))?;
+        let body = self.encode(req, false).map_err(|e| *e)?;
         let done = self
             .send(body, false, deadline, tag)
             .await?
-            .read_all(self.inner.timeouts.read(), deadline)
+            .read_all(self.endpoint.timeouts.read(), deadline)
             .await?;
         match self.decode(&done.bytes) {
             Ok(response) => Ok(Completion {
@@ -398,14 +323,12 @@ impl ProviderClient {
         deadline: Instant,
         tag: &CallTag,
     ) -> Result<ChatStream, CallError> {
-        let body = self
-            .encode(req, true)
-            .map_err(|e| CallError::transport(ErrorKind::BadRequest, e))?;
+        let body = self.encode(req, true).map_err(|e| *e)?;
         let mut sent = self.send(body, true, deadline, tag).await?;
-        if self.inner.kind == ProviderKind::Anthropic {
+        if self.endpoint.kind == ProviderKind::Anthropic {
             sent.body = anthropic::stream::translate_body(sent.body);
         }
-        Ok(ChatStream::new(sent, self.inner.timeouts.read(), deadline))
+        Ok(ChatStream::new(sent, self.endpoint.timeouts.read(), deadline))
     }
 
     /// Pool wait, connect, write, first byte; a non-2xx answer becomes a classified error.
@@ -415,46 +338,51 @@ impl ProviderClient {
         streaming: bool,
         deadline: Instant,
         tag: &CallTag,
-    ) -> Result<Sent, CallError> {
-        self.send_to(self.inner.url.clone(), body, streaming, deadline, tag)
+    ) -> Result<ResponseHead, CallError> {
+        self.send_to(self.endpoint.url.clone(), body, streaming, deadline, tag)
             .await
     }
 
-    /// [`send`](Self::send) to another endpoint of the provider (e.g.
-    /// `{baseUrl}/embeddings`), with the same pool, timeouts and key.
-    pub(crate) async fn send_to(
+    /// A connection slot, within `poolWaitMs` and the deadline.
+    async fn slot(&self, started: Instant, deadline: Instant) -> Result<OwnedSemaphorePermit, CallError> {
+        let t = &self.endpoint.timeouts;
+        let (at, phase) = bound(TimeoutPhase::PoolWait, t.pool_wait(), deadline);
+        match timeout_at(at, self.endpoint.pool.clone().acquire_owned()).await {
+            Ok(Ok(permit)) => {
+                let max = t.max_connections as usize;
+                let in_use = max.saturating_sub(self.endpoint.pool.available_permits());
+                self.endpoint.peak.fetch_max(in_use, Ordering::Relaxed);
+                Ok(permit)
+            }
+            Ok(Err(_)) => Err(CallError::transport(ErrorKind::Other, "connection pool closed")),
+            Err(_) => {
+                self.endpoint.pool_timeouts.fetch_add(1, Ordering::Relaxed);
+                Err(CallError::timeout(
+                    phase,
+                    format!(
+                        "no free connection to {} within {} ms",
+                        self.endpoint.name,
+                        elapsed_ms(started)
+                    ),
+                ))
+            }
+        }
+    }
+
+    /// The POST of `body` to `url` with the key, version and tag headers,
+    /// and the signals of its body: the connection started writing it, and
+    /// took all of it.
+    fn request(
         &self,
         url: reqwest::Url,
         body: Vec<u8>,
         streaming: bool,
-        deadline: Instant,
         tag: &CallTag,
-    ) -> Result<Sent, CallError> {
-        let started = Instant::now();
-        let t = &self.inner.timeouts;
-
-        let (at, phase) = bound(TimeoutPhase::PoolWait, t.pool_wait(), deadline);
-        let permit = match timeout_at(at, self.inner.pool.clone().acquire_owned()).await {
-            Ok(Ok(permit)) => {
-                let max = t.max_connections as usize;
-                let in_use = max.saturating_sub(self.inner.pool.available_permits());
-                self.inner.peak.fetch_max(in_use, Ordering::Relaxed);
-                permit
-            }
-            Ok(Err(_)) => return Err(CallError::transport(ErrorKind::Other, "connection pool closed")),
-            Err(_) => {
-                self.inner.pool_timeouts.fetch_add(1, Ordering::Relaxed);
-                return Err(CallError::timeout(
-                    phase,
-                    format!(
-                        "no free connection to {} within {} ms",
-                        self.inner.name,
-                        elapsed_ms(started)
-                    ),
-                ));
-            }
-        };
-
+    ) -> (
+        reqwest::RequestBuilder,
+        oneshot::Receiver<()>,
+        oneshot::Receiver<()>,
+    ) {
         let (started_tx, started_rx) = oneshot::channel();
         let (written_tx, written_rx) = oneshot::channel();
         let len = body.len();
@@ -469,22 +397,42 @@ impl ProviderClient {
             "application/json"
         };
         let mut builder = self
-            .inner
+            .endpoint
             .http
             .post(url)
             .header(CONTENT_TYPE, "application/json")
             .header(CONTENT_LENGTH, len)
             .header(ACCEPT, accept)
             .body(reqwest::Body::wrap_stream(tracked));
-        if let Some((name, value)) = &self.inner.auth {
+        if let Some((name, value)) = &self.endpoint.auth {
             builder = builder.header(name.clone(), value.clone());
         }
-        if self.inner.kind == ProviderKind::Anthropic {
+        if self.endpoint.kind == ProviderKind::Anthropic {
             builder = builder.header(anthropic::VERSION_HEADER, anthropic::API_VERSION);
         }
         for (name, value) in tag.headers() {
             builder = builder.header(name, value);
         }
+        (builder, started_rx, written_rx)
+    }
+
+    /// [`send`](Self::send) to another endpoint of the provider (e.g.
+    /// `{baseUrl}/embeddings`), with the same pool, timeouts and key.
+    pub(crate) async fn send_to(
+        &self,
+        url: reqwest::Url,
+        body: Vec<u8>,
+        streaming: bool,
+        deadline: Instant,
+        tag: &CallTag,
+    ) -> Result<ResponseHead, CallError> {
+        let started = Instant::now();
+        let t = &self.endpoint.timeouts;
+
+        let permit = self.slot(started, deadline).await?;
+
+        let len = body.len();
+        let (builder, started_rx, written_rx) = self.request(url, body, streaming, tag);
         let fut = builder.send();
         tokio::pin!(fut);
 
@@ -544,15 +492,16 @@ impl ProviderClient {
             let raw = read_bounded(&mut body, ERROR_BODY_LIMIT, t.read(), deadline).await;
             let text = String::from_utf8_lossy(&raw);
             let kind = taxonomy::classify(status, &headers, &text);
-            tracing::debug!(provider = %self.inner.name, status, kind = kind.label(), "provider error response");
+            tracing::debug!(provider = %self.endpoint.name, status, kind = kind.label(), "provider error response");
             return Err(CallError {
                 kind,
                 status: Some(status),
                 message: error_message(&text, status),
                 ratelimit,
+                param: None,
             });
         }
-        Ok(Sent {
+        Ok(ResponseHead {
             status,
             headers,
             ratelimit,
@@ -562,69 +511,6 @@ impl ProviderClient {
             first_byte,
         })
     }
-}
-
-impl CallError {
-    /// Attaches the status and rate-limit hints of the response the error happened in.
-    pub(crate) fn with_response(mut self, status: u16, ratelimit: &RateLimitHints) -> Self {
-        self.status = Some(status);
-        self.ratelimit = ratelimit.clone();
-        self
-    }
-}
-
-/// The instant a phase of length `d` ends, capped by `deadline`; the phase
-/// is reported as `Total` when the deadline is the nearer bound.
-pub(crate) fn bound(phase: TimeoutPhase, d: Duration, deadline: Instant) -> (Instant, TimeoutPhase) {
-    match Instant::now().checked_add(d) {
-        Some(at) if at < deadline => (at, phase),
-        _ => (deadline, TimeoutPhase::Total),
-    }
-}
-
-/// The next body chunk, within `read` and the deadline.
-pub(crate) async fn next_chunk(
-    body: &mut BodyStream,
-    read: Duration,
-    deadline: Instant,
-) -> Result<Option<Bytes>, CallError> {
-    let (at, phase) = bound(TimeoutPhase::Read, read, deadline);
-    match timeout_at(at, body.next()).await {
-        Err(_) => Err(CallError::timeout(
-            phase,
-            format!("no body bytes for {} ms", read.as_millis()),
-        )),
-        Ok(None) => Ok(None),
-        Ok(Some(Ok(bytes))) => Ok(Some(bytes)),
-        Ok(Some(Err(e))) => Err(body_error(&e)),
-    }
-}
-
-/// Up to `limit` bytes of an (error) body; a read failure or timeout ends it early.
-async fn read_bounded(body: &mut BodyStream, limit: usize, read: Duration, deadline: Instant) -> Vec<u8> {
-    let mut buf = Vec::new();
-    while buf.len() < limit {
-        match next_chunk(body, read, deadline).await {
-            Ok(Some(chunk)) => {
-                let take = chunk.len().min(limit - buf.len());
-                buf.extend_from_slice(&chunk[..take]);
-            }
-            Ok(None) => break,
-            Err(e) => {
-                tracing::debug!(error = %e, "reading an error body failed; classifying what arrived");
-                break;
-            }
-        }
-    }
-    buf
-}
-
-/// A failure while reading a response body: the connection broke mid-body.
-pub(crate) fn body_error(e: &reqwest::Error) -> CallError {
-    CallError::transport(
-        ErrorKind::Connection,
-        format!("connection lost while reading the body: {}", error_chain(e)),
-    )
 }
 
 /// Maps a failure of sending the request (before any response head).
@@ -641,38 +527,6 @@ fn send_error(e: &reqwest::Error, t: &TimeoutsConfig) -> CallError {
     } else {
         // Refused, reset, DNS failure, TLS failure, closed before the head.
         CallError::transport(ErrorKind::Connection, chain)
-    }
-}
-
-/// An error with all its sources, `a: b: c`.
-fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut source = e.source();
-    while let Some(inner) = source {
-        let text = inner.to_string();
-        if !s.contains(&text) {
-            s.push_str(": ");
-            s.push_str(&text);
-        }
-        source = inner.source();
-    }
-    s
-}
-
-/// The provider's `error.message` (or `message`), else the start of the body.
-pub(crate) fn error_message(body: &str, status: u16) -> String {
-    let parsed: Option<Value> = serde_json::from_str(body).ok();
-    let message = parsed.as_ref().and_then(|v| {
-        v.pointer("/error/message")
-            .or_else(|| v.get("message"))
-            .or_else(|| v.get("error").filter(|e| e.is_string()))
-            .and_then(Value::as_str)
-            .map(str::to_owned)
-    });
-    match message {
-        Some(m) => m,
-        None if body.trim().is_empty() => format!("HTTP {status} with an empty body"),
-        None => body.chars().take(512).collect(),
     }
 }
 

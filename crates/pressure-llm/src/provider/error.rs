@@ -53,6 +53,9 @@ pub struct CallError {
     pub message: String,
     /// The rate-limit hints of the error response, if any.
     pub ratelimit: RateLimitHints,
+    /// The request field at fault, when the client refused to send the
+    /// request because of it (nothing was sent).
+    pub param: Option<&'static str>,
 }
 
 impl CallError {
@@ -63,6 +66,16 @@ impl CallError {
             status: None,
             message: message.into(),
             ratelimit: RateLimitHints::default(),
+            param: None,
+        }
+    }
+
+    /// A request refused before sending (`BadRequest`), naming the field
+    /// at fault when there is one.
+    pub(crate) fn refused(param: Option<&'static str>, message: impl Into<String>) -> Self {
+        Self {
+            param,
+            ..Self::transport(ErrorKind::BadRequest, message)
         }
     }
 

@@ -37,15 +37,17 @@
 //! made. So an attempt can never outlive its event, and a slow first attempt
 //! shortens, never extends, what the fallbacks get.
 
-pub mod anthropic;
-pub mod client;
-pub mod config;
-pub mod embeddings;
-pub mod error;
+mod anthropic;
+mod body;
+mod client;
+mod config;
+mod embeddings;
+mod error;
 pub mod ratelimit;
-pub mod stream;
-pub mod tag;
-pub mod types;
+mod sse;
+mod stream;
+mod tag;
+mod types;
 
 pub use client::{Completion, PoolStats, ProviderClient};
 pub use config::{ProviderConfig, ProviderKind, TimeoutsConfig};
@@ -54,7 +56,7 @@ pub use embeddings::{
     InputItem, InvalidEmbeddingRequest, MAX_EMBEDDING_INPUTS,
 };
 pub use error::{CallError, ProviderError};
-pub use ratelimit::RateLimitHints;
+pub use ratelimit::{parse_go_duration, parse_http_date, parse_rfc3339, RateLimitHints};
 pub use stream::ChatStream;
 pub use tag::{CallTag, ATTEMPT_HEADER, PROBE_HEADER, REQUEST_ID_HEADER};
 pub use types::{

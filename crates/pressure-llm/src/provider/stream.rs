@@ -29,9 +29,10 @@ use futures::Stream;
 use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::{Instant, Sleep};
 
-use super::client::{body_error, bound, BodyStream, Sent};
+use super::body::{body_error, bound, BodyStream, ResponseHead};
 use super::error::CallError;
 use super::ratelimit::RateLimitHints;
+use super::sse::SseParser;
 use super::types::{ChatChunk, Usage};
 use crate::taxonomy::{self, ErrorKind, TimeoutPhase};
 
@@ -46,9 +47,7 @@ pub struct ChatStream {
     deadline: Instant,
     timer: Pin<Box<Sleep>>,
     timer_phase: TimeoutPhase,
-    buf: Vec<u8>,
-    event_data: Option<String>,
-    event_name: Option<String>,
+    parser: SseParser,
     pending: VecDeque<Result<ChatChunk, CallError>>,
     started: Instant,
     first_byte: Duration,
@@ -78,7 +77,7 @@ impl std::fmt::Debug for ChatStream {
 }
 
 impl ChatStream {
-    pub(crate) fn new(sent: Sent, read_timeout: Duration, deadline: Instant) -> Self {
+    pub(crate) fn new(sent: ResponseHead, read_timeout: Duration, deadline: Instant) -> Self {
         let (at, phase) = bound(TimeoutPhase::Read, read_timeout, deadline);
         Self {
             body: Some(sent.body),
@@ -90,9 +89,7 @@ impl ChatStream {
             deadline,
             timer: Box::pin(tokio::time::sleep_until(at)),
             timer_phase: phase,
-            buf: Vec::new(),
-            event_data: None,
-            event_name: None,
+            parser: SseParser::default(),
             pending: VecDeque::new(),
             started: sent.started,
             first_byte: sent.first_byte,
@@ -206,63 +203,22 @@ impl ChatStream {
         self.timer_phase = phase;
     }
 
-    /// Splits new bytes into lines and handles the complete ones.
+    /// Handles the events completed by new bytes.
     fn feed(&mut self, bytes: &[u8]) {
-        self.buf.extend_from_slice(bytes);
-        let mut start = 0;
-        while let Some(pos) = self.buf[start..].iter().position(|&b| b == b'\n') {
-            let end = start + pos;
-            let line = String::from_utf8_lossy(&self.buf[start..end]).into_owned();
-            self.line(line.strip_suffix('\r').unwrap_or(&line));
-            start = end + 1;
+        for (name, data) in self.parser.feed(bytes) {
+            self.dispatch(name, data);
         }
-        self.buf.drain(..start);
     }
 
     /// The body ended: handles a last line without a newline and a pending event.
     fn feed_eof(&mut self) {
-        if !self.buf.is_empty() {
-            let line = String::from_utf8_lossy(&self.buf).into_owned();
-            self.buf.clear();
-            self.line(line.trim_end_matches('\r'));
-        }
-        self.dispatch();
-    }
-
-    fn line(&mut self, line: &str) {
-        if self.done {
-            return;
-        }
-        if line.is_empty() {
-            self.dispatch();
-            return;
-        }
-        if line.starts_with(':') {
-            return;
-        }
-        let (field, value) = match line.split_once(':') {
-            Some((f, v)) => (f, v.strip_prefix(' ').unwrap_or(v)),
-            None => (line, ""),
-        };
-        match field {
-            "data" => match &mut self.event_data {
-                Some(d) => {
-                    d.push('\n');
-                    d.push_str(value);
-                }
-                None => self.event_data = Some(value.to_owned()),
-            },
-            "event" => self.event_name = Some(value.to_owned()),
-            _ => {}
+        for (name, data) in self.parser.finish() {
+            self.dispatch(name, data);
         }
     }
 
     /// One complete event.
-    fn dispatch(&mut self) {
-        let name = self.event_name.take();
-        let Some(data) = self.event_data.take() else {
-            return;
-        };
+    fn dispatch(&mut self, name: Option<String>, data: String) {
         if self.done || self.terminated {
             return;
         }

@@ -12,9 +12,9 @@
 //! caller passes `now` in the clock's nanoseconds), and randomness comes from
 //! an injectable RNG, so every decision can be reproduced in tests.
 
-pub mod backoff;
-pub mod budget;
-pub mod policy;
+mod backoff;
+mod budget;
+mod policy;
 
 pub use backoff::Backoff;
 pub use budget::MoneyBudget;

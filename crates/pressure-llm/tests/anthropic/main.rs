@@ -607,3 +607,51 @@ fn claude_prompts_are_estimated_with_cl100k_which_agrees_with_o200k_here() {
         assert!(diff <= 0.03, "{name}: cl100k {cl100k} vs o200k {o200k}");
     }
 }
+
+/// Issue 21: a request Anthropic cannot take as sent is never changed
+/// silently. `temperature` above Anthropic's 1.0 and a `json_object`
+/// response format (no JSON mode) are refused with a 400 naming the field,
+/// before any call; a `json_schema` one is translated into a forced tool.
+#[tokio::test]
+async fn a_field_anthropic_cannot_take_is_refused_naming_it() {
+    bounded(async {
+        let a = Server::start(vec![], Step::Ok { spent: false }).await;
+        let o = support::Mock::serve((), openai).await;
+        let c = client(chain_config(&a, &o, fast_retry(1)));
+        let mut hot = chat(None);
+        hot.extra.insert("temperature".into(), json!(1.5));
+        let e = c.complete("claude", hot).await.unwrap_err();
+        let d = e.describe();
+        assert_eq!(
+            (d.status, d.error_type, d.param),
+            (400, "invalid_request_error", Some("temperature")),
+            "{e}"
+        );
+        assert!(e.to_string().contains("temperature"), "{e}");
+        let mut text = chat(None);
+        text.extra
+            .insert("response_format".into(), json!({"type": "json_object"}));
+        let e = c.complete("claude", text).await.unwrap_err();
+        assert_eq!(e.describe().param, Some("response_format"), "{e}");
+        assert_eq!((a.hits(), o.hits()), (0, 0), "nothing was sent");
+        // In range, the value goes as it came.
+        let mut warm = chat(None);
+        warm.extra.insert("temperature".into(), json!(0.7));
+        c.complete("claude", warm).await.unwrap();
+        assert_eq!(a.seen()[0].body["temperature"], 0.7);
+        // A JSON schema is translated, not dropped: a tool with that schema,
+        // forced by `tool_choice`.
+        let schema = json!({"type": "object", "properties": {"city": {"type": "string"}}});
+        let mut structured = chat(None);
+        structured.extra.insert(
+            "response_format".into(),
+            json!({"type": "json_schema", "json_schema": {"name": "place", "schema": schema}}),
+        );
+        c.complete("claude", structured).await.unwrap();
+        let sent = &a.seen()[1].body;
+        assert_eq!(sent["tools"][0]["input_schema"], schema, "{sent}");
+        assert_eq!(sent["tool_choice"]["type"], "tool", "{sent}");
+        assert_eq!(sent["tool_choice"]["name"], sent["tools"][0]["name"], "{sent}");
+    })
+    .await;
+}

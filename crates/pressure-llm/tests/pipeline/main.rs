@@ -405,6 +405,31 @@ async fn limiter_without_capacity_falls_back_or_errors() {
     .await;
 }
 
+/// Issue 21: when a chain gives up on rate limits, the hint says when a
+/// level could answer counted from the moment the chain gave up, and is
+/// never shorter than the chain's own backoff before it would try a level
+/// again: here the primary's 30 ms `retry-after` had passed while the
+/// backup was tried (a hint of ~0 made SDKs re-run the whole chain at
+/// once); the chain itself would wait up to 80 ms (40 ms base, second
+/// retry) before trying again.
+#[tokio::test]
+async fn a_chain_that_gives_up_on_429s_hints_from_now() {
+    bounded(async {
+        let limited = Step::RateLimited { retry_after_ms: 30 };
+        let p = Mock::start(vec![], limited).await;
+        let b = Mock::start(vec![], limited).await;
+        let retry = json!({"maxAttempts": 2, "baseDelayMs": 40, "maxDelayMs": 100});
+        let uc = json!({"chain": {"chain": [{"model": "p/m"}, {"model": "b/m"}], "retry": retry}});
+        let c = client(config(&p, &b, uc, json!({}), json!({})));
+        let e = c.complete("chain", request("a")).await.unwrap_err();
+        assert_eq!(e.describe().status, 429, "{e}");
+        assert_eq!((p.hits(), b.hits()), (2, 2));
+        let hint = e.retry_after().expect("a hint");
+        assert!(hint >= Duration::from_millis(80), "{hint:?}");
+    })
+    .await;
+}
+
 /// `took` (measured from before the event started) is a hang cut by the
 /// event's `total_ms` deadline: not before it, and long before the mock's
 /// 60 s hang would have ended. The upper bound is 10× the deadline so that a

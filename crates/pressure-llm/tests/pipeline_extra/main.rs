@@ -367,3 +367,27 @@ fn batch_headroom_is_validated() {
     let e = cfg.validate().unwrap_err();
     assert_eq!(e.path, "models[0].batchHeadroom");
 }
+
+/// Issue 21: a model the provider says has no requests left until a reset
+/// far into the deadline is not waited for while a backup level is idle:
+/// a hold longer than the level's share of the deadline (here 15 s over
+/// two model levels) falls back at once.
+#[tokio::test]
+async fn a_hold_longer_than_the_levels_share_falls_back() {
+    bounded(async {
+        let p = Mock::start(&[
+            ("x-ratelimit-remaining-requests", "0"),
+            ("x-ratelimit-reset-requests", "10s"),
+        ])
+        .await;
+        let b = Mock::start(&[]).await;
+        let uc = json!({"chat": {"chain": [{"model": "p/m"}, {"model": "b/m"}], "totalMs": 15000}});
+        let c = client(&p, &b, json!({}), uc);
+        let a = c.complete("chat", request("hello")).await.unwrap();
+        assert_eq!(a.degradation, Degradation::Primary);
+        let a = c.complete("chat", request("hello")).await.unwrap();
+        assert_eq!(a.degradation, Degradation::Backup(1), "the backup is idle");
+        assert_eq!((p.hits(), b.hits()), (1, 1));
+    })
+    .await;
+}

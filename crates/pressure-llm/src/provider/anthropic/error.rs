@@ -26,10 +26,12 @@
 //!
 //! [`ErrorKind`]: crate::taxonomy::ErrorKind
 
+#[cfg(test)]
 use serde_json::{json, Value};
 
 /// Anthropic's documented error types with the status each comes with.
-pub const ERROR_TYPES: &[(&str, u16)] = &[
+#[cfg(test)]
+pub(crate) const ERROR_TYPES: &[(&str, u16)] = &[
     ("invalid_request_error", 400),
     ("authentication_error", 401),
     ("billing_error", 402),
@@ -43,12 +45,14 @@ pub const ERROR_TYPES: &[(&str, u16)] = &[
 ];
 
 /// An Anthropic error body: `{"type":"error","error":{"type","message"}}`.
-pub fn error_body(error_type: &str, message: &str) -> Value {
+#[cfg(test)]
+pub(crate) fn error_body(error_type: &str, message: &str) -> Value {
     json!({"type": "error", "error": {"type": error_type, "message": message}})
 }
 
 /// The `error.type` of an Anthropic error body, if it is one.
-pub fn error_type(body: &str) -> Option<String> {
+#[cfg(test)]
+pub(crate) fn error_type(body: &str) -> Option<String> {
     let v: Value = serde_json::from_str(body).ok()?;
     v.pointer("/error/type")
         .and_then(Value::as_str)

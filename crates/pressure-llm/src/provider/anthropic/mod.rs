@@ -63,18 +63,24 @@
 //! configured about 25 % below Anthropic's to absorb the estimate's error up
 //! front.
 
-pub mod error;
-pub mod request;
-pub mod response;
-pub mod stream;
+pub(super) mod error;
+pub(super) mod request;
+pub(super) mod response;
+pub(super) mod stream;
 
-pub use request::{to_messages_request, TranslateError, DEFAULT_MAX_TOKENS};
-pub use response::{finish_reason, to_chat_response, to_usage};
-pub use stream::EventTranslator;
+pub(super) use response::to_chat_response;
+
+/// The tool through which a `response_format` of type `json_schema` is
+/// asked of an Anthropic model (which has no JSON mode): the request
+/// forces it with `tool_choice`, and its `tool_use` input comes back as
+/// the message content, as JSON text ([`request`], [`response`],
+/// [`stream`]). A caller's own tool of this name would be read the same
+/// way; the name is chosen not to meet one.
+pub(crate) const ANSWER_TOOL: &str = "pressure_response_format";
 
 /// The `anthropic-version` header sent with every call.
-pub const API_VERSION: &str = "2023-06-01";
+pub(crate) const API_VERSION: &str = "2023-06-01";
 /// The header carrying the API version.
-pub const VERSION_HEADER: &str = "anthropic-version";
+pub(crate) const VERSION_HEADER: &str = "anthropic-version";
 /// The header carrying the API key.
-pub const API_KEY_HEADER: &str = "x-api-key";
+pub(crate) const API_KEY_HEADER: &str = "x-api-key";

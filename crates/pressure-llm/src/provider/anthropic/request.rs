@@ -16,7 +16,9 @@
 //! | `tool_choice`: `"auto"`, `"none"`, `"required"`, `{"type":"function","function":{"name"}}` | `{"type":"auto"}`, `{"type":"none"}`, `{"type":"any"}`, `{"type":"tool","name"}` |
 //! | `parallel_tool_calls: false` | `tool_choice.disable_parallel_tool_use: true` |
 //! | `stop`: a string or an array | `stop_sequences`: an array |
-//! | `temperature` (0–2) | `temperature`, capped at 1 (Anthropic's range is 0–1) |
+//! | `temperature` (0–1) | `temperature`; above 1 (Anthropic's range ends there) the request is refused, naming `temperature` |
+//! | `response_format` `text` | nothing (the default) |
+//! | `response_format` `json_schema` (`schema` an object) | a forced tool: `tools: [{name: "pressure_response_format", input_schema: schema}]`, `tool_choice: {"type":"tool"}`; its input comes back as the message content (JSON text). Beside the caller's own tools, or `json_object`, it is refused, naming `response_format` |
 //! | `top_p` | `top_p` |
 //! | `user` | `metadata.user_id` |
 //! | `top_k`, `metadata`, `thinking` (Anthropic's own fields) | passed through |
@@ -25,37 +27,76 @@
 //! Every other field is dropped: the Messages API refuses fields it does not
 //! know, and the OpenAI-only ones (`n` of 1, `presence_penalty`,
 //! `frequency_penalty`, `logit_bias`, `logprobs`, `seed`,
-//! `response_format`, `stream_options`, `store`, …) have no counterpart.
+//! `stream_options`, `store`, …) have no counterpart.
 //! What cannot be expressed at all is refused as a [`TranslateError`] (the
-//! client reports it as a `BadRequest`, no call made): `n` above 1, an
+//! client reports it as a `BadRequest`, no call made, with the field in
+//! the 400's `param` where one is at fault): a `temperature` outside 0–1, a
+//! `response_format` Anthropic cannot honour, `n` above 1, an
 //! unknown role, a content part or tool type Anthropic has no block for, a
 //! tool call whose `arguments` are not a JSON object.
 
 use serde_json::{json, Map, Value};
 
+use super::ANSWER_TOOL;
 use crate::provider::types::{ChatRequest, Message, MessageContent};
 
 /// `max_tokens` sent when the request names none (Anthropic requires one).
 /// The pipeline never relies on it: it sends the output tokens it reserved
 /// for the call (the model's `defaultMaxTokens` or `maxOutputTokens`).
-pub const DEFAULT_MAX_TOKENS: u32 = 4096;
+pub(crate) const DEFAULT_MAX_TOKENS: u32 = 4096;
 
 /// A chat request that has no Messages-API equivalent.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("cannot translate the request for an anthropic provider: {0}")]
-pub struct TranslateError(pub String);
-
-fn bad(message: impl Into<String>) -> TranslateError {
-    TranslateError(message.into())
+#[error("cannot translate the request for an anthropic provider: {message}")]
+pub(crate) struct TranslateError {
+    /// What cannot be expressed.
+    pub message: String,
+    /// The request field at fault, for the 400's `param`, when one is.
+    pub param: Option<&'static str>,
 }
 
+fn bad(message: impl Into<String>) -> TranslateError {
+    TranslateError {
+        message: message.into(),
+        param: None,
+    }
+}
+
+/// A refusal of the request field `param`.
+fn refuse(param: &'static str, message: impl Into<String>) -> TranslateError {
+    TranslateError {
+        message: message.into(),
+        param: Some(param),
+    }
+}
+
+/// Anthropic's highest `temperature` (OpenAI's is 2).
+pub(crate) const MAX_TEMPERATURE: f64 = 1.0;
+
 /// The Messages request for `req`; `streaming` sets `stream: true`.
-pub fn to_messages_request(req: &ChatRequest, streaming: bool) -> Result<Value, TranslateError> {
+pub(crate) fn to_messages_request(req: &ChatRequest, streaming: bool) -> Result<Value, TranslateError> {
     if let Some(n) = req.extra.get("n").and_then(Value::as_u64) {
         if n > 1 {
             return Err(bad(format!("n = {n}: Anthropic answers one choice per request")));
         }
     }
+    let mut out = Map::new();
+    out.insert("model".into(), json!(req.model));
+    let max_tokens = req.max_output_tokens().unwrap_or(DEFAULT_MAX_TOKENS);
+    out.insert("max_tokens".into(), json!(max_tokens));
+    conversation(req, &mut out)?;
+    sampling(&req.extra, &mut out)?;
+    tools(&req.extra, &mut out)?;
+    response_format(&req.extra, &mut out)?;
+    if streaming {
+        out.insert("stream".into(), json!(true));
+    }
+    Ok(Value::Object(out))
+}
+
+/// `system` and `messages`: system prompts to the top level, turns merged
+/// so that roles alternate.
+fn conversation(req: &ChatRequest, out: &mut Map<String, Value>) -> Result<(), TranslateError> {
     let mut system: Vec<String> = Vec::new();
     let mut turns: Vec<(String, Vec<Value>)> = Vec::new();
     for (i, m) in req.messages.iter().enumerate() {
@@ -84,11 +125,6 @@ pub fn to_messages_request(req: &ChatRequest, streaming: bool) -> Result<Value, 
             _ => turns.push((role.to_owned(), blocks)),
         }
     }
-
-    let mut out = Map::new();
-    out.insert("model".into(), json!(req.model));
-    let max_tokens = req.max_output_tokens().unwrap_or(DEFAULT_MAX_TOKENS);
-    out.insert("max_tokens".into(), json!(max_tokens));
     match system.len() {
         0 => {}
         1 => {
@@ -107,8 +143,12 @@ pub fn to_messages_request(req: &ChatRequest, streaming: bool) -> Result<Value, 
         .map(|(role, blocks)| json!({"role": role, "content": compact(blocks)}))
         .collect();
     out.insert("messages".into(), Value::Array(messages));
+    Ok(())
+}
 
-    let extra = &req.extra;
+/// `stop_sequences`, `temperature` (refused outside Anthropic's range),
+/// `top_p`, `top_k`, `thinking`, `metadata` (with `user`).
+fn sampling(extra: &Map<String, Value>, out: &mut Map<String, Value>) -> Result<(), TranslateError> {
     if let Some(stop) = extra.get("stop").filter(|v| !v.is_null()) {
         let seqs: Vec<Value> = match stop {
             Value::String(s) => vec![json!(s)],
@@ -119,8 +159,20 @@ pub fn to_messages_request(req: &ChatRequest, streaming: bool) -> Result<Value, 
             out.insert("stop_sequences".into(), Value::Array(seqs));
         }
     }
-    if let Some(t) = extra.get("temperature").and_then(Value::as_f64) {
-        out.insert("temperature".into(), json!(t.clamp(0.0, 1.0)));
+    if let Some(t) = extra.get("temperature").filter(|v| !v.is_null()) {
+        match t.as_f64() {
+            Some(x) if (0.0..=MAX_TEMPERATURE).contains(&x) => {
+                out.insert("temperature".into(), t.clone());
+            }
+            _ => {
+                return Err(refuse(
+                    "temperature",
+                    format!(
+                        "temperature {t} is outside 0 to {MAX_TEMPERATURE}, the range of Anthropic's models"
+                    ),
+                ))
+            }
+        }
     }
     if let Some(p) = extra.get("top_p").filter(|v| v.is_number()) {
         out.insert("top_p".into(), p.clone());
@@ -141,7 +193,11 @@ pub fn to_messages_request(req: &ChatRequest, streaming: bool) -> Result<Value, 
     if !metadata.is_empty() {
         out.insert("metadata".into(), Value::Object(metadata));
     }
+    Ok(())
+}
 
+/// `tools` and `tool_choice` (with `parallel_tool_calls: false`).
+fn tools(extra: &Map<String, Value>, out: &mut Map<String, Value>) -> Result<(), TranslateError> {
     if let Some(tools) = extra.get("tools").filter(|v| !v.is_null()) {
         let Some(tools) = tools.as_array() else {
             return Err(bad("tools must be an array"));
@@ -167,10 +223,56 @@ pub fn to_messages_request(req: &ChatRequest, streaming: bool) -> Result<Value, 
             json!({"type": "auto", "disable_parallel_tool_use": true}),
         );
     }
-    if streaming {
-        out.insert("stream".into(), json!(true));
+    Ok(())
+}
+
+/// `response_format`: `text` is the default (nothing to send); a
+/// `json_schema` is asked through a forced tool ([`ANSWER_TOOL`]) whose
+/// input schema is the format's schema; anything else (`json_object`: the
+/// Messages API has no JSON mode) is refused, as is a `json_schema` beside
+/// the caller's own tools or `tool_choice` (the forced tool would take
+/// their place), or whose schema is not an object.
+fn response_format(extra: &Map<String, Value>, out: &mut Map<String, Value>) -> Result<(), TranslateError> {
+    let format = match extra.get("response_format") {
+        None | Some(Value::Null) => return Ok(()),
+        Some(f) => f,
+    };
+    let no = |why: String| Err(refuse("response_format", why));
+    match format.get("type").and_then(Value::as_str).unwrap_or("") {
+        "text" => Ok(()),
+        "json_schema" => {
+            let Some(spec) = format.get("json_schema") else {
+                return no("response_format.json_schema is missing".into());
+            };
+            let schema = match spec.get("schema") {
+                Some(s @ Value::Object(o)) if o.get("type").is_none_or(|t| t == "object") => s.clone(),
+                _ => {
+                    return no(
+                        "an Anthropic model answers a json_schema response_format through a tool, \
+                         whose schema must be an object"
+                            .into(),
+                    )
+                }
+            };
+            let own = |k: &str| extra.get(k).is_some_and(|v| !v.is_null());
+            if own("tools") || own("tool_choice") {
+                return no("response_format json_schema cannot be combined with tools for an Anthropic model".into());
+            }
+            let description = spec
+                .get("description")
+                .and_then(Value::as_str)
+                .unwrap_or("Give the answer as the input of this tool.");
+            out.insert(
+                "tools".into(),
+                json!([{"name": ANSWER_TOOL, "description": description, "input_schema": schema}]),
+            );
+            out.insert("tool_choice".into(), json!({"type": "tool", "name": ANSWER_TOOL}));
+            Ok(())
+        }
+        other => no(format!(
+            "response_format {other:?} cannot be sent to an Anthropic model (it has no JSON mode; use json_schema)"
+        )),
     }
-    Ok(Value::Object(out))
 }
 
 /// The request body as bytes.
@@ -422,13 +524,13 @@ mod tests {
     #[test]
     fn max_completion_tokens_and_sampling() {
         let v = translate(json!({
-            "model": "claude-x", "max_completion_tokens": 77, "temperature": 1.7, "top_p": 0.9,
+            "model": "claude-x", "max_completion_tokens": 77, "temperature": 0.7, "top_p": 0.9,
             "stop": "\n\nHuman:", "user": "u-1", "presence_penalty": 0.5, "seed": 3, "n": 1,
             "stream_options": {"include_usage": true}, "top_k": 5,
             "messages": [{"role": "user", "content": "Hi"}]
         }));
         assert_eq!(v["max_tokens"], 77);
-        assert_eq!(v["temperature"], 1.0, "Anthropic's range ends at 1");
+        assert_eq!(v["temperature"], 0.7);
         assert_eq!(v["top_p"], 0.9);
         assert_eq!(v["top_k"], 5);
         assert_eq!(v["stop_sequences"], json!(["\n\nHuman:"]));
@@ -527,7 +629,7 @@ mod tests {
 
     #[test]
     fn untranslatable_requests_are_refused() {
-        let refuse = |v: Value| to_messages_request(&req(v), false).unwrap_err().0;
+        let refuse = |v: Value| to_messages_request(&req(v), false).unwrap_err().message;
         let user = json!([{"role": "user", "content": "x"}]);
         assert!(refuse(json!({"model": "m", "n": 2, "messages": user})).contains("n = 2"));
         assert!(
@@ -559,5 +661,48 @@ mod tests {
             refuse(json!({"model": "m", "messages": user, "tool_choice": "sometimes"})).contains("sometimes")
         );
         assert!(refuse(json!({"model": "m", "messages": user, "stop": 5})).contains("stop"));
+    }
+
+    #[test]
+    fn out_of_range_values_are_refused_naming_the_field_never_changed() {
+        let param = |v: Value| to_messages_request(&req(v), false).err().and_then(|e| e.param);
+        let user = json!([{"role": "user", "content": "x"}]);
+        assert_eq!(
+            param(json!({"model": "m", "messages": user, "temperature": 1.5})),
+            Some("temperature")
+        );
+        assert_eq!(
+            param(json!({"model": "m", "messages": user, "temperature": -0.1})),
+            Some("temperature")
+        );
+        assert_eq!(
+            param(json!({"model": "m", "messages": user, "response_format": {"type": "json_object"}})),
+            Some("response_format")
+        );
+        let v = translate(json!({"model": "m", "messages": user, "temperature": 1.0,
+                                 "response_format": {"type": "text"}}));
+        assert_eq!(v["temperature"], 1.0);
+        assert!(v.get("response_format").is_none());
+        let schema = json!({"type": "object", "properties": {"city": {"type": "string"}}});
+        let tools = json!([{"type": "function", "function": {"name": "f"}}]);
+        assert_eq!(
+            param(json!({"model": "m", "messages": user, "tools": tools,
+                         "response_format": {"type": "json_schema", "json_schema": {"name": "c", "schema": schema}}})),
+            Some("response_format")
+        );
+    }
+
+    #[test]
+    fn a_json_schema_is_asked_through_a_forced_tool() {
+        let schema =
+            json!({"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]});
+        let v = translate(json!({
+            "model": "m", "messages": [{"role": "user", "content": "Where?"}], "parallel_tool_calls": false,
+            "response_format": {"type": "json_schema", "json_schema": {"name": "place", "strict": true, "schema": schema}}
+        }));
+        assert_eq!(v["tools"][0]["name"], ANSWER_TOOL);
+        assert_eq!(v["tools"][0]["input_schema"], schema);
+        assert_eq!(v["tool_choice"], json!({"type": "tool", "name": ANSWER_TOOL}));
+        assert!(v.get("response_format").is_none());
     }
 }

@@ -4,7 +4,8 @@
 //! |---|---|
 //! | `id`, `model` | `id`, `model`; `object: "chat.completion"`, `created: 0` (Anthropic sends no timestamp; 0 like the pipeline's own answers) |
 //! | `text` blocks | `message.content`, joined in order (`null` when there is no text) |
-//! | `tool_use` blocks (`id`, `name`, `input`) | `message.tool_calls` (`{"id","type":"function","function":{"name","arguments"}}`, `arguments` = `input` as JSON text) |
+//! | the `tool_use` block of [`ANSWER_TOOL`] (a `json_schema` response format) | `message.content`: its `input` as JSON text; `finish_reason` `stop` |
+//! | other `tool_use` blocks (`id`, `name`, `input`) | `message.tool_calls` (`{"id","type":"function","function":{"name","arguments"}}`, `arguments` = `input` as JSON text) |
 //! | `thinking` blocks | `message.reasoning_content` |
 //! | `stop_reason` | `finish_reason` ([`finish_reason`]) |
 //! | `usage` | `usage` ([`to_usage`]) |
@@ -13,13 +14,14 @@
 
 use serde_json::{json, Map, Value};
 
+use super::ANSWER_TOOL;
 use crate::provider::types::{ChatResponse, Choice, Message, MessageContent, Usage};
 
 /// `finish_reason` for an Anthropic `stop_reason`: `end_turn`,
 /// `stop_sequence` and `pause_turn` → `stop`; `max_tokens` and
 /// `model_context_window_exceeded` → `length`; `tool_use` → `tool_calls`;
 /// `refusal` → `content_filter`; anything else → `stop`.
-pub fn finish_reason(stop_reason: &str) -> &'static str {
+pub(crate) fn finish_reason(stop_reason: &str) -> &'static str {
     match stop_reason {
         "max_tokens" | "model_context_window_exceeded" => "length",
         "tool_use" => "tool_calls",
@@ -34,7 +36,7 @@ pub fn finish_reason(stop_reason: &str) -> &'static str {
 /// tokens; the cache reads are also given as
 /// `prompt_tokens_details.cached_tokens`), completion tokens =
 /// `output_tokens`, total = both.
-pub fn to_usage(u: &Value) -> Usage {
+pub(crate) fn to_usage(u: &Value) -> Usage {
     let n = |k: &str| u.get(k).and_then(Value::as_u64).unwrap_or(0);
     let cache_read = n("cache_read_input_tokens");
     let prompt = n("input_tokens") + n("cache_creation_input_tokens") + cache_read;
@@ -62,7 +64,7 @@ pub(crate) fn tool_call(id: &str, name: &str, arguments: String) -> Value {
 /// The `chat.completion` for a Messages answer body; `Err` when the body is
 /// not a message (an error object, or not JSON) — the client then
 /// classifies it like any error body.
-pub fn to_chat_response(body: &[u8]) -> Result<ChatResponse, String> {
+pub(crate) fn to_chat_response(body: &[u8]) -> Result<ChatResponse, String> {
     let v: Value = serde_json::from_slice(body).map_err(|e| e.to_string())?;
     if v.get("type").and_then(Value::as_str) != Some("message") {
         return Err("the body is not a Messages answer (`type` is not \"message\")".into());
@@ -75,11 +77,15 @@ pub fn to_chat_response(body: &[u8]) -> Result<ChatResponse, String> {
     let mut has_text = false;
     let mut thinking = String::new();
     let mut calls = Vec::new();
+    let mut answer = None;
     for b in blocks {
         match b.get("type").and_then(Value::as_str) {
             Some("text") => {
                 has_text = true;
                 text.push_str(b.get("text").and_then(Value::as_str).unwrap_or(""));
+            }
+            Some("tool_use") if b.get("name").and_then(Value::as_str) == Some(ANSWER_TOOL) => {
+                answer = Some(b.get("input").cloned().unwrap_or_else(|| json!({})).to_string());
             }
             Some("tool_use") => {
                 let input = b.get("input").cloned().unwrap_or_else(|| json!({}));
@@ -93,6 +99,7 @@ pub fn to_chat_response(body: &[u8]) -> Result<ChatResponse, String> {
             _ => {}
         }
     }
+    let only_answer = calls.is_empty();
     let mut extra = Map::new();
     if !calls.is_empty() {
         extra.insert("tool_calls".into(), Value::Array(calls));
@@ -100,15 +107,20 @@ pub fn to_chat_response(body: &[u8]) -> Result<ChatResponse, String> {
     if !thinking.is_empty() {
         extra.insert("reasoning_content".into(), json!(thinking));
     }
+    // A `json_schema` answer: the forced tool's input is the content.
+    let content = match answer {
+        Some(json_text) => Some(MessageContent::Text(json_text)),
+        None => has_text.then_some(MessageContent::Text(text)),
+    };
     let message = Message {
         role: "assistant".into(),
-        content: has_text.then_some(MessageContent::Text(text)),
+        content,
         extra,
     };
-    let finish = v
-        .get("stop_reason")
-        .and_then(Value::as_str)
-        .map(|r| finish_reason(r).to_owned());
+    let finish = v.get("stop_reason").and_then(Value::as_str).map(|r| match r {
+        "tool_use" if only_answer => "stop".to_owned(),
+        _ => finish_reason(r).to_owned(),
+    });
     let str_of = |k: &str| v.get(k).and_then(Value::as_str).unwrap_or("").to_owned();
     Ok(ChatResponse {
         id: str_of("id"),
@@ -214,6 +226,20 @@ mod tests {
         ] {
             assert_eq!(finish_reason(anthropic), openai, "{anthropic}");
         }
+    }
+
+    #[test]
+    fn the_answer_tool_comes_back_as_json_content() {
+        let body = json!({
+            "id": "msg_03", "type": "message", "role": "assistant", "model": "claude-x",
+            "content": [{"type": "tool_use", "id": "toolu_1", "name": ANSWER_TOOL, "input": {"city": "Paris"}}],
+            "stop_reason": "tool_use", "usage": {"input_tokens": 20, "output_tokens": 9}
+        });
+        let r = to_chat_response(body.to_string().as_bytes()).unwrap();
+        let c = &r.choices[0];
+        assert_eq!(c.message.text(), r#"{"city":"Paris"}"#);
+        assert!(c.message.extra.get("tool_calls").is_none());
+        assert_eq!(c.finish_reason.as_deref(), Some("stop"));
     }
 
     #[test]

@@ -12,6 +12,7 @@
 //! | `content_block_start` `tool_use` (`id`, `name`) | `delta.tool_calls: [{"index": k, "id", "type":"function", "function":{"name","arguments":""}}]` (`k` counts the tool calls of the answer) |
 //! | `content_block_delta` `text_delta` | `delta.content` |
 //! | `content_block_delta` `input_json_delta` | `delta.tool_calls: [{"index": k, "function":{"arguments": partial_json}}]` |
+//! | `content_block_start` / `input_json_delta` of [`ANSWER_TOOL`] (a `json_schema` response format) | nothing / `delta.content` (the JSON text); `stop_reason` `tool_use` then finishes as `stop` |
 //! | `content_block_delta` `thinking_delta` | `delta.reasoning_content` |
 //! | `content_block_stop`, `signature_delta`, `citations_delta`, unknown events | nothing |
 //! | `message_delta` (`stop_reason`, `usage`) | a chunk with `finish_reason` ([`finish_reason`]), then the usage chunk (`choices: []`, `usage` from the message's input and the delta's output tokens) |
@@ -38,7 +39,9 @@ use futures::Stream;
 use serde_json::{json, Map, Value};
 
 use super::response::{finish_reason, to_usage};
-use crate::provider::client::BodyStream;
+use super::ANSWER_TOOL;
+use crate::provider::body::BodyStream;
+use crate::provider::sse::{SseEvent, SseParser};
 
 /// What a content block of the answer is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -46,13 +49,16 @@ enum Block {
     Text,
     /// A tool call, with its index among the answer's tool calls.
     Tool(u32),
+    /// The forced tool of a `json_schema` response format: its input is
+    /// the content.
+    Answer,
     Thinking,
     Other,
 }
 
 /// Translates Anthropic events, one at a time, in order; see the module docs.
 #[derive(Debug, Clone)]
-pub struct EventTranslator {
+pub(crate) struct EventTranslator {
     id: String,
     model: String,
     blocks: HashMap<u64, Block>,
@@ -69,7 +75,7 @@ impl Default for EventTranslator {
 
 impl EventTranslator {
     /// A translator for one stream.
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Self {
             id: String::new(),
             model: String::new(),
@@ -81,7 +87,7 @@ impl EventTranslator {
 
     /// The chat-completions SSE text for one Anthropic event (`event:` name
     /// and `data:`), empty when it stands for nothing.
-    pub fn event(&mut self, name: Option<&str>, data: &str) -> String {
+    pub(crate) fn event(&mut self, name: Option<&str>, data: &str) -> String {
         let Ok(v) = serde_json::from_str::<Value>(data) else {
             return format!("data: {data}\n\n");
         };
@@ -96,83 +102,20 @@ impl EventTranslator {
                 }
                 self.chunk(json!({"role": "assistant", "content": ""}), None)
             }
-            "content_block_start" => {
-                let index = v.get("index").and_then(Value::as_u64).unwrap_or(0);
-                let b = &v["content_block"];
-                match b.get("type").and_then(Value::as_str) {
-                    Some("text") => {
-                        self.blocks.insert(index, Block::Text);
-                        match b.get("text").and_then(Value::as_str) {
-                            Some(t) if !t.is_empty() => self.chunk(json!({"content": t}), None),
-                            _ => String::new(),
-                        }
-                    }
-                    Some("tool_use") => {
-                        let k = self.tools;
-                        self.tools += 1;
-                        self.blocks.insert(index, Block::Tool(k));
-                        let call = json!({
-                            "index": k,
-                            "id": b.get("id").and_then(Value::as_str).unwrap_or(""),
-                            "type": "function",
-                            "function": {"name": b.get("name").and_then(Value::as_str).unwrap_or(""), "arguments": ""},
-                        });
-                        self.chunk(json!({"tool_calls": [call]}), None)
-                    }
-                    Some("thinking") => {
-                        self.blocks.insert(index, Block::Thinking);
-                        match b.get("thinking").and_then(Value::as_str) {
-                            Some(t) if !t.is_empty() => self.chunk(json!({"reasoning_content": t}), None),
-                            _ => String::new(),
-                        }
-                    }
-                    _ => {
-                        self.blocks.insert(index, Block::Other);
-                        String::new()
-                    }
-                }
-            }
-            "content_block_delta" => {
-                let index = v.get("index").and_then(Value::as_u64).unwrap_or(0);
-                let block = self.blocks.get(&index).copied();
-                let d = &v["delta"];
-                let text_of = |k: &str| d.get(k).and_then(Value::as_str).unwrap_or("");
-                match (d.get("type").and_then(Value::as_str), block) {
-                    (Some("text_delta"), _) => {
-                        let t = text_of("text");
-                        if t.is_empty() {
-                            String::new()
-                        } else {
-                            self.chunk(json!({"content": t}), None)
-                        }
-                    }
-                    (Some("input_json_delta"), Some(Block::Tool(k))) => {
-                        let partial = text_of("partial_json");
-                        if partial.is_empty() {
-                            String::new()
-                        } else {
-                            let call = json!({"index": k, "function": {"arguments": partial}});
-                            self.chunk(json!({"tool_calls": [call]}), None)
-                        }
-                    }
-                    (Some("thinking_delta"), _) => {
-                        let t = text_of("thinking");
-                        if t.is_empty() {
-                            String::new()
-                        } else {
-                            self.chunk(json!({"reasoning_content": t}), None)
-                        }
-                    }
-                    _ => String::new(),
-                }
-            }
+            "content_block_start" => self.block_start(&v),
+            "content_block_delta" => self.block_delta(&v),
             "message_delta" => {
                 if let Some(u) = v.get("usage").and_then(Value::as_object) {
                     self.merge_usage(u);
                 }
                 let mut out = String::new();
                 if let Some(reason) = v.pointer("/delta/stop_reason").and_then(Value::as_str) {
-                    out.push_str(&self.chunk(json!({}), Some(finish_reason(reason))));
+                    let finish = match reason {
+                        // Only the forced answer tool was used: a plain answer.
+                        "tool_use" if self.tools == 0 => "stop",
+                        _ => finish_reason(reason),
+                    };
+                    out.push_str(&self.chunk(json!({}), Some(finish)));
                 }
                 out.push_str(&self.usage_chunk());
                 out
@@ -181,6 +124,94 @@ impl EventTranslator {
             "ping" => ": ping\n\n".to_owned(),
             "error" => format!("event: error\ndata: {data}\n\n"),
             // content_block_stop, and event types added after this was written.
+            _ => String::new(),
+        }
+    }
+
+    /// `content_block_start`: the block's kind remembered by its index;
+    /// text, a tool call's head or thinking that the block starts with.
+    fn block_start(&mut self, v: &Value) -> String {
+        let index = v.get("index").and_then(Value::as_u64).unwrap_or(0);
+        let b = &v["content_block"];
+        match b.get("type").and_then(Value::as_str) {
+            Some("text") => {
+                self.blocks.insert(index, Block::Text);
+                match b.get("text").and_then(Value::as_str) {
+                    Some(t) if !t.is_empty() => self.chunk(json!({"content": t}), None),
+                    _ => String::new(),
+                }
+            }
+            Some("tool_use") if b.get("name").and_then(Value::as_str) == Some(ANSWER_TOOL) => {
+                self.blocks.insert(index, Block::Answer);
+                String::new()
+            }
+            Some("tool_use") => {
+                let k = self.tools;
+                self.tools += 1;
+                self.blocks.insert(index, Block::Tool(k));
+                let call = json!({
+                    "index": k,
+                    "id": b.get("id").and_then(Value::as_str).unwrap_or(""),
+                    "type": "function",
+                    "function": {"name": b.get("name").and_then(Value::as_str).unwrap_or(""), "arguments": ""},
+                });
+                self.chunk(json!({"tool_calls": [call]}), None)
+            }
+            Some("thinking") => {
+                self.blocks.insert(index, Block::Thinking);
+                match b.get("thinking").and_then(Value::as_str) {
+                    Some(t) if !t.is_empty() => self.chunk(json!({"reasoning_content": t}), None),
+                    _ => String::new(),
+                }
+            }
+            _ => {
+                self.blocks.insert(index, Block::Other);
+                String::new()
+            }
+        }
+    }
+
+    /// `content_block_delta`: text, a tool call's (or the answer tool's)
+    /// arguments, or thinking.
+    fn block_delta(&mut self, v: &Value) -> String {
+        let index = v.get("index").and_then(Value::as_u64).unwrap_or(0);
+        let block = self.blocks.get(&index).copied();
+        let d = &v["delta"];
+        let text_of = |k: &str| d.get(k).and_then(Value::as_str).unwrap_or("");
+        match (d.get("type").and_then(Value::as_str), block) {
+            (Some("text_delta"), _) => {
+                let t = text_of("text");
+                if t.is_empty() {
+                    String::new()
+                } else {
+                    self.chunk(json!({"content": t}), None)
+                }
+            }
+            (Some("input_json_delta"), Some(Block::Answer)) => {
+                let partial = text_of("partial_json");
+                if partial.is_empty() {
+                    String::new()
+                } else {
+                    self.chunk(json!({"content": partial}), None)
+                }
+            }
+            (Some("input_json_delta"), Some(Block::Tool(k))) => {
+                let partial = text_of("partial_json");
+                if partial.is_empty() {
+                    String::new()
+                } else {
+                    let call = json!({"index": k, "function": {"arguments": partial}});
+                    self.chunk(json!({"tool_calls": [call]}), None)
+                }
+            }
+            (Some("thinking_delta"), _) => {
+                let t = text_of("thinking");
+                if t.is_empty() {
+                    String::new()
+                } else {
+                    self.chunk(json!({"reasoning_content": t}), None)
+                }
+            }
             _ => String::new(),
         }
     }
@@ -218,74 +249,22 @@ impl EventTranslator {
     }
 }
 
-/// Splits bytes into server-sent events (`event:` and `data:` fields; comments and other fields ignored).
-#[derive(Debug, Default)]
-struct SseParser {
-    buf: Vec<u8>,
-    data: Option<String>,
-    event: Option<String>,
-}
-
-impl SseParser {
-    fn feed(&mut self, bytes: &[u8], tr: &mut EventTranslator, out: &mut String) {
-        self.buf.extend_from_slice(bytes);
-        let mut start = 0;
-        while let Some(pos) = self.buf[start..].iter().position(|&b| b == b'\n') {
-            let end = start + pos;
-            let line = String::from_utf8_lossy(&self.buf[start..end]).into_owned();
-            self.line(line.strip_suffix('\r').unwrap_or(&line), tr, out);
-            start = end + 1;
-        }
-        self.buf.drain(..start);
-    }
-
-    fn finish(&mut self, tr: &mut EventTranslator, out: &mut String) {
-        if !self.buf.is_empty() {
-            let line = String::from_utf8_lossy(&self.buf).into_owned();
-            self.buf.clear();
-            self.line(line.trim_end_matches('\r'), tr, out);
-        }
-        self.dispatch(tr, out);
-    }
-
-    fn line(&mut self, line: &str, tr: &mut EventTranslator, out: &mut String) {
-        if line.is_empty() {
-            return self.dispatch(tr, out);
-        }
-        if line.starts_with(':') {
-            return;
-        }
-        let (field, value) = match line.split_once(':') {
-            Some((f, v)) => (f, v.strip_prefix(' ').unwrap_or(v)),
-            None => (line, ""),
-        };
-        match field {
-            "data" => match &mut self.data {
-                Some(d) => {
-                    d.push('\n');
-                    d.push_str(value);
-                }
-                None => self.data = Some(value.to_owned()),
-            },
-            "event" => self.event = Some(value.to_owned()),
-            _ => {}
-        }
-    }
-
-    fn dispatch(&mut self, tr: &mut EventTranslator, out: &mut String) {
-        let name = self.event.take();
-        if let Some(data) = self.data.take() {
-            out.push_str(&tr.event(name.as_deref(), &data));
-        }
-    }
-}
-
 /// A response body of Anthropic events, translated on the fly; see the module docs.
 struct Translated {
     body: BodyStream,
     parser: SseParser,
     translator: EventTranslator,
     ended: bool,
+}
+
+impl Translated {
+    /// The chat-completions SSE text of Anthropic `events`.
+    fn translate(&mut self, events: Vec<SseEvent>) -> String {
+        events
+            .iter()
+            .map(|(name, data)| self.translator.event(name.as_deref(), data))
+            .collect()
+    }
 }
 
 impl Stream for Translated {
@@ -298,15 +277,15 @@ impl Stream for Translated {
         }
         match this.body.as_mut().poll_next(cx) {
             Poll::Ready(Some(Ok(bytes))) => {
-                let mut out = String::new();
-                this.parser.feed(&bytes, &mut this.translator, &mut out);
+                let events = this.parser.feed(&bytes);
+                let out = this.translate(events);
                 Poll::Ready(Some(Ok(Bytes::from(out))))
             }
             Poll::Ready(Some(Err(e))) => Poll::Ready(Some(Err(e))),
             Poll::Ready(None) => {
                 this.ended = true;
-                let mut out = String::new();
-                this.parser.finish(&mut this.translator, &mut out);
+                let events = this.parser.finish();
+                let out = this.translate(events);
                 if out.is_empty() {
                     Poll::Ready(None)
                 } else {
@@ -328,14 +307,17 @@ pub(crate) fn translate_body(body: BodyStream) -> BodyStream {
     })
 }
 
-/// The chat-completions SSE text of a whole Anthropic event stream (for tests and tools).
-pub fn translate_all(sse: &str) -> String {
+/// The chat-completions SSE text of a whole Anthropic event stream (for tests).
+#[cfg(test)]
+pub(crate) fn translate_all(sse: &str) -> String {
     let mut parser = SseParser::default();
     let mut tr = EventTranslator::new();
-    let mut out = String::new();
-    parser.feed(sse.as_bytes(), &mut tr, &mut out);
-    parser.finish(&mut tr, &mut out);
-    out
+    let mut events = parser.feed(sse.as_bytes());
+    events.extend(parser.finish());
+    events
+        .iter()
+        .map(|(name, data)| tr.event(name.as_deref(), data))
+        .collect()
 }
 
 #[cfg(test)]
@@ -482,6 +464,33 @@ mod tests {
     }
 
     #[test]
+    fn the_answer_tool_streams_as_content() {
+        let events = [
+            r#"{"type":"message_start","message":{"id":"m","model":"c","usage":{"input_tokens":5}}}"#.to_owned(),
+            format!(r#"{{"type":"content_block_start","index":0,"content_block":{{"type":"tool_use","id":"t","name":"{ANSWER_TOOL}","input":{{}}}}}}"#),
+            r#"{"type":"content_block_delta","index":0,"delta":{"type":"input_json_delta","partial_json":"{\"city\":"}}"#.to_owned(),
+            r#"{"type":"content_block_delta","index":0,"delta":{"type":"input_json_delta","partial_json":"\"Paris\"}"}}"#.to_owned(),
+            r#"{"type":"message_delta","delta":{"stop_reason":"tool_use"},"usage":{"output_tokens":7}}"#.to_owned(),
+        ];
+        let mut tr = EventTranslator::new();
+        let out: String = events.iter().map(|e| tr.event(None, e)).collect();
+        let chunks: Vec<Value> = out
+            .lines()
+            .filter_map(|l| l.strip_prefix("data: "))
+            .map(|d| serde_json::from_str(d).unwrap())
+            .collect();
+        let content: String = chunks
+            .iter()
+            .filter_map(|c| c.pointer("/choices/0/delta/content").and_then(Value::as_str))
+            .collect();
+        assert_eq!(content, r#"{"city":"Paris"}"#);
+        assert!(!out.contains("tool_calls"), "{out}");
+        assert!(chunks
+            .iter()
+            .any(|c| c.pointer("/choices/0/finish_reason") == Some(&json!("stop"))));
+    }
+
+    #[test]
     fn events_split_across_chunks_are_reassembled() {
         let sse = include_str!("../../../tests/fixtures/anthropic/stream-tool-use.sse");
         let whole = translate_all(sse);
@@ -490,10 +499,15 @@ mod tests {
         let mut parser = SseParser::default();
         let mut tr = EventTranslator::new();
         let mut out = String::new();
+        let mut translate = |events: Vec<SseEvent>| {
+            for (name, data) in events {
+                out.push_str(&tr.event(name.as_deref(), &data));
+            }
+        };
         for piece in crlf.as_bytes().chunks(7) {
-            parser.feed(piece, &mut tr, &mut out);
+            translate(parser.feed(piece));
         }
-        parser.finish(&mut tr, &mut out);
+        translate(parser.finish());
         assert_eq!(out, whole);
     }
 }

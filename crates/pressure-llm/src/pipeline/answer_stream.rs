@@ -11,60 +11,19 @@ use std::time::Duration;
 
 use futures::future::BoxFuture;
 use futures::{FutureExt, Stream, StreamExt};
-use pressure_core::{Backend, MemoryBackend, Permit};
+use pressure_core::{Backend, MemoryBackend};
 use serde_json::Map;
-use tokio::time::Instant;
 
-use super::client::{breaker_outcome, Outcome, Payload, Served};
+use super::answer::{Degradation, LlmReply};
+use super::calls::stream::{Live, Streamed};
+use super::engine::{Served, Settlement};
+use super::error::LlmError;
+use super::fallback::{queued_response, QUEUED_MODEL};
 use super::metrics::Metrics;
-use super::{Degradation, LlmError, Reply};
-use crate::breaker::CallPermit;
-use crate::price::{ModelPrice, Money};
-use crate::provider::{
-    CallError, CallTag, ChatChunk, ChatRequest, ChatResponse, ChatStream, ChunkChoice, Delta, ProviderClient,
-};
-use crate::reservation::Reservation;
+use crate::price::Money;
+use crate::provider::{ChatChunk, ChatResponse, ChunkChoice, Delta, Usage};
 use crate::taxonomy::ErrorKind;
 use crate::tokens::TokenCounter;
-
-/// Opens a provider stream and reads it up to its first chunk with output
-/// (or its successful end). The chunks read are returned, to be replayed.
-pub(super) async fn open(
-    provider: &ProviderClient,
-    call: &ChatRequest,
-    deadline: Instant,
-    tag: &CallTag,
-) -> Result<(ChatStream, VecDeque<ChatChunk>), CallError> {
-    let mut stream = provider.stream_tagged(call, deadline, tag).await?;
-    let mut buffered = VecDeque::new();
-    loop {
-        match stream.next().await {
-            Some(Ok(chunk)) => {
-                let output = chunk.has_output();
-                buffered.push_back(chunk);
-                if output {
-                    return Ok((stream, buffered));
-                }
-            }
-            Some(Err(e)) => return Err(e),
-            None => return Ok((stream, buffered)),
-        }
-    }
-}
-
-/// A model level's stream, committed at its first output chunk.
-pub(super) struct Live<B: Backend> {
-    pub(super) stream: ChatStream,
-    /// Chunks read while opening, not yet yielded.
-    pub(super) buffered: VecDeque<ChatChunk>,
-    pub(super) permit: Option<Permit<B>>,
-    pub(super) breaker: CallPermit,
-    pub(super) provider: String,
-    pub(super) model: String,
-    /// The counted prompt tokens (the reservation's input).
-    pub(super) input_tokens: u64,
-    pub(super) price: ModelPrice,
-}
 
 /// How a live stream ended.
 enum End {
@@ -73,7 +32,8 @@ enum End {
     Dropped,
 }
 
-enum Inner<B: Backend> {
+/// Where an [`AnswerStream`] is.
+enum Phase<B: Backend> {
     /// Fixed chunks (a `rules` or `manualQueue` level).
     Ready(VecDeque<ChatChunk>),
     /// A model level's stream.
@@ -119,7 +79,7 @@ enum Inner<B: Backend> {
 /// runtime is around (otherwise it is released without the correction).
 ///
 /// A `rules` level answers as a one-chunk stream (the answer's text as one
-/// delta); a `manualQueue` level likewise with [`queued_text`](super::queued_text)
+/// delta); a `manualQueue` level likewise with [`queued_text`](super::fallback::queued_text)
 /// as the delta and the ticket in the chunk's extra field `pressure_ticket`
 /// (also [`AnswerStream::ticket`]).
 ///
@@ -136,7 +96,7 @@ pub struct AnswerStream<B: Backend = MemoryBackend> {
     spent: Money,
     failed_spent: Money,
     ticket: Option<String>,
-    inner: Inner<B>,
+    phase: Phase<B>,
     metrics: Arc<Metrics>,
     counter: TokenCounter,
     /// The caller asked for the usage chunk.
@@ -157,19 +117,19 @@ impl<B: Backend> std::fmt::Debug for AnswerStream<B> {
 
 impl<B: Backend> AnswerStream<B> {
     pub(super) fn new(
-        served: Served<B>,
+        served: Served<Streamed<B>>,
         metrics: Arc<Metrics>,
         counter: TokenCounter,
         include_usage: bool,
     ) -> Self {
         let mut ticket = None;
-        let inner = match served.payload {
-            Payload::Live(live) => Inner::Live(live),
-            Payload::Reply(Reply::Completion(r)) => Inner::Ready(response_chunks(r)),
-            Payload::Reply(Reply::Queued { ticket: t }) => {
-                let chunks = response_chunks(super::queued_response(super::QUEUED_MODEL, &t));
+        let phase = match served.output {
+            Streamed::Live(live) => Phase::Live(live),
+            Streamed::Reply(LlmReply::Completion(r)) => Phase::Ready(response_chunks(r)),
+            Streamed::Reply(LlmReply::Queued { ticket: t }) => {
+                let chunks = response_chunks(queued_response(QUEUED_MODEL, &t));
                 ticket = Some(t);
-                Inner::Ready(chunks)
+                Phase::Ready(chunks)
             }
         };
         Self {
@@ -180,7 +140,7 @@ impl<B: Backend> AnswerStream<B> {
             spent: served.spent,
             failed_spent: served.failed_spent,
             ticket,
-            inner,
+            phase,
             metrics,
             counter,
             include_usage,
@@ -246,77 +206,53 @@ impl<B: Backend> AnswerStream<B> {
 
     /// Time to first token of the model stream, while it is live.
     pub fn ttft(&self) -> Option<Duration> {
-        match &self.inner {
-            Inner::Live(live) => live.stream.ttft(),
+        match &self.phase {
+            Phase::Live(live) => live.stream.ttft(),
             _ => None,
         }
     }
 
-    /// Settles a live stream that ended: breaker, metrics, money; returns the
+    /// Settles a live stream that ended: breaker, metrics, money (the
+    /// attempt's [`Ledger`](super::engine::Ledger)); returns the
     /// reconciliation (and release) of the limiter permit.
     fn settle(&mut self, live: Live<B>, end: End) -> BoxFuture<'static, ()> {
-        let Live {
-            stream,
-            permit,
-            breaker,
-            provider,
-            model,
-            input_tokens,
-            price,
-            ..
-        } = live;
+        let Live { stream, ledger, .. } = live;
         let end = match end {
             // The provider had finished; only the caller stopped reading.
             End::Dropped if stream.is_done() && stream.error().is_none() => End::Completed,
             other => other,
         };
-        let (prompt, completion) = match stream.usage() {
+        let used = match stream.usage() {
             Some(u) => (u.prompt_tokens, u.completion_tokens),
             None => {
                 let text = stream.output_text();
                 let generated = self
                     .counter
-                    .count_text(&model, text)
+                    .count_text(ledger.model(), text)
                     .unwrap_or_else(|_| u64::try_from(text.len().div_ceil(4)).unwrap_or(u64::MAX));
-                (input_tokens, generated)
+                (ledger.reservation().input_tokens, generated)
             }
         };
-        let cost = price.cost(prompt, completion);
-        self.spent = self.spent + cost;
-        Metrics::add(&self.metrics.spent_micro_usd, cost.micro_usd());
-        match &end {
-            End::Completed => {
-                self.metrics
-                    .timing(&provider, &model, stream.ttft(), stream.total());
-                let ttft = stream.ttft().unwrap_or_else(|| breaker.elapsed());
-                breaker.success(ttft);
-            }
+        let how = match end {
+            End::Completed => Settlement::Answered {
+                ttft: stream.ttft(),
+                total: stream.total(),
+            },
             End::Failed(kind) => {
-                let elapsed = breaker.elapsed();
-                match breaker_outcome(kind) {
-                    Outcome::Failure => breaker.failure(elapsed),
-                    Outcome::Success => breaker.success(elapsed),
-                    Outcome::Ignore => breaker.ignore(),
-                }
-                self.failed_spent = self.failed_spent + cost;
-                Metrics::add(&self.metrics.failed_spent_micro_usd, cost.micro_usd());
-                self.metrics.attempt_error(kind.label());
                 self.metrics.error(kind.label());
+                Settlement::Failed(kind)
             }
             // A cancelled call says nothing about the provider's health.
-            End::Dropped => breaker.ignore(),
-        }
+            End::Dropped => Settlement::Cancelled,
+        };
+        let failed = matches!(how, Settlement::Failed(_));
         drop(stream);
-        let actual = Reservation::actual((prompt, completion));
-        async move {
-            if let Some(mut permit) = permit {
-                if let Err(e) = permit.reconcile(actual).await {
-                    tracing::warn!(%model, error = %e, "reconcile failed");
-                }
-                drop(permit);
-            }
+        let (cost, reconcile) = ledger.close(how, used);
+        self.spent = self.spent + cost;
+        if failed {
+            self.failed_spent = self.failed_spent + cost;
         }
-        .boxed()
+        reconcile
     }
 }
 
@@ -326,17 +262,17 @@ impl<B: Backend> Stream for AnswerStream<B> {
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         let this = &mut *self;
         loop {
-            match &mut this.inner {
-                Inner::Ready(chunks) => {
+            match &mut this.phase {
+                Phase::Ready(chunks) => {
                     let Some(chunk) = chunks.pop_front() else {
-                        this.inner = Inner::Done;
+                        this.phase = Phase::Done;
                         return Poll::Ready(None);
                     };
                     if let Some(chunk) = this.shape(chunk) {
                         return Poll::Ready(Some(Ok(chunk)));
                     }
                 }
-                Inner::Live(live) => {
+                Phase::Live(live) => {
                     if let Some(chunk) = live.buffered.pop_front() {
                         if let Some(chunk) = this.shape(chunk) {
                             return Poll::Ready(Some(Ok(chunk)));
@@ -353,31 +289,32 @@ impl<B: Backend> Stream for AnswerStream<B> {
                         }
                         Poll::Ready(Some(Err(e))) => {
                             let err = LlmError::Upstream {
-                                provider: live.provider.clone(),
-                                model: live.model.clone(),
+                                provider: live.ledger.provider().to_owned(),
+                                model: live.ledger.model().to_owned(),
                                 kind: e.kind.clone(),
                                 status: e.status,
                                 message: e.message,
+                                param: e.param,
                             };
                             (End::Failed(e.kind), Some(err))
                         }
                         Poll::Ready(None) => (End::Completed, None),
                     };
-                    let Inner::Live(live) = std::mem::replace(&mut this.inner, Inner::Done) else {
+                    let Phase::Live(live) = std::mem::replace(&mut this.phase, Phase::Done) else {
                         continue;
                     };
                     let reconcile = this.settle(*live, end);
-                    this.inner = Inner::Settling { reconcile, last };
+                    this.phase = Phase::Settling { reconcile, last };
                 }
-                Inner::Settling { reconcile, last } => {
+                Phase::Settling { reconcile, last } => {
                     if reconcile.poll_unpin(cx).is_pending() {
                         return Poll::Pending;
                     }
                     let last = last.take();
-                    this.inner = Inner::Done;
+                    this.phase = Phase::Done;
                     return Poll::Ready(last.map(Err));
                 }
-                Inner::Done => return Poll::Ready(None),
+                Phase::Done => return Poll::Ready(None),
             }
         }
     }
@@ -385,10 +322,10 @@ impl<B: Backend> Stream for AnswerStream<B> {
 
 impl<B: Backend> Drop for AnswerStream<B> {
     fn drop(&mut self) {
-        let reconcile = match std::mem::replace(&mut self.inner, Inner::Done) {
-            Inner::Live(live) => self.settle(*live, End::Dropped),
-            Inner::Settling { reconcile, .. } => reconcile,
-            Inner::Ready(_) | Inner::Done => return,
+        let reconcile = match std::mem::replace(&mut self.phase, Phase::Done) {
+            Phase::Live(live) => self.settle(*live, End::Dropped),
+            Phase::Settling { reconcile, .. } => reconcile,
+            Phase::Ready(_) | Phase::Done => return,
         };
         match tokio::runtime::Handle::try_current() {
             Ok(handle) => {
@@ -405,7 +342,7 @@ impl<B: Backend> Drop for AnswerStream<B> {
 /// (zero when the answer has none), which [`AnswerStream::shape`] drops
 /// unless the caller asked for usage.
 fn response_chunks(r: ChatResponse) -> VecDeque<ChatChunk> {
-    let usage = r.usage.clone().unwrap_or(crate::provider::Usage {
+    let usage = r.usage.clone().unwrap_or(Usage {
         prompt_tokens: 0,
         completion_tokens: 0,
         total_tokens: 0,

@@ -1,0 +1,114 @@
+//! A chat request through the engine ([`Request`] for [`ChatRequest`]:
+//! its reservation, the request sent to one model, the `rules` and
+//! `manualQueue` levels), and [`Complete`]: a chat event answered whole.
+
+use pressure_core::{Backend, Priority};
+
+use crate::pipeline::answer::LlmReply;
+use crate::pipeline::config::{ChainLevel, ModelKind};
+use crate::pipeline::engine::{Call, Engine, Ledger, ModelEntry, Request, Target};
+use crate::pipeline::error::LlmError;
+use crate::price::Money;
+use crate::provider::{CallError, ChatRequest, Completion, ProviderClient, ProviderKind, RateLimitHints};
+use crate::reservation::Reservation;
+
+impl<B: Backend> Request<B> for ChatRequest {
+    type Prepared = ChatRequest;
+    type Degraded = LlmReply;
+
+    const KIND: ModelKind = ModelKind::Chat;
+
+    /// The prompt counted with the model's tokenizer, the output cap (else
+    /// the model's default); a request that overflows the context window
+    /// does not fit the level.
+    fn plan(
+        &self,
+        engine: &Engine<B>,
+        m: &ModelEntry,
+        priority: Priority,
+    ) -> Result<Result<Reservation, LlmError>, LlmError> {
+        let messages: Vec<(String, String)> =
+            self.messages.iter().map(|m| (m.role.clone(), m.text())).collect();
+        let input = engine.counter.count_chat(&m.model, &messages)?;
+        let max_tokens = self.max_output_tokens().map(u64::from);
+        Ok(Reservation::for_request(input, max_tokens, &m.context)
+            .map(|r| r.with_priority(priority))
+            .map_err(LlmError::ContextLength))
+    }
+
+    /// The request with its `model` set; to an Anthropic provider, which
+    /// requires `max_tokens`, the output reserved for the call when the
+    /// request named none.
+    fn prepare(&self, m: &ModelEntry, provider: &ProviderClient, reservation: &Reservation) -> ChatRequest {
+        let mut call = self.clone();
+        call.model = m.model.clone();
+        if provider.kind() == ProviderKind::Anthropic && call.max_output_tokens().is_none() {
+            call.max_tokens = u32::try_from(reservation.output_tokens).ok();
+        }
+        call
+    }
+
+    /// A `rules` handler's answer (none: go on), or a `manualQueue` ticket.
+    async fn degraded(
+        &self,
+        engine: &Engine<B>,
+        use_case: &str,
+        level: &ChainLevel,
+    ) -> Result<Option<LlmReply>, LlmError> {
+        match level {
+            ChainLevel::Rules(name) => {
+                let Some(handler) = engine.handlers.get(name) else {
+                    tracing::warn!(use_case, rules = %name, "no handler registered for rules level; skipped");
+                    return Ok(None);
+                };
+                Ok(handler.handle(self).map(LlmReply::Completion))
+            }
+            ChainLevel::ManualQueue(_) => {
+                let ticket = engine.queue.push(use_case, self).await?;
+                Ok(Some(LlmReply::Queued { ticket }))
+            }
+            ChainLevel::Model(_) => Ok(None),
+        }
+    }
+}
+
+/// A chat event answered whole.
+pub(crate) struct Complete {
+    pub(crate) req: ChatRequest,
+}
+
+impl<B: Backend> Call<B> for Complete {
+    type Request = ChatRequest;
+    type Sent = Completion;
+    type Output = LlmReply;
+
+    fn request(&self) -> &ChatRequest {
+        &self.req
+    }
+
+    async fn send(&self, to: Target<'_>, prepared: &ChatRequest) -> Result<Completion, CallError> {
+        to.provider.complete_tagged(prepared, to.deadline, to.tag).await
+    }
+
+    fn hints(sent: &Completion) -> &RateLimitHints {
+        &sent.ratelimit
+    }
+
+    /// Settled at once, to the answer's `usage` (without one, to what was
+    /// reserved).
+    async fn finish(&self, done: Completion, ledger: Ledger<B>) -> (LlmReply, Money) {
+        let r = *ledger.reservation();
+        let used = done
+            .usage
+            .as_ref()
+            .map_or((r.input_tokens, r.output_tokens), |u| {
+                (u.prompt_tokens, u.completion_tokens)
+            });
+        let cost = ledger.answered(done.ttft, done.total, used).await;
+        (LlmReply::Completion(done.response), cost)
+    }
+
+    fn degraded(answer: LlmReply) -> LlmReply {
+        answer
+    }
+}

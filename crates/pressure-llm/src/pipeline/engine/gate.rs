@@ -1,0 +1,111 @@
+//! The gate before each attempt on a model level, for every kind of call.
+//!
+//! 1. A provider hold (its rate-limit headers said the quota is spent) is
+//!    a limiter denial: waited out when it ends within the level's share of
+//!    the time left (see [`Engine::gate`]), else the level is refused so a
+//!    backup can answer at once.
+//! 2. The breaker: an open breaker costs no quota and no call.
+//! 3. The limiter, within the time left. It may take a while (a wait for
+//!    capacity, a store round trip): if the breaker changed state
+//!    meanwhile, its permit is void, so the reservation is given back and
+//!    the gate is asked again, and an open breaker sends nothing.
+
+use pressure_core::Backend;
+use tokio::time::Instant;
+
+use super::models::ModelEntry;
+use super::Engine;
+use crate::breaker::{CallPermit, CircuitBreaker};
+use crate::pipeline::error::LlmError;
+use crate::pipeline::metrics::Metrics;
+use crate::reservation::{resource_id, Reservation};
+
+/// What the gate decided before one attempt.
+pub(super) enum Gate<B: Backend> {
+    /// Call: the breaker's permit, and the limiter's (none for a model
+    /// without limits).
+    Go(CallPermit, Option<pressure_core::Permit<B>>),
+    /// Ask the gate again: a provider hold ended, or the breaker changed
+    /// state while the limiter decided (the reservation was given back).
+    Again,
+    /// The level cannot call now: a hold past its share of the deadline,
+    /// an open breaker, or the limiter's refusal.
+    Refused(LlmError),
+}
+
+impl<B: Backend> Engine<B> {
+    /// The gate of one attempt on `m`; see the module docs. A hold is
+    /// waited out only when it ends by `share_end` (the level's share of
+    /// the time left, never past the deadline).
+    pub(super) async fn gate(
+        &self,
+        m: &ModelEntry,
+        breaker: &CircuitBreaker,
+        reservation: &Reservation,
+        share_end: Instant,
+        deadline: Instant,
+    ) -> Gate<B> {
+        let now = Instant::now();
+        if let Some(wait) = m.held(self.clock.now_nanos()) {
+            if now + wait <= share_end.min(deadline) {
+                tokio::time::sleep_until(now + wait).await;
+                return Gate::Again;
+            }
+            Metrics::add(&self.metrics.limiter_rejections, 1);
+            return Gate::Refused(LlmError::NoCapacity {
+                resource: resource_id(&m.provider, &m.model),
+                retry_after: Some(wait),
+            });
+        }
+        let bp = match breaker.acquire().await {
+            Ok(p) => p,
+            Err(rejected) => {
+                Metrics::add(&self.metrics.breaker_rejections, 1);
+                return Gate::Refused(LlmError::BreakerOpen {
+                    provider: m.provider.clone(),
+                    model: m.model.clone(),
+                    retry_after: Some(rejected.retry_in),
+                });
+            }
+        };
+        let permit = match &m.resource {
+            None => None,
+            Some(resource) => {
+                let remaining = deadline.saturating_duration_since(now);
+                match self
+                    .broker
+                    .acquire_within(resource, reservation.acquire_options(), remaining)
+                    .await
+                {
+                    Ok(p) => Some(p),
+                    Err(e) => {
+                        bp.ignore();
+                        Metrics::add(&self.metrics.limiter_rejections, 1);
+                        return Gate::Refused(match e {
+                            pressure_core::Error::WaitExceeded { wait, .. } => LlmError::NoCapacity {
+                                resource: resource.clone(),
+                                retry_after: Some(wait),
+                            },
+                            // Never fits: no wait would help.
+                            pressure_core::Error::DemandTooLarge { .. } => LlmError::NoCapacity {
+                                resource: resource.clone(),
+                                retry_after: None,
+                            },
+                            other => LlmError::Limiter(other),
+                        });
+                    }
+                }
+            }
+        };
+        if !bp.is_current() {
+            if let Some(mut p) = permit {
+                if let Err(e) = p.reconcile(Reservation::actual((0, 0))).await {
+                    tracing::warn!(model = %m.key, error = %e, "reconcile failed");
+                }
+            }
+            bp.ignore();
+            return Gate::Again;
+        }
+        Gate::Go(bp, permit)
+    }
+}

@@ -1,0 +1,157 @@
+//! The retry loop of one model level: gate, attempt, settle, decide — until
+//! the level answers, gives up, or the deadline passes.
+//!
+//! A failure is priced (input tokens plus the output the provider bills)
+//! into the event's [`RetryState`], whose decision retries the same level,
+//! falls to the next level, or fails the event.
+
+use std::sync::Arc;
+
+use pressure_core::Backend;
+use tokio::time::Instant;
+
+use super::call::{Call, Request, Target};
+use super::gate::Gate;
+use super::hint::RetryHint;
+use super::ledger::Ledger;
+use super::models::ModelEntry;
+use super::Engine;
+use crate::pipeline::error::LlmError;
+use crate::pipeline::metrics::Metrics;
+use crate::price::Money;
+use crate::provider::{CallError, CallTag};
+use crate::reservation::Reservation;
+use crate::retry::{Decision, GiveUpReason, RetryState};
+use crate::taxonomy::{Disposition, ErrorKind, TimeoutPhase};
+
+/// The running totals of one event.
+pub(super) struct Event {
+    /// Sent with every call of the event (`x-pressure-request-id`).
+    pub(super) request_id: String,
+    pub(super) retry: RetryState,
+    pub(super) attempts: u32,
+    pub(super) spent: Money,
+    pub(super) failed_spent: Money,
+    /// When the levels that gave up could answer again.
+    pub(super) hint: RetryHint,
+    /// The use case's total budget, for [`LlmError::DeadlineExceeded`].
+    pub(super) total_ms: u64,
+}
+
+impl Event {
+    pub(super) fn deadline_error(&self) -> LlmError {
+        LlmError::DeadlineExceeded {
+            total_ms: self.total_ms,
+        }
+    }
+}
+
+/// How a model level ended without an answer.
+pub(super) enum LevelEnd {
+    /// Move on to the next level; the error is remembered.
+    Next(LlmError),
+    /// Fail the event.
+    Fail(LlmError),
+}
+
+impl<B: Backend> Engine<B> {
+    /// Retries one model level until it answers, gives up, or the deadline
+    /// passes; a provider hold is waited for only until `share_end`.
+    pub(super) async fn run_level<C: Call<B>>(
+        &self,
+        call: &C,
+        m: &ModelEntry,
+        reservation: Reservation,
+        share_end: Instant,
+        deadline: Instant,
+        event: &mut Event,
+    ) -> Result<C::Output, LevelEnd> {
+        let Some(provider) = self.providers.get(&m.provider) else {
+            return Err(LevelEnd::Next(LlmError::NoAnswer));
+        };
+        let breaker = self.breakers.get(&m.provider, &m.model);
+        let prepared = call.request().prepare(m, provider, &reservation);
+        loop {
+            if Instant::now() >= deadline {
+                return Err(LevelEnd::Next(event.deadline_error()));
+            }
+            let (bp, permit) = match self.gate(m, &breaker, &reservation, share_end, deadline).await {
+                Gate::Go(bp, permit) => (bp, permit),
+                Gate::Again => continue,
+                Gate::Refused(e) => return Err(LevelEnd::Next(e)),
+            };
+            event.attempts += 1;
+            Metrics::add(&self.metrics.attempts, 1);
+            let kind = <C::Request as Request<B>>::KIND;
+            let ledger = Ledger::new(m, bp, permit, reservation, kind, Arc::clone(&self.metrics));
+            let tag = CallTag {
+                request_id: Some(event.request_id.clone()),
+                attempt: event.attempts,
+                probe: ledger.is_probe(),
+            };
+            let to = Target {
+                provider,
+                deadline,
+                tag: &tag,
+            };
+            let e = match call.send(to, &prepared).await {
+                Ok(sent) => {
+                    m.apply_hints(C::hints(&sent), &reservation, self.clock.now_nanos());
+                    let (output, cost) = call.finish(sent, ledger).await;
+                    event.spent = event.spent + cost;
+                    return Ok(output);
+                }
+                Err(e) => e,
+            };
+            let cost = ledger.fail(e.kind.clone()).await;
+            event.spent = event.spent + cost;
+            event.failed_spent = event.failed_spent + cost;
+            let next = m.price.cost(reservation.input_tokens, reservation.output_tokens);
+            let decision = event
+                .retry
+                .on_failure(&e.kind, cost, next, self.clock.now_nanos());
+            tracing::debug!(model = %m.key, error = %e.kind, ?decision, "attempt failed");
+            let err = upstream(m, e);
+            match decision {
+                Decision::RetryAfter(wait) => {
+                    Metrics::add(&self.metrics.retries, 1);
+                    tokio::time::sleep_until((Instant::now() + wait).min(deadline)).await;
+                }
+                Decision::GiveUp(reason) => return Err(given_up(err, &reason, event)),
+            }
+        }
+    }
+}
+
+/// How a level ends when its retries gave up on `err` for `reason`: a
+/// total timeout is the use case's deadline error, and the event fails
+/// (no fallback) only when the reason says so and the deadline has not
+/// passed.
+fn given_up(err: LlmError, reason: &GiveUpReason, event: &Event) -> LevelEnd {
+    let err = match &err {
+        LlmError::Upstream {
+            kind: ErrorKind::Timeout {
+                phase: TimeoutPhase::Total,
+            },
+            ..
+        } => event.deadline_error(),
+        _ => err,
+    };
+    if reason.disposition() == Disposition::Fail && !matches!(err, LlmError::DeadlineExceeded { .. }) {
+        LevelEnd::Fail(err)
+    } else {
+        LevelEnd::Next(err)
+    }
+}
+
+/// A failed provider call of `m` as the pipeline's error.
+fn upstream(m: &ModelEntry, e: CallError) -> LlmError {
+    LlmError::Upstream {
+        provider: m.provider.clone(),
+        model: m.model.clone(),
+        kind: e.kind,
+        status: e.status,
+        message: e.message,
+        param: e.param,
+    }
+}

@@ -1,0 +1,111 @@
+//! The attempt engine: one chain walk, one retry loop, one settlement,
+//! for every kind of call (DESIGN §6, STYLE "one lifecycle for one attempt").
+//!
+//! * [`Engine`] holds what every event shares: the configuration, the
+//!   broker, the provider clients, the model table, the breakers, the
+//!   tokenizer, the fallback handlers, the manual queue and the metrics.
+//! * [`Request`] and [`Call`] are what differs between a chat completion,
+//!   a stream and an embeddings request: how a level's reservation is
+//!   estimated, how the request is sent, and what a successful attempt
+//!   leaves to settle.
+//! * `walk` — the chain walk: deadline, reservations of every level first,
+//!   each level in order, the give-up error and its retry hint (`hint`).
+//! * `level` — the retry loop of one model level: gate, attempt, settle,
+//!   retry decision.
+//! * `gate` — before each attempt: the provider's hold, the breaker, the
+//!   limiter.
+//! * `ledger` — [`Ledger`]: the breaker permit, the limiter permit and the
+//!   attempt's price held by one value that settles once (breaker outcome,
+//!   reconcile, spend), whichever path the attempt took.
+//! * `models` — [`ModelEntry`], one configured model, and the provider
+//!   hold its rate-limit headers impose (`hold_for`).
+
+mod call;
+mod gate;
+mod hint;
+mod ledger;
+mod level;
+mod models;
+mod walk;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use pressure_core::clock::{Clock, TokioClock};
+use pressure_core::{Backend, ResourceBroker};
+
+pub(crate) use call::{Call, Request, Target};
+pub(crate) use ledger::{Ledger, Settlement};
+pub(crate) use models::ModelEntry;
+pub(crate) use walk::Served;
+
+use super::config::LlmConfig;
+use super::error::LlmError;
+use super::fallback::{FallbackHandler, InMemoryQueue, KeywordRules, ManualQueue};
+use super::metrics::Metrics;
+use crate::breaker::BreakerRegistry;
+use crate::provider::ProviderClient;
+use crate::tokens::TokenCounter;
+
+/// What every event of one client shares.
+pub(crate) struct Engine<B: Backend> {
+    pub(crate) config: LlmConfig,
+    pub(crate) broker: ResourceBroker<B>,
+    pub(crate) providers: HashMap<String, ProviderClient>,
+    pub(crate) models: HashMap<String, ModelEntry>,
+    pub(crate) breakers: BreakerRegistry,
+    pub(crate) counter: TokenCounter,
+    pub(crate) handlers: HashMap<String, Arc<dyn FallbackHandler>>,
+    pub(crate) queue: Arc<dyn ManualQueue>,
+    pub(crate) clock: Arc<dyn Clock>,
+    pub(crate) metrics: Arc<Metrics>,
+}
+
+impl<B: Backend> Engine<B> {
+    /// Validates `config`, registers each limited model's resource
+    /// `llm:<provider>:<model>` on `broker`, builds the provider clients,
+    /// the breakers (on tokio's clock), the keyword rule handlers, an
+    /// [`InMemoryQueue`], and the tokenizer tables of every model (so the
+    /// first request does not pay for them: building one takes ~0.2 s in a
+    /// release build, seconds in a debug build, which would otherwise come
+    /// out of the first event's deadline).
+    pub(crate) fn new(config: LlmConfig, broker: ResourceBroker<B>) -> Result<Self, LlmError> {
+        config.validate()?;
+        let clock: Arc<dyn Clock> = Arc::new(TokioClock::new());
+        let mut providers = HashMap::new();
+        for (name, p) in &config.providers {
+            providers.insert(name.clone(), ProviderClient::new(p.to_provider_config(name))?);
+        }
+        let mut models = HashMap::new();
+        for m in &config.models {
+            models.insert(m.key(), ModelEntry::register(m, &broker)?);
+        }
+        let breakers = BreakerRegistry::new(config.breaker.clone(), Arc::clone(&clock))
+            .map_err(|e| e.under("breaker"))?;
+        let mut handlers: HashMap<String, Arc<dyn FallbackHandler>> = HashMap::new();
+        for (name, rules) in &config.rules {
+            handlers.insert(
+                name.clone(),
+                Arc::new(KeywordRules::new(name.clone(), rules.clone())),
+            );
+        }
+        let counter = TokenCounter::new();
+        let encodings: Vec<_> = models
+            .values()
+            .map(|m| counter.encoding_for(&m.model).encoding)
+            .collect();
+        counter.preload(&encodings)?;
+        Ok(Self {
+            config,
+            broker,
+            providers,
+            models,
+            breakers,
+            counter,
+            handlers,
+            queue: Arc::new(InMemoryQueue::default()),
+            clock,
+            metrics: Arc::new(Metrics::default()),
+        })
+    }
+}

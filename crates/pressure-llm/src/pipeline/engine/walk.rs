@@ -1,0 +1,189 @@
+//! The chain walk of one event, for every kind of call.
+//!
+//! * one deadline (`totalMs`) covers every retry and every fallback;
+//! * the reservation of every model level is estimated first ([`Request::plan`]):
+//!   levels the request cannot fit are skipped, and when it fits none, the
+//!   event fails with the first level's reason before any provider or quota
+//!   is touched;
+//! * each model level runs its retry loop (`level`), with a provider hold
+//!   waited for only within the level's share of the time left (the time
+//!   left divided by the model levels still to try, this one included), so
+//!   an idle backup answers instead of a wait for a held primary;
+//! * levels without a model (`rules`, `manualQueue`) ask the request
+//!   ([`Request::degraded`]); they still run once the deadline has passed: they
+//!   make no provider call, and a degraded answer beats none;
+//! * when every level gave up, the last error says when to ask again
+//!   ([`RetryHint`](super::hint::RetryHint)).
+
+use pressure_core::clock::{duration_to_millis, duration_to_nanos};
+use pressure_core::Backend;
+use tokio::time::Instant;
+
+use super::call::{Call, Request};
+use super::hint::RetryHint;
+use super::level::{Event, LevelEnd};
+use super::Engine;
+use crate::pipeline::answer::Degradation;
+use crate::pipeline::config::{ChainLevel, ModelKind, UseCaseConfig};
+use crate::pipeline::error::LlmError;
+use crate::price::Money;
+use crate::reservation::Reservation;
+use crate::retry::RetryState;
+
+/// What served an event, with the event's totals.
+#[derive(Debug)]
+pub(crate) struct Served<O> {
+    pub(crate) level: usize,
+    pub(crate) degradation: Degradation,
+    /// `provider/model` for a model level.
+    pub(crate) model: Option<String>,
+    pub(crate) attempts: u32,
+    pub(crate) spent: Money,
+    pub(crate) failed_spent: Money,
+    pub(crate) output: O,
+}
+
+impl<B: Backend> Engine<B> {
+    /// Fails with [`LlmError::WrongKind`] when `use_case` serves another
+    /// kind than `want` (an unknown use case passes: the caller reports it).
+    fn expect_kind(&self, use_case: &str, want: ModelKind) -> Result<(), LlmError> {
+        match self.config.use_case_kind(use_case) {
+            Some(serves) if serves != want => Err(LlmError::WrongKind {
+                use_case: use_case.to_owned(),
+                serves,
+            }),
+            _ => Ok(()),
+        }
+    }
+
+    /// The reservation of every model level of `uc`, before anything is
+    /// touched (`None`: not a model level, or the request does not fit
+    /// it); when the request fits no model level, the first level's reason.
+    fn plans<R: Request<B>>(
+        &self,
+        uc: &UseCaseConfig,
+        req: &R,
+    ) -> Result<Vec<Option<Reservation>>, LlmError> {
+        let mut plans: Vec<Option<Reservation>> = Vec::with_capacity(uc.chain.len());
+        let mut first_misfit = None;
+        let mut model_levels = 0usize;
+        for level in &uc.chain {
+            let ChainLevel::Model(key) = level else {
+                plans.push(None);
+                continue;
+            };
+            model_levels += 1;
+            let Some(m) = self.models.get(key) else {
+                plans.push(None);
+                continue;
+            };
+            match req.plan(self, m, uc.priority.broker_priority())? {
+                Ok(r) => plans.push(Some(r)),
+                Err(e) => {
+                    first_misfit.get_or_insert(e);
+                    plans.push(None);
+                }
+            }
+        }
+        match first_misfit {
+            Some(e) if model_levels > 0 && plans.iter().all(Option::is_none) => Err(e),
+            _ => Ok(plans),
+        }
+    }
+
+    /// Runs one event of `use_case`: see the module docs.
+    pub(crate) async fn walk<C: Call<B>>(
+        &self,
+        use_case: &str,
+        call: &C,
+        request_id: String,
+    ) -> Result<Served<C::Output>, LlmError> {
+        let uc = self
+            .config
+            .use_cases
+            .get(use_case)
+            .ok_or_else(|| LlmError::UnknownUseCase(use_case.to_owned()))?;
+        let req = call.request();
+        self.expect_kind(use_case, <C::Request as Request<B>>::KIND)?;
+        req.validate()?;
+        let total = uc.total();
+        let deadline = Instant::now() + total;
+        let deadline_nanos = self.clock.now_nanos().saturating_add(duration_to_nanos(total));
+
+        let plans = self.plans(uc, req)?;
+
+        let mut event = Event {
+            request_id,
+            retry: RetryState::new(&uc.retry, Some(deadline_nanos)),
+            attempts: 0,
+            spent: Money::ZERO,
+            failed_spent: Money::ZERO,
+            hint: RetryHint::default(),
+            total_ms: duration_to_millis(total),
+        };
+        let backoff = uc.retry.backoff();
+        let mut last_error: Option<LlmError> = None;
+        let mut ordinal = 0usize;
+        for (i, level) in uc.chain.iter().enumerate() {
+            let served = |output, degradation, model, event: &Event| Served {
+                level: i,
+                degradation,
+                model,
+                attempts: event.attempts,
+                spent: event.spent,
+                failed_spent: event.failed_spent,
+                output,
+            };
+            let ChainLevel::Model(key) = level else {
+                if let Some(answer) = req.degraded(self, use_case, level).await? {
+                    let degradation = match level {
+                        ChainLevel::ManualQueue(_) => Degradation::ManualQueue,
+                        _ => Degradation::Rules,
+                    };
+                    return Ok(served(C::degraded(answer), degradation, None, &event));
+                }
+                continue;
+            };
+            let this = ordinal;
+            ordinal += 1;
+            let (Some(m), Some(reservation)) = (self.models.get(key), plans[i]) else {
+                continue;
+            };
+            let now = Instant::now();
+            if now >= deadline {
+                last_error = Some(event.deadline_error());
+                continue;
+            }
+            let levels_left = plans[i..].iter().filter(|p| p.is_some()).count().max(1);
+            let share_end = now + deadline.saturating_duration_since(now) / levels_left as u32;
+            event.retry.start_fallback_level();
+            match self
+                .run_level(call, m, reservation, share_end, deadline, &mut event)
+                .await
+            {
+                Ok(output) => {
+                    let degradation = if this == 0 {
+                        Degradation::Primary
+                    } else {
+                        Degradation::Backup(this)
+                    };
+                    return Ok(served(output, degradation, Some(m.key.clone()), &event));
+                }
+                Err(LevelEnd::Next(e)) => {
+                    if let Some(wait) = e.retry_after() {
+                        // The chain's own backoff before it would try this
+                        // level again, after the attempts it made there.
+                        let tried = event.retry.attempts().max(1);
+                        event.hint.note(Instant::now(), wait, backoff.ceiling(tried - 1));
+                    }
+                    last_error = Some(e);
+                }
+                Err(LevelEnd::Fail(e)) => return Err(e),
+            }
+        }
+        // Given up: the error says when the soonest level could answer.
+        Err(last_error.map_or(LlmError::NoAnswer, |e| {
+            e.with_retry_after(event.hint.at(Instant::now()))
+        }))
+    }
+}

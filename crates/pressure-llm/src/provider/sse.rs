@@ -1,0 +1,99 @@
+//! [`SseParser`]: server-sent events split out of a byte stream, for the
+//! chat-completions stream and the translation of Anthropic's.
+//!
+//! Lines end with `\n` (a `\r` before it is dropped); `data:` lines of one
+//! event are joined with `\n`, `event:` names it, a line starting with `:`
+//! is a comment (a keep-alive), an empty line dispatches the event. The
+//! bytes of an unfinished line are kept for the next chunk.
+
+/// One event: its `event:` name, if any, and its data.
+pub(crate) type SseEvent = (Option<String>, String);
+
+/// The parser's state between chunks.
+#[derive(Debug, Default)]
+pub(crate) struct SseParser {
+    buf: Vec<u8>,
+    data: Option<String>,
+    event: Option<String>,
+}
+
+impl SseParser {
+    /// The events completed by `bytes`.
+    pub(crate) fn feed(&mut self, bytes: &[u8]) -> Vec<SseEvent> {
+        let mut events = Vec::new();
+        self.buf.extend_from_slice(bytes);
+        let mut start = 0;
+        while let Some(pos) = self.buf[start..].iter().position(|&b| b == b'\n') {
+            let end = start + pos;
+            let line = String::from_utf8_lossy(&self.buf[start..end]).into_owned();
+            self.line(line.strip_suffix('\r').unwrap_or(&line), &mut events);
+            start = end + 1;
+        }
+        self.buf.drain(..start);
+        events
+    }
+
+    /// The body ended: the events of a last line without a newline and of
+    /// a pending event.
+    pub(crate) fn finish(&mut self) -> Vec<SseEvent> {
+        let mut events = Vec::new();
+        if !self.buf.is_empty() {
+            let line = String::from_utf8_lossy(&self.buf).into_owned();
+            self.buf.clear();
+            self.line(line.trim_end_matches('\r'), &mut events);
+        }
+        self.dispatch(&mut events);
+        events
+    }
+
+    fn line(&mut self, line: &str, events: &mut Vec<SseEvent>) {
+        if line.is_empty() {
+            return self.dispatch(events);
+        }
+        if line.starts_with(':') {
+            return;
+        }
+        let (field, value) = match line.split_once(':') {
+            Some((f, v)) => (f, v.strip_prefix(' ').unwrap_or(v)),
+            None => (line, ""),
+        };
+        match field {
+            "data" => match &mut self.data {
+                Some(d) => {
+                    d.push('\n');
+                    d.push_str(value);
+                }
+                None => self.data = Some(value.to_owned()),
+            },
+            "event" => self.event = Some(value.to_owned()),
+            _ => {}
+        }
+    }
+
+    fn dispatch(&mut self, events: &mut Vec<SseEvent>) {
+        let name = self.event.take();
+        if let Some(data) = self.data.take() {
+            events.push((name, data));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn events_span_chunks_and_comments_are_skipped() {
+        let mut p = SseParser::default();
+        assert!(p.feed(b": keep-alive\nevent: ping\nda").is_empty());
+        let got = p.feed(b"ta: {}\r\n\ndata: a\ndata: b\n\ndata: tail");
+        assert_eq!(
+            got,
+            vec![
+                (Some("ping".to_owned()), "{}".to_owned()),
+                (None, "a\nb".to_owned())
+            ]
+        );
+        assert_eq!(p.finish(), vec![(None, "tail".to_owned())]);
+    }
+}
