@@ -112,6 +112,7 @@
 
 mod acquisition;
 pub mod algo;
+mod attempt;
 pub mod backend;
 mod broker;
 pub mod clock;
@@ -120,6 +121,7 @@ pub mod contract;
 mod entry;
 mod error;
 mod field_error;
+mod handle;
 mod limits;
 pub mod queue;
 mod renewal;
@@ -135,9 +137,9 @@ pub use backend::{
 pub use broker::{
     BrokerBuilder, LimitChange, LimitTemplate, ResourceBroker, ResourceConfig, DEFAULT_MAX_LAZY_RESOURCES,
 };
-pub use entry::ResourceHandle;
 pub use error::{Error, QueueError};
 pub use field_error::FieldError;
+pub use handle::ResourceHandle;
 pub use limits::{
     Algorithm, Demand, Dimension, LimitSpec, Limits, LimitsError, RateSpec, DEFAULT_LEASE_TTL, MAX_LIMIT,
     PPM, SUB_WINDOWS,
