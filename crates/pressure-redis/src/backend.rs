@@ -46,12 +46,12 @@ use crate::scripts;
 use crate::settle::Settled;
 use crate::shape::{self, RateArgs, Shape};
 use parking_lot::Mutex;
-use pressure_core::backend::{MemoryHandle, Usage};
 use pressure_core::clock::{Clock, MonotonicClock};
 use pressure_core::{
     Algorithm, Backend, BackendError, Counts, Decision, Demand, Denial, Dimension, Grant, LeaseId, LimitSpec,
     Limits, MemoryBackend, RateSpec, Reserved, SyncBackend,
 };
+use pressure_core::{MemoryHandle, Usage};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
