@@ -76,6 +76,7 @@ mod scripts;
 mod settle;
 mod shape;
 mod shared_breaker;
+mod store;
 
 pub use any::{AnyBackend, AnyHandle};
 pub use backend::{RedisBackend, RedisHandle, RedisStatus};

@@ -175,7 +175,7 @@ struct Gen {
 
 /// One rate dimension as the generator sees it: its number (for local
 /// names), its constants and its `HMGET` slots.
-struct Dim {
+struct GenDim {
     n: usize,
     id: usize,
     /// `Some(step)` for window, `None` for gcra.
@@ -226,7 +226,7 @@ impl Gen {
                         a + 2
                     );
                     a += 3;
-                    dims.push(Dim {
+                    dims.push(GenDim {
                         n,
                         id,
                         window: None,
@@ -247,7 +247,7 @@ impl Gen {
                             k
                         }
                     };
-                    dims.push(Dim {
+                    dims.push(GenDim {
                         n,
                         id,
                         window: Some(step_us),
@@ -369,7 +369,7 @@ impl Gen {
     }
 
     /// The check of one rate dimension (`worst`, `wd` updated).
-    fn emit_check(&mut self, d: &Dim) {
+    fn emit_check(&mut self, d: &GenDim) {
         let (n, id, p) = (d.n, d.id, d.slot);
         match d.window {
             None => {
@@ -492,7 +492,7 @@ impl Gen {
 
     /// The grant: a fast path with one literal `HSET` when nothing but the
     /// counters moves, else the general write set of `lua/acquire.lua`.
-    fn emit_grant(&mut self, shape: &Shape, dims: &[Dim]) {
+    fn emit_grant(&mut self, shape: &Shape, dims: &[GenDim]) {
         let conc = shape.lease_ttl_us;
         // The key's expiry must cover: window sub-windows (constant), the
         // lease TTL (constant), a gcra TAT (per call).
