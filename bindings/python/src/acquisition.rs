@@ -2,7 +2,7 @@
 //! [`AcquireCall`], awaitable (→ [`PyAcquisition`]) and an async context
 //! manager that releases on exit, like aiohttp's `session.get`.
 
-use crate::broker::Broker;
+use crate::Broker;
 use crate::errors::broker_error;
 use crate::runtime::{in_runtime, now_or_later};
 use pressure_core::{AcquireOptions, Acquisition, ActualUsage, DenialCause, Permit};

@@ -3,6 +3,7 @@
 //! `try_acquire`, `enqueue`, `get_stats`).
 
 use crate::acquisition::AcquireCall;
+use crate::Broker;
 use crate::config;
 use crate::errors::{broker_error, BackendError, ConfigError};
 use crate::runtime::{in_runtime, now_or_later};
@@ -10,8 +11,6 @@ use pressure_core::{AcquireOptions, MemoryBackend, ResourceBroker, ResourceConfi
 use pressure_redis::{AnyBackend, RedisBackend};
 use pyo3::prelude::*;
 
-/// The broker type behind every Python `ResourceBroker`.
-pub(crate) type Broker = ResourceBroker<AnyBackend>;
 
 /// One admission-control broker: check+reject (`try_acquire`) and
 /// queue+execute (`enqueue`) over the same counters.

@@ -2,7 +2,7 @@
 //! callable on the caller's event loop once capacity frees, and retries it
 //! when it raises `pressure.RateLimitedError`.
 
-use crate::broker::Broker;
+use crate::Broker;
 use crate::errors::queue_error;
 use pressure_core::{Attempt, Priority, Request, TaskError};
 use pyo3::prelude::*;
