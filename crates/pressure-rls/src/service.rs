@@ -32,7 +32,7 @@
 //! set for an unreachable rate limit service. Failure modes `open` and
 //! `local` answer as they do everywhere in pressure (allow; count locally).
 
-use crate::config::{Plan, Quota, Rule, Unit};
+use crate::config::{Plan, Quota, Rule, TimeUnit};
 use crate::headers::{self, HeaderQuota};
 use crate::id::resource_id;
 use crate::metrics::{Metrics, Series};
@@ -49,7 +49,7 @@ use std::time::Duration;
 
 /// The share of a limit at which admitted units count as `near_limit`
 /// (upstream's default, 80 %), in percent.
-pub const NEAR_LIMIT_PERCENT: u64 = 80;
+pub(crate) const NEAR_LIMIT_PERCENT: u64 = 80;
 
 /// Why a call got no answer.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -301,7 +301,7 @@ impl<B: Backend> RateLimiter<B> {
                     } else {
                         series.within_limit.fetch_add(1, Ordering::Relaxed);
                     }
-                    let length = rule.unit.map(Unit::length);
+                    let length = rule.unit.map(TimeUnit::length);
                     if blocked && !rule.shadow {
                         retry = retry.max(length);
                     }
@@ -326,7 +326,7 @@ impl<B: Backend> RateLimiter<B> {
                 } => {
                     series.total_hits.fetch_add(*hits, Ordering::Relaxed);
                     let limit = u64::from(rule.requests_per_unit);
-                    let window = rule.unit.map_or(Duration::ZERO, Unit::length);
+                    let window = rule.unit.map_or(Duration::ZERO, TimeUnit::length);
                     let name = dimension_name(rule.unit);
                     let (code, remaining, reset) = match outcome {
                         Outcome::Granted(_) => {
@@ -399,7 +399,7 @@ impl<B: Backend> RateLimiter<B> {
 /// The rule of a limit Envoy sent with a descriptor; `None` for a unit
 /// this service cannot count (answered OK, as upstream skips it).
 fn override_rule(o: proto::RateLimitOverride) -> Option<Arc<Rule>> {
-    let unit = Unit::from_proto(o.unit)?;
+    let unit = TimeUnit::from_proto(o.unit)?;
     let quota = if o.requests_per_unit == 0 {
         Quota::Blocked
     } else {
@@ -424,11 +424,11 @@ fn current_limit(rule: &Rule) -> proto::RateLimit {
     proto::RateLimit {
         name: rule.name.clone(),
         requests_per_unit: rule.requests_per_unit,
-        unit: rule.unit.map_or(proto::Unit::Unknown, Unit::to_proto).into(),
+        unit: rule.unit.map_or(proto::Unit::Unknown, TimeUnit::to_proto).into(),
     }
 }
 
-fn dimension_name(unit: Option<Unit>) -> &'static str {
-    unit.map_or(Dimension::RequestsPerMinute, Unit::dimension)
+fn dimension_name(unit: Option<TimeUnit>) -> &'static str {
+    unit.map_or(Dimension::RequestsPerMinute, TimeUnit::dimension)
         .as_str()
 }

@@ -129,10 +129,10 @@ fn units_map_to_limits_case_insensitively() {
         panic!("limited")
     };
     assert_eq!(template.limits().requests_per_minute, Some(7));
-    assert_eq!(Unit::Hour.limits(3).requests_per_hour, Some(3));
-    assert_eq!(Unit::Day.limits(4).requests_per_24_hours, Some(4));
-    assert_eq!(Unit::parse("DAY"), Some(Unit::Day));
-    assert_eq!(Unit::parse("week"), None);
+    assert_eq!(TimeUnit::Hour.limits(3).requests_per_hour, Some(3));
+    assert_eq!(TimeUnit::Day.limits(4).requests_per_24_hours, Some(4));
+    assert_eq!(TimeUnit::parse("DAY"), Some(TimeUnit::Day));
+    assert_eq!(TimeUnit::parse("week"), None);
 }
 
 #[test]
