@@ -205,7 +205,6 @@ impl Gen {
     /// checks of every dimension, the denial, the grant.
     fn emit(&mut self, shape: &Shape) {
         let conc = shape.lease_ttl_us;
-        let bookable = shape.bookable();
         lua!(
             self,
             "-- acquire, generated for the shape {}: see lua/acquire.lua (same fields and replies).",
@@ -217,7 +216,24 @@ impl Gen {
         self.line("local key = KEYS[1]");
         self.line("local fmt = string.format");
 
-        // Per-call arguments.
+        let (dims, book_arg) = self.emit_args(shape);
+        self.emit_read(conc, &dims);
+        for d in &dims {
+            self.emit_check(d);
+        }
+        if conc.is_some() {
+            self.emit_concurrency();
+        }
+
+        self.emit_denial(shape, &dims, book_arg);
+        self.emit_grant(shape, &dims);
+    }
+
+    /// The per-call arguments (`ARGV`) of every dimension, the lease and
+    /// the booking, and the sub-window indices: the dimensions as the rest
+    /// of the script names them, and the `ARGV` index of the booking bound.
+    fn emit_args(&mut self, shape: &Shape) -> (Vec<GenDim>, usize) {
+        let conc = shape.lease_ttl_us;
         let mut a = 1;
         let mut dims = Vec::new();
         // HMGET slots: e (the expiry mark), [c, cm, d:<id>], then the dimensions.
@@ -280,13 +296,19 @@ impl Gen {
                 lua!(self, "local f{} = 'w{}:' .. {}s", d.n, d.id, d.k);
             }
         }
+        (dims, book_arg)
+    }
+
+    /// The one `HMGET` of the state and its locals (the expiry mark, the
+    /// lease count), and a lease given up before it arrived.
+    fn emit_read(&mut self, conc: Option<u64>, dims: &[GenDim]) {
         let mut fields = vec!["'e'".to_owned()];
         if conc.is_some() {
             self.line("local dl = '-'");
             self.line("if conc > 0 then dl = 'd:' .. lid end");
             fields.extend(["'c'".to_owned(), "'cm'".to_owned(), "dl".to_owned()]);
         }
-        for d in &dims {
+        for d in dims {
             match d.window {
                 None => fields.extend([format!("'g{}'", d.id), format!("'g{}t'", d.id)]),
                 Some(_) => fields.extend([
@@ -313,18 +335,15 @@ impl Gen {
         if dims.iter().any(|d| d.window.is_some()) {
             self.line("local dels, nd = nil, 0");
         }
+    }
 
-        for d in &dims {
-            self.emit_check(d);
-        }
-        if conc.is_some() {
-            self.emit_concurrency();
-        }
-
-        // Denied (or booked).
+    /// The denial (or, when the shape can book, the booked start): only
+    /// the housekeeping is written back.
+    fn emit_denial(&mut self, shape: &Shape, dims: &[GenDim], book_arg: usize) {
+        let conc = shape.lease_ttl_us;
         self.line("local start = now");
         self.line("if worst >= 0 then");
-        if bookable {
+        if shape.bookable() {
             lua!(self, "  local book = ARGV[{book_arg}] + 0");
             if conc.is_some() {
                 self.line("  local bookable = book > 0 and conc == 0");
@@ -332,7 +351,7 @@ impl Gen {
                 self.line("  local bookable = book > 0");
             }
             self.line("  if bookable then");
-            for d in &dims {
+            for d in dims {
                 let n = d.n;
                 lua!(self, "    if u{n} > 0 then start = math.max(start, (tat{n} > now and tat{n} or now) + u{n} * T{n} - m{n}) end");
             }
@@ -343,7 +362,7 @@ impl Gen {
         }
         self.line("    -- Denied: keep only the housekeeping (evictions, sweep).");
         self.line("    local upd, nu = {}, 0");
-        for d in &dims {
+        for d in dims {
             if d.window.is_some() {
                 let (n, id) = (d.n, d.id);
                 lua!(self, "    if e{n} then upd[nu + 1] = 'w{id}:s'; upd[nu + 2] = s{n}; upd[nu + 3] = 'w{id}:lo'; upd[nu + 4] = l{n}; nu = nu + 4 end");
@@ -362,8 +381,6 @@ impl Gen {
         self.line("    return {0, worst, wd}");
         self.line("  end");
         self.line("end");
-
-        self.emit_grant(shape, &dims);
     }
 
     /// The check of one rate dimension (`worst`, `wd` updated).
