@@ -497,6 +497,14 @@ impl Gen {
     /// The grant: a fast path with one literal `HSET` when nothing but the
     /// counters moves, else the general write set of `lua/acquire.lua`.
     fn emit_grant(&mut self, shape: &Shape, dims: &[GenDim]) {
+        self.emit_fast_grant(shape, dims);
+        self.emit_general_grant(shape, dims);
+    }
+
+    /// The grant's fast path: every rate takes units, nothing evicted or
+    /// rescaled, no `lo`/`cm`/`e` to write, a lease when the shape has one
+    /// — one `HSET`.
+    fn emit_fast_grant(&mut self, shape: &Shape, dims: &[GenDim]) {
         let conc = shape.lease_ttl_us;
         // The key's expiry must cover: window sub-windows (constant), the
         // lease TTL (constant), a gcra TAT (per call).
@@ -514,8 +522,6 @@ impl Gen {
                 );
             }
         }
-        // Fast path: every rate takes units, nothing evicted or rescaled, no
-        // lo/cm/e to write, a lease when the shape has one.
         let mut cond = Vec::new();
         let mut sets = Vec::new();
         let fast_keep = kw.max(conc.unwrap_or(0));
@@ -558,8 +564,11 @@ impl Gen {
             self.line("  return {1, now, start - now}");
             self.line("end");
         }
+    }
 
-        // General path, as lua/acquire.lua.
+    /// The grant's general path, as `lua/acquire.lua` writes it.
+    fn emit_general_grant(&mut self, shape: &Shape, dims: &[GenDim]) {
+        let conc = shape.lease_ttl_us;
         self.line("local upd, nu = {}, 0");
         self.line("keep = 0");
         for d in dims {
