@@ -58,14 +58,34 @@ async fn tour<B: Backend>(broker: ResourceBroker<B>, args: DemoArgs) -> anyhow::
     };
     let webhooks = format!("{run}gateway:route:webhooks-github");
     let llm = format!("{run}llm:mock:gpt-4o-mini");
+    register(&broker, &webhooks, &llm)?;
+    flood(&broker, &webhooks, &args).await?;
+    serve_jobs(&broker, &llm, &args).await?;
+    if !args.json {
+        crate::outln!("\nstats:")?;
+    }
+    let stats = BrokerStats {
+        resources: broker.stats().await,
+    };
+    if args.json {
+        crate::outln!("{}", serde_json::to_string(&stats)?)?;
+    } else {
+        crate::outln!("{}", serde_json::to_string_pretty(&stats)?)?;
+    }
+    Ok(())
+}
+
+/// The two resources of the tour: a webhook route (check+reject) and an
+/// LLM model (queue+execute, batch kept below 75 %).
+fn register<B: Backend>(broker: &ResourceBroker<B>, webhooks: &str, llm: &str) -> anyhow::Result<()> {
     broker.register_limit(
-        webhooks.as_str(),
+        webhooks,
         Limits::default()
             .requests_per_second(10)
             .max_concurrent_requests(20),
     )?;
     broker.register(
-        llm.as_str(),
+        llm,
         ResourceConfig::new(
             Limits::default()
                 .requests_per_second(8)
@@ -79,11 +99,19 @@ async fn tour<B: Backend>(broker: ResourceBroker<B>, args: DemoArgs) -> anyhow::
         }),
     )?;
 
-    // check+reject: a flood of webhook deliveries, answered at once.
+    Ok(())
+}
+
+/// check+reject: a flood of webhook deliveries, answered at once.
+async fn flood<B: Backend>(
+    broker: &ResourceBroker<B>,
+    webhooks: &str,
+    args: &DemoArgs,
+) -> anyhow::Result<()> {
     let mut allowed = 0;
     let mut retry_after = Duration::ZERO;
     for _ in 0..args.flood {
-        match broker.try_acquire(&webhooks, AcquireOptions::default()).await? {
+        match broker.try_acquire(webhooks, AcquireOptions::default()).await? {
             Acquisition::Granted(_permit) => allowed += 1,
             Acquisition::Denied(d) => retry_after = retry_after.max(d.wait),
         }
@@ -97,14 +125,22 @@ async fn tour<B: Backend>(broker: ResourceBroker<B>, args: DemoArgs) -> anyhow::
         )?;
     }
 
-    // queue+execute: LLM jobs wait their turn; the provider answers one 429.
+    Ok(())
+}
+
+/// queue+execute: LLM jobs wait their turn; the provider answers one 429.
+async fn serve_jobs<B: Backend>(
+    broker: &ResourceBroker<B>,
+    llm: &str,
+    args: &DemoArgs,
+) -> anyhow::Result<()> {
     let throttled_once = Arc::new(AtomicBool::new(false));
     let t0 = Instant::now();
     let mut jobs = Vec::new();
     for i in 0..args.jobs {
         let broker = broker.clone();
         let throttled_once = throttled_once.clone();
-        let llm = llm.clone();
+        let llm = llm.to_owned();
         let priority = if i % 2 == 0 {
             Priority::Interactive
         } else {
@@ -159,15 +195,6 @@ async fn tour<B: Backend>(broker: ResourceBroker<B>, args: DemoArgs) -> anyhow::
             slowest[0].as_secs_f64(),
             slowest[1].as_secs_f64()
         )?;
-        crate::outln!("\nstats:")?;
-    }
-    let stats = BrokerStats {
-        resources: broker.stats().await,
-    };
-    if args.json {
-        crate::outln!("{}", serde_json::to_string(&stats)?)?;
-    } else {
-        crate::outln!("{}", serde_json::to_string_pretty(&stats)?)?;
     }
     Ok(())
 }
