@@ -39,43 +39,6 @@ class PressureError extends Error {
   }
 }
 
-/** Invalid options, limits or queue settings (the message names the key), a
- * duplicate resource id, or `enqueue` on a limit-only resource. */
-class ConfigError extends PressureError {
-  constructor(message, fields) {
-    super(message, 'ERR_PRESSURE_CONFIG', fields);
-  }
-}
-
-/** No resource is registered under that id. */
-class UnknownResourceError extends PressureError {
-  constructor(message, fields) {
-    super(message, 'ERR_PRESSURE_UNKNOWN_RESOURCE', fields);
-  }
-}
-
-/** The demand exceeds what the limit can ever admit at once: waiting would
- * never help. */
-class DemandTooLargeError extends PressureError {
-  constructor(message, fields) {
-    super(message, 'ERR_PRESSURE_DEMAND_TOO_LARGE', fields);
-  }
-}
-
-/** `enqueue`: the queue already holds `maxQueued` requests. */
-class QueueFullError extends PressureError {
-  constructor(message, fields) {
-    super(message, 'ERR_PRESSURE_QUEUE_FULL', fields);
-  }
-}
-
-/** `enqueue`: no capacity within the request's max wait. */
-class QueueTimeoutError extends PressureError {
-  constructor(message, fields) {
-    super(message, 'ERR_PRESSURE_QUEUE_TIMEOUT', fields);
-  }
-}
-
 /**
  * Thrown by an `execute` task to report a downstream rate limit (a provider's
  * 429): the broker pauses the resource for `retryAfterMs` (or a backoff) and
@@ -89,12 +52,40 @@ class RateLimitedError extends PressureError {
   }
 }
 
-/** The state backend (Redis) failed or cannot be reached. */
-class BackendError extends PressureError {
-  constructor(message, fields) {
-    super(message, 'ERR_PRESSURE_BACKEND', fields);
-  }
+/** The class of each code the addon throws, but RateLimitedError (its
+ * constructor takes the wait first). */
+const BY_CODE = new Map();
+
+/** A subclass of PressureError named `name` for the addon's error `code`
+ * (`new X(message, fields)`), registered in BY_CODE. */
+function codedError(name, code) {
+  // A computed key names the class (`X.name`, and so `error.name`).
+  const { [name]: cls } = {
+    [name]: class extends PressureError {
+      constructor(message, fields) {
+        super(message, code, fields);
+      }
+    },
+  };
+  BY_CODE.set(code, cls);
+  return cls;
 }
+
+// The kinds the addon throws (documented in index.d.ts):
+// ConfigError — invalid options, limits or queue settings (the message names
+//   the key), a duplicate resource id, or `enqueue` on a limit-only resource;
+// UnknownResourceError — no resource is registered under that id;
+// DemandTooLargeError — the demand exceeds what the limit can ever admit at
+//   once: waiting would never help;
+// QueueFullError — `enqueue`: the queue already holds `maxQueued` requests;
+// QueueTimeoutError — `enqueue`: no capacity within the request's max wait;
+// BackendError — the state backend (Redis) failed or cannot be reached.
+const ConfigError = codedError('ConfigError', 'ERR_PRESSURE_CONFIG');
+const UnknownResourceError = codedError('UnknownResourceError', 'ERR_PRESSURE_UNKNOWN_RESOURCE');
+const DemandTooLargeError = codedError('DemandTooLargeError', 'ERR_PRESSURE_DEMAND_TOO_LARGE');
+const QueueFullError = codedError('QueueFullError', 'ERR_PRESSURE_QUEUE_FULL');
+const QueueTimeoutError = codedError('QueueTimeoutError', 'ERR_PRESSURE_QUEUE_TIMEOUT');
+const BackendError = codedError('BackendError', 'ERR_PRESSURE_BACKEND');
 
 const TASK_FAILED = 'ERR_PRESSURE_TASK_FAILED';
 
@@ -110,24 +101,9 @@ function translate(e) {
   }
   if (!body || typeof body.code !== 'string' || !body.code.startsWith('ERR_PRESSURE_')) return e;
   const { code, message, ...fields } = body;
-  switch (code) {
-    case 'ERR_PRESSURE_CONFIG':
-      return new ConfigError(message, fields);
-    case 'ERR_PRESSURE_UNKNOWN_RESOURCE':
-      return new UnknownResourceError(message, fields);
-    case 'ERR_PRESSURE_DEMAND_TOO_LARGE':
-      return new DemandTooLargeError(message, fields);
-    case 'ERR_PRESSURE_QUEUE_FULL':
-      return new QueueFullError(message, fields);
-    case 'ERR_PRESSURE_QUEUE_TIMEOUT':
-      return new QueueTimeoutError(message, fields);
-    case 'ERR_PRESSURE_RATE_LIMITED':
-      return new RateLimitedError(fields.retryAfterMs, message, fields);
-    case 'ERR_PRESSURE_BACKEND':
-      return new BackendError(message, fields);
-    default:
-      return new PressureError(message, code, fields);
-  }
+  if (code === 'ERR_PRESSURE_RATE_LIMITED') return new RateLimitedError(fields.retryAfterMs, message, fields);
+  const Kind = BY_CODE.get(code);
+  return Kind ? new Kind(message, fields) : new PressureError(message, code, fields);
 }
 
 function rethrow(e) {

@@ -2,9 +2,9 @@
 //! [`AcquireCall`], awaitable (→ [`PyAcquisition`]) and an async context
 //! manager that releases on exit, like aiohttp's `session.get`.
 
-use crate::broker::Broker;
 use crate::errors::broker_error;
 use crate::runtime::{in_runtime, now_or_later};
+use crate::Broker;
 use pressure_core::{AcquireOptions, Acquisition, ActualUsage, DenialCause, Permit};
 use pressure_redis::AnyBackend;
 use pyo3::prelude::*;

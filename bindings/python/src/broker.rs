@@ -6,12 +6,10 @@ use crate::acquisition::AcquireCall;
 use crate::config;
 use crate::errors::{broker_error, BackendError, ConfigError};
 use crate::runtime::{in_runtime, now_or_later};
+use crate::Broker;
 use pressure_core::{AcquireOptions, MemoryBackend, ResourceBroker, ResourceConfig};
 use pressure_redis::{AnyBackend, RedisBackend};
 use pyo3::prelude::*;
-
-/// The broker type behind every Python `ResourceBroker`.
-pub(crate) type Broker = ResourceBroker<AnyBackend>;
 
 /// One admission-control broker: check+reject (`try_acquire`) and
 /// queue+execute (`enqueue`) over the same counters.

@@ -2,8 +2,8 @@
 //! callable on the caller's event loop once capacity frees, and retries it
 //! when it raises `pressure.RateLimitedError`.
 
-use crate::broker::Broker;
 use crate::errors::queue_error;
+use crate::Broker;
 use pressure_core::{Attempt, Priority, Request, TaskError};
 use pyo3::prelude::*;
 use pyo3_async_runtimes::TaskLocals;

@@ -18,7 +18,14 @@ mod enqueue;
 mod errors;
 mod runtime;
 
+use pressure_core::ResourceBroker;
+use pressure_redis::AnyBackend;
 use pyo3::prelude::*;
+
+/// The broker type behind every Python `ResourceBroker` (memory or Redis,
+/// chosen at construction), shared by the broker, its acquisitions and its
+/// queued jobs.
+pub(crate) type Broker = ResourceBroker<AnyBackend>;
 
 /// The module `pressure._pressure`.
 #[pymodule]

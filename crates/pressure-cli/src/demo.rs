@@ -56,118 +56,161 @@ async fn tour<B: Backend>(broker: ResourceBroker<B>, args: DemoArgs) -> anyhow::
     } else {
         String::new()
     };
-    let webhooks = format!("{run}gateway:route:webhooks-github");
-    let llm = format!("{run}llm:mock:gpt-4o-mini");
-    broker.register_limit(
-        webhooks.as_str(),
-        Limits::default()
-            .requests_per_second(10)
-            .max_concurrent_requests(20),
-    )?;
-    broker.register(
-        llm.as_str(),
-        ResourceConfig::new(
-            Limits::default()
-                .requests_per_second(8)
-                .tokens_per_minute(60_000)
-                .max_concurrent_requests(4)
-                .gcra(Some(4)),
-        )
-        .queue(QueueConfig {
-            batch_headroom: 0.25,
-            ..QueueConfig::default()
-        }),
-    )?;
-
-    // check+reject: a flood of webhook deliveries, answered at once.
-    let mut allowed = 0;
-    let mut retry_after = Duration::ZERO;
-    for _ in 0..args.flood {
-        match broker.try_acquire(&webhooks, AcquireOptions::default()).await? {
-            Acquisition::Granted(_permit) => allowed += 1,
-            Acquisition::Denied(d) => retry_after = retry_after.max(d.wait),
-        }
-    }
-    if !args.json {
-        crate::outln!("check+reject  webhooks: {} deliveries in one burst", args.flood)?;
-        crate::outln!(
-            "              {allowed} allowed, {} refused with 429 (Retry-After: {}s)",
-            args.flood - allowed,
-            retry_after.as_secs_f64().ceil()
-        )?;
-    }
-
-    // queue+execute: LLM jobs wait their turn; the provider answers one 429.
-    let throttled_once = Arc::new(AtomicBool::new(false));
-    let t0 = Instant::now();
-    let mut jobs = Vec::new();
-    for i in 0..args.jobs {
-        let broker = broker.clone();
-        let throttled_once = throttled_once.clone();
-        let llm = llm.clone();
-        let priority = if i % 2 == 0 {
-            Priority::Interactive
-        } else {
-            Priority::Batch
-        };
-        jobs.push(tokio::spawn(async move {
-            let request = Request::new(llm, move |a: Attempt| {
-                let throttled_once = throttled_once.clone();
-                async move {
-                    tokio::time::sleep(Duration::from_millis(120)).await;
-                    if i == 5 && !throttled_once.swap(true, Ordering::SeqCst) {
-                        return Err(TaskError::RateLimited {
-                            retry_after: Some(Duration::from_millis(300)),
-                            error: "429 from provider",
-                        });
-                    }
-                    a.usage.set(Reserved {
-                        requests: 1,
-                        input_tokens: 420,
-                        output_tokens: 180,
-                    });
-                    Ok(format!("answer {i}"))
-                }
-            })
-            .priority(priority)
-            .tokens(420, 1_000);
-            let started = Instant::now();
-            broker
-                .enqueue(request)
-                .await
-                .map(|r| (priority, r.attempts, started.elapsed()))
-        }));
-    }
-    let mut done = 0;
-    let mut retried = 0;
-    let mut slowest = [Duration::ZERO; 2];
-    for j in jobs {
-        let (priority, attempts, took) = j.await.context("job task")??;
-        done += 1;
-        retried += u32::from(attempts > 1);
-        let k = usize::from(priority == Priority::Batch);
-        slowest[k] = slowest[k].max(took);
-    }
-    if !args.json {
-        crate::outln!(
-            "queue+execute llm: {done}/{} jobs served in {:.2}s at 8 req/s, 4 at a time; {retried} retried after a provider 429",
-            args.jobs,
-            t0.elapsed().as_secs_f64()
-        )?;
-        crate::outln!(
-            "              slowest interactive {:.2}s, slowest batch {:.2}s",
-            slowest[0].as_secs_f64(),
-            slowest[1].as_secs_f64()
-        )?;
-        crate::outln!("\nstats:")?;
-    }
-    let stats = BrokerStats {
-        resources: broker.stats().await,
+    let tour = Tour {
+        webhooks: format!("{run}gateway:route:webhooks-github"),
+        llm: format!("{run}llm:mock:gpt-4o-mini"),
+        broker,
+        args,
     };
-    if args.json {
-        crate::outln!("{}", serde_json::to_string(&stats)?)?;
-    } else {
-        crate::outln!("{}", serde_json::to_string_pretty(&stats)?)?;
+    tour.register()?;
+    tour.flood().await?;
+    tour.serve_jobs().await?;
+    tour.print_stats().await
+}
+
+/// The demo's broker, its options and its two resources: a webhook route
+/// (check+reject) and an LLM model (queue+execute).
+struct Tour<B: Backend> {
+    broker: ResourceBroker<B>,
+    args: DemoArgs,
+    webhooks: String,
+    llm: String,
+}
+
+impl<B: Backend> Tour<B> {
+    /// Registers the two resources (the model's batch kept below 75 %).
+    fn register(&self) -> anyhow::Result<()> {
+        self.broker.register_limit(
+            &self.webhooks,
+            Limits::default()
+                .requests_per_second(10)
+                .max_concurrent_requests(20),
+        )?;
+        self.broker.register(
+            self.llm.as_str(),
+            ResourceConfig::new(
+                Limits::default()
+                    .requests_per_second(8)
+                    .tokens_per_minute(60_000)
+                    .max_concurrent_requests(4)
+                    .gcra(Some(4)),
+            )
+            .queue(QueueConfig {
+                batch_headroom: 0.25,
+                ..QueueConfig::default()
+            }),
+        )?;
+        Ok(())
     }
-    Ok(())
+
+    /// check+reject: a flood of webhook deliveries, answered at once.
+    async fn flood(&self) -> anyhow::Result<()> {
+        let mut allowed = 0;
+        let mut retry_after = Duration::ZERO;
+        for _ in 0..self.args.flood {
+            match self
+                .broker
+                .try_acquire(&self.webhooks, AcquireOptions::default())
+                .await?
+            {
+                Acquisition::Granted(_permit) => allowed += 1,
+                Acquisition::Denied(d) => retry_after = retry_after.max(d.wait),
+            }
+        }
+        if !self.args.json {
+            crate::outln!(
+                "check+reject  webhooks: {} deliveries in one burst",
+                self.args.flood
+            )?;
+            crate::outln!(
+                "              {allowed} allowed, {} refused with 429 (Retry-After: {}s)",
+                self.args.flood - allowed,
+                retry_after.as_secs_f64().ceil()
+            )?;
+        }
+        Ok(())
+    }
+
+    /// queue+execute: LLM jobs wait their turn; the provider answers one 429.
+    async fn serve_jobs(&self) -> anyhow::Result<()> {
+        let throttled_once = Arc::new(AtomicBool::new(false));
+        let t0 = Instant::now();
+        let mut jobs = Vec::new();
+        for i in 0..self.args.jobs {
+            let broker = self.broker.clone();
+            let throttled_once = throttled_once.clone();
+            let llm = self.llm.clone();
+            let priority = if i % 2 == 0 {
+                Priority::Interactive
+            } else {
+                Priority::Batch
+            };
+            jobs.push(tokio::spawn(async move {
+                let request = Request::new(llm, move |a: Attempt| {
+                    let throttled_once = throttled_once.clone();
+                    async move {
+                        tokio::time::sleep(Duration::from_millis(120)).await;
+                        if i == 5 && !throttled_once.swap(true, Ordering::SeqCst) {
+                            return Err(TaskError::RateLimited {
+                                retry_after: Some(Duration::from_millis(300)),
+                                error: "429 from provider",
+                            });
+                        }
+                        a.usage.set(Reserved {
+                            requests: 1,
+                            input_tokens: 420,
+                            output_tokens: 180,
+                        });
+                        Ok(format!("answer {i}"))
+                    }
+                })
+                .priority(priority)
+                .tokens(420, 1_000);
+                let started = Instant::now();
+                broker
+                    .enqueue(request)
+                    .await
+                    .map(|r| (priority, r.attempts, started.elapsed()))
+            }));
+        }
+        let mut done = 0;
+        let mut retried = 0;
+        let mut slowest = [Duration::ZERO; 2];
+        for j in jobs {
+            let (priority, attempts, took) = j.await.context("job task")??;
+            done += 1;
+            retried += u32::from(attempts > 1);
+            let k = usize::from(priority == Priority::Batch);
+            slowest[k] = slowest[k].max(took);
+        }
+        if !self.args.json {
+            crate::outln!(
+                "queue+execute llm: {done}/{} jobs served in {:.2}s at 8 req/s, 4 at a time; {retried} retried after a provider 429",
+                self.args.jobs,
+                t0.elapsed().as_secs_f64()
+            )?;
+            crate::outln!(
+                "              slowest interactive {:.2}s, slowest batch {:.2}s",
+                slowest[0].as_secs_f64(),
+                slowest[1].as_secs_f64()
+            )?;
+        }
+        Ok(())
+    }
+
+    /// The stats surface, pretty (or compact JSON only with `--json`).
+    async fn print_stats(&self) -> anyhow::Result<()> {
+        if !self.args.json {
+            crate::outln!("\nstats:")?;
+        }
+        let stats = BrokerStats {
+            resources: self.broker.stats().await,
+        };
+        if self.args.json {
+            crate::outln!("{}", serde_json::to_string(&stats)?)?;
+        } else {
+            crate::outln!("{}", serde_json::to_string_pretty(&stats)?)?;
+        }
+        Ok(())
+    }
 }

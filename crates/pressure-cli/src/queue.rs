@@ -28,7 +28,7 @@ pub(crate) struct QueueArgs {
 enum QueueAction {
     /// Prints the queued requests still in the stream, oldest first
     /// (including ones drained but not acknowledged).
-    List(ListArgs),
+    List(Common),
     /// Reads requests with the consumer group `drainers` (this consumer's
     /// unacknowledged ones first, then new ones) and prints them; with
     /// `--ack` they are acknowledged and removed from the queue.
@@ -48,8 +48,9 @@ struct Source {
     admin: Option<String>,
 }
 
+/// The options of both actions (all of `list`'s).
 #[derive(Debug, clap::Args)]
-struct ListArgs {
+struct Common {
     #[command(flatten)]
     source: Source,
     /// The environment variable holding the admin token (with `--admin`).
@@ -63,13 +64,7 @@ struct ListArgs {
 #[derive(Debug, clap::Args)]
 struct DrainArgs {
     #[command(flatten)]
-    source: Source,
-    /// The environment variable holding the admin token (with `--admin`).
-    #[arg(long)]
-    token_env: Option<String>,
-    /// At most this many items.
-    #[arg(long, default_value_t = 100)]
-    count: usize,
+    common: Common,
     /// Acknowledge the printed items and remove them from the queue (with
     /// `--admin` drained items are always removed).
     #[arg(long)]
@@ -105,17 +100,31 @@ fn print(items: &[serde_json::Value]) -> anyhow::Result<()> {
 }
 
 pub(crate) async fn run(args: QueueArgs) -> anyhow::Result<()> {
-    let items = match args.action {
-        QueueAction::List(a) => match (&a.source.admin, &a.source.config) {
-            (Some(url), _) => admin(url, a.token_env.as_deref(), "queue", a.count, false).await?,
-            (None, Some(config)) => json(open(config)?.list(a.count).await?),
-            (None, None) => bail!("--admin or --config is required"),
-        },
-        QueueAction::Drain(a) => match (&a.source.admin, &a.source.config) {
-            (Some(url), _) => admin(url, a.token_env.as_deref(), "queue/drain", a.count, true).await?,
-            (None, Some(config)) => json(open(config)?.drain(&a.consumer, a.count, a.ack).await?),
-            (None, None) => bail!("--admin or --config is required"),
-        },
+    // `drain`: the consumer and whether to acknowledge; `None` for `list`.
+    let (common, drain) = match args.action {
+        QueueAction::List(c) => (c, None),
+        QueueAction::Drain(d) => (d.common, Some((d.consumer, d.ack))),
+    };
+    let items = match (&common.source.admin, &common.source.config) {
+        (Some(url), _) => {
+            let path = if drain.is_some() { "queue/drain" } else { "queue" };
+            admin(
+                url,
+                common.token_env.as_deref(),
+                path,
+                common.count,
+                drain.is_some(),
+            )
+            .await?
+        }
+        (None, Some(config)) => {
+            let queue = open(config)?;
+            json(match &drain {
+                None => queue.list(common.count).await?,
+                Some((consumer, ack)) => queue.drain(consumer, common.count, *ack).await?,
+            })
+        }
+        (None, None) => bail!("--admin or --config is required"),
     };
     print(&items)
 }

@@ -4,8 +4,9 @@
 use crate::acquisition::{AcquireOptions, Acquisition, Permit};
 use crate::backend::{Backend, Denial, SyncBackend};
 use crate::clock::{Clock, MonotonicClock};
-use crate::entry::{Counters, Entry, Fits, ResourceHandle};
+use crate::entry::{Counters, Entry, Fits};
 use crate::error::{Error, QueueError};
+use crate::handle::ResourceHandle;
 use crate::limits::{LimitSpec, Limits, PPM};
 use crate::queue::{self, Attempt, Queue, QueueConfig, Request, Response, TaskError};
 use crate::renewal::{LeaseBook, Renewer};
@@ -115,7 +116,7 @@ struct Shared<B: Backend> {
     /// Serializes `set_limits`, so each change continues the latest state.
     reconfiguring: parking_lot::Mutex<()>,
     /// Renews the leases of every live permit (see `renewal`).
-    renewer: Arc<Renewer<B>>,
+    renewer: Arc<Renewer<Entry<B>>>,
 }
 
 impl<B: Backend> Drop for Shared<B> {

@@ -89,9 +89,30 @@
 //! corrected by the difference, up or down.
 //!
 //! ## Queue order
-//! See [`queue`](crate::queue#order-and-the-starvation-rule): interactive
-//! first, batch after at most `interactiveBurst` interactive grants, batch
-//! confined below `1 − batchHeadroom` of each limit fleet-wide.
+//! [`ResourceBroker::enqueue`] waits in a priority queue until the resource
+//! has capacity, runs the task, and retries it transparently when the task
+//! reports a rate limit.
+//!
+//! Two classes ([`Priority`]), `interactive` and `batch`. Interactive
+//! requests go first; within a class, first come first served. **Batch never
+//! starves**: after `interactiveBurst` (default 8) consecutive interactive
+//! grants while a batch request was waiting, the oldest batch request goes
+//! next. So a batch request waits for at most `interactiveBurst` interactive
+//! grants per batch request ahead of it.
+//!
+//! Across a fleet, priority needs no coordination: batch callers may fill
+//! only `1 − batchHeadroom` of every limit (backend-enforced), so
+//! interactive traffic from any instance always finds the headroom.
+//!
+//! Bounds ([`QueueConfig`]): at most `maxQueued` waiters (beyond:
+//! [`QueueError::Full`] at once); each request waits at most its `maxWait`
+//! (beyond: [`QueueError::Timeout`], as soon as the backend's wait time
+//! shows the deadline cannot be met). Dropping the `enqueue` future removes
+//! the request from the queue and releases anything it held.
+//!
+//! The dispatcher sleeps exactly until the backend's wait time, or until a
+//! permit of this process frees capacity; with `gcra` limits it books each
+//! waiter's future slot so the waiter sleeps once and runs on time.
 //!
 //! ## Live reconfiguration
 //! [`ResourceBroker::set_limits`] changes a resource's limits in place (a
@@ -111,8 +132,9 @@
 //! for a tenant idle longest over refusing every new one.
 
 mod acquisition;
-pub mod algo;
-pub mod backend;
+mod algo;
+mod attempt;
+mod backend;
 mod broker;
 pub mod clock;
 #[cfg(feature = "contract")]
@@ -120,8 +142,9 @@ pub mod contract;
 mod entry;
 mod error;
 mod field_error;
+mod handle;
 mod limits;
-pub mod queue;
+mod queue;
 mod renewal;
 pub mod shared_breaker;
 mod stats;
@@ -130,14 +153,14 @@ mod striped;
 pub use acquisition::{AcquireOptions, Acquisition, ActualUsage, Permit};
 pub use backend::{
     Backend, BackendError, Counts, Decision, Denial, DenialCause, Grant, LeaseId, MemoryBackend,
-    QuickDecision, Reserved, SyncBackend,
+    MemoryHandle, QuickDecision, Reserved, SyncBackend, Usage,
 };
 pub use broker::{
     BrokerBuilder, LimitChange, LimitTemplate, ResourceBroker, ResourceConfig, DEFAULT_MAX_LAZY_RESOURCES,
 };
-pub use entry::ResourceHandle;
 pub use error::{Error, QueueError};
 pub use field_error::FieldError;
+pub use handle::ResourceHandle;
 pub use limits::{
     Algorithm, Demand, Dimension, LimitSpec, Limits, LimitsError, RateSpec, DEFAULT_LEASE_TTL, MAX_LIMIT,
     PPM, SUB_WINDOWS,

@@ -76,47 +76,33 @@ pub struct Limits {
     pub lease_ttl_ms: Option<u64>,
 }
 
+/// One builder method per count of [`Limits`]: `$setter(n)` sets `$json`.
+macro_rules! count_setters {
+    ($($setter:ident => $json:literal),* $(,)?) => {
+        impl Limits {
+            $(
+                #[doc = concat!("Sets `", $json, "`.")]
+                pub fn $setter(mut self, n: u64) -> Self {
+                    self.$setter = Some(n);
+                    self
+                }
+            )*
+        }
+    };
+}
+
+count_setters! {
+    requests_per_second => "requestsPerSecond",
+    requests_per_minute => "requestsPerMinute",
+    requests_per_hour => "requestsPerHour",
+    requests_per_24_hours => "requestsPer24Hours",
+    tokens_per_minute => "tokensPerMinute",
+    input_tokens_per_minute => "inputTokensPerMinute",
+    output_tokens_per_minute => "outputTokensPerMinute",
+    max_concurrent_requests => "maxConcurrentRequests",
+}
+
 impl Limits {
-    /// Sets `requestsPerSecond`.
-    pub fn requests_per_second(mut self, n: u64) -> Self {
-        self.requests_per_second = Some(n);
-        self
-    }
-    /// Sets `requestsPerMinute`.
-    pub fn requests_per_minute(mut self, n: u64) -> Self {
-        self.requests_per_minute = Some(n);
-        self
-    }
-    /// Sets `requestsPerHour`.
-    pub fn requests_per_hour(mut self, n: u64) -> Self {
-        self.requests_per_hour = Some(n);
-        self
-    }
-    /// Sets `requestsPer24Hours`.
-    pub fn requests_per_24_hours(mut self, n: u64) -> Self {
-        self.requests_per_24_hours = Some(n);
-        self
-    }
-    /// Sets `tokensPerMinute`.
-    pub fn tokens_per_minute(mut self, n: u64) -> Self {
-        self.tokens_per_minute = Some(n);
-        self
-    }
-    /// Sets `inputTokensPerMinute`.
-    pub fn input_tokens_per_minute(mut self, n: u64) -> Self {
-        self.input_tokens_per_minute = Some(n);
-        self
-    }
-    /// Sets `outputTokensPerMinute`.
-    pub fn output_tokens_per_minute(mut self, n: u64) -> Self {
-        self.output_tokens_per_minute = Some(n);
-        self
-    }
-    /// Sets `maxConcurrentRequests`.
-    pub fn max_concurrent_requests(mut self, n: u64) -> Self {
-        self.max_concurrent_requests = Some(n);
-        self
-    }
     /// Chooses the `gcra` algorithm with the given burst on request dimensions.
     pub fn gcra(mut self, burst: Option<u64>) -> Self {
         self.algorithm = Algorithm::Gcra;

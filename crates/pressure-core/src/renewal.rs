@@ -2,16 +2,16 @@
 //! of this process alive, so `maxConcurrentRequests` holds for a permit of
 //! any duration (a long upload, a slow LLM call), not only for the lease TTL.
 //!
-//! Each resource version keeps a [`LeaseBook`] of its live leases: a permit
-//! that takes a lease writes it there (a slot in a vector under a short
-//! mutex, no allocation once warm, no clock read) and its release or drop
-//! clears the slot. A resource with live leases is *enrolled* with the
+//! Each resource version ([`Leased`], the broker's entry) keeps a
+//! [`LeaseBook`] of its live leases: a permit that takes a lease writes it
+//! there (a slot in a vector under a short mutex, no allocation once warm,
+//! no clock read) and its release or drop clears the slot. A resource with live leases is *enrolled* with the
 //! broker's [`Renewer`] once, when its book stops being empty. The task wakes
 //! when the earliest enrolled resource is due — a third of its lease TTL after
 //! its last renewal — and renews every lease of each due resource (and of
 //! those due within the next sixth of their TTL) in one backend call per
-//! resource ([`Backend::renew_many`]): a few wake-ups per TTL however many
-//! leases there are. A lease taken just after a renewal waits at most a
+//! resource ([`Backend::renew_many`](crate::Backend::renew_many)): a few
+//! wake-ups per TTL however many leases there are. A lease taken just after a renewal waits at most a
 //! third of the TTL for its first one, well before it expires.
 //!
 //! What the TTL still protects against: a process that dies (or a broker
@@ -25,11 +25,11 @@
 //! enrollment. Without one (purely synchronous use), leases are not renewed
 //! and holders longer than the TTL must call [`crate::Permit::renew`].
 
-use crate::backend::{Backend, BackendError, Grant};
+use crate::backend::{BackendError, Grant};
 use crate::clock::Clock;
-use crate::entry::Entry;
 use futures::StreamExt;
 use parking_lot::Mutex;
+use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -109,12 +109,34 @@ impl LeaseBook {
     }
 }
 
+/// What the renewer needs of one resource version (the broker's entry):
+/// its book of live leases, its TTL, and the backend call that renews a
+/// batch of them.
+pub(crate) trait Leased: Send + Sync + 'static {
+    /// The resource id, for the log.
+    fn id(&self) -> &str;
+
+    /// The live leases granted by this version.
+    fn leases(&self) -> &LeaseBook;
+
+    /// The lease TTL of this version, in nanoseconds.
+    fn lease_ttl_ns(&self) -> u64;
+
+    /// Renews `grants` in one backend call on the newest version of the
+    /// resource: that version's lease TTL (nanoseconds) and, per grant in
+    /// order, whether its lease was still held.
+    fn renew(
+        self: &Arc<Self>,
+        grants: &[Grant],
+    ) -> impl Future<Output = (u64, Result<Vec<bool>, BackendError>)> + Send;
+}
+
 /// A resource due for renewal and its leases (book slot, grant).
-type Due<B> = (Arc<Entry<B>>, Vec<(u32, Grant)>);
+type Due<E> = (Arc<E>, Vec<(u32, Grant)>);
 
 /// The broker's renewal task and the resources it looks after.
-pub(crate) struct Renewer<B: Backend> {
-    enrolled: Mutex<Vec<Arc<Entry<B>>>>,
+pub(crate) struct Renewer<E: Leased> {
+    enrolled: Mutex<Vec<Arc<E>>>,
     clock: Arc<dyn Clock>,
     wake: Notify,
     /// Broker-clock nanoseconds the task sleeps until; `u64::MAX` while it
@@ -124,7 +146,7 @@ pub(crate) struct Renewer<B: Backend> {
     stopped: AtomicBool,
 }
 
-impl<B: Backend> Renewer<B> {
+impl<E: Leased> Renewer<E> {
     pub(crate) fn new(clock: Arc<dyn Clock>) -> Self {
         Self {
             enrolled: Mutex::new(Vec::new()),
@@ -139,8 +161,8 @@ impl<B: Backend> Renewer<B> {
     /// Records the lease of `grant` in `entry`'s book; the returned ticket
     /// (never 0) forgets it again ([`LeaseBook::remove`]).
     #[inline]
-    pub(crate) fn register(self: &Arc<Self>, entry: &Arc<Entry<B>>, grant: Grant) -> u64 {
-        let (ticket, enroll) = entry.leases.insert(grant);
+    pub(crate) fn register(self: &Arc<Self>, entry: &Arc<E>, grant: Grant) -> u64 {
+        let (ticket, enroll) = entry.leases().insert(grant);
         if enroll {
             self.enroll(entry);
         }
@@ -149,12 +171,12 @@ impl<B: Backend> Renewer<B> {
 
     /// Puts `entry` on the list, due a third of its TTL from now.
     #[cold]
-    fn enroll(self: &Arc<Self>, entry: &Arc<Entry<B>>) {
+    fn enroll(self: &Arc<Self>, entry: &Arc<E>) {
         if self.stopped.load(Ordering::Relaxed) {
             return;
         }
-        let due = self.clock.now_nanos().saturating_add(entry.spec.lease_ttl_ns / 3);
-        entry.leases.0.lock().due = due;
+        let due = self.clock.now_nanos().saturating_add(entry.lease_ttl_ns() / 3);
+        entry.leases().0.lock().due = due;
         self.enrolled.lock().push(Arc::clone(entry));
         if due < self.wake_at.load(Ordering::Acquire) {
             self.wake.notify_one();
@@ -171,7 +193,7 @@ impl<B: Backend> Renewer<B> {
 
     /// Leases of live permits of this broker.
     pub(crate) fn len(&self) -> usize {
-        self.enrolled.lock().iter().map(|e| e.leases.len()).sum()
+        self.enrolled.lock().iter().map(|e| e.leases().len()).sum()
     }
 
     /// Stops renewing (the broker was dropped: this process no longer vouches
@@ -188,14 +210,14 @@ impl<B: Backend> Renewer<B> {
         self.wake_at.store(u64::MAX, Ordering::Release);
         let now = self.clock.now_nanos();
         let mut next = u64::MAX;
-        let mut work: Vec<Due<B>> = Vec::new();
+        let mut work: Vec<Due<E>> = Vec::new();
         self.enrolled.lock().retain(|entry| {
-            let mut b = entry.leases.0.lock();
+            let mut b = entry.leases().0.lock();
             if b.live == 0 {
                 b.enrolled = false;
                 return false;
             }
-            if b.due > now.saturating_add(entry.spec.lease_ttl_ns / 6) {
+            if b.due > now.saturating_add(entry.lease_ttl_ns() / 6) {
                 next = next.min(b.due);
                 return true;
             }
@@ -215,36 +237,29 @@ impl<B: Backend> Renewer<B> {
         // resource does not hold back the others.
         let mut rounds = futures::stream::iter(work)
             .map(|(entry, items)| async move {
-                // Renew through the newest version: the lease TTL of a
-                // changed limit applies.
-                let current = Arc::clone(entry.current());
                 let grants: Vec<Grant> = items.iter().map(|(_, g)| *g).collect();
-                let result = if grants.is_empty() {
-                    Ok(Vec::new())
-                } else {
-                    current.backend.renew_many(&current.handle, &grants).await
-                };
-                (entry, current, items, result)
+                let (ttl, result) = entry.renew(&grants).await;
+                (entry, ttl, items, result)
             })
             .buffer_unordered(CONCURRENT_BATCHES);
-        while let Some((entry, current, items, result)) = rounds.next().await {
-            next = next.min(self.settle(&entry, &current, &items, result));
+        while let Some((entry, ttl, items, result)) = rounds.next().await {
+            next = next.min(self.settle(&*entry, ttl, &items, result));
         }
         self.wake_at.store(next, Ordering::Release);
         next
     }
 
-    /// Records one resource's renewal; returns its next due time.
+    /// Records one resource's renewal (`ttl`: the lease TTL it renewed
+    /// under); returns its next due time.
     fn settle(
         &self,
-        entry: &Entry<B>,
-        current: &Entry<B>,
+        entry: &E,
+        ttl: u64,
         items: &[(u32, Grant)],
         result: Result<Vec<bool>, BackendError>,
     ) -> u64 {
         let now = self.clock.now_nanos();
-        let ttl = current.spec.lease_ttl_ns;
-        let mut b = entry.leases.0.lock();
+        let mut b = entry.leases().0.lock();
         match result {
             Ok(kept) => {
                 let mut lost = 0usize;
@@ -264,12 +279,12 @@ impl<B: Backend> Renewer<B> {
                     // Expired before they could be renewed (the store was out
                     // longer than the TTL): the slots are gone, the holders
                     // run on without them.
-                    tracing::warn!(resource = %entry.id, leases = lost, "leases lost before renewal; their permits no longer hold a slot");
+                    tracing::warn!(resource = %entry.id(), leases = lost, "leases lost before renewal; their permits no longer hold a slot");
                 }
                 b.due = now.saturating_add(ttl / 3);
             }
             Err(e) => {
-                tracing::debug!(resource = %entry.id, error = %e, "lease renewal failed; retrying");
+                tracing::debug!(resource = %entry.id(), error = %e, "lease renewal failed; retrying");
                 b.due = now.saturating_add(RETRY_AFTER_ERROR_NS.min(ttl / 10).max(1));
             }
         }
@@ -287,7 +302,7 @@ impl Drop for Running<'_> {
     }
 }
 
-async fn run<B: Backend>(r: Arc<Renewer<B>>) {
+async fn run<E: Leased>(r: Arc<Renewer<E>>) {
     let _running = Running(&r.running);
     while !r.stopped.load(Ordering::Relaxed) {
         let next = r.renew_due().await;

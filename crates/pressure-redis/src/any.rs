@@ -3,10 +3,10 @@
 //! service, the bindings) has one concrete broker type.
 
 use crate::{RedisBackend, RedisConfig, RedisHandle};
-use pressure_core::backend::{MemoryHandle, Usage};
 use pressure_core::{
     Backend, BackendError, Counts, Decision, Demand, Grant, LimitSpec, MemoryBackend, QuickDecision, Reserved,
 };
+use pressure_core::{MemoryHandle, Usage};
 use std::sync::Arc;
 
 /// Memory or Redis, as configured.

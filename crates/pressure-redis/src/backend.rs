@@ -37,7 +37,7 @@
 //! gone after the provider was called leaves its estimate counted (the
 //! provider counts that call too) and its slot released.
 
-use crate::background::{Lost, LostKind};
+use crate::background;
 use crate::config::{FailureMode, RedisConfig};
 use crate::conn::{self, Pool};
 use crate::health::Health;
@@ -45,13 +45,14 @@ use crate::keys::ResourceKeys;
 use crate::scripts;
 use crate::settle::Settled;
 use crate::shape::{self, RateArgs, Shape};
+use crate::store::{release_invocation, Failure, Lost, LostKind, ShapeScript, Store};
 use parking_lot::Mutex;
-use pressure_core::backend::{MemoryHandle, Usage};
 use pressure_core::clock::{Clock, MonotonicClock};
 use pressure_core::{
     Algorithm, Backend, BackendError, Counts, Decision, Demand, Denial, Dimension, Grant, LeaseId, LimitSpec,
     Limits, MemoryBackend, RateSpec, Reserved, SyncBackend,
 };
+use pressure_core::{MemoryHandle, Usage};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -73,55 +74,19 @@ const LOST_MARGIN: Duration = Duration::from_secs(10);
 /// then goes back by the background release and its tombstone).
 const ORPHAN_WAIT: Duration = Duration::from_secs(10);
 
-/// Distinct limit shapes that get a script of their own; past this, new
-/// shapes use the generic `lua/acquire.lua` (each script is kept in Redis's
-/// script cache for good, so their number must stay bounded whatever the
-/// configuration holds).
-const MAX_SHAPES: usize = 256;
-
 /// Limiter state in Redis, shared by every instance that points at it.
 /// Cheap to clone.
 #[derive(Clone)]
 pub struct RedisBackend {
-    pub(crate) inner: Arc<Inner>,
-}
-
-pub(crate) struct Inner {
-    pub(crate) pool: Pool,
-    pub(crate) config: RedisConfig,
-    pub(crate) health: Health,
-    local: MemoryBackend,
-    pub(crate) clock: MonotonicClock,
-    /// Releases to deliver in the background (lost acquisitions, failed
-    /// releases).
-    pub(crate) lost: Mutex<Vec<Lost>>,
-    /// Wakes the background task (a connection broke, a lease was lost).
-    pub(crate) wake: Arc<tokio::sync::Notify>,
-    /// The acquire script of every limit shape registered so far, shared by
-    /// the handles of that shape (see `shape.rs`).
-    pub(crate) shapes: Mutex<HashMap<Shape, Arc<ShapeScript>>>,
-    /// Calls whose caller went away before the answer, settled here.
-    cancelled_calls: AtomicU64,
-    /// Leases and reservations given back because their acquisition's
-    /// caller went away before its answer.
-    cancel_releases: AtomicU64,
-}
-
-/// The acquire script generated for one [`Shape`].
-#[derive(Debug)]
-pub(crate) struct ShapeScript {
-    shape: Shape,
-    /// Its source, for `SCRIPT LOAD` on new connections.
-    pub(crate) source: String,
-    script: redis::Script,
+    pub(crate) store: Arc<Store>,
 }
 
 impl std::fmt::Debug for RedisBackend {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RedisBackend")
-            .field("url", &self.inner.config.url)
-            .field("cluster_nodes", &self.inner.config.cluster_nodes)
-            .field("healthy", &self.inner.health.is_healthy())
+            .field("url", &self.store.config.url)
+            .field("cluster_nodes", &self.store.config.cluster_nodes)
+            .field("healthy", &self.store.health.is_healthy())
             .finish_non_exhaustive()
     }
 }
@@ -156,32 +121,6 @@ pub struct RedisStatus {
     /// acquisition went away before its answer (each would otherwise have
     /// held its slot for the lease TTL, its units for the window).
     pub cancel_releases: u64,
-}
-
-/// A failed store call, and whether the command may have reached Redis (so
-/// a lease it asked for may exist there).
-#[derive(Debug)]
-pub(crate) struct Failure {
-    pub(crate) error: BackendError,
-    pub(crate) sent: bool,
-    /// The call is still in flight, owned by a task that settles its
-    /// outcome (`settle.rs`): the caller must not clean up after it.
-    pub(crate) owned: bool,
-}
-
-impl Failure {
-    /// A call given up by its caller at the call timeout and handed to the
-    /// task that settles it.
-    fn handed_on(mut self) -> Self {
-        self.owned = true;
-        self
-    }
-}
-
-impl From<Failure> for BackendError {
-    fn from(f: Failure) -> Self {
-        f.error
-    }
 }
 
 /// Per-resource addressing and script arguments, computed once.
@@ -324,7 +263,7 @@ impl RedisBackend {
         for slot in pool.empty_slots() {
             match conn::open(&config).await {
                 Ok(c) => {
-                    crate::background::preload_scripts(&config, &c, &[]).await;
+                    background::preload_scripts(&config, &c, &[]).await;
                     pool.fill(slot, c);
                 }
                 Err(cause) => {
@@ -336,7 +275,7 @@ impl RedisBackend {
         }
         let address = conn::display_address(&config);
         let error = if pool.is_connected() { None } else { error };
-        let inner = Arc::new(Inner {
+        let store = Arc::new(Store {
             pool,
             health: Health::new(config.failure_mode, address, error),
             local: MemoryBackend::new(),
@@ -348,11 +287,8 @@ impl RedisBackend {
             cancelled_calls: AtomicU64::new(0),
             cancel_releases: AtomicU64::new(0),
         });
-        tokio::spawn(crate::background::run(
-            Arc::downgrade(&inner),
-            Arc::clone(&inner.wake),
-        ));
-        Ok(Self { inner })
+        tokio::spawn(background::run(Arc::downgrade(&store), Arc::clone(&store.wake)));
+        Ok(Self { store })
     }
 
     /// [`RedisBackend::start`], but fails when Redis does not answer at
@@ -361,23 +297,23 @@ impl RedisBackend {
     /// should `start` and let the failure mode cover the outage.
     pub async fn connect(config: RedisConfig) -> Result<Self, BackendError> {
         let b = Self::start(config).await?;
-        if b.inner.pool.is_connected() {
+        if b.store.pool.is_connected() {
             return Ok(b);
         }
         let cause = b
-            .inner
+            .store
             .health
             .last_error()
             .unwrap_or_else(|| "no connection".into());
         Err(BackendError::Unavailable(format!(
             "{}: {cause}",
-            b.inner.health.address
+            b.store.health.address
         )))
     }
 
     /// Health counters, the address and the last error.
     pub fn status(&self) -> RedisStatus {
-        let h = &self.inner.health;
+        let h = &self.store.health;
         RedisStatus {
             healthy: h.is_healthy(),
             failures: h.failures.load(Ordering::Relaxed),
@@ -385,15 +321,15 @@ impl RedisBackend {
             transitions: h.transitions.load(Ordering::Relaxed),
             url: h.address.clone(),
             last_error: h.last_error(),
-            pending_releases: self.inner.lost.lock().len() as u64,
-            cancelled_calls: self.inner.cancelled_calls.load(Ordering::Relaxed),
-            cancel_releases: self.inner.cancel_releases.load(Ordering::Relaxed),
+            pending_releases: self.store.lost.lock().len() as u64,
+            cancelled_calls: self.store.cancelled_calls.load(Ordering::Relaxed),
+            cancel_releases: self.store.cancel_releases.load(Ordering::Relaxed),
         }
     }
 
     /// The configuration in use.
     pub fn config(&self) -> &RedisConfig {
-        &self.inner.config
+        &self.store.config
     }
 
     /// The Lua source of the acquire script this backend sends for limits
@@ -406,7 +342,7 @@ impl RedisBackend {
         let dims = dims_of(spec)?;
         let steps: Vec<u64> = dims.iter().map(|d| d.step_us).collect();
         Ok(
-            match Shape::of(spec, &steps).and_then(|s| self.inner.shape_script(s)) {
+            match Shape::of(spec, &steps).and_then(|s| self.store.shape_script(s)) {
                 Some(s) => s.source.clone(),
                 None => scripts::ACQUIRE_LUA.to_owned(),
             },
@@ -415,20 +351,20 @@ impl RedisBackend {
 
     /// Runs one script invocation with the call timeout, updating health.
     async fn call<T: redis::FromRedisValue>(&self, inv: redis::ScriptInvocation<'_>) -> Result<T, Failure> {
-        self.inner.call(inv).await
+        self.store.call(inv).await
     }
 
     /// Queues the background release of `lease` (`kind` says whether its
     /// acquisition's reply was lost or its release failed).
     fn lose(&self, h: &RedisHandle, lease: u64, kind: LostKind) {
-        self.inner
+        self.store
             .lose(h.keys.state.clone(), lease, h.spec.lease_ttl_ns, kind);
     }
 
     fn fallback(&self, h: &RedisHandle, demand: &Demand) -> Decision {
-        self.inner.health.fallbacks.fetch_add(1, Ordering::Relaxed);
-        match (self.inner.config.failure_mode, &h.local) {
-            (FailureMode::Local, Some(local)) => match self.inner.local.acquire_sync(local, demand) {
+        self.store.health.fallbacks.fetch_add(1, Ordering::Relaxed);
+        match (self.store.config.failure_mode, &h.local) {
+            (FailureMode::Local, Some(local)) => match self.store.local.acquire_sync(local, demand) {
                 Decision::Granted(mut g) => {
                     g.fallback = true;
                     Decision::Granted(g)
@@ -473,18 +409,18 @@ impl RedisBackend {
         };
         let key = h.keys.state.clone();
         let call = {
-            let (inner, key) = (Arc::clone(&self.inner), key.clone());
+            let (store, key) = (Arc::clone(&self.store), key.clone());
             async move {
                 let mut inv = script.get().prepare_invoke();
                 inv.key(&key);
                 for a in &args {
                     inv.arg(a);
                 }
-                inner.call_untimed::<Vec<i64>>(inv).await
+                store.call_untimed::<Vec<i64>>(inv).await
             }
         };
         let lost = LostAcquisition {
-            inner: Arc::clone(&self.inner),
+            store: Arc::clone(&self.store),
             key,
             lease,
             lease_ttl_ns: h.spec.lease_ttl_ns,
@@ -492,7 +428,7 @@ impl RedisBackend {
             demand: *demand,
         };
         let v = self
-            .inner
+            .store
             .call_settled(call, move |answer| lost.settle(answer))
             .await?;
         self.decide(h, demand, lease, &v)
@@ -529,9 +465,9 @@ impl RedisBackend {
         }
         let dimension = Dimension::from_index(b as usize).unwrap_or(Dimension::MaxConcurrentRequests);
         let denial = Denial::exhausted(Duration::from_micros(a), dimension);
-        if self.inner.config.deny_cache && denial.is_exact() {
+        if self.store.config.deny_cache && denial.is_exact() {
             *h.deny.lock() = Some(Denied {
-                until_ns: self.inner.clock.now_nanos() + a.saturating_mul(1_000),
+                until_ns: self.store.clock.now_nanos() + a.saturating_mul(1_000),
                 demand: *demand,
                 dimension,
             });
@@ -543,12 +479,12 @@ impl RedisBackend {
     /// denied until `T`, at the same or a lower ceiling, cannot fit before `T`.
     #[inline]
     fn cached_denial(&self, h: &RedisHandle, demand: &Demand) -> Option<Decision> {
-        if !self.inner.config.deny_cache {
+        if !self.store.config.deny_cache {
             return None;
         }
         let guard = h.deny.lock();
         let d = guard.as_ref()?;
-        let now = self.inner.clock.now_nanos();
+        let now = self.store.clock.now_nanos();
         let dominated = demand.requests >= d.demand.requests
             && demand.input_tokens >= d.demand.input_tokens
             && demand.output_tokens >= d.demand.output_tokens
@@ -560,60 +496,6 @@ impl RedisBackend {
                 d.dimension,
             ))
         })
-    }
-}
-
-impl Inner {
-    /// The script of `shape`, generated and cached on first use; `None`
-    /// once [`MAX_SHAPES`] shapes have one (the generic script serves the
-    /// rest).
-    fn shape_script(&self, shape: Shape) -> Option<Arc<ShapeScript>> {
-        let mut shapes = self.shapes.lock();
-        if let Some(s) = shapes.get(&shape) {
-            return Some(Arc::clone(s));
-        }
-        if shapes.len() >= MAX_SHAPES {
-            return None;
-        }
-        let source = shape::generate(&shape);
-        let s = Arc::new(ShapeScript {
-            script: redis::Script::new(&source),
-            source,
-            shape: shape.clone(),
-        });
-        shapes.insert(shape, Arc::clone(&s));
-        drop(shapes);
-        self.preload_shape(&s.source);
-        Some(s)
-    }
-
-    /// Loads a newly generated script in the background (one `SCRIPT LOAD`
-    /// on a pooled connection, when there is a runtime and a connection), so
-    /// the first acquisition of a new shape is usually one EVALSHA, not
-    /// EVALSHA, NOSCRIPT, SCRIPT LOAD, EVALSHA. Best effort: NOSCRIPT is
-    /// handled on use anyway. Not on a cluster: `SCRIPT LOAD` would reach one
-    /// node only (as in `background::preload_scripts`).
-    fn preload_shape(&self, source: &str) {
-        if !self.config.cluster_nodes.is_empty() {
-            return;
-        }
-        let (Ok(rt), Some(pooled)) = (tokio::runtime::Handle::try_current(), self.pool.get()) else {
-            return;
-        };
-        let source = source.to_owned();
-        let timeout = self.config.timeout();
-        rt.spawn(async move {
-            let mut conn = pooled.conn;
-            let mut load = redis::cmd("SCRIPT");
-            load.arg("LOAD").arg(source);
-            let _ = tokio::time::timeout(timeout, load.query_async::<String>(&mut conn)).await;
-        });
-    }
-
-    /// Sources of the generated scripts, for `SCRIPT LOAD` on a new
-    /// connection.
-    pub(crate) fn shape_sources(&self) -> Vec<String> {
-        self.shapes.lock().values().map(|s| s.source.clone()).collect()
     }
 }
 
@@ -632,18 +514,6 @@ pub(crate) fn member(lease: u64) -> String {
     format!("{lease:016x}")
 }
 
-/// Whether an error means the store is out (I/O, connection, cluster down)
-/// rather than a bad answer.
-pub(crate) fn is_store_failure(e: &redis::RedisError) -> bool {
-    e.is_io_error()
-        || e.is_connection_dropped()
-        || e.is_connection_refusal()
-        || e.is_timeout()
-        || e.is_unrecoverable_error()
-        || e.is_cluster_error()
-        || crate::conn::is_auth_failure(e)
-}
-
 /// The limits a process may use alone in `local` mode: `share` of each.
 fn local_limits(limits: &Limits, share: f64) -> Limits {
     limits.map_values(|v| ((v as f64 * share).floor() as u64).max(1))
@@ -654,20 +524,20 @@ impl Backend for RedisBackend {
 
     fn attach(&self, resource: &str, spec: Arc<LimitSpec>) -> Result<RedisHandle, BackendError> {
         let dims = dims_of(&spec)?;
-        let local = match self.inner.config.failure_mode {
+        let local = match self.store.config.failure_mode {
             FailureMode::Local => {
-                let limits = local_limits(&spec.limits, self.inner.config.local_share);
+                let limits = local_limits(&spec.limits, self.store.config.local_share);
                 let local_spec = limits
                     .compile()
                     .map_err(|e| BackendError::Unsupported(format!("local share of the limits: {e}")))?;
-                Some(self.inner.local.attach(resource, Arc::new(local_spec))?)
+                Some(self.store.local.attach(resource, Arc::new(local_spec))?)
             }
             _ => None,
         };
         let steps: Vec<u64> = dims.iter().map(|d| d.step_us).collect();
-        let shaped = Shape::of(&spec, &steps).and_then(|s| self.inner.shape_script(s));
+        let shaped = Shape::of(&spec, &steps).and_then(|s| self.store.shape_script(s));
         Ok(RedisHandle {
-            keys: ResourceKeys::new(&self.inner.config.key_prefix, resource),
+            keys: ResourceKeys::new(&self.store.config.key_prefix, resource),
             spec,
             dims: dims.into(),
             local,
@@ -690,12 +560,12 @@ impl Backend for RedisBackend {
     ) -> Result<RedisHandle, BackendError> {
         let mut h = self.attach(resource, Arc::clone(&spec))?;
         if let (Some(old_local), Some(_)) = (&old.local, &h.local) {
-            let limits = local_limits(&spec.limits, self.inner.config.local_share);
+            let limits = local_limits(&spec.limits, self.store.config.local_share);
             let local_spec = limits
                 .compile()
                 .map_err(|e| BackendError::Unsupported(format!("local share of the limits: {e}")))?;
             h.local = Some(
-                self.inner
+                self.store
                     .local
                     .reattach(resource, old_local, Arc::new(local_spec))?,
             );
@@ -707,7 +577,7 @@ impl Backend for RedisBackend {
     async fn acquire(&self, h: &RedisHandle, demand: &Demand) -> Result<Decision, BackendError> {
         let decision = if let Some(d) = self.cached_denial(h, demand) {
             d
-        } else if !self.inner.health.should_try() {
+        } else if !self.store.health.should_try() {
             self.fallback(h, demand)
         } else {
             let lease = (demand.lease && h.spec.concurrency.is_some()).then(rand::random::<u64>);
@@ -743,7 +613,7 @@ impl Backend for RedisBackend {
     async fn release(&self, h: &RedisHandle, grant: &Grant) -> Result<(), BackendError> {
         if grant.fallback {
             if let Some(local) = &h.local {
-                self.inner.local.release_detached(local, *grant);
+                self.store.local.release_detached(local, *grant);
             }
             return Ok(());
         }
@@ -751,21 +621,21 @@ impl Backend for RedisBackend {
         // Settled: a caller that goes away mid-call (or gives up at the
         // timeout) still has its lease released: the connection would drop
         // an unwritten command whose caller is gone.
-        let (inner, key, ttl) = (Arc::clone(&self.inner), h.keys.state.clone(), h.spec.lease_ttl_ns);
+        let (store, key, ttl) = (Arc::clone(&self.store), h.keys.state.clone(), h.spec.lease_ttl_ns);
         let call = {
-            let (inner, key) = (Arc::clone(&inner), key.clone());
+            let (store, key) = (Arc::clone(&store), key.clone());
             let members = [member(lease.0)];
             async move {
-                inner
-                    .call_untimed::<i64>(crate::background::release_invocation(&key, 0, &members))
+                store
+                    .call_untimed::<i64>(release_invocation(&key, 0, &members))
                     .await
             }
         };
         let answer = self
-            .inner
+            .store
             .call_settled(call, move |answer| {
                 if !matches!(answer, Some(Ok(_))) {
-                    inner.lose(key, lease.0, ttl, LostKind::Release);
+                    store.lose(key, lease.0, ttl, LostKind::Release);
                 }
             })
             .await;
@@ -783,12 +653,12 @@ impl Backend for RedisBackend {
     fn release_detached(&self, h: &RedisHandle, grant: Grant) {
         if grant.fallback {
             if let Some(local) = &h.local {
-                self.inner.local.release_detached(local, grant);
+                self.store.local.release_detached(local, grant);
             }
             return;
         }
         let Some(lease) = grant.lease else { return };
-        self.inner
+        self.store
             .release_detached(h.keys.state.clone(), lease.0, h.spec.lease_ttl_ns);
     }
 
@@ -804,7 +674,7 @@ impl Backend for RedisBackend {
         let mut remote = Vec::new();
         for (i, g) in grants.iter().enumerate() {
             match (g.fallback, g.lease, &h.local) {
-                (true, Some(_), Some(local)) => out[i] = self.inner.local.renew(local, g).await?,
+                (true, Some(_), Some(local)) => out[i] = self.store.local.renew(local, g).await?,
                 (false, Some(lease), _) => remote.push((i, member(lease.0))),
                 _ => {}
             }
@@ -830,7 +700,7 @@ impl Backend for RedisBackend {
     async fn reconcile(&self, h: &RedisHandle, grant: &Grant, actual: &Reserved) -> Result<(), BackendError> {
         if grant.fallback {
             return match &h.local {
-                Some(local) => self.inner.local.reconcile(local, grant, actual).await,
+                Some(local) => self.store.local.reconcile(local, grant, actual).await,
                 None => Ok(()),
             };
         }
@@ -850,13 +720,13 @@ impl Backend for RedisBackend {
             // the call outlives a caller that goes away.
             *h.deny.lock() = None;
         }
-        let (inner, key, at_us) = (Arc::clone(&self.inner), h.keys.state.clone(), grant.at_ns / 1_000);
+        let (store, key, at_us) = (Arc::clone(&self.store), h.keys.state.clone(), grant.at_ns / 1_000);
         let call = async move {
-            inner
+            store
                 .call_untimed::<i64>(reconcile_invocation(&key, at_us, &changes))
                 .await
         };
-        match self.inner.call_settled(call, |_| {}).await {
+        match self.store.call_settled(call, |_| {}).await {
             // Past the timeout the correction is the backend's to deliver
             // (when Redis answers): the permit counts it as made.
             Ok(_) | Err(Failure { owned: true, .. }) => Ok(()),
@@ -935,7 +805,7 @@ impl Change {
 /// What an acquisition whose caller went away before its answer may hold,
 /// to give it back once the answer is known.
 struct LostAcquisition {
-    inner: Arc<Inner>,
+    store: Arc<Store>,
     key: String,
     lease: Option<u64>,
     lease_ttl_ns: u64,
@@ -951,7 +821,7 @@ impl LostAcquisition {
     /// timeout, no runtime) leaves the lease to the background release
     /// with a tombstone, as a lost reply does.
     fn settle(self, answer: Option<Result<Vec<i64>, Failure>>) {
-        let inner = &self.inner;
+        let store = &self.store;
         let granted_at_us = match &answer {
             Some(Ok(v)) => match v[..] {
                 [1, at_us, _] => at_us.max(0) as u64,
@@ -961,12 +831,12 @@ impl LostAcquisition {
             Some(Err(f)) if !f.sent => return,
             _ => {
                 if let Some(lease) = self.lease {
-                    inner.lose(self.key, lease, self.lease_ttl_ns, LostKind::Acquisition);
+                    store.lose(self.key, lease, self.lease_ttl_ns, LostKind::Acquisition);
                 }
                 return;
             }
         };
-        inner.cancel_releases.fetch_add(1, Ordering::Relaxed);
+        store.cancel_releases.fetch_add(1, Ordering::Relaxed);
         let refund: Vec<Change> = self
             .dims
             .iter()
@@ -974,20 +844,20 @@ impl LostAcquisition {
             .filter(|c| c.delta != 0)
             .collect();
         if let Some(lease) = self.lease {
-            inner.release_detached(self.key.clone(), lease, self.lease_ttl_ns);
+            store.release_detached(self.key.clone(), lease, self.lease_ttl_ns);
         }
         // A refund that fails (or finds no runtime) errs on the safe side:
         // the units stay counted until their window passes.
         if let (false, Ok(rt)) = (refund.is_empty(), tokio::runtime::Handle::try_current()) {
-            let (inner, key) = (Arc::clone(inner), self.key);
+            let (store, key) = (Arc::clone(store), self.key);
             rt.spawn(async move {
-                let _ = inner.reconcile_remote(&key, granted_at_us, &refund).await;
+                let _ = store.reconcile_remote(&key, granted_at_us, &refund).await;
             });
         }
     }
 }
 
-impl Inner {
+impl Store {
     /// Queues the background release of lease `lease` of `key` (`kind`
     /// says whether its acquisition's reply was lost or its release
     /// failed).
@@ -1015,10 +885,10 @@ impl Inner {
     fn release_detached(self: &Arc<Self>, key: String, lease: u64, lease_ttl_ns: u64) {
         match tokio::runtime::Handle::try_current() {
             Ok(rt) => {
-                let inner = Arc::clone(self);
+                let store = Arc::clone(self);
                 rt.spawn(async move {
-                    if inner.release_remote(&key, 0, &[member(lease)]).await.is_err() {
-                        inner.lose(key, lease, lease_ttl_ns, LostKind::Release);
+                    if store.release_remote(&key, 0, &[member(lease)]).await.is_err() {
+                        store.lose(key, lease, lease_ttl_ns, LostKind::Release);
                     }
                 });
             }
@@ -1044,9 +914,9 @@ impl Inner {
         F: std::future::Future<Output = Result<T, Failure>> + Send + 'static,
         O: FnOnce(Option<Result<T, Failure>>) + Send + 'static,
     {
-        let inner = Arc::clone(self);
+        let store = Arc::clone(self);
         let orphan = move |answer| {
-            inner.cancelled_calls.fetch_add(1, Ordering::Relaxed);
+            store.cancelled_calls.fetch_add(1, Ordering::Relaxed);
             orphan(answer)
         };
         let settled = Settled::new(call, orphan).orphan_wait(ORPHAN_WAIT);

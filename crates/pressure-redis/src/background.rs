@@ -7,13 +7,12 @@
 //! The task holds only a weak reference to the backend and ends with it.
 //! Every store call here has the backend's call timeout.
 
-use crate::backend::{is_store_failure, Failure, Inner};
 use crate::config::RedisConfig;
 use crate::conn::{self, Conn};
 use crate::health::PROBE_INTERVAL_NS;
 use crate::scripts;
+use crate::store::Store;
 use pressure_core::clock::Clock;
-use pressure_core::BackendError;
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
@@ -25,133 +24,10 @@ use tokio::sync::Notify;
 const RETRY_MIN: Duration = Duration::from_millis(50);
 const RETRY_MAX: Duration = Duration::from_millis(400);
 
-/// Undelivered releases kept at most (oldest dropped past it: their leases
-/// expire by their TTL anyway).
-const MAX_LOST: usize = 100_000;
-
 /// Lease ids per release call.
 const RELEASE_BATCH: usize = 256;
 
-/// Why a lease release is pending.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum LostKind {
-    /// The acquisition's reply never came: the lease may or may not exist,
-    /// and may still be created by a script on its way (tombstone needed).
-    Acquisition,
-    /// The lease was granted; releasing it failed.
-    Release,
-}
-
-/// A lease release to deliver.
-#[derive(Debug, Clone)]
-pub(crate) struct Lost {
-    /// State hash of the resource.
-    pub(crate) key: String,
-    /// Lease id as stored (`l:<member>`).
-    pub(crate) member: String,
-    /// Tombstone TTL (us) for a lost acquisition; 0 for a plain release.
-    pub(crate) tombstone_us: u64,
-    /// Backend-clock time after which delivering it is pointless.
-    pub(crate) give_up_ns: u64,
-}
-
-impl Inner {
-    /// Runs one script invocation with the call timeout on a pooled
-    /// connection, updating health; a broken connection leaves the pool.
-    pub(crate) async fn call<T: redis::FromRedisValue>(
-        &self,
-        inv: redis::ScriptInvocation<'_>,
-    ) -> Result<T, Failure> {
-        match tokio::time::timeout(self.config.timeout(), self.call_untimed(inv)).await {
-            Ok(answer) => answer,
-            Err(_) => Err(self.timed_out()),
-        }
-    }
-
-    /// The failure of a call that got no answer within the call timeout
-    /// (its command was sent: it may still run), counted in the health.
-    pub(crate) fn timed_out(&self) -> Failure {
-        let timeout = self.config.timeout();
-        self.health
-            .failed(&format!("no answer within {} ms", timeout.as_millis()));
-        Failure {
-            error: BackendError::Timeout(timeout),
-            sent: true,
-            owned: false,
-        }
-    }
-
-    /// [`Inner::call`] without the timeout: for a call whose caller bounds
-    /// the wait itself and hands the call on when it gives up (`settle.rs`).
-    pub(crate) async fn call_untimed<T: redis::FromRedisValue>(
-        &self,
-        inv: redis::ScriptInvocation<'_>,
-    ) -> Result<T, Failure> {
-        let timeout = self.config.timeout();
-        let Some(mut pooled) = self.pool.get() else {
-            let cause = self.health.last_error().unwrap_or_else(|| "connecting".into());
-            self.health.unreachable();
-            return Err(Failure {
-                error: BackendError::Unavailable(format!(
-                    "not connected to {}: {cause}",
-                    self.health.address
-                )),
-                sent: false,
-                owned: false,
-            });
-        };
-        match inv.invoke_async(&mut pooled.conn).await {
-            Ok(v) => {
-                self.health.ok();
-                Ok(v)
-            }
-            Err(e) if is_store_failure(&e) => {
-                if conn::is_broken(&e) {
-                    self.pool.discard(&pooled);
-                    self.wake.notify_one();
-                }
-                let cause = conn::describe(&e, timeout);
-                self.health.failed(&cause);
-                Err(Failure {
-                    error: BackendError::Unavailable(format!("{}: {cause}", self.health.address)),
-                    sent: true,
-                    owned: false,
-                })
-            }
-            Err(e) => {
-                self.health.ok();
-                Err(Failure {
-                    error: BackendError::Protocol(e.to_string()),
-                    sent: true,
-                    owned: false,
-                })
-            }
-        }
-    }
-
-    /// Releases `members` of `key` in one call (`tombstone_us` > 0: leave a
-    /// tombstone for those not there yet).
-    pub(crate) async fn release_remote(
-        &self,
-        key: &str,
-        tombstone_us: u64,
-        members: &[String],
-    ) -> Result<i64, Failure> {
-        self.call(release_invocation(key, tombstone_us, members)).await
-    }
-
-    /// Queues a release for the background task and wakes it.
-    pub(crate) fn push_lost(&self, lost: Lost) {
-        {
-            let mut l = self.lost.lock();
-            if l.len() >= MAX_LOST {
-                l.remove(0);
-            }
-            l.push(lost);
-        }
-        self.wake.notify_one();
-    }
-
+impl Store {
     /// Delivers the pending releases, one call per resource (and kind);
     /// whatever fails stays queued (and counted in the status meanwhile).
     /// Returns whether any remain.
@@ -245,21 +121,6 @@ impl Inner {
     }
 }
 
-/// One call of `lua/release.lua`: release `members` of `key` (`tombstone_us`
-/// > 0: leave a tombstone for those not there yet).
-pub(crate) fn release_invocation(
-    key: &str,
-    tombstone_us: u64,
-    members: &[String],
-) -> redis::ScriptInvocation<'static> {
-    let mut inv = scripts::RELEASE.prepare_invoke();
-    inv.key(key).arg(tombstone_us);
-    for m in members {
-        inv.arg(m);
-    }
-    inv
-}
-
 /// Loads every script on a new connection — the fixed ones and `shaped`,
 /// the acquire scripts generated so far — so the first call after a
 /// reconnect (or a Redis restart, which forgets scripts) is one EVALSHA.
@@ -282,14 +143,14 @@ pub(crate) async fn preload_scripts(config: &RedisConfig, c: &Conn, shaped: &[St
 }
 
 /// The task: upkeep rounds until the backend is dropped.
-pub(crate) async fn run(backend: Weak<Inner>, wake: Arc<Notify>) {
+pub(crate) async fn run(backend: Weak<Store>, wake: Arc<Notify>) {
     let mut retry = RETRY_MIN;
     loop {
         let pause = {
-            let Some(inner) = backend.upgrade() else {
+            let Some(store) = backend.upgrade() else {
                 return;
             };
-            inner.upkeep(&mut retry).await
+            store.upkeep(&mut retry).await
         };
         let notified = wake.notified();
         // Idle: still look once a second whether the backend is gone.

@@ -14,7 +14,8 @@
 //! * **Server time only**: every script reads `TIME`, so instances with
 //!   skewed clocks share one correct window. Time is counted in
 //!   microseconds (exact in Lua's doubles); the algorithms and their bounds
-//!   are those of `pressure_core::algo` at that resolution. A `gcra` rate
+//!   are pressure-core's (its crate docs, "Limits and their exact meaning")
+//!   at that resolution. A `gcra` rate
 //!   finer than one unit per microsecond cannot be represented and is
 //!   refused at registration (use `window` for such token limits).
 //! * **Cluster-safe keys**: all keys of a resource share one hash tag made
@@ -75,6 +76,7 @@ mod scripts;
 mod settle;
 mod shape;
 mod shared_breaker;
+mod store;
 
 pub use any::{AnyBackend, AnyHandle};
 pub use backend::{RedisBackend, RedisHandle, RedisStatus};

@@ -26,8 +26,9 @@ pub(crate) static USAGE: LazyLock<Script> = LazyLock::new(|| Script::new(USAGE_L
 pub(crate) static BREAKER: LazyLock<Script> = LazyLock::new(|| Script::new(BREAKER_LUA));
 
 /// Give a key without an expiry the one it was meant to have
-/// (`lua/gc.lua`, run by [`crate::gc`]). Not in [`sources`]: the backend
-/// never runs it, and `gc` loads it itself on NOSCRIPT.
+/// (`lua/gc.lua`, run by `gc.rs` for `pressure redis gc`). Not in
+/// [`sources`]: the backend never runs it, and `gc` loads it itself on
+/// NOSCRIPT.
 pub(crate) static GC: LazyLock<Script> = LazyLock::new(|| Script::new(GC_LUA));
 
 /// The source of every script the backend runs, for `SCRIPT LOAD` on a new connection.

@@ -25,6 +25,14 @@
 use pressure_core::{Algorithm, LimitSpec};
 use std::fmt::Write as _;
 
+/// Appends one line of Lua to a [`Gen`], formatted like `format!` (a line
+/// without arguments and with braces goes through [`Gen::line`]).
+macro_rules! lua {
+    ($gen:expr, $($fmt:tt)+) => {{
+        let _ = writeln!($gen.out, $($fmt)+);
+    }};
+}
+
 /// Sub-windows a window dimension keeps beyond the current one (the `S` of
 /// `lua/acquire.lua`; `pressure_core::SUB_WINDOWS`).
 const S: u64 = 30;
@@ -175,7 +183,7 @@ struct Gen {
 
 /// One rate dimension as the generator sees it: its number (for local
 /// names), its constants and its `HMGET` slots.
-struct Dim {
+struct GenDim {
     n: usize,
     id: usize,
     /// `Some(step)` for window, `None` for gcra.
@@ -197,9 +205,8 @@ impl Gen {
     /// checks of every dimension, the denial, the grant.
     fn emit(&mut self, shape: &Shape) {
         let conc = shape.lease_ttl_us;
-        let bookable = shape.bookable();
-        let _ = writeln!(
-            self.out,
+        lua!(
+            self,
             "-- acquire, generated for the shape {}: see lua/acquire.lua (same fields and replies).",
             describe(shape)
         );
@@ -209,7 +216,24 @@ impl Gen {
         self.line("local key = KEYS[1]");
         self.line("local fmt = string.format");
 
-        // Per-call arguments.
+        let (dims, book_arg) = self.emit_args(shape);
+        self.emit_read(conc, &dims);
+        for d in &dims {
+            self.emit_check(d);
+        }
+        if conc.is_some() {
+            self.emit_concurrency();
+        }
+
+        self.emit_denial(shape, &dims, book_arg);
+        self.emit_grant(shape, &dims);
+    }
+
+    /// The per-call arguments (`ARGV`) of every dimension, the lease and
+    /// the booking, and the sub-window indices: the dimensions as the rest
+    /// of the script names them, and the `ARGV` index of the booking bound.
+    fn emit_args(&mut self, shape: &Shape) -> (Vec<GenDim>, usize) {
+        let conc = shape.lease_ttl_us;
         let mut a = 1;
         let mut dims = Vec::new();
         // HMGET slots: e (the expiry mark), [c, cm, d:<id>], then the dimensions.
@@ -219,14 +243,14 @@ impl Gen {
             let n = i + 1;
             match *r {
                 RateShape::Gcra { id } => {
-                    let _ = writeln!(
-                        self.out,
+                    lua!(
+                        self,
                         "local u{n}, m{n}, T{n} = ARGV[{a}] + 0, ARGV[{}] + 0, ARGV[{}] + 0",
                         a + 1,
                         a + 2
                     );
                     a += 3;
-                    dims.push(Dim {
+                    dims.push(GenDim {
                         n,
                         id,
                         window: None,
@@ -236,7 +260,7 @@ impl Gen {
                     slot += 2;
                 }
                 RateShape::Window { id, step_us } => {
-                    let _ = writeln!(self.out, "local u{n}, m{n} = ARGV[{a}] + 0, ARGV[{}] + 0", a + 1);
+                    lua!(self, "local u{n}, m{n} = ARGV[{a}] + 0, ARGV[{}] + 0", a + 1);
                     a += 2;
                     // One sub-window index (and its text) per distinct length.
                     let k = match ks.iter().find(|(s, _)| *s == step_us) {
@@ -247,7 +271,7 @@ impl Gen {
                             k
                         }
                     };
-                    dims.push(Dim {
+                    dims.push(GenDim {
                         n,
                         id,
                         window: Some(step_us),
@@ -259,26 +283,32 @@ impl Gen {
             }
         }
         if conc.is_some() {
-            let _ = writeln!(self.out, "local conc, lid = ARGV[{a}] + 0, ARGV[{}]", a + 1);
+            lua!(self, "local conc, lid = ARGV[{a}] + 0, ARGV[{}]", a + 1);
             a += 2;
         }
         let book_arg = a;
         for (step, k) in &ks {
-            let _ = writeln!(self.out, "local {k} = math.floor(now / {step})");
-            let _ = writeln!(self.out, "local {k}s = fmt('%d', {k})");
+            lua!(self, "local {k} = math.floor(now / {step})");
+            lua!(self, "local {k}s = fmt('%d', {k})");
         }
         for d in &dims {
             if d.window.is_some() {
-                let _ = writeln!(self.out, "local f{} = 'w{}:' .. {}s", d.n, d.id, d.k);
+                lua!(self, "local f{} = 'w{}:' .. {}s", d.n, d.id, d.k);
             }
         }
+        (dims, book_arg)
+    }
+
+    /// The one `HMGET` of the state and its locals (the expiry mark, the
+    /// lease count), and a lease given up before it arrived.
+    fn emit_read(&mut self, conc: Option<u64>, dims: &[GenDim]) {
         let mut fields = vec!["'e'".to_owned()];
         if conc.is_some() {
             self.line("local dl = '-'");
             self.line("if conc > 0 then dl = 'd:' .. lid end");
             fields.extend(["'c'".to_owned(), "'cm'".to_owned(), "dl".to_owned()]);
         }
-        for d in &dims {
+        for d in dims {
             match d.window {
                 None => fields.extend([format!("'g{}'", d.id), format!("'g{}t'", d.id)]),
                 Some(_) => fields.extend([
@@ -288,11 +318,7 @@ impl Gen {
                 ]),
             }
         }
-        let _ = writeln!(
-            self.out,
-            "local v = redis.call('HMGET', key, {})",
-            fields.join(", ")
-        );
+        lua!(self, "local v = redis.call('HMGET', key, {})", fields.join(", "));
         self.line("local x = v[1]");
         self.line("x = x and x + 0 or 0");
         if conc.is_some() {
@@ -309,31 +335,25 @@ impl Gen {
         if dims.iter().any(|d| d.window.is_some()) {
             self.line("local dels, nd = nil, 0");
         }
+    }
 
-        for d in &dims {
-            self.emit_check(d);
-        }
-        if conc.is_some() {
-            self.emit_concurrency();
-        }
-
-        // Denied (or booked).
+    /// The denial (or, when the shape can book, the booked start): only
+    /// the housekeeping is written back.
+    fn emit_denial(&mut self, shape: &Shape, dims: &[GenDim], book_arg: usize) {
+        let conc = shape.lease_ttl_us;
         self.line("local start = now");
         self.line("if worst >= 0 then");
-        if bookable {
-            let _ = writeln!(self.out, "  local book = ARGV[{book_arg}] + 0");
+        if shape.bookable() {
+            lua!(self, "  local book = ARGV[{book_arg}] + 0");
             if conc.is_some() {
                 self.line("  local bookable = book > 0 and conc == 0");
             } else {
                 self.line("  local bookable = book > 0");
             }
             self.line("  if bookable then");
-            for d in &dims {
+            for d in dims {
                 let n = d.n;
-                let _ = writeln!(
-                    self.out,
-                    "    if u{n} > 0 then start = math.max(start, (tat{n} > now and tat{n} or now) + u{n} * T{n} - m{n}) end"
-                );
+                lua!(self, "    if u{n} > 0 then start = math.max(start, (tat{n} > now and tat{n} or now) + u{n} * T{n} - m{n}) end");
             }
             self.line("  end");
             self.line("  if not bookable or start - now > book then");
@@ -342,13 +362,10 @@ impl Gen {
         }
         self.line("    -- Denied: keep only the housekeeping (evictions, sweep).");
         self.line("    local upd, nu = {}, 0");
-        for d in &dims {
+        for d in dims {
             if d.window.is_some() {
                 let (n, id) = (d.n, d.id);
-                let _ = writeln!(
-                    self.out,
-                    "    if e{n} then upd[nu + 1] = 'w{id}:s'; upd[nu + 2] = s{n}; upd[nu + 3] = 'w{id}:lo'; upd[nu + 4] = l{n}; nu = nu + 4 end"
-                );
+                lua!(self, "    if e{n} then upd[nu + 1] = 'w{id}:s'; upd[nu + 2] = s{n}; upd[nu + 3] = 'w{id}:lo'; upd[nu + 4] = l{n}; nu = nu + 4 end");
             }
         }
         if conc.is_some() {
@@ -364,77 +381,67 @@ impl Gen {
         self.line("    return {0, worst, wd}");
         self.line("  end");
         self.line("end");
-
-        self.emit_grant(shape, &dims);
     }
 
     /// The check of one rate dimension (`worst`, `wd` updated).
-    fn emit_check(&mut self, d: &Dim) {
+    fn emit_check(&mut self, d: &GenDim) {
         let (n, id, p) = (d.n, d.id, d.slot);
         match d.window {
             None => {
-                let _ = writeln!(self.out, "local tat{n}, ts{n} = v[{p}], v[{}]", p + 1);
-                let _ = writeln!(self.out, "tat{n} = tat{n} and tat{n} + 0 or 0");
-                let _ = writeln!(self.out, "if ts{n} then ts{n} = ts{n} + 0 else ts{n} = nil end");
-                let _ = writeln!(
-                    self.out,
-                    "if ts{n} ~= nil and ts{n} ~= T{n} and tat{n} > now then"
-                );
+                lua!(self, "local tat{n}, ts{n} = v[{p}], v[{}]", p + 1);
+                lua!(self, "tat{n} = tat{n} and tat{n} + 0 or 0");
+                lua!(self, "if ts{n} then ts{n} = ts{n} + 0 else ts{n} = nil end");
+                lua!(self, "if ts{n} ~= nil and ts{n} ~= T{n} and tat{n} > now then");
                 self.line("  -- Counted with another T (the limit changed): keep the units held.");
-                let _ = writeln!(
-                    self.out,
-                    "  tat{n} = now + math.ceil((tat{n} - now) / ts{n}) * T{n}"
-                );
+                lua!(self, "  tat{n} = now + math.ceil((tat{n} - now) / ts{n}) * T{n}");
                 self.line("end");
-                let _ = writeln!(self.out, "local tw{n} = ts{n} ~= T{n}");
-                let _ = writeln!(self.out, "if u{n} > 0 then");
-                let _ = writeln!(
-                    self.out,
+                lua!(self, "local tw{n} = ts{n} ~= T{n}");
+                lua!(self, "if u{n} > 0 then");
+                lua!(
+                    self,
                     "  local w = (tat{n} > now and tat{n} or now) + u{n} * T{n} - m{n} - now"
                 );
-                let _ = writeln!(self.out, "  if w > 0 and w > worst then worst, wd = w, {id} end");
+                lua!(self, "  if w > 0 and w > worst then worst, wd = w, {id} end");
                 self.line("end");
             }
             Some(step) => {
                 let k = &d.k;
-                let _ = writeln!(
-                    self.out,
+                lua!(
+                    self,
                     "local s{n}, l{n}, c{n} = v[{p}], v[{}], v[{}]",
                     p + 1,
                     p + 2
                 );
-                let _ = writeln!(self.out, "s{n} = s{n} and s{n} + 0 or 0");
-                let _ = writeln!(self.out, "local lw{n} = not l{n}");
-                let _ = writeln!(self.out, "l{n} = l{n} and l{n} + 0 or {k}");
-                let _ = writeln!(self.out, "c{n} = c{n} and c{n} + 0 or 0");
-                let _ = writeln!(self.out, "local e{n} = false");
-                let _ = writeln!(self.out, "if l{n} < {k} - {S} then");
-                let _ = writeln!(
-                    self.out,
+                lua!(self, "s{n} = s{n} and s{n} + 0 or 0");
+                lua!(self, "local lw{n} = not l{n}");
+                lua!(self, "l{n} = l{n} and l{n} + 0 or {k}");
+                lua!(self, "c{n} = c{n} and c{n} + 0 or 0");
+                lua!(self, "local e{n} = false");
+                lua!(self, "if l{n} < {k} - {S} then");
+                lua!(
+                    self,
                     "  -- Evict sub-windows older than k - {S} (live ones span at most {}).",
                     S + 1
                 );
                 self.line("  local old = {}");
-                let _ = writeln!(
-                    self.out,
+                lua!(
+                    self,
                     "  for j = l{n}, math.min({k} - {}, l{n} + {S}) do old[#old + 1] = 'w{id}:' .. j end",
                     S + 1
                 );
                 self.line("  local ov = redis.call('HMGET', key, unpack(old))");
                 self.line("  dels = dels or {}");
-                let _ = writeln!(
-                    self.out,
-                    "  for j = 1, #old do s{n} = s{n} - (tonumber(ov[j]) or 0); nd = nd + 1; dels[nd] = old[j] end"
+                lua!(self, "  for j = 1, #old do s{n} = s{n} - (tonumber(ov[j]) or 0); nd = nd + 1; dels[nd] = old[j] end"
                 );
-                let _ = writeln!(self.out, "  l{n} = {k} - {S}");
-                let _ = writeln!(self.out, "  e{n} = true");
+                lua!(self, "  l{n} = {k} - {S}");
+                lua!(self, "  e{n} = true");
                 self.line("end");
-                let _ = writeln!(self.out, "if u{n} > 0 and s{n} + u{n} > m{n} then");
-                let _ = writeln!(self.out, "  local w = {}", step * (S + 1));
-                let _ = writeln!(self.out, "  if u{n} <= m{n} then");
-                let _ = writeln!(self.out, "    local need, live = s{n} + u{n} - m{n}, {{}}");
-                let _ = writeln!(
-                    self.out,
+                lua!(self, "if u{n} > 0 and s{n} + u{n} > m{n} then");
+                lua!(self, "  local w = {}", step * (S + 1));
+                lua!(self, "  if u{n} <= m{n} then");
+                lua!(self, "    local need, live = s{n} + u{n} - m{n}, {{}}");
+                lua!(
+                    self,
                     "    for j = l{n}, {k} do live[#live + 1] = 'w{id}:' .. j end"
                 );
                 self.line("    local lv = redis.call('HMGET', key, unpack(live))");
@@ -442,15 +449,12 @@ impl Gen {
                 self.line("    for j = 1, #live do");
                 self.line("      freed = freed + (tonumber(lv[j]) or 0)");
                 self.line("      if freed >= need then");
-                let _ = writeln!(
-                    self.out,
-                    "        w = math.max((l{n} + j + {S}) * {step} - now, 1)"
-                );
+                lua!(self, "        w = math.max((l{n} + j + {S}) * {step} - now, 1)");
                 self.line("        break");
                 self.line("      end");
                 self.line("    end");
                 self.line("  end");
-                let _ = writeln!(self.out, "  if w > worst then worst, wd = w, {id} end");
+                lua!(self, "  if w > worst then worst, wd = w, {id} end");
                 self.line("end");
             }
         }
@@ -492,7 +496,15 @@ impl Gen {
 
     /// The grant: a fast path with one literal `HSET` when nothing but the
     /// counters moves, else the general write set of `lua/acquire.lua`.
-    fn emit_grant(&mut self, shape: &Shape, dims: &[Dim]) {
+    fn emit_grant(&mut self, shape: &Shape, dims: &[GenDim]) {
+        self.emit_fast_grant(shape, dims);
+        self.emit_general_grant(shape, dims);
+    }
+
+    /// The grant's fast path: every rate takes units, nothing evicted or
+    /// rescaled, no `lo`/`cm`/`e` to write, a lease when the shape has one
+    /// — one `HSET`.
+    fn emit_fast_grant(&mut self, shape: &Shape, dims: &[GenDim]) {
         let conc = shape.lease_ttl_us;
         // The key's expiry must cover: window sub-windows (constant), the
         // lease TTL (constant), a gcra TAT (per call).
@@ -504,14 +516,12 @@ impl Gen {
         for d in dims {
             if d.window.is_none() {
                 let n = d.n;
-                let _ = writeln!(
-                    self.out,
+                lua!(
+                    self,
                     "local nt{n} = (tat{n} > start and tat{n} or start) + u{n} * T{n}"
                 );
             }
         }
-        // Fast path: every rate takes units, nothing evicted or rescaled, no
-        // lo/cm/e to write, a lease when the shape has one.
         let mut cond = Vec::new();
         let mut sets = Vec::new();
         let fast_keep = kw.max(conc.unwrap_or(0));
@@ -533,59 +543,56 @@ impl Gen {
             }
         }
         if let Some(ttl) = conc {
-            let _ = writeln!(self.out, "local exp = now + {ttl}");
+            lua!(self, "local exp = now + {ttl}");
             cond.push("conc > 0".into());
             cond.push("not swept".into());
             cond.push("cmin ~= nil".into());
             cond.push("exp >= cmin".into());
             sets.push("'c', fmt('%d', count + 1), 'l:' .. lid, fmt('%d', exp)".into());
         }
-        let _ = writeln!(self.out, "local keep = {fast_keep}");
+        lua!(self, "local keep = {fast_keep}");
         for d in dims {
             if d.window.is_none() {
                 let n = d.n;
-                let _ = writeln!(self.out, "if nt{n} - now > keep then keep = nt{n} - now end");
+                lua!(self, "if nt{n} - now > keep then keep = nt{n} - now end");
             }
         }
         cond.push("now + keep <= x".into());
         if !sets.is_empty() {
-            let _ = writeln!(self.out, "if {} then", cond.join(" and "));
-            let _ = writeln!(self.out, "  redis.call('HSET', key, {})", sets.join(", "));
+            lua!(self, "if {} then", cond.join(" and "));
+            lua!(self, "  redis.call('HSET', key, {})", sets.join(", "));
             self.line("  return {1, now, start - now}");
             self.line("end");
         }
+    }
 
-        // General path, as lua/acquire.lua.
+    /// The grant's general path, as `lua/acquire.lua` writes it.
+    fn emit_general_grant(&mut self, shape: &Shape, dims: &[GenDim]) {
+        let conc = shape.lease_ttl_us;
         self.line("local upd, nu = {}, 0");
         self.line("keep = 0");
         for d in dims {
             let (n, id) = (d.n, d.id);
             match d.window {
                 None => {
-                    let _ = writeln!(self.out, "if u{n} > 0 then");
-                    let _ = writeln!(
-                        self.out,
-                        "  upd[nu + 1] = 'g{id}'; upd[nu + 2] = nt{n}; nu = nu + 2"
-                    );
-                    let _ = writeln!(
-                        self.out,
+                    lua!(self, "if u{n} > 0 then");
+                    lua!(self, "  upd[nu + 1] = 'g{id}'; upd[nu + 2] = nt{n}; nu = nu + 2");
+                    lua!(
+                        self,
                         "  if tw{n} then upd[nu + 1] = 'g{id}t'; upd[nu + 2] = T{n}; nu = nu + 2 end"
                     );
-                    let _ = writeln!(self.out, "  if nt{n} - now > keep then keep = nt{n} - now end");
+                    lua!(self, "  if nt{n} - now > keep then keep = nt{n} - now end");
                     self.line("end");
                 }
                 Some(step) => {
-                    let _ = writeln!(self.out, "if u{n} > 0 or e{n} then");
-                    let _ = writeln!(
-                        self.out,
-                        "  upd[nu + 1] = 'w{id}:s'; upd[nu + 2] = s{n} + u{n}; upd[nu + 3] = 'w{id}:lo'; upd[nu + 4] = l{n}; nu = nu + 4"
-                    );
-                    let _ = writeln!(
-                        self.out,
+                    lua!(self, "if u{n} > 0 or e{n} then");
+                    lua!(self, "  upd[nu + 1] = 'w{id}:s'; upd[nu + 2] = s{n} + u{n}; upd[nu + 3] = 'w{id}:lo'; upd[nu + 4] = l{n}; nu = nu + 4");
+                    lua!(
+                        self,
                         "  if u{n} > 0 then upd[nu + 1] = f{n}; upd[nu + 2] = c{n} + u{n}; nu = nu + 2 end"
                     );
-                    let _ = writeln!(
-                        self.out,
+                    lua!(
+                        self,
                         "  if {} > keep then keep = {} end",
                         step * (S + 2),
                         step * (S + 2)
@@ -602,7 +609,7 @@ impl Gen {
             self.line("  elseif swept then");
             self.line("    upd[nu + 1] = 'cm'; upd[nu + 2] = cmin; nu = nu + 2");
             self.line("  end");
-            let _ = writeln!(self.out, "  if {ttl} > keep then keep = {ttl} end");
+            lua!(self, "  if {ttl} > keep then keep = {ttl} end");
             self.line("elseif swept then");
             self.line("  upd[nu + 1] = 'c'; upd[nu + 2] = count; nu = nu + 2");
             self.line("  if cmin ~= nil then upd[nu + 1] = 'cm'; upd[nu + 2] = cmin; nu = nu + 2 end");

@@ -46,7 +46,7 @@ impl RedisBackend {
         rules: &CircuitRules,
         op: Op,
     ) -> Result<(SharedCircuit, bool), BackendError> {
-        let prefix = &self.inner.config.key_prefix;
+        let prefix = &self.store.config.key_prefix;
         let keys = BreakerKeys::new(prefix, name);
         let mut inv = scripts::BREAKER.prepare_invoke();
         inv.key(&keys.state).key(&keys.window);
@@ -87,7 +87,7 @@ impl RedisBackend {
                 inv.arg(epoch).arg(code);
             }
         }
-        let v: Vec<i64> = self.inner.call(inv).await?;
+        let v: Vec<i64> = self.store.call(inv).await?;
         let [state, epoch, retry_ms, granted_probes, granted] = v[..] else {
             return Err(BackendError::Protocol(format!("breaker.lua returned {v:?}")));
         };

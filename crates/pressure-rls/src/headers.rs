@@ -16,31 +16,31 @@ use crate::proto::HeaderValue;
 use std::time::Duration;
 
 /// `RateLimit-Policy`.
-pub const POLICY: &str = "ratelimit-policy";
+pub(crate) const POLICY: &str = "ratelimit-policy";
 /// `RateLimit`.
-pub const RATELIMIT: &str = "ratelimit";
+pub(crate) const RATELIMIT: &str = "ratelimit";
 /// `Retry-After`.
-pub const RETRY_AFTER: &str = "retry-after";
+pub(crate) const RETRY_AFTER: &str = "retry-after";
 
 /// One descriptor's quota as the headers state it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct HeaderQuota {
+pub(crate) struct HeaderQuota {
     /// The policy name: the pressure dimension (`requestsPerSecond`).
-    pub name: &'static str,
+    pub(crate) name: &'static str,
     /// `q`: units per window.
-    pub quota: u64,
+    pub(crate) quota: u64,
     /// `w`: the window, seconds.
-    pub window_secs: u64,
+    pub(crate) window_secs: u64,
     /// `r`: units left now.
-    pub remaining: u64,
+    pub(crate) remaining: u64,
     /// `t`: seconds until the quota is whole again (or, refused, until the
     /// demand fits).
-    pub reset_secs: u64,
+    pub(crate) reset_secs: u64,
 }
 
 impl HeaderQuota {
     /// Whether `self` leaves less room than `other`.
-    pub fn tighter_than(&self, other: &HeaderQuota) -> bool {
+    pub(crate) fn tighter_than(&self, other: &HeaderQuota) -> bool {
         let a = u128::from(self.remaining) * u128::from(other.quota.max(1));
         let b = u128::from(other.remaining) * u128::from(self.quota.max(1));
         a < b || (a == b && self.remaining < other.remaining)
@@ -48,13 +48,13 @@ impl HeaderQuota {
 }
 
 /// Whole seconds of `d`, rounded up.
-pub fn ceil_secs(d: Duration) -> u64 {
+pub(crate) fn ceil_secs(d: Duration) -> u64 {
     d.as_secs() + u64::from(d.subsec_nanos() > 0)
 }
 
 /// The headers of the tightest of `quotas`, plus `Retry-After` when
 /// `retry_after` is set (an answer over the limit).
-pub fn render(quotas: &[HeaderQuota], retry_after: Option<Duration>) -> Vec<HeaderValue> {
+pub(crate) fn render(quotas: &[HeaderQuota], retry_after: Option<Duration>) -> Vec<HeaderValue> {
     let mut out = Vec::with_capacity(3);
     let mut best: Option<&HeaderQuota> = None;
     for q in quotas {

@@ -14,25 +14,29 @@
 //! * the same memory or Redis / Redis Cluster backend, failure modes and
 //!   lazily bounded counters as the rest of pressure.
 //!
-//! Pieces: [`config`] (the YAML and its matching tree), [`RateLimiter`]
-//! (one decision; see [`service`] for the exact rules: reserve then
-//! refund across descriptors, failure modes), [`grpc`] (the tonic service
-//! and a client), [`Server`] (the standalone `pressure rls`), [`metrics`].
+//! Pieces: [`Plan`] (the YAML files and their matching tree, `config/`),
+//! [`RateLimiter`] (one decision, `service.rs`, which states the exact
+//! rules: reserve then refund across descriptors, failure modes),
+//! [`RateLimitServiceServer`] and [`RateLimitClient`] (the tonic service and
+//! a client), [`Server`] (the standalone `pressure rls`), [`Metrics`]
+//! (upstream's counters in Prometheus text), [`proto`] (the wire messages)
+//! and [`reload`] (files re-read on SIGHUP or a change).
 
-pub mod config;
+mod config;
 mod error;
-pub mod grpc;
-pub mod headers;
+mod grpc;
+mod headers;
 mod id;
-pub mod metrics;
+mod metrics;
 pub mod proto;
 pub mod reload;
 mod server;
-pub mod service;
+mod service;
 
 pub use config::Plan;
 pub use error::{ConfigError, RlsError};
 pub use grpc::{RateLimitClient, RateLimitServiceServer};
 pub use id::resource_id;
+pub use metrics::Metrics;
 pub use server::{admin_router, serve_grpc, Server, ServerOptions, DEFAULT_LISTEN};
 pub use service::{DecisionError, RateLimiter};

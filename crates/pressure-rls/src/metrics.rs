@@ -15,21 +15,21 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 /// Most distinct series kept; beyond it detailed names roll up.
-pub const MAX_SERIES: usize = 10_000;
+pub(crate) const MAX_SERIES: usize = 10_000;
 
 /// The counters of one descriptor.
 #[derive(Debug, Default)]
-pub struct Series {
+pub(crate) struct Series {
     /// Units asked (the hits of every request, as upstream counts them).
-    pub total_hits: AtomicU64,
+    pub(crate) total_hits: AtomicU64,
     /// Units refused (over the limit; shadow refusals included).
-    pub over_limit: AtomicU64,
+    pub(crate) over_limit: AtomicU64,
     /// Units admitted with at least 80 % of the limit used after them.
-    pub near_limit: AtomicU64,
+    pub(crate) near_limit: AtomicU64,
     /// Units admitted.
-    pub within_limit: AtomicU64,
+    pub(crate) within_limit: AtomicU64,
     /// Units a shadow-mode rule would have refused but answered OK.
-    pub shadow_mode: AtomicU64,
+    pub(crate) shadow_mode: AtomicU64,
 }
 
 /// Every series, plus the service's own counters.
@@ -53,7 +53,7 @@ pub struct Metrics {
 impl Metrics {
     /// The series of `descriptor` in `domain`, made on first use; `base`
     /// is the name to roll up into past [`MAX_SERIES`].
-    pub fn series(&self, domain: &str, descriptor: &str, base: &str) -> Arc<Series> {
+    pub(crate) fn series(&self, domain: &str, descriptor: &str, base: &str) -> Arc<Series> {
         if let Some(s) = self
             .series
             .read()

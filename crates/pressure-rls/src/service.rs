@@ -32,7 +32,7 @@
 //! set for an unreachable rate limit service. Failure modes `open` and
 //! `local` answer as they do everywhere in pressure (allow; count locally).
 
-use crate::config::{Plan, Quota, Rule, Unit};
+use crate::config::{Plan, Quota, Rule, TimeUnit};
 use crate::headers::{self, HeaderQuota};
 use crate::id::resource_id;
 use crate::metrics::{Metrics, Series};
@@ -49,7 +49,7 @@ use std::time::Duration;
 
 /// The share of a limit at which admitted units count as `near_limit`
 /// (upstream's default, 80 %), in percent.
-pub const NEAR_LIMIT_PERCENT: u64 = 80;
+pub(crate) const NEAR_LIMIT_PERCENT: u64 = 80;
 
 /// Why a call got no answer.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -290,33 +290,7 @@ impl<B: Backend> RateLimiter<B> {
                     limit_remaining: 0,
                     duration_until_reset: None,
                 },
-                Slot::Fixed(rule, series) => {
-                    let blocked = matches!(rule.quota, Quota::Blocked);
-                    series.total_hits.fetch_add(1, Ordering::Relaxed);
-                    if blocked {
-                        series.over_limit.fetch_add(1, Ordering::Relaxed);
-                        if rule.shadow {
-                            series.shadow_mode.fetch_add(1, Ordering::Relaxed);
-                        }
-                    } else {
-                        series.within_limit.fetch_add(1, Ordering::Relaxed);
-                    }
-                    let length = rule.unit.map(Unit::length);
-                    if blocked && !rule.shadow {
-                        retry = retry.max(length);
-                    }
-                    DescriptorStatus {
-                        code: if blocked && !rule.shadow {
-                            Code::OverLimit
-                        } else {
-                            Code::Ok
-                        }
-                        .into(),
-                        current_limit: blocked.then(|| current_limit(rule)),
-                        limit_remaining: if blocked { 0 } else { u32::MAX },
-                        duration_until_reset: if blocked { length.map(Into::into) } else { None },
-                    }
-                }
+                Slot::Fixed(rule, series) => fixed_status(rule, series, &mut retry),
                 Slot::Counted {
                     rule,
                     series,
@@ -324,65 +298,10 @@ impl<B: Backend> RateLimiter<B> {
                     hits,
                     outcome,
                 } => {
-                    series.total_hits.fetch_add(*hits, Ordering::Relaxed);
-                    let limit = u64::from(rule.requests_per_unit);
-                    let window = rule.unit.map_or(Duration::ZERO, Unit::length);
-                    let name = dimension_name(rule.unit);
-                    let (code, remaining, reset) = match outcome {
-                        Outcome::Granted(_) => {
-                            // Read after the grant (and any refund): one read
-                            // of the backend's state.
-                            let used = match handle.usage().await {
-                                Ok(u) => u.dimensions.first().map_or(0, |(_, n)| *n),
-                                Err(_) => 0,
-                            };
-                            let remaining = limit.saturating_sub(used);
-                            if !over {
-                                series.within_limit.fetch_add(*hits, Ordering::Relaxed);
-                                if used * 100 >= limit * NEAR_LIMIT_PERCENT {
-                                    series.near_limit.fetch_add(*hits, Ordering::Relaxed);
-                                }
-                            }
-                            (
-                                Code::Ok,
-                                remaining,
-                                if used == 0 { Duration::ZERO } else { window },
-                            )
-                        }
-                        Outcome::Refused(wait) => {
-                            series.over_limit.fetch_add(*hits, Ordering::Relaxed);
-                            if rule.shadow {
-                                series.shadow_mode.fetch_add(*hits, Ordering::Relaxed);
-                                (Code::Ok, 0, *wait)
-                            } else {
-                                retry = retry.max(Some(*wait));
-                                (Code::OverLimit, 0, *wait)
-                            }
-                        }
-                        Outcome::TooLarge => {
-                            series.over_limit.fetch_add(*hits, Ordering::Relaxed);
-                            if rule.shadow {
-                                series.shadow_mode.fetch_add(*hits, Ordering::Relaxed);
-                                (Code::Ok, 0, window)
-                            } else {
-                                retry = retry.max(Some(window));
-                                (Code::OverLimit, 0, window)
-                            }
-                        }
-                    };
-                    quotas.push(HeaderQuota {
-                        name,
-                        quota: limit,
-                        window_secs: window.as_secs(),
-                        remaining,
-                        reset_secs: headers::ceil_secs(reset),
-                    });
-                    DescriptorStatus {
-                        code: code.into(),
-                        current_limit: Some(current_limit(rule)),
-                        limit_remaining: u32::try_from(remaining).unwrap_or(u32::MAX),
-                        duration_until_reset: Some(reset.into()),
-                    }
+                    let (status, quota) =
+                        counted_status(rule, series, handle, *hits, outcome, over, &mut retry).await;
+                    quotas.push(quota);
+                    status
                 }
             };
             statuses.push(status);
@@ -396,10 +315,114 @@ impl<B: Backend> RateLimiter<B> {
     }
 }
 
+/// The status of a rule that answers without counting (unlimited, or 0
+/// per unit), counted in its series; a refusal's unit length goes into
+/// `retry`.
+fn fixed_status(rule: &Rule, series: &Series, retry: &mut Option<Duration>) -> DescriptorStatus {
+    let blocked = matches!(rule.quota, Quota::Blocked);
+    series.total_hits.fetch_add(1, Ordering::Relaxed);
+    if blocked {
+        series.over_limit.fetch_add(1, Ordering::Relaxed);
+        if rule.shadow {
+            series.shadow_mode.fetch_add(1, Ordering::Relaxed);
+        }
+    } else {
+        series.within_limit.fetch_add(1, Ordering::Relaxed);
+    }
+    let length = rule.unit.map(TimeUnit::length);
+    if blocked && !rule.shadow {
+        *retry = (*retry).max(length);
+    }
+    DescriptorStatus {
+        code: if blocked && !rule.shadow {
+            Code::OverLimit
+        } else {
+            Code::Ok
+        }
+        .into(),
+        current_limit: blocked.then(|| current_limit(rule)),
+        limit_remaining: if blocked { 0 } else { u32::MAX },
+        duration_until_reset: if blocked { length.map(Into::into) } else { None },
+    }
+}
+
+/// The status and the `RateLimit` header quota of a counted descriptor,
+/// counted in its series (`over`: the request as a whole is refused); a
+/// refusal's wait goes into `retry`.
+async fn counted_status<B: Backend>(
+    rule: &Rule,
+    series: &Series,
+    handle: &ResourceHandle<B>,
+    hits: u64,
+    outcome: &Outcome,
+    over: bool,
+    retry: &mut Option<Duration>,
+) -> (DescriptorStatus, HeaderQuota) {
+    series.total_hits.fetch_add(hits, Ordering::Relaxed);
+    let limit = u64::from(rule.requests_per_unit);
+    let window = rule.unit.map_or(Duration::ZERO, TimeUnit::length);
+    let (code, remaining, reset) = match outcome {
+        Outcome::Granted(_) => {
+            // Read after the grant (and any refund): one read of the
+            // backend's state.
+            let used = match handle.usage().await {
+                Ok(u) => u.dimensions.first().map_or(0, |(_, n)| *n),
+                Err(_) => 0,
+            };
+            let remaining = limit.saturating_sub(used);
+            if !over {
+                series.within_limit.fetch_add(hits, Ordering::Relaxed);
+                if used * 100 >= limit * NEAR_LIMIT_PERCENT {
+                    series.near_limit.fetch_add(hits, Ordering::Relaxed);
+                }
+            }
+            (
+                Code::Ok,
+                remaining,
+                if used == 0 { Duration::ZERO } else { window },
+            )
+        }
+        Outcome::Refused(wait) => refusal(rule, series, hits, *wait, retry),
+        Outcome::TooLarge => refusal(rule, series, hits, window, retry),
+    };
+    let quota = HeaderQuota {
+        name: dimension_name(rule.unit),
+        quota: limit,
+        window_secs: window.as_secs(),
+        remaining,
+        reset_secs: headers::ceil_secs(reset),
+    };
+    let status = DescriptorStatus {
+        code: code.into(),
+        current_limit: Some(current_limit(rule)),
+        limit_remaining: u32::try_from(remaining).unwrap_or(u32::MAX),
+        duration_until_reset: Some(reset.into()),
+    };
+    (status, quota)
+}
+
+/// A refusal of `hits` counted in `series`: `(code, remaining, reset)`,
+/// OK in shadow mode, else OVER_LIMIT with `wait` also put into `retry`.
+fn refusal(
+    rule: &Rule,
+    series: &Series,
+    hits: u64,
+    wait: Duration,
+    retry: &mut Option<Duration>,
+) -> (Code, u64, Duration) {
+    series.over_limit.fetch_add(hits, Ordering::Relaxed);
+    if rule.shadow {
+        series.shadow_mode.fetch_add(hits, Ordering::Relaxed);
+        return (Code::Ok, 0, wait);
+    }
+    *retry = (*retry).max(Some(wait));
+    (Code::OverLimit, 0, wait)
+}
+
 /// The rule of a limit Envoy sent with a descriptor; `None` for a unit
 /// this service cannot count (answered OK, as upstream skips it).
 fn override_rule(o: proto::RateLimitOverride) -> Option<Arc<Rule>> {
-    let unit = Unit::from_proto(o.unit)?;
+    let unit = TimeUnit::from_proto(o.unit)?;
     let quota = if o.requests_per_unit == 0 {
         Quota::Blocked
     } else {
@@ -424,11 +447,11 @@ fn current_limit(rule: &Rule) -> proto::RateLimit {
     proto::RateLimit {
         name: rule.name.clone(),
         requests_per_unit: rule.requests_per_unit,
-        unit: rule.unit.map_or(proto::Unit::Unknown, Unit::to_proto).into(),
+        unit: rule.unit.map_or(proto::Unit::Unknown, TimeUnit::to_proto).into(),
     }
 }
 
-fn dimension_name(unit: Option<Unit>) -> &'static str {
-    unit.map_or(Dimension::RequestsPerMinute, Unit::dimension)
+fn dimension_name(unit: Option<TimeUnit>) -> &'static str {
+    unit.map_or(Dimension::RequestsPerMinute, TimeUnit::dimension)
         .as_str()
 }

@@ -36,10 +36,7 @@ impl RedisCluster {
     /// form.
     #[track_caller]
     pub fn start() -> Self {
-        match Self::try_start() {
-            Ok(c) => c,
-            Err(e) => panic!("{e}"),
-        }
+        crate::or_panic(Self::try_start())
     }
 
     /// [`start`](Self::start), with the reason as one line instead of a panic.

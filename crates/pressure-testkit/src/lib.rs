@@ -89,6 +89,15 @@ pub fn cluster_nodes() -> Vec<String> {
     }
 }
 
+/// The value, or a panic with the one-line reason, at the caller's line.
+#[track_caller]
+pub(crate) fn or_panic<T>(result: Result<T, String>) -> T {
+    match result {
+        Ok(v) => v,
+        Err(e) => panic!("{e}"),
+    }
+}
+
 /// A non-empty environment variable.
 fn env_var(name: &str) -> Option<String> {
     std::env::var(name).ok().filter(|v| !v.trim().is_empty())

@@ -83,10 +83,7 @@ impl RedisServer {
     /// not on `PATH`, or with the server's log when it does not start.
     #[track_caller]
     pub fn start() -> Self {
-        match Self::try_start() {
-            Ok(s) => s,
-            Err(e) => panic!("{e}"),
-        }
+        crate::or_panic(Self::try_start())
     }
 
     /// [`start`](Self::start), with the reason as one line instead of a panic.

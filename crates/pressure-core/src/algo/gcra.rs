@@ -17,26 +17,26 @@ use crate::limits::RateSpec;
 
 /// `n · T` in nanoseconds, saturating.
 #[inline]
-pub fn increment(spec: &RateSpec, units: u64) -> u64 {
+pub(crate) fn increment(spec: &RateSpec, units: u64) -> u64 {
     units.saturating_mul(spec.emission_ns)
 }
 
 /// `C · T` in nanoseconds for a capacity already scaled by the caller's
 /// ceiling.
 #[inline]
-pub fn tolerance(spec: &RateSpec, capacity: u64) -> u64 {
+pub(crate) fn tolerance(spec: &RateSpec, capacity: u64) -> u64 {
     capacity.saturating_mul(spec.emission_ns)
 }
 
 /// The earliest time (≥ `now`) at which `units` fit, given `tat`.
 #[inline]
-pub fn earliest(tat: u64, now: u64, inc: u64, tol: u64) -> u64 {
+pub(crate) fn earliest(tat: u64, now: u64, inc: u64, tol: u64) -> u64 {
     tat.max(now).saturating_add(inc).saturating_sub(tol).max(now)
 }
 
 /// Checks `units` at `now`: `Ok(new_tat)` to store, or `Err(wait_ns)`.
 #[inline]
-pub fn check(spec: &RateSpec, tat: u64, now: u64, units: u64, capacity: u64) -> Result<u64, u64> {
+pub(crate) fn check(spec: &RateSpec, tat: u64, now: u64, units: u64, capacity: u64) -> Result<u64, u64> {
     if units == 0 {
         return Ok(tat);
     }
@@ -52,7 +52,7 @@ pub fn check(spec: &RateSpec, tat: u64, now: u64, units: u64, capacity: u64) -> 
 
 /// The state after booking `units` to start at `start` (≥ the earliest time).
 #[inline]
-pub fn book(spec: &RateSpec, tat: u64, start: u64, units: u64) -> u64 {
+pub(crate) fn book(spec: &RateSpec, tat: u64, start: u64, units: u64) -> u64 {
     if units == 0 {
         return tat;
     }
@@ -62,7 +62,7 @@ pub fn book(spec: &RateSpec, tat: u64, start: u64, units: u64) -> u64 {
 /// Applies a correction of `delta` units (positive: more was used than
 /// reserved; negative: a refund).
 #[inline]
-pub fn adjust(spec: &RateSpec, tat: u64, delta: i64) -> u64 {
+pub(crate) fn adjust(spec: &RateSpec, tat: u64, delta: i64) -> u64 {
     let d = increment(spec, delta.unsigned_abs());
     if delta >= 0 {
         tat.saturating_add(d)
@@ -73,7 +73,7 @@ pub fn adjust(spec: &RateSpec, tat: u64, delta: i64) -> u64 {
 
 /// Units currently "in the bucket" (used and not yet refilled).
 #[inline]
-pub fn used(spec: &RateSpec, tat: u64, now: u64) -> u64 {
+pub(crate) fn used(spec: &RateSpec, tat: u64, now: u64) -> u64 {
     tat.saturating_sub(now).div_ceil(spec.emission_ns.max(1))
 }
 

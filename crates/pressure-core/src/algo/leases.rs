@@ -10,33 +10,33 @@ use std::collections::HashMap;
 
 /// How long a concurrency denial suggests waiting when no lease expires
 /// sooner: an estimate, because a holder may release at any moment.
-pub const CONCURRENCY_RETRY_HINT_NS: u64 = 100_000_000;
+pub(crate) const CONCURRENCY_RETRY_HINT_NS: u64 = 100_000_000;
 
 /// Live leases of one resource: lease id → expiry (nanoseconds).
 #[derive(Debug, Default, Clone)]
-pub struct LeaseSet {
+pub(crate) struct LeaseSet {
     live: HashMap<u64, u64, ahash::RandomState>,
 }
 
 impl LeaseSet {
     /// Removes every lease whose expiry is at or before `now`.
-    pub fn sweep(&mut self, now: u64) {
+    pub(crate) fn sweep(&mut self, now: u64) {
         self.live.retain(|_, exp| *exp > now);
     }
 
     /// Live leases (after a sweep).
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.live.len()
     }
 
     /// Whether no lease is held.
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.live.is_empty()
     }
 
     /// Checks that one more lease fits under `limit` at `now`: `Ok(())` or
     /// `Err(wait_ns)` (an estimate, see [`CONCURRENCY_RETRY_HINT_NS`]).
-    pub fn check(&mut self, now: u64, limit: u64) -> Result<(), u64> {
+    pub(crate) fn check(&mut self, now: u64, limit: u64) -> Result<(), u64> {
         if (self.live.len() as u64) < limit {
             return Ok(());
         }
@@ -49,18 +49,18 @@ impl LeaseSet {
     }
 
     /// Records lease `id` expiring at `expiry`.
-    pub fn insert(&mut self, id: u64, expiry: u64) {
+    pub(crate) fn insert(&mut self, id: u64, expiry: u64) {
         self.live.insert(id, expiry);
     }
 
     /// Releases lease `id`; `false` if it was not live (already released or
     /// reclaimed), so a double release never frees someone else's slot.
-    pub fn remove(&mut self, id: u64) -> bool {
+    pub(crate) fn remove(&mut self, id: u64) -> bool {
         self.live.remove(&id).is_some()
     }
 
     /// Extends lease `id` to `expiry`; `false` if it has expired or is gone.
-    pub fn renew(&mut self, id: u64, now: u64, expiry: u64) -> bool {
+    pub(crate) fn renew(&mut self, id: u64, now: u64, expiry: u64) -> bool {
         match self.live.get_mut(&id) {
             Some(exp) if *exp > now => {
                 *exp = expiry;

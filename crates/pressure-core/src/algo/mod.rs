@@ -4,6 +4,6 @@
 //! the in-memory backend and the Redis Lua scripts implement one documented
 //! definition and the property tests check it once.
 
-pub mod gcra;
-pub mod leases;
-pub mod window;
+pub(crate) mod gcra;
+pub(crate) mod leases;
+pub(crate) mod window;

@@ -23,7 +23,7 @@ use std::collections::VecDeque;
 /// for its whole life; it remembers the last sub-window it saw, so the
 /// common call within the same sub-window costs no 64-bit division.
 #[derive(Debug, Clone, Default)]
-pub struct WindowState {
+pub(crate) struct WindowState {
     buckets: VecDeque<(u64, u64)>,
     sum: u64,
     /// The last sub-window seen: its index `k` and its start `k · g` (a
@@ -56,7 +56,7 @@ impl WindowState {
 
     /// Drops sub-windows that no longer count at `now`.
     #[inline]
-    pub fn evict(&mut self, spec: &RateSpec, now: u64) {
+    pub(crate) fn evict(&mut self, spec: &RateSpec, now: u64) {
         let k = self.index(spec, now);
         while let Some(&(idx, count)) = self.buckets.front() {
             if idx + SUB_WINDOWS < k {
@@ -69,14 +69,14 @@ impl WindowState {
     }
 
     /// Units counted at `now` (call [`WindowState::evict`] first).
-    pub fn sum(&self) -> u64 {
+    pub(crate) fn sum(&self) -> u64 {
         self.sum
     }
 
     /// The oldest sub-window that holds units (call [`WindowState::evict`]
     /// first): with the window full, the one whose departure frees the next
     /// unit.
-    pub fn oldest_counted(&self) -> Option<u64> {
+    pub(crate) fn oldest_counted(&self) -> Option<u64> {
         self.buckets
             .iter()
             .find(|&&(_, count)| count > 0)
@@ -84,13 +84,13 @@ impl WindowState {
     }
 
     /// Whether nothing is counted any more, so the state can be dropped.
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.buckets.is_empty()
     }
 
     /// Checks `units` against `limit` at `now` (after eviction):
     /// `Ok(())` or `Err(wait_ns)`.
-    pub fn check(&self, spec: &RateSpec, now: u64, units: u64, limit: u64) -> Result<(), u64> {
+    pub(crate) fn check(&self, spec: &RateSpec, now: u64, units: u64, limit: u64) -> Result<(), u64> {
         if units == 0 || self.sum.saturating_add(units) <= limit {
             return Ok(());
         }
@@ -111,7 +111,7 @@ impl WindowState {
 
     /// Counts `units` admitted at `now`.
     #[inline]
-    pub fn commit(&mut self, spec: &RateSpec, now: u64, units: u64) {
+    pub(crate) fn commit(&mut self, spec: &RateSpec, now: u64, units: u64) {
         if units == 0 {
             return;
         }
@@ -126,7 +126,7 @@ impl WindowState {
     /// Corrects the units admitted at `at` by `delta` (reconcile). A refund
     /// never takes more than the sub-window holds; a correction for a
     /// sub-window that has left the window changes nothing.
-    pub fn adjust(&mut self, spec: &RateSpec, now: u64, at: u64, delta: i64) {
+    pub(crate) fn adjust(&mut self, spec: &RateSpec, now: u64, at: u64, delta: i64) {
         self.evict(spec, now);
         let k_at = at / spec.sub_window_ns;
         let k_now = now / spec.sub_window_ns;
@@ -155,8 +155,10 @@ impl WindowState {
         }
     }
 
-    /// Tries to admit `units` at `now` in one step (evict, check, commit).
-    pub fn try_admit(&mut self, spec: &RateSpec, now: u64, units: u64, limit: u64) -> Result<(), u64> {
+    /// Tries to admit `units` at `now` in one step (evict, check, commit):
+    /// the reference the tests compare the backends' split steps with.
+    #[cfg(test)]
+    pub(crate) fn try_admit(&mut self, spec: &RateSpec, now: u64, units: u64, limit: u64) -> Result<(), u64> {
         self.evict(spec, now);
         self.check(spec, now, units, limit)?;
         self.commit(spec, now, units);

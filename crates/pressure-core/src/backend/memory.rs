@@ -119,7 +119,7 @@ enum State {
     FastWindow(Box<FastWindow>),
     /// Anything else: all dimensions under one lock, with the limits they
     /// are counted against (shared by every handle of the resource).
-    Locked(Arc<Mutex<Counters>>),
+    Locked(Arc<Mutex<LockedState>>),
     /// A lock-free resource whose limits changed: its state lives in a cell
     /// that older, retired handles forward to as well.
     Moved(Arc<State>),
@@ -173,7 +173,7 @@ impl Fast {
 
 impl State {
     /// The locked counters, following moves; `None` for a lock-free state.
-    fn locked(&self) -> Option<&Arc<Mutex<Counters>>> {
+    fn locked(&self) -> Option<&Arc<Mutex<LockedState>>> {
         match self {
             State::Locked(m) => Some(m),
             State::Moved(next) => next.locked(),
@@ -190,7 +190,7 @@ impl State {
         if let Some(rate) = fast_window_rate(spec) {
             return State::FastWindow(Box::new(FastWindow::new(rate, WindowState::default())));
         }
-        State::Locked(Arc::new(Mutex::new(Counters::new(Arc::clone(spec)))))
+        State::Locked(Arc::new(Mutex::new(LockedState::new(Arc::clone(spec)))))
     }
 
     /// The handle's view of a cell that continues a retired state: a locked
@@ -204,8 +204,10 @@ impl State {
     }
 }
 
+/// A resource counted under one lock: every dimension, the leases and the
+/// allowed/denied counts.
 #[derive(Debug)]
-struct Counters {
+struct LockedState {
     /// The limits this state is counted against now.
     spec: Arc<LimitSpec>,
     dims: Vec<DimState>,
@@ -215,7 +217,7 @@ struct Counters {
     denied: u64,
 }
 
-/// What [`Counters::decide`] did, before it is dressed as a [`Decision`].
+/// What [`LockedState::decide`] did, before it is dressed as a [`Decision`].
 enum Verdict {
     /// Immediate, no lease: [`QuickDecision::Granted`].
     Plain,
@@ -451,7 +453,7 @@ fn bookable_start(
     (start - now <= demand.book_within_ns).then_some(start)
 }
 
-impl Counters {
+impl LockedState {
     fn new(spec: Arc<LimitSpec>) -> Self {
         let dims = spec
             .rates
@@ -517,7 +519,7 @@ impl Counters {
         }
     }
 
-    /// [`Counters::acquire`] for [`SyncBackend::acquire_quick`].
+    /// [`LockedState::acquire`] for [`SyncBackend::acquire_quick`].
     fn acquire_quick(&mut self, now: u64, demand: &Demand) -> QuickDecision {
         match self.acquire_verdict(now, demand) {
             Verdict::Plain => QuickDecision::Granted { at_ns: now },
@@ -541,7 +543,7 @@ impl Counters {
     fn decide(&mut self, now: u64, demand: &Demand) -> Verdict {
         // Disjoint borrows of the fields: the limits are read while the
         // dimensions are updated, with no reference count touched.
-        let Counters {
+        let LockedState {
             spec,
             dims,
             leases,

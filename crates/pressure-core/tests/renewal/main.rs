@@ -1,12 +1,12 @@
 //! The lease renewal task: one per broker, batching every live lease of a
 //! resource into one backend call, on tokio's paused clock.
 
-use pressure_core::backend::{MemoryHandle, Usage};
 use pressure_core::clock::TokioClock;
 use pressure_core::{
     AcquireOptions, Backend, BackendError, Counts, Decision, Demand, Grant, LimitSpec, Limits, MemoryBackend,
     Reserved, ResourceBroker,
 };
+use pressure_core::{MemoryHandle, Usage};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;

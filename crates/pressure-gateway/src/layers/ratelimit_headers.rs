@@ -28,7 +28,7 @@
 use crate::charged::Charged;
 use axum::body::Body;
 use http::{HeaderValue, Response};
-use pressure_core::backend::Usage;
+use pressure_core::Usage;
 use pressure_core::{Algorithm, Dimension, LimitSpec, ResourceHandle};
 
 /// `RateLimit-Policy`.

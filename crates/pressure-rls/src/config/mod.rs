@@ -20,9 +20,10 @@ use std::sync::Arc;
 use std::time::Duration;
 use yaml::{YamlDescriptor, YamlRateLimit, YamlRoot};
 
-/// A limit's time unit.
+/// A limit's time unit (`unit:` in the YAML; the wire's is
+/// [`proto::Unit`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Unit {
+pub(crate) enum TimeUnit {
     /// One second: `requestsPerSecond`.
     Second,
     /// One minute: `requestsPerMinute`.
@@ -33,9 +34,9 @@ pub enum Unit {
     Day,
 }
 
-impl Unit {
+impl TimeUnit {
     /// The unit named `s` (any case, as upstream).
-    pub fn parse(s: &str) -> Option<Self> {
+    pub(crate) fn parse(s: &str) -> Option<Self> {
         match s.to_ascii_lowercase().as_str() {
             "second" => Some(Self::Second),
             "minute" => Some(Self::Minute),
@@ -46,7 +47,7 @@ impl Unit {
     }
 
     /// The unit of an Envoy override (`envoy.type.v3.RateLimitUnit`).
-    pub fn from_proto(u: i32) -> Option<Self> {
+    pub(crate) fn from_proto(u: i32) -> Option<Self> {
         match proto::Unit::try_from(u).ok()? {
             proto::Unit::Second => Some(Self::Second),
             proto::Unit::Minute => Some(Self::Minute),
@@ -57,7 +58,7 @@ impl Unit {
     }
 
     /// The wire value.
-    pub fn to_proto(self) -> proto::Unit {
+    pub(crate) fn to_proto(self) -> proto::Unit {
         match self {
             Self::Second => proto::Unit::Second,
             Self::Minute => proto::Unit::Minute,
@@ -67,7 +68,7 @@ impl Unit {
     }
 
     /// The unit's length.
-    pub fn length(self) -> Duration {
+    pub(crate) fn length(self) -> Duration {
         Duration::from_secs(match self {
             Self::Second => 1,
             Self::Minute => 60,
@@ -79,7 +80,7 @@ impl Unit {
     /// `n` requests per this unit as pressure limits: strict sliding
     /// windows of one second, minute, hour, or 24 hours (`day`; upstream
     /// counts the UTC calendar day in a fixed window instead).
-    pub fn limits(self, n: u32) -> Limits {
+    pub(crate) fn limits(self, n: u32) -> Limits {
         let n = u64::from(n);
         let l = Limits::default();
         match self {
@@ -91,7 +92,7 @@ impl Unit {
     }
 
     /// The pressure dimension counting this unit.
-    pub fn dimension(self) -> pressure_core::Dimension {
+    pub(crate) fn dimension(self) -> pressure_core::Dimension {
         use pressure_core::Dimension;
         match self {
             Self::Second => Dimension::RequestsPerSecond,
@@ -100,21 +101,11 @@ impl Unit {
             Self::Day => Dimension::RequestsPer24Hours,
         }
     }
-
-    /// The YAML name.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Second => "second",
-            Self::Minute => "minute",
-            Self::Hour => "hour",
-            Self::Day => "day",
-        }
-    }
 }
 
 /// What a matched node's `rate_limit` does.
 #[derive(Debug, Clone)]
-pub enum Quota {
+pub(crate) enum Quota {
     /// Counted on a resource with these limits.
     Limited {
         /// The limits of every resource of this rule.
@@ -129,38 +120,38 @@ pub enum Quota {
 
 /// One `rate_limit` of the config.
 #[derive(Debug, Clone)]
-pub struct Rule {
+pub(crate) struct Rule {
     /// `name` (empty if none): what `replaces` refers to.
-    pub name: String,
+    pub(crate) name: String,
     /// The names this rule replaces.
-    pub replaces: Vec<String>,
+    pub(crate) replaces: Vec<String>,
     /// The unit (`None` only for an unlimited rule).
-    pub unit: Option<Unit>,
+    pub(crate) unit: Option<TimeUnit>,
     /// `requests_per_unit`.
-    pub requests_per_unit: u32,
+    pub(crate) requests_per_unit: u32,
     /// How it counts.
-    pub quota: Quota,
+    pub(crate) quota: Quota,
     /// `shadow_mode` of its node.
-    pub shadow: bool,
+    pub(crate) shadow: bool,
     /// `detailed_metric` of its node.
-    pub detailed_metric: bool,
+    pub(crate) detailed_metric: bool,
     /// The metric name of the node: upstream's stat key without the domain,
     /// `key_value.key` (a key-only node is named by its key).
-    pub metric: String,
+    pub(crate) metric: String,
 }
 
 /// One node of the tree.
 #[derive(Debug, Clone, Default)]
-pub struct Node {
+pub(crate) struct Node {
     /// The node's limit, if it has one.
-    pub rule: Option<Arc<Rule>>,
+    pub(crate) rule: Option<Arc<Rule>>,
     /// The level below it.
-    pub children: Level,
+    pub(crate) children: Level,
 }
 
 /// The nodes of one depth below one parent, by key.
 #[derive(Debug, Clone, Default)]
-pub struct Level {
+pub(crate) struct Level {
     keys: HashMap<String, KeyNodes>,
 }
 
@@ -177,7 +168,7 @@ struct KeyNodes {
 impl Level {
     /// The node an entry selects: key+value first, then a wildcard value
     /// (first in file order), then the key alone — upstream's order.
-    pub fn find(&self, key: &str, value: &str) -> Option<&Node> {
+    pub(crate) fn find(&self, key: &str, value: &str) -> Option<&Node> {
         let k = self.keys.get(key)?;
         k.by_value
             .get(value)
@@ -191,27 +182,27 @@ impl Level {
     }
 
     /// Whether the level holds no node.
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.keys.is_empty()
     }
 }
 
 /// One domain's tree.
 #[derive(Debug, Clone, Default)]
-pub struct Domain {
+pub(crate) struct Domain {
     /// The domain name.
-    pub name: String,
+    pub(crate) name: String,
     /// The file it came from.
-    pub file: String,
+    pub(crate) file: String,
     /// The top level.
-    pub root: Level,
+    pub(crate) root: Level,
 }
 
 impl Domain {
     /// The rule for a request descriptor, by upstream's rule: walk the tree
     /// one entry per level; only a node at the descriptor's own depth (its
     /// last entry) applies its limit.
-    pub fn rule_for(&self, entries: &[proto::Entry]) -> Option<&Arc<Rule>> {
+    pub(crate) fn rule_for(&self, entries: &[proto::Entry]) -> Option<&Arc<Rule>> {
         let mut level = &self.root;
         let last = entries.len().checked_sub(1)?;
         for (i, e) in entries.iter().enumerate() {
@@ -236,13 +227,8 @@ pub struct Plan {
 
 impl Plan {
     /// The domain named `name`.
-    pub fn domain(&self, name: &str) -> Option<&Domain> {
+    pub(crate) fn domain(&self, name: &str) -> Option<&Domain> {
         self.domains.get(name)
-    }
-
-    /// The domains loaded.
-    pub fn domains(&self) -> impl Iterator<Item = &Domain> {
-        self.domains.values()
     }
 
     /// Loads `files` (each one domain); two files with one domain are an
@@ -278,7 +264,7 @@ impl Plan {
 }
 
 /// Parses one file's text into its domain.
-pub fn parse(file: &str, text: &str) -> Result<Domain, ConfigError> {
+pub(crate) fn parse(file: &str, text: &str) -> Result<Domain, ConfigError> {
     let de = serde_yaml_ng::Deserializer::from_str(text);
     let root: YamlRoot = serde_path_to_error::deserialize(de).map_err(|e| {
         let path = e.path().to_string();
@@ -375,7 +361,7 @@ impl Cx<'_> {
         let unit = match rl.unit.as_deref() {
             None => None,
             Some(u) => Some(
-                Unit::parse(u)
+                TimeUnit::parse(u)
                     .ok_or_else(|| self.err(&format!("{path}.unit"), format!("unknown unit \"{u}\"")))?,
             ),
         };

@@ -65,34 +65,35 @@ fn unknown_key_and_bad_unit_name_file_and_path() {
     assert!(err.problem.contains("unknown field `ratelimit`"), "{err}");
     let err = parse("r.yaml", "domain: d\nextra: 1\n").expect_err("unknown top key");
     assert!(err.problem.contains("unknown field `extra`"), "{err}");
-    let err = parse("r.yaml", "descriptors: []\n").expect_err("no domain");
-    assert_eq!(err.path, "domain");
-    let err = parse("r.yaml", "domain: d\ndescriptors:\n  - value: v\n").expect_err("no key");
-    assert_eq!(err.path, "descriptors[0].key");
-    let err = parse(
-        "r.yaml",
-        "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {requests_per_unit: 1}\n",
-    )
-    .expect_err("no unit");
-    assert_eq!(err.path, "descriptors[0].rate_limit.unit");
-    let err = parse(
-        "r.yaml",
-        "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unlimited: true, unit: second}\n",
-    )
-    .expect_err("unlimited with unit");
-    assert_eq!(err.path, "descriptors[0].rate_limit.unit");
-    let err = parse(
-        "r.yaml",
-        "domain: d\ndescriptors:\n  - key: k\n    value: v\n  - key: k\n    value: v\n",
-    )
-    .expect_err("duplicate");
-    assert_eq!(err.path, "descriptors[1]");
-    let err = parse(
-        "r.yaml",
-        "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1, replaces: [{name: \"\"}]}\n",
-    )
-    .expect_err("empty replaces");
-    assert_eq!(err.path, "descriptors[0].rate_limit.replaces[0].name");
+    // (file text, the path the error names, what is wrong)
+    let cases = [
+        ("descriptors: []\n", "domain", "no domain"),
+        ("domain: d\ndescriptors:\n  - value: v\n", "descriptors[0].key", "no key"),
+        (
+            "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {requests_per_unit: 1}\n",
+            "descriptors[0].rate_limit.unit",
+            "no unit",
+        ),
+        (
+            "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unlimited: true, unit: second}\n",
+            "descriptors[0].rate_limit.unit",
+            "unlimited with unit",
+        ),
+        (
+            "domain: d\ndescriptors:\n  - key: k\n    value: v\n  - key: k\n    value: v\n",
+            "descriptors[1]",
+            "duplicate",
+        ),
+        (
+            "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1, replaces: [{name: \"\"}]}\n",
+            "descriptors[0].rate_limit.replaces[0].name",
+            "empty replaces",
+        ),
+    ];
+    for (text, path, what) in cases {
+        let err = parse("r.yaml", text).expect_err(what);
+        assert_eq!(err.path, path, "{what}: {err}");
+    }
 }
 
 #[test]
@@ -129,10 +130,10 @@ fn units_map_to_limits_case_insensitively() {
         panic!("limited")
     };
     assert_eq!(template.limits().requests_per_minute, Some(7));
-    assert_eq!(Unit::Hour.limits(3).requests_per_hour, Some(3));
-    assert_eq!(Unit::Day.limits(4).requests_per_24_hours, Some(4));
-    assert_eq!(Unit::parse("DAY"), Some(Unit::Day));
-    assert_eq!(Unit::parse("week"), None);
+    assert_eq!(TimeUnit::Hour.limits(3).requests_per_hour, Some(3));
+    assert_eq!(TimeUnit::Day.limits(4).requests_per_24_hours, Some(4));
+    assert_eq!(TimeUnit::parse("DAY"), Some(TimeUnit::Day));
+    assert_eq!(TimeUnit::parse("week"), None);
 }
 
 #[test]

@@ -70,15 +70,17 @@ pub(super) struct FastWindow {
     /// what [`WindowState::check`] answers for one unit then. Written under
     /// the lock with the word.
     free_at: AtomicU64,
-    inner: Mutex<Inner>,
+    settled: Mutex<Settled>,
     /// Grants and denials, one stripe per thread.
     pub(super) tally: Tally,
     /// Where the state went when the limits changed (set under the lock).
     pub(super) moved: OnceLock<Arc<State>>,
 }
 
+/// The part of the window kept under the lock: the closed sub-windows and
+/// the budget the open one started from.
 #[derive(Debug)]
-struct Inner {
+struct Settled {
     /// Every sub-window but the open one's units since it was (re)opened.
     closed: WindowState,
     /// The budget the open sub-window was (re)opened with.
@@ -106,7 +108,7 @@ impl FastWindow {
             word: AtomicU64::new(UNOPENED),
             open: AtomicU64::new(0),
             free_at: AtomicU64::new(0),
-            inner: Mutex::new(Inner {
+            settled: Mutex::new(Settled {
                 closed,
                 opened_with: rate.limit,
             }),
@@ -178,16 +180,16 @@ impl FastWindow {
     /// sub-window folded, then reopened at the sub-window of the time `op`
     /// counted at (passed to it). `None` when the state was retired.
     pub(super) fn with_folded<R>(&self, now: u64, op: impl FnOnce(&mut WindowState, u64) -> R) -> Option<R> {
-        let mut inner = self.inner.lock();
-        let t = self.fold(&mut inner, now, CLOSED)?;
-        let out = op(&mut inner.closed, t);
-        self.reopen(&mut inner, t);
+        let mut settled = self.settled.lock();
+        let t = self.fold(&mut settled, now, CLOSED)?;
+        let out = op(&mut settled.closed, t);
+        self.reopen(&mut settled, t);
         Some(out)
     }
 
     /// Closes the word (to `to`: [`CLOSED`] or [`RETIRED`]) and folds the
-    /// open sub-window into `inner.closed`, evicted at the returned time.
-    fn fold(&self, inner: &mut MutexGuard<'_, Inner>, now: u64, to: u64) -> Option<u64> {
+    /// open sub-window into `settled.closed`, evicted at the returned time.
+    fn fold(&self, settled: &mut MutexGuard<'_, Settled>, now: u64, to: u64) -> Option<u64> {
         // Retirement happens under this lock, so the word cannot become
         // RETIRED between this load and the swap.
         if self.word.load(Ordering::Acquire) == RETIRED {
@@ -203,26 +205,26 @@ impl FastWindow {
                 let start = k.wrapping_mul(self.rate.sub_window_ns);
                 let used = match w {
                     CLOSED => 0,
-                    w => inner.opened_with.saturating_sub(w & BUDGET_MASK),
+                    w => settled.opened_with.saturating_sub(w & BUDGET_MASK),
                 };
-                inner.closed.commit(&self.rate, start, used);
+                settled.closed.commit(&self.rate, start, used);
                 start
             }
         };
         let t = now.max(start);
-        inner.closed.evict(&self.rate, t);
+        settled.closed.evict(&self.rate, t);
         Some(t)
     }
 
-    fn reopen(&self, inner: &mut MutexGuard<'_, Inner>, t: u64) {
+    fn reopen(&self, settled: &mut MutexGuard<'_, Settled>, t: u64) {
         let rate = &self.rate;
-        inner.closed.evict(rate, t);
-        let budget = rate.limit.saturating_sub(inner.closed.sum());
-        inner.opened_with = budget;
+        settled.closed.evict(rate, t);
+        let budget = rate.limit.saturating_sub(settled.closed.sum());
+        settled.opened_with = budget;
         let k = t / rate.sub_window_ns;
         // With the budget spent, sum = N: one unit fits once the oldest
         // counted sub-window leaves (the open one if none is closed).
-        let oldest = inner.closed.oldest_counted().unwrap_or(k).min(k);
+        let oldest = settled.closed.oldest_counted().unwrap_or(k).min(k);
         let free_at = (oldest + SUB_WINDOWS + 1).saturating_mul(rate.sub_window_ns);
         self.open.store(k, Ordering::Relaxed);
         self.free_at.store(free_at, Ordering::Release);
@@ -232,7 +234,7 @@ impl FastWindow {
     /// Replaces the closed sub-windows of a state nobody counts on yet (a
     /// cell prepared for a change of limits, before it is published).
     pub(super) fn set_closed(&self, closed: WindowState) {
-        self.inner.lock().closed = closed;
+        self.settled.lock().closed = closed;
     }
 
     /// Retires the state (the limits changed): the word becomes
@@ -241,9 +243,9 @@ impl FastWindow {
     /// published before the lock is released (so whoever takes it next
     /// finds the successor). `None`: already retired.
     pub(super) fn retire(&self, now: u64, publish: impl FnOnce(WindowState) -> Arc<State>) -> Option<()> {
-        let mut inner = self.inner.lock();
-        self.fold(&mut inner, now, RETIRED)?;
-        let closed = std::mem::take(&mut inner.closed);
+        let mut settled = self.settled.lock();
+        self.fold(&mut settled, now, RETIRED)?;
+        let closed = std::mem::take(&mut settled.closed);
         let cell = publish(closed);
         let _ = self.moved.set(cell);
         Some(())
@@ -258,7 +260,7 @@ impl FastWindow {
                 return next;
             }
             // Published under the lock: once it is free, the cell is set.
-            drop(self.inner.lock());
+            drop(self.settled.lock());
         }
     }
 }

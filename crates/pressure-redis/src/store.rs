@@ -1,0 +1,289 @@
+//! The backend's shared state ([`Store`]) and its one way to call Redis:
+//! a script invocation on a pooled connection with the call timeout,
+//! counted in the health, failing as a [`Failure`] that says whether the
+//! command may have reached Redis. Also the queue of lease releases still
+//! to deliver ([`Lost`], delivered by `background.rs`) and the acquire
+//! scripts generated per limit shape.
+
+use crate::config::RedisConfig;
+use crate::conn::{self, Pool};
+use crate::health::Health;
+use crate::scripts;
+use crate::shape::{self, Shape};
+use parking_lot::Mutex;
+use pressure_core::clock::MonotonicClock;
+use pressure_core::{BackendError, MemoryBackend};
+use std::collections::HashMap;
+use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
+
+/// Distinct limit shapes that get a script of their own; past this, new
+/// shapes use the generic `lua/acquire.lua` (each script is kept in Redis's
+/// script cache for good, so their number must stay bounded whatever the
+/// configuration holds).
+const MAX_SHAPES: usize = 256;
+
+/// Undelivered releases kept at most (oldest dropped past it: their leases
+/// expire by their TTL anyway).
+const MAX_LOST: usize = 100_000;
+
+/// What the backend and its tasks share: the connection pool, the health,
+/// the releases still to deliver and the scripts generated per shape.
+pub(crate) struct Store {
+    pub(crate) pool: Pool,
+    pub(crate) config: RedisConfig,
+    pub(crate) health: Health,
+    /// The failure mode's state (`local`).
+    pub(crate) local: MemoryBackend,
+    pub(crate) clock: MonotonicClock,
+    /// Releases to deliver in the background (lost acquisitions, failed
+    /// releases).
+    pub(crate) lost: Mutex<Vec<Lost>>,
+    /// Wakes the background task (a connection broke, a lease was lost).
+    pub(crate) wake: Arc<tokio::sync::Notify>,
+    /// The acquire script of every limit shape registered so far, shared by
+    /// the handles of that shape (see `shape.rs`).
+    pub(crate) shapes: Mutex<HashMap<Shape, Arc<ShapeScript>>>,
+    /// Calls whose caller went away before the answer, settled here.
+    pub(crate) cancelled_calls: AtomicU64,
+    /// Leases and reservations given back because their acquisition's
+    /// caller went away before its answer.
+    pub(crate) cancel_releases: AtomicU64,
+}
+
+/// The acquire script generated for one [`Shape`].
+#[derive(Debug)]
+pub(crate) struct ShapeScript {
+    pub(crate) shape: Shape,
+    /// Its source, for `SCRIPT LOAD` on new connections.
+    pub(crate) source: String,
+    pub(crate) script: redis::Script,
+}
+
+/// A failed store call, and whether the command may have reached Redis (so
+/// a lease it asked for may exist there).
+#[derive(Debug)]
+pub(crate) struct Failure {
+    pub(crate) error: BackendError,
+    pub(crate) sent: bool,
+    /// The call is still in flight, owned by a task that settles its
+    /// outcome (`settle.rs`): the caller must not clean up after it.
+    pub(crate) owned: bool,
+}
+
+impl Failure {
+    /// A call given up by its caller at the call timeout and handed to the
+    /// task that settles it.
+    pub(crate) fn handed_on(mut self) -> Self {
+        self.owned = true;
+        self
+    }
+}
+
+impl From<Failure> for BackendError {
+    fn from(f: Failure) -> Self {
+        f.error
+    }
+}
+
+/// Whether an error means the store is out (I/O, connection, cluster down)
+/// rather than a bad answer.
+pub(crate) fn is_store_failure(e: &redis::RedisError) -> bool {
+    e.is_io_error()
+        || e.is_connection_dropped()
+        || e.is_connection_refusal()
+        || e.is_timeout()
+        || e.is_unrecoverable_error()
+        || e.is_cluster_error()
+        || conn::is_auth_failure(e)
+}
+
+/// Why a lease release is pending.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum LostKind {
+    /// The acquisition's reply never came: the lease may or may not exist,
+    /// and may still be created by a script on its way (tombstone needed).
+    Acquisition,
+    /// The lease was granted; releasing it failed.
+    Release,
+}
+
+/// A lease release to deliver.
+#[derive(Debug, Clone)]
+pub(crate) struct Lost {
+    /// State hash of the resource.
+    pub(crate) key: String,
+    /// Lease id as stored (`l:<member>`).
+    pub(crate) member: String,
+    /// Tombstone TTL (us) for a lost acquisition; 0 for a plain release.
+    pub(crate) tombstone_us: u64,
+    /// Backend-clock time after which delivering it is pointless.
+    pub(crate) give_up_ns: u64,
+}
+
+impl Store {
+    /// Runs one script invocation with the call timeout on a pooled
+    /// connection, updating health; a broken connection leaves the pool.
+    pub(crate) async fn call<T: redis::FromRedisValue>(
+        &self,
+        inv: redis::ScriptInvocation<'_>,
+    ) -> Result<T, Failure> {
+        match tokio::time::timeout(self.config.timeout(), self.call_untimed(inv)).await {
+            Ok(answer) => answer,
+            Err(_) => Err(self.timed_out()),
+        }
+    }
+
+    /// The failure of a call that got no answer within the call timeout
+    /// (its command was sent: it may still run), counted in the health.
+    pub(crate) fn timed_out(&self) -> Failure {
+        let timeout = self.config.timeout();
+        self.health
+            .failed(&format!("no answer within {} ms", timeout.as_millis()));
+        Failure {
+            error: BackendError::Timeout(timeout),
+            sent: true,
+            owned: false,
+        }
+    }
+
+    /// [`Store::call`] without the timeout: for a call whose caller bounds
+    /// the wait itself and hands the call on when it gives up (`settle.rs`).
+    pub(crate) async fn call_untimed<T: redis::FromRedisValue>(
+        &self,
+        inv: redis::ScriptInvocation<'_>,
+    ) -> Result<T, Failure> {
+        let timeout = self.config.timeout();
+        let Some(mut pooled) = self.pool.get() else {
+            let cause = self.health.last_error().unwrap_or_else(|| "connecting".into());
+            self.health.unreachable();
+            return Err(Failure {
+                error: BackendError::Unavailable(format!(
+                    "not connected to {}: {cause}",
+                    self.health.address
+                )),
+                sent: false,
+                owned: false,
+            });
+        };
+        match inv.invoke_async(&mut pooled.conn).await {
+            Ok(v) => {
+                self.health.ok();
+                Ok(v)
+            }
+            Err(e) if is_store_failure(&e) => {
+                if conn::is_broken(&e) {
+                    self.pool.discard(&pooled);
+                    self.wake.notify_one();
+                }
+                let cause = conn::describe(&e, timeout);
+                self.health.failed(&cause);
+                Err(Failure {
+                    error: BackendError::Unavailable(format!("{}: {cause}", self.health.address)),
+                    sent: true,
+                    owned: false,
+                })
+            }
+            Err(e) => {
+                self.health.ok();
+                Err(Failure {
+                    error: BackendError::Protocol(e.to_string()),
+                    sent: true,
+                    owned: false,
+                })
+            }
+        }
+    }
+
+    /// Releases `members` of `key` in one call (`tombstone_us` > 0: leave a
+    /// tombstone for those not there yet).
+    pub(crate) async fn release_remote(
+        &self,
+        key: &str,
+        tombstone_us: u64,
+        members: &[String],
+    ) -> Result<i64, Failure> {
+        self.call(release_invocation(key, tombstone_us, members)).await
+    }
+
+    /// Queues a release for the background task and wakes it.
+    pub(crate) fn push_lost(&self, lost: Lost) {
+        {
+            let mut l = self.lost.lock();
+            if l.len() >= MAX_LOST {
+                l.remove(0);
+            }
+            l.push(lost);
+        }
+        self.wake.notify_one();
+    }
+}
+
+impl Store {
+    /// The script of `shape`, generated and cached on first use; `None`
+    /// once [`MAX_SHAPES`] shapes have one (the generic script serves the
+    /// rest).
+    pub(crate) fn shape_script(&self, shape: Shape) -> Option<Arc<ShapeScript>> {
+        let mut shapes = self.shapes.lock();
+        if let Some(s) = shapes.get(&shape) {
+            return Some(Arc::clone(s));
+        }
+        if shapes.len() >= MAX_SHAPES {
+            return None;
+        }
+        let source = shape::generate(&shape);
+        let s = Arc::new(ShapeScript {
+            script: redis::Script::new(&source),
+            source,
+            shape: shape.clone(),
+        });
+        shapes.insert(shape, Arc::clone(&s));
+        drop(shapes);
+        self.preload_shape(&s.source);
+        Some(s)
+    }
+
+    /// Loads a newly generated script in the background (one `SCRIPT LOAD`
+    /// on a pooled connection, when there is a runtime and a connection), so
+    /// the first acquisition of a new shape is usually one EVALSHA, not
+    /// EVALSHA, NOSCRIPT, SCRIPT LOAD, EVALSHA. Best effort: NOSCRIPT is
+    /// handled on use anyway. Not on a cluster: `SCRIPT LOAD` would reach one
+    /// node only (as in `background::preload_scripts`).
+    fn preload_shape(&self, source: &str) {
+        if !self.config.cluster_nodes.is_empty() {
+            return;
+        }
+        let (Ok(rt), Some(pooled)) = (tokio::runtime::Handle::try_current(), self.pool.get()) else {
+            return;
+        };
+        let source = source.to_owned();
+        let timeout = self.config.timeout();
+        rt.spawn(async move {
+            let mut conn = pooled.conn;
+            let mut load = redis::cmd("SCRIPT");
+            load.arg("LOAD").arg(source);
+            let _ = tokio::time::timeout(timeout, load.query_async::<String>(&mut conn)).await;
+        });
+    }
+
+    /// Sources of the generated scripts, for `SCRIPT LOAD` on a new
+    /// connection.
+    pub(crate) fn shape_sources(&self) -> Vec<String> {
+        self.shapes.lock().values().map(|s| s.source.clone()).collect()
+    }
+}
+
+/// One call of `lua/release.lua`: release `members` of `key` (`tombstone_us`
+/// > 0: leave a tombstone for those not there yet).
+pub(crate) fn release_invocation(
+    key: &str,
+    tombstone_us: u64,
+    members: &[String],
+) -> redis::ScriptInvocation<'static> {
+    let mut inv = scripts::RELEASE.prepare_invoke();
+    inv.key(key).arg(tombstone_us);
+    for m in members {
+        inv.arg(m);
+    }
+    inv
+}
