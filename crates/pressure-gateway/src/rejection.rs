@@ -181,8 +181,13 @@ pub enum Rejection {
     },
     /// `404`: no upstream serves the path.
     NotFound(String),
-    /// `408`: the client stopped sending its body.
-    RequestTimeout,
+    /// `408`: the client stopped sending its body, or did not complete it
+    /// in time.
+    RequestTimeout {
+        /// The bound on the whole body that ran out, milliseconds; none:
+        /// the body idled for `timeouts.bodyReadMs`.
+        whole_ms: Option<u64>,
+    },
     /// `413`: the body is larger than `limits.maxBodyBytes`.
     PayloadTooLarge {
         /// The limit, bytes.
@@ -297,7 +302,7 @@ impl Rejection {
             Self::Unauthorized(_) => StatusCode::UNAUTHORIZED,
             Self::BadRequest(_) | Self::InvalidRequest { .. } => StatusCode::BAD_REQUEST,
             Self::NotFound(_) => StatusCode::NOT_FOUND,
-            Self::RequestTimeout => StatusCode::REQUEST_TIMEOUT,
+            Self::RequestTimeout { .. } => StatusCode::REQUEST_TIMEOUT,
             Self::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             Self::UpstreamUnavailable { .. } | Self::UpstreamError { .. } => StatusCode::BAD_GATEWAY,
             Self::UpstreamTimeout { .. } => StatusCode::GATEWAY_TIMEOUT,
@@ -332,7 +337,7 @@ impl Rejection {
             Self::Unauthorized(_) => "unauthorized",
             Self::BadRequest(_) | Self::InvalidRequest { .. } => "bad_request",
             Self::NotFound(_) => "not_found",
-            Self::RequestTimeout => "request_timeout",
+            Self::RequestTimeout { .. } => "request_timeout",
             Self::PayloadTooLarge { .. } => "payload_too_large",
             Self::UpstreamUnavailable { .. } => "upstream_unavailable",
             Self::UpstreamError { .. } => "upstream_error",
@@ -360,7 +365,10 @@ impl Rejection {
             Self::BadRequest(m) => m.to_string(),
             Self::InvalidRequest { message, .. } => message.clone(),
             Self::NotFound(path) => format!("no upstream serves path {path}"),
-            Self::RequestTimeout => "the request body was not received in time".into(),
+            Self::RequestTimeout { whole_ms: None } => "the request body was not received in time".into(),
+            Self::RequestTimeout { whole_ms: Some(ms) } => {
+                format!("the request body was not complete within {ms} ms; the upstream was not contacted")
+            }
             Self::PayloadTooLarge { max } => format!("request body exceeds {max} bytes"),
             Self::UpstreamUnavailable { upstream, reason, .. } => {
                 format!("upstream {upstream} is unavailable: {reason}")
@@ -577,7 +585,7 @@ impl Rejection {
             Self::Unauthorized(_) => ("invalid_request_error", Some("invalid_api_key"), None),
             Self::BadRequest(_) => ("invalid_request_error", Some("bad_request"), None),
             Self::NotFound(_) => ("invalid_request_error", Some("not_found"), None),
-            Self::RequestTimeout => ("invalid_request_error", Some("request_timeout"), None),
+            Self::RequestTimeout { .. } => ("invalid_request_error", Some("request_timeout"), None),
             Self::PayloadTooLarge { .. } => ("invalid_request_error", Some("request_too_large"), None),
             Self::UpstreamUnavailable { .. } | Self::UpstreamError { .. } => {
                 ("server_error", Some("upstream_error"), None)
@@ -746,7 +754,7 @@ mod tests {
 
     #[test]
     fn client_faults_are_4xx_upstream_faults_5xx() {
-        assert_eq!(Rejection::RequestTimeout.status(), 408);
+        assert_eq!(Rejection::RequestTimeout { whole_ms: None }.status(), 408);
         assert_eq!(Rejection::BadRequest("x".into()).status(), 400);
         assert_eq!(
             Rejection::UpstreamTimeout {

@@ -15,8 +15,12 @@
 //!   the client's IP, `X-Forwarded-Proto` is `http` (`https` when the
 //!   client came over TLS), `X-Forwarded-Host` is
 //!   the `Host` the client sent, and `Host` names the upstream.
-//! * **Streaming**: the request body is passed through as it arrives and the
-//!   upstream's body is returned as it arrives; nothing is buffered.
+//! * **Bodies**: under the gateway's layers the request body is read whole
+//!   (bounded by `limits.maxBodyBytes`) before the upstream is contacted,
+//!   so a slow client holds no upstream connection and is answered `408`
+//!   when its body is not complete within `timeouts.totalMs` (or idles
+//!   for `bodyReadMs`); the upstream's `totalMs` starts when the request
+//!   is complete. The upstream's body is returned as it arrives.
 //! * **Failures**, answered as JSON `{"error":{"type":..,"message":..}}`:
 //!   no response head within `timeouts.totalMs` → `504 upstream_timeout`;
 //!   no connection (refused, unreachable, beyond `timeouts.connectMs`) →

@@ -20,7 +20,8 @@ pub enum AuthError {
     /// wrong audience or issuer.
     #[error("invalid token: {0}")]
     Invalid(String),
-    /// Valid, but without a usable tenant claim.
+    /// Valid, but without a usable tenant claim (a non-empty string or an
+    /// integer).
     #[error("token has no string claim {0:?}")]
     NoTenant(String),
 }
@@ -130,10 +131,25 @@ impl Authenticator {
             &self.validation,
         )
         .map_err(|e| AuthError::Invalid(e.to_string()))?;
-        match data.claims.get(&self.tenant_claim) {
-            Some(serde_json::Value::String(s)) if !s.is_empty() && s.len() <= 256 => Ok(Tenant(s.clone())),
-            _ => Err(AuthError::NoTenant(self.tenant_claim.clone())),
-        }
+        tenant_of(data.claims.get(&self.tenant_claim))
+            .map(Tenant)
+            .ok_or_else(|| AuthError::NoTenant(self.tenant_claim.clone()))
+    }
+}
+
+/// Longest tenant id accepted, bytes.
+const MAX_TENANT_LEN: usize = 256;
+
+/// The tenant id a claim's value names: a non-empty string of at most
+/// [`MAX_TENANT_LEN`] bytes, or an integer as its decimal string (issuers
+/// write numeric ids as JSON numbers; `42` and `"42"` are one tenant). A
+/// fraction, a boolean, null, an array or an object names no tenant: there
+/// is no one spelling of them to count a tenant under.
+fn tenant_of(claim: Option<&serde_json::Value>) -> Option<String> {
+    match claim? {
+        serde_json::Value::String(s) if !s.is_empty() && s.len() <= MAX_TENANT_LEN => Some(s.clone()),
+        serde_json::Value::Number(n) if n.is_i64() || n.is_u64() => Some(n.to_string()),
+        _ => None,
     }
 }
 
