@@ -28,11 +28,12 @@
 //!  "health":{"status":"ok","ready":true,"backend":"memory","redis":null}}
 //! ```
 
-use super::{error_response, llm, AdminState};
+use super::{llm, AdminState};
 use crate::backend::AnyBackend;
+use crate::rejection::Rejection;
 use crate::resources;
 use axum::extract::{Query, State};
-use axum::http::{header, HeaderValue, StatusCode};
+use axum::http::{header, HeaderValue};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use futures::StreamExt;
@@ -76,11 +77,11 @@ pub(super) async fn summary(
     query: Result<Query<SummaryQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Response {
     let Ok(Query(query)) = query else {
-        return error_response(StatusCode::BAD_REQUEST, "bad_request", "malformed query string");
+        return Rejection::BadRequest("malformed query string".into()).into_response();
     };
     let top = match query.top() {
         Ok(n) => n,
-        Err(problem) => return error_response(StatusCode::BAD_REQUEST, "bad_request", &problem),
+        Err(problem) => return Rejection::BadRequest(problem.into()).into_response(),
     };
     (
         [(header::CACHE_CONTROL, HeaderValue::from_static("no-store"))],

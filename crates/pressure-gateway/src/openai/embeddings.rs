@@ -84,7 +84,7 @@ async fn handle(
                 endpoint = "embeddings",
                 degradation = "none",
                 error = error.label(),
-                status = error.openai_error().0,
+                status = error.describe().status,
                 elapsed_ms,
                 "llm request failed: {error}"
             );

@@ -71,7 +71,7 @@ fn log_event(
             use_case,
             degradation = "none",
             error = e.label(),
-            status = e.openai_error().0,
+            status = e.describe().status,
             elapsed_ms,
             "llm request failed: {e}"
         ),
