@@ -160,7 +160,7 @@ impl Gateway {
             .as_ref()
             .map_or(DEFAULT_MAX_PERMITS, |d| d.max_permits);
         let tls = LoadedTls::load(&config, base_dir)?.into_listeners();
-        let plan = Plan::build(config, base_dir, &broker, llm)?;
+        let plan = Plan::build(config, base_dir, &broker, llm).map_err(ConfigError::from)?;
         Ok(Self {
             inner: Arc::new(Inner {
                 plan: Arc::new(ArcSwap::from_pointee(plan)),
@@ -308,7 +308,8 @@ impl Gateway {
             &self.inner.base_dir,
             &self.inner.broker,
             old.llm().cloned(),
-        )?;
+        )
+        .map_err(ConfigError::from)?;
         reload::retemplate_tenants(&self.inner.broker, old.config(), plan.config());
         for id in old.resource_ids().difference(plan.resource_ids()) {
             self.inner.broker.unregister(id);

@@ -20,7 +20,7 @@
 //! slow 504) — never the other way round.
 
 use crate::config::ConfigError;
-use crate::layers::tenant::AuthError;
+use crate::layers::tenant::jwt::AuthError;
 use crate::metrics::{GatewayMetrics, Layer};
 use axum::body::Body;
 use http::{header, HeaderName, HeaderValue, Response, StatusCode};

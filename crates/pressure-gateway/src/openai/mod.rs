@@ -41,15 +41,12 @@ pub mod validate;
 
 pub use handler::{answer_response, chat_completions, REQUEST_ID_HEADER};
 
-use crate::backend::AnyBackend;
 use crate::layers::{routed, Inner, Reply};
 use crate::plan::Endpoint;
 use crate::rejection::Rejection;
 use axum::body::Body;
 use futures::future::BoxFuture;
 use http::{Request, Response};
-use pressure_llm::pipeline::LlmClient;
-use std::sync::Arc;
 use std::task::{Context, Poll};
 
 pub use crate::plan::{CHAT_COMPLETIONS_PATH, EMBEDDINGS_PATH, MODELS_PATH};
@@ -61,7 +58,7 @@ pub const DEGRADATION_HEADER: &str = "x-pressure-degradation";
 pub const TICKET_HEADER: &str = "x-pressure-ticket";
 
 /// The gateway's LLM client, shared by every server thread.
-pub type Llm = Arc<LlmClient<AnyBackend>>;
+pub use crate::plan::Llm;
 
 /// Serves the OpenAI endpoints of the request's plan; every other request
 /// goes to the inner service.

@@ -6,9 +6,9 @@
 //! always `401`; a missing one is `401` only when auth is required, and
 //! otherwise passes as anonymous without a tenant limit.
 
-mod jwt;
+pub(crate) mod jwt;
 
-pub use jwt::{AuthError, Authenticator, Tenant};
+pub use jwt::{AuthError, Authenticator, Tenant, JWT_ALGORITHMS, MAX_LEEWAY_SECS};
 
 use super::{charge, routed, take_ready, Inner, Reply};
 use crate::backend::Broker;
