@@ -1,6 +1,7 @@
 //! The gateway's configuration, in the `kb.config.json` shape: the file's
 //! top-level `gateway` key. JSON names are camelCase; unknown keys are
-//! errors. Validation beyond the shape lives in `validate.rs`.
+//! errors. The checks beyond the shape are the building of the plan
+//! (`crate::plan`).
 
 use pressure_core::Limits;
 use pressure_llm::pipeline::LlmConfig;
