@@ -406,6 +406,23 @@ impl Gateway {
         }
     }
 
+    /// Serves the admin router on `listener` in a background task until
+    /// `stop` turns true.
+    pub(crate) fn spawn_admin(
+        &self,
+        listener: TcpListener,
+        mut stop: tokio::sync::watch::Receiver<bool>,
+    ) -> tokio::task::JoinHandle<crate::server::Drained> {
+        let router = self.admin_router();
+        let options = self.admin_serve_options();
+        tokio::spawn(async move {
+            serve_with(listener, router, &options, async move {
+                let _ = stop.wait_for(|v| *v).await;
+            })
+            .await
+        })
+    }
+
     /// [`serve`](Self::serve) in a background task until the returned
     /// [`Serving`] is stopped or dropped.
     pub fn spawn(self, listener: TcpListener, admin: TcpListener) -> Serving {
@@ -433,16 +450,9 @@ impl Gateway {
         shutdown: impl Future<Output = ()> + Send,
     ) {
         let options = self.serve_options();
-        let (admin_tx, mut admin_rx) = tokio::sync::watch::channel(false);
+        let (admin_tx, admin_rx) = tokio::sync::watch::channel(false);
         let (proxy_tx, mut proxy_rx) = tokio::sync::watch::channel(false);
-        let router = self.admin_router();
-        let admin_options = self.admin_serve_options();
-        let admin_task = tokio::spawn(async move {
-            serve_with(admin, router, &admin_options, async move {
-                let _ = admin_rx.wait_for(|v| *v).await;
-            })
-            .await
-        });
+        let admin_task = self.spawn_admin(admin, admin_rx);
         let service = self.service();
         let proxy_task = tokio::spawn(async move {
             serve_with(listener, service, &options, async move {

@@ -139,6 +139,18 @@ pub enum Source {
 }
 
 impl Source {
+    /// The next connection, or `None` once the source ends or `shutdown`
+    /// resolves (the accept loops' one exit).
+    async fn next_until<F: Future<Output = ()>>(
+        &mut self,
+        shutdown: std::pin::Pin<&mut F>,
+    ) -> Option<(TcpStream, SocketAddr)> {
+        tokio::select! {
+            accepted = self.next() => accepted,
+            () = shutdown => None,
+        }
+    }
+
     /// The next connection, registered with this thread's runtime; `None`
     /// when the source is done.
     async fn next(&mut self) -> Option<(TcpStream, SocketAddr)> {
@@ -175,14 +187,7 @@ pub async fn distribute(
     let mut source = Source::Listener(listener, AcceptFailures::default());
     let mut next = 0usize;
     tokio::pin!(shutdown);
-    loop {
-        let (stream, peer) = tokio::select! {
-            accepted = source.next() => match accepted {
-                Some(a) => a,
-                None => break,
-            },
-            () = &mut shutdown => break,
-        };
+    while let Some((stream, peer)) = source.next_until(shutdown.as_mut()).await {
         let Ok(stream) = stream.into_std() else {
             continue;
         };
@@ -234,14 +239,7 @@ where
     let open = Arc::new(AtomicUsize::new(0));
     let all_closed = Arc::new(tokio::sync::Notify::new());
     tokio::pin!(shutdown);
-    loop {
-        let (stream, peer) = tokio::select! {
-            accepted = source.next() => match accepted {
-                Some(a) => a,
-                None => break,
-            },
-            () = &mut shutdown => break,
-        };
+    while let Some((stream, peer)) = source.next_until(shutdown.as_mut()).await {
         let _ = stream.set_nodelay(true);
         open.fetch_add(1, Ordering::AcqRel);
         let conn = Connection {

@@ -62,8 +62,9 @@ pub(super) async fn events(
     State(state): State<AdminState>,
     query: Result<Query<EventsQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Response {
-    let Ok(Query(query)) = query else {
-        return Rejection::BadRequest("malformed query string".into()).into_response();
+    let query = match summary::query_or_400(query) {
+        Ok(q) => q,
+        Err(bad) => return bad,
     };
     let top = SummaryQuery {
         top: query.top.clone(),

@@ -32,6 +32,7 @@ use super::{llm, AdminState};
 use crate::backend::AnyBackend;
 use crate::rejection::Rejection;
 use crate::resources;
+use axum::extract::rejection::QueryRejection;
 use axum::extract::{Query, State};
 use axum::http::{header, HeaderValue};
 use axum::response::{IntoResponse, Response};
@@ -72,12 +73,20 @@ impl SummaryQuery {
     }
 }
 
+/// The query of an admin page, or its `400`.
+pub(super) fn query_or_400<T>(query: Result<Query<T>, QueryRejection>) -> Result<T, Response> {
+    query
+        .map(|Query(q)| q)
+        .map_err(|_| Rejection::BadRequest("malformed query string".into()).into_response())
+}
+
 pub(super) async fn summary(
     State(state): State<AdminState>,
-    query: Result<Query<SummaryQuery>, axum::extract::rejection::QueryRejection>,
+    query: Result<Query<SummaryQuery>, QueryRejection>,
 ) -> Response {
-    let Ok(Query(query)) = query else {
-        return Rejection::BadRequest("malformed query string".into()).into_response();
+    let query = match query_or_400(query) {
+        Ok(q) => q,
+        Err(bad) => return bad,
     };
     let top = match query.top() {
         Ok(n) => n,

@@ -21,12 +21,12 @@
 
 use super::body::{invalid, read_object};
 use super::handler::{caller_request_id, REQUEST_ID_HEADER};
-use super::DEGRADATION_HEADER;
+use super::json_answer;
 use crate::backend::AnyBackend;
 use crate::layers::Reply;
 use crate::rejection::Rejection;
 use axum::body::Body;
-use http::{HeaderValue, Request, Response};
+use http::{HeaderValue, Request};
 use pressure_core::clock::duration_to_millis;
 use pressure_llm::pipeline::{EmbeddingAnswer, EmbeddingError, LlmClient};
 use pressure_llm::provider::EmbeddingRequest;
@@ -107,17 +107,10 @@ fn answer_response(answer: &EmbeddingAnswer) -> Reply {
             "attempts": answer.attempts,
         }),
     );
-    let mut resp = Response::new(Body::from(Value::Object(body).to_string()));
-    let h = resp.headers_mut();
-    h.insert(
-        http::header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    );
-    h.insert(
-        DEGRADATION_HEADER,
-        HeaderValue::from_static(answer.degradation.as_str()),
-    );
-    Ok(resp)
+    Ok(json_answer(
+        Value::Object(body).to_string(),
+        answer.degradation.as_str(),
+    ))
 }
 
 /// Whether `v` is a token id (an integer that fits `u32`).

@@ -41,13 +41,11 @@ pub mod validate;
 
 pub use handler::{answer_response, chat_completions, REQUEST_ID_HEADER};
 
-use crate::layers::{routed, Inner, Reply};
+use crate::layers::{routed, step_layer, RejectingService, Reply, Step};
 use crate::plan::Endpoint;
-use crate::rejection::Rejection;
 use axum::body::Body;
 use futures::future::BoxFuture;
 use http::{Request, Response};
-use std::task::{Context, Poll};
 
 pub use crate::plan::{CHAT_COMPLETIONS_PATH, EMBEDDINGS_PATH, MODELS_PATH};
 
@@ -60,38 +58,28 @@ pub const TICKET_HEADER: &str = "x-pressure-ticket";
 /// The gateway's LLM client, shared by every server thread.
 pub use crate::plan::Llm;
 
+/// A `200` JSON answer of the LLM endpoints, with the degradation header
+/// naming the chain level that answered.
+fn json_answer(body: impl Into<Body>, degradation: &'static str) -> Response<Body> {
+    let mut resp = Response::new(body.into());
+    let h = resp.headers_mut();
+    h.insert(
+        http::header::CONTENT_TYPE,
+        http::HeaderValue::from_static("application/json"),
+    );
+    h.insert(DEGRADATION_HEADER, http::HeaderValue::from_static(degradation));
+    resp
+}
+
 /// Serves the OpenAI endpoints of the request's plan; every other request
 /// goes to the inner service.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct OpenAiLayer;
 
-impl<S> tower::Layer<S> for OpenAiLayer {
-    type Service = OpenAi<S>;
+step_layer!(OpenAiLayer);
 
-    fn layer(&self, inner: S) -> OpenAi<S> {
-        OpenAi { inner }
-    }
-}
-
-/// See [`OpenAiLayer`].
-#[derive(Debug, Clone)]
-pub struct OpenAi<S> {
-    inner: S,
-}
-
-impl<S> tower::Service<Request<Body>> for OpenAi<S>
-where
-    S: Inner,
-{
-    type Response = Response<Body>;
-    type Error = Rejection;
-    type Future = BoxFuture<'static, Reply>;
-
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Rejection>> {
-        self.inner.poll_ready(cx)
-    }
-
-    fn call(&mut self, req: Request<Body>) -> Self::Future {
+impl Step for OpenAiLayer {
+    fn step<S: RejectingService>(&self, next: &mut S, req: Request<Body>) -> BoxFuture<'static, Reply> {
         let served = routed(&req).and_then(|r| Some((r.route.endpoint, r.plan.llm().cloned()?)));
         match served {
             Some((Endpoint::ChatCompletions, llm)) => {
@@ -104,7 +92,7 @@ where
             Some((Endpoint::Model, llm)) => {
                 Box::pin(std::future::ready(models::retrieve(&llm, req.uri().path())))
             }
-            _ => Box::pin(self.inner.call(req)),
+            _ => Box::pin(next.call(req)),
         }
     }
 }
