@@ -23,10 +23,10 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 /// The length of one budget window.
-pub const WINDOW: Duration = Duration::from_secs(1);
+pub(crate) const WINDOW: Duration = Duration::from_secs(1);
 
 /// The default `gateway.denialLog.linesPerResourcePerSecond`.
-pub const DEFAULT_LINES_PER_SECOND: u32 = 20;
+pub(crate) const DEFAULT_LINES_PER_SECOND: u32 = 20;
 
 /// Above this many tracked resources, windows that ended with nothing
 /// suppressed are swept on the next refusal (a tenant flood cannot grow
@@ -35,7 +35,7 @@ const SWEEP_ABOVE: usize = 1_024;
 
 /// Which lines a [`DenialLog`] bounds: its summary line says which.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Kind {
+pub(crate) enum Kind {
     /// `request denied` (a limit refused; info).
     Denied,
     /// `limiter unavailable` (the store could not decide; warn).
@@ -44,7 +44,7 @@ pub enum Kind {
 
 /// One resource's window closed with lines left out.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Summary {
+pub(crate) struct Summary {
     /// The resource.
     pub resource: String,
     /// The layer that charged it.
@@ -70,22 +70,22 @@ struct State {
 }
 
 #[derive(Debug)]
-struct Inner {
+struct LogState {
     kind: Kind,
     state: Mutex<State>,
 }
 
 /// Per-resource line budgets for one [`Kind`] of line; cheap to clone.
 #[derive(Debug, Clone)]
-pub struct DenialLog {
-    inner: Arc<Inner>,
+pub(crate) struct DenialLog {
+    inner: Arc<LogState>,
 }
 
 impl DenialLog {
     /// An empty log for lines of `kind`.
-    pub fn new(kind: Kind) -> Self {
+    pub(crate) fn new(kind: Kind) -> Self {
         Self {
-            inner: Arc::new(Inner {
+            inner: Arc::new(LogState {
                 kind,
                 state: Mutex::new(State {
                     windows: HashMap::new(),
@@ -100,7 +100,7 @@ impl DenialLog {
     /// summary of the resource's previous window when that window ended
     /// with lines left out, and starts the flusher on the first line left
     /// out.
-    pub fn admit(&self, resource: &str, layer: Layer, budget: u32, now: Instant) -> bool {
+    pub(crate) fn admit(&self, resource: &str, layer: Layer, budget: u32, now: Instant) -> bool {
         if budget == 0 {
             return true;
         }
@@ -178,7 +178,7 @@ impl DenialLog {
             self.inner.state.lock().flusher = false;
             return;
         };
-        let weak: Weak<Inner> = Arc::downgrade(&self.inner);
+        let weak: Weak<LogState> = Arc::downgrade(&self.inner);
         runtime.spawn(async move {
             loop {
                 tokio::time::sleep(WINDOW / 4).await;
@@ -219,7 +219,7 @@ fn write_summary(kind: Kind, s: &Summary) {
     }
 }
 
-impl Drop for Inner {
+impl Drop for LogState {
     /// A gateway that stops mid-flood still says what it left out.
     fn drop(&mut self) {
         let state = self.state.get_mut();
@@ -233,7 +233,7 @@ impl Drop for Inner {
 
 /// The two bounded kinds of line of one gateway, kept across reloads.
 #[derive(Debug, Clone)]
-pub struct DenialLogs {
+pub(crate) struct DenialLogs {
     /// `request denied`.
     pub denied: DenialLog,
     /// `limiter unavailable`.

@@ -66,10 +66,10 @@ pub enum GatewayError {
 /// everything.
 #[derive(Clone)]
 pub struct Gateway {
-    inner: Arc<Inner>,
+    inner: Arc<GatewayState>,
 }
 
-struct Inner {
+struct GatewayState {
     plan: PlanCell,
     broker: Broker,
     metrics: Arc<GatewayMetrics>,
@@ -162,7 +162,7 @@ impl Gateway {
         let tls = LoadedTls::load(&config, base_dir)?.into_listeners();
         let plan = Plan::build(config, base_dir, &broker, llm).map_err(ConfigError::from)?;
         Ok(Self {
-            inner: Arc::new(Inner {
+            inner: Arc::new(GatewayState {
                 plan: Arc::new(ArcSwap::from_pointee(plan)),
                 broker,
                 metrics,

@@ -23,7 +23,7 @@ use std::borrow::Cow;
 
 /// Why a path was refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-pub enum PathError {
+pub(crate) enum PathError {
     /// `%2F` or `%2E` inside a segment.
     #[error("the path contains an encoded '/' or '.'")]
     EncodedSeparator,
@@ -43,7 +43,7 @@ pub enum PathError {
 }
 
 /// The normalised form of `path` (borrowed when it is already normal).
-pub fn normalize(path: &str) -> Result<Cow<'_, str>, PathError> {
+pub(crate) fn normalize(path: &str) -> Result<Cow<'_, str>, PathError> {
     if !path.starts_with('/') {
         return Err(PathError::NotAbsolute);
     }

@@ -14,7 +14,7 @@ use std::task::{Context, Poll};
 /// Permits taken for one request, shared by the layers through the request
 /// extensions. Releasing drains them, so later clones hold nothing.
 #[derive(Clone, Default)]
-pub struct PermitSlot(Arc<Mutex<Vec<Permit<AnyBackend>>>>);
+pub(crate) struct PermitSlot(Arc<Mutex<Vec<Permit<AnyBackend>>>>);
 
 impl std::fmt::Debug for PermitSlot {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -24,23 +24,23 @@ impl std::fmt::Debug for PermitSlot {
 
 impl PermitSlot {
     /// Holds `permit` until the request ends.
-    pub fn push(&self, permit: Permit<AnyBackend>) {
+    pub(crate) fn push(&self, permit: Permit<AnyBackend>) {
         self.0.lock().push(permit);
     }
 
     /// Gives every held permit back now (idempotent).
-    pub fn release_all(&self) {
+    pub(crate) fn release_all(&self) {
         let drained: Vec<_> = std::mem::take(&mut *self.0.lock());
         drop(drained);
     }
 
     /// Permits held now.
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.0.lock().len()
     }
 
     /// Whether no permit is held.
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.len() == 0
     }
 }
@@ -65,7 +65,7 @@ pin_project_lite::pin_project! {
 
 impl<B> PermitBody<B> {
     /// Wraps `inner`; `slot`'s permits are released when it ends.
-    pub fn new(inner: B, slot: PermitSlot) -> Self {
+    pub(crate) fn new(inner: B, slot: PermitSlot) -> Self {
         Self {
             inner,
             slot: Some(slot),

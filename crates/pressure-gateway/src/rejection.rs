@@ -691,10 +691,10 @@ fn policy(limits: &Limits, dim: Dimension) -> Option<(u64, u64)> {
 /// `Retry-After` of an LLM `429`/`503` whose pipeline had no better hint
 /// (e.g. every level declined): long enough that an SDK's retry does not
 /// re-run the chain at once.
-pub const LLM_DEFAULT_RETRY_AFTER: Duration = Duration::from_secs(1);
+pub(crate) const LLM_DEFAULT_RETRY_AFTER: Duration = Duration::from_secs(1);
 
 /// `Retry-After` seconds: the wait rounded up, at least 1.
-pub fn retry_after_secs(wait: Duration) -> u64 {
+pub(crate) fn retry_after_secs(wait: Duration) -> u64 {
     u64::try_from(wait.as_nanos().div_ceil(1_000_000_000))
         .unwrap_or(u64::MAX)
         .max(1)

@@ -130,7 +130,7 @@ where
 }
 
 /// Where a server takes its connections from.
-pub enum Source {
+pub(crate) enum Source {
     /// Accepts them itself.
     Listener(TcpListener, AcceptFailures),
     /// Gets them accepted by a [`distribute`] task (another thread's
@@ -179,7 +179,7 @@ impl Source {
 /// server threads behind `workers`, until `shutdown` resolves: one exclusive
 /// listening socket (no `SO_REUSEPORT`, so no other process can share the
 /// address), and every core serving.
-pub async fn distribute(
+pub(crate) async fn distribute(
     listener: TcpListener,
     workers: Vec<tokio::sync::mpsc::Sender<(std::net::TcpStream, SocketAddr)>>,
     shutdown: impl Future<Output = ()>,
@@ -214,7 +214,7 @@ pub async fn distribute(
 
 /// Serves the connections of `source` until `shutdown` resolves (or the
 /// source ends), then drains.
-pub async fn serve_from<S>(
+pub(crate) async fn serve_from<S>(
     mut source: Source,
     service: S,
     options: &ServeOptions,
@@ -271,7 +271,7 @@ where
 
 /// Backs off after failed accepts and keeps their log lines rare.
 #[derive(Debug, Default)]
-pub struct AcceptFailures {
+pub(crate) struct AcceptFailures {
     delay: Duration,
     last_log: Option<Instant>,
     suppressed: u64,
@@ -589,9 +589,4 @@ impl AsyncWrite for Watched {
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         Pin::new(&mut self.inner).poll_shutdown(cx)
     }
-}
-
-/// The peer address of a request, when served by [`serve`].
-pub fn client_addr<B>(req: &Request<B>) -> Option<SocketAddr> {
-    req.extensions().get::<ConnectInfo<SocketAddr>>().map(|c| c.0)
 }

@@ -62,9 +62,9 @@ pub(super) async fn events(
     State(state): State<AdminState>,
     query: Result<Query<EventsQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Response {
-    let query = match summary::query_or_400(query) {
-        Ok(q) => q,
-        Err(bad) => return bad,
+    let query = match query {
+        Ok(Query(q)) => q,
+        Err(e) => return summary::malformed_query(e),
     };
     let top = SummaryQuery {
         top: query.top.clone(),

@@ -73,20 +73,18 @@ impl SummaryQuery {
     }
 }
 
-/// The query of an admin page, or its `400`.
-pub(super) fn query_or_400<T>(query: Result<Query<T>, QueryRejection>) -> Result<T, Response> {
-    query
-        .map(|Query(q)| q)
-        .map_err(|_| Rejection::BadRequest("malformed query string".into()).into_response())
+/// The `400` of an admin page whose query string does not parse.
+pub(super) fn malformed_query(_: QueryRejection) -> Response {
+    Rejection::BadRequest("malformed query string".into()).into_response()
 }
 
 pub(super) async fn summary(
     State(state): State<AdminState>,
     query: Result<Query<SummaryQuery>, QueryRejection>,
 ) -> Response {
-    let query = match query_or_400(query) {
-        Ok(q) => q,
-        Err(bad) => return bad,
+    let query = match query {
+        Ok(Query(q)) => q,
+        Err(e) => return malformed_query(e),
     };
     let top = match query.top() {
         Ok(n) => n,

@@ -3,7 +3,7 @@
 //! when a chunked body grows past it (the proxy and the OpenAI endpoint then
 //! answer `413` too).
 
-use super::{routed, step_layer, RejectingService, Reply, Step};
+use super::{routed, step_layer, Outcome, RejectingService, Step};
 use crate::rejection::Rejection;
 use axum::body::Body;
 use futures::future::BoxFuture;
@@ -11,12 +11,12 @@ use http::Request;
 
 /// Limits request bodies.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct BodyLimitLayer;
+pub(crate) struct BodyLimitLayer;
 
 step_layer!(BodyLimitLayer);
 
 impl Step for BodyLimitLayer {
-    fn step<S: RejectingService>(&self, next: &mut S, req: Request<Body>) -> BoxFuture<'static, Reply> {
+    fn step<S: RejectingService>(&self, next: &mut S, req: Request<Body>) -> BoxFuture<'static, Outcome> {
         let Some(max) = routed(&req).map(|r| r.plan.max_body_bytes()) else {
             return Box::pin(next.call(req));
         };

@@ -28,11 +28,11 @@ use tokio::time::Instant;
 
 /// The status recorded for a request whose client went away before the
 /// response head (nginx's convention).
-pub const CLIENT_CLOSED: u16 = 499;
+pub(crate) const CLIENT_CLOSED: u16 = 499;
 
 /// The `route` and `upstream` labels of a routed request (see
 /// [`crate::metrics::traffic`]).
-pub fn labels(route: &Route) -> (&str, &str) {
+pub(crate) fn labels(route: &Route) -> (&str, &str) {
     let name = route.resource.as_ref().map_or(NONE, |r| r.id());
     let upstream = match route.endpoint {
         Endpoint::ChatCompletions | Endpoint::Embeddings | Endpoint::Models | Endpoint::Model => "llm",

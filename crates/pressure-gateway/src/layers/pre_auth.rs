@@ -3,7 +3,7 @@
 //! refused requests never reach token verification. The permit goes into
 //! the request's [`crate::permits::PermitSlot`].
 
-use super::{charge, routed, step_layer, take_ready, RejectingService, Reply, Step};
+use super::{charge, routed, step_layer, take_ready, Outcome, RejectingService, Step};
 use crate::metrics::{GatewayMetrics, Layer};
 use axum::body::Body;
 use futures::future::BoxFuture;
@@ -12,13 +12,13 @@ use std::sync::Arc;
 
 /// Applies route and service limits before auth.
 #[derive(Debug, Clone)]
-pub struct PreAuthLayer {
+pub(crate) struct PreAuthLayer {
     metrics: Arc<GatewayMetrics>,
 }
 
 impl PreAuthLayer {
     /// Counts admissions in `metrics`.
-    pub fn new(metrics: Arc<GatewayMetrics>) -> Self {
+    pub(crate) fn new(metrics: Arc<GatewayMetrics>) -> Self {
         Self { metrics }
     }
 }
@@ -26,7 +26,7 @@ impl PreAuthLayer {
 step_layer!(PreAuthLayer);
 
 impl Step for PreAuthLayer {
-    fn step<S: RejectingService>(&self, next: &mut S, mut req: Request<Body>) -> BoxFuture<'static, Reply> {
+    fn step<S: RejectingService>(&self, next: &mut S, mut req: Request<Body>) -> BoxFuture<'static, Outcome> {
         let Some(handle) = routed(&req).and_then(|r| r.route.resource.clone()) else {
             return Box::pin(next.call(req));
         };

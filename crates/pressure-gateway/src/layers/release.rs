@@ -5,7 +5,7 @@
 //! `text/event-stream` answers, whose long-lived connections must not hold a
 //! slot.
 
-use super::{step_layer, RejectingService, Reply, Step};
+use super::{step_layer, Outcome, RejectingService, Step};
 use crate::metrics::GatewayMetrics;
 use crate::permits::{PermitBody, PermitSlot};
 use axum::body::Body;
@@ -16,13 +16,13 @@ use std::sync::Arc;
 /// Wraps a service so the permits its request took are released with the
 /// response body.
 #[derive(Debug, Clone)]
-pub struct ReleaseLayer {
+pub(crate) struct ReleaseLayer {
     metrics: Arc<GatewayMetrics>,
 }
 
 impl ReleaseLayer {
     /// A release layer counting long-lived bypasses in `metrics`.
-    pub fn new(metrics: Arc<GatewayMetrics>) -> Self {
+    pub(crate) fn new(metrics: Arc<GatewayMetrics>) -> Self {
         Self { metrics }
     }
 }
@@ -61,7 +61,7 @@ fn is_event_stream(resp: &Response<Body>) -> bool {
 }
 
 impl Step for ReleaseLayer {
-    fn step<S: RejectingService>(&self, next: &mut S, mut req: Request<Body>) -> BoxFuture<'static, Reply> {
+    fn step<S: RejectingService>(&self, next: &mut S, mut req: Request<Body>) -> BoxFuture<'static, Outcome> {
         let slot = PermitSlot::default();
         req.extensions_mut().insert(slot.clone());
         let mut guard = Guard(Some(slot.clone()));

@@ -17,7 +17,7 @@
 //!   them ([`super::ratelimit_headers`]).
 
 use super::observe::{labels, Observation};
-use super::{ratelimit_headers, Reply, Routed};
+use super::{ratelimit_headers, Outcome, Routed};
 use crate::access_log::AccessRecord;
 use crate::charged::Charged;
 use crate::metrics::traffic::NONE;
@@ -36,11 +36,11 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 /// The plan the gateway serves now, swapped whole on reload.
-pub type PlanCell = Arc<ArcSwap<Plan>>;
+pub(crate) type PlanCell = Arc<ArcSwap<Plan>>;
 
 /// Routes requests with the current plan of `plan`.
 #[derive(Debug, Clone)]
-pub struct RouteLayer {
+pub(crate) struct RouteLayer {
     plan: PlanCell,
     metrics: Arc<GatewayMetrics>,
     force_access_log: bool,
@@ -49,7 +49,7 @@ pub struct RouteLayer {
 
 impl RouteLayer {
     /// Routes with `plan`, counting refusals in `metrics`.
-    pub fn new(plan: PlanCell, metrics: Arc<GatewayMetrics>) -> Self {
+    pub(crate) fn new(plan: PlanCell, metrics: Arc<GatewayMetrics>) -> Self {
         Self {
             plan,
             metrics,
@@ -60,7 +60,7 @@ impl RouteLayer {
 
     /// Writes the access log whatever the plan says when `on`.
     #[must_use]
-    pub fn force_access_log(mut self, on: bool) -> Self {
+    pub(crate) fn force_access_log(mut self, on: bool) -> Self {
         self.force_access_log = on;
         self
     }
@@ -69,7 +69,7 @@ impl RouteLayer {
     /// `pressure.rateLimitHeaders` says when `on` (forward auth: the proxy
     /// in front passes them on).
     #[must_use]
-    pub fn force_rate_limit_headers(mut self, on: bool) -> Self {
+    pub(crate) fn force_rate_limit_headers(mut self, on: bool) -> Self {
         self.force_rate_limit_headers = on;
         self
     }
@@ -91,7 +91,7 @@ impl<S> tower::Layer<S> for RouteLayer {
 
 /// See [`RouteLayer`].
 #[derive(Debug, Clone)]
-pub struct RouteService<S> {
+pub(crate) struct RouteService<S> {
     inner: S,
     plan: PlanCell,
     metrics: Arc<GatewayMetrics>,
@@ -197,7 +197,7 @@ where
         req.extensions_mut().insert(Routed { plan, route });
         let fut = self.inner.call(req);
         Box::pin(async move {
-            let reply: Reply = fut.await;
+            let reply: Outcome = fut.await;
             let resp = match reply {
                 Ok(mut resp) => {
                     if let Some(c) = &headers {

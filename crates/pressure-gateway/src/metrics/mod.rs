@@ -36,13 +36,13 @@
 //! series, not 100 000.
 
 pub(crate) mod layer;
-pub mod llm;
+pub(crate) mod llm;
 mod snapshot;
-pub mod text;
-pub mod traffic;
+pub(crate) mod text;
+pub(crate) mod traffic;
 
 pub use layer::Layer;
-pub use text::CONTENT_TYPE;
+pub(crate) use text::CONTENT_TYPE;
 
 use crate::resources;
 use parking_lot::RwLock;
@@ -84,7 +84,7 @@ impl Labelled {
 /// A section of the `/metrics` page rendered at scrape time: it appends
 /// whole metric families (`# HELP`, `# TYPE`, samples) in the Prometheus
 /// text format to the page.
-pub type MetricsSection = Arc<dyn Fn(&mut String) + Send + Sync>;
+pub(crate) type MetricsSection = Arc<dyn Fn(&mut String) + Send + Sync>;
 
 /// The gateway's counters, and the renderer of the whole `/metrics` page.
 ///
@@ -137,7 +137,7 @@ impl GatewayMetrics {
     }
 
     /// The per-resource budgets of denial log lines.
-    pub fn denial_logs(&self) -> &crate::denial_log::DenialLogs {
+    pub(crate) fn denial_logs(&self) -> &crate::denial_log::DenialLogs {
         &self.logs
     }
 

@@ -23,7 +23,7 @@ use super::body::{invalid, read_object};
 use super::handler::{caller_request_id, REQUEST_ID_HEADER};
 use super::json_answer;
 use crate::backend::AnyBackend;
-use crate::layers::Reply;
+use crate::layers::Outcome;
 use crate::rejection::Rejection;
 use axum::body::Body;
 use http::{HeaderValue, Request};
@@ -34,7 +34,7 @@ use serde_json::{json, Map, Value};
 
 /// Handles one call of the endpoint; the response (answer or refusal)
 /// carries `x-request-id`.
-pub async fn embeddings(llm: &LlmClient<AnyBackend>, req: Request<Body>) -> Reply {
+pub(super) async fn embeddings(llm: &LlmClient<AnyBackend>, req: Request<Body>) -> Outcome {
     let request_id = caller_request_id(&req).unwrap_or_else(|| llm.new_request_id());
     let started = tokio::time::Instant::now();
     let reply = handle(llm, req, &request_id, started).await;
@@ -54,7 +54,7 @@ async fn handle(
     req: Request<Body>,
     request_id: &str,
     started: tokio::time::Instant,
-) -> Reply {
+) -> Outcome {
     let request = parse(read_object(req).await?)?;
     let use_case = request.model.clone();
     let result = llm.embed_as(&use_case, request, request_id.to_owned()).await;
@@ -95,7 +95,7 @@ async fn handle(
 }
 
 /// The answer with the `pressure` field and the degradation header.
-fn answer_response(answer: &EmbeddingAnswer) -> Reply {
+fn answer_response(answer: &EmbeddingAnswer) -> Outcome {
     let Ok(Value::Object(mut body)) = serde_json::to_value(&answer.response) else {
         return Err(Rejection::Internal("the embeddings could not be encoded".into()));
     };

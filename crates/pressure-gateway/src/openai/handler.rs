@@ -7,7 +7,7 @@ use super::body::{invalid, read_object};
 use super::sse::sse_response;
 use super::{json_answer, TICKET_HEADER};
 use crate::backend::AnyBackend;
-use crate::layers::Reply;
+use crate::layers::Outcome;
 use crate::rejection::{Dialect, Rejection};
 use axum::body::Body;
 use http::{HeaderValue, Request, Response, StatusCode};
@@ -32,7 +32,7 @@ pub(super) fn caller_request_id<B>(req: &Request<B>) -> Option<String> {
 
 /// Handles one call of the endpoint; the response (answer or refusal)
 /// carries `x-request-id`.
-pub async fn chat_completions(llm: &LlmClient<AnyBackend>, req: Request<Body>) -> Response<Body> {
+pub(super) async fn chat_completions(llm: &LlmClient<AnyBackend>, req: Request<Body>) -> Response<Body> {
     let request_id = caller_request_id(&req).unwrap_or_else(|| llm.new_request_id());
     let started = tokio::time::Instant::now();
     let mut resp = handle(llm, req, &request_id, started)
@@ -106,7 +106,7 @@ async fn handle(
     req: Request<Body>,
     request_id: &str,
     started: tokio::time::Instant,
-) -> Reply {
+) -> Outcome {
     let chat = read_request(req).await?;
     let use_case = chat.model.clone();
     if chat.stream == Some(true) {
@@ -160,7 +160,7 @@ struct WithPressure<'a> {
 /// request (202) a chat completion that says so ([`queued_response`]), with
 /// the `pressure` field (plus `pressure.ticket` when queued) and the
 /// degradation header (plus `x-pressure-ticket`).
-pub fn answer_response(answer: &Answer) -> Reply {
+pub(super) fn answer_response(answer: &Answer) -> Outcome {
     let queued;
     let (resp, ticket) = match &answer.reply {
         LlmReply::Completion(resp) => (resp, None),

@@ -33,21 +33,20 @@
 //! * A failure: a [`crate::rejection::Rejection`] in the OpenAI dialect.
 
 mod body;
-pub mod embeddings;
+mod embeddings;
 mod handler;
-pub mod models;
-pub mod sse;
-pub mod validate;
+mod models;
+mod sse;
+mod validate;
 
-pub use handler::{answer_response, chat_completions, REQUEST_ID_HEADER};
+use handler::chat_completions;
+pub use handler::REQUEST_ID_HEADER;
 
-use crate::layers::{routed, step_layer, RejectingService, Reply, Step};
+use crate::layers::{routed, step_layer, Outcome, RejectingService, Step};
 use crate::plan::Endpoint;
 use axum::body::Body;
 use futures::future::BoxFuture;
 use http::{Request, Response};
-
-pub use crate::plan::{CHAT_COMPLETIONS_PATH, EMBEDDINGS_PATH, MODELS_PATH};
 
 /// The header naming the chain level that answered.
 pub const DEGRADATION_HEADER: &str = "x-pressure-degradation";
@@ -74,12 +73,12 @@ fn json_answer(body: impl Into<Body>, degradation: &'static str) -> Response<Bod
 /// Serves the OpenAI endpoints of the request's plan; every other request
 /// goes to the inner service.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct OpenAiLayer;
+pub(crate) struct OpenAiLayer;
 
 step_layer!(OpenAiLayer);
 
 impl Step for OpenAiLayer {
-    fn step<S: RejectingService>(&self, next: &mut S, req: Request<Body>) -> BoxFuture<'static, Reply> {
+    fn step<S: RejectingService>(&self, next: &mut S, req: Request<Body>) -> BoxFuture<'static, Outcome> {
         let served = routed(&req).and_then(|r| Some((r.route.endpoint, r.plan.llm().cloned()?)));
         match served {
             Some((Endpoint::ChatCompletions, llm)) => {

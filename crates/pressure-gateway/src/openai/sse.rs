@@ -17,7 +17,7 @@ use std::convert::Infallible;
 /// A streamed answer as server-sent events: `data: {chunk}` per chunk, then
 /// `data: [DONE]`; a mid-stream failure ends it with `data: {"error": ...}`
 /// (no `[DONE]`). The degradation header is set before the first byte.
-pub fn sse_response(stream: AnswerStream<AnyBackend>) -> Response<Body> {
+pub(super) fn sse_response(stream: AnswerStream<AnyBackend>) -> Response<Body> {
     let status = stream.http_status();
     let degradation = stream.degradation().as_str();
     let events = futures::stream::unfold(Some(stream), |state| async move {

@@ -56,13 +56,7 @@ pub(super) fn build(cfg: &GatewayConfig) -> Result<(Vec<Limited>, Option<LimitTe
         let base = format!("gateway.pressure.perRoute[{i}]");
         check_route_resource(&route.resource, &format!("{base}.resource"), cfg)?;
         if let Some(j) = ids.insert(&route.resource, i) {
-            return Err(ConfigError::new(
-                format!("{base}.resource"),
-                format!(
-                    "\"{}\" conflicts with gateway.pressure.perRoute[{j}]",
-                    route.resource
-                ),
-            ));
+            return Err(conflict(&base, "resource", &route.resource, j));
         }
         if !route.path_prefix.starts_with('/') {
             return Err(ConfigError::new(
@@ -71,13 +65,7 @@ pub(super) fn build(cfg: &GatewayConfig) -> Result<(Vec<Limited>, Option<LimitTe
             ));
         }
         if let Some(j) = prefixes.insert(&route.path_prefix, i) {
-            return Err(ConfigError::new(
-                format!("{base}.pathPrefix"),
-                format!(
-                    "\"{}\" conflicts with gateway.pressure.perRoute[{j}]",
-                    route.path_prefix
-                ),
-            ));
+            return Err(conflict(&base, "pathPrefix", &route.path_prefix, j));
         }
         check_limits(&route.limits, &format!("{base}.limits"))?;
         limited.push(Limited {
@@ -92,6 +80,14 @@ pub(super) fn build(cfg: &GatewayConfig) -> Result<(Vec<Limited>, Option<LimitTe
         limited.clear();
     }
     Ok((limited, template))
+}
+
+/// `<route>.<field>` has the `value` of route `j` already.
+fn conflict(route: &str, field: &str, value: &str, j: usize) -> ConfigError {
+    ConfigError::new(
+        format!("{route}.{field}"),
+        format!("\"{value}\" conflicts with gateway.pressure.perRoute[{j}]"),
+    )
 }
 
 /// `perTenant`: the template each tenant's limits are made from, when

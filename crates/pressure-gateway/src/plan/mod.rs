@@ -20,10 +20,8 @@ mod settings;
 mod tls;
 mod upstreams;
 
-pub use router::{
-    model_id, prefix_matches, Endpoint, Route, Router, CHAT_COMPLETIONS_PATH, EMBEDDINGS_PATH, MODELS_PATH,
-};
-pub use settings::{MAX_HEADER_BYTES, MIN_HEADER_BYTES};
+pub(crate) use router::{model_id, prefix_matches};
+pub use router::{Endpoint, Route, Router};
 
 use crate::backend::{AnyBackend, Broker};
 use crate::config::{AuthConfig, ConfigError, ConfigErrors, GatewayConfig};

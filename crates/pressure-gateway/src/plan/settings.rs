@@ -6,10 +6,10 @@ use crate::config::{BackendConfig, ConfigError, GatewayConfig};
 
 /// Smallest accepted `limits.maxHeaderBytes` (hyper buffers at least 8 KiB
 /// of request head, so a smaller bound could not be honoured).
-pub const MIN_HEADER_BYTES: usize = 8192;
+pub(crate) const MIN_HEADER_BYTES: usize = 8192;
 
 /// Largest accepted `limits.maxHeaderBytes` (1 MiB).
-pub const MAX_HEADER_BYTES: usize = 1024 * 1024;
+pub(crate) const MAX_HEADER_BYTES: usize = 1024 * 1024;
 
 /// `gateway.backend`: the Redis settings and URLs.
 pub(super) fn check_backend(backend: &BackendConfig) -> Result<(), ConfigError> {

@@ -10,7 +10,7 @@ use super::headers::{set_forwarding, strip_hop_by_hop};
 use super::routing::Upstream;
 use super::upgrade::ClientUpgrade;
 use crate::config::TimeoutConfig;
-use crate::layers::Reply;
+use crate::layers::Outcome;
 use crate::rejection::{Rejection, UpstreamFailure};
 use crate::tls::UpstreamTls;
 use arc_swap::ArcSwap;
@@ -124,7 +124,7 @@ impl Proxy {
         req: Request<Body>,
         client_addr: Option<SocketAddr>,
         total: Duration,
-    ) -> Reply {
+    ) -> Outcome {
         let bounds =
             crate::layers::routed(&req).map(|r| (r.plan.max_body_bytes(), r.plan.body_read_timeout()));
         let (max_body, body_idle) = bounds.unwrap_or((u64::MAX, None));
@@ -226,7 +226,7 @@ fn switch_protocols(
     upstream: &Upstream,
     response: Response<hyper::body::Incoming>,
     client_upgrade: Option<ClientUpgrade>,
-) -> Reply {
+) -> Outcome {
     let (mut parts, _body) = response.into_parts();
     let Some(client_upgrade) = client_upgrade else {
         return Err(Rejection::UpstreamError {

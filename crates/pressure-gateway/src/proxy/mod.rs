@@ -42,7 +42,7 @@
 //!
 //! ```no_run
 //! # async fn run(cfg: pressure_gateway::config::GatewayConfig) -> std::io::Result<()> {
-//! use pressure_gateway::proxy::ProxyService;
+//! use pressure_gateway::ProxyService;
 //! use std::net::SocketAddr;
 //!
 //! let service = ProxyService::from_config(&cfg.upstreams, &cfg.timeouts)
@@ -68,7 +68,7 @@ mod upgrade;
 
 pub(crate) use body::is_too_large;
 pub use client::Proxy;
-pub use connector::UpstreamConnector;
 pub use error::ProxyError;
 pub use routing::{Upstream, Upstreams};
-pub use service::{Forward, ProxyService};
+pub(crate) use service::Forward;
+pub use service::ProxyService;

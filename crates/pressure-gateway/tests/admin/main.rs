@@ -13,9 +13,9 @@ use hyper_util::rt::TokioExecutor;
 use pressure_core::{
     AcquireOptions, Acquisition, LimitTemplate, Limits, MemoryBackend, Permit, ResourceBroker, ResourceConfig,
 };
-use pressure_gateway::admin::{router, AdminState};
 use pressure_gateway::backend::{AnyBackend, Broker};
-use pressure_gateway::metrics::{GatewayMetrics, Layer};
+use pressure_gateway::{admin_router as router, AdminState};
+use pressure_gateway::{GatewayMetrics, Layer};
 use pressure_redis::{FailureMode, RedisBackend, RedisConfig};
 use serde_json::Value;
 use std::collections::{BTreeMap, HashSet};

@@ -7,7 +7,7 @@ use jsonwebtoken::{Algorithm, DecodingKey, Validation};
 use std::path::Path;
 
 /// JWT algorithms the gateway can verify (names are case-sensitive).
-pub const JWT_ALGORITHMS: [&str; 12] = [
+pub(crate) const JWT_ALGORITHMS: [&str; 12] = [
     "HS256", "HS384", "HS512", "RS256", "RS384", "RS512", "ES256", "ES384", "PS256", "PS384", "PS512",
     "EdDSA",
 ];
@@ -15,7 +15,7 @@ pub const JWT_ALGORITHMS: [&str; 12] = [
 /// Largest accepted `auth.jwt.leewaySecs`: ten minutes of clock skew is
 /// already generous; more would keep expired tokens alive (and a huge value
 /// overflows the verifier's arithmetic and refuses every token).
-pub const MAX_LEEWAY_SECS: u64 = 600;
+pub(crate) const MAX_LEEWAY_SECS: u64 = 600;
 
 /// The JSON path of `field` of `gateway.auth.jwt`.
 fn at(field: &str) -> String {

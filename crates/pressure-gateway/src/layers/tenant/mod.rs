@@ -8,9 +8,9 @@
 
 pub(crate) mod jwt;
 
-pub use jwt::{AuthError, Authenticator, Tenant, JWT_ALGORITHMS, MAX_LEEWAY_SECS};
+pub(crate) use jwt::{AuthError, Authenticator};
 
-use super::{charge, routed, step_layer, take_ready, RejectingService, Reply, Step};
+use super::{charge, routed, step_layer, take_ready, Outcome, RejectingService, Step};
 use crate::backend::Broker;
 use crate::metrics::{GatewayMetrics, Layer};
 use crate::rejection::Rejection;
@@ -24,14 +24,14 @@ use std::time::Duration;
 
 /// Verifies JWTs and applies per-tenant limits.
 #[derive(Clone, Debug)]
-pub struct TenantLayer {
+pub(crate) struct TenantLayer {
     broker: Broker,
     metrics: Arc<GatewayMetrics>,
 }
 
 impl TenantLayer {
     /// Tenants are registered in `broker`; admissions counted in `metrics`.
-    pub fn new(broker: Broker, metrics: Arc<GatewayMetrics>) -> Self {
+    pub(crate) fn new(broker: Broker, metrics: Arc<GatewayMetrics>) -> Self {
         Self { broker, metrics }
     }
 }
@@ -39,7 +39,7 @@ impl TenantLayer {
 step_layer!(TenantLayer);
 
 impl Step for TenantLayer {
-    fn step<S: RejectingService>(&self, next: &mut S, mut req: Request<Body>) -> BoxFuture<'static, Reply> {
+    fn step<S: RejectingService>(&self, next: &mut S, mut req: Request<Body>) -> BoxFuture<'static, Outcome> {
         let Some(plan) = routed(&req).map(|r| Arc::clone(&r.plan)) else {
             return Box::pin(next.call(req));
         };
