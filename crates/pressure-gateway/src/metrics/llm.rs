@@ -209,7 +209,7 @@ fn try_encode_metrics(llm: &LlmClient<AnyBackend>, out: &mut String) -> fmt::Res
             |p| Some(p.wait_timeouts),
         ),
     ];
-    text::families(out, &families, "provider", pools.iter().map(|(k, p)| (k, p)))?;
+    text::families(out, &families, "provider", pools.iter())?;
     let histograms = [
         (
             "pressure_llm_ttft_seconds",

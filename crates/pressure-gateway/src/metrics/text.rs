@@ -51,19 +51,6 @@ pub(crate) fn escape_label_value(out: &mut String, value: &str) {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn samples_escape_and_omit_empty_braces() {
-        let mut out = String::new();
-        sample(&mut out, "a", &[], 1).expect("write");
-        sample(&mut out, "b", &[("k", "x\"y\\z\n")], 2).expect("write");
-        assert_eq!(out, "a 1\nb{k=\"x\\\"y\\\\z\\n\"} 2\n");
-    }
-}
-
 /// A family of one sample per labelled item: name, type, help, and the
 /// item's value (none: no sample for that item).
 pub(crate) type Family<T> = (&'static str, &'static str, &'static str, fn(&T) -> Option<u64>);
@@ -85,4 +72,17 @@ pub(crate) fn families<'a, K: AsRef<str>, T: 'a>(
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn samples_escape_and_omit_empty_braces() {
+        let mut out = String::new();
+        sample(&mut out, "a", &[], 1).expect("write");
+        sample(&mut out, "b", &[("k", "x\"y\\z\n")], 2).expect("write");
+        assert_eq!(out, "a 1\nb{k=\"x\\\"y\\\\z\\n\"} 2\n");
+    }
 }
