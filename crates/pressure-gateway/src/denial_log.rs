@@ -35,7 +35,7 @@ const SWEEP_ABOVE: usize = 1_024;
 
 /// Which lines a [`DenialLog`] bounds: its summary line says which.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Kind {
+pub(crate) enum LineKind {
     /// `request denied` (a limit refused; info).
     Denied,
     /// `limiter unavailable` (the store could not decide; warn).
@@ -62,7 +62,7 @@ struct Window {
 }
 
 #[derive(Debug)]
-struct State {
+struct Budgets {
     windows: HashMap<Box<str>, Window>,
     /// Whether a flusher task is running (changed under the lock, so a
     /// suppression never misses a flusher that is about to exit).
@@ -71,11 +71,11 @@ struct State {
 
 #[derive(Debug)]
 struct LogState {
-    kind: Kind,
-    state: Mutex<State>,
+    kind: LineKind,
+    state: Mutex<Budgets>,
 }
 
-/// Per-resource line budgets for one [`Kind`] of line; cheap to clone.
+/// Per-resource line budgets for one [`LineKind`] of line; cheap to clone.
 #[derive(Debug, Clone)]
 pub(crate) struct DenialLog {
     inner: Arc<LogState>,
@@ -83,11 +83,11 @@ pub(crate) struct DenialLog {
 
 impl DenialLog {
     /// An empty log for lines of `kind`.
-    pub(crate) fn new(kind: Kind) -> Self {
+    pub(crate) fn new(kind: LineKind) -> Self {
         Self {
             inner: Arc::new(LogState {
                 kind,
-                state: Mutex::new(State {
+                state: Mutex::new(Budgets {
                     windows: HashMap::new(),
                     flusher: false,
                 }),
@@ -197,10 +197,10 @@ impl DenialLog {
 }
 
 /// Writes the summary line of `s` for lines of `kind`.
-fn write_summary(kind: Kind, s: &Summary) {
+fn write_summary(kind: LineKind, s: &Summary) {
     let window_ms = u64::try_from(WINDOW.as_millis()).unwrap_or(u64::MAX);
     match kind {
-        Kind::Denied => tracing::info!(
+        LineKind::Denied => tracing::info!(
             target: "pressure::denial",
             resource = s.resource.as_str(),
             layer = s.layer.as_str(),
@@ -208,7 +208,7 @@ fn write_summary(kind: Kind, s: &Summary) {
             window_ms,
             "denials suppressed"
         ),
-        Kind::Unavailable => tracing::warn!(
+        LineKind::Unavailable => tracing::warn!(
             target: "pressure::denial",
             resource = s.resource.as_str(),
             layer = s.layer.as_str(),
@@ -243,8 +243,8 @@ pub(crate) struct DenialLogs {
 impl Default for DenialLogs {
     fn default() -> Self {
         Self {
-            denied: DenialLog::new(Kind::Denied),
-            unavailable: DenialLog::new(Kind::Unavailable),
+            denied: DenialLog::new(LineKind::Denied),
+            unavailable: DenialLog::new(LineKind::Unavailable),
         }
     }
 }
@@ -276,7 +276,7 @@ mod tests {
 
     #[test]
     fn within_the_budget_every_refusal_logs() {
-        let log = DenialLog::new(Kind::Denied);
+        let log = DenialLog::new(LineKind::Denied);
         let t = Instant::now();
         assert!((0..5).all(|_| log.admit(R, Layer::PreAuth, 5, t)));
         assert!(
@@ -287,7 +287,7 @@ mod tests {
 
     #[test]
     fn a_zero_budget_logs_everything() {
-        let log = DenialLog::new(Kind::Denied);
+        let log = DenialLog::new(LineKind::Denied);
         let t = Instant::now();
         assert!((0..1_000).all(|_| log.admit(R, Layer::PreAuth, 0, t)));
         assert!(log.inner.state.lock().windows.is_empty());
@@ -295,7 +295,7 @@ mod tests {
 
     #[test]
     fn each_resource_has_its_own_budget_and_windows_restart() {
-        let log = DenialLog::new(Kind::Denied);
+        let log = DenialLog::new(LineKind::Denied);
         let t = Instant::now();
         let logged = |r: &str, at: Instant| (0..10).filter(|_| log.admit(r, Layer::Tenant, 3, at)).count();
         assert_eq!(logged(R, t), 3);
@@ -306,7 +306,7 @@ mod tests {
 
     #[test]
     fn drain_reports_what_was_left_out_once() {
-        let log = DenialLog::new(Kind::Denied);
+        let log = DenialLog::new(LineKind::Denied);
         let t = Instant::now();
         for _ in 0..25 {
             log.admit(R, Layer::PreAuth, 5, t);
@@ -330,7 +330,7 @@ mod tests {
 
     #[test]
     fn idle_windows_are_swept_past_the_bound() {
-        let log = DenialLog::new(Kind::Denied);
+        let log = DenialLog::new(LineKind::Denied);
         let t = Instant::now();
         for i in 0..=SWEEP_ABOVE {
             log.admit(&format!("gateway:tenant:{i}"), Layer::Tenant, 1, t);
@@ -349,7 +349,7 @@ mod tests {
             .with_writer(move || Sink(Arc::clone(&sink)))
             .finish();
         tracing::subscriber::with_default(subscriber, || {
-            let log = DenialLog::new(Kind::Denied);
+            let log = DenialLog::new(LineKind::Denied);
             let t = Instant::now();
             for _ in 0..7 {
                 log.admit(R, Layer::PreAuth, 3, t);
@@ -375,7 +375,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn the_flusher_writes_the_summary_after_the_flood_stops() {
-        let log = DenialLog::new(Kind::Denied);
+        let log = DenialLog::new(LineKind::Denied);
         let t = Instant::now();
         for _ in 0..10 {
             log.admit(R, Layer::PreAuth, 2, t);

@@ -11,7 +11,7 @@ mod support;
 use http::StatusCode;
 use serde_json::json;
 use std::time::Duration;
-use support::{bounded, raw_status, statuses, TestGateway, Upstream};
+use support::{bounded, raw_status, statuses, TestGateway, TestUpstream};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// The regression of the probe that found the gateway charging `/api`
@@ -19,7 +19,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_service_limit_never_charges_another_upstream() {
     bounded(async {
-        let up = Upstream::demo().await;
+        let up = TestUpstream::demo().await;
         let gw = TestGateway::start(json!({
             "upstreams": {
                 "api": { "url": up.url(), "pathPrefix": "/api" },
@@ -51,7 +51,7 @@ async fn a_service_limit_never_charges_another_upstream() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_spelling_of_a_path_hits_the_same_limit() {
     bounded(async {
-        let up = Upstream::demo().await;
+        let up = TestUpstream::demo().await;
         let gw = TestGateway::start(json!({
             "upstreams": { "demo": { "url": up.url(), "pathPrefix": "/" } },
             "pressure": { "perRoute": [{
@@ -105,7 +105,7 @@ async fn every_spelling_of_a_path_hits_the_same_limit() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn smuggled_heads_are_400() {
     bounded(async {
-        let up = Upstream::demo().await;
+        let up = TestUpstream::demo().await;
         let gw = TestGateway::start(json!({
             "upstreams": { "demo": { "url": up.url(), "pathPrefix": "/" } },
         }))
@@ -142,7 +142,7 @@ async fn smuggled_heads_are_400() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dot_segments_with_parameters_and_backslashes_are_400() {
     bounded(async {
-        let up = Upstream::demo().await;
+        let up = TestUpstream::demo().await;
         let gw = TestGateway::start(json!({
             "upstreams": { "demo": { "url": up.url(), "pathPrefix": "/" } },
         }))
@@ -271,7 +271,7 @@ async fn exchange(addr: std::net::SocketAddr, head: &str, body: &[u8], then_wait
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn client_body_faults_are_4xx_and_not_upstream_errors() {
     bounded(async {
-        let up = Upstream::demo().await;
+        let up = TestUpstream::demo().await;
         let gw = TestGateway::start(json!({
             "upstreams": { "demo": { "url": up.url(), "pathPrefix": "/" } },
             "timeouts": { "bodyReadMs": 300 },
@@ -301,7 +301,7 @@ async fn client_body_faults_are_4xx_and_not_upstream_errors() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn http2_honours_max_header_bytes() {
     bounded(async {
-        let up = Upstream::demo().await;
+        let up = TestUpstream::demo().await;
         let gw = TestGateway::start(json!({
             "upstreams": { "demo": { "url": up.url(), "pathPrefix": "/" } },
             "limits": { "maxHeaderBytes": 8192 },
