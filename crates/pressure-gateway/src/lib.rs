@@ -45,6 +45,7 @@ mod rls;
 mod run;
 mod server;
 mod tls;
+mod watched_body;
 
 pub use admin::{router as admin_router, AdminState};
 pub use backend::{AnyBackend, Broker};

@@ -19,11 +19,10 @@
 //!   finish, and [`serve_with`] returns once every connection is gone or
 //!   the grace period is over (the rest are then dropped).
 
+use crate::watched_body::{FrameWatch, WatchedBody};
 use axum::body::Body;
 use axum::extract::ConnectInfo;
-use bytes::Bytes;
 use http::{Request, Response};
-use http_body::{Frame, SizeHint};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use std::convert::Infallible;
@@ -465,12 +464,7 @@ where
         let fut = self.inner.clone().oneshot(req);
         Box::pin(async move {
             let resp = fut.await?;
-            Ok(resp.map(|b| {
-                Body::new(InFlightBody {
-                    inner: b,
-                    _guard: guard,
-                })
-            }))
+            Ok(resp.map(|b| Body::new(WatchedBody::new(b, guard))))
         })
     }
 }
@@ -492,34 +486,8 @@ impl Drop for InFlight {
     }
 }
 
-pin_project_lite::pin_project! {
-    /// A response body that keeps its connection counted as busy.
-    struct InFlightBody {
-        #[pin]
-        inner: Body,
-        _guard: InFlight,
-    }
-}
-
-impl http_body::Body for InFlightBody {
-    type Data = Bytes;
-    type Error = axum::Error;
-
-    fn poll_frame(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
-        self.project().inner.poll_frame(cx)
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        self.inner.size_hint()
-    }
-}
+/// A response body keeps its connection counted as busy.
+impl FrameWatch for InFlight {}
 
 /// The client socket, noting every byte read or written and blocked writes.
 struct Watched {

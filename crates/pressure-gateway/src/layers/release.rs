@@ -7,7 +7,7 @@
 
 use super::{step_layer, Outcome, RejectingService, Step};
 use crate::metrics::GatewayMetrics;
-use crate::permits::{PermitBody, PermitSlot};
+use crate::permits::{PermitSlot, Release};
 use axum::body::Body;
 use futures::future::BoxFuture;
 use http::{Request, Response};
@@ -88,10 +88,7 @@ impl Step for ReleaseLayer {
                 return Ok(resp);
             }
             let (parts, body) = resp.into_parts();
-            Ok(Response::from_parts(
-                parts,
-                Body::new(PermitBody::new(body, slot)),
-            ))
+            Ok(Response::from_parts(parts, Body::new(Release::body(body, slot))))
         })
     }
 }
