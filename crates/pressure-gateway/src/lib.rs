@@ -50,6 +50,13 @@ mod watched_body;
 pub use admin::{router as admin_router, AdminState};
 pub use backend::{AnyBackend, Broker};
 pub use gateway::{Gateway, GatewayError, GatewayService, Serving};
+/// The request path's tower layers, outermost first (DESIGN §5: usable by
+/// any axum/hyper app too; the inner ones read the route the route layer
+/// puts in the request).
+pub use layers::{
+    body_limit::BodyLimitLayer, pre_auth::PreAuthLayer, release::ReleaseLayer, route::PlanCell,
+    route::RouteLayer, route::RouteService, tenant::TenantLayer, Outcome, RejectingService, Step, Stepped,
+};
 pub use metrics::{GatewayMetrics, Layer};
 pub use openai::Llm;
 pub use plan::{Endpoint, Plan, Route, Router, TenantPolicy};

@@ -11,7 +11,7 @@ use http::Request;
 
 /// Limits request bodies.
 #[derive(Debug, Clone, Copy, Default)]
-pub(crate) struct BodyLimitLayer;
+pub struct BodyLimitLayer;
 
 step_layer!(BodyLimitLayer);
 

@@ -39,11 +39,11 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 /// What the inner layers answer: a response, or a refusal to render.
-pub(crate) type Outcome = Result<Response<Body>, Rejection>;
+pub type Outcome = Result<Response<Body>, Rejection>;
 
 /// A service under the route layer: it answers a response or a
 /// [`Rejection`].
-pub(crate) trait RejectingService:
+pub trait RejectingService:
     tower::Service<Request<Body>, Response = Response<Body>, Error = Rejection, Future: Send + 'static>
     + Clone
     + Send
@@ -62,7 +62,7 @@ impl<S> RejectingService for S where
 /// What one layer under the route layer does with a request, given the
 /// service under it: each layer is a `Step`, and [`Stepped`] makes it a
 /// `tower::Service` (the plumbing every layer would otherwise repeat).
-pub(crate) trait Step: Clone + Send + Sync + 'static {
+pub trait Step: Clone + Send + Sync + 'static {
     /// Handles `req`; `next` is the ready service under this layer (use
     /// [`take_ready`] to call it after an `.await`).
     fn step<S: RejectingService>(&self, next: &mut S, req: Request<Body>) -> BoxFuture<'static, Outcome>;
@@ -71,7 +71,7 @@ pub(crate) trait Step: Clone + Send + Sync + 'static {
 /// A layer's [`Step`] over the service under it: the service a layer of
 /// the request path makes (`tower::Layer::Service`).
 #[derive(Debug, Clone)]
-pub(crate) struct Stepped<L, S> {
+pub struct Stepped<L, S> {
     step: L,
     next: S,
 }

@@ -12,13 +12,13 @@ use std::sync::Arc;
 
 /// Applies route and service limits before auth.
 #[derive(Debug, Clone)]
-pub(crate) struct PreAuthLayer {
+pub struct PreAuthLayer {
     metrics: Arc<GatewayMetrics>,
 }
 
 impl PreAuthLayer {
     /// Counts admissions in `metrics`.
-    pub(crate) fn new(metrics: Arc<GatewayMetrics>) -> Self {
+    pub fn new(metrics: Arc<GatewayMetrics>) -> Self {
         Self { metrics }
     }
 }

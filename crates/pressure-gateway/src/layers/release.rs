@@ -16,13 +16,13 @@ use std::sync::Arc;
 /// Wraps a service so the permits its request took are released with the
 /// response body.
 #[derive(Debug, Clone)]
-pub(crate) struct ReleaseLayer {
+pub struct ReleaseLayer {
     metrics: Arc<GatewayMetrics>,
 }
 
 impl ReleaseLayer {
     /// A release layer counting long-lived bypasses in `metrics`.
-    pub(crate) fn new(metrics: Arc<GatewayMetrics>) -> Self {
+    pub fn new(metrics: Arc<GatewayMetrics>) -> Self {
         Self { metrics }
     }
 }

@@ -36,11 +36,11 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 /// The plan the gateway serves now, swapped whole on reload.
-pub(crate) type PlanCell = Arc<ArcSwap<Plan>>;
+pub type PlanCell = Arc<ArcSwap<Plan>>;
 
 /// Routes requests with the current plan of `plan`.
 #[derive(Debug, Clone)]
-pub(crate) struct RouteLayer {
+pub struct RouteLayer {
     plan: PlanCell,
     metrics: Arc<GatewayMetrics>,
     force_access_log: bool,
@@ -49,7 +49,7 @@ pub(crate) struct RouteLayer {
 
 impl RouteLayer {
     /// Routes with `plan`, counting refusals in `metrics`.
-    pub(crate) fn new(plan: PlanCell, metrics: Arc<GatewayMetrics>) -> Self {
+    pub fn new(plan: PlanCell, metrics: Arc<GatewayMetrics>) -> Self {
         Self {
             plan,
             metrics,
@@ -60,7 +60,7 @@ impl RouteLayer {
 
     /// Writes the access log whatever the plan says when `on`.
     #[must_use]
-    pub(crate) fn force_access_log(mut self, on: bool) -> Self {
+    pub fn force_access_log(mut self, on: bool) -> Self {
         self.force_access_log = on;
         self
     }
@@ -69,7 +69,7 @@ impl RouteLayer {
     /// `pressure.rateLimitHeaders` says when `on` (forward auth: the proxy
     /// in front passes them on).
     #[must_use]
-    pub(crate) fn force_rate_limit_headers(mut self, on: bool) -> Self {
+    pub fn force_rate_limit_headers(mut self, on: bool) -> Self {
         self.force_rate_limit_headers = on;
         self
     }
@@ -91,7 +91,7 @@ impl<S> tower::Layer<S> for RouteLayer {
 
 /// See [`RouteLayer`].
 #[derive(Debug, Clone)]
-pub(crate) struct RouteService<S> {
+pub struct RouteService<S> {
     inner: S,
     plan: PlanCell,
     metrics: Arc<GatewayMetrics>,

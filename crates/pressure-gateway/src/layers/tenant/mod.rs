@@ -24,14 +24,14 @@ use std::time::Duration;
 
 /// Verifies JWTs and applies per-tenant limits.
 #[derive(Clone, Debug)]
-pub(crate) struct TenantLayer {
+pub struct TenantLayer {
     broker: Broker,
     metrics: Arc<GatewayMetrics>,
 }
 
 impl TenantLayer {
     /// Tenants are registered in `broker`; admissions counted in `metrics`.
-    pub(crate) fn new(broker: Broker, metrics: Arc<GatewayMetrics>) -> Self {
+    pub fn new(broker: Broker, metrics: Arc<GatewayMetrics>) -> Self {
         Self { broker, metrics }
     }
 }
