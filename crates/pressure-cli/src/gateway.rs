@@ -60,18 +60,18 @@ pub(crate) struct CheckConfigArgs {
 }
 
 fn load_or_exit(path: &Path) -> pressure_gateway::config::GatewayConfig {
-    match pressure_gateway::config::load(path) {
-        Ok(c) => c,
-        Err(e) => {
-            // An unreadable file already names itself.
-            if e.path == path.display().to_string() {
-                eprintln!("error: {e}");
-            } else {
-                eprintln!("error: {}: {e}", path.display());
-            }
-            std::process::exit(crate::exit::INVALID.into());
-        }
+    pressure_gateway::config::load(path).unwrap_or_else(|e| invalid(path, &e))
+}
+
+/// Reports the config problem `e` of the file at `path` and exits 2.
+fn invalid(path: &Path, e: &pressure_gateway::config::ConfigError) -> ! {
+    // An unreadable file already names itself.
+    if e.path == path.display().to_string() {
+        eprintln!("error: {e}");
+    } else {
+        eprintln!("error: {}: {e}", path.display());
     }
+    std::process::exit(crate::exit::INVALID.into());
 }
 
 fn base_dir(path: &Path) -> PathBuf {
@@ -83,6 +83,11 @@ fn base_dir(path: &Path) -> PathBuf {
 
 pub(crate) fn check(args: CheckConfigArgs) -> anyhow::Result<()> {
     let cfg = load_or_exit(&args.file);
+    // The plan the gateway would serve, plugin manifests merged: built on
+    // a broker of its own, as the gateway builds it at start.
+    if let Err(errors) = pressure_gateway::config::validate(&cfg, &base_dir(&args.file)) {
+        invalid(&args.file, errors.first());
+    }
     crate::outln!(
         "{}: ok ({} upstreams, {} route limits, {} service limits, tenants {})",
         args.file.display(),

@@ -32,16 +32,16 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 /// The tracing target of access log lines.
-pub const TARGET: &str = "pressure::access";
+pub(crate) const TARGET: &str = "pressure::access";
 
 /// The request id header, read from the client and echoed on the response.
-pub const REQUEST_ID: &str = "x-request-id";
+pub(crate) const REQUEST_ID: &str = "x-request-id";
 
 /// Longest client-sent request id kept.
-pub const MAX_REQUEST_ID: usize = 128;
+pub(crate) const MAX_REQUEST_ID: usize = 128;
 
 /// Whether a client-sent request id is safe to log and echo.
-pub fn is_safe_request_id(v: &[u8]) -> bool {
+pub(crate) fn is_safe_request_id(v: &[u8]) -> bool {
     !v.is_empty()
         && v.len() <= MAX_REQUEST_ID
         && v.iter()
@@ -51,7 +51,7 @@ pub fn is_safe_request_id(v: &[u8]) -> bool {
 /// A new request id: 32 hex digits, a random per-process prefix and a
 /// counter, so ids are unique within a process and unlikely to collide
 /// across a fleet.
-pub fn new_request_id() -> String {
+pub(crate) fn new_request_id() -> String {
     static PREFIX: OnceLock<u64> = OnceLock::new();
     static NEXT: AtomicU64 = AtomicU64::new(0);
     let prefix = *PREFIX.get_or_init(|| {
@@ -64,7 +64,7 @@ pub fn new_request_id() -> String {
 
 /// The request id of a request with `headers`: the client's when safe,
 /// else a new one.
-pub fn request_id(headers: &HeaderMap) -> String {
+pub(crate) fn request_id(headers: &HeaderMap) -> String {
     match headers.get(REQUEST_ID) {
         Some(v) if is_safe_request_id(v.as_bytes()) => String::from_utf8_lossy(v.as_bytes()).into_owned(),
         _ => new_request_id(),
@@ -74,7 +74,7 @@ pub fn request_id(headers: &HeaderMap) -> String {
 /// What the line of one request says, gathered at its arrival; the rest
 /// (status, duration, bytes) comes at its end.
 #[derive(Debug)]
-pub struct AccessRecord {
+pub(crate) struct AccessRecord {
     time: time::OffsetDateTime,
     request_id: String,
     method: Method,
@@ -86,7 +86,7 @@ pub struct AccessRecord {
 
 impl AccessRecord {
     /// The record of a request that arrived now.
-    pub fn new(request_id: String, method: Method, path: &str) -> Self {
+    pub(crate) fn new(request_id: String, method: Method, path: &str) -> Self {
         Self {
             time: time::OffsetDateTime::now_utc(),
             request_id,
@@ -99,24 +99,24 @@ impl AccessRecord {
     }
 
     /// Replaces the path (with the normalised one).
-    pub fn set_path(&mut self, path: &str) {
+    pub(crate) fn set_path(&mut self, path: &str) {
         path.clone_into(&mut self.path);
     }
 
     /// Sets the route decision and the record the inner layers fill.
-    pub fn routed(&mut self, route: &str, upstream: &str, charged: Charged) {
+    pub(crate) fn routed(&mut self, route: &str, upstream: &str, charged: Charged) {
         route.clone_into(&mut self.route);
         upstream.clone_into(&mut self.upstream);
         self.charged = Some(charged);
     }
 
     /// The request id, as a header value.
-    pub fn request_id_header(&self) -> Option<HeaderValue> {
+    pub(crate) fn request_id_header(&self) -> Option<HeaderValue> {
         HeaderValue::from_str(&self.request_id).ok()
     }
 
     /// Writes the line.
-    pub fn emit(&self, status: u16, took: Duration, bytes_sent: u64) {
+    pub(crate) fn emit(&self, status: u16, took: Duration, bytes_sent: u64) {
         let time = self
             .time
             .format(&time::format_description::well_known::Rfc3339)

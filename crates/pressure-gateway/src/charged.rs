@@ -14,33 +14,33 @@ use std::sync::Arc;
 
 /// Shared between the layers of one request (cheap to clone).
 #[derive(Debug, Clone, Default)]
-pub struct Charged(Arc<Mutex<Inner>>);
+pub(crate) struct Charged(Arc<Mutex<ChargedSoFar>>);
 
 #[derive(Debug, Default)]
-struct Inner {
+struct ChargedSoFar {
     resources: Vec<ResourceHandle<AnyBackend>>,
     tenant: Option<String>,
 }
 
 impl Charged {
     /// Records a granted acquisition on `handle`.
-    pub fn charged(&self, handle: &ResourceHandle<AnyBackend>) {
+    pub(crate) fn charged(&self, handle: &ResourceHandle<AnyBackend>) {
         self.0.lock().resources.push(handle.clone());
     }
 
     /// Records the tenant a valid token named.
-    pub fn tenant(&self, tenant: &str) {
+    pub(crate) fn tenant(&self, tenant: &str) {
         self.0.lock().tenant = Some(tenant.to_owned());
     }
 
     /// The resources charged so far, in order.
-    pub fn resources(&self) -> Vec<ResourceHandle<AnyBackend>> {
+    pub(crate) fn resources(&self) -> Vec<ResourceHandle<AnyBackend>> {
         self.0.lock().resources.clone()
     }
 
     /// The resource ids charged, `,`-separated (empty: none), and the
     /// tenant, if any.
-    pub fn summary(&self) -> (String, Option<String>) {
+    pub(crate) fn summary(&self) -> (String, Option<String>) {
         let inner = self.0.lock();
         let ids: Vec<&str> = inner.resources.iter().map(ResourceHandle::id).collect();
         (ids.join(","), inner.tenant.clone())
@@ -48,6 +48,6 @@ impl Charged {
 }
 
 /// The [`Charged`] record of a request, when the route layer asked for one.
-pub fn of<B>(req: &http::Request<B>) -> Option<&Charged> {
+pub(crate) fn of<B>(req: &http::Request<B>) -> Option<&Charged> {
     req.extensions().get::<Charged>()
 }

@@ -15,7 +15,7 @@
 //! some window holds suppressed lines (so a flood that stops still gets
 //! its summary, about a second later).
 
-use crate::metrics::Layer;
+use crate::metrics::layer::Layer;
 use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::sync::{Arc, Weak};
@@ -23,10 +23,10 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 /// The length of one budget window.
-pub const WINDOW: Duration = Duration::from_secs(1);
+pub(crate) const WINDOW: Duration = Duration::from_secs(1);
 
 /// The default `gateway.denialLog.linesPerResourcePerSecond`.
-pub const DEFAULT_LINES_PER_SECOND: u32 = 20;
+pub(crate) const DEFAULT_LINES_PER_SECOND: u32 = 20;
 
 /// Above this many tracked resources, windows that ended with nothing
 /// suppressed are swept on the next refusal (a tenant flood cannot grow
@@ -35,7 +35,7 @@ const SWEEP_ABOVE: usize = 1_024;
 
 /// Which lines a [`DenialLog`] bounds: its summary line says which.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Kind {
+pub(crate) enum LineKind {
     /// `request denied` (a limit refused; info).
     Denied,
     /// `limiter unavailable` (the store could not decide; warn).
@@ -44,7 +44,7 @@ pub enum Kind {
 
 /// One resource's window closed with lines left out.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Summary {
+pub(crate) struct Summary {
     /// The resource.
     pub resource: String,
     /// The layer that charged it.
@@ -62,7 +62,7 @@ struct Window {
 }
 
 #[derive(Debug)]
-struct State {
+struct Budgets {
     windows: HashMap<Box<str>, Window>,
     /// Whether a flusher task is running (changed under the lock, so a
     /// suppression never misses a flusher that is about to exit).
@@ -70,24 +70,24 @@ struct State {
 }
 
 #[derive(Debug)]
-struct Inner {
-    kind: Kind,
-    state: Mutex<State>,
+struct LogState {
+    kind: LineKind,
+    state: Mutex<Budgets>,
 }
 
-/// Per-resource line budgets for one [`Kind`] of line; cheap to clone.
+/// Per-resource line budgets for one [`LineKind`] of line; cheap to clone.
 #[derive(Debug, Clone)]
-pub struct DenialLog {
-    inner: Arc<Inner>,
+pub(crate) struct DenialLog {
+    inner: Arc<LogState>,
 }
 
 impl DenialLog {
     /// An empty log for lines of `kind`.
-    pub fn new(kind: Kind) -> Self {
+    pub(crate) fn new(kind: LineKind) -> Self {
         Self {
-            inner: Arc::new(Inner {
+            inner: Arc::new(LogState {
                 kind,
-                state: Mutex::new(State {
+                state: Mutex::new(Budgets {
                     windows: HashMap::new(),
                     flusher: false,
                 }),
@@ -100,7 +100,7 @@ impl DenialLog {
     /// summary of the resource's previous window when that window ended
     /// with lines left out, and starts the flusher on the first line left
     /// out.
-    pub fn admit(&self, resource: &str, layer: Layer, budget: u32, now: Instant) -> bool {
+    pub(crate) fn admit(&self, resource: &str, layer: Layer, budget: u32, now: Instant) -> bool {
         if budget == 0 {
             return true;
         }
@@ -178,7 +178,7 @@ impl DenialLog {
             self.inner.state.lock().flusher = false;
             return;
         };
-        let weak: Weak<Inner> = Arc::downgrade(&self.inner);
+        let weak: Weak<LogState> = Arc::downgrade(&self.inner);
         runtime.spawn(async move {
             loop {
                 tokio::time::sleep(WINDOW / 4).await;
@@ -197,10 +197,10 @@ impl DenialLog {
 }
 
 /// Writes the summary line of `s` for lines of `kind`.
-fn write_summary(kind: Kind, s: &Summary) {
+fn write_summary(kind: LineKind, s: &Summary) {
     let window_ms = u64::try_from(WINDOW.as_millis()).unwrap_or(u64::MAX);
     match kind {
-        Kind::Denied => tracing::info!(
+        LineKind::Denied => tracing::info!(
             target: "pressure::denial",
             resource = s.resource.as_str(),
             layer = s.layer.as_str(),
@@ -208,7 +208,7 @@ fn write_summary(kind: Kind, s: &Summary) {
             window_ms,
             "denials suppressed"
         ),
-        Kind::Unavailable => tracing::warn!(
+        LineKind::Unavailable => tracing::warn!(
             target: "pressure::denial",
             resource = s.resource.as_str(),
             layer = s.layer.as_str(),
@@ -219,7 +219,7 @@ fn write_summary(kind: Kind, s: &Summary) {
     }
 }
 
-impl Drop for Inner {
+impl Drop for LogState {
     /// A gateway that stops mid-flood still says what it left out.
     fn drop(&mut self) {
         let state = self.state.get_mut();
@@ -233,7 +233,7 @@ impl Drop for Inner {
 
 /// The two bounded kinds of line of one gateway, kept across reloads.
 #[derive(Debug, Clone)]
-pub struct DenialLogs {
+pub(crate) struct DenialLogs {
     /// `request denied`.
     pub denied: DenialLog,
     /// `limiter unavailable`.
@@ -243,8 +243,8 @@ pub struct DenialLogs {
 impl Default for DenialLogs {
     fn default() -> Self {
         Self {
-            denied: DenialLog::new(Kind::Denied),
-            unavailable: DenialLog::new(Kind::Unavailable),
+            denied: DenialLog::new(LineKind::Denied),
+            unavailable: DenialLog::new(LineKind::Unavailable),
         }
     }
 }
@@ -276,7 +276,7 @@ mod tests {
 
     #[test]
     fn within_the_budget_every_refusal_logs() {
-        let log = DenialLog::new(Kind::Denied);
+        let log = DenialLog::new(LineKind::Denied);
         let t = Instant::now();
         assert!((0..5).all(|_| log.admit(R, Layer::PreAuth, 5, t)));
         assert!(
@@ -287,7 +287,7 @@ mod tests {
 
     #[test]
     fn a_zero_budget_logs_everything() {
-        let log = DenialLog::new(Kind::Denied);
+        let log = DenialLog::new(LineKind::Denied);
         let t = Instant::now();
         assert!((0..1_000).all(|_| log.admit(R, Layer::PreAuth, 0, t)));
         assert!(log.inner.state.lock().windows.is_empty());
@@ -295,7 +295,7 @@ mod tests {
 
     #[test]
     fn each_resource_has_its_own_budget_and_windows_restart() {
-        let log = DenialLog::new(Kind::Denied);
+        let log = DenialLog::new(LineKind::Denied);
         let t = Instant::now();
         let logged = |r: &str, at: Instant| (0..10).filter(|_| log.admit(r, Layer::Tenant, 3, at)).count();
         assert_eq!(logged(R, t), 3);
@@ -306,7 +306,7 @@ mod tests {
 
     #[test]
     fn drain_reports_what_was_left_out_once() {
-        let log = DenialLog::new(Kind::Denied);
+        let log = DenialLog::new(LineKind::Denied);
         let t = Instant::now();
         for _ in 0..25 {
             log.admit(R, Layer::PreAuth, 5, t);
@@ -330,7 +330,7 @@ mod tests {
 
     #[test]
     fn idle_windows_are_swept_past_the_bound() {
-        let log = DenialLog::new(Kind::Denied);
+        let log = DenialLog::new(LineKind::Denied);
         let t = Instant::now();
         for i in 0..=SWEEP_ABOVE {
             log.admit(&format!("gateway:tenant:{i}"), Layer::Tenant, 1, t);
@@ -349,7 +349,7 @@ mod tests {
             .with_writer(move || Sink(Arc::clone(&sink)))
             .finish();
         tracing::subscriber::with_default(subscriber, || {
-            let log = DenialLog::new(Kind::Denied);
+            let log = DenialLog::new(LineKind::Denied);
             let t = Instant::now();
             for _ in 0..7 {
                 log.admit(R, Layer::PreAuth, 3, t);
@@ -375,7 +375,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn the_flusher_writes_the_summary_after_the_flood_stops() {
-        let log = DenialLog::new(Kind::Denied);
+        let log = DenialLog::new(LineKind::Denied);
         let t = Instant::now();
         for _ in 0..10 {
             log.admit(R, Layer::PreAuth, 2, t);

@@ -66,10 +66,10 @@ pub enum GatewayError {
 /// everything.
 #[derive(Clone)]
 pub struct Gateway {
-    inner: Arc<Inner>,
+    inner: Arc<GatewayState>,
 }
 
-struct Inner {
+struct GatewayState {
     plan: PlanCell,
     broker: Broker,
     metrics: Arc<GatewayMetrics>,
@@ -160,9 +160,9 @@ impl Gateway {
             .as_ref()
             .map_or(DEFAULT_MAX_PERMITS, |d| d.max_permits);
         let tls = LoadedTls::load(&config, base_dir)?.into_listeners();
-        let plan = Plan::build(config, base_dir, &broker, llm)?;
+        let plan = Plan::build(config, base_dir, &broker, llm).map_err(ConfigError::from)?;
         Ok(Self {
-            inner: Arc::new(Inner {
+            inner: Arc::new(GatewayState {
                 plan: Arc::new(ArcSwap::from_pointee(plan)),
                 broker,
                 metrics,
@@ -308,7 +308,8 @@ impl Gateway {
             &self.inner.base_dir,
             &self.inner.broker,
             old.llm().cloned(),
-        )?;
+        )
+        .map_err(ConfigError::from)?;
         reload::retemplate_tenants(&self.inner.broker, old.config(), plan.config());
         for id in old.resource_ids().difference(plan.resource_ids()) {
             self.inner.broker.unregister(id);
@@ -405,6 +406,23 @@ impl Gateway {
         }
     }
 
+    /// Serves the admin router on `listener` in a background task until
+    /// `stop` turns true.
+    pub(crate) fn spawn_admin(
+        &self,
+        listener: TcpListener,
+        mut stop: tokio::sync::watch::Receiver<bool>,
+    ) -> tokio::task::JoinHandle<crate::server::Drained> {
+        let router = self.admin_router();
+        let options = self.admin_serve_options();
+        tokio::spawn(async move {
+            serve_with(listener, router, &options, async move {
+                let _ = stop.wait_for(|v| *v).await;
+            })
+            .await
+        })
+    }
+
     /// [`serve`](Self::serve) in a background task until the returned
     /// [`Serving`] is stopped or dropped.
     pub fn spawn(self, listener: TcpListener, admin: TcpListener) -> Serving {
@@ -432,16 +450,9 @@ impl Gateway {
         shutdown: impl Future<Output = ()> + Send,
     ) {
         let options = self.serve_options();
-        let (admin_tx, mut admin_rx) = tokio::sync::watch::channel(false);
+        let (admin_tx, admin_rx) = tokio::sync::watch::channel(false);
         let (proxy_tx, mut proxy_rx) = tokio::sync::watch::channel(false);
-        let router = self.admin_router();
-        let admin_options = self.admin_serve_options();
-        let admin_task = tokio::spawn(async move {
-            serve_with(admin, router, &admin_options, async move {
-                let _ = admin_rx.wait_for(|v| *v).await;
-            })
-            .await
-        });
+        let admin_task = self.spawn_admin(admin, admin_rx);
         let service = self.service();
         let proxy_task = tokio::spawn(async move {
             serve_with(listener, service, &options, async move {

@@ -5,38 +5,64 @@
 //! per-tenant limits after it, every permit released exactly once when the
 //! response body ends or the client goes away.
 //!
-//! The request path: a validated config becomes a [`plan::Plan`] (router,
-//! tenant policy, LLM client, bounds); the [`layers`] read the plan of their
-//! request, route it once, and return refusals as [`rejection::Rejection`]
-//! values rendered in one place. [`Gateway`] holds the current plan and
-//! swaps it on reload; [`run`] is the process (signals, drain, reload).
-//! The [`decisions`] listener opens the same broker to callers outside the
-//! proxy: a decision API and forward auth for nginx, Caddy and Traefik.
+//! The request path: a config becomes a [`Plan`] (router, tenant policy,
+//! LLM client, bounds) in one pass that is also its validation; the layers
+//! read the plan of their request, route it once, and return refusals as
+//! [`Rejection`] values rendered in one place. [`Gateway`] holds the current
+//! plan and swaps it on reload; [`run`] is the process (signals, drain,
+//! reload). The decision listener opens the same broker to callers outside
+//! the proxy: a decision API and forward auth for nginx, Caddy and Traefik.
+//!
+//! The public surface: [`config`] (the config's types, loading and
+//! checking, its schema and reference), the [`Gateway`] and what it hands
+//! out (its [`Plan`], [`Broker`], [`GatewayMetrics`], admin router, serve
+//! options), the proxy on its own ([`ProxyService`]), the servers
+//! ([`serve`], [`serve_with`]), the manual queue in Redis
+//! ([`manual_queue`]), the OpenAI endpoint's headers ([`openai`]) and the
+//! demo upstream ([`demo_upstream`]).
 
-pub mod access_log;
-pub mod admin;
+mod access_log;
+mod admin;
 pub mod backend;
-pub mod charged;
+mod charged;
 pub mod config;
-pub mod decisions;
+mod decisions;
 pub mod demo_upstream;
-pub mod denial_log;
+mod denial_log;
 mod gateway;
-pub mod layers;
+mod layers;
 pub mod manual_queue;
-pub mod metrics;
+mod metrics;
 pub mod openai;
-pub mod path;
-pub mod permits;
-pub mod plan;
-pub mod proxy;
-pub mod rejection;
-pub mod reload;
-pub mod resources;
-pub mod rls;
+mod path;
+mod permits;
+mod plan;
+mod proxy;
+mod rejection;
+mod reload;
+mod resources;
+mod rls;
 mod run;
-pub mod server;
-pub mod tls;
+mod server;
+mod tls;
+mod watched_body;
 
+pub use admin::{router as admin_router, AdminState};
+pub use backend::{AnyBackend, Broker};
 pub use gateway::{Gateway, GatewayError, GatewayService, Serving};
+/// The request path's tower layers, outermost first (DESIGN §5: usable by
+/// any axum/hyper app too; the inner ones read the route the route layer
+/// puts in the request).
+pub use layers::{
+    body_limit::BodyLimitLayer, pre_auth::PreAuthLayer, release::ReleaseLayer, route::PlanCell,
+    route::RouteLayer, route::RouteService, tenant::TenantLayer, Outcome, RejectingService, Step, Stepped,
+};
+pub use metrics::{GatewayMetrics, Layer};
+pub use openai::Llm;
+pub use plan::{Endpoint, Plan, Route, Router, TenantPolicy};
+pub use proxy::{Proxy, ProxyError, ProxyService, Upstream, Upstreams};
+pub use rejection::{Dialect, Rejection};
+pub use reload::ReloadOutcome;
 pub use run::{run, RunOptions};
+pub use server::{serve, serve_with, Drained, ServeOptions};
+pub use tls::ServerTls;

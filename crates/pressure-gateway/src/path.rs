@@ -13,13 +13,17 @@
 //! * dot-segments are removed (RFC 3986 §5.2.4); `..` above the root stays
 //!   at the root, as in nginx.
 //!
-//! A malformed escape (`%zz`, `%4`) is refused too. Refusals are `400`.
+//! A malformed escape (`%zz`, `%4`) is refused too, and so are spellings
+//! that other servers read as a way up or as a separator: a dot-segment
+//! with parameters (`..;`, `.;x`: Tomcat and Spring strip the parameters
+//! and read `..`) and a backslash, plain or escaped (`\`, `%5C`: IIS and
+//! some frameworks read `/`). Refusals are `400`.
 
 use std::borrow::Cow;
 
 /// Why a path was refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-pub enum PathError {
+pub(crate) enum PathError {
     /// `%2F` or `%2E` inside a segment.
     #[error("the path contains an encoded '/' or '.'")]
     EncodedSeparator,
@@ -29,18 +33,45 @@ pub enum PathError {
     /// The path does not start with `/`.
     #[error("the path must start with '/'")]
     NotAbsolute,
+    /// A `\` or `%5C`, which some servers read as `/`.
+    #[error("the path contains a '\\' (read as '/' by some servers)")]
+    Backslash,
+    /// A `.` or `..` segment with parameters (`..;x`), which some servers
+    /// read as the dot-segment itself.
+    #[error("the path contains a dot-segment with parameters (read as '..' by some servers)")]
+    DotSegmentParameters,
 }
 
 /// The normalised form of `path` (borrowed when it is already normal).
-pub fn normalize(path: &str) -> Result<Cow<'_, str>, PathError> {
+pub(crate) fn normalize(path: &str) -> Result<Cow<'_, str>, PathError> {
     if !path.starts_with('/') {
         return Err(PathError::NotAbsolute);
     }
+    check_ambiguous(path)?;
     if is_normal(path) {
         return Ok(Cow::Borrowed(path));
     }
     let decoded = decode_unreserved(path)?;
     Ok(Cow::Owned(remove_dot_segments(&decoded)))
+}
+
+/// Refuses what other servers would read differently from us: a
+/// backslash and a dot-segment with parameters (see the module docs).
+fn check_ambiguous(path: &str) -> Result<(), PathError> {
+    let b = path.as_bytes();
+    if b.contains(&b'\\') {
+        return Err(PathError::Backslash);
+    }
+    if b.contains(&b';') {
+        let dotted = path
+            .split('/')
+            .filter_map(|seg| seg.split_once(';'))
+            .any(|(head, _)| head == "." || head == "..");
+        if dotted {
+            return Err(PathError::DotSegmentParameters);
+        }
+    }
+    Ok(())
 }
 
 /// Fast check: no escape, no empty segment, no dot-segment.
@@ -94,6 +125,9 @@ fn decode_unreserved(path: &str) -> Result<String, PathError> {
         let byte = hi * 16 + lo;
         if byte == b'/' || byte == b'.' {
             return Err(PathError::EncodedSeparator);
+        }
+        if byte == b'\\' {
+            return Err(PathError::Backslash);
         }
         if is_unreserved(byte) {
             out.push(char::from(byte));
@@ -184,6 +218,19 @@ mod tests {
         assert_eq!(n("/a%2"), Err(PathError::BadEscape));
         assert_eq!(n("/a%zz"), Err(PathError::BadEscape));
         assert_eq!(n("a/b"), Err(PathError::NotAbsolute));
+    }
+
+    #[test]
+    fn spellings_other_servers_read_as_a_way_up_are_refused() {
+        for p in ["/api/..;/internal", "/api/..;x=1/internal", "/api/.;/x", "/..;"] {
+            assert_eq!(n(p), Err(PathError::DotSegmentParameters), "{p}");
+        }
+        for p in ["/api/..\\internal", "/api\\x", "/api/%5Cx", "/api/%5c..%5cx"] {
+            assert_eq!(n(p), Err(PathError::Backslash), "{p}");
+        }
+        // A `;` elsewhere is an ordinary character.
+        assert_eq!(n("/a;b/..x;y/c").as_deref(), Ok("/a;b/..x;y/c"));
+        assert_eq!(n("/a/b;/../c").as_deref(), Ok("/a/c"));
     }
 
     #[test]

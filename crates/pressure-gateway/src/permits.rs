@@ -3,18 +3,15 @@
 //! dropped first (the client went away).
 
 use crate::backend::AnyBackend;
-use bytes::Bytes;
-use http_body::{Body, Frame, SizeHint};
+use crate::watched_body::{FrameWatch, Seen, WatchedBody};
 use parking_lot::Mutex;
 use pressure_core::Permit;
-use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 
 /// Permits taken for one request, shared by the layers through the request
 /// extensions. Releasing drains them, so later clones hold nothing.
 #[derive(Clone, Default)]
-pub struct PermitSlot(Arc<Mutex<Vec<Permit<AnyBackend>>>>);
+pub(crate) struct PermitSlot(Arc<Mutex<Vec<Permit<AnyBackend>>>>);
 
 impl std::fmt::Debug for PermitSlot {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -24,78 +21,58 @@ impl std::fmt::Debug for PermitSlot {
 
 impl PermitSlot {
     /// Holds `permit` until the request ends.
-    pub fn push(&self, permit: Permit<AnyBackend>) {
+    pub(crate) fn push(&self, permit: Permit<AnyBackend>) {
         self.0.lock().push(permit);
     }
 
     /// Gives every held permit back now (idempotent).
-    pub fn release_all(&self) {
+    pub(crate) fn release_all(&self) {
         let drained: Vec<_> = std::mem::take(&mut *self.0.lock());
         drop(drained);
     }
 
     /// Permits held now.
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.0.lock().len()
     }
 
     /// Whether no permit is held.
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.len() == 0
     }
 }
 
-pin_project_lite::pin_project! {
-    /// A response body that releases its request's permits at end of stream,
-    /// on error, or when dropped.
-    pub struct PermitBody<B> {
-        #[pin]
-        inner: B,
-        slot: Option<PermitSlot>,
+/// A response body that releases its request's permits at end of stream,
+/// on error, or when dropped.
+pub(crate) type PermitBody<B> = WatchedBody<B, Release>;
+
+/// Releases a request's permits once: at the end of its response body, on
+/// its error, or when the body is dropped first.
+pub(crate) struct Release(Option<PermitSlot>);
+
+impl Release {
+    /// The response body of a request whose permits are in `slot`.
+    pub(crate) fn body<B>(inner: B, slot: PermitSlot) -> PermitBody<B> {
+        WatchedBody::new(inner, Release(Some(slot)))
     }
 
-    impl<B> PinnedDrop for PermitBody<B> {
-        fn drop(this: Pin<&mut Self>) {
-            if let Some(slot) = this.project().slot.take() {
-                slot.release_all();
-            }
+    fn now(&mut self) {
+        if let Some(slot) = self.0.take() {
+            slot.release_all();
         }
     }
 }
 
-impl<B> PermitBody<B> {
-    /// Wraps `inner`; `slot`'s permits are released when it ends.
-    pub fn new(inner: B, slot: PermitSlot) -> Self {
-        Self {
-            inner,
-            slot: Some(slot),
+impl FrameWatch for Release {
+    fn seen(&mut self, what: Seen<'_>) {
+        if matches!(what, Seen::End | Seen::Error) {
+            self.now();
         }
     }
 }
 
-impl<B: Body<Data = Bytes>> Body for PermitBody<B> {
-    type Data = Bytes;
-    type Error = B::Error;
-
-    fn poll_frame(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, B::Error>>> {
-        let this = self.project();
-        let out = this.inner.poll_frame(cx);
-        if matches!(out, Poll::Ready(None) | Poll::Ready(Some(Err(_)))) {
-            if let Some(slot) = this.slot.take() {
-                slot.release_all();
-            }
-        }
-        out
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        self.inner.size_hint()
+impl Drop for Release {
+    fn drop(&mut self) {
+        self.now();
     }
 }

@@ -19,7 +19,8 @@
 //! many permits held 503, upstream unreachable or failed 502, upstream too
 //! slow 504) — never the other way round.
 
-use crate::layers::tenant::AuthError;
+use crate::config::ConfigError;
+use crate::layers::tenant::jwt::AuthError;
 use crate::metrics::{GatewayMetrics, Layer};
 use axum::body::Body;
 use http::{header, HeaderName, HeaderValue, Response, StatusCode};
@@ -181,8 +182,13 @@ pub enum Rejection {
     },
     /// `404`: no upstream serves the path.
     NotFound(String),
-    /// `408`: the client stopped sending its body.
-    RequestTimeout,
+    /// `408`: the client stopped sending its body, or did not complete it
+    /// in time.
+    RequestTimeout {
+        /// The bound on the whole body that ran out, milliseconds; none:
+        /// the body idled for `timeouts.bodyReadMs`.
+        whole_ms: Option<u64>,
+    },
     /// `413`: the body is larger than `limits.maxBodyBytes`.
     PayloadTooLarge {
         /// The limit, bytes.
@@ -238,6 +244,24 @@ pub enum Rejection {
         /// The bound.
         max: usize,
     },
+    /// `401`: a call to the admin listener without its token
+    /// (`gateway.admin.tokenEnv`), or with a wrong one.
+    AdminToken {
+        /// Whether a token was given at all.
+        given: bool,
+    },
+    /// `404` on the admin listener: no such route, or nothing behind it
+    /// (the message says which).
+    AdminNotFound(&'static str),
+    /// `404` on the admin listener: a page of the LLM stack, on a gateway
+    /// without `gateway.llm` (the message says which page).
+    NoLlm(&'static str),
+    /// `405` on the admin listener.
+    MethodNotAllowed,
+    /// `503`: the manual queue's store failed.
+    QueueUnavailable(String),
+    /// `400`: a reload found the config invalid (names its JSON path).
+    InvalidConfig(ConfigError),
 }
 
 /// Why an upstream exchange failed, as counted in
@@ -297,16 +321,20 @@ impl Rejection {
             Self::Unauthorized(_) => StatusCode::UNAUTHORIZED,
             Self::BadRequest(_) | Self::InvalidRequest { .. } => StatusCode::BAD_REQUEST,
             Self::NotFound(_) => StatusCode::NOT_FOUND,
-            Self::RequestTimeout => StatusCode::REQUEST_TIMEOUT,
+            Self::RequestTimeout { .. } => StatusCode::REQUEST_TIMEOUT,
             Self::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             Self::UpstreamUnavailable { .. } | Self::UpstreamError { .. } => StatusCode::BAD_GATEWAY,
             Self::UpstreamTimeout { .. } => StatusCode::GATEWAY_TIMEOUT,
-            Self::Llm(e) => StatusCode::from_u16(e.openai_error().0).unwrap_or(StatusCode::BAD_GATEWAY),
+            Self::Llm(e) => StatusCode::from_u16(e.describe().status).unwrap_or(StatusCode::BAD_GATEWAY),
             Self::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
             Self::UnknownResource(_) => StatusCode::NOT_FOUND,
             Self::PermitGone => StatusCode::GONE,
             Self::ServiceToken { .. } => StatusCode::UNAUTHORIZED,
-            Self::TooManyPermits { .. } => StatusCode::SERVICE_UNAVAILABLE,
+            Self::TooManyPermits { .. } | Self::QueueUnavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            Self::AdminToken { .. } => StatusCode::UNAUTHORIZED,
+            Self::AdminNotFound(_) | Self::NoLlm(_) => StatusCode::NOT_FOUND,
+            Self::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
+            Self::InvalidConfig(_) => StatusCode::BAD_REQUEST,
         }
     }
 
@@ -332,7 +360,7 @@ impl Rejection {
             Self::Unauthorized(_) => "unauthorized",
             Self::BadRequest(_) | Self::InvalidRequest { .. } => "bad_request",
             Self::NotFound(_) => "not_found",
-            Self::RequestTimeout => "request_timeout",
+            Self::RequestTimeout { .. } => "request_timeout",
             Self::PayloadTooLarge { .. } => "payload_too_large",
             Self::UpstreamUnavailable { .. } => "upstream_unavailable",
             Self::UpstreamError { .. } => "upstream_error",
@@ -343,6 +371,12 @@ impl Rejection {
             Self::PermitGone => "permit_gone",
             Self::ServiceToken { .. } => "unauthorized",
             Self::TooManyPermits { .. } => "too_many_permits",
+            Self::AdminToken { .. } => "unauthorized",
+            Self::AdminNotFound(_) => "not_found",
+            Self::NoLlm(_) => "no_llm",
+            Self::MethodNotAllowed => "method_not_allowed",
+            Self::QueueUnavailable(_) => "queue_unavailable",
+            Self::InvalidConfig(_) => "invalid_config",
         }
     }
 
@@ -360,7 +394,10 @@ impl Rejection {
             Self::BadRequest(m) => m.to_string(),
             Self::InvalidRequest { message, .. } => message.clone(),
             Self::NotFound(path) => format!("no upstream serves path {path}"),
-            Self::RequestTimeout => "the request body was not received in time".into(),
+            Self::RequestTimeout { whole_ms: None } => "the request body was not received in time".into(),
+            Self::RequestTimeout { whole_ms: Some(ms) } => {
+                format!("the request body was not complete within {ms} ms; the upstream was not contacted")
+            }
             Self::PayloadTooLarge { max } => format!("request body exceeds {max} bytes"),
             Self::UpstreamUnavailable { upstream, reason, .. } => {
                 format!("upstream {upstream} is unavailable: {reason}")
@@ -376,6 +413,14 @@ impl Rejection {
             Self::ServiceToken { given: true } => "invalid service token".into(),
             Self::ServiceToken { given: false } => "a service token is required".into(),
             Self::TooManyPermits { max } => format!("the decision listener already holds {max} permits"),
+            Self::AdminToken { given: true } => "invalid bearer token".into(),
+            Self::AdminToken { given: false } => {
+                "a bearer token is required (a browser: open /dashboard?token=<token>)".into()
+            }
+            Self::AdminNotFound(m) | Self::NoLlm(m) => (*m).to_owned(),
+            Self::MethodNotAllowed => "this admin route does not answer that method".into(),
+            Self::QueueUnavailable(m) => m.clone(),
+            Self::InvalidConfig(e) => e.to_string(),
         }
     }
 
@@ -386,7 +431,7 @@ impl Rejection {
             Self::LimiterUnavailable { retry_after, .. } => Some(*retry_after),
             Self::TooManyPermits { .. } => Some(Duration::from_secs(1)),
             Self::Llm(e) => {
-                let status = e.openai_error().0;
+                let status = e.describe().status;
                 (status == 429 || status == 503).then(|| e.retry_after().unwrap_or(LLM_DEFAULT_RETRY_AFTER))
             }
             _ => None,
@@ -488,16 +533,23 @@ impl Rejection {
         }
     }
 
-    /// The response, in `dialect`.
-    pub fn render(&self, dialect: Dialect) -> Response<Body> {
-        let body = match (dialect, self) {
+    /// The JSON body in `dialect`: what [`render`](Self::render) answers
+    /// with, and what a stream that fails after its head writes as its
+    /// last event (`crate::openai::sse`).
+    pub fn body(&self, dialect: Dialect) -> String {
+        match (dialect, self) {
             // The flood path: written directly, the same bytes as below.
             (Dialect::Gateway, Self::RateLimited(r)) => rate_limited_body(r),
             (Dialect::Decision, Self::RateLimited(r)) => decision_denied_body(r).to_string(),
+            // LLM errors speak OpenAI's shape on every route.
+            (_, Self::Llm(_)) | (Dialect::OpenAi, _) => self.openai_body().to_string(),
             (Dialect::Gateway | Dialect::Decision, _) => self.gateway_body().to_string(),
-            (Dialect::OpenAi, _) => self.openai_body().to_string(),
-        };
-        let mut resp = Response::new(Body::from(body));
+        }
+    }
+
+    /// The response, in `dialect`.
+    pub fn render(&self, dialect: Dialect) -> Response<Body> {
+        let mut resp = Response::new(Body::from(self.body(dialect)));
         *resp.status_mut() = self.status();
         let h = resp.headers_mut();
         h.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
@@ -525,6 +577,14 @@ impl Rejection {
                     "Bearer realm=\"pressure-decisions\", error=\"invalid_token\""
                 } else {
                     "Bearer realm=\"pressure-decisions\""
+                };
+                h.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static(challenge));
+            }
+            Self::AdminToken { given } => {
+                let challenge = if *given {
+                    "Bearer realm=\"pressure-admin\", error=\"invalid_token\""
+                } else {
+                    "Bearer realm=\"pressure-admin\""
                 };
                 h.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static(challenge));
             }
@@ -560,7 +620,10 @@ impl Rejection {
             Self::LimiterUnavailable { resource, .. } | Self::UnknownResource(resource) => {
                 error.insert("resource".into(), Value::from(resource.as_str()));
             }
-            Self::Llm(e) => return e.openai_error().1,
+            Self::InvalidConfig(e) => {
+                error.insert("path".into(), Value::from(e.path.as_str()));
+                error.insert("problem".into(), Value::from(e.problem.as_str()));
+            }
             _ => {}
         }
         json!({ "error": error })
@@ -568,7 +631,10 @@ impl Rejection {
 
     fn openai_body(&self) -> Value {
         let (ty, code, param): (&str, Option<&str>, Option<&str>) = match self {
-            Self::Llm(e) => return e.openai_error().1,
+            Self::Llm(e) => {
+                let d = e.describe();
+                (d.error_type, d.code, d.param)
+            }
             Self::InvalidRequest { param, code, .. } => {
                 ("invalid_request_error", Some(code), param.as_deref())
             }
@@ -577,7 +643,7 @@ impl Rejection {
             Self::Unauthorized(_) => ("invalid_request_error", Some("invalid_api_key"), None),
             Self::BadRequest(_) => ("invalid_request_error", Some("bad_request"), None),
             Self::NotFound(_) => ("invalid_request_error", Some("not_found"), None),
-            Self::RequestTimeout => ("invalid_request_error", Some("request_timeout"), None),
+            Self::RequestTimeout { .. } => ("invalid_request_error", Some("request_timeout"), None),
             Self::PayloadTooLarge { .. } => ("invalid_request_error", Some("request_too_large"), None),
             Self::UpstreamUnavailable { .. } | Self::UpstreamError { .. } => {
                 ("server_error", Some("upstream_error"), None)
@@ -588,13 +654,18 @@ impl Rejection {
             Self::PermitGone => ("invalid_request_error", Some("permit_gone"), None),
             Self::ServiceToken { .. } => ("invalid_request_error", Some("invalid_api_key"), None),
             Self::TooManyPermits { .. } => ("server_error", Some("too_many_permits"), None),
+            Self::AdminToken { .. } => ("invalid_request_error", Some("invalid_api_key"), None),
+            Self::AdminNotFound(_) | Self::NoLlm(_) => ("invalid_request_error", Some("not_found"), None),
+            Self::MethodNotAllowed => ("invalid_request_error", Some("method_not_allowed"), None),
+            Self::QueueUnavailable(_) => ("server_error", Some("queue_unavailable"), None),
+            Self::InvalidConfig(_) => ("invalid_request_error", Some("invalid_config"), None),
         };
         json!({"error": {"message": self.message(), "type": ty, "param": param, "code": code}})
     }
 }
 
 impl axum::response::IntoResponse for Rejection {
-    /// Gateway dialect (the admin listener).
+    /// Gateway dialect (the admin listener, which counts and logs nothing).
     fn into_response(self) -> axum::response::Response {
         self.render(Dialect::Gateway)
     }
@@ -620,10 +691,10 @@ fn policy(limits: &Limits, dim: Dimension) -> Option<(u64, u64)> {
 /// `Retry-After` of an LLM `429`/`503` whose pipeline had no better hint
 /// (e.g. every level declined): long enough that an SDK's retry does not
 /// re-run the chain at once.
-pub const LLM_DEFAULT_RETRY_AFTER: Duration = Duration::from_secs(1);
+pub(crate) const LLM_DEFAULT_RETRY_AFTER: Duration = Duration::from_secs(1);
 
 /// `Retry-After` seconds: the wait rounded up, at least 1.
-pub fn retry_after_secs(wait: Duration) -> u64 {
+pub(crate) fn retry_after_secs(wait: Duration) -> u64 {
     u64::try_from(wait.as_nanos().div_ceil(1_000_000_000))
         .unwrap_or(u64::MAX)
         .max(1)
@@ -746,7 +817,7 @@ mod tests {
 
     #[test]
     fn client_faults_are_4xx_upstream_faults_5xx() {
-        assert_eq!(Rejection::RequestTimeout.status(), 408);
+        assert_eq!(Rejection::RequestTimeout { whole_ms: None }.status(), 408);
         assert_eq!(Rejection::BadRequest("x".into()).status(), 400);
         assert_eq!(
             Rejection::UpstreamTimeout {

@@ -62,7 +62,7 @@ impl ReloadOutcome {
 }
 
 /// Refuses a change that needs a restart, naming the first one.
-pub fn check_restart_only(old: &GatewayConfig, new: &GatewayConfig) -> Result<(), ConfigError> {
+pub(crate) fn check_restart_only(old: &GatewayConfig, new: &GatewayConfig) -> Result<(), ConfigError> {
     let restart = |path: &str| {
         Err(ConfigError::new(
             path,
@@ -130,7 +130,7 @@ fn tenant_ids(broker: &Broker) -> Vec<String> {
 
 /// Applies a changed tenant template to the tenants registered now (new
 /// tenants get the new template from the plan), keeping their usage.
-pub fn retemplate_tenants(broker: &Broker, old: &GatewayConfig, new: &GatewayConfig) {
+pub(crate) fn retemplate_tenants(broker: &Broker, old: &GatewayConfig, new: &GatewayConfig) {
     let (before, after) = (&old.pressure.per_tenant, &new.pressure.per_tenant);
     let active = |t: &crate::config::TenantLimits, enabled: bool| {
         if enabled && t.enabled {

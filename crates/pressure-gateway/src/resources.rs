@@ -3,33 +3,33 @@
 //! string.
 
 /// The prefix of every per-service resource id.
-pub const SERVICE_PREFIX: &str = "gateway:service:";
+pub(crate) const SERVICE_PREFIX: &str = "gateway:service:";
 
 /// The prefix of every per-tenant resource id; routes may not use it.
-pub const TENANT_PREFIX: &str = "gateway:tenant:";
+pub(crate) const TENANT_PREFIX: &str = "gateway:tenant:";
 
 /// The `resource` label every per-tenant resource is reported under, so that
 /// 100 000 tenants make one metrics series, not 100 000.
-pub const TENANT_LABEL: &str = "gateway:tenant:*";
+pub(crate) const TENANT_LABEL: &str = "gateway:tenant:*";
 
 /// Resource id of an upstream's `perService` limit.
-pub fn service(name: &str) -> String {
+pub(crate) fn service(name: &str) -> String {
     format!("{SERVICE_PREFIX}{name}")
 }
 
 /// Resource id of a tenant.
-pub fn tenant(id: &str) -> String {
+pub(crate) fn tenant(id: &str) -> String {
     format!("{TENANT_PREFIX}{id}")
 }
 
 /// Whether `id` is a per-tenant resource.
-pub fn is_tenant(id: &str) -> bool {
+pub(crate) fn is_tenant(id: &str) -> bool {
     id.starts_with(TENANT_PREFIX)
 }
 
 /// The metrics `resource` label of `id`: tenant resources fold into
 /// [`TENANT_LABEL`].
-pub fn label(id: &str) -> &str {
+pub(crate) fn label(id: &str) -> &str {
     if is_tenant(id) {
         TENANT_LABEL
     } else {

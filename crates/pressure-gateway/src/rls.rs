@@ -17,7 +17,7 @@ use std::sync::Arc;
 
 /// The service of `gateway.rls`, loaded and bound, not yet serving.
 #[derive(Debug)]
-pub struct RlsListener {
+pub(crate) struct RlsListener {
     limiter: Arc<RateLimiter<crate::backend::AnyBackend>>,
     reloader: Arc<Reloader<crate::backend::AnyBackend>>,
     listener: std::net::TcpListener,
@@ -27,7 +27,7 @@ impl RlsListener {
     /// Loads `config`'s files (relative to `base_dir`) onto `gateway`'s
     /// broker, adds its metrics to the gateway's `/metrics`, and takes the
     /// already bound `listener`.
-    pub fn new(
+    pub(crate) fn new(
         gateway: &Gateway,
         config: &RlsConfig,
         base_dir: &Path,
@@ -50,14 +50,9 @@ impl RlsListener {
         })
     }
 
-    /// The service (for tests and stats).
-    pub fn limiter(&self) -> &Arc<RateLimiter<crate::backend::AnyBackend>> {
-        &self.limiter
-    }
-
     /// Serves until `stop` completes; reloads on SIGHUP, and when `watch`
     /// on a change of the files.
-    pub async fn serve(
+    pub(crate) async fn serve(
         self,
         watch: bool,
         stop: impl std::future::Future<Output = ()> + Send + 'static,

@@ -18,7 +18,7 @@
 
 use crate::config::GatewayConfig;
 use crate::gateway::{Gateway, GatewayError};
-use crate::server::{distribute, serve_from, serve_with, Source};
+use crate::server::{distribute, serve_from, Source};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 use tokio::signal::unix::{signal, SignalKind};
@@ -124,15 +124,8 @@ pub async fn run(config: GatewayConfig, base_dir: &Path, options: RunOptions) ->
     }));
     let admin_listener = tokio::net::TcpListener::from_std(admin_socket)
         .map_err(bind_error("gateway.admin.listen", &admin_addr))?;
-    let (admin_tx, mut admin_rx) = tokio::sync::watch::channel(false);
-    let router = gateway.admin_router();
-    let admin_options = gateway.admin_serve_options();
-    let admin_task = tokio::spawn(async move {
-        serve_with(admin_listener, router, &admin_options, async move {
-            let _ = admin_rx.wait_for(|v| *v).await;
-        })
-        .await
-    });
+    let (admin_tx, admin_rx) = tokio::sync::watch::channel(false);
+    let admin_task = gateway.spawn_admin(admin_listener, admin_rx);
 
     let decisions = match (decisions_socket, &decisions_addr) {
         (Some(socket), Some(addr)) => {

@@ -19,11 +19,10 @@
 //!   finish, and [`serve_with`] returns once every connection is gone or
 //!   the grace period is over (the rest are then dropped).
 
+use crate::watched_body::{FrameWatch, WatchedBody};
 use axum::body::Body;
 use axum::extract::ConnectInfo;
-use bytes::Bytes;
 use http::{Request, Response};
-use http_body::{Frame, SizeHint};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use std::convert::Infallible;
@@ -130,7 +129,7 @@ where
 }
 
 /// Where a server takes its connections from.
-pub enum Source {
+pub(crate) enum Source {
     /// Accepts them itself.
     Listener(TcpListener, AcceptFailures),
     /// Gets them accepted by a [`distribute`] task (another thread's
@@ -139,6 +138,18 @@ pub enum Source {
 }
 
 impl Source {
+    /// The next connection, or `None` once the source ends or `shutdown`
+    /// resolves (the accept loops' one exit).
+    async fn next_until<F: Future<Output = ()>>(
+        &mut self,
+        shutdown: std::pin::Pin<&mut F>,
+    ) -> Option<(TcpStream, SocketAddr)> {
+        tokio::select! {
+            accepted = self.next() => accepted,
+            () = shutdown => None,
+        }
+    }
+
     /// The next connection, registered with this thread's runtime; `None`
     /// when the source is done.
     async fn next(&mut self) -> Option<(TcpStream, SocketAddr)> {
@@ -167,7 +178,7 @@ impl Source {
 /// server threads behind `workers`, until `shutdown` resolves: one exclusive
 /// listening socket (no `SO_REUSEPORT`, so no other process can share the
 /// address), and every core serving.
-pub async fn distribute(
+pub(crate) async fn distribute(
     listener: TcpListener,
     workers: Vec<tokio::sync::mpsc::Sender<(std::net::TcpStream, SocketAddr)>>,
     shutdown: impl Future<Output = ()>,
@@ -175,14 +186,7 @@ pub async fn distribute(
     let mut source = Source::Listener(listener, AcceptFailures::default());
     let mut next = 0usize;
     tokio::pin!(shutdown);
-    loop {
-        let (stream, peer) = tokio::select! {
-            accepted = source.next() => match accepted {
-                Some(a) => a,
-                None => break,
-            },
-            () = &mut shutdown => break,
-        };
+    while let Some((stream, peer)) = source.next_until(shutdown.as_mut()).await {
         let Ok(stream) = stream.into_std() else {
             continue;
         };
@@ -209,7 +213,7 @@ pub async fn distribute(
 
 /// Serves the connections of `source` until `shutdown` resolves (or the
 /// source ends), then drains.
-pub async fn serve_from<S>(
+pub(crate) async fn serve_from<S>(
     mut source: Source,
     service: S,
     options: &ServeOptions,
@@ -234,14 +238,7 @@ where
     let open = Arc::new(AtomicUsize::new(0));
     let all_closed = Arc::new(tokio::sync::Notify::new());
     tokio::pin!(shutdown);
-    loop {
-        let (stream, peer) = tokio::select! {
-            accepted = source.next() => match accepted {
-                Some(a) => a,
-                None => break,
-            },
-            () = &mut shutdown => break,
-        };
+    while let Some((stream, peer)) = source.next_until(shutdown.as_mut()).await {
         let _ = stream.set_nodelay(true);
         open.fetch_add(1, Ordering::AcqRel);
         let conn = Connection {
@@ -273,7 +270,7 @@ where
 
 /// Backs off after failed accepts and keeps their log lines rare.
 #[derive(Debug, Default)]
-pub struct AcceptFailures {
+pub(crate) struct AcceptFailures {
     delay: Duration,
     last_log: Option<Instant>,
     suppressed: u64,
@@ -467,12 +464,7 @@ where
         let fut = self.inner.clone().oneshot(req);
         Box::pin(async move {
             let resp = fut.await?;
-            Ok(resp.map(|b| {
-                Body::new(InFlightBody {
-                    inner: b,
-                    _guard: guard,
-                })
-            }))
+            Ok(resp.map(|b| Body::new(WatchedBody::new(b, guard))))
         })
     }
 }
@@ -494,34 +486,8 @@ impl Drop for InFlight {
     }
 }
 
-pin_project_lite::pin_project! {
-    /// A response body that keeps its connection counted as busy.
-    struct InFlightBody {
-        #[pin]
-        inner: Body,
-        _guard: InFlight,
-    }
-}
-
-impl http_body::Body for InFlightBody {
-    type Data = Bytes;
-    type Error = axum::Error;
-
-    fn poll_frame(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
-        self.project().inner.poll_frame(cx)
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        self.inner.size_hint()
-    }
-}
+/// A response body keeps its connection counted as busy.
+impl FrameWatch for InFlight {}
 
 /// The client socket, noting every byte read or written and blocked writes.
 struct Watched {
@@ -591,9 +557,4 @@ impl AsyncWrite for Watched {
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         Pin::new(&mut self.inner).poll_shutdown(cx)
     }
-}
-
-/// The peer address of a request, when served by [`serve`].
-pub fn client_addr<B>(req: &Request<B>) -> Option<SocketAddr> {
-    req.extensions().get::<ConnectInfo<SocketAddr>>().map(|c| c.0)
 }

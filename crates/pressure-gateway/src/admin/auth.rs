@@ -1,10 +1,11 @@
 //! Bearer-token check of the admin routes.
 
-use super::{error_response, AdminState};
+use super::AdminState;
+use crate::rejection::Rejection;
 use axum::extract::{Request, State};
-use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::http::{header, HeaderMap};
 use axum::middleware::Next;
-use axum::response::Response;
+use axum::response::{IntoResponse, Response};
 
 /// Passes the request on when no token is configured or the request carries
 /// `Authorization: Bearer <token>`; answers 401 otherwise.
@@ -14,23 +15,9 @@ pub(super) async fn require_token(State(state): State<AdminState>, request: Requ
     };
     match bearer(request.headers()) {
         Some(given) if constant_time_eq(expected.as_bytes(), given) => next.run(request).await,
-        Some(_) => unauthorized(
-            "Bearer realm=\"pressure-admin\", error=\"invalid_token\"",
-            "invalid bearer token",
-        ),
-        None => unauthorized(
-            "Bearer realm=\"pressure-admin\"",
-            "a bearer token is required (a browser: open /dashboard?token=<token>)",
-        ),
+        Some(_) => Rejection::AdminToken { given: true }.into_response(),
+        None => Rejection::AdminToken { given: false }.into_response(),
     }
-}
-
-fn unauthorized(challenge: &'static str, message: &str) -> Response {
-    let mut response = error_response(StatusCode::UNAUTHORIZED, "unauthorized", message);
-    response
-        .headers_mut()
-        .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static(challenge));
-    response
 }
 
 /// The credentials of an `Authorization: Bearer ...` header (the scheme is
@@ -65,6 +52,7 @@ pub(crate) fn constant_time_eq(expected: &[u8], given: &[u8]) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use axum::http::HeaderValue;
 
     #[test]
     fn compares_exactly() {

@@ -13,9 +13,10 @@
 //! `Authorization` header; any SSE client that can set a header works.
 
 use super::summary::{self, SummaryQuery};
-use super::{error_response, AdminState};
+use super::AdminState;
+use crate::rejection::Rejection;
 use axum::extract::{Query, State};
-use axum::http::{header, HeaderValue, StatusCode};
+use axum::http::{header, HeaderValue};
 use axum::response::sse::{Event, Sse};
 use axum::response::{IntoResponse, Response};
 use futures::Stream;
@@ -61,8 +62,9 @@ pub(super) async fn events(
     State(state): State<AdminState>,
     query: Result<Query<EventsQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Response {
-    let Ok(Query(query)) = query else {
-        return error_response(StatusCode::BAD_REQUEST, "bad_request", "malformed query string");
+    let query = match query {
+        Ok(Query(q)) => q,
+        Err(e) => return summary::malformed_query(e),
     };
     let top = SummaryQuery {
         top: query.top.clone(),
@@ -71,7 +73,7 @@ pub(super) async fn events(
     let (top, every) = match (top, query.every()) {
         (Ok(top), Ok(every)) => (top, every),
         (Err(problem), _) | (_, Err(problem)) => {
-            return error_response(StatusCode::BAD_REQUEST, "bad_request", &problem)
+            return Rejection::BadRequest(problem.into()).into_response()
         }
     };
     (

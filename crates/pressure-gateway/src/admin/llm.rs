@@ -4,22 +4,18 @@
 //! answers by degradation level. `404` when the gateway has no `gateway.llm`.
 
 use axum::extract::State;
-use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use pressure_core::clock::duration_to_millis;
 use serde_json::{json, Value};
 
-use super::{error_response, AdminState};
+use super::AdminState;
 use crate::openai::Llm;
+use crate::rejection::Rejection;
 
 pub(super) async fn llm(State(state): State<AdminState>) -> Response {
     let Some(llm) = &state.llm else {
-        return error_response(
-            StatusCode::NOT_FOUND,
-            "no_llm",
-            "this gateway has no gateway.llm section",
-        );
+        return Rejection::NoLlm("this gateway has no gateway.llm section").into_response();
     };
     Json(page(llm)).into_response()
 }

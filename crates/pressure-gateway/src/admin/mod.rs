@@ -34,6 +34,7 @@ mod summary;
 
 use crate::backend::{AnyBackend, Broker};
 use crate::metrics::{GatewayMetrics, CONTENT_TYPE};
+use crate::rejection::Rejection;
 use axum::extract::State;
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::middleware;
@@ -109,15 +110,6 @@ pub fn router(state: AdminState) -> Router {
         .with_state(state)
 }
 
-/// An admin error in the gateway's one error shape.
-pub(crate) fn error_response(status: StatusCode, code: &str, message: &str) -> Response {
-    (
-        status,
-        Json(serde_json::json!({ "error": { "type": code, "message": message } })),
-    )
-        .into_response()
-}
-
 async fn readyz(State(state): State<AdminState>) -> Response {
     let draining = state.control.as_ref().is_some_and(crate::Gateway::is_draining);
     let (status, body) = if draining {
@@ -138,21 +130,13 @@ async fn readyz(State(state): State<AdminState>) -> Response {
 
 async fn reload(State(state): State<AdminState>) -> Response {
     let Some(gateway) = state.control else {
-        return error_response(
-            StatusCode::NOT_FOUND,
-            "not_found",
-            "this admin listener has no gateway to reload",
-        );
+        return Rejection::AdminNotFound("this admin listener has no gateway to reload").into_response();
     };
     match gateway.reload() {
-        Ok(outcome) => Json(serde_json::json!({ "status": "reloaded", "resources": outcome })).into_response(),
-        Err(e) => (
-            StatusCode::BAD_REQUEST,
-            Json(serde_json::json!({
-                "error": { "type": "invalid_config", "message": e.to_string(), "path": e.path, "problem": e.problem }
-            })),
-        )
-            .into_response(),
+        Ok(outcome) => {
+            Json(serde_json::json!({ "status": "reloaded", "resources": outcome })).into_response()
+        }
+        Err(e) => Rejection::InvalidConfig(e).into_response(),
     }
 }
 
@@ -194,14 +178,10 @@ async fn healthz(State(state): State<AdminState>) -> Response {
         .into_response()
 }
 
-async fn not_found() -> Response {
-    error_response(StatusCode::NOT_FOUND, "not_found", "no such admin route")
+async fn not_found() -> Rejection {
+    Rejection::AdminNotFound("no such admin route")
 }
 
-async fn method_not_allowed() -> Response {
-    error_response(
-        StatusCode::METHOD_NOT_ALLOWED,
-        "method_not_allowed",
-        "this admin route does not answer that method",
-    )
+async fn method_not_allowed() -> Rejection {
+    Rejection::MethodNotAllowed
 }

@@ -5,13 +5,13 @@
 //! 10 000. `404` when the gateway has no `gateway.llm`.
 
 use axum::extract::{Query, State};
-use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde::Deserialize;
 use serde_json::json;
 
-use super::{error_response, AdminState};
+use super::AdminState;
+use crate::rejection::Rejection;
 
 /// Largest `count` of one call.
 const MAX_COUNT: usize = 10_000;
@@ -26,22 +26,14 @@ fn count(p: &CountParam) -> usize {
 }
 
 fn no_llm() -> Response {
-    error_response(
-        StatusCode::NOT_FOUND,
-        "no_llm",
-        "this gateway has no gateway.llm section, hence no manual queue",
-    )
+    Rejection::NoLlm("this gateway has no gateway.llm section, hence no manual queue").into_response()
 }
 
 pub(super) async fn list(State(state): State<AdminState>, Query(p): Query<CountParam>) -> Response {
     let Some(llm) = &state.llm else { return no_llm() };
     match llm.manual_queue().peek(count(&p)).await {
         Ok(items) => Json(json!({ "items": items })).into_response(),
-        Err(e) => error_response(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "queue_unavailable",
-            &e.to_string(),
-        ),
+        Err(e) => Rejection::QueueUnavailable(e.to_string()).into_response(),
     }
 }
 
@@ -55,10 +47,6 @@ pub(super) async fn drain(State(state): State<AdminState>, Query(p): Query<Count
             );
             Json(json!({ "drained": items.len(), "items": items })).into_response()
         }
-        Err(e) => error_response(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "queue_unavailable",
-            &e.to_string(),
-        ),
+        Err(e) => Rejection::QueueUnavailable(e.to_string()).into_response(),
     }
 }

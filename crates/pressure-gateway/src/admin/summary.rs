@@ -28,11 +28,13 @@
 //!  "health":{"status":"ok","ready":true,"backend":"memory","redis":null}}
 //! ```
 
-use super::{error_response, llm, AdminState};
+use super::{llm, AdminState};
 use crate::backend::AnyBackend;
+use crate::rejection::Rejection;
 use crate::resources;
+use axum::extract::rejection::QueryRejection;
 use axum::extract::{Query, State};
-use axum::http::{header, HeaderValue, StatusCode};
+use axum::http::{header, HeaderValue};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use futures::StreamExt;
@@ -71,16 +73,22 @@ impl SummaryQuery {
     }
 }
 
+/// The `400` of an admin page whose query string does not parse.
+pub(super) fn malformed_query(_: QueryRejection) -> Response {
+    Rejection::BadRequest("malformed query string".into()).into_response()
+}
+
 pub(super) async fn summary(
     State(state): State<AdminState>,
-    query: Result<Query<SummaryQuery>, axum::extract::rejection::QueryRejection>,
+    query: Result<Query<SummaryQuery>, QueryRejection>,
 ) -> Response {
-    let Ok(Query(query)) = query else {
-        return error_response(StatusCode::BAD_REQUEST, "bad_request", "malformed query string");
+    let query = match query {
+        Ok(Query(q)) => q,
+        Err(e) => return malformed_query(e),
     };
     let top = match query.top() {
         Ok(n) => n,
-        Err(problem) => return error_response(StatusCode::BAD_REQUEST, "bad_request", &problem),
+        Err(problem) => return Rejection::BadRequest(problem.into()).into_response(),
     };
     (
         [(header::CACHE_CONTROL, HeaderValue::from_static("no-store"))],

@@ -1,11 +1,8 @@
 //! `gateway.decisions`: the decision listener (`POST /v1/acquire`, permits,
 //! `/v1/forward-auth`) that lets services and proxies in front of them ask
-//! the gateway's broker, and the checks of it and of the
-//! `gateway.pressure.resources` it serves beside the routes.
+//! the gateway's broker (checked when the plan is built,
+//! `crate::plan`).
 
-use super::error::ConfigError;
-use super::types::GatewayConfig;
-use super::validate::{check_env, check_limits, check_route_resource, parse_addr};
 use serde::{Deserialize, Serialize};
 
 /// Most permits the decision listener holds for its clients by default.
@@ -31,58 +28,4 @@ pub struct DecisionsConfig {
 
 fn default_max_permits() -> usize {
     DEFAULT_MAX_PERMITS
-}
-
-/// Checks `gateway.decisions` and `gateway.pressure.resources`.
-pub(super) fn check(cfg: &GatewayConfig) -> Result<(), ConfigError> {
-    check_resources(cfg)?;
-    let Some(d) = &cfg.decisions else {
-        return Ok(());
-    };
-    let addr = parse_addr(&d.listen, "gateway.decisions.listen")?;
-    match &d.token_env {
-        Some(var) => check_env(var, "gateway.decisions.tokenEnv")?,
-        None if !addr.ip().is_loopback() => {
-            return Err(ConfigError::new(
-                "gateway.decisions.tokenEnv",
-                format!(
-                    "is required when gateway.decisions.listen ({}) is not a loopback address",
-                    d.listen
-                ),
-            ))
-        }
-        None => {}
-    }
-    if d.max_permits == 0 {
-        return Err(ConfigError::new("gateway.decisions.maxPermits", "must be > 0"));
-    }
-    for (other, path) in [
-        (&cfg.listen, "gateway.listen"),
-        (&cfg.admin.listen, "gateway.admin.listen"),
-    ] {
-        if other.parse::<std::net::SocketAddr>().ok() == Some(addr) && addr.port() != 0 {
-            return Err(ConfigError::new(
-                "gateway.decisions.listen",
-                format!("same address as {path} ({addr})"),
-            ));
-        }
-    }
-    Ok(())
-}
-
-/// `gateway.pressure.resources`: ids that name no route, service or tenant
-/// resource, with limits that compile.
-fn check_resources(cfg: &GatewayConfig) -> Result<(), ConfigError> {
-    for (id, limits) in &cfg.pressure.resources {
-        let path = format!("gateway.pressure.resources.{id}");
-        check_route_resource(id, &path, cfg)?;
-        if let Some(i) = cfg.pressure.per_route.iter().position(|r| &r.resource == id) {
-            return Err(ConfigError::new(
-                path,
-                format!("\"{id}\" is the resource of gateway.pressure.perRoute[{i}]"),
-            ));
-        }
-        check_limits(limits, &path)?;
-    }
-    Ok(())
 }

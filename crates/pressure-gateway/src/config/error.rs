@@ -71,3 +71,42 @@ fn escape_controls(s: String) -> String {
         })
         .collect()
 }
+
+/// Every problem of a config that did not build, in the order of its
+/// sections (at least one). Each is a [`ConfigError`]: a JSON path and a
+/// problem (a `FieldError`), and the file when one could not be read. The
+/// first is what the loader returns and `pressure check-config` reports;
+/// the others are what a fix of it would run into next.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{}", .0[0])]
+pub struct ConfigErrors(Vec<ConfigError>);
+
+impl ConfigErrors {
+    /// The problems, or `None` when there are none.
+    pub fn new(errors: Vec<ConfigError>) -> Option<Self> {
+        (!errors.is_empty()).then_some(Self(errors))
+    }
+
+    /// The first problem.
+    pub fn first(&self) -> &ConfigError {
+        &self.0[0]
+    }
+
+    /// Every problem, in order.
+    pub fn all(&self) -> &[ConfigError] {
+        &self.0
+    }
+}
+
+impl From<ConfigError> for ConfigErrors {
+    fn from(e: ConfigError) -> Self {
+        Self(vec![e])
+    }
+}
+
+impl From<ConfigErrors> for ConfigError {
+    /// The first problem.
+    fn from(mut e: ConfigErrors) -> Self {
+        e.0.swap_remove(0)
+    }
+}

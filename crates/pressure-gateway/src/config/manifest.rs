@@ -16,9 +16,10 @@
 //! config or another manifest) is an error naming both places.
 
 use super::error::ConfigError;
-use super::load::deserialize_with_path;
+use super::files::resolve;
+use super::shape::deserialize_with_path;
 use super::types::{GatewayConfig, RouteLimit};
-use super::validate::{check_limits, check_route_resource, resolve};
+use crate::plan::checks::{check_limits, check_route_resource};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::Path;

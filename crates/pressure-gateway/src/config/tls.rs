@@ -1,19 +1,18 @@
 //! The TLS sections of the config: `gateway.tls` and `gateway.admin.tls`
-//! (a listener's certificate and key), `gateway.upstreams.<name>.tls` (the
-//! CA an `https://` upstream is verified with), and the checks that load
-//! every file at `check-config` time, so a certificate that does not parse
-//! stops the process with its JSON path instead of failing a handshake.
+//! (a listener's certificate and key) and `gateway.upstreams.<name>.tls`
+//! (the CA an `https://` upstream is verified with). Their files are loaded
+//! when the plan is built (`crate::plan`), so a certificate that does not
+//! parse stops the process with its JSON path instead of failing a
+//! handshake.
 //!
 //! File names are relative to the config file's directory, like every
 //! other file the config names; [`resolve_files`] makes them absolute once,
 //! when the file is loaded, so later readers (reload, the Redis backend)
 //! need no base directory.
 
-use super::error::ConfigError;
+use super::files::resolve;
 use super::types::{BackendConfig, GatewayConfig};
-use super::validate::resolve;
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
 use std::path::Path;
 
 /// `gateway.tls` / `gateway.admin.tls`: serve the listener over TLS with
@@ -63,65 +62,6 @@ pub(crate) fn resolve_files(cfg: &mut GatewayConfig, base_dir: &Path) {
             fix(ca);
         }
     }
-}
-
-/// Loads every certificate, key and CA file `cfg` names (relative to
-/// `base_dir`), so that what would fail a handshake fails here, naming the
-/// JSON path.
-pub(crate) fn check_tls(cfg: &GatewayConfig, base_dir: &Path) -> Result<(), ConfigError> {
-    if let Some(tls) = &cfg.tls {
-        crate::tls::server_config(tls, base_dir, "gateway.tls")?;
-    }
-    if let Some(tls) = &cfg.admin.tls {
-        crate::tls::server_config(tls, base_dir, "gateway.admin.tls")?;
-    }
-    check_upstreams(cfg, base_dir)
-}
-
-/// An upstream's `tls` needs an `https://` URL and a CA file that parses;
-/// two upstreams on the same `host:port` share connections, so they must
-/// agree on how it is verified.
-fn check_upstreams(cfg: &GatewayConfig, base_dir: &Path) -> Result<(), ConfigError> {
-    let mut by_authority: BTreeMap<String, (&str, Option<&UpstreamTlsConfig>)> = BTreeMap::new();
-    for (name, up) in &cfg.upstreams {
-        let path = format!("gateway.upstreams.{name}.tls");
-        let https = up.url.starts_with("https://");
-        if let Some(tls) = &up.tls {
-            if !https {
-                return Err(ConfigError::new(path, "requires an https:// url"));
-            }
-            if let Some(ca) = &tls.ca_file {
-                crate::tls::load_roots(ca, base_dir, &format!("{path}.caFile"))?;
-            }
-        }
-        if !https {
-            continue;
-        }
-        let Some(authority) = up
-            .url
-            .parse::<http::Uri>()
-            .ok()
-            .and_then(|u| u.authority().cloned())
-        else {
-            continue;
-        };
-        let ca = up.tls.as_ref().filter(|t| t.ca_file.is_some());
-        match by_authority.get(authority.as_str()) {
-            Some((other, theirs)) if *theirs != ca => {
-                return Err(ConfigError::new(
-                    path,
-                    format!(
-                        "differs from gateway.upstreams.{other}.tls, which has the same host:port ({authority}); upstreams on one address share their connections"
-                    ),
-                ));
-            }
-            Some(_) => {}
-            None => {
-                by_authority.insert(authority.as_str().to_owned(), (name, ca));
-            }
-        }
-    }
-    Ok(())
 }
 
 #[cfg(test)]

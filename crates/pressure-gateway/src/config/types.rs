@@ -1,6 +1,7 @@
 //! The gateway's configuration, in the `kb.config.json` shape: the file's
 //! top-level `gateway` key. JSON names are camelCase; unknown keys are
-//! errors. Validation beyond the shape lives in `validate.rs`.
+//! errors. The checks beyond the shape are the building of the plan
+//! (`crate::plan`).
 
 use pressure_core::Limits;
 use pressure_llm::pipeline::LlmConfig;
@@ -344,7 +345,10 @@ pub struct TimeoutConfig {
     /// Connecting to an upstream; beyond: 502.
     #[serde(default = "default_connect_ms")]
     pub connect_ms: u64,
-    /// Whole upstream exchange until the response head; beyond: 504.
+    /// Whole upstream exchange until the response head; beyond: 504. A
+    /// proxied request body is read whole first (bounded by
+    /// `limits.maxBodyBytes`, the upstream not yet contacted) and must be
+    /// complete within the same time; beyond: 408.
     #[serde(default = "default_total_ms")]
     pub total_ms: u64,
     /// Reading a request head, from its first byte; beyond: the connection

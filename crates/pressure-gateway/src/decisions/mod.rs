@@ -53,13 +53,13 @@ use tower::util::BoxCloneSyncService;
 
 /// The header a proxy in front sends the service token in on
 /// `/v1/forward-auth` (its `Authorization` is the end user's).
-pub const TOKEN_HEADER: &str = "x-pressure-token";
+pub(crate) const TOKEN_HEADER: &str = "x-pressure-token";
 
 /// The header that asks `/v1/forward-auth` to answer a rate-limited
 /// request with another status (only `403` is accepted): nginx's
 /// `auth_request` turns a `429` into a `500`, but passes a `403` to its
 /// `error_page`, which can answer `429` with the `Retry-After` it kept.
-pub const DENY_STATUS_HEADER: &str = "x-pressure-deny-status";
+pub(crate) const DENY_STATUS_HEADER: &str = "x-pressure-deny-status";
 
 /// The service that decides a forward-auth request: the proxy's route,
 /// pre-auth and tenant layers over an answer of `204`.
@@ -67,7 +67,7 @@ pub(crate) type DecideService = BoxCloneSyncService<HttpRequest<Body>, Response,
 
 /// What the decision listener's handlers share.
 #[derive(Clone)]
-pub struct DecisionState {
+pub(crate) struct DecisionState {
     pub(crate) plan: PlanCell,
     pub(crate) broker: Broker,
     pub(crate) metrics: Arc<GatewayMetrics>,
@@ -139,7 +139,7 @@ impl DecisionState {
 }
 
 /// The decision listener's router (module docs).
-pub fn router(state: DecisionState) -> axum::Router {
+pub(crate) fn router(state: DecisionState) -> axum::Router {
     let api = axum::Router::new()
         .route("/v1/acquire", post(acquire::acquire))
         .route("/v1/permits/{id}/release", post(permit::release))

@@ -3,46 +3,22 @@
 //! when a chunked body grows past it (the proxy and the OpenAI endpoint then
 //! answer `413` too).
 
-use super::{routed, Inner, Reply};
+use super::{routed, step_layer, Outcome, RejectingService, Step};
 use crate::rejection::Rejection;
 use axum::body::Body;
 use futures::future::BoxFuture;
 use http::Request;
-use std::task::{Context, Poll};
 
 /// Limits request bodies.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct BodyLimitLayer;
 
-impl<S> tower::Layer<S> for BodyLimitLayer {
-    type Service = BodyLimit<S>;
+step_layer!(BodyLimitLayer);
 
-    fn layer(&self, inner: S) -> BodyLimit<S> {
-        BodyLimit { inner }
-    }
-}
-
-/// See [`BodyLimitLayer`].
-#[derive(Debug, Clone)]
-pub struct BodyLimit<S> {
-    inner: S,
-}
-
-impl<S> tower::Service<Request<Body>> for BodyLimit<S>
-where
-    S: Inner,
-{
-    type Response = http::Response<Body>;
-    type Error = Rejection;
-    type Future = BoxFuture<'static, Reply>;
-
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Rejection>> {
-        self.inner.poll_ready(cx)
-    }
-
-    fn call(&mut self, req: Request<Body>) -> Self::Future {
+impl Step for BodyLimitLayer {
+    fn step<S: RejectingService>(&self, next: &mut S, req: Request<Body>) -> BoxFuture<'static, Outcome> {
         let Some(max) = routed(&req).map(|r| r.plan.max_body_bytes()) else {
-            return Box::pin(self.inner.call(req));
+            return Box::pin(next.call(req));
         };
         let declared = req
             .headers()
@@ -54,6 +30,6 @@ where
         }
         let limit = usize::try_from(max).unwrap_or(usize::MAX);
         let req = req.map(|b| Body::new(http_body_util::Limited::new(b, limit)));
-        Box::pin(self.inner.call(req))
+        Box::pin(next.call(req))
     }
 }

@@ -17,13 +17,13 @@
 //! [`Rejection`]: a refusal is a value, counted, logged and rendered in one
 //! place.
 
-pub mod body_limit;
-pub mod observe;
-pub mod pre_auth;
-pub mod ratelimit_headers;
-pub mod release;
-pub mod route;
-pub mod tenant;
+pub(crate) mod body_limit;
+pub(crate) mod observe;
+pub(crate) mod pre_auth;
+pub(crate) mod ratelimit_headers;
+pub(crate) mod release;
+pub(crate) mod route;
+pub(crate) mod tenant;
 
 use crate::backend::AnyBackend;
 use crate::metrics::{GatewayMetrics, Layer};
@@ -31,28 +31,83 @@ use crate::permits::PermitSlot;
 use crate::plan::{Plan, Route};
 use crate::rejection::{RateLimited, Rejection};
 use axum::body::Body;
+use futures::future::BoxFuture;
 use http::{Request, Response};
 use pressure_core::{AcquireOptions, Acquisition, ResourceHandle};
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 /// What the inner layers answer: a response, or a refusal to render.
-pub type Reply = Result<Response<Body>, Rejection>;
+pub type Outcome = Result<Response<Body>, Rejection>;
 
 /// A service under the route layer: it answers a response or a
 /// [`Rejection`].
-pub trait Inner:
+pub trait RejectingService:
     tower::Service<Request<Body>, Response = Response<Body>, Error = Rejection, Future: Send + 'static>
+    + Clone
     + Send
     + 'static
 {
 }
 
-impl<S> Inner for S where
+impl<S> RejectingService for S where
     S: tower::Service<Request<Body>, Response = Response<Body>, Error = Rejection, Future: Send + 'static>
+        + Clone
         + Send
         + 'static
 {
+}
+
+/// What one layer under the route layer does with a request, given the
+/// service under it: each layer is a `Step`, and [`Stepped`] makes it a
+/// `tower::Service` (the plumbing every layer would otherwise repeat).
+pub trait Step: Clone + Send + Sync + 'static {
+    /// Handles `req`; `next` is the ready service under this layer (use
+    /// [`take_ready`] to call it after an `.await`).
+    fn step<S: RejectingService>(&self, next: &mut S, req: Request<Body>) -> BoxFuture<'static, Outcome>;
+}
+
+/// A layer's [`Step`] over the service under it: the service a layer of
+/// the request path makes (`tower::Layer::Service`).
+#[derive(Debug, Clone)]
+pub struct Stepped<L, S> {
+    step: L,
+    next: S,
+}
+
+impl<L: Step, S: RejectingService> tower::Service<Request<Body>> for Stepped<L, S> {
+    type Response = Response<Body>;
+    type Error = Rejection;
+    type Future = BoxFuture<'static, Outcome>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Rejection>> {
+        self.next.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: Request<Body>) -> Self::Future {
+        self.step.step(&mut self.next, req)
+    }
+}
+
+/// `tower::Layer` for a [`Step`]: its service is [`Stepped`].
+macro_rules! step_layer {
+    ($layer:ty) => {
+        impl<S> tower::Layer<S> for $layer {
+            type Service = $crate::layers::Stepped<$layer, S>;
+
+            fn layer(&self, next: S) -> Self::Service {
+                $crate::layers::Stepped::new(self.clone(), next)
+            }
+        }
+    };
+}
+pub(crate) use step_layer;
+
+impl<L, S> Stepped<L, S> {
+    pub(crate) fn new(step: L, next: S) -> Self {
+        Self { step, next }
+    }
 }
 
 /// The ready inner service, for the call at hand; a fresh clone takes its
@@ -66,7 +121,7 @@ pub(crate) fn take_ready<S: Clone>(inner: &mut S) -> S {
 /// What the route layer puts in every request's extensions: the plan the
 /// request runs under and its route.
 #[derive(Debug, Clone)]
-pub struct Routed {
+pub(crate) struct Routed {
     /// The plan current when the request arrived.
     pub plan: Arc<Plan>,
     /// The decision for the request.
@@ -74,7 +129,7 @@ pub struct Routed {
 }
 
 /// The [`Routed`] of a request that went through the route layer.
-pub fn routed<B>(req: &Request<B>) -> Option<&Routed> {
+pub(crate) fn routed<B>(req: &Request<B>) -> Option<&Routed> {
     req.extensions().get::<Routed>()
 }
 
@@ -98,7 +153,7 @@ pub(crate) fn slot_of<B>(req: &mut Request<B>) -> PermitSlot {
 /// forward-auth subrequest, which can never give a slot back; see
 /// `crate::decisions`). Rate and token limits are charged as usual.
 #[derive(Debug, Clone, Copy)]
-pub struct NoLease;
+pub(crate) struct NoLease;
 
 /// Charges one request to `handle` for `layer`: on a grant the permit joins
 /// the request's slot; a denial is a 429, an outage (or a limiter failure)

@@ -17,22 +17,19 @@ use crate::metrics::GatewayMetrics;
 use crate::plan::{Endpoint, Route};
 use crate::proxy::Upstream;
 use crate::rejection::UpstreamFailure;
+use crate::watched_body::{FrameWatch, Seen, WatchedBody};
 use axum::body::Body;
-use bytes::Bytes;
 use http::Response;
-use http_body::{Frame, SizeHint};
-use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 use tokio::time::Instant;
 
 /// The status recorded for a request whose client went away before the
 /// response head (nginx's convention).
-pub const CLIENT_CLOSED: u16 = 499;
+pub(crate) const CLIENT_CLOSED: u16 = 499;
 
 /// The `route` and `upstream` labels of a routed request (see
 /// [`crate::metrics::traffic`]).
-pub fn labels(route: &Route) -> (&str, &str) {
+pub(crate) fn labels(route: &Route) -> (&str, &str) {
     let name = route.resource.as_ref().map_or(NONE, |r| r.id());
     let upstream = match route.endpoint {
         Endpoint::ChatCompletions | Endpoint::Embeddings | Endpoint::Models | Endpoint::Model => "llm",
@@ -91,13 +88,7 @@ impl Observation {
         if let Some(id) = self.access.as_ref().and_then(|a| a.request_id_header()) {
             parts.headers.insert(REQUEST_ID, id);
         }
-        Response::from_parts(
-            parts,
-            Body::new(ObservedBody {
-                inner: body,
-                obs: Some(self),
-            }),
-        )
+        Response::from_parts(parts, Body::new(WatchedBody::new(body, Some(self))))
     }
 }
 
@@ -112,34 +103,18 @@ impl Drop for Observation {
     }
 }
 
-pin_project_lite::pin_project! {
-    /// A response body that counts its bytes and settles its observation
-    /// when it ends, fails or is dropped.
-    struct ObservedBody {
-        #[pin]
-        inner: Body,
-        obs: Option<Observation>,
-    }
-}
-
-impl http_body::Body for ObservedBody {
-    type Data = Bytes;
-    type Error = axum::Error;
-
-    fn poll_frame(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
-        let this = self.project();
-        let out = this.inner.poll_frame(cx);
-        match &out {
-            Poll::Ready(Some(Ok(frame))) => {
-                if let (Some(data), Some(obs)) = (frame.data_ref(), this.obs.as_mut()) {
+/// A response body counts its bytes in its observation and settles it when
+/// it ends, fails or is dropped.
+impl FrameWatch for Option<Observation> {
+    fn seen(&mut self, what: Seen<'_>) {
+        match what {
+            Seen::Frame(frame) => {
+                if let (Some(data), Some(obs)) = (frame.data_ref(), self.as_mut()) {
                     obs.bytes += data.len() as u64;
                 }
             }
-            Poll::Ready(Some(Err(_))) => {
-                if let Some(obs) = this.obs.take() {
+            Seen::Error => {
+                if let Some(obs) = self.take() {
                     if let Some(u) = &obs.upstream {
                         obs.metrics
                             .traffic()
@@ -147,17 +122,7 @@ impl http_body::Body for ObservedBody {
                     }
                 }
             }
-            Poll::Ready(None) => drop(this.obs.take()),
-            Poll::Pending => {}
+            Seen::End => drop(self.take()),
         }
-        out
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        self.inner.size_hint()
     }
 }

@@ -3,14 +3,12 @@
 //! refused requests never reach token verification. The permit goes into
 //! the request's [`crate::permits::PermitSlot`].
 
-use super::{charge, routed, take_ready, Inner, Reply};
+use super::{charge, routed, step_layer, take_ready, Outcome, RejectingService, Step};
 use crate::metrics::{GatewayMetrics, Layer};
-use crate::rejection::Rejection;
 use axum::body::Body;
 use futures::future::BoxFuture;
-use http::{Request, Response};
+use http::Request;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 
 /// Applies route and service limits before auth.
 #[derive(Debug, Clone)]
@@ -25,45 +23,18 @@ impl PreAuthLayer {
     }
 }
 
-impl<S> tower::Layer<S> for PreAuthLayer {
-    type Service = PreAuth<S>;
+step_layer!(PreAuthLayer);
 
-    fn layer(&self, inner: S) -> PreAuth<S> {
-        PreAuth {
-            inner,
-            metrics: Arc::clone(&self.metrics),
-        }
-    }
-}
-
-/// See [`PreAuthLayer`].
-#[derive(Debug, Clone)]
-pub struct PreAuth<S> {
-    inner: S,
-    metrics: Arc<GatewayMetrics>,
-}
-
-impl<S> tower::Service<Request<Body>> for PreAuth<S>
-where
-    S: Inner + Clone,
-{
-    type Response = Response<Body>;
-    type Error = Rejection;
-    type Future = BoxFuture<'static, Reply>;
-
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Rejection>> {
-        self.inner.poll_ready(cx)
-    }
-
-    fn call(&mut self, mut req: Request<Body>) -> Self::Future {
+impl Step for PreAuthLayer {
+    fn step<S: RejectingService>(&self, next: &mut S, mut req: Request<Body>) -> BoxFuture<'static, Outcome> {
         let Some(handle) = routed(&req).and_then(|r| r.route.resource.clone()) else {
-            return Box::pin(self.inner.call(req));
+            return Box::pin(next.call(req));
         };
-        let mut inner = take_ready(&mut self.inner);
+        let mut next = take_ready(next);
         let metrics = Arc::clone(&self.metrics);
         Box::pin(async move {
             charge(&handle, &mut req, Layer::PreAuth, None, &metrics).await?;
-            inner.call(req).await
+            next.call(req).await
         })
     }
 }

@@ -32,15 +32,15 @@ use pressure_core::Usage;
 use pressure_core::{Algorithm, Dimension, LimitSpec, ResourceHandle};
 
 /// `RateLimit-Policy`.
-pub const POLICY: &str = "ratelimit-policy";
+pub(crate) const POLICY: &str = "ratelimit-policy";
 /// `RateLimit`.
-pub const RATELIMIT: &str = "ratelimit";
+pub(crate) const RATELIMIT: &str = "ratelimit";
 
 const NS: u64 = 1_000_000_000;
 
 /// One dimension's quota as the headers state it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Quota {
+pub(crate) struct Quota {
     /// The dimension (its JSON name is the policy's name).
     pub dimension: Dimension,
     /// `q`: units per window (slots for concurrency).
@@ -64,7 +64,7 @@ impl Quota {
 }
 
 /// Every dimension of `spec` with `usage` as its state.
-pub fn quotas(spec: &LimitSpec, usage: &Usage) -> Vec<Quota> {
+pub(crate) fn quotas(spec: &LimitSpec, usage: &Usage) -> Vec<Quota> {
     let mut out = Vec::with_capacity(spec.rates.len() + 1);
     for rate in &spec.rates {
         let used = usage
@@ -121,7 +121,7 @@ async fn tightest(
 }
 
 /// The two header values of `q`.
-pub fn header_values(q: &Quota) -> (String, String) {
+pub(crate) fn header_values(q: &Quota) -> (String, String) {
     let name = q.dimension.as_str();
     let policy = if q.window_secs > 0 {
         format!("\"{name}\";q={};w={}", q.quota, q.window_secs)

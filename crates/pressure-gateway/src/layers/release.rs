@@ -5,15 +5,13 @@
 //! `text/event-stream` answers, whose long-lived connections must not hold a
 //! slot.
 
-use super::{Inner, Reply};
+use super::{step_layer, Outcome, RejectingService, Step};
 use crate::metrics::GatewayMetrics;
-use crate::permits::{PermitBody, PermitSlot};
-use crate::rejection::Rejection;
+use crate::permits::{PermitSlot, Release};
 use axum::body::Body;
 use futures::future::BoxFuture;
 use http::{Request, Response};
 use std::sync::Arc;
-use std::task::{Context, Poll};
 
 /// Wraps a service so the permits its request took are released with the
 /// response body.
@@ -29,23 +27,7 @@ impl ReleaseLayer {
     }
 }
 
-impl<S> tower::Layer<S> for ReleaseLayer {
-    type Service = Release<S>;
-
-    fn layer(&self, inner: S) -> Release<S> {
-        Release {
-            inner,
-            metrics: Arc::clone(&self.metrics),
-        }
-    }
-}
-
-/// See [`ReleaseLayer`].
-#[derive(Debug, Clone)]
-pub struct Release<S> {
-    inner: S,
-    metrics: Arc<GatewayMetrics>,
-}
+step_layer!(ReleaseLayer);
 
 /// Releases the slot if the response future is dropped before it resolves
 /// (the client disconnected while the upstream was still thinking) or
@@ -78,23 +60,12 @@ fn is_event_stream(resp: &Response<Body>) -> bool {
         })
 }
 
-impl<S> tower::Service<Request<Body>> for Release<S>
-where
-    S: Inner,
-{
-    type Response = Response<Body>;
-    type Error = Rejection;
-    type Future = BoxFuture<'static, Reply>;
-
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Rejection>> {
-        self.inner.poll_ready(cx)
-    }
-
-    fn call(&mut self, mut req: Request<Body>) -> Self::Future {
+impl Step for ReleaseLayer {
+    fn step<S: RejectingService>(&self, next: &mut S, mut req: Request<Body>) -> BoxFuture<'static, Outcome> {
         let slot = PermitSlot::default();
         req.extensions_mut().insert(slot.clone());
         let mut guard = Guard(Some(slot.clone()));
-        let fut = self.inner.call(req);
+        let fut = next.call(req);
         let metrics = Arc::clone(&self.metrics);
         Box::pin(async move {
             let resp = fut.await?;
@@ -117,10 +88,7 @@ where
                 return Ok(resp);
             }
             let (parts, body) = resp.into_parts();
-            Ok(Response::from_parts(
-                parts,
-                Body::new(PermitBody::new(body, slot)),
-            ))
+            Ok(Response::from_parts(parts, Body::new(Release::body(body, slot))))
         })
     }
 }

@@ -17,7 +17,7 @@
 //!   them ([`super::ratelimit_headers`]).
 
 use super::observe::{labels, Observation};
-use super::{ratelimit_headers, Reply, Routed};
+use super::{ratelimit_headers, Outcome, Routed};
 use crate::access_log::AccessRecord;
 use crate::charged::Charged;
 use crate::metrics::traffic::NONE;
@@ -197,7 +197,7 @@ where
         req.extensions_mut().insert(Routed { plan, route });
         let fut = self.inner.call(req);
         Box::pin(async move {
-            let reply: Reply = fut.await;
+            let reply: Outcome = fut.await;
             let resp = match reply {
                 Ok(mut resp) => {
                     if let Some(c) = &headers {

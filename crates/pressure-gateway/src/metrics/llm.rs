@@ -1,6 +1,6 @@
 //! The LLM client's section of `/metrics`.
 
-use super::text::{header, sample};
+use super::text::{self, header, sample, Family};
 use crate::backend::AnyBackend;
 use pressure_llm::pipeline::LlmClient;
 use pressure_llm::provider::PoolStats;
@@ -11,7 +11,7 @@ use std::fmt::{self, Write as _};
 type Plain = (&'static str, &'static str, u64);
 
 /// One per-provider pool family: name, type, help and its value.
-type PoolFamily = (&'static str, &'static str, &'static str, fn(&PoolStats) -> u64);
+type PoolFamily = Family<PoolStats>;
 
 /// Appends the LLM client's counters and breaker states to a `/metrics`
 /// page (Prometheus text 0.0.4):
@@ -38,7 +38,7 @@ type PoolFamily = (&'static str, &'static str, &'static str, fn(&PoolStats) -> u
 /// | `pressure_llm_pool_wait_timeouts_total` | counter | `provider` |
 /// | `pressure_llm_ttft_seconds` | histogram | `provider`, `model` |
 /// | `pressure_llm_latency_seconds` | histogram | `provider`, `model` |
-pub fn encode(llm: &LlmClient<AnyBackend>, out: &mut String) {
+pub(crate) fn encode(llm: &LlmClient<AnyBackend>, out: &mut String) {
     // Writing into a `String` cannot fail.
     let _ = try_encode_metrics(llm, out);
 }
@@ -188,33 +188,28 @@ fn try_encode_metrics(llm: &LlmClient<AnyBackend>, out: &mut String) -> fmt::Res
             "pressure_llm_pool_in_use",
             "gauge",
             "Provider connection slots in use now.",
-            |p| p.in_use as u64,
+            |p| Some(p.in_use as u64),
         ),
         (
             "pressure_llm_pool_peak",
             "gauge",
             "Most provider connection slots in use at once.",
-            |p| p.peak as u64,
+            |p| Some(p.peak as u64),
         ),
         (
             "pressure_llm_pool_max",
             "gauge",
             "Provider connection slots (maxConnections).",
-            |p| p.max as u64,
+            |p| Some(p.max as u64),
         ),
         (
             "pressure_llm_pool_wait_timeouts_total",
             "counter",
             "Calls that found no free provider connection within poolWaitMs.",
-            |p| p.wait_timeouts,
+            |p| Some(p.wait_timeouts),
         ),
     ];
-    for (name, kind, help, value) in families {
-        header(out, name, kind, help)?;
-        for (provider, p) in &pools {
-            sample(out, name, &[("provider", provider)], value(p))?;
-        }
-    }
+    text::families(out, &families, "provider", pools.iter())?;
     let histograms = [
         (
             "pressure_llm_ttft_seconds",

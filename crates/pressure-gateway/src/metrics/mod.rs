@@ -35,12 +35,14 @@
 //! label value `gateway:tenant:*` (summed), so that 100 000 tenants make one
 //! series, not 100 000.
 
-pub mod llm;
+pub(crate) mod layer;
+pub(crate) mod llm;
 mod snapshot;
-pub mod text;
-pub mod traffic;
+pub(crate) mod text;
+pub(crate) mod traffic;
 
-pub use text::CONTENT_TYPE;
+pub use layer::Layer;
+pub(crate) use text::CONTENT_TYPE;
 
 use crate::resources;
 use parking_lot::RwLock;
@@ -51,39 +53,6 @@ use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use text::{header, sample};
-
-/// The layer of the request path that decided.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Layer {
-    /// Per-route / per-service limits, before authentication.
-    PreAuth,
-    /// Per-tenant limits, after authentication.
-    Tenant,
-    /// `POST /v1/acquire` on the decision listener (forward auth is
-    /// counted as `pre_auth` and `tenant`, like the proxy).
-    Decision,
-}
-
-impl Layer {
-    /// The label value: `pre_auth`, `tenant` or `decision`.
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            Layer::PreAuth => "pre_auth",
-            Layer::Tenant => "tenant",
-            Layer::Decision => "decision",
-        }
-    }
-
-    const fn index(self) -> usize {
-        match self {
-            Layer::PreAuth => 0,
-            Layer::Tenant => 1,
-            Layer::Decision => 2,
-        }
-    }
-
-    const ALL: [Layer; 3] = [Layer::PreAuth, Layer::Tenant, Layer::Decision];
-}
 
 /// Counters by a label value created on first use; the common case (the
 /// value seen before) takes a read lock and an atomic add.
@@ -115,7 +84,7 @@ impl Labelled {
 /// A section of the `/metrics` page rendered at scrape time: it appends
 /// whole metric families (`# HELP`, `# TYPE`, samples) in the Prometheus
 /// text format to the page.
-pub type MetricsSection = Arc<dyn Fn(&mut String) + Send + Sync>;
+pub(crate) type MetricsSection = Arc<dyn Fn(&mut String) + Send + Sync>;
 
 /// The gateway's counters, and the renderer of the whole `/metrics` page.
 ///
@@ -168,7 +137,7 @@ impl GatewayMetrics {
     }
 
     /// The per-resource budgets of denial log lines.
-    pub fn denial_logs(&self) -> &crate::denial_log::DenialLogs {
+    pub(crate) fn denial_logs(&self) -> &crate::denial_log::DenialLogs {
         &self.logs
     }
 

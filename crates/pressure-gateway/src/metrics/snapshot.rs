@@ -2,7 +2,7 @@
 //! scrape time: per-resource counters (tenant resources folded into
 //! `gateway:tenant:*`) and the store's health.
 
-use super::text::{header, sample};
+use super::text::{self, header, sample, Family};
 use crate::resources;
 use pressure_core::ResourceStats;
 use pressure_redis::RedisStatus;
@@ -10,12 +10,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 
 /// Name, type, help and value of a per-resource family of the snapshot.
-type SnapshotFamily = (
-    &'static str,
-    &'static str,
-    &'static str,
-    fn(&Aggregate) -> Option<u64>,
-);
+type SnapshotFamily = Family<Aggregate>;
 
 /// Per-label sums of the broker's stats.
 #[derive(Default)]
@@ -76,14 +71,7 @@ pub(super) fn encode(out: &mut String, stats: &[ResourceStats], redis: Option<Re
             |a| a.queued,
         ),
     ];
-    for (name, kind, help, value) in families {
-        header(out, name, kind, help)?;
-        for (label, a) in &by_label {
-            if let Some(v) = value(a) {
-                sample(out, name, &[("resource", label)], v)?;
-            }
-        }
-    }
+    text::families(out, &families, "resource", by_label.iter().map(|(k, a)| (*k, a)))?;
     if let Some(r) = redis {
         let redis_families = [
             (

@@ -42,7 +42,7 @@ use std::time::Duration;
 
 /// Upper bounds of the latency histogram buckets, seconds (Prometheus'
 /// default buckets; `+Inf` is implied).
-pub const BUCKETS: [f64; 11] = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0];
+pub(crate) const BUCKETS: [f64; 11] = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0];
 
 /// The bucket bounds in microseconds, for the hot path's integer compare.
 const BUCKETS_US: [u64; 11] = [
@@ -53,7 +53,7 @@ const BUCKETS_US: [u64; 11] = [
 const CLASSES: [&str; 5] = ["1xx", "2xx", "3xx", "4xx", "5xx"];
 
 /// The label value for "no route" / "no upstream".
-pub const NONE: &str = "none";
+pub(crate) const NONE: &str = "none";
 
 /// The counters of one (route, upstream) pair.
 #[derive(Debug, Default)]

@@ -21,12 +21,12 @@
 
 use super::body::{invalid, read_object};
 use super::handler::{caller_request_id, REQUEST_ID_HEADER};
-use super::DEGRADATION_HEADER;
+use super::json_answer;
 use crate::backend::AnyBackend;
-use crate::layers::Reply;
+use crate::layers::Outcome;
 use crate::rejection::Rejection;
 use axum::body::Body;
-use http::{HeaderValue, Request, Response};
+use http::{HeaderValue, Request};
 use pressure_core::clock::duration_to_millis;
 use pressure_llm::pipeline::{EmbeddingAnswer, EmbeddingError, LlmClient};
 use pressure_llm::provider::EmbeddingRequest;
@@ -34,7 +34,7 @@ use serde_json::{json, Map, Value};
 
 /// Handles one call of the endpoint; the response (answer or refusal)
 /// carries `x-request-id`.
-pub async fn embeddings(llm: &LlmClient<AnyBackend>, req: Request<Body>) -> Reply {
+pub(super) async fn embeddings(llm: &LlmClient<AnyBackend>, req: Request<Body>) -> Outcome {
     let request_id = caller_request_id(&req).unwrap_or_else(|| llm.new_request_id());
     let started = tokio::time::Instant::now();
     let reply = handle(llm, req, &request_id, started).await;
@@ -54,7 +54,7 @@ async fn handle(
     req: Request<Body>,
     request_id: &str,
     started: tokio::time::Instant,
-) -> Reply {
+) -> Outcome {
     let request = parse(read_object(req).await?)?;
     let use_case = request.model.clone();
     let result = llm.embed_as(&use_case, request, request_id.to_owned()).await;
@@ -84,7 +84,7 @@ async fn handle(
                 endpoint = "embeddings",
                 degradation = "none",
                 error = error.label(),
-                status = error.openai_error().0,
+                status = error.describe().status,
                 elapsed_ms,
                 "llm request failed: {error}"
             );
@@ -95,7 +95,7 @@ async fn handle(
 }
 
 /// The answer with the `pressure` field and the degradation header.
-fn answer_response(answer: &EmbeddingAnswer) -> Reply {
+fn answer_response(answer: &EmbeddingAnswer) -> Outcome {
     let Ok(Value::Object(mut body)) = serde_json::to_value(&answer.response) else {
         return Err(Rejection::Internal("the embeddings could not be encoded".into()));
     };
@@ -107,17 +107,10 @@ fn answer_response(answer: &EmbeddingAnswer) -> Reply {
             "attempts": answer.attempts,
         }),
     );
-    let mut resp = Response::new(Body::from(Value::Object(body).to_string()));
-    let h = resp.headers_mut();
-    h.insert(
-        http::header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    );
-    h.insert(
-        DEGRADATION_HEADER,
-        HeaderValue::from_static(answer.degradation.as_str()),
-    );
-    Ok(resp)
+    Ok(json_answer(
+        Value::Object(body).to_string(),
+        answer.degradation.as_str(),
+    ))
 }
 
 /// Whether `v` is a token id (an integer that fits `u32`).

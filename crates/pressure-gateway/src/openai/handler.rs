@@ -3,11 +3,11 @@
 //! one JSON log line per event (target `pressure::llm`) with its id, use
 //! case, the level that answered, the attempts and the time taken.
 
+use super::body::{invalid, read_object};
 use super::sse::sse_response;
-use super::{DEGRADATION_HEADER, TICKET_HEADER};
+use super::{json_answer, TICKET_HEADER};
 use crate::backend::AnyBackend;
-use crate::layers::Reply;
-use crate::proxy::is_too_large;
+use crate::layers::Outcome;
 use crate::rejection::{Dialect, Rejection};
 use axum::body::Body;
 use http::{HeaderValue, Request, Response, StatusCode};
@@ -32,7 +32,7 @@ pub(super) fn caller_request_id<B>(req: &Request<B>) -> Option<String> {
 
 /// Handles one call of the endpoint; the response (answer or refusal)
 /// carries `x-request-id`.
-pub async fn chat_completions(llm: &LlmClient<AnyBackend>, req: Request<Body>) -> Response<Body> {
+pub(super) async fn chat_completions(llm: &LlmClient<AnyBackend>, req: Request<Body>) -> Response<Body> {
     let request_id = caller_request_id(&req).unwrap_or_else(|| llm.new_request_id());
     let started = tokio::time::Instant::now();
     let mut resp = handle(llm, req, &request_id, started)
@@ -71,51 +71,16 @@ fn log_event(
             use_case,
             degradation = "none",
             error = e.label(),
-            status = e.openai_error().0,
+            status = e.describe().status,
             elapsed_ms,
             "llm request failed: {e}"
         ),
     }
 }
 
-fn invalid(message: String, param: Option<&str>, code: &'static str) -> Rejection {
-    Rejection::InvalidRequest {
-        message,
-        param: param.map(str::to_owned),
-        code,
-    }
-}
-
 /// The chat request in `req`'s body, or the 400/413 to answer.
 async fn read_request(req: Request<Body>) -> Result<ChatRequest, Rejection> {
-    // The body-limit layer bounds the body (413 on a declared length above
-    // the limit, a cut stream otherwise): both answer the same 413.
-    let max = crate::layers::routed(&req).map_or(u64::MAX, |r| r.plan.max_body_bytes());
-    let bytes = match axum::body::to_bytes(req.into_body(), usize::MAX).await {
-        Ok(b) => b,
-        Err(e) if is_too_large(&e) => return Err(Rejection::PayloadTooLarge { max }),
-        Err(e) => {
-            return Err(invalid(
-                format!("could not read the request body: {e}"),
-                None,
-                "invalid_body",
-            ))
-        }
-    };
-    let value: Value = serde_json::from_slice(&bytes).map_err(|e| {
-        invalid(
-            format!("the request body is not valid JSON: {e}"),
-            None,
-            "invalid_json",
-        )
-    })?;
-    let Some(object) = value.as_object() else {
-        return Err(invalid(
-            "the request body must be a JSON object".into(),
-            None,
-            "invalid_json",
-        ));
-    };
+    let object = read_object(req).await?;
     for field in ["model", "messages"] {
         if object.get(field).is_none_or(Value::is_null) {
             return Err(invalid(
@@ -125,14 +90,15 @@ async fn read_request(req: Request<Body>) -> Result<ChatRequest, Rejection> {
             ));
         }
     }
-    if let Err(e) = super::validate::chat_request(object) {
+    if let Err(e) = super::validate::chat_request(&object) {
         return Err(Rejection::InvalidRequest {
             message: e.message,
             param: Some(e.param),
             code: e.code,
         });
     }
-    serde_json::from_value(value).map_err(|e| invalid(format!("invalid request: {e}"), None, "invalid_value"))
+    serde_json::from_value(Value::Object(object))
+        .map_err(|e| invalid(format!("invalid request: {e}"), None, "invalid_value"))
 }
 
 async fn handle(
@@ -140,7 +106,7 @@ async fn handle(
     req: Request<Body>,
     request_id: &str,
     started: tokio::time::Instant,
-) -> Reply {
+) -> Outcome {
     let chat = read_request(req).await?;
     let use_case = chat.model.clone();
     if chat.stream == Some(true) {
@@ -194,7 +160,7 @@ struct WithPressure<'a> {
 /// request (202) a chat completion that says so ([`queued_response`]), with
 /// the `pressure` field (plus `pressure.ticket` when queued) and the
 /// degradation header (plus `x-pressure-ticket`).
-pub fn answer_response(answer: &Answer) -> Reply {
+pub(super) fn answer_response(answer: &Answer) -> Outcome {
     let queued;
     let (resp, ticket) = match &answer.reply {
         LlmReply::Completion(resp) => (resp, None),
@@ -224,19 +190,10 @@ pub fn answer_response(answer: &Answer) -> Reply {
         serde_json::to_vec(&WithPressure { resp, pressure })
     }
     .map_err(|_| Rejection::Internal("the completion could not be encoded".into()))?;
-    let mut resp = Response::new(Body::from(body));
+    let mut resp = json_answer(body, answer.degradation.as_str());
     *resp.status_mut() = StatusCode::from_u16(answer.http_status()).unwrap_or(StatusCode::OK);
-    let h = resp.headers_mut();
-    h.insert(
-        http::header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    );
-    h.insert(
-        DEGRADATION_HEADER,
-        HeaderValue::from_static(answer.degradation.as_str()),
-    );
     if let Some(v) = answer.ticket().and_then(|t| HeaderValue::from_str(t).ok()) {
-        h.insert(TICKET_HEADER, v);
+        resp.headers_mut().insert(TICKET_HEADER, v);
     }
     Ok(resp)
 }

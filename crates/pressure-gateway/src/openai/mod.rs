@@ -33,26 +33,20 @@
 //! * A failure: a [`crate::rejection::Rejection`] in the OpenAI dialect.
 
 mod body;
-pub mod embeddings;
+mod embeddings;
 mod handler;
-pub mod models;
-pub mod sse;
-pub mod validate;
+mod models;
+mod sse;
+mod validate;
 
-pub use handler::{answer_response, chat_completions, REQUEST_ID_HEADER};
+use handler::chat_completions;
+pub use handler::REQUEST_ID_HEADER;
 
-use crate::backend::AnyBackend;
-use crate::layers::{routed, Inner, Reply};
+use crate::layers::{routed, step_layer, Outcome, RejectingService, Step};
 use crate::plan::Endpoint;
-use crate::rejection::Rejection;
 use axum::body::Body;
 use futures::future::BoxFuture;
 use http::{Request, Response};
-use pressure_llm::pipeline::LlmClient;
-use std::sync::Arc;
-use std::task::{Context, Poll};
-
-pub use crate::plan::{CHAT_COMPLETIONS_PATH, EMBEDDINGS_PATH, MODELS_PATH};
 
 /// The header naming the chain level that answered.
 pub const DEGRADATION_HEADER: &str = "x-pressure-degradation";
@@ -61,40 +55,30 @@ pub const DEGRADATION_HEADER: &str = "x-pressure-degradation";
 pub const TICKET_HEADER: &str = "x-pressure-ticket";
 
 /// The gateway's LLM client, shared by every server thread.
-pub type Llm = Arc<LlmClient<AnyBackend>>;
+pub use crate::plan::Llm;
+
+/// A `200` JSON answer of the LLM endpoints, with the degradation header
+/// naming the chain level that answered.
+fn json_answer(body: impl Into<Body>, degradation: &'static str) -> Response<Body> {
+    let mut resp = Response::new(body.into());
+    let h = resp.headers_mut();
+    h.insert(
+        http::header::CONTENT_TYPE,
+        http::HeaderValue::from_static("application/json"),
+    );
+    h.insert(DEGRADATION_HEADER, http::HeaderValue::from_static(degradation));
+    resp
+}
 
 /// Serves the OpenAI endpoints of the request's plan; every other request
 /// goes to the inner service.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct OpenAiLayer;
+pub(crate) struct OpenAiLayer;
 
-impl<S> tower::Layer<S> for OpenAiLayer {
-    type Service = OpenAi<S>;
+step_layer!(OpenAiLayer);
 
-    fn layer(&self, inner: S) -> OpenAi<S> {
-        OpenAi { inner }
-    }
-}
-
-/// See [`OpenAiLayer`].
-#[derive(Debug, Clone)]
-pub struct OpenAi<S> {
-    inner: S,
-}
-
-impl<S> tower::Service<Request<Body>> for OpenAi<S>
-where
-    S: Inner,
-{
-    type Response = Response<Body>;
-    type Error = Rejection;
-    type Future = BoxFuture<'static, Reply>;
-
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Rejection>> {
-        self.inner.poll_ready(cx)
-    }
-
-    fn call(&mut self, req: Request<Body>) -> Self::Future {
+impl Step for OpenAiLayer {
+    fn step<S: RejectingService>(&self, next: &mut S, req: Request<Body>) -> BoxFuture<'static, Outcome> {
         let served = routed(&req).and_then(|r| Some((r.route.endpoint, r.plan.llm().cloned()?)));
         match served {
             Some((Endpoint::ChatCompletions, llm)) => {
@@ -107,7 +91,7 @@ where
             Some((Endpoint::Model, llm)) => {
                 Box::pin(std::future::ready(models::retrieve(&llm, req.uri().path())))
             }
-            _ => Box::pin(self.inner.call(req)),
+            _ => Box::pin(next.call(req)),
         }
     }
 }

@@ -10,7 +10,7 @@
 //! "model_not_found"}}`.
 
 use crate::backend::AnyBackend;
-use crate::layers::Reply;
+use crate::layers::Outcome;
 use crate::rejection::Rejection;
 use axum::body::Body;
 use http::{HeaderValue, Response};
@@ -18,7 +18,7 @@ use pressure_llm::pipeline::{LlmClient, LlmError};
 use serde_json::{json, Value};
 
 /// Who owns every listed model.
-pub const OWNED_BY: &str = "pressure";
+pub(super) const OWNED_BY: &str = "pressure";
 
 /// One use case as an OpenAI model object.
 fn model_object(llm: &LlmClient<AnyBackend>, id: &str) -> Option<Value> {
@@ -42,7 +42,7 @@ fn json_response(body: &Value) -> Response<Body> {
 }
 
 /// `GET /v1/models`: every use case, sorted by name.
-pub fn list(llm: &LlmClient<AnyBackend>) -> Reply {
+pub(super) fn list(llm: &LlmClient<AnyBackend>) -> Outcome {
     let data: Vec<Value> = llm
         .config()
         .use_cases
@@ -53,7 +53,7 @@ pub fn list(llm: &LlmClient<AnyBackend>) -> Reply {
 }
 
 /// `GET /v1/models/{id}`: one use case, or `404 model_not_found`.
-pub fn retrieve(llm: &LlmClient<AnyBackend>, path: &str) -> Reply {
+pub(super) fn retrieve(llm: &LlmClient<AnyBackend>, path: &str) -> Outcome {
     let id = crate::plan::model_id(path).unwrap_or_default();
     match model_object(llm, id) {
         Some(model) => Ok(json_response(&model)),

@@ -7,17 +7,17 @@
 
 use super::DEGRADATION_HEADER;
 use crate::backend::AnyBackend;
+use crate::rejection::{Dialect, Rejection};
 use axum::body::Body;
 use bytes::Bytes;
 use futures::StreamExt;
 use http::{HeaderValue, Response, StatusCode};
 use pressure_llm::pipeline::AnswerStream;
-use serde_json::json;
 use std::convert::Infallible;
 /// A streamed answer as server-sent events: `data: {chunk}` per chunk, then
 /// `data: [DONE]`; a mid-stream failure ends it with `data: {"error": ...}`
 /// (no `[DONE]`). The degradation header is set before the first byte.
-pub fn sse_response(stream: AnswerStream<AnyBackend>) -> Response<Body> {
+pub(super) fn sse_response(stream: AnswerStream<AnyBackend>) -> Response<Body> {
     let status = stream.http_status();
     let degradation = stream.degradation().as_str();
     let events = futures::stream::unfold(Some(stream), |state| async move {
@@ -25,13 +25,9 @@ pub fn sse_response(stream: AnswerStream<AnyBackend>) -> Response<Body> {
         let event = match stream.next().await {
             Some(Ok(chunk)) => match serde_json::to_string(&chunk) {
                 Ok(json) => return Some((Ok::<_, Infallible>(sse_event(&json)), Some(stream))),
-                Err(e) => sse_event(
-                    &json!({"error": {"message": format!("a chunk could not be encoded: {e}"),
-                                      "type": "server_error", "param": null, "code": null}})
-                    .to_string(),
-                ),
+                Err(e) => error_event(Rejection::Internal(format!("a chunk could not be encoded: {e}"))),
             },
-            Some(Err(e)) => sse_event(&e.openai_error().1.to_string()),
+            Some(Err(e)) => error_event(Rejection::Llm(e)),
             None => Bytes::from_static(b"data: [DONE]\n\n"),
         };
         Some((Ok(event), None))
@@ -46,6 +42,12 @@ pub fn sse_response(stream: AnswerStream<AnyBackend>) -> Response<Body> {
     headers.insert(http::header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
     headers.insert(DEGRADATION_HEADER, HeaderValue::from_static(degradation));
     resp
+}
+
+/// The last event of a stream that failed after its head: the error in
+/// OpenAI's shape, from the one renderer.
+fn error_event(rejection: Rejection) -> Bytes {
+    sse_event(&rejection.body(Dialect::OpenAi))
 }
 
 fn sse_event(json: &str) -> Bytes {

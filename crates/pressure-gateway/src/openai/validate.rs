@@ -10,7 +10,7 @@ use serde_json::{Map, Value};
 
 /// A field OpenAI would refuse: the message, the `param` and the `code`.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Invalid {
+pub(super) struct Invalid {
     /// What is wrong, in OpenAI's words where it has them.
     pub message: String,
     /// The offending field, e.g. `messages[1].role`.
@@ -54,7 +54,7 @@ const ROLES: [&str; 6] = ["system", "developer", "user", "assistant", "tool", "f
 
 /// Checks `body` (a JSON object whose `model` and `messages` are present)
 /// against OpenAI's rules for `POST /v1/chat/completions`.
-pub fn chat_request(body: &Map<String, Value>) -> Result<(), Invalid> {
+pub(super) fn chat_request(body: &Map<String, Value>) -> Result<(), Invalid> {
     if let Some(v) = body.get("model") {
         if !v.is_string() {
             return Err(wrong_type("model", "a string", v));

@@ -1,30 +1,42 @@
-//! [`Plan`]: everything the request path needs, built once from a validated
-//! config (and rebuilt on reload): the [`Router`] with its routes and their
-//! resources, the tenant policy (authenticator and limit template), the LLM
-//! client, and the request bounds. Config types stop here: the layers and
-//! the proxy read built values from the plan of their request.
+//! [`Plan`]: everything the request path needs, built from a config in
+//! one pass that is also its validation: the [`Router`] with its routes and
+//! their resources, the tenant policy (authenticator and limit template),
+//! the LLM client, and the request bounds. Each section is checked as it is
+//! built (`listeners`, `upstreams`, `settings`, `limits`, `tls`, the JWT key
+//! in [`Authenticator::new`]); a config that does not build yields every
+//! problem found, each naming its JSON path ([`ConfigErrors`]). Config
+//! types stop here: the layers and the proxy read built values from the
+//! plan of their request.
 //!
 //! A request reads the plan once, at its start; a reload swaps the whole
 //! plan atomically, so a request never sees half of an old config and half
 //! of a new one.
 
+pub(crate) mod checks;
+mod limits;
+mod listeners;
 mod router;
+mod settings;
+mod tls;
+mod upstreams;
 
-pub use router::{
-    model_id, prefix_matches, Endpoint, Route, Router, CHAT_COMPLETIONS_PATH, EMBEDDINGS_PATH, MODELS_PATH,
-};
+pub(crate) use router::{model_id, prefix_matches};
+pub use router::{Endpoint, Route, Router};
 
 use crate::backend::{AnyBackend, Broker};
-use crate::config::{ConfigError, GatewayConfig};
+use crate::config::{AuthConfig, ConfigError, ConfigErrors, GatewayConfig};
 use crate::layers::tenant::Authenticator;
-use crate::openai::Llm;
-use crate::proxy::Upstreams;
-use crate::resources;
+use limits::ChargedBy;
 use pressure_core::{LimitTemplate, Limits, ResourceHandle};
+use pressure_llm::pipeline::LlmClient;
 use std::collections::BTreeSet;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
+
+/// The LLM client behind the OpenAI-compatible endpoints, on the gateway's
+/// broker.
+pub type Llm = Arc<LlmClient<AnyBackend>>;
 
 /// Who may pass the tenant layer, and at what rate.
 #[derive(Debug, Clone, Default)]
@@ -54,75 +66,60 @@ pub struct Plan {
 }
 
 impl Plan {
-    /// Builds the plan of `config` (validated) on `broker`: every route and
-    /// service limit is registered, or updated in place when its limits
-    /// changed (current usage kept). `base_dir` resolves key files; `llm`
-    /// is the client of `config.llm`, built by the caller.
+    /// Builds the plan of `config` on `broker`, checking it as it goes:
+    /// every route and service limit is registered, or updated in place
+    /// when its limits changed (current usage kept). `base_dir` resolves
+    /// key and certificate files; `llm` is the client of `config.llm`,
+    /// built by the caller. Nothing is registered unless the whole config
+    /// builds; otherwise every problem found, in the order of the config's
+    /// sections.
     pub fn build(
         config: GatewayConfig,
         base_dir: &Path,
         broker: &Broker,
         llm: Option<Llm>,
-    ) -> Result<Self, ConfigError> {
-        let pressure = &config.pressure;
+    ) -> Result<Self, ConfigErrors> {
+        let mut problems = Problems::default();
+        problems.keep(listeners::check_listen(&config));
+        problems.keep(listeners::check_admin(&config.admin, &config.listen));
+        let upstreams = problems.keep(upstreams::build(&config));
+        problems.keep(settings::check_backend(&config.backend));
+        let auth = problems.keep(authenticator(&config.auth, base_dir));
+        let pressure = problems.keep(limits::build(&config));
+        problems.keep(settings::check_request_limits(&config));
+        problems.keep(settings::check_llm(&config));
+        problems.keep(tls::check(&config, base_dir));
+        let decided = problems.keep(limits::decision_resources(&config));
+        problems.keep(listeners::check_decisions(&config));
+        let (Some(upstreams), Some(auth), Some((limited, template)), Some(decided)) =
+            (upstreams, auth, pressure, decided)
+        else {
+            return Err(problems.into_errors());
+        };
+        problems.into_result()?;
+
         let mut ids = BTreeSet::new();
-        let upstreams = Upstreams::new(&config.upstreams)
-            .map_err(|e| ConfigError::new("gateway.upstreams", e.to_string()))?;
+        let mut services = std::collections::BTreeMap::new();
         let mut router = Router::new().with_llm(llm.is_some());
-        for upstream in upstreams.iter() {
-            let name = upstream.name();
-            let resource = match pressure.per_service.get(name) {
-                Some(limits) if pressure.enabled => {
-                    let id = resources::service(name);
-                    let h = apply(
-                        broker,
-                        &id,
-                        limits,
-                        &format!("gateway.pressure.perService.{name}"),
-                    )?;
-                    ids.insert(id);
-                    Some(h)
+        let mut routes = Vec::new();
+        for l in limited.iter().chain(&decided) {
+            let handle = register(broker, &l.id, &l.limits, &l.path).map_err(ConfigErrors::from)?;
+            ids.insert(l.id.clone());
+            match &l.by {
+                ChargedBy::Service(name) => {
+                    services.insert(name.as_str(), handle);
                 }
-                _ => None,
-            };
+                ChargedBy::Route(prefix) => routes.push((prefix.as_str(), handle)),
+                ChargedBy::Decisions => {}
+            }
+        }
+        for upstream in upstreams.iter() {
+            let resource = services.remove(upstream.name());
             router = router.upstream(Arc::clone(upstream), resource);
         }
-        if pressure.enabled {
-            for (i, r) in pressure.per_route.iter().enumerate() {
-                let h = apply(
-                    broker,
-                    &r.resource,
-                    &r.limits,
-                    &format!("gateway.pressure.perRoute[{i}]"),
-                )?;
-                ids.insert(r.resource.clone());
-                router = router.limit(&r.path_prefix, h);
-            }
-            // Charged by no route: served to the decision API only.
-            for (id, limits) in &pressure.resources {
-                apply(broker, id, limits, &format!("gateway.pressure.resources.{id}"))?;
-                ids.insert(id.clone());
-            }
+        for (prefix, handle) in routes {
+            router = router.limit(prefix, handle);
         }
-        let auth = match &config.auth.jwt {
-            Some(j) => Some(Arc::new(
-                Authenticator::new(j, base_dir)
-                    .map_err(|e| ConfigError::from(e.under("gateway.auth.jwt")))?,
-            )),
-            None => None,
-        };
-        let template = match (
-            &pressure.per_tenant.limits,
-            pressure.enabled && pressure.per_tenant.enabled,
-        ) {
-            (Some(l), true) => Some(LimitTemplate::new(l).map_err(|e| {
-                ConfigError::new(
-                    format!("gateway.pressure.perTenant.limits.{}", e.field),
-                    e.problem,
-                )
-            })?),
-            _ => None,
-        };
         let tenant = TenantPolicy {
             auth,
             required: config.auth.required,
@@ -141,6 +138,16 @@ impl Plan {
             resources: ids,
             config,
         })
+    }
+
+    /// Builds the plan of `config` on a broker of its own, in memory and
+    /// without an LLM client: what `pressure check-config` and the config
+    /// loader do to tell a config that would serve from one that would not.
+    pub fn check(config: GatewayConfig, base_dir: &Path) -> Result<Self, ConfigErrors> {
+        let scratch: Broker =
+            pressure_core::ResourceBroker::builder(AnyBackend::Memory(pressure_core::MemoryBackend::new()))
+                .build();
+        Self::build(config, base_dir, &scratch, None)
     }
 
     /// The router.
@@ -202,8 +209,20 @@ impl Plan {
     }
 }
 
+/// `gateway.auth`: the JWT verifier, when there is a `jwt` section.
+fn authenticator(auth: &AuthConfig, base_dir: &Path) -> Result<Option<Arc<Authenticator>>, ConfigError> {
+    match &auth.jwt {
+        Some(jwt) => Authenticator::new(jwt, base_dir).map(|a| Some(Arc::new(a))),
+        None if auth.required => Err(ConfigError::new(
+            "gateway.auth.required",
+            "requires gateway.auth.jwt (no token can be verified without it)",
+        )),
+        None => Ok(None),
+    }
+}
+
 /// Registers `id` with `limits`, or updates its limits in place.
-fn apply(
+fn register(
     broker: &Broker,
     id: &str,
     limits: &Limits,
@@ -215,4 +234,29 @@ fn apply(
     broker
         .resource(id)
         .ok_or_else(|| ConfigError::new(path, format!("{id} is not registered")))
+}
+
+/// The problems found while building, in the order found.
+#[derive(Debug, Default)]
+struct Problems(Vec<ConfigError>);
+
+impl Problems {
+    /// The value of `result`, or `None` with its problem kept.
+    fn keep<T>(&mut self, result: Result<T, ConfigError>) -> Option<T> {
+        result.map_err(|e| self.0.push(e)).ok()
+    }
+
+    /// `Ok` when nothing was found.
+    fn into_result(self) -> Result<(), ConfigErrors> {
+        match ConfigErrors::new(self.0) {
+            Some(errors) => Err(errors),
+            None => Ok(()),
+        }
+    }
+
+    /// The problems found (at least one: a section that did not build).
+    fn into_errors(self) -> ConfigErrors {
+        ConfigErrors::new(self.0)
+            .unwrap_or_else(|| ConfigErrors::from(ConfigError::new("gateway", "the config did not build")))
+    }
 }

@@ -59,15 +59,15 @@ impl Route {
 }
 
 /// The path of the OpenAI chat endpoint.
-pub const CHAT_COMPLETIONS_PATH: &str = "/v1/chat/completions";
+pub(crate) const CHAT_COMPLETIONS_PATH: &str = "/v1/chat/completions";
 /// The path of the OpenAI embeddings endpoint.
-pub const EMBEDDINGS_PATH: &str = "/v1/embeddings";
+pub(crate) const EMBEDDINGS_PATH: &str = "/v1/embeddings";
 /// The path of the OpenAI model list; `/v1/models/{id}` retrieves one.
-pub const MODELS_PATH: &str = "/v1/models";
+pub(crate) const MODELS_PATH: &str = "/v1/models";
 
 /// The `{id}` of `/v1/models/{id}` (non-empty; it may hold `/`, as a use
 /// case name may), or `None` for any other path.
-pub fn model_id(path: &str) -> Option<&str> {
+pub(crate) fn model_id(path: &str) -> Option<&str> {
     path.strip_prefix(MODELS_PATH)?
         .strip_prefix('/')
         .filter(|id| !id.is_empty())
@@ -85,7 +85,7 @@ fn llm_endpoint(method: &Method, path: &str) -> Option<Endpoint> {
 }
 
 /// Whether `prefix` covers `path` on a segment boundary.
-pub fn prefix_matches(prefix: &str, path: &str) -> bool {
+pub(crate) fn prefix_matches(prefix: &str, path: &str) -> bool {
     if prefix == "/" || path == prefix {
         return true;
     }

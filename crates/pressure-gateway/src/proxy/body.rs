@@ -48,7 +48,7 @@ impl ClientFault {
             Fault::Malformed => {
                 Rejection::BadRequest("the request body is malformed or was cut short".into())
             }
-            Fault::TooSlow => Rejection::RequestTimeout,
+            Fault::TooSlow => Rejection::RequestTimeout { whole_ms: None },
         })
     }
 }

@@ -10,7 +10,7 @@ use super::headers::{set_forwarding, strip_hop_by_hop};
 use super::routing::Upstream;
 use super::upgrade::ClientUpgrade;
 use crate::config::TimeoutConfig;
-use crate::layers::Reply;
+use crate::layers::Outcome;
 use crate::rejection::{Rejection, UpstreamFailure};
 use crate::tls::UpstreamTls;
 use arc_swap::ArcSwap;
@@ -34,7 +34,8 @@ const TCP_KEEPALIVE: Duration = Duration::from_secs(60);
 /// Forwards requests to upstreams over pooled keep-alive connections.
 ///
 /// Cheap to clone: clones share the connection pool and the upstream table.
-/// Bodies stream both ways; nothing is buffered.
+/// Response bodies stream; request bodies of routed requests are read
+/// whole first (bounded by the body limit), see [`Proxy::forward`].
 #[derive(Debug, Clone)]
 pub struct Proxy {
     client: Client<UpstreamConnector, Body>,
@@ -110,20 +111,32 @@ impl Proxy {
     /// other failure of the exchange → `502 upstream_error`. The client's
     /// own faults are not blamed on the upstream: a request body that
     /// outgrows an [`http_body_util::Limited`] wrapper → `413`, a malformed
-    /// one (bad chunked framing, cut short) → `400`.
+    /// one (bad chunked framing, cut short) → `400`, one not complete
+    /// within `total` (or idle for `timeouts.bodyReadMs`) → `408`.
+    ///
+    /// Under the gateway's layers (the request routed, its body bounded by
+    /// `limits.maxBodyBytes`) the request body is read whole before the
+    /// upstream is contacted, and `total` starts afterwards; a request
+    /// without a route (`ProxyService`) streams its body.
     pub async fn forward(
         &self,
         upstream: &Upstream,
         req: Request<Body>,
         client_addr: Option<SocketAddr>,
         total: Duration,
-    ) -> Reply {
-        let (max_body, body_idle) = crate::layers::routed(&req).map_or((u64::MAX, None), |r| {
-            (r.plan.max_body_bytes(), r.plan.body_read_timeout())
-        });
+    ) -> Outcome {
+        let bounds =
+            crate::layers::routed(&req).map(|r| (r.plan.max_body_bytes(), r.plan.body_read_timeout()));
+        let (max_body, body_idle) = bounds.unwrap_or((u64::MAX, None));
         let (mut parts, body) = req.into_parts();
         let fault = ClientFault::new(max_body);
-        let body = Body::new(ClientBody::new(body, fault.clone(), body_idle));
+        let body = ClientBody::new(body, fault.clone(), body_idle);
+        // Under the gateway's layers the body is bounded (body limit): read
+        // it whole first. Alone (`ProxyService`), with no bound, stream it.
+        let body = match bounds {
+            Some(_) => read_whole(body, &fault, total).await?,
+            None => Body::new(body),
+        };
         let path_and_query = parts.uri.path_and_query().map_or("/", PathAndQuery::as_str);
         let uri = match upstream.target_uri(path_and_query) {
             Ok(uri) => uri,
@@ -179,6 +192,32 @@ impl Proxy {
     }
 }
 
+/// The client's whole body, read before the upstream is contacted, so that
+/// a slow client holds no upstream connection and the upstream's `total`
+/// starts when the request is complete (Envoy starts its route timeout
+/// then; nginx buffers the body likewise). The body limit bounds what is
+/// held (`413` beyond it); `deadline` bounds the whole read and
+/// [`ClientBody`] the gaps in it (`408` either way); a malformed body is
+/// `400`.
+async fn read_whole(
+    body: ClientBody<Body>,
+    fault: &ClientFault,
+    deadline: Duration,
+) -> Result<Body, Rejection> {
+    if http_body::Body::is_end_stream(&body) {
+        return Ok(Body::empty());
+    }
+    match tokio::time::timeout(deadline, http_body_util::BodyExt::collect(body)).await {
+        Ok(Ok(whole)) => Ok(Body::new(whole)),
+        Ok(Err(_)) => Err(fault.take().unwrap_or_else(|| {
+            Rejection::BadRequest("the request body is malformed or was cut short".into())
+        })),
+        Err(_elapsed) => Err(Rejection::RequestTimeout {
+            whole_ms: Some(u64::try_from(deadline.as_millis()).unwrap_or(u64::MAX)),
+        }),
+    }
+}
+
 /// The answer to the client for an upstream `101`: the `101` itself, with
 /// the tunnel between the two upgraded connections spawned, when the
 /// client asked for the upgrade and both connections can be handed over;
@@ -187,7 +226,7 @@ fn switch_protocols(
     upstream: &Upstream,
     response: Response<hyper::body::Incoming>,
     client_upgrade: Option<ClientUpgrade>,
-) -> Reply {
+) -> Outcome {
     let (mut parts, _body) = response.into_parts();
     let Some(client_upgrade) = client_upgrade else {
         return Err(Rejection::UpstreamError {

@@ -22,7 +22,7 @@ type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// Connects to upstreams over TCP, and over TLS for `https://` ones.
 #[derive(Clone)]
-pub struct UpstreamConnector {
+pub(crate) struct UpstreamConnector {
     http: HttpConnector,
     tls: Arc<ArcSwap<UpstreamTls>>,
 }
@@ -38,7 +38,7 @@ impl std::fmt::Debug for UpstreamConnector {
 impl UpstreamConnector {
     /// TCP through `http` (it must accept `https://` URIs:
     /// `enforce_http(false)`), TLS with the configs of `tls`.
-    pub fn new(http: HttpConnector, tls: Arc<ArcSwap<UpstreamTls>>) -> Self {
+    pub(crate) fn new(http: HttpConnector, tls: Arc<ArcSwap<UpstreamTls>>) -> Self {
         Self { http, tls }
     }
 }

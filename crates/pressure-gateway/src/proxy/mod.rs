@@ -15,8 +15,12 @@
 //!   the client's IP, `X-Forwarded-Proto` is `http` (`https` when the
 //!   client came over TLS), `X-Forwarded-Host` is
 //!   the `Host` the client sent, and `Host` names the upstream.
-//! * **Streaming**: the request body is passed through as it arrives and the
-//!   upstream's body is returned as it arrives; nothing is buffered.
+//! * **Bodies**: under the gateway's layers the request body is read whole
+//!   (bounded by `limits.maxBodyBytes`) before the upstream is contacted,
+//!   so a slow client holds no upstream connection and is answered `408`
+//!   when its body is not complete within `timeouts.totalMs` (or idles
+//!   for `bodyReadMs`); the upstream's `totalMs` starts when the request
+//!   is complete. The upstream's body is returned as it arrives.
 //! * **Failures**, answered as JSON `{"error":{"type":..,"message":..}}`:
 //!   no response head within `timeouts.totalMs` → `504 upstream_timeout`;
 //!   no connection (refused, unreachable, beyond `timeouts.connectMs`) →
@@ -38,7 +42,7 @@
 //!
 //! ```no_run
 //! # async fn run(cfg: pressure_gateway::config::GatewayConfig) -> std::io::Result<()> {
-//! use pressure_gateway::proxy::ProxyService;
+//! use pressure_gateway::ProxyService;
 //! use std::net::SocketAddr;
 //!
 //! let service = ProxyService::from_config(&cfg.upstreams, &cfg.timeouts)
@@ -64,7 +68,7 @@ mod upgrade;
 
 pub(crate) use body::is_too_large;
 pub use client::Proxy;
-pub use connector::UpstreamConnector;
 pub use error::ProxyError;
 pub use routing::{Upstream, Upstreams};
-pub use service::{Forward, ProxyService};
+pub(crate) use service::Forward;
+pub use service::ProxyService;

@@ -11,7 +11,7 @@ use super::client::Proxy;
 use super::error::ProxyError;
 use super::routing::Upstreams;
 use crate::config::{TimeoutConfig, UpstreamConfig};
-use crate::layers::{routed, Reply};
+use crate::layers::{routed, Outcome};
 use crate::rejection::{Dialect, Rejection};
 use axum::body::Body;
 use axum::extract::ConnectInfo;
@@ -32,13 +32,13 @@ fn client_addr<B>(req: &Request<B>) -> Option<SocketAddr> {
 /// Forwards each request to its route's upstream. Cheap to clone (clones
 /// share the connection pool).
 #[derive(Debug, Clone)]
-pub struct Forward {
+pub(crate) struct Forward {
     proxy: Proxy,
 }
 
 impl Forward {
     /// Forwards with `proxy`.
-    pub fn new(proxy: Proxy) -> Self {
+    pub(crate) fn new(proxy: Proxy) -> Self {
         Self { proxy }
     }
 }
@@ -46,7 +46,7 @@ impl Forward {
 impl tower::Service<Request<Body>> for Forward {
     type Response = Response<Body>;
     type Error = Rejection;
-    type Future = BoxFuture<'static, Reply>;
+    type Future = BoxFuture<'static, Outcome>;
 
     fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Rejection>> {
         Poll::Ready(Ok(()))

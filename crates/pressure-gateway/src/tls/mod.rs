@@ -22,9 +22,10 @@ mod server;
 mod upstream;
 
 pub(crate) use loaded::{Listeners, LoadedTls};
-pub use pem::{load_certs, load_key, load_roots};
-pub use server::{server_config, ClientTls, ServerTls};
-pub use upstream::UpstreamTls;
+pub(crate) use pem::load_roots;
+pub use server::ServerTls;
+pub(crate) use server::{server_config, ClientTls};
+pub(crate) use upstream::UpstreamTls;
 
 use crate::config::GatewayConfig;
 use std::sync::Arc;
@@ -32,7 +33,7 @@ use std::sync::Arc;
 /// The TLS files a reload re-reads (listener certificates and keys,
 /// upstream CA files), for watching them: a rotated certificate is a
 /// reason to reload.
-pub fn watched_files(cfg: &GatewayConfig) -> Vec<&str> {
+pub(crate) fn watched_files(cfg: &GatewayConfig) -> Vec<&str> {
     let listeners = [cfg.tls.as_ref(), cfg.admin.tls.as_ref()]
         .into_iter()
         .flatten()

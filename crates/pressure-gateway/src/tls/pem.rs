@@ -24,7 +24,7 @@ fn read(file: &str, base_dir: &Path, path: &str) -> Result<(Vec<u8>, String), Co
 
 /// The certificates of the PEM file `file`, in file order (a chain: leaf
 /// first). At least one.
-pub fn load_certs(
+pub(crate) fn load_certs(
     file: &str,
     base_dir: &Path,
     path: &str,
@@ -43,7 +43,11 @@ pub fn load_certs(
 }
 
 /// The private key of the PEM file `file` (the first one in it).
-pub fn load_key(file: &str, base_dir: &Path, path: &str) -> Result<PrivateKeyDer<'static>, ConfigError> {
+pub(crate) fn load_key(
+    file: &str,
+    base_dir: &Path,
+    path: &str,
+) -> Result<PrivateKeyDer<'static>, ConfigError> {
     let (bytes, shown) = read(file, base_dir, path)?;
     PrivateKeyDer::from_pem_slice(&bytes)
         .map_err(|e| ConfigError::new(path, format!("{shown} holds no usable PEM private key: {e}")))
@@ -51,7 +55,7 @@ pub fn load_key(file: &str, base_dir: &Path, path: &str) -> Result<PrivateKeyDer
 
 /// The trust anchors of the PEM CA file `file`: every certificate in it
 /// must parse as one.
-pub fn load_roots(file: &str, base_dir: &Path, path: &str) -> Result<RootCertStore, ConfigError> {
+pub(crate) fn load_roots(file: &str, base_dir: &Path, path: &str) -> Result<RootCertStore, ConfigError> {
     let certs = load_certs(file, base_dir, path)?;
     let mut roots = RootCertStore::empty();
     for (i, cert) in certs.into_iter().enumerate() {

@@ -24,7 +24,7 @@ const ALPN: [&[u8]; 2] = [b"h2", b"http/1.1"];
 /// its key (which must belong to the chain's leaf), ALPN `h2` and
 /// `http/1.1`, TLS 1.2 and 1.3. `path` is the JSON path of `tls`
 /// (`gateway.tls`), which the errors extend (`gateway.tls.keyFile`).
-pub fn server_config(
+pub(crate) fn server_config(
     tls: &ListenerTlsConfig,
     base_dir: &Path,
     path: &str,
@@ -108,7 +108,7 @@ impl ServerTls {
 /// Marks a request that arrived over TLS (a request extension), so the
 /// proxy tells the upstream `X-Forwarded-Proto: https`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ClientTls;
+pub(crate) struct ClientTls;
 
 /// When the last handshake failure was logged, and how many were not.
 static FAILURES: Mutex<(Option<Instant>, u64)> = Mutex::new((None, 0));

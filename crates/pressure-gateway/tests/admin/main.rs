@@ -13,9 +13,9 @@ use hyper_util::rt::TokioExecutor;
 use pressure_core::{
     AcquireOptions, Acquisition, LimitTemplate, Limits, MemoryBackend, Permit, ResourceBroker, ResourceConfig,
 };
-use pressure_gateway::admin::{router, AdminState};
 use pressure_gateway::backend::{AnyBackend, Broker};
-use pressure_gateway::metrics::{GatewayMetrics, Layer};
+use pressure_gateway::{admin_router as router, AdminState};
+use pressure_gateway::{GatewayMetrics, Layer};
 use pressure_redis::{FailureMode, RedisBackend, RedisConfig};
 use serde_json::Value;
 use std::collections::{BTreeMap, HashSet};
@@ -573,13 +573,13 @@ async fn bearer_token_guards_everything_but_healthz() {
 
 /// A TCP proxy in front of Redis that can be cut, to take Redis away from
 /// one backend without touching the server.
-struct Proxy {
+struct CuttableProxy {
     addr: SocketAddr,
     task: JoinHandle<()>,
     conns: Arc<parking_lot::Mutex<Vec<JoinHandle<()>>>>,
 }
 
-impl Proxy {
+impl CuttableProxy {
     async fn start(upstream: String) -> Self {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind proxy");
         let addr = listener.local_addr().expect("addr");
@@ -612,7 +612,7 @@ async fn healthz_reports_redis_degraded_but_stays_up() {
     // A redis-server of the test's own: a plain redis:// address for the
     // proxy, whatever PRESSURE_REDIS_URL points the other tests at.
     let own = pressure_testkit::RedisServer::start();
-    let proxy = Proxy::start(format!("127.0.0.1:{}", own.port())).await;
+    let proxy = CuttableProxy::start(format!("127.0.0.1:{}", own.port())).await;
     let backend = RedisBackend::connect(RedisConfig {
         url: format!("redis://{}", proxy.addr),
         failure_mode: FailureMode::Closed,

@@ -675,8 +675,9 @@ async fn audience_and_issuer_unchecked_when_not_configured(kind: Kind, name: &st
     gw.stop().await;
 }
 
-/// The tenant claim must be a non-empty string of at most 256 bytes; a
-/// number is refused too, so `777` and `"777"` can never share a counter.
+/// The tenant claim must be a non-empty string of at most 256 bytes, or an
+/// integer (read as its decimal string, so `777` and `"777"` are one
+/// tenant); a fraction, a boolean, an object or null is refused.
 async fn tenant_claim_is_required(kind: Kind, name: &str) {
     let gw = Gw::start(kind, name, OPTIONAL).await;
 
@@ -687,7 +688,8 @@ async fn tenant_claim_is_required(kind: Kind, name: &str) {
         ("boolean tenant", claims(json!(true))),
         ("object tenant", claims(json!({ "id": "acme" }))),
         ("tenant too long", claims(json!("t".repeat(257)))),
-        ("numeric tenant", claims(json!(777))),
+        ("fractional tenant", claims(json!(7.5))),
+        ("array tenant", claims(json!([777]))),
     ];
     for (case, claims) in &refused {
         assert_unauthorized(&gw.bearer(&gw.token(claims)).await, case);
@@ -701,6 +703,14 @@ async fn tenant_claim_is_required(kind: Kind, name: &str) {
     let reply = gw.bearer(&gw.token(&claims(json!("777")))).await;
     assert_passed(&reply, "the string tenant \"777\"");
     Gw::check_tenant(&gw.tenant_stats().await, "777", 1);
+    // A numeric claim (`"namespaceId": 777`) is the same tenant.
+    let reply = gw.bearer(&gw.token(&claims(json!(777)))).await;
+    assert_passed(&reply, "the numeric tenant 777");
+    Gw::check_tenant(&gw.tenant_stats().await, "777", 2);
+    let reply = gw.bearer(&gw.token(&claims(json!(-42)))).await;
+    assert_passed(&reply, "the numeric tenant -42");
+    let stats = gw.tenant_stats().await;
+    assert_eq!(stats["gateway:tenant:-42"]["allowed"], 1, "{stats:?}");
 
     gw.stop().await;
 }

@@ -23,10 +23,10 @@ mod harness;
 mod proxies;
 
 use harness::{permit_of, Decisions};
-use proxies::{find, Kind, Proxy};
+use proxies::{find, FrontProxy, Kind};
 use serde_json::{json, Value};
 use std::net::SocketAddr;
-use support::{bounded, hs256_auth, token, Upstream};
+use support::{bounded, hs256_auth, token, TestUpstream};
 
 const ROUTE: &str = "gateway:route:webhooks";
 const TOKEN_ENV: &str = "PRESSURE_GATEWAY_TESTS_FORWARD_AUTH_TOKEN";
@@ -35,7 +35,7 @@ const TOKEN: &str = "forward-auth-service-token-0123";
 /// A gateway in front of `upstream` (never proxied to here): a route
 /// `/webhooks` with 3 requests a minute and one concurrent slot, tenants
 /// with 2 a minute, HS256 tokens optional, the decision token set.
-fn section(upstream: &Upstream) -> Value {
+fn section(upstream: &TestUpstream) -> Value {
     std::env::set_var(TOKEN_ENV, TOKEN);
     json!({
         "upstreams": { "app": { "url": upstream.url(), "pathPrefix": "/" } },
@@ -62,7 +62,7 @@ async fn ask(d: &Decisions, headers: &[(&str, &str)]) -> support::Reply {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_decision_is_the_proxys_without_concurrency() {
     bounded(async {
-        let up = Upstream::demo().await;
+        let up = TestUpstream::demo().await;
         let d = Decisions::start(section(&up)).await;
         let bearer = format!("Bearer {TOKEN}");
         // Someone holds the route's only slot: forward auth does not check
@@ -159,7 +159,7 @@ async fn the_decision_is_the_proxys_without_concurrency() {
 }
 
 /// The upstream's address, for a proxy config.
-fn addr_of(up: &Upstream) -> SocketAddr {
+fn addr_of(up: &TestUpstream) -> SocketAddr {
     up.url()
         .trim_start_matches("http://")
         .parse()
@@ -180,9 +180,9 @@ async fn behind(kind: Kind, test: &str) {
         );
         return;
     };
-    let up = Upstream::demo().await;
+    let up = TestUpstream::demo().await;
     let d = Decisions::start(section(&up)).await;
-    let proxy = Proxy::start(kind, &binary, d.addr, addr_of(&up), TOKEN).await;
+    let proxy = FrontProxy::start(kind, &binary, d.addr, addr_of(&up), TOKEN).await;
     let logs = || proxy.logs();
 
     // Path tricks are charged to the normalised route: two pass, the

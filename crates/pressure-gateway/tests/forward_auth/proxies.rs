@@ -58,7 +58,7 @@ pub(crate) fn free_port() -> u16 {
 }
 
 /// A running proxy, killed when stopped or dropped.
-pub(crate) struct Proxy {
+pub(crate) struct FrontProxy {
     pub(crate) port: u16,
     child: Child,
     dir: tempfile::TempDir,
@@ -135,7 +135,7 @@ http://127.0.0.1:{port} {{
     )
 }
 
-impl Proxy {
+impl FrontProxy {
     /// Starts `kind` (found at `binary`) in front of `upstream`, asking
     /// `decisions` with `token`; waits until it accepts connections.
     pub(crate) async fn start(

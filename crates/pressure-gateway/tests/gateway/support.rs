@@ -43,14 +43,14 @@ pub(crate) async fn bounded<F: Future<Output = ()>>(test: F) {
 
 // ---------------------------------------------------------------- upstream
 
-/// A server on `127.0.0.1:0`, stopped by [`Upstream::stop`].
-pub(crate) struct Upstream {
+/// A server on `127.0.0.1:0`, stopped by [`TestUpstream::stop`].
+pub(crate) struct TestUpstream {
     addr: SocketAddr,
     stop: Option<oneshot::Sender<()>>,
     task: Option<JoinHandle<()>>,
 }
 
-impl Upstream {
+impl TestUpstream {
     /// Serves `router`.
     pub(crate) async fn start(router: Router) -> Self {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind upstream");
@@ -97,7 +97,7 @@ impl Upstream {
     }
 }
 
-impl Drop for Upstream {
+impl Drop for TestUpstream {
     fn drop(&mut self) {
         if let Some(task) = &self.task {
             task.abort();
@@ -190,7 +190,7 @@ fn endless(content_type: &'static str) -> Response {
 /// A `gateway` config section with one upstream `demo` on `/` and the given
 /// `pressure` section (`listen` and `admin.listen` are filled in by
 /// [`TestGateway::start`]).
-pub(crate) fn demo_config(upstream: &Upstream, pressure: Value) -> Value {
+pub(crate) fn demo_config(upstream: &TestUpstream, pressure: Value) -> Value {
     json!({
         "upstreams": { "demo": { "url": upstream.url(), "pathPrefix": "/" } },
         "pressure": pressure,

@@ -14,7 +14,7 @@ mod support;
 use pressure_testkit::RedisServer;
 use serde_json::json;
 use std::time::Duration;
-use support::{bounded, statuses, TestGateway, Upstream};
+use support::{bounded, statuses, TestGateway, TestUpstream};
 use tokio::time::Instant;
 
 /// The store's per-call timeout, ms. Not a tight 50 ms: on a loaded machine
@@ -45,7 +45,7 @@ async fn await_healthy(gw: &TestGateway) {
 
 /// A gateway whose route `/limited` allows `per_minute` requests per
 /// minute, on the Redis of `redis` in `mode`.
-async fn gateway(up: &Upstream, redis: &RedisServer, mode: &str, per_minute: u64) -> TestGateway {
+async fn gateway(up: &TestUpstream, redis: &RedisServer, mode: &str, per_minute: u64) -> TestGateway {
     TestGateway::start(json!({
         "upstreams": { "demo": { "url": up.url(), "pathPrefix": "/" } },
         "backend": { "type": "redis", "url": redis.url(), "failureMode": mode,
@@ -68,7 +68,7 @@ fn stopped_redis() -> RedisServer {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn closed_mode_refuses_with_503_while_redis_is_down_then_counts_in_redis() {
     bounded(async {
-        let up = Upstream::demo().await;
+        let up = TestUpstream::demo().await;
         let mut redis = stopped_redis();
         let gw = gateway(&up, &redis, "closed", 4).await;
 
@@ -120,7 +120,7 @@ async fn closed_mode_refuses_with_503_while_redis_is_down_then_counts_in_redis()
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn open_mode_admits_while_redis_is_down() {
     bounded(async {
-        let up = Upstream::demo().await;
+        let up = TestUpstream::demo().await;
         let redis = stopped_redis();
         let gw = gateway(&up, &redis, "open", 2).await;
         assert_eq!(statuses(&gw.burst(5, "/limited", &[]).await), [200; 5]);
@@ -133,7 +133,7 @@ async fn open_mode_admits_while_redis_is_down() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn local_mode_enforces_its_share_while_redis_is_down() {
     bounded(async {
-        let up = Upstream::demo().await;
+        let up = TestUpstream::demo().await;
         let redis = stopped_redis();
         // localShare 0.5 of 8 per minute: this instance alone admits 4.
         let gw = gateway(&up, &redis, "local", 8).await;
@@ -152,7 +152,7 @@ async fn local_mode_enforces_its_share_while_redis_is_down() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn recovery_needs_no_traffic() {
     bounded(async {
-        let up = Upstream::demo().await;
+        let up = TestUpstream::demo().await;
         let mut redis = stopped_redis();
         let gw = gateway(&up, &redis, "open", 100).await;
         redis.restart();

@@ -13,8 +13,8 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use pressure_gateway::config::{TimeoutConfig, UpstreamConfig};
-use pressure_gateway::proxy::{Proxy, ProxyService, Upstreams};
-use pressure_gateway::rejection::Dialect;
+use pressure_gateway::Dialect;
+use pressure_gateway::{Proxy, ProxyService, Upstreams};
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::convert::Infallible;
@@ -715,7 +715,7 @@ async fn ws_upstream() -> (SocketAddr, JoinHandle<()>) {
 }
 
 /// The proxy served by the gateway's own accept loop
-/// (`pressure_gateway::server::serve`, upgrades enabled).
+/// (`pressure_gateway::serve`, upgrades enabled).
 async fn upgrading_proxy(up: SocketAddr) -> (SocketAddr, oneshot::Sender<()>, JoinHandle<()>) {
     let service = ProxyService::from_config(
         &upstreams(&[("ws", format!("http://{up}"), "/")]),
@@ -725,14 +725,9 @@ async fn upgrading_proxy(up: SocketAddr) -> (SocketAddr, oneshot::Sender<()>, Jo
     let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let addr = listener.local_addr().expect("addr");
     let (tx, rx) = oneshot::channel::<()>();
-    let handle = tokio::spawn(pressure_gateway::server::serve(
-        listener,
-        service,
-        65_536,
-        async move {
-            let _ = rx.await;
-        },
-    ));
+    let handle = tokio::spawn(pressure_gateway::serve(listener, service, 65_536, async move {
+        let _ = rx.await;
+    }));
     (addr, tx, handle)
 }
 

@@ -25,7 +25,7 @@ use serde_json::json;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
-use support::{hs256_auth, statuses, token, TestGateway, Upstream};
+use support::{hs256_auth, statuses, token, TestGateway, TestUpstream};
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 use tokio::sync::Notify;
@@ -45,7 +45,7 @@ const BUSY: usize = 4;
 /// answers once [`SLOTS`] requests are inside together (or after 10 s), so
 /// `SLOTS` concurrent requests through the gateway pass only if every slot
 /// is free.
-async fn storm_upstream() -> Upstream {
+async fn storm_upstream() -> TestUpstream {
     #[derive(Clone, Default)]
     struct Gate {
         inside: Arc<AtomicUsize>,
@@ -60,7 +60,7 @@ async fn storm_upstream() -> Upstream {
         }
         "held"
     }
-    Upstream::start(
+    TestUpstream::start(
         Router::new()
             .route("/storm/fast", get(|| async { "fast" }))
             .route("/storm/hold", get(hold))
@@ -206,7 +206,7 @@ async fn one_off_tenants_leave_no_key_behind_once_their_windows_are_over() {
     const LEASE_MS: u64 = 2_000;
     tokio::time::timeout(Duration::from_secs(60), async {
         let redis = RedisServer::start();
-        let up = Upstream::demo().await;
+        let up = TestUpstream::demo().await;
         let prefix = "onceoff";
         let gw = TestGateway::start(json!({
             "upstreams": { "demo": { "url": up.url(), "pathPrefix": "/" } },

@@ -11,7 +11,7 @@ mod support;
 use http::StatusCode;
 use serde_json::json;
 use std::time::Duration;
-use support::{bounded, raw_status, statuses, TestGateway, Upstream};
+use support::{bounded, raw_status, statuses, TestGateway, TestUpstream};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// The regression of the probe that found the gateway charging `/api`
@@ -19,7 +19,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_service_limit_never_charges_another_upstream() {
     bounded(async {
-        let up = Upstream::demo().await;
+        let up = TestUpstream::demo().await;
         let gw = TestGateway::start(json!({
             "upstreams": {
                 "api": { "url": up.url(), "pathPrefix": "/api" },
@@ -51,7 +51,7 @@ async fn a_service_limit_never_charges_another_upstream() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_spelling_of_a_path_hits_the_same_limit() {
     bounded(async {
-        let up = Upstream::demo().await;
+        let up = TestUpstream::demo().await;
         let gw = TestGateway::start(json!({
             "upstreams": { "demo": { "url": up.url(), "pathPrefix": "/" } },
             "pressure": { "perRoute": [{
@@ -105,7 +105,7 @@ async fn every_spelling_of_a_path_hits_the_same_limit() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn smuggled_heads_are_400() {
     bounded(async {
-        let up = Upstream::demo().await;
+        let up = TestUpstream::demo().await;
         let gw = TestGateway::start(json!({
             "upstreams": { "demo": { "url": up.url(), "pathPrefix": "/" } },
         }))
@@ -135,6 +135,118 @@ async fn smuggled_heads_are_400() {
     .await;
 }
 
+/// Path spellings that other servers read as a way up or as a separator:
+/// Tomcat and Spring read `..;` (a dot-segment with parameters) as `..`,
+/// IIS and some frameworks read `\` as `/`. Forwarded verbatim, they would
+/// reach a path the limits never saw; they are refused like an escaped `/`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dot_segments_with_parameters_and_backslashes_are_400() {
+    bounded(async {
+        let up = TestUpstream::demo().await;
+        let gw = TestGateway::start(json!({
+            "upstreams": { "demo": { "url": up.url(), "pathPrefix": "/" } },
+        }))
+        .await;
+        for target in [
+            "/api/..;/internal",
+            "/api/..;jsessionid=1/internal",
+            "/api/.;/internal",
+            "/api/..\\internal",
+            "/api\\..\\internal",
+            "/api/%5Cinternal",
+            "/api/%5c..%5cinternal",
+        ] {
+            let request = format!("GET {target} HTTP/1.1\r\nHost: gw\r\n\r\n");
+            assert_eq!(raw_status(gw.addr, request.as_bytes()).await, 400, "{target}");
+        }
+        // A `;` elsewhere in a segment is an ordinary character.
+        let plain = b"GET /api/a;b/..x;y HTTP/1.1\r\nHost: gw\r\n\r\n";
+        assert_eq!(raw_status(gw.addr, plain).await, 200);
+        gw.stop().await;
+        up.stop().await;
+    })
+    .await;
+}
+
+/// A client that sends its body more slowly than the upstream may take to
+/// answer is the client's fault (`408`), not the upstream's (`504`), and no
+/// upstream connection is held for it: the body is read before the
+/// upstream is contacted (as nginx buffers it, and as Envoy starts the
+/// route timeout when the request is complete).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_body_slower_than_the_upstream_timeout_is_408_and_never_reaches_the_upstream() {
+    bounded(async {
+        // An upstream that counts connections and never answers.
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let upstream = listener.local_addr().expect("addr");
+        let accepted = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let counter = std::sync::Arc::clone(&accepted);
+        let accept = tokio::spawn(async move {
+            while let Ok((socket, _)) = listener.accept().await {
+                counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                tokio::spawn(async move {
+                    let _held = socket;
+                    tokio::time::sleep(Duration::from_secs(30)).await;
+                });
+            }
+        });
+        let gw = TestGateway::start(json!({
+            "upstreams": { "slow": { "url": format!("http://{upstream}"), "pathPrefix": "/" } },
+            "timeouts": { "connectMs": 300, "totalMs": 400, "bodyReadMs": 5000 },
+        }))
+        .await;
+        let stream = tokio::net::TcpStream::connect(gw.addr).await.expect("connect");
+        let (mut rx, mut tx) = stream.into_split();
+        let body = b"0123456789";
+        let head = format!(
+            "POST /upload HTTP/1.1\r\nHost: gw\r\nContent-Length: {}\r\n\r\n",
+            body.len()
+        );
+        tx.write_all(head.as_bytes()).await.expect("head");
+        // One byte every 150 ms: never idle for bodyReadMs, but the whole
+        // body takes far longer than totalMs.
+        let dribble = tokio::spawn(async move {
+            for byte in body {
+                tokio::time::sleep(Duration::from_millis(150)).await;
+                if tx.write_all(&[*byte]).await.is_err() {
+                    break;
+                }
+            }
+            tx
+        });
+        let mut buf = vec![0u8; 4096];
+        let n = tokio::time::timeout(Duration::from_secs(10), rx.read(&mut buf))
+            .await
+            .expect("an answer within 10 s")
+            .unwrap_or(0);
+        let answer = String::from_utf8_lossy(&buf[..n]).into_owned();
+        assert!(answer.starts_with("HTTP/1.1 408"), "slow body: {answer}");
+        assert!(answer.contains("request_timeout"), "{answer}");
+        assert_eq!(
+            accepted.load(std::sync::atomic::Ordering::SeqCst),
+            0,
+            "the upstream was contacted for a body that never completed in time"
+        );
+        let _ = dribble.await;
+        // A body that arrives in time is forwarded as before.
+        let whole = exchange(
+            gw.addr,
+            "POST /upload HTTP/1.1\r\nHost: gw\r\nContent-Length: 2\r\n\r\n",
+            b"ok",
+            true,
+        )
+        .await;
+        assert!(
+            whole.starts_with("HTTP/1.1 504"),
+            "complete body, silent upstream: {whole}"
+        );
+        assert_eq!(accepted.load(std::sync::atomic::Ordering::SeqCst), 1);
+        gw.stop().await;
+        accept.abort();
+    })
+    .await;
+}
+
 /// Sends `head` then `body` on a fresh connection and returns the response
 /// head's status line.
 async fn exchange(addr: std::net::SocketAddr, head: &str, body: &[u8], then_wait: bool) -> String {
@@ -159,7 +271,7 @@ async fn exchange(addr: std::net::SocketAddr, head: &str, body: &[u8], then_wait
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn client_body_faults_are_4xx_and_not_upstream_errors() {
     bounded(async {
-        let up = Upstream::demo().await;
+        let up = TestUpstream::demo().await;
         let gw = TestGateway::start(json!({
             "upstreams": { "demo": { "url": up.url(), "pathPrefix": "/" } },
             "timeouts": { "bodyReadMs": 300 },
@@ -189,7 +301,7 @@ async fn client_body_faults_are_4xx_and_not_upstream_errors() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn http2_honours_max_header_bytes() {
     bounded(async {
-        let up = Upstream::demo().await;
+        let up = TestUpstream::demo().await;
         let gw = TestGateway::start(json!({
             "upstreams": { "demo": { "url": up.url(), "pathPrefix": "/" } },
             "limits": { "maxHeaderBytes": 8192 },

@@ -11,7 +11,7 @@ mod support;
 use serde_json::json;
 use std::net::SocketAddr;
 use std::time::Duration;
-use support::{bounded, TestGateway, Upstream};
+use support::{bounded, TestGateway, TestUpstream};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::time::Instant;
@@ -29,7 +29,7 @@ async fn closed_within(stream: &mut TcpStream, bound: Duration) -> Duration {
     }
 }
 
-fn config(up: &Upstream, timeouts: serde_json::Value) -> serde_json::Value {
+fn config(up: &TestUpstream, timeouts: serde_json::Value) -> serde_json::Value {
     json!({
         "upstreams": { "demo": { "url": up.url(), "pathPrefix": "/" } },
         "timeouts": timeouts,
@@ -42,7 +42,7 @@ fn config(up: &Upstream, timeouts: serde_json::Value) -> serde_json::Value {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn silent_and_idle_connections_are_closed() {
     bounded(async {
-        let up = Upstream::demo().await;
+        let up = TestUpstream::demo().await;
         let gw = TestGateway::start(config(&up, json!({ "idleMs": 300, "headerReadMs": 400 }))).await;
 
         // Never sends a byte.
@@ -98,7 +98,7 @@ async fn stalled_reader(addr: SocketAddr, path: &str) -> TcpStream {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_that_stops_reading_loses_its_slot() {
     bounded(async {
-        let up = Upstream::demo().await;
+        let up = TestUpstream::demo().await;
         let gw = TestGateway::start(config(&up, json!({ "sendMs": 500 }))).await;
         let _stuck = stalled_reader(gw.addr, "/big").await;
         // The slot is held while the response is being written...
@@ -117,7 +117,7 @@ async fn a_client_that_stops_reading_loses_its_slot() {
 /// A request that outlives `leaseTtlMs` keeps counting toward
 /// `maxConcurrentRequests`: its lease is renewed while it is in flight.
 async fn lease_outlives_its_ttl(backend: serde_json::Value) {
-    let up = Upstream::demo().await;
+    let up = TestUpstream::demo().await;
     let gw = TestGateway::start(json!({
         "upstreams": { "demo": { "url": up.url(), "pathPrefix": "/" } },
         "backend": backend,

@@ -14,7 +14,7 @@ mod support;
 
 use pki::{Ca, Scratch};
 use pressure_gateway::config::{self, ConfigError};
-use pressure_gateway::tls::ServerTls;
+use pressure_gateway::ServerTls;
 use serde_json::{json, Value};
 use std::time::Duration;
 use support::{bounded, echo_proto, plain_get, read_until_closed, serve, tls_section, TlsGateway};

@@ -11,7 +11,7 @@ mod support;
 use http::StatusCode;
 use serde_json::{json, Value};
 use std::time::Duration;
-use support::{bounded, dead_port, get_request, token, Capture, Reply, TestGateway, Upstream};
+use support::{bounded, dead_port, get_request, token, Capture, Reply, TestGateway, TestUpstream};
 use tokio::time::Instant;
 
 const ROUTE: &str = "gateway:route:limited";
@@ -43,7 +43,7 @@ async fn await_metric(gw: &TestGateway, series: &str, want: f64) {
     }
 }
 
-fn limited(up: &Upstream, extra: Value) -> Value {
+fn limited(up: &TestUpstream, extra: Value) -> Value {
     let mut cfg = json!({
         "upstreams": { "demo": { "url": up.url(), "pathPrefix": "/" } },
         "pressure": { "perRoute": [{
@@ -61,7 +61,7 @@ fn limited(up: &Upstream, extra: Value) -> Value {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn known_traffic_gives_exact_counts_and_histogram() {
     bounded(async {
-        let up = Upstream::demo().await;
+        let up = TestUpstream::demo().await;
         let gw = TestGateway::start(limited(&up, json!({}))).await;
         let mut codes = Vec::new();
         for _ in 0..5 {
@@ -234,7 +234,7 @@ async fn closes_and_cut_bodies_count_as_reset_and_garbage_as_bad_response() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_in_flight_gauge_counts_a_slow_request() {
     bounded(async {
-        let up = Upstream::demo().await;
+        let up = TestUpstream::demo().await;
         let gw = TestGateway::start(json!({
             "upstreams": { "demo": { "url": up.url(), "pathPrefix": "/" } },
         }))
@@ -273,7 +273,7 @@ async fn the_in_flight_gauge_counts_a_slow_request() {
 async fn a_client_gone_before_the_head_counts_as_499_and_leaves_the_gauge() {
     bounded(async {
         use tokio::io::AsyncWriteExt;
-        let up = Upstream::demo().await;
+        let up = TestUpstream::demo().await;
         let gw = TestGateway::start(json!({
             "upstreams": { "demo": { "url": up.url(), "pathPrefix": "/" } },
         }))
@@ -313,7 +313,7 @@ async fn the_access_log_has_one_line_per_request_with_its_fields() {
     // subscriber may have cached "never"; recompute with ours installed.
     tracing::callsite::rebuild_interest_cache();
     bounded(async {
-        let up = Upstream::demo().await;
+        let up = TestUpstream::demo().await;
         let mut cfg = limited(
             &up,
             json!({ "accessLog": { "enabled": true }, "auth": support::hs256_auth() }),
@@ -386,7 +386,7 @@ async fn no_access_log_by_default() {
     // subscriber may have cached "never"; recompute with ours installed.
     tracing::callsite::rebuild_interest_cache();
     bounded(async {
-        let up = Upstream::demo().await;
+        let up = TestUpstream::demo().await;
         let gw = TestGateway::start(limited(&up, json!({}))).await;
         let reply = gw.get("/other").await;
         assert_eq!(reply.status, StatusCode::OK);
@@ -417,7 +417,7 @@ async fn no_access_log_by_default() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ratelimit_headers_on_success_when_enabled_for_the_tightest_dimension() {
     bounded(async {
-        let up = Upstream::demo().await;
+        let up = TestUpstream::demo().await;
         let mut cfg = limited(&up, json!({ "auth": support::hs256_auth() }));
         cfg["pressure"]["rateLimitHeaders"] = json!(true);
         cfg["pressure"]["perTenant"] = json!({ "enabled": true, "limits": { "requestsPerMinute": 2 } });
@@ -473,7 +473,7 @@ async fn ratelimit_headers_on_success_when_enabled_for_the_tightest_dimension() 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_ratelimit_headers_on_success_by_default() {
     bounded(async {
-        let up = Upstream::demo().await;
+        let up = TestUpstream::demo().await;
         let gw = TestGateway::start(limited(&up, json!({}))).await;
         let ok = gw.get("/limited").await;
         assert_eq!(ok.status, StatusCode::OK);

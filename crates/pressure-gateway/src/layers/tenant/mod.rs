@@ -6,21 +6,20 @@
 //! always `401`; a missing one is `401` only when auth is required, and
 //! otherwise passes as anonymous without a tenant limit.
 
-mod jwt;
+pub(crate) mod jwt;
 
-pub use jwt::{AuthError, Authenticator, Tenant};
+pub(crate) use jwt::{AuthError, Authenticator};
 
-use super::{charge, routed, take_ready, Inner, Reply};
+use super::{charge, routed, step_layer, take_ready, Outcome, RejectingService, Step};
 use crate::backend::Broker;
 use crate::metrics::{GatewayMetrics, Layer};
 use crate::rejection::Rejection;
 use crate::resources;
 use axum::body::Body;
 use futures::future::BoxFuture;
-use http::{Request, Response};
+use http::Request;
 use jwt::bearer;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 use std::time::Duration;
 
 /// Verifies JWTs and applies per-tenant limits.
@@ -37,51 +36,22 @@ impl TenantLayer {
     }
 }
 
-impl<S> tower::Layer<S> for TenantLayer {
-    type Service = TenantService<S>;
+step_layer!(TenantLayer);
 
-    fn layer(&self, inner: S) -> TenantService<S> {
-        TenantService {
-            inner,
-            broker: self.broker.clone(),
-            metrics: Arc::clone(&self.metrics),
-        }
-    }
-}
-
-/// See [`TenantLayer`].
-#[derive(Clone, Debug)]
-pub struct TenantService<S> {
-    inner: S,
-    broker: Broker,
-    metrics: Arc<GatewayMetrics>,
-}
-
-impl<S> tower::Service<Request<Body>> for TenantService<S>
-where
-    S: Inner + Clone,
-{
-    type Response = Response<Body>;
-    type Error = Rejection;
-    type Future = BoxFuture<'static, Reply>;
-
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Rejection>> {
-        self.inner.poll_ready(cx)
-    }
-
-    fn call(&mut self, mut req: Request<Body>) -> Self::Future {
+impl Step for TenantLayer {
+    fn step<S: RejectingService>(&self, next: &mut S, mut req: Request<Body>) -> BoxFuture<'static, Outcome> {
         let Some(plan) = routed(&req).map(|r| Arc::clone(&r.plan)) else {
-            return Box::pin(self.inner.call(req));
+            return Box::pin(next.call(req));
         };
         let policy = plan.tenant();
         let Some(auth) = policy.auth.as_deref() else {
-            return Box::pin(self.inner.call(req));
+            return Box::pin(next.call(req));
         };
         let tenant = match bearer(&req) {
             None if policy.required => {
                 return Box::pin(async { Err(Rejection::Unauthorized(AuthError::Missing)) })
             }
-            None => return Box::pin(self.inner.call(req)),
+            None => return Box::pin(next.call(req)),
             Some(Err(e)) => return Box::pin(async move { Err(Rejection::Unauthorized(e)) }),
             Some(Ok(token)) => match auth.verify(token) {
                 Ok(t) => t,
@@ -93,7 +63,7 @@ where
             c.tenant(&tenant.0);
         }
         let Some(template) = policy.template.as_ref() else {
-            return Box::pin(self.inner.call(req));
+            return Box::pin(next.call(req));
         };
         let resource = resources::tenant(&tenant.0);
         let handle = match self.broker.lazy_limit(&resource, template) {
@@ -109,11 +79,11 @@ where
                 })
             }
         };
-        let mut inner = take_ready(&mut self.inner);
+        let mut next = take_ready(next);
         let metrics = Arc::clone(&self.metrics);
         Box::pin(async move {
             charge(&handle, &mut req, Layer::Tenant, Some(&tenant.0), &metrics).await?;
-            inner.call(req).await
+            next.call(req).await
         })
     }
 }
