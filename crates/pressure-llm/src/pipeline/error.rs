@@ -4,8 +4,6 @@
 
 use std::time::Duration;
 
-use serde_json::{json, Value};
-
 use super::config::{ConfigError, ModelKind};
 use super::fallback::ManualQueueError;
 use crate::provider::{InvalidEmbeddingRequest, ProviderError};
@@ -220,16 +218,6 @@ impl LlmError {
                 d(500, "server_error", None, None)
             }
         }
-    }
-
-    /// The HTTP status and OpenAI-style error body. Transitional: the
-    /// gateway's one renderer takes [`LlmError::describe`] instead.
-    pub fn openai_error(&self) -> (u16, Value) {
-        let d = self.describe();
-        (
-            d.status,
-            json!({"error": {"message": self.to_string(), "type": d.error_type, "param": d.param, "code": d.code}}),
-        )
     }
 }
 

@@ -143,7 +143,7 @@ async fn bad_request_is_one_hit_no_retry_no_fallback() {
             ),
             "{e:?}"
         );
-        assert_eq!(e.openai_error().0, 400);
+        assert_eq!(e.describe().status, 400);
         assert_eq!((p.hits(), b.hits()), (1, 0));
     })
     .await;
@@ -249,7 +249,7 @@ async fn money_budget_of_one_attempt_stops_the_retry() {
             ),
             "{e:?}"
         );
-        assert_eq!(e.openai_error().0, 502);
+        assert_eq!(e.describe().status, 502);
         assert_eq!(p.hits(), 1);
         // Budget exhaustion is a fallback disposition: the backup answers.
         let a = c.complete("chain", request("hello")).await.unwrap();
@@ -395,7 +395,7 @@ async fn limiter_without_capacity_falls_back_or_errors() {
             } => assert!(*wait > Duration::from_millis(300), "{wait:?}"),
             other => panic!("expected no capacity with a wait, got {other:?}"),
         }
-        assert_eq!(e.openai_error().0, 429);
+        assert_eq!(e.describe().status, 429);
         assert!(
             waited < Duration::from_millis(300),
             "waited {waited:?} for a limiter whose wait is past the deadline"
@@ -454,7 +454,7 @@ async fn total_deadline_cuts_a_hanging_primary() {
         let e = c.complete("solo", request("hello")).await.unwrap_err();
         let took = started.elapsed();
         assert!(matches!(e, LlmError::DeadlineExceeded { total_ms: 500 }), "{e:?}");
-        assert_eq!(e.openai_error().0, 504);
+        assert_eq!(e.describe().status, 504);
         assert_cut_by_the_deadline(took, 500);
         assert_eq!(p.hits(), 1, "the hanging call is not retried past the deadline");
         // With a rules level after it, the deadline ends the model level and
@@ -479,11 +479,11 @@ async fn context_overflow_and_unknown_use_case_touch_nothing() {
         r.max_tokens = Some(999);
         r.messages = vec![Message::new("user", "word ".repeat(8000))];
         let e = c.complete("chat", r).await.unwrap_err();
-        let (status, body) = e.openai_error();
-        assert_eq!(status, 400);
-        assert_eq!(body["error"]["code"], "context_length_exceeded");
+        let d = e.describe();
+        assert_eq!(d.status, 400);
+        assert_eq!(d.code, Some("context_length_exceeded"));
         let e = c.complete("nope", request("hello")).await.unwrap_err();
-        assert_eq!(e.openai_error().0, 404);
+        assert_eq!(e.describe().status, 404);
         assert_eq!((p.hits(), b.hits()), (0, 0));
     })
     .await;
