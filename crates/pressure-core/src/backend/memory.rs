@@ -269,7 +269,7 @@ fn window_locked(f: &FastWindow, now: u64, demand: &Demand) -> Option<Result<u64
                 if demand.count_denial {
                     f.tally.deny();
                 }
-                let wait = Duration::from_nanos(wait.saturating_add(t - now));
+                let wait = Duration::from_nanos(wait.saturating_add(t - now).min(r.window_ns));
                 Err(Denial::exhausted(wait, r.dimension))
             }
         }

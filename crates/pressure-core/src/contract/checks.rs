@@ -218,7 +218,10 @@ pub async fn window_burst_wait_is_at_most_the_window<H: Harness>(h: &H) {
     let d = take(&b, &id, AcquireOptions::default()).await;
     assert!(!d.allowed());
     let wait = d.wait_time();
-    assert!(wait > Duration::ZERO && wait <= Duration::from_secs(1), "wait {wait:?}");
+    assert!(
+        wait > Duration::ZERO && wait <= Duration::from_secs(1),
+        "wait {wait:?}"
+    );
     tokio::time::sleep(wait).await;
     assert!(take(&b, &id, AcquireOptions::default()).await.allowed());
 }
