@@ -1,0 +1,120 @@
+//! Issue 21 on a real Redis (the testkit's), with the clock of the scripts
+//! swapped for an argument: a burst that exhausts a per-minute window in
+//! one sub-window is refused with a wait of at most the minute — a minute
+//! after its last grant — refused a microsecond before that and admitted
+//! at it, by the generic and the generated acquire script alike; usage and
+//! reconcile count the same way.
+
+use super::shape_equiv_tests::with_fake_clock;
+use super::{dims_of, generic_args, member, shaped_args, Change};
+use crate::{scripts, shape};
+use pressure_core::{Demand, Limits};
+use redis::Commands;
+
+const MINUTE_US: u64 = 60_000_000;
+
+/// One acquisition of one request at `now` (µs) through `script`:
+/// `(granted, wait_us)`.
+fn acquire(con: &mut redis::Connection, key: &str, generic: bool, now: u64) -> (bool, u64) {
+    let spec = Limits::default().requests_per_minute(2).compile().expect("valid");
+    let dims = dims_of(&spec).expect("dims");
+    let demand = Demand::default();
+    let (src, args) = if generic {
+        let args = generic_args(&dims, &spec, &demand, 0, &member(1));
+        (scripts::ACQUIRE_LUA.to_owned(), args)
+    } else {
+        let steps: Vec<u64> = dims.iter().map(|d| d.step_us).collect();
+        let shape = shape::Shape::of(&spec, &steps).expect("a shape");
+        (
+            shape::generate(&shape),
+            shaped_args(&shape, &dims, &demand, 0, &member(1)),
+        )
+    };
+    let script = redis::Script::new(&with_fake_clock(&src));
+    let mut inv = script.key(key);
+    for a in args {
+        inv.arg(a);
+    }
+    let r: Vec<i64> = inv.arg(now).invoke(con).expect("acquire");
+    (r[0] == 1, if r[0] == 1 { 0 } else { r[1] as u64 })
+}
+
+fn usage(con: &mut redis::Connection, key: &str, now: u64) -> i64 {
+    let dims = dims_of(&Limits::default().requests_per_minute(2).compile().expect("valid")).expect("dims");
+    let script = redis::Script::new(&with_fake_clock(scripts::USAGE_LUA));
+    let d = &dims[0];
+    let v: Vec<i64> = script
+        .key(key)
+        .arg(1)
+        .arg(0)
+        .arg(d.rate.dimension.index())
+        .arg(d.step_us)
+        .arg(d.window_us)
+        .arg(now)
+        .invoke(con)
+        .expect("usage");
+    v[0]
+}
+
+fn reconcile(con: &mut redis::Connection, key: &str, at: u64, delta: i64, now: u64) {
+    let dims = dims_of(&Limits::default().requests_per_minute(2).compile().expect("valid")).expect("dims");
+    let c = Change::of(&dims[0], delta);
+    let script = redis::Script::new(&with_fake_clock(scripts::RECONCILE_LUA));
+    let _: i64 = script
+        .key(key)
+        .arg(1)
+        .arg(at)
+        .arg(0)
+        .arg(c.dimension)
+        .arg(c.delta)
+        .arg(c.step_us)
+        .arg(c.window_us)
+        .arg(now)
+        .invoke(con)
+        .expect("reconcile");
+}
+
+#[test]
+fn a_burst_in_one_sub_window_waits_at_most_the_window() {
+    let mut con = redis::Client::open(pressure_testkit::redis_url().as_str())
+        .and_then(|c| c.get_connection())
+        .expect("test redis answers");
+    let (secs, micros): (u64, u64) = redis::cmd("TIME").query(&mut con).expect("TIME");
+    // An hour ahead of the server (PEXPIREAT never drops the key), early in
+    // a 2 s sub-window.
+    let t0 = (secs + 3_600) / 2 * 2 * 1_000_000 + 1_000;
+    for generic in [true, false] {
+        let key = format!("pressure:{{wait{secs}{micros}.{generic}}}:s");
+        let _: () = con.del(&key).expect("DEL");
+        let last = t0 + 400_000;
+        assert_eq!(acquire(&mut con, &key, generic, t0), (true, 0));
+        assert_eq!(acquire(&mut con, &key, generic, last), (true, 0));
+        let now = t0 + 900_000;
+        let (granted, wait) = acquire(&mut con, &key, generic, now);
+        assert!(!granted);
+        assert!(wait <= MINUTE_US, "generic {generic}: wait {wait} µs");
+        assert_eq!(
+            now + wait,
+            last + MINUTE_US,
+            "generic {generic}: a minute after the last grant"
+        );
+        assert_eq!(usage(&mut con, &key, now + wait - 1), 2);
+        assert!(
+            !acquire(&mut con, &key, generic, now + wait - 1).0,
+            "generic {generic}"
+        );
+        assert_eq!(usage(&mut con, &key, now + wait), 0, "generic {generic}");
+        // A correction for a grant that has left changes nothing.
+        reconcile(&mut con, &key, last, 1, now + wait);
+        assert_eq!(usage(&mut con, &key, now + wait), 0, "generic {generic}");
+        assert!(
+            acquire(&mut con, &key, generic, now + wait).0,
+            "generic {generic}"
+        );
+        assert!(
+            acquire(&mut con, &key, generic, now + wait).0,
+            "generic {generic}: both left"
+        );
+        let _: () = con.del(&key).expect("DEL");
+    }
+}
