@@ -15,7 +15,10 @@
 //!   skewed clocks share one correct window. Time is counted in
 //!   microseconds (exact in Lua's doubles); the algorithms and their bounds
 //!   are pressure-core's (its crate docs, "Limits and their exact meaning")
-//!   at that resolution. A `gcra` rate
+//!   at that resolution: a `window` dimension keeps the time of its last
+//!   grant (`w<d>:t`) next to its sub-windows, so its units all leave a
+//!   window after it and **a denial's wait is never longer than W**. A
+//!   `gcra` rate
 //!   finer than one unit per microsecond cannot be represented and is
 //!   refused at registration (use `window` for such token limits).
 //! * **Cluster-safe keys**: all keys of a resource share one hash tag made
