@@ -6,12 +6,19 @@
 //! reconcile count the same way.
 
 use super::shape_equiv_tests::with_fake_clock;
-use super::{dims_of, generic_args, member, shaped_args, Change};
+use super::{dims_of, generic_args, member, shaped_args, Change, Dim};
 use crate::{scripts, shape};
-use pressure_core::{Demand, Limits};
+use pressure_core::{Demand, LimitSpec, Limits};
 use redis::Commands;
 
 const MINUTE_US: u64 = 60_000_000;
+
+/// Two requests per minute: its spec and its one dimension.
+fn two_per_minute() -> (LimitSpec, Dim) {
+    let spec = Limits::default().requests_per_minute(2).compile().expect("valid");
+    let dim = dims_of(&spec).expect("dims").remove(0);
+    (spec, dim)
+}
 
 /// One acquisition of one request at `now` (µs) through `script`:
 /// `(granted, wait_us)`.
@@ -40,9 +47,8 @@ fn acquire(con: &mut redis::Connection, key: &str, generic: bool, now: u64) -> (
 }
 
 fn usage(con: &mut redis::Connection, key: &str, now: u64) -> i64 {
-    let dims = dims_of(&Limits::default().requests_per_minute(2).compile().expect("valid")).expect("dims");
+    let (_, d) = two_per_minute();
     let script = redis::Script::new(&with_fake_clock(scripts::USAGE_LUA));
-    let d = &dims[0];
     let v: Vec<i64> = script
         .key(key)
         .arg(1)
@@ -57,8 +63,7 @@ fn usage(con: &mut redis::Connection, key: &str, now: u64) -> i64 {
 }
 
 fn reconcile(con: &mut redis::Connection, key: &str, at: u64, delta: i64, now: u64) {
-    let dims = dims_of(&Limits::default().requests_per_minute(2).compile().expect("valid")).expect("dims");
-    let c = Change::of(&dims[0], delta);
+    let c = Change::of(&two_per_minute().1, delta);
     let script = redis::Script::new(&with_fake_clock(scripts::RECONCILE_LUA));
     let _: i64 = script
         .key(key)
