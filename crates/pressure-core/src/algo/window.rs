@@ -349,6 +349,25 @@ mod tests {
         }
 
         #[test]
+        fn every_denial_waits_at_most_w_and_exactly(
+            n in 1u64..50,
+            arrivals in proptest::collection::vec((0u64..80_000_000, 1u64..4), 1..300),
+        ) {
+            let s = spec(n);
+            let mut st = WindowState::default();
+            let mut now = 1_000_000_000u64;
+            for (gap, units) in arrivals {
+                now += gap;
+                let units = units.min(n);
+                if let Err(wait) = st.try_admit(&s, now, units, n) {
+                    prop_assert!(wait >= 1 && wait <= s.window_ns, "wait {wait}");
+                    prop_assert!(st.clone().try_admit(&s, now + wait - 1, units, n).is_err());
+                    prop_assert!(st.clone().try_admit(&s, now + wait, units, n).is_ok());
+                }
+            }
+        }
+
+        #[test]
         fn saturation_uses_at_least_95_percent(
             n in 20u64..2_000,
             step in 1_000_000u64..20_000_000,
