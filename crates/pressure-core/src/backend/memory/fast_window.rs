@@ -21,9 +21,14 @@
 //! That is once per sub-window (`W/30`) for a resource that is not denied.
 //!
 //! A lock-free grant records no time: the fold learns only that the open
-//! sub-window's units were admitted before it and inside the sub-window, and
-//! counts them as admitted by the earlier of the fold's time and the
-//! sub-window's end (the window's `last`, see [`crate::algo::window`]).
+//! sub-window's units were admitted before it (each grant read its clock
+//! before its compare-and-swap, so before the fold's swap, which reads the
+//! clock again after it) and inside the sub-window, and counts them as
+//! admitted by the earlier of that reading and the sub-window's end (the
+//! window's `last`, see [`crate::algo::window`]). A wait decided by such a
+//! fold counts from the caller's reading, so it may end up to the few
+//! nanoseconds between the two readings early (capped at `W`): never an
+//! undercounted grant, which would let the window admit more than `N`.
 //! So a denial is answered lock-free only when the word was opened with
 //! no budget — nothing was granted lock-free since, and the exact wait of
 //! one unit was computed at the reopen from a state that knows every
@@ -42,6 +47,7 @@
 use super::{State, RETIRED};
 use crate::algo::window::WindowState;
 use crate::backend::Denial;
+use crate::clock::Clock;
 use crate::limits::{Demand, RateSpec};
 use crate::striped::Tally;
 use parking_lot::{Mutex, MutexGuard};
@@ -82,6 +88,9 @@ pub(super) struct FastWindow {
     /// under the lock with the word.
     free_at: AtomicU64,
     settled: Mutex<Settled>,
+    /// The backend's clock, read by a fold after it closed the word: later
+    /// than every lock-free grant's reading.
+    clock: Arc<dyn Clock>,
     /// Grants and denials, one stripe per thread.
     pub(super) tally: Tally,
     /// Where the state went when the limits changed (set under the lock).
@@ -109,8 +118,9 @@ pub(super) enum Slow {
 }
 
 impl FastWindow {
-    /// A window counting `closed` (carried over a change of limits, or empty).
-    pub(super) fn new(rate: RateSpec, closed: WindowState) -> Self {
+    /// A window counting `closed` (carried over a change of limits, or
+    /// empty), on the backend's `clock`.
+    pub(super) fn new(rate: RateSpec, closed: WindowState, clock: Arc<dyn Clock>) -> Self {
         // Nothing is open: the first acquisition takes the lock, folds
         // nothing and opens its own sub-window with the budget `closed`
         // leaves.
@@ -123,6 +133,7 @@ impl FastWindow {
                 closed,
                 opened_with: rate.limit,
             }),
+            clock,
             tally: Tally::default(),
             moved: OnceLock::new(),
         }
@@ -223,11 +234,15 @@ impl FastWindow {
         };
         let t = now.max(start);
         // What left by `t` leaves first (against the admissions known so
-        // far); the open sub-window's units were admitted by `t`, and inside
-        // the sub-window (the fast path grants nothing past its end).
+        // far); the open sub-window's units were admitted before the clock
+        // reads now (a grant racing this fold may have read it after `now`),
+        // and inside the sub-window (the fast path grants nothing past its
+        // end).
         settled.closed.evict(&self.rate, t);
-        let by = t.min(start + (self.rate.sub_window_ns - 1));
         if used > 0 {
+            let by = t
+                .max(self.clock.now_nanos())
+                .min(start + (self.rate.sub_window_ns - 1));
             settled.closed.commit_by(&self.rate, start, used, by);
             settled.closed.evict(&self.rate, t);
         }
@@ -288,6 +303,7 @@ impl FastWindow {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::clock::ManualClock;
     use crate::limits::Limits;
 
     fn rate(n: u64) -> RateSpec {
@@ -329,7 +345,8 @@ mod tests {
             w.evict(&r, now);
         };
         for phase in [0, r.sub_window_ns / 2] {
-            let f = FastWindow::new(r, WindowState::default());
+            let clock = Arc::new(ManualClock::new(0));
+            let f = FastWindow::new(r, WindowState::default(), clock.clone());
             let mut reference = WindowState::default();
             // Lock-free grants not folded yet: when the first was made, and how many.
             let mut unfolded = (0u64, 0u64);
@@ -338,6 +355,7 @@ mod tests {
             let (mut lock_free, mut locked, mut fast_denials) = (0u64, 0u64, 0u64);
             for i in 0..5_000u64 {
                 now += (i * 7_919) % (r.sub_window_ns / 3);
+                clock.set(now);
                 let (ours, plain) = match f.try_fast(now, &demand) {
                     Ok(()) => {
                         lock_free += 1;
@@ -398,9 +416,11 @@ mod tests {
             .compile()
             .expect("valid")
             .rates[0];
-        let f = FastWindow::new(r, WindowState::default());
+        let clock = Arc::new(ManualClock::new(0));
+        let f = FastWindow::new(r, WindowState::default(), clock.clone());
         let demand = Demand::default();
         let locked = |now: u64| {
+            clock.set(now);
             f.with_folded(now, |w, t| {
                 let res = w.check(&r, t, 1, r.limit);
                 if res.is_ok() {
@@ -433,5 +453,29 @@ mod tests {
         }
         assert!(decide(now + wait - 1).is_err());
         assert_eq!(decide(now + wait), Ok(()));
+    }
+
+    /// A lock-free grant that read the clock after a folding caller did
+    /// (and landed before the fold closed the word) is counted from the
+    /// fold's own later reading: it is not let go a window after the
+    /// caller's older time.
+    #[test]
+    fn a_grant_racing_a_fold_counts_a_window_from_its_own_time() {
+        let r = rate(2);
+        let clock = Arc::new(ManualClock::new(0));
+        let f = FastWindow::new(r, WindowState::default(), clock.clone());
+        let demand = Demand::default();
+        let t1 = 40 * r.sub_window_ns + 1_000;
+        clock.set(t1);
+        f.with_folded(t1, |w, t| w.commit(&r, t, 1))
+            .expect("opens the word");
+        clock.set(t1 + 500);
+        assert!(matches!(f.try_fast(t1 + 500, &demand), Ok(())), "lock-free");
+        // A caller that read the clock at t1 + 100 folds after that grant.
+        f.with_folded(t1 + 100, |_, _| ()).expect("folds");
+        let before_it_leaves = t1 + 500 + r.window_ns - 1;
+        clock.set(before_it_leaves);
+        let used = f.with_folded(before_it_leaves, |w, _| w.sum()).expect("usage");
+        assert_eq!(used, 2, "the grant at t1 + 500 is still in the window");
     }
 }
