@@ -13,11 +13,13 @@
 --                    when the limit changes, the TAT is rescaled to the new T
 --                    keeping the units it holds (absent: the current T)
 --          w<d>:s    window sum, w<d>:lo oldest live sub-window, w<d>:<k> units of sub-window k
---          w<d>:t    time (us) of the dimension's last grant that took units: every
---                    unit counted was admitted by then, so sub-window j counts
---                    until min(its end, w<d>:t) + W, all of them leave at
---                    w<d>:t + W, and a denial's wait is never longer than W
---                    (a hash written by versions before it: until its end + W)
+--          w<d>:t    time (us) of the dimension's last grant that took units, and
+--          w<d>:tc   the units of its sub-window kt then (kept by reconcile): every
+--                    unit counted was admitted by then, so a sub-window counts
+--                    until its end + W but kt until w<d>:t + W, and a denial's
+--                    wait is never longer than W. Sub-window kt holding more
+--                    than w<d>:tc (or units past kt) means versions before
+--                    w<d>:t granted since: kt then counts until its end + W too.
 --          c         leases counted (live, or expired and not yet swept)
 --          cm        lower bound of the earliest lease expiry
 --          l:<id>    expiry of lease <id>
@@ -57,15 +59,15 @@ local conc = tonumber(ARGV[c0])
 -- o+1 gcra?, o+2 units, o+3 limit, o+4 step, o+5 field/prefix, o+6 k
 -- (gcra: the T field), o+7 tat (gcra) or sum (window), o+8 lo (gcra: T
 -- must be written), o+9 units of sub-window k, o+10 dirty, o+11 sum field,
--- o+12 lo field, o+13 W, o+14 last grant time (nil: unknown); the field of
--- sub-window k is at F[i].
+-- o+12 lo field, o+13 W, o+14 last grant time (nil: unknown), o+15 units
+-- of its sub-window then; the field of sub-window k is at F[i].
 local D, F = {}, {}
 local fields = {'e', 'c', 'cm', '-'}
 if conc > 0 then fields[4] = 'd:' .. ARGV[c0 + 2] end
 local nf = 4
 local all_gcra = n > 0
 for i = 1, n do
-  local b, o = 9 * i - 7, 14 * i - 14
+  local b, o = 9 * i - 7, 15 * i - 15
   local g = ARGV[b] == '1'
   local f, step = ARGV[b + 6], tonumber(ARGV[b + 4])
   D[o + 1], D[o + 2], D[o + 3], D[o + 4], D[o + 5] = g, tonumber(ARGV[b + 2]), tonumber(ARGV[b + 3]), step, f
@@ -79,8 +81,9 @@ for i = 1, n do
     local k = math.floor(now / step)
     local fs, fl, fk = ARGV[b + 7], ARGV[b + 8], f .. k
     D[o + 6], D[o + 11], D[o + 12], D[o + 13], F[i] = k, fs, fl, tonumber(ARGV[b + 5]), fk
-    fields[nf + 1] = fs; fields[nf + 2] = fl; fields[nf + 3] = fk; fields[nf + 4] = f .. 't'
-    nf = nf + 4
+    fields[nf + 1] = fs; fields[nf + 2] = fl; fields[nf + 3] = fk
+    fields[nf + 4] = f .. 't'; fields[nf + 5] = f .. 'tc'
+    nf = nf + 5
   end
 end
 
@@ -98,7 +101,7 @@ local worst, worst_dim = -1, 0
 local dels, nd = nil, 0
 local pos = 5
 for i = 1, n do
-  local o = 14 * i - 14
+  local o = 15 * i - 15
   local u, limit, step = D[o + 2], D[o + 3], D[o + 4]
   if D[o + 1] then
     local tat, tstep = tonumber(v[pos]) or 0, tonumber(v[pos + 1])
@@ -114,17 +117,20 @@ for i = 1, n do
       if w > 0 and w > worst then worst, worst_dim = w, i end
     end
   else
-    local k, W = D[o + 6], D[o + 13]
+    local k, W, pre = D[o + 6], D[o + 13], D[o + 5]
     local s, l = tonumber(v[pos]) or 0, tonumber(v[pos + 1]) or k
-    local tl = tonumber(v[pos + 3])
-    D[o + 9], D[o + 14] = tonumber(v[pos + 2]) or 0, tl
-    pos = pos + 4
+    local tl, tc = tonumber(v[pos + 3]), tonumber(v[pos + 4]) or 0
+    D[o + 9], D[o + 14], D[o + 15] = tonumber(v[pos + 2]) or 0, tl, tc
+    pos = pos + 5
     -- Evict the sub-windows whose end + W has passed (live ones span at
-    -- most S + 1), all of them once the last grant is W old.
+    -- most S + 1), and the last grant's own once it is W old.
     local lo = math.floor((now - W) / step)
-    if tl ~= nil and now >= tl + W then lo = k + 1 end
+    if tl ~= nil and now >= tl + W then
+      local kt = math.floor(tl / step)
+      if kt == lo and kt >= l and (tonumber(redis.call('HGET', key, pre .. kt)) or 0) <= tc then lo = kt + 1 end
+    end
     if l < lo then
-      local pre, old = D[o + 5], {}
+      local old = {}
       for j = l, math.min(lo - 1, l + S) do old[#old + 1] = pre .. j end
       local ov = redis.call('HMGET', key, unpack(old))
       dels = dels or {}
@@ -133,23 +139,23 @@ for i = 1, n do
         nd = nd + 1; dels[nd] = old[j]
       end
       l = lo
-      if l > k then l, s, D[o + 9] = k, 0, 0 end
       D[o + 10] = true
     end
     D[o + 7], D[o + 8] = s, l
     if u > 0 and s + u > limit then
       local w = W
       if u <= limit then
-        local pre, need, live = D[o + 5], s + u - limit, {}
+        local need, live = s + u - limit, {}
         for j = l, k do live[#live + 1] = pre .. j end
         local lv = redis.call('HMGET', key, unpack(live))
         local freed = 0
         for j = 1, #live do
           freed = freed + (tonumber(lv[j]) or 0)
           if freed >= need then
-            -- Sub-window l + j - 1 leaves at min(its end, last grant) + W.
+            -- Sub-window l + j - 1 leaves at its end + W, the last grant's
+            -- own at w<d>:t + W (see the eviction).
             local gone = (l + j) * step
-            if tl ~= nil and tl < gone then gone = tl end
+            if tl ~= nil and l + j - 1 == math.floor(tl / step) and (tonumber(lv[j]) or 0) <= tc then gone = tl end
             w = math.min(math.max(gone + W - now, 1), W)
             break
           end
@@ -199,7 +205,7 @@ if worst >= 0 then
   local bookable = all_gcra and book_within > 0 and conc == 0
   if bookable then
     for i = 1, n do
-      local o = 14 * i - 14
+      local o = 15 * i - 15
       if D[o + 2] > 0 then
         local tat = D[o + 7]
         local base = tat > now and tat or now
@@ -210,7 +216,7 @@ if worst >= 0 then
   if not bookable or start - now > book_within then
     -- Denied: keep only the housekeeping (evictions, sweep).
     for i = 1, n do
-      local o = 14 * i - 14
+      local o = 15 * i - 15
       if D[o + 10] then
         upd[nu + 1] = D[o + 11]; upd[nu + 2] = D[o + 7]
         upd[nu + 3] = D[o + 12]; upd[nu + 4] = D[o + 8]
@@ -231,7 +237,7 @@ end
 
 local keep = 0
 for i = 1, n do
-  local o = 14 * i - 14
+  local o = 15 * i - 15
   local u = D[o + 2]
   if D[o + 1] then
     if u > 0 then
@@ -246,10 +252,10 @@ for i = 1, n do
     upd[nu + 3] = D[o + 12]; upd[nu + 4] = D[o + 8]
     nu = nu + 4
     if u > 0 then
-      local tl = D[o + 14]
       upd[nu + 1] = F[i]; upd[nu + 2] = D[o + 9] + u
-      upd[nu + 3] = D[o + 5] .. 't'; upd[nu + 4] = (tl ~= nil and tl > now) and tl or now
-      nu = nu + 4
+      upd[nu + 3] = D[o + 5] .. 't'; upd[nu + 4] = now
+      upd[nu + 5] = D[o + 5] .. 'tc'; upd[nu + 6] = D[o + 9] + u
+      nu = nu + 6
     end
     local kw = D[o + 4] * (S + 2)
     if kw > keep then keep = kw end

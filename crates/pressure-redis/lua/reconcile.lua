@@ -43,8 +43,9 @@ for i = 0, n - 1 do
     else
       local pre = 'w' .. id .. ':'
       local k_at = math.floor(at / step)
-      local v = redis.call('HMGET', key, pre .. 's', pre .. 'lo', pre .. k_at)
+      local v = redis.call('HMGET', key, pre .. 's', pre .. 'lo', pre .. k_at, pre .. 't', pre .. 'tc')
       local sum, lo, cur = tonumber(v[1]) or 0, tonumber(v[2]), tonumber(v[3])
+      local last, tc = tonumber(v[4]), tonumber(v[5]) or 0
       -- Units admitted at `at` count until at + W (acquire.lua: the last
       -- grant's time w<d>:t is at or after `at`, so it keeps them as long).
       if now < at + W and (lo == nil or k_at >= lo) then
@@ -52,6 +53,11 @@ for i = 0, n - 1 do
         local applied = next_cur - (cur or 0)
         if cur ~= nil or applied > 0 then
           redis.call('HSET', key, pre .. k_at, next_cur, pre .. 's', math.max(sum + applied, 0), pre .. 'lo', lo or k_at)
+          -- The last grant's sub-window: w<d>:tc follows what this version
+          -- changes in it (acquire.lua).
+          if last ~= nil and math.floor(last / step) == k_at then
+            redis.call('HSET', key, pre .. 'tc', math.max(tc + applied, 0))
+          end
           local kw = (k_at + S + 2) * step - now
           if kw > keep then keep = kw end
         end

@@ -20,15 +20,19 @@ for i = 0, n - 1 do
     local tstep = tonumber(v[2]) or step
     out[#out + 1] = math.max(0, math.ceil((tat - now) / tstep))
   else
-    -- As acquire.lua counts: the sub-windows whose end + W is ahead, none
-    -- once the last grant (w<d>:t) is W old.
-    local k = math.floor(now / step)
-    local f = {'w' .. id .. ':t'}
-    for j = math.floor((now - W) / step), k do f[#f + 1] = 'w' .. id .. ':' .. j end
+    -- As acquire.lua counts: the sub-windows whose end + W is ahead, but
+    -- not the last grant's (w<d>:t) once it is W old and holds no more
+    -- than it did then (w<d>:tc).
+    local k, lo = math.floor(now / step), math.floor((now - W) / step)
+    local f = {'w' .. id .. ':t', 'w' .. id .. ':tc'}
+    for j = lo, k do f[#f + 1] = 'w' .. id .. ':' .. j end
     local v = redis.call('HMGET', KEYS[1], unpack(f))
-    local last, sum = tonumber(v[1]), 0
-    for j = 2, #v do sum = sum + (tonumber(v[j]) or 0) end
-    if last ~= nil and now >= last + W then sum = 0 end
+    local last, tc, sum = tonumber(v[1]), tonumber(v[2]) or 0, 0
+    local kt = last ~= nil and now >= last + W and math.floor(last / step)
+    for j = lo, k do
+      local c = tonumber(v[j - lo + 3]) or 0
+      if j ~= kt or c > tc then sum = sum + c end
+    end
     out[#out + 1] = sum
   end
 end

@@ -294,7 +294,7 @@ impl Gen {
                         slot,
                         k,
                     });
-                    slot += 4;
+                    slot += 5;
                 }
             }
         }
@@ -332,6 +332,7 @@ impl Gen {
                     format!("'w{}:lo'", d.id),
                     format!("f{}", d.n),
                     format!("'w{}:t'", d.id),
+                    format!("'w{}:tc'", d.id),
                 ]),
             }
         }
@@ -425,24 +426,26 @@ impl Gen {
                 let (k, w) = (&d.k, d.window_us);
                 lua!(
                     self,
-                    "local s{n}, l{n}, c{n}, lt{n} = v[{p}], v[{}], v[{}], v[{}]",
+                    "local s{n}, l{n}, c{n}, lt{n}, tc{n} = v[{p}], v[{}], v[{}], v[{}], v[{}]",
                     p + 1,
                     p + 2,
-                    p + 3
+                    p + 3,
+                    p + 4
                 );
                 lua!(self, "s{n} = s{n} and s{n} + 0 or 0");
                 lua!(self, "local lw{n} = not l{n}");
                 lua!(self, "l{n} = l{n} and l{n} + 0 or {k}");
                 lua!(self, "c{n} = c{n} and c{n} + 0 or 0");
                 lua!(self, "if lt{n} then lt{n} = lt{n} + 0 else lt{n} = nil end");
+                lua!(self, "tc{n} = tc{n} and tc{n} + 0 or 0");
                 lua!(self, "local e{n} = false");
                 self.line("-- Evict the sub-windows whose end + W has passed (live ones span at");
-                self.line("-- most S + 1), all of them once the last grant is W old.");
+                self.line("-- most S + 1), and the last grant's own once it is W old.");
                 lua!(self, "local lo{n} = math.floor((now - {w}) / {step})");
-                lua!(
-                    self,
-                    "if lt{n} ~= nil and now >= lt{n} + {w} then lo{n} = {k} + 1 end"
-                );
+                lua!(self, "if lt{n} ~= nil and now >= lt{n} + {w} then");
+                lua!(self, "  local kt = math.floor(lt{n} / {step})");
+                lua!(self, "  if kt == lo{n} and kt >= l{n} and (tonumber(redis.call('HGET', key, 'w{id}:' .. kt)) or 0) <= tc{n} then lo{n} = kt + 1 end");
+                self.line("end");
                 lua!(self, "if l{n} < lo{n} then");
                 self.line("  local old = {}");
                 lua!(
@@ -454,7 +457,6 @@ impl Gen {
                 lua!(self, "  for j = 1, #old do s{n} = s{n} - (tonumber(ov[j]) or 0); nd = nd + 1; dels[nd] = old[j] end"
                 );
                 lua!(self, "  l{n} = lo{n}");
-                lua!(self, "  if l{n} > {k} then l{n}, s{n}, c{n} = {k}, 0, 0 end");
                 lua!(self, "  e{n} = true");
                 self.line("end");
                 lua!(self, "if u{n} > 0 and s{n} + u{n} > m{n} then");
@@ -470,12 +472,10 @@ impl Gen {
                 self.line("    for j = 1, #live do");
                 self.line("      freed = freed + (tonumber(lv[j]) or 0)");
                 self.line("      if freed >= need then");
-                self.line("        -- Sub-window l + j - 1 leaves at min(its end, last grant) + W.");
+                self.line("        -- Sub-window l + j - 1 leaves at its end + W, the last grant's");
+                self.line("        -- own at w<d>:t + W (see the eviction).");
                 lua!(self, "        local gone = (l{n} + j) * {step}");
-                lua!(
-                    self,
-                    "        if lt{n} ~= nil and lt{n} < gone then gone = lt{n} end"
-                );
+                lua!(self, "        if lt{n} ~= nil and l{n} + j - 1 == math.floor(lt{n} / {step}) and (tonumber(lv[j]) or 0) <= tc{n} then gone = lt{n} end");
                 lua!(self, "        w = math.min(math.max(gone + {w} - now, 1), {w})");
                 self.line("        break");
                 self.line("      end");
@@ -533,17 +533,12 @@ impl Gen {
             .max()
             .unwrap_or(0);
         for d in dims {
-            let n = d.n;
-            match d.window {
-                None => lua!(
+            if d.window.is_none() {
+                let n = d.n;
+                lua!(
                     self,
                     "local nt{n} = (tat{n} > start and tat{n} or start) + u{n} * T{n}"
-                ),
-                // The last grant's time, never moved back.
-                Some(_) => lua!(
-                    self,
-                    "local nlt{n} = (lt{n} ~= nil and lt{n} > now) and lt{n} or now"
-                ),
+                );
             }
         }
         // Fast path: every rate takes units, nothing evicted or rescaled, no
@@ -563,7 +558,7 @@ impl Gen {
                     cond.push(format!("not e{n}"));
                     cond.push(format!("not lw{n}"));
                     sets.push(format!(
-                        "'w{id}:s', fmt('%d', s{n} + u{n}), f{n}, fmt('%d', c{n} + u{n}), 'w{id}:t', fmt('%d', nlt{n})"
+                        "'w{id}:s', fmt('%d', s{n} + u{n}), f{n}, fmt('%d', c{n} + u{n}), 'w{id}:t', fmt('%d', now), 'w{id}:tc', fmt('%d', c{n} + u{n})"
                     ));
                 }
             }
@@ -612,7 +607,7 @@ impl Gen {
                     lua!(self, "  upd[nu + 1] = 'w{id}:s'; upd[nu + 2] = s{n} + u{n}; upd[nu + 3] = 'w{id}:lo'; upd[nu + 4] = l{n}; nu = nu + 4");
                     lua!(
                         self,
-                        "  if u{n} > 0 then upd[nu + 1] = f{n}; upd[nu + 2] = c{n} + u{n}; upd[nu + 3] = 'w{id}:t'; upd[nu + 4] = nlt{n}; nu = nu + 4 end"
+                        "  if u{n} > 0 then upd[nu + 1] = f{n}; upd[nu + 2] = c{n} + u{n}; upd[nu + 3] = 'w{id}:t'; upd[nu + 4] = now; upd[nu + 5] = 'w{id}:tc'; upd[nu + 6] = c{n} + u{n}; nu = nu + 6 end"
                     );
                     lua!(
                         self,

@@ -123,3 +123,57 @@ fn a_burst_in_one_sub_window_waits_at_most_the_window() {
         let _: () = con.del(&key).expect("DEL");
     }
 }
+
+/// A grant by a version that keeps no `w<d>:t` (units added to a
+/// sub-window and the sum, as the scripts before issue 21 did) after this
+/// version's last grant is not let go with it: in the last grant's own
+/// sub-window (more units than `w<d>:tc`) that sub-window counts until its
+/// end + W, and in a later sub-window that one stays.
+#[test]
+fn a_grant_by_an_older_version_keeps_its_sub_window() {
+    let mut con = redis::Client::open(pressure_testkit::redis_url().as_str())
+        .and_then(|c| c.get_connection())
+        .expect("test redis answers");
+    let (secs, micros): (u64, u64) = redis::cmd("TIME").query(&mut con).expect("TIME");
+    let (_, d) = two_per_minute();
+    let step = d.step_us;
+    let t0 = (secs + 3_600) / 2 * 2 * 1_000_000 + 1_000;
+    let k = t0 / step;
+    let old_grant = |con: &mut redis::Connection, key: &str, sub_window: u64| {
+        let _: i64 = con
+            .hincr(key, format!("{}{sub_window}", d.fields[0]), 1)
+            .expect("HINCRBY");
+        let _: i64 = con.hincr(key, &d.fields[1], 1).expect("HINCRBY");
+    };
+    for generic in [true, false] {
+        // In the last grant's sub-window.
+        let key = format!("pressure:{{old{secs}{micros}.{generic}.same}}:s");
+        let _: () = con.del(&key).expect("DEL");
+        assert!(acquire(&mut con, &key, generic, t0).0);
+        old_grant(&mut con, &key, k);
+        let (granted, wait) = acquire(&mut con, &key, generic, t0 + 900_000);
+        assert!(!granted);
+        assert_eq!(wait, MINUTE_US, "generic {generic}: capped at W");
+        let after_t = t0 + MINUTE_US + 500_000;
+        assert_eq!(usage(&mut con, &key, after_t), 2, "generic {generic}");
+        assert!(!acquire(&mut con, &key, generic, after_t).0, "generic {generic}");
+        let end = (k + 1) * step + MINUTE_US;
+        assert!(!acquire(&mut con, &key, generic, end - 1).0, "generic {generic}");
+        assert!(acquire(&mut con, &key, generic, end).0, "generic {generic}");
+        let _: () = con.del(&key).expect("DEL");
+
+        // In a later sub-window.
+        let key = format!("pressure:{{old{secs}{micros}.{generic}.later}}:s");
+        let _: () = con.del(&key).expect("DEL");
+        assert!(acquire(&mut con, &key, generic, t0).0);
+        old_grant(&mut con, &key, k + 1);
+        let after_t = t0 + MINUTE_US;
+        assert_eq!(usage(&mut con, &key, after_t), 1, "generic {generic}");
+        assert!(acquire(&mut con, &key, generic, after_t).0, "generic {generic}");
+        assert!(
+            !acquire(&mut con, &key, generic, after_t).0,
+            "generic {generic}: the old grant stays"
+        );
+        let _: () = con.del(&key).expect("DEL");
+    }
+}
