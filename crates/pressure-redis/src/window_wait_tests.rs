@@ -13,6 +13,23 @@ use redis::Commands;
 
 const MINUTE_US: u64 = 60_000_000;
 
+/// A connection to the test Redis, and its clock (µs): it tags this run's
+/// keys, and the scripts are run an hour ahead of it (PEXPIREAT never
+/// drops a key), 1 ms into a 2 s sub-window.
+fn connect() -> (redis::Connection, u64) {
+    let mut con = redis::Client::open(pressure_testkit::redis_url().as_str())
+        .and_then(|c| c.get_connection())
+        .expect("test redis answers");
+    let (secs, micros): (u64, u64) = redis::cmd("TIME").query(&mut con).expect("TIME");
+    (con, secs * 1_000_000 + micros)
+}
+
+/// Where the tests start: an hour after `server_us`, 1 ms into a 2 s
+/// sub-window.
+fn early_in_a_sub_window(server_us: u64) -> u64 {
+    (server_us / 1_000_000 + 3_600) / 2 * 2 * 1_000_000 + 1_000
+}
+
 /// Two requests per minute: its spec and its one dimension.
 fn two_per_minute() -> (LimitSpec, Dim) {
     let spec = Limits::default().requests_per_minute(2).compile().expect("valid");
@@ -81,15 +98,10 @@ fn reconcile(con: &mut redis::Connection, key: &str, at: u64, delta: i64, now: u
 
 #[test]
 fn a_burst_in_one_sub_window_waits_at_most_the_window() {
-    let mut con = redis::Client::open(pressure_testkit::redis_url().as_str())
-        .and_then(|c| c.get_connection())
-        .expect("test redis answers");
-    let (secs, micros): (u64, u64) = redis::cmd("TIME").query(&mut con).expect("TIME");
-    // An hour ahead of the server (PEXPIREAT never drops the key), early in
-    // a 2 s sub-window.
-    let t0 = (secs + 3_600) / 2 * 2 * 1_000_000 + 1_000;
+    let (mut con, run) = connect();
+    let t0 = early_in_a_sub_window(run);
     for generic in [true, false] {
-        let key = format!("pressure:{{wait{secs}{micros}.{generic}}}:s");
+        let key = format!("pressure:{{wait{run}.{generic}}}:s");
         let _: () = con.del(&key).expect("DEL");
         let last = t0 + 400_000;
         assert_eq!(acquire(&mut con, &key, generic, t0), (true, 0));
@@ -131,13 +143,10 @@ fn a_burst_in_one_sub_window_waits_at_most_the_window() {
 /// end + W, and in a later sub-window that one stays.
 #[test]
 fn a_grant_by_an_older_version_keeps_its_sub_window() {
-    let mut con = redis::Client::open(pressure_testkit::redis_url().as_str())
-        .and_then(|c| c.get_connection())
-        .expect("test redis answers");
-    let (secs, micros): (u64, u64) = redis::cmd("TIME").query(&mut con).expect("TIME");
+    let (mut con, run) = connect();
+    let t0 = early_in_a_sub_window(run);
     let (_, d) = two_per_minute();
     let step = d.step_us;
-    let t0 = (secs + 3_600) / 2 * 2 * 1_000_000 + 1_000;
     let k = t0 / step;
     let old_grant = |con: &mut redis::Connection, key: &str, sub_window: u64| {
         let _: i64 = con
@@ -147,7 +156,7 @@ fn a_grant_by_an_older_version_keeps_its_sub_window() {
     };
     for generic in [true, false] {
         // In the last grant's sub-window.
-        let key = format!("pressure:{{old{secs}{micros}.{generic}.same}}:s");
+        let key = format!("pressure:{{old{run}.{generic}.same}}:s");
         let _: () = con.del(&key).expect("DEL");
         assert!(acquire(&mut con, &key, generic, t0).0);
         old_grant(&mut con, &key, k);
@@ -163,7 +172,7 @@ fn a_grant_by_an_older_version_keeps_its_sub_window() {
         let _: () = con.del(&key).expect("DEL");
 
         // In a later sub-window.
-        let key = format!("pressure:{{old{secs}{micros}.{generic}.later}}:s");
+        let key = format!("pressure:{{old{run}.{generic}.later}}:s");
         let _: () = con.del(&key).expect("DEL");
         assert!(acquire(&mut con, &key, generic, t0).0);
         old_grant(&mut con, &key, k + 1);
