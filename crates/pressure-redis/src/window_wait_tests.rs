@@ -13,9 +13,8 @@ use redis::Commands;
 
 const MINUTE_US: u64 = 60_000_000;
 
-/// A connection to the test Redis, and its clock (µs): it tags this run's
-/// keys, and the scripts are run an hour ahead of it (PEXPIREAT never
-/// drops a key), 1 ms into a 2 s sub-window.
+/// A connection to the test Redis, and its clock (µs), which tags this
+/// run's keys.
 fn connect() -> (redis::Connection, u64) {
     let mut con = redis::Client::open(pressure_testkit::redis_url().as_str())
         .and_then(|c| c.get_connection())
@@ -24,8 +23,8 @@ fn connect() -> (redis::Connection, u64) {
     (con, secs * 1_000_000 + micros)
 }
 
-/// Where the tests start: an hour after `server_us`, 1 ms into a 2 s
-/// sub-window.
+/// Where the tests start: an hour after `server_us` (PEXPIREAT never drops
+/// a key), 1 ms into a 2 s sub-window.
 fn early_in_a_sub_window(server_us: u64) -> u64 {
     (server_us / 1_000_000 + 3_600) / 2 * 2 * 1_000_000 + 1_000
 }
