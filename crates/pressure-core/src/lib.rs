@@ -56,13 +56,18 @@
 //!
 //! ### `window` (default)
 //! A strict sliding window, counted in `S = 30` aligned sub-windows
-//! (`g = ⌈W/S⌉`). A demand in sub-window `k` is admitted iff the units of
-//! sub-windows `k−S..=k` plus the demand stay within `N`.
-//! * **Bound:** no interval of length `W` ever holds more than `N` units (any
-//!   such interval overlaps at most `S+1` sub-windows, all counted).
+//! (`g = ⌈W/S⌉`) and the time of the last admission, `last`. A sub-window
+//! counts until `min(its end, last) + W` (all its units were admitted by
+//! both), and a demand is admitted iff the units counted plus the demand
+//! stay within `N`.
+//! * **Bound:** no interval of length `W` ever holds more than `N` units (its
+//!   last admission counted every earlier one in it).
 //! * **Utilization:** under saturation at least `S/(S+1)` ≈ 96.7 % of `N`
 //!   per `W`.
-//! * **Wait:** exact — when enough old sub-windows leave the span.
+//! * **Wait:** exact — when enough old sub-windows leave, or everything
+//!   leaves at `last + W` — and **never longer than `W`**: a burst that
+//!   exhausts a per-minute limit waits out the minute from its last
+//!   admission.
 //!
 //! ### `gcra` (with optional `burst`)
 //! The generic cell rate algorithm (continuous-refill token bucket, as

@@ -452,6 +452,7 @@ fn generic_cmd(
             units,
             limit,
             step_us(r),
+            r.window_ns / 1_000,
         ] {
             a.push(v.to_string());
         }

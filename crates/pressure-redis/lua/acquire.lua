@@ -13,6 +13,13 @@
 --                    when the limit changes, the TAT is rescaled to the new T
 --                    keeping the units it holds (absent: the current T)
 --          w<d>:s    window sum, w<d>:lo oldest live sub-window, w<d>:<k> units of sub-window k
+--          w<d>:t    time (us) of the dimension's last grant that took units, and
+--          w<d>:tc   the units of its sub-window kt then (kept by reconcile): every
+--                    unit counted was admitted by then, so a sub-window counts
+--                    until its end + W but kt until w<d>:t + W, and a denial's
+--                    wait is never longer than W. Sub-window kt holding more
+--                    than w<d>:tc (or units past kt) means versions before
+--                    w<d>:t granted since: kt then counts until its end + W too.
 --          c         leases counted (live, or expired and not yet swept)
 --          cm        lower bound of the earliest lease expiry
 --          l:<id>    expiry of lease <id>
@@ -25,15 +32,16 @@
 --                    kept the mark in `x` and could leave a new key without
 --                    a TTL; a key without `e` gets its expiry on first touch.
 -- ARGV[1]  number of rate dimensions n
--- ARGV[2 + 8i .. 9 + 8i], for i = 0..n-1:
+-- ARGV[2 + 9i .. 10 + 9i], for i = 0..n-1:
 --          algo (1 = gcra, 0 = window), dim id, units,
 --          limit (gcra: tolerance C*T in us; window: N),
 --          step (gcra: T in us; window: g in us),
+--          window W in us (gcra: unused),
 --          fields (gcra: "g<d>", "g<d>t", "-"; window: "w<d>:", "w<d>:s", "w<d>:lo")
--- ARGV[2 + 8n]  concurrency limit (0 = take no lease)
--- ARGV[3 + 8n]  lease TTL in us
--- ARGV[4 + 8n]  lease id
--- ARGV[5 + 8n]  book within (us; 0 = never book a future slot)
+-- ARGV[2 + 9n]  concurrency limit (0 = take no lease)
+-- ARGV[3 + 9n]  lease TTL in us
+-- ARGV[4 + 9n]  lease id
+-- ARGV[5 + 9n]  book within (us; 0 = never book a future slot)
 -- Returns {1, now_us, delay_us} when granted, {0, wait_us, dim id} when denied,
 -- {2, 0, 0} when the lease id has a tombstone (nothing reserved).
 
@@ -44,36 +52,38 @@ local t = redis.call('TIME')
 local now = t[1] * 1000000 + t[2]
 local key = KEYS[1]
 local n = tonumber(ARGV[1])
-local c0 = 2 + 8 * n
+local c0 = 2 + 9 * n
 local conc = tonumber(ARGV[c0])
 
--- Per dimension i, slots of D at o = 12 * (i - 1):
+-- Per dimension i, slots of D at o = 14 * (i - 1):
 -- o+1 gcra?, o+2 units, o+3 limit, o+4 step, o+5 field/prefix, o+6 k
 -- (gcra: the T field), o+7 tat (gcra) or sum (window), o+8 lo (gcra: T
 -- must be written), o+9 units of sub-window k, o+10 dirty, o+11 sum field,
--- o+12 lo field; the field of sub-window k is at F[i].
+-- o+12 lo field, o+13 W, o+14 last grant time (nil: unknown), o+15 units
+-- of its sub-window then; the field of sub-window k is at F[i].
 local D, F = {}, {}
 local fields = {'e', 'c', 'cm', '-'}
 if conc > 0 then fields[4] = 'd:' .. ARGV[c0 + 2] end
 local nf = 4
 local all_gcra = n > 0
 for i = 1, n do
-  local b, o = 8 * i - 6, 12 * i - 12
+  local b, o = 9 * i - 7, 15 * i - 15
   local g = ARGV[b] == '1'
-  local f, step = ARGV[b + 5], tonumber(ARGV[b + 4])
+  local f, step = ARGV[b + 6], tonumber(ARGV[b + 4])
   D[o + 1], D[o + 2], D[o + 3], D[o + 4], D[o + 5] = g, tonumber(ARGV[b + 2]), tonumber(ARGV[b + 3]), step, f
   if g then
-    local ft = ARGV[b + 6]
+    local ft = ARGV[b + 7]
     D[o + 6] = ft
     fields[nf + 1] = f; fields[nf + 2] = ft
     nf = nf + 2
   else
     all_gcra = false
     local k = math.floor(now / step)
-    local fs, fl, fk = ARGV[b + 6], ARGV[b + 7], f .. k
-    D[o + 6], D[o + 11], D[o + 12], F[i] = k, fs, fl, fk
+    local fs, fl, fk = ARGV[b + 7], ARGV[b + 8], f .. k
+    D[o + 6], D[o + 11], D[o + 12], D[o + 13], F[i] = k, fs, fl, tonumber(ARGV[b + 5]), fk
     fields[nf + 1] = fs; fields[nf + 2] = fl; fields[nf + 3] = fk
-    nf = nf + 3
+    fields[nf + 4] = f .. 't'; fields[nf + 5] = f .. 'tc'
+    nf = nf + 5
   end
 end
 
@@ -91,7 +101,7 @@ local worst, worst_dim = -1, 0
 local dels, nd = nil, 0
 local pos = 5
 for i = 1, n do
-  local o = 12 * i - 12
+  local o = 15 * i - 15
   local u, limit, step = D[o + 2], D[o + 3], D[o + 4]
   if D[o + 1] then
     local tat, tstep = tonumber(v[pos]) or 0, tonumber(v[pos + 1])
@@ -107,35 +117,46 @@ for i = 1, n do
       if w > 0 and w > worst then worst, worst_dim = w, i end
     end
   else
-    local k = D[o + 6]
+    local k, W, pre = D[o + 6], D[o + 13], D[o + 5]
     local s, l = tonumber(v[pos]) or 0, tonumber(v[pos + 1]) or k
-    D[o + 9] = tonumber(v[pos + 2]) or 0
-    pos = pos + 3
-    -- Evict sub-windows older than k - S (live ones span at most S + 1).
-    if l < k - S then
-      local pre, old = D[o + 5], {}
-      for j = l, math.min(k - S - 1, l + S) do old[#old + 1] = pre .. j end
+    local tl, tc = tonumber(v[pos + 3]), tonumber(v[pos + 4]) or 0
+    D[o + 9], D[o + 14], D[o + 15] = tonumber(v[pos + 2]) or 0, tl, tc
+    pos = pos + 5
+    -- Evict the sub-windows whose end + W has passed (live ones span at
+    -- most S + 1), and the last grant's own once it is W old.
+    local lo = math.floor((now - W) / step)
+    if tl ~= nil and now >= tl + W then
+      local kt = math.floor(tl / step)
+      if kt == lo and kt >= l and (tonumber(redis.call('HGET', key, pre .. kt)) or 0) <= tc then lo = kt + 1 end
+    end
+    if l < lo then
+      local old = {}
+      for j = l, math.min(lo - 1, l + S) do old[#old + 1] = pre .. j end
       local ov = redis.call('HMGET', key, unpack(old))
       dels = dels or {}
       for j = 1, #old do
         s = s - (tonumber(ov[j]) or 0)
         nd = nd + 1; dels[nd] = old[j]
       end
-      l = k - S
+      l = lo
       D[o + 10] = true
     end
     D[o + 7], D[o + 8] = s, l
     if u > 0 and s + u > limit then
-      local w = step * (S + 1)
+      local w = W
       if u <= limit then
-        local pre, need, live = D[o + 5], s + u - limit, {}
+        local need, live = s + u - limit, {}
         for j = l, k do live[#live + 1] = pre .. j end
         local lv = redis.call('HMGET', key, unpack(live))
         local freed = 0
         for j = 1, #live do
           freed = freed + (tonumber(lv[j]) or 0)
           if freed >= need then
-            w = math.max((l + j + S) * step - now, 1)
+            -- Sub-window l + j - 1 leaves at its end + W, the last grant's
+            -- own at w<d>:t + W (see the eviction).
+            local gone = (l + j) * step
+            if tl ~= nil and l + j - 1 == math.floor(tl / step) and (tonumber(lv[j]) or 0) <= tc then gone = tl end
+            w = math.min(math.max(gone + W - now, 1), W)
             break
           end
         end
@@ -184,7 +205,7 @@ if worst >= 0 then
   local bookable = all_gcra and book_within > 0 and conc == 0
   if bookable then
     for i = 1, n do
-      local o = 12 * i - 12
+      local o = 15 * i - 15
       if D[o + 2] > 0 then
         local tat = D[o + 7]
         local base = tat > now and tat or now
@@ -195,7 +216,7 @@ if worst >= 0 then
   if not bookable or start - now > book_within then
     -- Denied: keep only the housekeeping (evictions, sweep).
     for i = 1, n do
-      local o = 12 * i - 12
+      local o = 15 * i - 15
       if D[o + 10] then
         upd[nu + 1] = D[o + 11]; upd[nu + 2] = D[o + 7]
         upd[nu + 3] = D[o + 12]; upd[nu + 4] = D[o + 8]
@@ -209,14 +230,14 @@ if worst >= 0 then
     if nd > 0 then redis.call('HDEL', key, unpack(dels)) end
     if nu > 0 then redis.call('HSET', key, unpack(upd)) end
     local dim = 5
-    if worst_dim > 0 then dim = tonumber(ARGV[8 * worst_dim - 5]) end
+    if worst_dim > 0 then dim = tonumber(ARGV[9 * worst_dim - 6]) end
     return {0, worst, dim}
   end
 end
 
 local keep = 0
 for i = 1, n do
-  local o = 12 * i - 12
+  local o = 15 * i - 15
   local u = D[o + 2]
   if D[o + 1] then
     if u > 0 then
@@ -231,7 +252,10 @@ for i = 1, n do
     upd[nu + 3] = D[o + 12]; upd[nu + 4] = D[o + 8]
     nu = nu + 4
     if u > 0 then
-      upd[nu + 1] = F[i]; upd[nu + 2] = D[o + 9] + u; nu = nu + 2
+      upd[nu + 1] = F[i]; upd[nu + 2] = D[o + 9] + u
+      upd[nu + 3] = D[o + 5] .. 't'; upd[nu + 4] = now
+      upd[nu + 5] = D[o + 5] .. 'tc'; upd[nu + 6] = D[o + 9] + u
+      nu = nu + 6
     end
     local kw = D[o + 4] * (S + 2)
     if kw > keep then keep = kw end

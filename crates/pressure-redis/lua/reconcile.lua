@@ -3,8 +3,9 @@
 -- KEYS[1]  state hash of the resource (see acquire.lua)
 -- ARGV[1]  number of dimensions n
 -- ARGV[2]  the grant's server time in us
--- ARGV[3 + 4i .. 6 + 4i], for i = 0..n-1: algo (1 = gcra, 0 = window), dim id,
---          delta units (may be negative), step (gcra: T in us; window: g in us)
+-- ARGV[3 + 5i .. 7 + 5i], for i = 0..n-1: algo (1 = gcra, 0 = window), dim id,
+--          delta units (may be negative), step (gcra: T in us; window: g in us),
+--          window W in us (gcra: unused)
 -- Returns 1.
 
 local S = 30
@@ -17,8 +18,9 @@ local at = tonumber(ARGV[2])
 local key = KEYS[1]
 
 for i = 0, n - 1 do
-  local b = 3 + 4 * i
+  local b = 3 + 5 * i
   local gcra, id, delta, step = ARGV[b] == '1', ARGV[b + 1], tonumber(ARGV[b + 2]), tonumber(ARGV[b + 3])
+  local W = tonumber(ARGV[b + 4])
   if delta ~= 0 then
     if gcra then
       local v = redis.call('HMGET', key, 'g' .. id, 'g' .. id .. 't')
@@ -41,14 +43,21 @@ for i = 0, n - 1 do
     else
       local pre = 'w' .. id .. ':'
       local k_at = math.floor(at / step)
-      local k = math.floor(now / step)
-      local v = redis.call('HMGET', key, pre .. 's', pre .. 'lo', pre .. k_at)
+      local v = redis.call('HMGET', key, pre .. 's', pre .. 'lo', pre .. k_at, pre .. 't', pre .. 'tc')
       local sum, lo, cur = tonumber(v[1]) or 0, tonumber(v[2]), tonumber(v[3])
-      if k_at + S >= k and (lo == nil or k_at >= lo) then
+      local last, tc = tonumber(v[4]), tonumber(v[5]) or 0
+      -- Units admitted at `at` count until at + W (acquire.lua: the last
+      -- grant's time w<d>:t is at or after `at`, so it keeps them as long).
+      if now < at + W and (lo == nil or k_at >= lo) then
         local next_cur = math.max((cur or 0) + delta, 0)
         local applied = next_cur - (cur or 0)
         if cur ~= nil or applied > 0 then
           redis.call('HSET', key, pre .. k_at, next_cur, pre .. 's', math.max(sum + applied, 0), pre .. 'lo', lo or k_at)
+          -- The last grant's sub-window: w<d>:tc follows what this version
+          -- changes in it (acquire.lua).
+          if last ~= nil and math.floor(last / step) == k_at then
+            redis.call('HSET', key, pre .. 'tc', math.max(tc + applied, 0))
+          end
           local kw = (k_at + S + 2) * step - now
           if kw > keep then keep = kw end
         end

@@ -2,18 +2,17 @@
 --
 -- KEYS[1]  state hash (see acquire.lua)
 -- ARGV[1]  number of rate dimensions n
--- ARGV[2 + 3i .. 4 + 3i], for i = 0..n-1: algo (1 = gcra, 0 = window), dim id,
---          step (gcra: T in us; window: g in us)
+-- ARGV[2 + 4i .. 5 + 4i], for i = 0..n-1: algo (1 = gcra, 0 = window), dim id,
+--          step (gcra: T in us; window: g in us), window W in us (gcra: unused)
 -- Returns {used_0, ..., used_{n-1}, live_leases}.
 
-local S = 30
 local t = redis.call('TIME')
 local now = t[1] * 1000000 + t[2]
 local n = tonumber(ARGV[1])
 local out = {}
 for i = 0, n - 1 do
-  local b = 2 + 3 * i
-  local gcra, id, step = ARGV[b] == '1', ARGV[b + 1], tonumber(ARGV[b + 2])
+  local b = 2 + 4 * i
+  local gcra, id, step, W = ARGV[b] == '1', ARGV[b + 1], tonumber(ARGV[b + 2]), tonumber(ARGV[b + 3])
   if gcra then
     local v = redis.call('HMGET', KEYS[1], 'g' .. id, 'g' .. id .. 't')
     local tat = tonumber(v[1]) or 0
@@ -21,12 +20,19 @@ for i = 0, n - 1 do
     local tstep = tonumber(v[2]) or step
     out[#out + 1] = math.max(0, math.ceil((tat - now) / tstep))
   else
-    local k = math.floor(now / step)
-    local f = {}
-    for j = k - S, k do f[#f + 1] = 'w' .. id .. ':' .. j end
+    -- As acquire.lua counts: the sub-windows whose end + W is ahead, but
+    -- not the last grant's (w<d>:t) once it is W old and holds no more
+    -- than it did then (w<d>:tc).
+    local k, lo = math.floor(now / step), math.floor((now - W) / step)
+    local f = {'w' .. id .. ':t', 'w' .. id .. ':tc'}
+    for j = lo, k do f[#f + 1] = 'w' .. id .. ':' .. j end
     local v = redis.call('HMGET', KEYS[1], unpack(f))
-    local sum = 0
-    for j = 1, #v do sum = sum + (tonumber(v[j]) or 0) end
+    local last, tc, sum = tonumber(v[1]), tonumber(v[2]) or 0, 0
+    local kt = last ~= nil and now >= last + W and math.floor(last / step)
+    for j = lo, k do
+      local c = tonumber(v[j - lo + 3]) or 0
+      if j ~= kt or c > tc then sum = sum + c end
+    end
     out[#out + 1] = sum
   end
 end

@@ -154,9 +154,13 @@ struct Dim {
     gcra: bool,
     /// gcra: emission interval; window: sub-window length (microseconds).
     step_us: u64,
+    /// The window length W (microseconds): a window dimension's units all
+    /// leave W after its last grant.
+    window_us: u64,
     /// Hash fields: gcra `g<d>` and the T it was counted with `g<d>t`;
-    /// window the prefix `w<d>:` of its sub-windows, its sum `w<d>:s` and
-    /// its oldest sub-window `w<d>:lo`.
+    /// window the prefix `w<d>:` of its sub-windows (and of `w<d>:t`, the
+    /// time of its last grant), its sum `w<d>:s` and its oldest sub-window
+    /// `w<d>:lo`.
     fields: [String; 3],
 }
 
@@ -200,6 +204,7 @@ fn dims_of(spec: &LimitSpec) -> Result<Vec<Dim>, BackendError> {
             rate: *r,
             gcra,
             step_us,
+            window_us,
             fields: if gcra {
                 [format!("g{id}"), format!("g{id}t"), "-".to_owned()]
             } else {
@@ -212,7 +217,7 @@ fn dims_of(spec: &LimitSpec) -> Result<Vec<Dim>, BackendError> {
 
 /// `ARGV` of one call of the generic `lua/acquire.lua` (see its header).
 fn generic_args(dims: &[Dim], spec: &LimitSpec, demand: &Demand, conc: u64, member: &str) -> Vec<String> {
-    let mut out = Vec::with_capacity(dims.len() * 8 + 5);
+    let mut out = Vec::with_capacity(dims.len() * 9 + 5);
     out.push(dims.len().to_string());
     for d in dims {
         let a = d.args(demand);
@@ -221,6 +226,7 @@ fn generic_args(dims: &[Dim], spec: &LimitSpec, demand: &Demand, conc: u64, memb
         out.push(a.units.to_string());
         out.push(a.limit.to_string());
         out.push(d.step_us.to_string());
+        out.push(d.window_us.to_string());
         out.extend(d.fields.iter().cloned());
     }
     out.push(conc.to_string());
@@ -740,7 +746,8 @@ impl Backend for RedisBackend {
         for d in h.dims.iter() {
             inv.arg(u8::from(d.gcra))
                 .arg(d.rate.dimension.index())
-                .arg(d.step_us);
+                .arg(d.step_us)
+                .arg(d.window_us);
         }
         let v: Vec<i64> = self.call(inv).await?;
         if v.len() != h.dims.len() + 1 {
@@ -789,6 +796,7 @@ pub(crate) struct Change {
     /// Units to add (negative: to give back).
     delta: i64,
     step_us: u64,
+    window_us: u64,
 }
 
 impl Change {
@@ -798,6 +806,7 @@ impl Change {
             dimension: d.rate.dimension.index(),
             delta,
             step_us: d.step_us,
+            window_us: d.window_us,
         }
     }
 }
@@ -935,7 +944,8 @@ fn reconcile_invocation(key: &str, at_us: u64, changes: &[Change]) -> redis::Scr
         inv.arg(u8::from(c.gcra))
             .arg(c.dimension)
             .arg(c.delta)
-            .arg(c.step_us);
+            .arg(c.step_us)
+            .arg(c.window_us);
     }
     inv
 }
@@ -953,3 +963,7 @@ mod shape_equiv_tests;
 #[cfg(test)]
 #[path = "script_expiry_tests.rs"]
 mod script_expiry_tests;
+
+#[cfg(test)]
+#[path = "window_wait_tests.rs"]
+mod window_wait_tests;

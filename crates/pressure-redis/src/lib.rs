@@ -15,7 +15,13 @@
 //!   skewed clocks share one correct window. Time is counted in
 //!   microseconds (exact in Lua's doubles); the algorithms and their bounds
 //!   are pressure-core's (its crate docs, "Limits and their exact meaning")
-//!   at that resolution. A `gcra` rate
+//!   at that resolution: a `window` dimension keeps the time of its last
+//!   grant (`w<d>:t`) next to its sub-windows, so the units of that grant's
+//!   sub-window leave a window after it, not a window after the
+//!   sub-window's end, and **a denial's wait is never longer than W**
+//!   (`w<d>:tc`, that sub-window's units then, tells grants by versions
+//!   that keep no `w<d>:t` apart: they keep their sub-window to its end).
+//!   A `gcra` rate
 //!   finer than one unit per microsecond cannot be represented and is
 //!   refused at registration (use `window` for such token limits).
 //! * **Cluster-safe keys**: all keys of a resource share one hash tag made

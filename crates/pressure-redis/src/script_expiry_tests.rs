@@ -42,7 +42,7 @@ fn a_tombstone_on_a_new_key_expires_with_it() {
 #[test]
 fn a_reconcile_that_creates_the_key_gives_it_an_expiry() {
     let mut con = connection();
-    for (gcra, step_us) in [(1u8, 100_000u64), (0, 33_334)] {
+    for (gcra, step_us, window_us) in [(1u8, 100_000u64, 0u64), (0, 33_334, 1_000_000)] {
         let key = fresh_key(&mut con, &format!("rec{gcra}"));
         let (secs, micros): (u64, u64) = redis::cmd("TIME").query(&mut con).expect("TIME");
         let now_us = secs * 1_000_000 + micros;
@@ -54,6 +54,7 @@ fn a_reconcile_that_creates_the_key_gives_it_an_expiry() {
             .arg(0)
             .arg(5)
             .arg(step_us)
+            .arg(window_us)
             .invoke(&mut con)
             .expect("reconcile");
         let exists: bool = con.exists(&key).expect("EXISTS");

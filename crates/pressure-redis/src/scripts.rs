@@ -4,10 +4,10 @@ use redis::Script;
 use std::sync::LazyLock;
 
 pub(crate) const ACQUIRE_LUA: &str = include_str!("../lua/acquire.lua");
-const RECONCILE_LUA: &str = include_str!("../lua/reconcile.lua");
+pub(crate) const RECONCILE_LUA: &str = include_str!("../lua/reconcile.lua");
 pub(crate) const RELEASE_LUA: &str = include_str!("../lua/release.lua");
 const RENEW_LUA: &str = include_str!("../lua/renew.lua");
-const USAGE_LUA: &str = include_str!("../lua/usage.lua");
+pub(crate) const USAGE_LUA: &str = include_str!("../lua/usage.lua");
 const BREAKER_LUA: &str = include_str!("../lua/breaker.lua");
 const GC_LUA: &str = include_str!("../lua/gc.lua");
 

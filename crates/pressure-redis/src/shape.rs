@@ -50,12 +50,16 @@ pub(crate) enum RateShape {
         /// `Dimension::index` of the dimension.
         id: usize,
     },
-    /// `window` on dimension `id` with sub-windows of `step_us`.
+    /// `window` on dimension `id` of `window_us` with sub-windows of
+    /// `step_us`.
     Window {
         /// `Dimension::index` of the dimension.
         id: usize,
         /// Sub-window length in microseconds (window length / 30).
         step_us: u64,
+        /// Window length W in microseconds: everything leaves W after the
+        /// dimension's last grant (`w<d>:t`).
+        window_us: u64,
     },
 }
 
@@ -94,7 +98,11 @@ impl Shape {
                     if step_us < 100 || step_us.checked_mul(S + 2)? >= LUA_EXACT {
                         return None;
                     }
-                    RateShape::Window { id, step_us }
+                    RateShape::Window {
+                        id,
+                        step_us,
+                        window_us: r.window_ns / 1_000,
+                    }
                 }
             });
         }
@@ -188,6 +196,8 @@ struct GenDim {
     id: usize,
     /// `Some(step)` for window, `None` for gcra.
     window: Option<u64>,
+    /// For window: the window length W (µs).
+    window_us: u64,
     /// Index (1-based) of its first field in the `HMGET` reply.
     slot: usize,
     /// For window: the local holding `floor(now / step)`.
@@ -254,12 +264,17 @@ impl Gen {
                         n,
                         id,
                         window: None,
+                        window_us: 0,
                         slot,
                         k: String::new(),
                     });
                     slot += 2;
                 }
-                RateShape::Window { id, step_us } => {
+                RateShape::Window {
+                    id,
+                    step_us,
+                    window_us,
+                } => {
                     lua!(self, "local u{n}, m{n} = ARGV[{a}] + 0, ARGV[{}] + 0", a + 1);
                     a += 2;
                     // One sub-window index (and its text) per distinct length.
@@ -275,10 +290,11 @@ impl Gen {
                         n,
                         id,
                         window: Some(step_us),
+                        window_us,
                         slot,
                         k,
                     });
-                    slot += 3;
+                    slot += 5;
                 }
             }
         }
@@ -315,6 +331,8 @@ impl Gen {
                     format!("'w{}:s'", d.id),
                     format!("'w{}:lo'", d.id),
                     format!("f{}", d.n),
+                    format!("'w{}:t'", d.id),
+                    format!("'w{}:tc'", d.id),
                 ]),
             }
         }
@@ -405,39 +423,44 @@ impl Gen {
                 self.line("end");
             }
             Some(step) => {
-                let k = &d.k;
+                let (k, w) = (&d.k, d.window_us);
                 lua!(
                     self,
-                    "local s{n}, l{n}, c{n} = v[{p}], v[{}], v[{}]",
+                    "local s{n}, l{n}, c{n}, lt{n}, tc{n} = v[{p}], v[{}], v[{}], v[{}], v[{}]",
                     p + 1,
-                    p + 2
+                    p + 2,
+                    p + 3,
+                    p + 4
                 );
                 lua!(self, "s{n} = s{n} and s{n} + 0 or 0");
                 lua!(self, "local lw{n} = not l{n}");
                 lua!(self, "l{n} = l{n} and l{n} + 0 or {k}");
                 lua!(self, "c{n} = c{n} and c{n} + 0 or 0");
+                lua!(self, "if lt{n} then lt{n} = lt{n} + 0 else lt{n} = nil end");
+                lua!(self, "tc{n} = tc{n} and tc{n} + 0 or 0");
                 lua!(self, "local e{n} = false");
-                lua!(self, "if l{n} < {k} - {S} then");
-                lua!(
-                    self,
-                    "  -- Evict sub-windows older than k - {S} (live ones span at most {}).",
-                    S + 1
-                );
+                self.line("-- Evict the sub-windows whose end + W has passed (live ones span at");
+                self.line("-- most S + 1), and the last grant's own once it is W old.");
+                lua!(self, "local lo{n} = math.floor((now - {w}) / {step})");
+                lua!(self, "if lt{n} ~= nil and now >= lt{n} + {w} then");
+                lua!(self, "  local kt = math.floor(lt{n} / {step})");
+                lua!(self, "  if kt == lo{n} and kt >= l{n} and (tonumber(redis.call('HGET', key, 'w{id}:' .. kt)) or 0) <= tc{n} then lo{n} = kt + 1 end");
+                self.line("end");
+                lua!(self, "if l{n} < lo{n} then");
                 self.line("  local old = {}");
                 lua!(
                     self,
-                    "  for j = l{n}, math.min({k} - {}, l{n} + {S}) do old[#old + 1] = 'w{id}:' .. j end",
-                    S + 1
+                    "  for j = l{n}, math.min(lo{n} - 1, l{n} + {S}) do old[#old + 1] = 'w{id}:' .. j end"
                 );
                 self.line("  local ov = redis.call('HMGET', key, unpack(old))");
                 self.line("  dels = dels or {}");
                 lua!(self, "  for j = 1, #old do s{n} = s{n} - (tonumber(ov[j]) or 0); nd = nd + 1; dels[nd] = old[j] end"
                 );
-                lua!(self, "  l{n} = {k} - {S}");
+                lua!(self, "  l{n} = lo{n}");
                 lua!(self, "  e{n} = true");
                 self.line("end");
                 lua!(self, "if u{n} > 0 and s{n} + u{n} > m{n} then");
-                lua!(self, "  local w = {}", step * (S + 1));
+                lua!(self, "  local w = {w}");
                 lua!(self, "  if u{n} <= m{n} then");
                 lua!(self, "    local need, live = s{n} + u{n} - m{n}, {{}}");
                 lua!(
@@ -449,7 +472,11 @@ impl Gen {
                 self.line("    for j = 1, #live do");
                 self.line("      freed = freed + (tonumber(lv[j]) or 0)");
                 self.line("      if freed >= need then");
-                lua!(self, "        w = math.max((l{n} + j + {S}) * {step} - now, 1)");
+                self.line("        -- Sub-window l + j - 1 leaves at its end + W, the last grant's");
+                self.line("        -- own at w<d>:t + W (see the eviction).");
+                lua!(self, "        local gone = (l{n} + j) * {step}");
+                lua!(self, "        if lt{n} ~= nil and l{n} + j - 1 == math.floor(lt{n} / {step}) and (tonumber(lv[j]) or 0) <= tc{n} then gone = lt{n} end");
+                lua!(self, "        w = math.min(math.max(gone + {w} - now, 1), {w})");
                 self.line("        break");
                 self.line("      end");
                 self.line("    end");
@@ -537,7 +564,7 @@ impl Gen {
                     cond.push(format!("not e{n}"));
                     cond.push(format!("not lw{n}"));
                     sets.push(format!(
-                        "'w{id}:s', fmt('%d', s{n} + u{n}), f{n}, fmt('%d', c{n} + u{n})"
+                        "'w{id}:s', fmt('%d', s{n} + u{n}), f{n}, fmt('%d', c{n} + u{n}), 'w{id}:t', fmt('%d', now), 'w{id}:tc', fmt('%d', c{n} + u{n})"
                     ));
                 }
             }
@@ -589,7 +616,7 @@ impl Gen {
                     lua!(self, "  upd[nu + 1] = 'w{id}:s'; upd[nu + 2] = s{n} + u{n}; upd[nu + 3] = 'w{id}:lo'; upd[nu + 4] = l{n}; nu = nu + 4");
                     lua!(
                         self,
-                        "  if u{n} > 0 then upd[nu + 1] = f{n}; upd[nu + 2] = c{n} + u{n}; nu = nu + 2 end"
+                        "  if u{n} > 0 then upd[nu + 1] = f{n}; upd[nu + 2] = c{n} + u{n}; upd[nu + 3] = 'w{id}:t'; upd[nu + 4] = now; upd[nu + 5] = 'w{id}:tc'; upd[nu + 6] = c{n} + u{n}; nu = nu + 6 end"
                     );
                     lua!(
                         self,
@@ -640,7 +667,7 @@ fn describe(shape: &Shape) -> String {
         .iter()
         .map(|r| match r {
             RateShape::Gcra { id } => format!("gcra:{id}"),
-            RateShape::Window { id, step_us } => format!("window:{id}/{step_us}us"),
+            RateShape::Window { id, step_us, .. } => format!("window:{id}/{step_us}us"),
         })
         .collect();
     if let Some(ttl) = shape.lease_ttl_us {

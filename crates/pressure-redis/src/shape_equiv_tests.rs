@@ -18,7 +18,7 @@ use std::time::Duration;
 const CLOCK: &str = "local t = redis.call('TIME')\nlocal now = t[1] * 1000000 + t[2]\n";
 const FAKE_CLOCK: &str = "local now = tonumber(ARGV[#ARGV])\n";
 
-fn with_fake_clock(src: &str) -> String {
+pub(super) fn with_fake_clock(src: &str) -> String {
     assert!(src.contains(CLOCK), "the script reads TIME as expected");
     src.replacen(CLOCK, FAKE_CLOCK, 1)
 }

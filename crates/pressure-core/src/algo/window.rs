@@ -1,19 +1,35 @@
 //! The strict sliding window.
 //!
 //! Time is cut into sub-windows of length `g = ceil(W / S)` (S =
-//! [`SUB_WINDOWS`]) aligned on multiples of `g`. A demand at `now`, in
-//! sub-window `k = now / g`, is admitted iff the units already admitted in
-//! sub-windows `k−S ..= k` plus the demand do not exceed `N`.
+//! [`SUB_WINDOWS`](crate::limits::SUB_WINDOWS)) aligned on multiples of `g`, and a state keeps the units
+//! admitted per sub-window plus `last`, the time of its most recent
+//! admission (an upper bound of it). Every unit of sub-window `j` was
+//! admitted before the sub-window's end `(j + 1)·g`, and every unit counted
+//! at or before `last`, so a unit admitted at `s` is certainly gone (it
+//! leaves every interval of length `W` that holds the present) by both
+//! `(j + 1)·g + W` and `last + W`: sub-window `j` counts at `now` iff
+//! `now < min((j + 1)·g + W, last + W)` — in particular nothing counts once
+//! `now ≥ last + W`. A demand is admitted iff the units counted plus the
+//! demand do not exceed `N`.
 //!
-//! Guarantee: any interval of length `W` overlaps at most `S + 1`
-//! consecutive sub-windows, and the last admission inside it counted all of
-//! them, so **no interval of length W ever holds more than N units**.
-//! Utilization: under saturation the window admits `N` per `S + 1`
-//! sub-windows, i.e. at least `S / (S + 1)` (96.7 %) of `N` per `W`.
-//! The wait on a denial is exact: the time at which enough old sub-windows
-//! have left the `S + 1` span for the demand to fit.
+//! Guarantee: take any interval of length `W` and its last admission, at
+//! `s*`. Every earlier admission `s` in the interval has `s > s* − W`, and
+//! both its sub-window's end and the state's `last` are at or after `s`, so
+//! `s*` counted it: **no interval of length W ever holds more than N
+//! units**. Utilization: a sub-window counts at most `g` longer than its
+//! units need, so under saturation the window admits `N` per `W + g`, i.e.
+//! at least `S / (S + 1)` (96.7 %) of `N` per `W`.
+//!
+//! The wait on a denial is exact — the time at which enough old sub-windows
+//! have left for the demand to fit, or at which everything leaves (`last +
+//! W`) — and **a denial's wait is never longer than W**: a sub-window before
+//! the present one ends at or before `now`, and `last ≤ now`. (A caller
+//! whose clock read precedes a concurrent admission, `now < last`, gets the
+//! wait capped at `W`.) So a burst that exhausts a per-minute limit in its
+//! first second waits out the minute from the burst's last admission, not
+//! from the end of its sub-window.
 
-use crate::limits::{RateSpec, SUB_WINDOWS};
+use crate::limits::RateSpec;
 use std::collections::VecDeque;
 
 /// Units admitted per sub-window, oldest first; only non-empty sub-windows
@@ -26,15 +42,19 @@ use std::collections::VecDeque;
 pub(crate) struct WindowState {
     buckets: VecDeque<(u64, u64)>,
     sum: u64,
+    /// At or after the most recent admission counted: everything leaves at
+    /// `last + W` (see the module docs).
+    last: u64,
     /// The last sub-window seen: its index `k` and its start `k · g` (a
     /// cache; `(0, 0)` is sub-window 0, also correct).
     seen: (u64, u64),
 }
 
 impl PartialEq for WindowState {
-    /// The counted units; the cache of the last sub-window is not state.
+    /// The counted units and when they leave; the cache of the last
+    /// sub-window is not state.
     fn eq(&self, other: &Self) -> bool {
-        self.buckets == other.buckets && self.sum == other.sum
+        self.buckets == other.buckets && self.sum == other.sum && self.last == other.last
     }
 }
 
@@ -54,12 +74,25 @@ impl WindowState {
         k
     }
 
-    /// Drops sub-windows that no longer count at `now`.
+    /// When the units of sub-window `idx` have all left: at its end + W, or
+    /// when everything leaves (`last + W`), whichever comes first.
+    #[inline(always)]
+    fn departure(&self, spec: &RateSpec, idx: u64) -> u64 {
+        let end = (idx + 1).saturating_mul(spec.sub_window_ns);
+        end.min(self.last).saturating_add(spec.window_ns)
+    }
+
+    /// Drops sub-windows that no longer count at `now`: all of them once
+    /// `now ≥ last + W`, else those whose end + W has passed.
     #[inline]
     pub(crate) fn evict(&mut self, spec: &RateSpec, now: u64) {
-        let k = self.index(spec, now);
+        if now >= self.last.saturating_add(spec.window_ns) {
+            self.buckets.clear();
+            self.sum = 0;
+            return;
+        }
         while let Some(&(idx, count)) = self.buckets.front() {
-            if idx + SUB_WINDOWS < k {
+            if now >= self.departure(spec, idx) {
                 self.sum -= count;
                 self.buckets.pop_front();
             } else {
@@ -73,23 +106,13 @@ impl WindowState {
         self.sum
     }
 
-    /// The oldest sub-window that holds units (call [`WindowState::evict`]
-    /// first): with the window full, the one whose departure frees the next
-    /// unit.
-    pub(crate) fn oldest_counted(&self) -> Option<u64> {
-        self.buckets
-            .iter()
-            .find(|&&(_, count)| count > 0)
-            .map(|&(idx, _)| idx)
-    }
-
     /// Whether nothing is counted any more, so the state can be dropped.
     pub(crate) fn is_empty(&self) -> bool {
         self.buckets.is_empty()
     }
 
     /// Checks `units` against `limit` at `now` (after eviction):
-    /// `Ok(())` or `Err(wait_ns)`.
+    /// `Ok(())` or `Err(wait_ns)`, the wait at most W.
     pub(crate) fn check(&self, spec: &RateSpec, now: u64, units: u64, limit: u64) -> Result<(), u64> {
         if units == 0 || self.sum.saturating_add(units) <= limit {
             return Ok(());
@@ -102,8 +125,8 @@ impl WindowState {
         for &(idx, count) in &self.buckets {
             freed += count;
             if freed >= need {
-                let at = (idx + SUB_WINDOWS + 1) * spec.sub_window_ns;
-                return Err(at.saturating_sub(now).max(1));
+                let at = self.departure(spec, idx);
+                return Err(at.saturating_sub(now).clamp(1, spec.window_ns));
             }
         }
         Err(spec.window_ns)
@@ -112,11 +135,20 @@ impl WindowState {
     /// Counts `units` admitted at `now`.
     #[inline]
     pub(crate) fn commit(&mut self, spec: &RateSpec, now: u64, units: u64) {
+        self.commit_by(spec, now, units, now);
+    }
+
+    /// Counts `units` admitted in the sub-window of `at`, the latest of them
+    /// at or before `by` (`by ≥ at`): a lock-free sub-window folded at `by`
+    /// whose grants kept no time.
+    #[inline]
+    pub(crate) fn commit_by(&mut self, spec: &RateSpec, at: u64, units: u64, by: u64) {
         if units == 0 {
             return;
         }
-        let k = self.index(spec, now);
+        let k = self.index(spec, at);
         self.sum += units;
+        self.last = self.last.max(by);
         match self.buckets.back_mut() {
             Some((idx, count)) if *idx == k => *count += units,
             _ => self.buckets.push_back((k, units)),
@@ -124,14 +156,17 @@ impl WindowState {
     }
 
     /// Corrects the units admitted at `at` by `delta` (reconcile). A refund
-    /// never takes more than the sub-window holds; a correction for a
-    /// sub-window that has left the window changes nothing.
+    /// never takes more than the sub-window holds; a correction for units
+    /// that have left the window (`now ≥ at + W`) changes nothing. An
+    /// addition was admitted at `at`, so `last` stays at or after it.
     pub(crate) fn adjust(&mut self, spec: &RateSpec, now: u64, at: u64, delta: i64) {
         self.evict(spec, now);
-        let k_at = at / spec.sub_window_ns;
-        let k_now = now / spec.sub_window_ns;
-        if k_at + SUB_WINDOWS < k_now {
+        if now >= at.saturating_add(spec.window_ns) {
             return;
+        }
+        let k_at = at / spec.sub_window_ns;
+        if delta > 0 {
+            self.last = self.last.max(at);
         }
         let pos = self.buckets.iter().position(|&(idx, _)| idx >= k_at);
         match pos {
@@ -207,7 +242,70 @@ mod tests {
         let wait = st.try_admit(&s, now, 1, 10).unwrap_err();
         assert!(st.clone().try_admit(&s, now + wait - 1, 1, 10).is_err());
         assert!(st.try_admit(&s, now + wait, 1, 10).is_ok());
-        assert!(wait <= s.window_ns + s.sub_window_ns);
+        assert!(wait <= s.window_ns);
+    }
+
+    /// Issue 21: a burst inside one sub-window of a minute window (two
+    /// requests in its first second) leaves a minute after its last
+    /// admission, not a minute after its sub-window ends: the wait is at
+    /// most W, and exact.
+    #[test]
+    fn a_burst_in_one_sub_window_waits_at_most_the_window() {
+        let s = Limits::default()
+            .requests_per_minute(2)
+            .compile()
+            .expect("valid")
+            .rates[0];
+        let w = s.window_ns;
+        let mut st = WindowState::default();
+        let t0 = 7 * s.sub_window_ns + 1_000;
+        st.try_admit(&s, t0, 1, 2).expect("fits");
+        st.try_admit(&s, t0 + 400_000_000, 1, 2).expect("fits");
+        let now = t0 + 900_000_000;
+        let wait = st.try_admit(&s, now, 1, 2).unwrap_err();
+        assert!(wait <= w, "wait {wait} over the window {w}");
+        assert_eq!(
+            now + wait,
+            t0 + 400_000_000 + w,
+            "a window after the last admission"
+        );
+        assert!(st.clone().try_admit(&s, now + wait - 1, 1, 2).is_err());
+        let mut later = st.clone();
+        later
+            .try_admit(&s, now + wait, 1, 2)
+            .expect("admitted at now + wait");
+        later.try_admit(&s, now + wait, 1, 2).expect("both units left");
+        // A demand the oldest unit frees alone waits for that unit only.
+        let mut one = WindowState::default();
+        one.try_admit(&s, t0, 1, 2).expect("fits");
+        one.try_admit(&s, t0 + 3 * s.sub_window_ns, 1, 2).expect("fits");
+        let now = t0 + 4 * s.sub_window_ns;
+        let wait = one.try_admit(&s, now, 1, 2).unwrap_err();
+        assert_eq!(
+            now + wait,
+            8 * s.sub_window_ns + w,
+            "the first sub-window's end + W"
+        );
+    }
+
+    /// A caller whose clock read precedes a concurrent admission (`now <
+    /// last`) still gets a wait of at most W.
+    #[test]
+    fn a_stale_clock_gets_at_most_the_window() {
+        let s = spec(1);
+        let mut st = WindowState::default();
+        st.try_admit(&s, 5_000, 1, 1).expect("fits");
+        assert_eq!(st.check(&s, 4_000, 1, 1), Err(s.window_ns));
+    }
+
+    #[test]
+    fn a_correction_for_units_gone_changes_nothing() {
+        let s = spec(100);
+        let mut st = WindowState::default();
+        st.try_admit(&s, 1_000, 10, 100).expect("fits");
+        st.adjust(&s, 1_000 + s.window_ns, 1_000, 5);
+        assert_eq!(st.sum(), 0);
+        assert!(st.is_empty());
     }
 
     #[test]
@@ -232,8 +330,11 @@ mod tests {
     }
 
     proptest! {
+        /// No interval of length W holds more than N; every denial waits
+        /// at most W, is refused a nanosecond before its wait and admitted
+        /// at it.
         #[test]
-        fn never_more_than_n_in_any_window(
+        fn never_more_than_n_in_any_window_and_exact_waits_of_at_most_w(
             n in 1u64..200,
             arrivals in proptest::collection::vec((0u64..80_000_000, 1u64..4), 1..600),
         ) {
@@ -243,8 +344,16 @@ mod tests {
             let mut log = Vec::new();
             for (gap, units) in arrivals {
                 now += gap;
-                if units <= n && st.try_admit(&s, now, units, n).is_ok() {
-                    log.push((now, units));
+                if units > n {
+                    continue;
+                }
+                match st.try_admit(&s, now, units, n) {
+                    Ok(()) => log.push((now, units)),
+                    Err(wait) => {
+                        prop_assert!(wait >= 1 && wait <= s.window_ns, "wait {wait}");
+                        prop_assert!(st.clone().try_admit(&s, now + wait - 1, units, n).is_err());
+                        prop_assert!(st.clone().try_admit(&s, now + wait, units, n).is_ok());
+                    }
                 }
             }
             prop_assert!(max_in_any_window(&log, s.window_ns) <= n);

@@ -182,13 +182,18 @@ impl State {
         }
     }
 
-    /// The state of a resource attached with `spec`, nothing counted.
-    fn fresh(spec: &Arc<LimitSpec>) -> Self {
+    /// The state of a resource attached with `spec`, nothing counted, on
+    /// the backend's `clock`.
+    fn fresh(spec: &Arc<LimitSpec>, clock: &Arc<dyn Clock>) -> Self {
         if let Some(rate) = fast_rate(spec) {
             return State::Fast(Fast::new(rate));
         }
         if let Some(rate) = fast_window_rate(spec) {
-            return State::FastWindow(Box::new(FastWindow::new(rate, WindowState::default())));
+            return State::FastWindow(Box::new(FastWindow::new(
+                rate,
+                WindowState::default(),
+                Arc::clone(clock),
+            )));
         }
         State::Locked(Arc::new(Mutex::new(LockedState::new(Arc::clone(spec)))))
     }
@@ -269,7 +274,7 @@ fn window_locked(f: &FastWindow, now: u64, demand: &Demand) -> Option<Result<u64
                 if demand.count_denial {
                     f.tally.deny();
                 }
-                let wait = Duration::from_nanos(wait.saturating_add(t - now));
+                let wait = Duration::from_nanos(wait.saturating_add(t - now).min(r.window_ns));
                 Err(Denial::exhausted(wait, r.dimension))
             }
         }
@@ -828,7 +833,7 @@ impl MemoryBackend {
                 // the carried state.
                 // Everything that allocates happens before the retirement,
                 // so racers meeting the sentinel wait only for arithmetic.
-                let cell = Arc::new(State::fresh(&spec));
+                let cell = Arc::new(State::fresh(&spec, &self.clock));
                 let tat = f.tat.swap(RETIRED, Ordering::AcqRel);
                 if tat == RETIRED {
                     // Retired by a concurrent change: follow it.
@@ -843,7 +848,7 @@ impl MemoryBackend {
                 if let Some(next) = f.moved.get() {
                     return self.carry(next, spec, now);
                 }
-                let cell = Arc::new(State::fresh(&spec));
+                let cell = Arc::new(State::fresh(&spec, &self.clock));
                 let retired = f.retire(now, |closed| {
                     carry_into(&cell, &f.rate, DimState::Window(closed), &f.tally, now);
                     Arc::clone(&cell)
@@ -891,7 +896,7 @@ impl Backend for MemoryBackend {
     type Handle = MemoryHandle;
 
     fn attach(&self, _resource: &str, spec: Arc<LimitSpec>) -> Result<MemoryHandle, BackendError> {
-        let state = State::fresh(&spec);
+        let state = State::fresh(&spec, &self.clock);
         Ok(MemoryHandle { state })
     }
 

@@ -184,6 +184,48 @@ pub async fn window_retry_at_wait_time_succeeds<H: Harness>(h: &H) {
     retry_at_wait_time(h, limits, 5, Duration::from_millis(1_100), "wretry").await;
 }
 
+/// `window`: a burst that exhausts the limit inside one sub-window is
+/// refused with a wait of at most the window (the burst leaves it a window
+/// after its last admission, not a window after its sub-window ends), and
+/// no shorter than the window less the time the burst took; retried at
+/// that wait, the demand is admitted.
+pub async fn window_burst_wait_is_at_most_the_window<H: Harness>(h: &H) {
+    let b = h.broker().await;
+    let id = h.unique("wburst");
+    b.register_limit(&id, Limits::default().requests_per_minute(2))
+        .expect("valid");
+    let t0 = Instant::now();
+    for _ in 0..2 {
+        assert!(take(&b, &id, AcquireOptions::default()).await.allowed());
+    }
+    let d = take(&b, &id, AcquireOptions::default()).await;
+    let elapsed = t0.elapsed();
+    let wait = d.wait_time();
+    let minute = Duration::from_secs(60);
+    assert!(!d.allowed());
+    assert!(wait <= minute, "a wait for a minute window of {wait:?}");
+    assert!(
+        wait + elapsed + Duration::from_millis(2) >= minute,
+        "wait {wait:?} after {elapsed:?}"
+    );
+
+    let id = h.unique("wburst-retry");
+    b.register_limit(&id, Limits::default().requests_per_second(2))
+        .expect("valid");
+    for _ in 0..2 {
+        assert!(take(&b, &id, AcquireOptions::default()).await.allowed());
+    }
+    let d = take(&b, &id, AcquireOptions::default()).await;
+    assert!(!d.allowed());
+    let wait = d.wait_time();
+    assert!(
+        wait > Duration::ZERO && wait <= Duration::from_secs(1),
+        "wait {wait:?}"
+    );
+    tokio::time::sleep(wait).await;
+    assert!(take(&b, &id, AcquireOptions::default()).await.allowed());
+}
+
 /// `gcra`: retrying at the denial's wait time succeeds.
 pub async fn gcra_retry_at_wait_time_succeeds<H: Harness>(h: &H) {
     let limits = Limits::default().requests_per_second(10).gcra(Some(2));

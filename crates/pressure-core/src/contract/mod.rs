@@ -65,6 +65,7 @@ macro_rules! contract_suite {
             window_counts_exactly_under_concurrency,
             gcra_counts_exactly_under_concurrency,
             window_retry_at_wait_time_succeeds,
+            window_burst_wait_is_at_most_the_window,
             gcra_retry_at_wait_time_succeeds,
             gcra_wait_time_is_exact,
             concurrency_release_is_exact_and_idempotent,

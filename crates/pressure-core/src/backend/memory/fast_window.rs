@@ -18,8 +18,24 @@
 //! bucket, the operation runs on the exact [`WindowState`] (a denial and its
 //! exact wait, a new sub-window, reconcile, usage), and the word is reopened
 //! for the sub-window of the time counted with the budget that state leaves.
-//! That is once per sub-window (`W/30`) for a resource that is not denied,
-//! and once per denial.
+//! That is once per sub-window (`W/30`) for a resource that is not denied.
+//!
+//! A lock-free grant records no time: the fold learns only that the open
+//! sub-window's units were admitted before it (each grant read its clock
+//! before its compare-and-swap, so before the fold's swap, which reads the
+//! clock again after it) and inside the sub-window, and counts them as
+//! admitted by the earlier of that reading and the sub-window's end (the
+//! window's `last`, see [`crate::algo::window`]). A wait decided by such a
+//! fold counts from the caller's reading, so it may end up to the few
+//! nanoseconds between the two readings early (capped at `W`): never an
+//! undercounted grant, which would let the window admit more than `N`.
+//! So a denial is answered lock-free only when the word was opened with
+//! no budget — nothing was granted lock-free since, and the exact wait of
+//! one unit was computed at the reopen from a state that knows every
+//! admission's bound; it is still good while `now` is before it. The first
+//! denial after lock-free grants takes the lock, which folds them (and
+//! reopens with no budget): once per sub-window under saturation, then
+//! every denial of the sub-window is lock-free.
 //!
 //! The word is `tag << 40 | budget`, the tag being the low 24 bits of `k`,
 //! so a compare-and-swap prepared in one sub-window cannot land in another
@@ -31,7 +47,8 @@
 use super::{State, RETIRED};
 use crate::algo::window::WindowState;
 use crate::backend::Denial;
-use crate::limits::{Demand, RateSpec, SUB_WINDOWS};
+use crate::clock::Clock;
+use crate::limits::{Demand, RateSpec};
 use crate::striped::Tally;
 use parking_lot::{Mutex, MutexGuard};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -65,12 +82,15 @@ pub(super) struct FastWindow {
     /// The open sub-window's index; written under the lock before the word
     /// that opens it.
     open: AtomicU64,
-    /// When the open sub-window's budget is spent: the time at which one
-    /// unit fits again (the oldest counted sub-window leaves the span) —
-    /// what [`WindowState::check`] answers for one unit then. Written under
-    /// the lock with the word.
+    /// When the word was opened with no budget: the time at which one unit
+    /// fits again, what [`WindowState::check`] answered for one unit then;
+    /// 0 (decide under the lock) when it was opened with a budget. Written
+    /// under the lock with the word.
     free_at: AtomicU64,
     settled: Mutex<Settled>,
+    /// The backend's clock, read by a fold after it closed the word: later
+    /// than every lock-free grant's reading.
+    clock: Arc<dyn Clock>,
     /// Grants and denials, one stripe per thread.
     pub(super) tally: Tally,
     /// Where the state went when the limits changed (set under the lock).
@@ -98,8 +118,9 @@ pub(super) enum Slow {
 }
 
 impl FastWindow {
-    /// A window counting `closed` (carried over a change of limits, or empty).
-    pub(super) fn new(rate: RateSpec, closed: WindowState) -> Self {
+    /// A window counting `closed` (carried over a change of limits, or
+    /// empty), on the backend's `clock`.
+    pub(super) fn new(rate: RateSpec, closed: WindowState, clock: Arc<dyn Clock>) -> Self {
         // Nothing is open: the first acquisition takes the lock, folds
         // nothing and opens its own sub-window with the budget `closed`
         // leaves.
@@ -112,6 +133,7 @@ impl FastWindow {
                 closed,
                 opened_with: rate.limit,
             }),
+            clock,
             tally: Tally::default(),
             moved: OnceLock::new(),
         }
@@ -155,8 +177,9 @@ impl FastWindow {
     }
 
     /// The common denial without the lock: one unit at the full limit
-    /// against a spent budget, whose exact wait was prepared when the
-    /// sub-window opened. Anything else decides under the lock.
+    /// against a word opened with no budget, whose exact wait was prepared
+    /// when it opened, before that wait has passed. Anything else decides
+    /// under the lock.
     #[inline(always)]
     fn deny_fast(&self, w: u64, now: u64, units: u64, keep: u64, demand: &Demand) -> Slow {
         if units != 1 || keep != 0 {
@@ -165,13 +188,13 @@ impl FastWindow {
         let free_at = self.free_at.load(Ordering::Acquire);
         // Written before the word that published it: if the word is still
         // `w`, `free_at` belongs to it.
-        if self.word.load(Ordering::Acquire) != w {
+        if self.word.load(Ordering::Acquire) != w || now >= free_at {
             return Slow::Locked;
         }
         if demand.count_denial {
             self.tally.deny();
         }
-        let wait = Duration::from_nanos(free_at.saturating_sub(now).max(1));
+        let wait = Duration::from_nanos((free_at - now).min(self.rate.window_ns));
         Slow::Denied(Denial::exhausted(wait, self.rate.dimension))
     }
 
@@ -198,21 +221,31 @@ impl FastWindow {
         let w = self.word.swap(to, Ordering::AcqRel);
         // CLOSED here only if an operation panicked under the lock: what the
         // open sub-window admitted since is lost, never double counted.
-        let start = match w {
-            UNOPENED => 0,
+        let (start, used) = match w {
+            UNOPENED => (0, 0),
             _ => {
                 let k = self.open.load(Ordering::Relaxed);
-                let start = k.wrapping_mul(self.rate.sub_window_ns);
                 let used = match w {
                     CLOSED => 0,
                     w => settled.opened_with.saturating_sub(w & BUDGET_MASK),
                 };
-                settled.closed.commit(&self.rate, start, used);
-                start
+                (k.wrapping_mul(self.rate.sub_window_ns), used)
             }
         };
         let t = now.max(start);
+        // What left by `t` leaves first (against the admissions known so
+        // far); the open sub-window's units were admitted before the clock
+        // reads now (a grant racing this fold may have read it after `now`),
+        // and inside the sub-window (the fast path grants nothing past its
+        // end).
         settled.closed.evict(&self.rate, t);
+        if used > 0 {
+            let by = t
+                .max(self.clock.now_nanos())
+                .min(start + (self.rate.sub_window_ns - 1));
+            settled.closed.commit_by(&self.rate, start, used, by);
+            settled.closed.evict(&self.rate, t);
+        }
         Some(t)
     }
 
@@ -222,10 +255,12 @@ impl FastWindow {
         let budget = rate.limit.saturating_sub(settled.closed.sum());
         settled.opened_with = budget;
         let k = t / rate.sub_window_ns;
-        // With the budget spent, sum = N: one unit fits once the oldest
-        // counted sub-window leaves (the open one if none is closed).
-        let oldest = settled.closed.oldest_counted().unwrap_or(k).min(k);
-        let free_at = (oldest + SUB_WINDOWS + 1).saturating_mul(rate.sub_window_ns);
+        // No budget: the state knows every admission, and its exact wait for
+        // one unit holds until then. A budget: grants to come keep no time.
+        let free_at = match settled.closed.check(rate, t, 1, rate.limit) {
+            Err(wait) if budget == 0 => t + wait,
+            _ => 0,
+        };
         self.open.store(k, Ordering::Relaxed);
         self.free_at.store(free_at, Ordering::Release);
         self.word.store(pack(k, budget), Ordering::Release);
@@ -268,6 +303,7 @@ impl FastWindow {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::clock::ManualClock;
     use crate::limits::Limits;
 
     fn rate(n: u64) -> RateSpec {
@@ -291,48 +327,155 @@ mod tests {
     }
 
     /// Lock-free grants, folds and the exact path agree with a plain
-    /// [`WindowState`] fed the same admissions, over many sub-windows, and
-    /// most grants take the lock-free path.
+    /// [`WindowState`] fed the same admissions — the lock-free ones as the
+    /// fold learns them: in their sub-window, admitted by the fold's time
+    /// or the sub-window's end —
+    /// over many sub-windows and two phases of the sub-window grid, and most
+    /// grants take the lock-free path. A lock-free grant is one the exact
+    /// state admits; a lock-free denial has the exact state's wait; a locked
+    /// decision is the exact state's.
     #[test]
     fn agrees_with_the_plain_window() {
         let r = rate(50);
-        let f = FastWindow::new(r, WindowState::default());
-        let mut reference = WindowState::default();
-        let mut now = 1_000_000_000u64;
-        let demand = Demand::default();
-        let (mut lock_free, mut locked, mut fast_denials) = (0u64, 0u64, 0u64);
-        for i in 0..5_000u64 {
-            now += (i * 7_919) % (r.sub_window_ns / 3);
-            let ours: Result<(), u64> = match f.try_fast(now, &demand) {
-                Ok(()) => {
-                    lock_free += 1;
-                    Ok(())
-                }
-                Err(Slow::Locked) => f
-                    .with_folded(now, |w, t| {
-                        let res = w.check(&r, t, 1, r.limit);
-                        if res.is_ok() {
-                            w.commit(&r, t, 1);
-                            locked += 1;
+        // What the fold learns of `n` lock-free grants, the first at `at`.
+        let learn = |w: &mut WindowState, (at, n): (u64, u64), now: u64| {
+            let end = (at / r.sub_window_ns + 1) * r.sub_window_ns;
+            w.evict(&r, now);
+            w.commit_by(&r, at, n, now.min(end - 1));
+            w.evict(&r, now);
+        };
+        for phase in [0, r.sub_window_ns / 2] {
+            let clock = Arc::new(ManualClock::new(0));
+            let f = FastWindow::new(r, WindowState::default(), clock.clone());
+            let mut reference = WindowState::default();
+            // Lock-free grants not folded yet: when the first was made, and how many.
+            let mut unfolded = (0u64, 0u64);
+            let mut now = 1_000_000_000u64 + phase;
+            let demand = Demand::default();
+            let (mut lock_free, mut locked, mut fast_denials) = (0u64, 0u64, 0u64);
+            for i in 0..5_000u64 {
+                now += (i * 7_919) % (r.sub_window_ns / 3);
+                clock.set(now);
+                let (ours, plain) = match f.try_fast(now, &demand) {
+                    Ok(()) => {
+                        lock_free += 1;
+                        let mut exact = reference.clone();
+                        learn(&mut exact, unfolded, now);
+                        if unfolded.1 == 0 {
+                            unfolded.0 = now;
                         }
-                        res
-                    })
-                    .expect("not retired"),
-                Err(Slow::Denied(d)) => {
-                    fast_denials += 1;
-                    Err(d.wait.as_nanos() as u64)
-                }
-                Err(Slow::Retired) => unreachable!("never retired here"),
-            };
-            let plain = reference.try_admit(&r, now, 1, r.limit);
-            assert_eq!(ours, plain, "step {i} at {now}: grant or exact wait");
+                        unfolded.1 += 1;
+                        (Ok(()), exact.check(&r, now, 1, r.limit))
+                    }
+                    Err(Slow::Locked) => {
+                        let ours = f
+                            .with_folded(now, |w, t| {
+                                let res = w.check(&r, t, 1, r.limit);
+                                if res.is_ok() {
+                                    w.commit(&r, t, 1);
+                                    locked += 1;
+                                }
+                                res
+                            })
+                            .expect("not retired");
+                        learn(&mut reference, unfolded, now);
+                        unfolded = (0, 0);
+                        (ours, reference.try_admit(&r, now, 1, r.limit))
+                    }
+                    Err(Slow::Denied(d)) => {
+                        fast_denials += 1;
+                        assert_eq!(unfolded.1, 0, "a lock-free denial after lock-free grants");
+                        (
+                            Err(d.wait.as_nanos() as u64),
+                            reference.try_admit(&r, now, 1, r.limit),
+                        )
+                    }
+                    Err(Slow::Retired) => unreachable!("never retired here"),
+                };
+                assert_eq!(ours, plain, "step {i} at {now}: grant or exact wait");
+            }
+            assert_eq!(f.tally.allowed(), lock_free, "the fast path counts its grants");
+            assert_eq!(f.tally.denied(), fast_denials, "and its denials");
+            assert!(fast_denials > 0, "some denials were answered lock-free");
+            assert!(
+                lock_free > locked,
+                "{lock_free} lock-free vs {locked} locked grants"
+            );
         }
-        assert_eq!(f.tally.allowed(), lock_free, "the fast path counts its grants");
-        assert_eq!(f.tally.denied(), fast_denials, "and its denials");
-        assert!(fast_denials > 0, "some denials were answered lock-free");
+    }
+
+    /// Issue 21 on the lock-free path: a burst that spends a minute
+    /// window's budget early in a sub-window is refused with a wait of at
+    /// most the window — the first denial folds the burst, the next ones
+    /// answer lock-free — and at that wait one unit is admitted, not a
+    /// nanosecond before.
+    #[test]
+    fn a_burst_waits_at_most_the_window() {
+        let r = Limits::default()
+            .requests_per_minute(2)
+            .compile()
+            .expect("valid")
+            .rates[0];
+        let clock = Arc::new(ManualClock::new(0));
+        let f = FastWindow::new(r, WindowState::default(), clock.clone());
+        let demand = Demand::default();
+        let locked = |now: u64| {
+            clock.set(now);
+            f.with_folded(now, |w, t| {
+                let res = w.check(&r, t, 1, r.limit);
+                if res.is_ok() {
+                    w.commit(&r, t, 1);
+                }
+                res
+            })
+            .expect("not retired")
+        };
+        let decide = |now: u64| match f.try_fast(now, &demand) {
+            Ok(()) => Ok(()),
+            Err(Slow::Denied(d)) => Err(d.wait.as_nanos() as u64),
+            Err(Slow::Locked) => locked(now),
+            Err(Slow::Retired) => unreachable!("never retired here"),
+        };
+        let t0 = 10 * r.sub_window_ns + 1_000;
+        assert_eq!(decide(t0), Ok(()), "opens the word (locked)");
+        assert!(matches!(f.try_fast(t0 + 1_000_000, &demand), Ok(())), "lock-free");
+        let now = t0 + 300_000_000;
         assert!(
-            lock_free > locked,
-            "{lock_free} lock-free vs {locked} locked grants"
+            matches!(f.try_fast(now, &demand), Err(Slow::Locked)),
+            "folds first"
         );
+        let wait = decide(now).unwrap_err();
+        assert_eq!(wait, r.window_ns, "a window after the fold learnt the burst");
+        let later = now + 500_000_000;
+        match f.try_fast(later, &demand) {
+            Err(Slow::Denied(d)) => assert_eq!(d.wait.as_nanos() as u64, now + wait - later),
+            _ => panic!("the next denial is lock-free"),
+        }
+        assert!(decide(now + wait - 1).is_err());
+        assert_eq!(decide(now + wait), Ok(()));
+    }
+
+    /// A lock-free grant that read the clock after a folding caller did
+    /// (and landed before the fold closed the word) is counted from the
+    /// fold's own later reading: it is not let go a window after the
+    /// caller's older time.
+    #[test]
+    fn a_grant_racing_a_fold_counts_a_window_from_its_own_time() {
+        let r = rate(2);
+        let clock = Arc::new(ManualClock::new(0));
+        let f = FastWindow::new(r, WindowState::default(), clock.clone());
+        let demand = Demand::default();
+        let t1 = 40 * r.sub_window_ns + 1_000;
+        clock.set(t1);
+        f.with_folded(t1, |w, t| w.commit(&r, t, 1))
+            .expect("opens the word");
+        clock.set(t1 + 500);
+        assert!(matches!(f.try_fast(t1 + 500, &demand), Ok(())), "lock-free");
+        // A caller that read the clock at t1 + 100 folds after that grant.
+        f.with_folded(t1 + 100, |_, _| ()).expect("folds");
+        let before_it_leaves = t1 + 500 + r.window_ns - 1;
+        clock.set(before_it_leaves);
+        let used = f.with_folded(before_it_leaves, |w, _| w.sum()).expect("usage");
+        assert_eq!(used, 2, "the grant at t1 + 500 is still in the window");
     }
 }
