@@ -4,7 +4,7 @@
 //! `/events` is a short `text/event-stream`, and `POST /v1/chat/completions`
 //! answers like an OpenAI-compatible provider (a canned reply with usage), so
 //! the gateway's LLM endpoint can be tried too; `POST /v1/embeddings`
-//! answers small deterministic vectors ([`embed`]).
+//! answers small deterministic vectors (`embed`).
 
 use axum::body::Body;
 use axum::extract::Request;

@@ -342,7 +342,7 @@ impl Gateway {
     }
 
     /// The decision listener's router (`gateway.decisions`, see
-    /// [`crate::decisions`]): the decision API and forward auth on this
+    /// `crate::decisions`): the decision API and forward auth on this
     /// gateway's broker and plan.
     pub fn decisions_router(&self) -> axum::Router {
         decisions::router(DecisionState::new(

@@ -222,7 +222,7 @@ pub enum Rejection {
     /// An LLM pipeline failure, with the status its taxonomy gives. A `429`
     /// or `503` carries `Retry-After` (and OpenAI's `retry-after-ms`): the
     /// pipeline's hint ([`LlmError::retry_after`]: limiter wait, breaker
-    /// open time, provider `retry-after`), or [`LLM_DEFAULT_RETRY_AFTER`].
+    /// open time, provider `retry-after`), or `LLM_DEFAULT_RETRY_AFTER`.
     Llm(LlmError),
     /// `500`: the gateway itself failed.
     Internal(String),
@@ -440,7 +440,7 @@ impl Rejection {
 
     /// Counts it in `metrics` and logs it (one structured line; denials at
     /// `info` under the target `pressure::denial`, at most `denial_lines`
-    /// per resource per second, see [`crate::denial_log`]; 0: no bound).
+    /// per resource per second, see `crate::denial_log`; 0: no bound).
     pub fn record(&self, metrics: &GatewayMetrics, denial_lines: u32) {
         match self {
             Self::RateLimited(r) => {

@@ -64,7 +64,7 @@ impl<S> RejectingService for S where
 /// `tower::Service` (the plumbing every layer would otherwise repeat).
 pub trait Step: Clone + Send + Sync + 'static {
     /// Handles `req`; `next` is the ready service under this layer (use
-    /// [`take_ready`] to call it after an `.await`).
+    /// `take_ready` to call it after an `.await`).
     fn step<S: RejectingService>(&self, next: &mut S, req: Request<Body>) -> BoxFuture<'static, Outcome>;
 }
 

@@ -178,7 +178,7 @@ impl GatewayMetrics {
     /// The `/metrics` page: the gateway counters, then the broker's
     /// per-resource numbers from `stats` and, when given, the Redis
     /// backend's health, in the Prometheus text format 0.0.4
-    /// ([`CONTENT_TYPE`]).
+    /// (`CONTENT_TYPE`).
     pub fn encode(&self, stats: &[ResourceStats], redis: Option<RedisStatus>) -> String {
         let mut out = String::with_capacity(4096 + 256 * stats.len().min(64));
         // Writing into a `String` cannot fail.

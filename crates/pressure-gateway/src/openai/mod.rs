@@ -1,9 +1,9 @@
 //! The OpenAI-compatible endpoints `POST /v1/chat/completions`,
-//! `POST /v1/embeddings` ([`embeddings`]) and `GET /v1/models[/{id}]`
-//! ([`models`]), served by the gateway itself through the LLM pipeline
+//! `POST /v1/embeddings` (`embeddings`) and `GET /v1/models[/{id}]`
+//! (`models`), served by the gateway itself through the LLM pipeline
 //! ([`LlmClient`]) when `gateway.llm` is configured.
 //!
-//! [`OpenAiLayer`] sits where the proxy sits, *inside* the release, pre-auth
+//! `OpenAiLayer` sits where the proxy sits, *inside* the release, pre-auth
 //! and tenant layers: a request to the endpoint is limited like any other
 //! (a `perRoute` entry on `/v1/chat/completions` floors it, and a tenant's
 //! `gateway:tenant:<id>` quota is charged by its LLM and its HTTP traffic
@@ -14,11 +14,11 @@
 //!   (`gateway.llm.useCases`). Malformed JSON, a body that is not an object,
 //!   or a missing `model`/`messages` answer `400` in OpenAI's error shape
 //!   (`{"error":{"message","type","param","code"}}`) before any provider is
-//!   touched, and so does a request OpenAI itself would refuse ([`validate`]:
+//!   touched, and so does a request OpenAI itself would refuse (`validate`:
 //!   empty `messages`, `max_tokens` < 1, wrong types, with OpenAI's `param`
 //!   and `code`); an unknown use case answers `404`; a prompt that fits no model
 //!   of the chain `400 context_length_exceeded`.
-//! * `"stream": true` answers with server-sent events ([`sse`]).
+//! * `"stream": true` answers with server-sent events (`sse`).
 //! * An answer: `200` with the completion plus a top-level
 //!   `"pressure": {"degradation", "level", "attempts"}` field, or `202`
 //!   when the manual queue took it, still a chat completion an SDK parses

@@ -29,7 +29,7 @@ pub enum Endpoint {
     Embeddings,
     /// `GET /v1/models`: the use cases, answered by the gateway.
     Models,
-    /// `GET /v1/models/{id}` (the id is [`model_id`] of the path).
+    /// `GET /v1/models/{id}` (the id is `model_id` of the path).
     Model,
 }
 

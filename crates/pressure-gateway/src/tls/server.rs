@@ -68,7 +68,7 @@ impl ServerTls {
         }
     }
 
-    /// Loads `tls` (see [`server_config`]).
+    /// Loads `tls` (see `server_config`).
     pub fn load(tls: &ListenerTlsConfig, base_dir: &Path, path: &str) -> Result<Self, ConfigError> {
         server_config(tls, base_dir, path).map(Self::new)
     }
