@@ -1,7 +1,7 @@
 //! The OpenAI-compatible endpoints `POST /v1/chat/completions`,
 //! `POST /v1/embeddings` (`embeddings`) and `GET /v1/models[/{id}]`
 //! (`models`), served by the gateway itself through the LLM pipeline
-//! ([`LlmClient`]) when `gateway.llm` is configured.
+//! ([`LlmClient`](pressure_llm::LlmClient)) when `gateway.llm` is configured.
 //!
 //! `OpenAiLayer` sits where the proxy sits, *inside* the release, pre-auth
 //! and tenant layers: a request to the endpoint is limited like any other

@@ -34,7 +34,7 @@
 //! * [`BreakerRegistry`] holds the breakers per (provider, model).
 //! * With a shared store ([`BreakerRegistry::fleet`], `scope` `fleet` on
 //!   the Redis backend) the breakers of every instance act as one: see
-//!   [`fleet`]. Learned transitions carry the reason `fleet`.
+//!   `fleet`. Learned transitions carry the reason `fleet`.
 
 mod circuit;
 mod config;

@@ -101,7 +101,7 @@ impl BreakerRegistry {
     }
 
     /// Like [`BreakerRegistry::with_hook`], with every breaker shared by the
-    /// fleet through `store` (`scope` `fleet`, see [`super::fleet`]): a task
+    /// fleet through `store` (`scope` `fleet`, see `super::fleet`): a task
     /// on the current tokio runtime flushes outcomes to the store and
     /// applies its state every [`super::SYNC_INTERVAL`], until the registry
     /// is dropped. Fails outside a tokio runtime.

@@ -17,7 +17,7 @@ pub enum ProviderKind {
     /// Anthropic's Messages API (`POST {baseUrl}/messages`, `x-api-key`,
     /// `anthropic-version: 2023-06-01`); requests and answers are translated
     /// from and to the chat-completions shape by
-    /// [`provider::anthropic`](super::anthropic).
+    /// `provider::anthropic`.
     Anthropic,
 }
 

@@ -1,26 +1,26 @@
 //! The provider client: OpenAI-compatible chat completions, streamed and not,
 //! with every timeout explicit (DESIGN §6, layer 1). A provider of
 //! [`ProviderKind::Anthropic`] speaks Anthropic's Messages API instead; the
-//! client translates on the wire ([`anthropic`]), so everything above it
+//! client translates on the wire (`anthropic`), so everything above it
 //! sees chat completions either way.
 //!
-//! * [`types`] — the wire format ([`ChatRequest`], [`ChatResponse`], [`ChatChunk`]).
-//! * [`config`] — [`ProviderConfig`], its [`ProviderKind`] and [`TimeoutsConfig`].
-//! * [`anthropic`] — the translation to and from Anthropic's Messages API.
-//! * [`client`] — [`ProviderClient`]: [`complete`](ProviderClient::complete)
+//! * `types` — the wire format (`ChatRequest`, `ChatResponse`, `ChatChunk`).
+//! * `config` — `ProviderConfig`, its `ProviderKind` and `TimeoutsConfig`.
+//! * `anthropic` — the translation to and from Anthropic's Messages API.
+//! * `client` — `ProviderClient`: `complete`
 //!   and [`stream`](ProviderClient::stream), each bounded per phase (pool
 //!   wait, connect, write, first byte, read between chunks) and by the
 //!   caller's total deadline.
-//! * [`embeddings`] — `POST {baseUrl}/embeddings` ([`EmbeddingRequest`],
+//! * `embeddings` — `POST {baseUrl}/embeddings` (`EmbeddingRequest`,
 //!   [`EmbeddingResponse`], [`ProviderClient::embed_tagged`]) on the same
 //!   pool and timeouts.
-//! * [`stream`] — [`ChatStream`], the parsed server-sent events of a streamed
+//! * `stream` — `ChatStream`, the parsed server-sent events of a streamed
 //!   answer, with time to first token, final usage and the output so far.
 //! * [`ratelimit`] — [`RateLimitHints`] from `x-ratelimit-*` /
 //!   `anthropic-ratelimit-*` headers.
-//! * [`tag`] — [`CallTag`]: the event id, attempt number and probe flag sent
+//! * `tag` — `CallTag`: the event id, attempt number and probe flag sent
 //!   as `x-pressure-*` headers with every call.
-//! * [`error`] — [`CallError`] (classified by [`crate::taxonomy`]) and
+//! * `error` — `CallError` (classified by `crate::taxonomy`) and
 //!   [`ProviderError`] (configuration).
 //!
 //! The HTTP client is `reqwest` with rustls (HTTP/1.1 and HTTP/2 via ALPN).

@@ -1,10 +1,10 @@
 //! Retry of transient errors, with backoff, `retry-after` and a money budget.
 //!
-//! * [`backoff`] — exponential backoff with full jitter, capped, and the
+//! * `backoff` — exponential backoff with full jitter, capped, and the
 //!   provider's `retry-after` honoured (never sooner).
-//! * [`budget`] — the money budget per event: what failed attempts cost, and
+//! * `budget` — the money budget per event: what failed attempts cost, and
 //!   whether the next attempt still fits.
-//! * [`policy`] — the configuration ([`RetryPolicy`]) and the per-event state
+//! * `policy` — the configuration (`RetryPolicy`) and the per-event state
 //!   ([`RetryState`]) that turns a failed attempt into a [`Decision`].
 //!
 //! Only [`ErrorKind`](crate::taxonomy::ErrorKind)s whose disposition is
