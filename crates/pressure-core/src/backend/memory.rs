@@ -220,6 +220,11 @@ struct LockedState {
     next_lease: u64,
     allowed: u64,
     denied: u64,
+    /// The latest time this state was counted at: a caller whose clock read
+    /// is older (it raced one that got the lock first) is counted at this
+    /// time instead, since a window's sub-windows leave at exact times and
+    /// the state may already have let go of what still counted then.
+    high: u64,
 }
 
 /// What [`LockedState::decide`] did, before it is dressed as a [`Decision`].
@@ -475,7 +480,15 @@ impl LockedState {
             next_lease: 1,
             allowed: 0,
             denied: 0,
+            high: 0,
         }
+    }
+
+    /// `now`, never before a time this state was already counted at.
+    #[inline(always)]
+    fn monotonic(&mut self, now: u64) -> u64 {
+        self.high = self.high.max(now);
+        self.high
     }
 
     /// Takes over the final state `st` of a retired lock-free dimension
@@ -517,6 +530,7 @@ impl LockedState {
     }
 
     fn acquire(&mut self, now: u64, demand: &Demand) -> Decision {
+        let now = self.monotonic(now);
         match self.acquire_verdict(now, demand) {
             Verdict::Plain => granted(now, 0, None, demand),
             Verdict::Granted { delay, lease } => granted(now, delay, lease, demand),
@@ -526,6 +540,7 @@ impl LockedState {
 
     /// [`LockedState::acquire`] for [`SyncBackend::acquire_quick`].
     fn acquire_quick(&mut self, now: u64, demand: &Demand) -> QuickDecision {
+        let now = self.monotonic(now);
         match self.acquire_verdict(now, demand) {
             Verdict::Plain => QuickDecision::Granted { at_ns: now },
             Verdict::Granted { delay, lease } => QuickDecision::Full(granted(now, delay, lease, demand)),
@@ -615,6 +630,7 @@ impl LockedState {
     /// Corrects by dimension, against the limits counted now (a grant made
     /// before a change of limits reconciles on the dimensions that remain).
     fn reconcile(&mut self, now: u64, grant: &Grant, actual: &Reserved) {
+        let now = self.monotonic(now);
         let before = Demand::from(&grant.reserved);
         let after = Demand::from(actual);
         for (r, st) in self.spec.rates.iter().zip(self.dims.iter_mut()) {
@@ -630,6 +646,7 @@ impl LockedState {
     }
 
     fn usage(&mut self, now: u64) -> Usage {
+        let now = self.monotonic(now);
         self.leases.sweep(now);
         let dimensions = self
             .spec
@@ -654,6 +671,7 @@ impl LockedState {
     }
 
     fn at_rest(&mut self, now: u64) -> bool {
+        let now = self.monotonic(now);
         self.leases.sweep(now);
         self.leases.is_empty()
             && self
@@ -1047,6 +1065,29 @@ impl SyncBackend for MemoryBackend {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A caller whose clock read is older than a time the locked state was
+    /// already counted at is counted at that time: the window let go of
+    /// units at an exact time (its last admission + W), and counting the
+    /// late caller at its own reading would put three grants of a limit of
+    /// two into one window.
+    #[test]
+    fn a_stale_clock_read_is_counted_at_the_states_time() {
+        let spec = Limits::default().requests_per_minute(2).compile().unwrap();
+        let w = spec.rates[0].window_ns;
+        let mut st = LockedState::new(Arc::new(spec));
+        let one = Demand::default();
+        let granted_at = |q: QuickDecision| match q {
+            QuickDecision::Granted { at_ns } => Some(at_ns),
+            _ => None,
+        };
+        assert_eq!(granted_at(st.acquire_quick(20, &one)), Some(20));
+        assert_eq!(granted_at(st.acquire_quick(20, &one)), Some(20));
+        assert_eq!(st.usage(20 + w).dimensions[0].1, 0, "both left at last + W");
+        // Read its clock just before that, got the lock just after.
+        let stale = 20 + w - 1;
+        assert_eq!(granted_at(st.acquire_quick(stale, &one)), Some(20 + w));
+    }
     use crate::clock::ManualClock;
     use crate::limits::Limits;
     use futures::FutureExt;

@@ -87,6 +87,10 @@ pub(super) struct FastWindow {
     /// 0 (decide under the lock) when it was opened with a budget. Written
     /// under the lock with the word.
     free_at: AtomicU64,
+    /// The time the open sub-window was (re)opened at (the state's count is
+    /// for that time): a grant whose clock read is older takes the lock.
+    /// Written under the lock before the word that opens it.
+    opened_at: AtomicU64,
     settled: Mutex<Settled>,
     /// The backend's clock, read by a fold after it closed the word: later
     /// than every lock-free grant's reading.
@@ -105,6 +109,8 @@ struct Settled {
     closed: WindowState,
     /// The budget the open sub-window was (re)opened with.
     opened_with: u64,
+    /// The latest time the state was counted at (see [`FastWindow::fold`]).
+    high: u64,
 }
 
 /// What the fast path could not decide.
@@ -129,9 +135,11 @@ impl FastWindow {
             word: AtomicU64::new(UNOPENED),
             open: AtomicU64::new(0),
             free_at: AtomicU64::new(0),
+            opened_at: AtomicU64::new(0),
             settled: Mutex::new(Settled {
                 closed,
                 opened_with: rate.limit,
+                high: 0,
             }),
             clock,
             tally: Tally::default(),
@@ -163,6 +171,11 @@ impl FastWindow {
             }
             if units == 0 {
                 break;
+            }
+            // Counted at an earlier time than the state it takes from: the
+            // lock decides, at the state's time.
+            if now < self.opened_at.load(Ordering::Relaxed) {
+                return Err(Slow::Locked);
             }
             match self
                 .word
@@ -232,7 +245,12 @@ impl FastWindow {
                 (k.wrapping_mul(self.rate.sub_window_ns), used)
             }
         };
-        let t = now.max(start);
+        // A caller whose clock read is older than a time the state was
+        // already counted at (it raced the lock) counts at that time: the
+        // window's sub-windows leave at exact times, and what left by then
+        // may still have counted at its reading.
+        let t = now.max(start).max(settled.high);
+        settled.high = t;
         // What left by `t` leaves first (against the admissions known so
         // far); the open sub-window's units were admitted before the clock
         // reads now (a grant racing this fold may have read it after `now`),
@@ -263,6 +281,7 @@ impl FastWindow {
         };
         self.open.store(k, Ordering::Relaxed);
         self.free_at.store(free_at, Ordering::Release);
+        self.opened_at.store(t, Ordering::Release);
         self.word.store(pack(k, budget), Ordering::Release);
     }
 
