@@ -136,6 +136,8 @@
 //! held by any permit — like nginx's `limit_req` zone, which trades accuracy
 //! for a tenant idle longest over refusing every new one.
 
+#![warn(unreachable_pub)]
+
 mod acquisition;
 mod algo;
 mod attempt;

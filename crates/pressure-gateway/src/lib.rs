@@ -21,6 +21,8 @@
 //! ([`manual_queue`]), the OpenAI endpoint's headers ([`openai`]) and the
 //! demo upstream ([`demo_upstream`]).
 
+#![warn(unreachable_pub)]
+
 mod access_log;
 mod admin;
 pub mod backend;

@@ -22,6 +22,8 @@
 //! The types a user of the client needs are re-exported here; the modules
 //! hold the rest of their area's public types.
 
+#![warn(unreachable_pub)]
+
 pub mod breaker;
 pub mod pipeline;
 pub mod price;

@@ -34,6 +34,8 @@
 //! leniently as the providers do, and it counts tokens with `tiktoken-rs`
 //! itself, so that a wire bug in pressure's client shows against it.
 
+#![warn(unreachable_pub)]
+
 mod behaviour;
 mod body;
 mod dates;

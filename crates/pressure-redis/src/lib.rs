@@ -68,6 +68,8 @@
 //!   the expiry they were meant to have, or deletes them when their content
 //!   is past; one atomic script per key, so it runs on a live fleet.
 
+#![warn(unreachable_pub)]
+
 mod any;
 mod backend;
 mod background;

@@ -22,6 +22,8 @@
 //! (upstream's counters in Prometheus text), [`proto`] (the wire messages)
 //! and [`reload`] (files re-read on SIGHUP or a change).
 
+#![warn(unreachable_pub)]
+
 mod config;
 mod error;
 mod grpc;

@@ -34,6 +34,8 @@
 //! Without `redis-server` on `PATH`, every test that asks for a server fails
 //! at once with one line naming the package to install.
 
+#![warn(unreachable_pub)]
+
 mod cluster;
 mod process;
 mod resp;
