@@ -22,6 +22,9 @@
 #   CG_BIN=path      a prebuilt bench binary (default: cargo bench --no-run)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=benches/lib/common.sh
+source benches/lib/common.sh
+machine_report before
 
 n=${CG_N:-100000}
 n2=$((2 * n))
@@ -110,3 +113,4 @@ for c in "${cases[@]}"; do
     echo "| $c | ${ipc[$c]} | $g ($r) | $(awk -v a="${ipc[$c]}" -v b="$g" 'BEGIN { printf "%.2f", a / b }')× |"
   fi
 done
+machine_report after

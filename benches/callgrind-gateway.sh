@@ -41,6 +41,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=benches/lib/common.sh
 source benches/lib/common.sh
+machine_report before
 
 requests=${CG_REQUESTS:-2000}
 warmup=${CG_WARMUP:-200}
@@ -243,3 +244,4 @@ echo "| pass | $gw_pass | $ngx_pass | $(ratio "$gw_pass" "$ngx_pass")× | $gw_pa
 echo "| reject | $gw_rej | $ngx_rej | $(ratio "$gw_rej" "$ngx_rej")× | $gw_rej_codes; $ngx_rej_codes |"
 echo "| pass, no limit on the route (the proxy alone) | $gw_free | $ngx_pass | $(ratio "$gw_free" "$ngx_pass")× | $gw_free_codes |"
 echo "| LLM chat completion | $gw_llm | – | – | $gw_llm_codes |"
+machine_report after

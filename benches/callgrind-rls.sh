@@ -29,6 +29,7 @@ die() {
 }
 # shellcheck source=benches/lib/common.sh
 source benches/lib/common.sh
+machine_report before
 
 requests=${CG_REQUESTS:-2000}
 warmup=${CG_WARMUP:-200}
@@ -148,3 +149,4 @@ echo "|---|---:|---:|---|"
 echo "| rls OK (gRPC, memory) | $rls_ok | $(ratio "$rls_ok" "$gw_rej")× | $rls_ok_answers |"
 echo "| rls OVER_LIMIT (gRPC, memory) | $rls_over | $(ratio "$rls_over" "$gw_rej")× | $rls_over_answers |"
 echo "| gateway 429 (HTTP/1.1, memory) | $gw_rej | 1.00× | $gw_codes |"
+machine_report after

@@ -32,6 +32,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=benches/lib/common.sh
 source benches/lib/common.sh
+machine_report before
 
 secs=${BENCH_SECS:-5}
 rounds=${BENCH_ROUNDS:-3}
@@ -250,3 +251,4 @@ done
 echo
 echo "forward-auth / limit_req, pass path:   $(ratio "$(mean_rps forward-auth)" "$(mean_rps limit_req)")"
 echo "forward-auth / limit_req, reject path: $(ratio "$(mean_rps forward-auth-reject)" "$(mean_rps limit_req-reject)")"
+machine_report after

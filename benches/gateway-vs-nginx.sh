@@ -37,6 +37,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=benches/lib/common.sh
 source benches/lib/common.sh
+machine_report before
 
 secs=${BENCH_SECS:-10}
 warmup=${BENCH_WARMUP:-2}
@@ -337,3 +338,4 @@ echo "memory: $(kv tenants) tenants registered (evicted $(kv evicted)) in $(kv r
   "RSS $(kv rss_before_kib) KiB -> $(kv rss_after_kib) KiB, delta $(kv rss_delta_kib) KiB" \
   "= $(kv bytes_per_tenant) bytes per tenant"
 echo "idle RSS after the runs: pressure gateway ${gw_rss} KiB; nginx proxy (master + $cores workers) ${ngx_rss} KiB"
+machine_report after

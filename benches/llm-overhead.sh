@@ -27,6 +27,9 @@
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
+# shellcheck source=benches/lib/common.sh
+source benches/lib/common.sh
+machine_report before
 
 echo "== building (release): pressure-gateway example llm_overhead" >&2
 cargo build --release --quiet -p pressure-gateway --example llm_overhead
@@ -38,10 +41,11 @@ bin=target/release/examples/llm_overhead
 }
 
 echo "== running on $(nproc) cores ($(uname -m)); bounded to ${BENCH_TIMEOUT:-110}s" >&2
-exec timeout --kill-after=5 "${BENCH_TIMEOUT:-110}" "$bin" \
+timeout --kill-after=5 "${BENCH_TIMEOUT:-110}" "$bin" \
   --requests "${BENCH_REQUESTS:-20000}" \
   --warmup "${BENCH_WARMUP:-2000}" \
   --concurrency "${BENCH_CONCURRENCY:-100,500}" \
   --think-ms "${BENCH_THINK_MS:-0,20}" \
   --baseline "${BENCH_BASELINE:-5000}" \
   --gateway-threads "${BENCH_GATEWAY_THREADS:-2}"
+machine_report after

@@ -72,6 +72,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=benches/lib/common.sh
 source benches/lib/common.sh
+machine_report before
 here=$PWD
 
 peers=${BENCH_PEERS:-pressure,litellm,portkey}
@@ -497,3 +498,4 @@ python3 benches/llm-peers/summarize.py "$out" "$(
   IFS=,
   echo "${targets[*]}"
 )" "$rates"
+machine_report after

@@ -43,6 +43,9 @@
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
+# shellcheck source=benches/lib/common.sh
+source benches/lib/common.sh
+machine_report before
 
 own_redis=0
 callgrind=0
@@ -332,3 +335,4 @@ fi
 echo
 echo "raw lines: RESULT/CMDSTATS from the bench above; redis-benchmark: label case P rps p50_ms p99_ms usec_per_call calls failed"
 cat "$tmp/rb.tsv"
+machine_report after

@@ -37,3 +37,19 @@ stop_pids() {
     wait "$pid" 2>/dev/null || true
   done
 }
+
+# machine_report WHEN: one line naming the machine a bench ran on and its
+# load average at WHEN ("before" or "after"), so that a ratio printed beside
+# it says where it was seen (issue 22: a ratio seen on one machine only is
+# not a result). CPU model, cores, L2/L3 sizes from lscpu (or /proc/cpuinfo),
+# the 1/5/15-minute load average from /proc/loadavg.
+machine_report() {
+  local model cores l2 l3 load
+  model=$(lscpu 2>/dev/null | sed -n 's/^Model name: *//p' | head -1)
+  [[ -n $model ]] || model=$(sed -n 's/^model name\t*: //p' /proc/cpuinfo 2>/dev/null | head -1)
+  cores=$(nproc 2>/dev/null || echo '?')
+  l2=$(lscpu 2>/dev/null | sed -n 's/^L2 cache: *//p' | head -1)
+  l3=$(lscpu 2>/dev/null | sed -n 's/^L3 cache: *//p' | head -1)
+  load=$(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || echo '?')
+  echo "machine ($1): ${model:-unknown CPU}, $cores cores, L2 ${l2:-?}, L3 ${l3:-?}; load average $load"
+}
