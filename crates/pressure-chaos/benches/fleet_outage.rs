@@ -20,7 +20,9 @@ fn main() {
         .enable_all()
         .build()
         .expect("runtime");
+    eprintln!("{}", pressure_testkit::machine("before"));
     runtime.block_on(outage_calls_by_instances_and_scope());
+    eprintln!("{}", pressure_testkit::machine("after"));
 }
 
 /// Calls to the primary while it is dead, by instance count and scope.

@@ -37,7 +37,7 @@
 #![allow(missing_docs)]
 
 use criterion::measurement::WallTime;
-use criterion::{black_box, criterion_group, criterion_main, BenchmarkGroup, Criterion, Throughput};
+use criterion::{black_box, criterion_group, BenchmarkGroup, Criterion, Throughput};
 use futures::FutureExt;
 use governor::{Quota, RateLimiter};
 use pressure_core::clock::{Clock, MonotonicClock};
@@ -411,4 +411,10 @@ criterion_group! {
         .warm_up_time(Duration::from_millis(500));
     targets = free_one_key, free_many_keys, denied_one_key, two_threads_one_key, two_threads_many_keys, enqueue_free
 }
-criterion_main!(benches);
+/// `criterion_main!`, with the machine named before and after the run.
+fn main() {
+    eprintln!("{}", pressure_testkit::machine("before"));
+    benches();
+    Criterion::default().configure_from_args().final_summary();
+    eprintln!("{}", pressure_testkit::machine("after"));
+}

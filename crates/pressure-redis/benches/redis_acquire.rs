@@ -841,8 +841,10 @@ fn main() {
         .enable_all()
         .build()
         .expect("tokio runtime");
+    eprintln!("{}", pressure_testkit::machine("before"));
     if let Err(e) = rt.block_on(main_async()) {
         eprintln!("redis_acquire: {e}");
         std::process::exit(2);
     }
+    eprintln!("{}", pressure_testkit::machine("after"));
 }

@@ -40,6 +40,7 @@ struct Row {
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
+    eprintln!("{}", pressure_testkit::machine("before"));
     let n: usize = std::env::var("PRESSURE_MEMORY_N")
         .ok()
         .and_then(|v| v.parse().ok())
@@ -159,4 +160,5 @@ async fn main() {
             r.pttl_ms as f64 / 1_000.0
         );
     }
+    eprintln!("{}", pressure_testkit::machine("after"));
 }

@@ -177,6 +177,7 @@ fn main() {
         .enable_all()
         .build()
         .expect("runtime");
+    eprintln!("{}", pressure_testkit::machine("before"));
     rt.block_on(async {
         let secs = env("RLS_BENCH_SECS", 3);
         let rounds = env("RLS_BENCH_ROUNDS", 2);
@@ -202,4 +203,5 @@ fn main() {
             }
         }
     });
+    eprintln!("{}", pressure_testkit::machine("after"));
 }

@@ -37,12 +37,14 @@
 #![warn(unreachable_pub)]
 
 mod cluster;
+mod machine;
 mod process;
 mod resp;
 mod server;
 mod skip;
 
 pub use cluster::RedisCluster;
+pub use machine::machine;
 pub use server::{RedisServer, TlsFiles};
 pub use skip::skip;
 
