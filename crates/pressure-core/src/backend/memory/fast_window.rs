@@ -109,8 +109,6 @@ struct Settled {
     closed: WindowState,
     /// The budget the open sub-window was (re)opened with.
     opened_with: u64,
-    /// The latest time the state was counted at (see [`FastWindow::fold`]).
-    high: u64,
 }
 
 /// What the fast path could not decide.
@@ -139,7 +137,6 @@ impl FastWindow {
             settled: Mutex::new(Settled {
                 closed,
                 opened_with: rate.limit,
-                high: 0,
             }),
             clock,
             tally: Tally::default(),
@@ -249,8 +246,8 @@ impl FastWindow {
         // already counted at (it raced the lock) counts at that time: the
         // window's sub-windows leave at exact times, and what left by then
         // may still have counted at its reading.
-        let t = now.max(start).max(settled.high);
-        settled.high = t;
+        // (`opened_at` is the time of the last reopen, under this lock.)
+        let t = now.max(start).max(self.opened_at.load(Ordering::Relaxed));
         // What left by `t` leaves first (against the admissions known so
         // far); the open sub-window's units were admitted before the clock
         // reads now (a grant racing this fold may have read it after `now`),
