@@ -113,6 +113,10 @@ pub(crate) async fn dial(port: u16) -> Dial {
         let mut s = match std::net::TcpStream::connect(("127.0.0.1", port)) {
             Ok(s) => s,
             Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => return Dial::Refused,
+            // The kernel completed the handshake into the listener's backlog
+            // and the listener closed before accepting it: a connection that
+            // got no answer, as a close after `connect` would be.
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => return Dial::Unanswered,
             Err(e) => panic!("connect to 127.0.0.1:{port}: {e}"),
         };
         let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
