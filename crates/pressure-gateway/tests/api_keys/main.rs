@@ -147,7 +147,10 @@ async fn a_key_names_its_tenant_by_either_header_and_never_reaches_the_upstream(
         );
         let by_bearer = with_bearer(&gw, "/headers", ACME_BATCH).await;
         assert_eq!(by_bearer.status, StatusCode::OK, "{by_bearer:?}");
-        assert_eq!(by_bearer.json(), json!({ "authorization": null, "xApiKey": null }));
+        assert_eq!(
+            by_bearer.json(),
+            json!({ "authorization": null, "xApiKey": null })
+        );
 
         let acme = gw.stats(ACME).await;
         assert_eq!((acme.allowed, acme.denied), (2, 0), "both keys charge acme");
@@ -315,10 +318,7 @@ async fn a_refusal_by_either_limit_leaks_no_slot_of_the_other() {
         assert_eq!(refused.status, StatusCode::TOO_MANY_REQUESTS);
         assert_eq!(refused.json()["error"]["resource"], BATCH);
         let after = gw.stats(ACME).await;
-        assert_eq!(
-            (after.allowed, after.denied),
-            (before.allowed, before.denied)
-        );
+        assert_eq!((after.allowed, after.denied), (before.allowed, before.denied));
         assert_eq!(after.active, Some(1), "only the stream holds the tenant");
         drop(batch_stream);
 
@@ -337,8 +337,8 @@ async fn a_key_removed_by_a_reload_is_refused_right_after() {
         let file = dir.path().join("gateway.json");
         let up = upstream().await;
         let auth = json!({ "apiKeys": keys(Some(json!({ "requestsPerMinute": 50 }))) });
-        let gw = TestGateway::start_from_file(config(&up, auth, json!({ "requestsPerMinute": 100 })), &file)
-            .await;
+        let gw =
+            TestGateway::start_from_file(config(&up, auth, json!({ "requestsPerMinute": 100 })), &file).await;
         assert_eq!(with_key(&gw, "/", ACME_BATCH).await.status, StatusCode::OK);
         assert_eq!(with_key(&gw, "/", ACME_CI).await.status, StatusCode::OK);
 
@@ -400,8 +400,10 @@ async fn a_jwt_still_works_beside_keys_and_authorization_wins() {
 
         // Both: Authorization wins, x-api-key is not read (nor removed).
         let mut req = get_request(&gw.url("/headers"));
-        req.headers_mut()
-            .insert(header::AUTHORIZATION, format!("Bearer {jwt}").parse().expect("header"));
+        req.headers_mut().insert(
+            header::AUTHORIZATION,
+            format!("Bearer {jwt}").parse().expect("header"),
+        );
         req.headers_mut()
             .insert("x-api-key", UNKNOWN.parse().expect("header"));
         let both = Reply::read(gw.send(req).await).await;
@@ -448,7 +450,10 @@ async fn keys_never_reach_the_logs() {
     let text: String = lines.iter().map(|l| format!("{l}\n")).collect();
     for key in [ACME_CI, ACME_BATCH, GLOBEX, UNKNOWN] {
         assert!(!text.contains(key), "a log line carries {key}:\n{text}");
-        assert!(!text.contains(&sha256(key)), "a log line carries a whole hash:\n{text}");
+        assert!(
+            !text.contains(&sha256(key)),
+            "a log line carries a whole hash:\n{text}"
+        );
     }
     let access: Vec<&Value> = lines
         .iter()

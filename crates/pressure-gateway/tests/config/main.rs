@@ -273,7 +273,8 @@ fn api_keys(v: &mut Value) -> &mut Value {
     &mut v["gateway"]["auth"]["apiKeys"]
 }
 
-const NOT_A_HASH: &str = "gateway.auth.apiKeys[2].sha256: must be 64 lowercase hex digits, the SHA-256 of the \
+const NOT_A_HASH: &str =
+    "gateway.auth.apiKeys[2].sha256: must be 64 lowercase hex digits, the SHA-256 of the \
                           key (printf %s \"$KEY\" | sha256sum)";
 
 type Case = (&'static str, fn(&mut Value), &'static str);

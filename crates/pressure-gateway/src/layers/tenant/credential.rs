@@ -87,7 +87,10 @@ pub(crate) fn reads_credentials(policy: &TenantPolicy) -> bool {
 /// The identity `req`'s credential proves: `Ok(None)` when it presents
 /// none, an error when the one it presents is invalid. A valid API key's
 /// header is removed from `req`.
-pub(crate) fn identify<B>(policy: &TenantPolicy, req: &mut Request<B>) -> Result<Option<Identity>, AuthError> {
+pub(crate) fn identify<B>(
+    policy: &TenantPolicy,
+    req: &mut Request<B>,
+) -> Result<Option<Identity>, AuthError> {
     let keys = policy.api_keys.as_deref();
     let (identity, carrier) = match credential(req, policy.auth.is_some(), keys.is_some()) {
         None => return Ok(None),
@@ -169,7 +172,10 @@ mod tests {
             Some(Ok(Credential::ApiKey("sk-abc", &X_API_KEY)))
         );
         assert_eq!(credential(&r, true, false), None);
-        let both = req(&[("authorization", &format!("Bearer {JWT}")), ("x-api-key", "sk-abc")]);
+        let both = req(&[
+            ("authorization", &format!("Bearer {JWT}")),
+            ("x-api-key", "sk-abc"),
+        ]);
         assert_eq!(credential(&both, true, true), Some(Ok(Credential::Jwt(JWT))));
         assert_eq!(credential(&req(&[]), true, true), None);
     }

@@ -22,9 +22,9 @@ use crate::metrics::{GatewayMetrics, Layer};
 use crate::rejection::Rejection;
 use crate::resources;
 use axum::body::Body;
+use credential::Identity;
 use futures::future::BoxFuture;
 use http::Request;
-use credential::Identity;
 use std::sync::Arc;
 use std::time::Duration;
 
