@@ -14,17 +14,19 @@ pub(crate) mod credential;
 pub(crate) mod jwt;
 mod key_limit;
 
-pub(crate) use jwt::{AuthError, Authenticator};
+pub(crate) use jwt::{AuthError, Authenticator, Tenant};
 
 use super::{routed, step_layer, take_ready, Outcome, RejectingService, Step};
-use crate::backend::Broker;
+use crate::backend::{AnyBackend, Broker};
 use crate::metrics::{GatewayMetrics, Layer};
+use crate::plan::TenantPolicy;
 use crate::rejection::Rejection;
 use crate::resources;
 use axum::body::Body;
 use credential::Identity;
 use futures::future::BoxFuture;
 use http::Request;
+use pressure_core::ResourceHandle;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -39,6 +41,28 @@ impl TenantLayer {
     /// Tenants are registered in `broker`; admissions counted in `metrics`.
     pub fn new(broker: Broker, metrics: Arc<GatewayMetrics>) -> Self {
         Self { broker, metrics }
+    }
+
+    /// The resource of `tenant`, registered on first use with the plan's
+    /// tenant template; none when tenants are not limited.
+    fn tenant_limit(
+        &self,
+        policy: &TenantPolicy,
+        tenant: &Tenant,
+    ) -> Result<Option<ResourceHandle<AnyBackend>>, Rejection> {
+        let Some(template) = policy.template.as_ref() else {
+            return Ok(None);
+        };
+        let resource = resources::tenant(&tenant.0);
+        match self.broker.lazy_limit(&resource, template) {
+            Ok(h) => Ok(Some(h)),
+            Err(e) => Err(Rejection::LimiterUnavailable {
+                resource,
+                layer: Layer::Tenant,
+                retry_after: Duration::from_secs(1),
+                reason: format!("tenant registration failed: {e}"),
+            }),
+        }
     }
 }
 
@@ -69,24 +93,9 @@ impl Step for TenantLayer {
             }
         }
         let key_limit = key.and_then(|k| k.limit);
-        let handle = match policy.template.as_ref() {
-            None => None,
-            Some(template) => {
-                let resource = resources::tenant(&tenant.0);
-                match self.broker.lazy_limit(&resource, template) {
-                    Ok(h) => Some(h),
-                    Err(e) => {
-                        return Box::pin(async move {
-                            Err(Rejection::LimiterUnavailable {
-                                resource,
-                                layer: Layer::Tenant,
-                                retry_after: Duration::from_secs(1),
-                                reason: format!("tenant registration failed: {e}"),
-                            })
-                        })
-                    }
-                }
-            }
+        let handle = match self.tenant_limit(policy, &tenant) {
+            Ok(h) => h,
+            Err(refused) => return Box::pin(async move { Err(refused) }),
         };
         if handle.is_none() && key_limit.is_none() {
             return Box::pin(next.call(req));
