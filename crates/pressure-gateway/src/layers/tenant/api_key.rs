@@ -30,12 +30,23 @@ pub(crate) fn digest(key: &[u8]) -> KeyDigest {
 }
 
 /// One known key: the tenant it names, its label, and its own limit.
-#[derive(Debug)]
 pub(crate) struct ApiKey {
     digest: KeyDigest,
     tenant: Tenant,
     label: String,
     limit: Option<ResourceHandle<AnyBackend>>,
+}
+
+/// Shows the label, never the digest: a printed plan carries no more of a
+/// key's hash than a log line does.
+impl std::fmt::Debug for ApiKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ApiKey")
+            .field("label", &self.label)
+            .field("tenant", &self.tenant)
+            .field("limit", &self.limit.as_ref().map(ResourceHandle::id))
+            .finish_non_exhaustive()
+    }
 }
 
 impl ApiKey {
@@ -74,11 +85,18 @@ impl ApiKey {
 /// The keys of one plan, found by the hash of a presented key. A reload
 /// builds a new table with the new plan, so a removed key is unknown to
 /// every request that starts after the swap.
-#[derive(Debug, Default)]
+#[derive(Default)]
 pub struct ApiKeys {
     /// By the first 8 bytes of the digest; a bucket holds more than one key
     /// only if two digests share 64 bits.
     by_prefix: HashMap<[u8; 8], Vec<ApiKey>>,
+}
+
+/// The keys by their labels (the digests and their prefixes stay out).
+impl std::fmt::Debug for ApiKeys {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries(self.by_prefix.values().flatten()).finish()
+    }
 }
 
 /// The first 8 bytes of `d`.
@@ -142,6 +160,20 @@ mod tests {
         assert!(table.find(b"sk-three").is_none());
         assert!(table.find(b"sk-one ").is_none());
         assert!(table.find(b"").is_none());
+    }
+
+    #[test]
+    fn debug_shows_the_label_not_the_hash() {
+        let table = ApiKeys::new([key("sk-one", "acme", "one")]);
+        let printed = format!("{table:?}");
+        assert!(printed.contains("\"one\""), "{printed}");
+        let hex: String = digest(b"sk-one").iter().map(|b| format!("{b:02x}")).collect();
+        let d = digest(b"sk-one");
+        let bytes = format!("{}, {}, {}", d[0], d[1], d[2]);
+        assert!(
+            !printed.contains(&hex[..8]) && !printed.contains(&bytes),
+            "{printed}"
+        );
     }
 
     #[test]
