@@ -38,10 +38,15 @@ enum Credential<'a> {
 /// none that the configured methods read.
 fn credential<B>(req: &Request<B>, jwt: bool, keys: bool) -> Option<Result<Credential<'_>, AuthError>> {
     if req.headers().contains_key(http::header::AUTHORIZATION) {
+        // A JWS is `header.payload.signature`; an API key has no dot.
+        let is_key = |t: &str| keys && !(jwt && t.contains('.'));
         return bearer(req).map(|token| {
-            token.map(|t| match keys && !(jwt && t.contains('.')) {
-                true => Credential::ApiKey(t, &http::header::AUTHORIZATION),
-                false => Credential::Jwt(t),
+            token.map(|t| {
+                if is_key(t) {
+                    Credential::ApiKey(t, &http::header::AUTHORIZATION)
+                } else {
+                    Credential::Jwt(t)
+                }
             })
         });
     }
