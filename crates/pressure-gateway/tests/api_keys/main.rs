@@ -274,20 +274,20 @@ async fn a_keys_own_limit_refuses_while_its_tenant_has_room() {
 /// All or nothing, with concurrency: a request the tenant refuses gives
 /// back what the key's own limit took (its lease and its rate count), and
 /// one the key refuses never touches the tenant; every slot is free once
-/// the streams end.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_refusal_by_either_limit_leaks_no_slot_of_the_other() {
+/// the streams end. On `backend` (the `gateway.backend` section).
+async fn no_slot_leaks_on(backend: Value) {
     const BATCH: &str = "gateway:apikey:batch";
     bounded(async {
         let up = upstream().await;
         let own = json!({ "maxConcurrentRequests": 1, "requestsPerMinute": 100 });
         let auth = json!({ "apiKeys": keys(Some(own)) });
-        let gw = TestGateway::start(config(
+        let mut cfg = config(
             &up,
             auth,
             json!({ "maxConcurrentRequests": 1, "requestsPerMinute": 100 }),
-        ))
-        .await;
+        );
+        cfg["backend"] = backend;
+        let gw = TestGateway::start(cfg).await;
         let open = |key: &str| {
             let mut req = get_request(&gw.url("/forever"));
             req.headers_mut()
@@ -328,6 +328,19 @@ async fn a_refusal_by_either_limit_leaks_no_slot_of_the_other() {
         up.stop().await;
     })
     .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refusal_by_either_limit_leaks_no_slot_of_the_other() {
+    no_slot_leaks_on(json!({ "type": "memory" })).await;
+}
+
+/// The same on Redis: the refund of the key's grant is settled in the
+/// store the fleet shares.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refusal_by_either_limit_leaks_no_slot_of_the_other_on_redis() {
+    let redis = pressure_testkit::RedisServer::start();
+    no_slot_leaks_on(json!({ "type": "redis", "url": redis.url(), "timeoutMs": 1000 })).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
