@@ -19,7 +19,8 @@
 //! | `status` | the response status (`499`: the client went away before the head) |
 //! | `duration_ms` | arrival to end of the response body, milliseconds (µs precision) |
 //! | `bytes_sent` | response body bytes handed to the connection |
-//! | `tenant` | the tenant of a valid JWT (absent without one) |
+//! | `tenant` | the tenant of a valid JWT or API key (absent without one) |
+//! | `key_id` | the API key that named the tenant: its `name`, or the first 8 hex digits of its SHA-256 (absent without one; never the key) |
 //! | `resource` | the resources charged, `,`-separated (absent when none) |
 //!
 //! Request bodies, headers and tokens are never logged.
@@ -122,6 +123,7 @@ impl AccessRecord {
             .format(&time::format_description::well_known::Rfc3339)
             .unwrap_or_default();
         let (resource, tenant) = self.charged.as_ref().map(Charged::summary).unwrap_or_default();
+        let key_id = self.charged.as_ref().and_then(Charged::api_key_label);
         let duration_ms = took.as_micros() as f64 / 1000.0;
         tracing::info!(
             target: TARGET,
@@ -135,6 +137,7 @@ impl AccessRecord {
             duration_ms,
             bytes_sent,
             tenant = tenant.as_deref(),
+            key_id = key_id.as_deref(),
             resource = (!resource.is_empty()).then_some(resource.as_str()),
             "access"
         );

@@ -1,7 +1,8 @@
 //! [`Charged`]: what the inner layers of one request decided about it — the
-//! resources it was charged to and the tenant its token named — for the
-//! layers outside them that answer after the response: the access log
-//! (`resource`, `tenant` fields) and the optional `RateLimit` headers.
+//! resources it was charged to, the tenant its credential named and the
+//! API key that named it — for the layers outside them that answer after
+//! the response: the access log (`resource`, `tenant`, `key_id` fields) and
+//! the optional `RateLimit` headers.
 //!
 //! The route layer puts one in a request's extensions only when the plan
 //! needs it (access log or `rateLimitHeaders` on), so a gateway without
@@ -20,6 +21,7 @@ pub(crate) struct Charged(Arc<Mutex<ChargedSoFar>>);
 struct ChargedSoFar {
     resources: Vec<ResourceHandle<AnyBackend>>,
     tenant: Option<String>,
+    api_key: Option<String>,
 }
 
 impl Charged {
@@ -31,6 +33,17 @@ impl Charged {
     /// Records the tenant a valid token named.
     pub(crate) fn tenant(&self, tenant: &str) {
         self.0.lock().tenant = Some(tenant.to_owned());
+    }
+
+    /// Records the label of the API key that named the tenant (its `name`
+    /// or the first 8 hex digits of its hash; never the key).
+    pub(crate) fn api_key(&self, label: &str) {
+        self.0.lock().api_key = Some(label.to_owned());
+    }
+
+    /// The label of the API key that named the tenant, if one did.
+    pub(crate) fn api_key_label(&self) -> Option<String> {
+        self.0.lock().api_key.clone()
     }
 
     /// The resources charged so far, in order.

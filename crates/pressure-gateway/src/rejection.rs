@@ -167,7 +167,8 @@ pub enum Rejection {
         /// What failed.
         reason: String,
     },
-    /// `401`: a token is missing (auth required) or invalid.
+    /// `401`: a credential is missing (auth required) or invalid: a bad
+    /// JWT or an unknown API key (the body's `code` says which).
     Unauthorized(AuthError),
     /// `400`: a request the gateway cannot accept.
     BadRequest(Cow<'static, str>),
@@ -619,6 +620,9 @@ impl Rejection {
             }
             Self::LimiterUnavailable { resource, .. } | Self::UnknownResource(resource) => {
                 error.insert("resource".into(), Value::from(resource.as_str()));
+            }
+            Self::Unauthorized(e) => {
+                error.insert("code".into(), Value::from(e.reason()));
             }
             Self::InvalidConfig(e) => {
                 error.insert("path".into(), Value::from(e.path.as_str()));

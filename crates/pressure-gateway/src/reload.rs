@@ -1,7 +1,8 @@
 //! What a reload may change, and what it did.
 //!
 //! A reload re-reads the config file, validates it and swaps the whole plan
-//! (routes, limits, auth, tenant template, body and upstream bounds). What
+//! (routes, limits, auth — the API key table too, so a removed key is
+//! refused from the swap on —, tenant template, body and upstream bounds). What
 //! the running process bound or built at start can only change with a
 //! restart: the listeners (`listen`, `admin`, `decisions`, turning `tls` on or off —
 //! the certificate files themselves are re-read on every reload), the
@@ -29,8 +30,8 @@ pub struct ReloadOutcome {
     pub removed: Vec<String>,
 }
 
-/// The route, service and `pressure.resources` resources of `cfg` with
-/// their limits.
+/// The route, service, API key and `pressure.resources` resources of
+/// `cfg` with their limits.
 fn limited(cfg: &GatewayConfig) -> BTreeMap<String, &Limits> {
     let p = &cfg.pressure;
     if !p.enabled {
@@ -41,6 +42,7 @@ fn limited(cfg: &GatewayConfig) -> BTreeMap<String, &Limits> {
         .map(|(name, l)| (resources::service(name), l))
         .chain(p.per_route.iter().map(|r| (r.resource.clone(), &r.limits)))
         .chain(p.resources.iter().map(|(id, l)| (id.clone(), l)))
+        .chain(crate::plan::api_keys::limited(cfg))
         .collect()
 }
 

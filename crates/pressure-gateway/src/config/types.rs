@@ -137,17 +137,70 @@ pub enum BackendConfig {
     Redis(RedisConfig),
 }
 
-/// `gateway.auth`.
+/// `gateway.auth`: what names a request's tenant — a JWT (`jwt`), an API
+/// key (`apiKeys`), or both (see `docs/api-keys.md` for how a request's
+/// credential is read).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct AuthConfig {
-    /// Whether a request without a token is refused (401). Off by default:
-    /// webhooks carry no JWT.
+    /// Whether a request without a credential (a JWT or an API key) is
+    /// refused (401). Off by default: webhooks carry neither.
     #[serde(default)]
     pub required: bool,
     /// JWT verification; without it, tokens are not read at all.
     #[serde(default)]
     pub jwt: Option<JwtConfig>,
+    /// API keys, each naming a tenant, for callers without a JWT: read from
+    /// `x-api-key` or from an `Authorization: Bearer` token without a dot;
+    /// empty: keys are not read at all. See `docs/api-keys.md`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub api_keys: Vec<ApiKeyConfig>,
+}
+
+/// `gateway.auth.apiKeys[i]`: one API key, by the SHA-256 of its text (the
+/// key itself is never in the config): `printf %s "$KEY" | sha256sum`.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ApiKeyConfig {
+    /// The SHA-256 of the key, 64 lowercase hex digits (`printf %s "$KEY" |
+    /// sha256sum`).
+    pub sha256: String,
+    /// The tenant the key names, as a JWT's tenant claim would (1 to 256
+    /// bytes): its requests are charged to `gateway:tenant:<tenant>`.
+    pub tenant: String,
+    /// A label for logs and the key's own resource (1 to 64 of
+    /// `A-Za-z0-9._:-`, unique); default: the first 8 hex digits of
+    /// `sha256`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// Limits of this key alone (resource `gateway:apikey:<name>`), charged
+    /// in addition to its tenant's; absent: only the tenant's apply.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limits: Option<Limits>,
+}
+
+impl ApiKeyConfig {
+    /// What logs and the key's resource call it: `name`, or the first 8 hex
+    /// digits of `sha256` (never more of the hash).
+    pub fn label(&self) -> &str {
+        match &self.name {
+            Some(name) => name,
+            None => self.sha256.get(..8).unwrap_or(&self.sha256),
+        }
+    }
+}
+
+/// Shows the hash only as its first 8 hex digits (the label), so a printed
+/// config carries no more of it than a log line does.
+impl std::fmt::Debug for ApiKeyConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ApiKeyConfig")
+            .field("sha256", &format_args!("{}…", self.sha256.get(..8).unwrap_or("")))
+            .field("tenant", &self.tenant)
+            .field("name", &self.name)
+            .field("limits", &self.limits)
+            .finish()
+    }
 }
 
 /// `gateway.auth.jwt`.

@@ -11,7 +11,8 @@
 //!    body has been sent, or the client went away first.
 //! 4. [`pre_auth`]: before auth, the route's resource — a cheap floor
 //!    against floods.
-//! 5. [`tenant`]: verifies the JWT and applies the tenant's limit.
+//! 5. [`tenant`]: verifies the JWT or the API key and applies the
+//!    tenant's limit (and the key's own).
 //!
 //! Every layer under [`route`] is a `tower::Service` whose error is a
 //! [`Rejection`]: a refusal is a value, counted, logged and rendered in one
@@ -33,7 +34,7 @@ use crate::rejection::{RateLimited, Rejection};
 use axum::body::Body;
 use futures::future::BoxFuture;
 use http::{Request, Response};
-use pressure_core::{AcquireOptions, Acquisition, ResourceHandle};
+use pressure_core::{AcquireOptions, Acquisition, Permit, ResourceHandle};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -165,6 +166,21 @@ pub(crate) async fn charge(
     namespace_id: Option<&str>,
     metrics: &GatewayMetrics,
 ) -> Result<(), Rejection> {
+    let permit = acquire(handle, req, layer, namespace_id, metrics).await?;
+    hold(req, handle, permit);
+    Ok(())
+}
+
+/// [`charge`] without holding the permit yet: for a caller that charges
+/// several resources all or nothing, and gives this grant back (refund,
+/// then drop) when a later one refuses.
+pub(crate) async fn acquire(
+    handle: &ResourceHandle<AnyBackend>,
+    req: &mut Request<Body>,
+    layer: Layer,
+    namespace_id: Option<&str>,
+    metrics: &GatewayMetrics,
+) -> Result<Permit<AnyBackend>, Rejection> {
     let opts = match req.extensions().get::<NoLease>() {
         Some(NoLease) => AcquireOptions::default().without_lease(),
         None => AcquireOptions::default(),
@@ -172,11 +188,7 @@ pub(crate) async fn charge(
     match handle.try_acquire(opts).await {
         Ok(Acquisition::Granted(permit)) => {
             metrics.allowed(layer);
-            slot_of(req).push(permit);
-            if let Some(c) = crate::charged::of(req) {
-                c.charged(handle);
-            }
-            Ok(())
+            Ok(permit)
         }
         Ok(Acquisition::Denied(d)) if d.is_unavailable() => Err(Rejection::LimiterUnavailable {
             resource: handle.id().to_owned(),
@@ -197,5 +209,14 @@ pub(crate) async fn charge(
             retry_after: LIMITER_RETRY,
             reason: e.to_string(),
         }),
+    }
+}
+
+/// Holds `permit` (granted on `handle`) until the request ends: in its
+/// slot, and recorded as charged.
+pub(crate) fn hold(req: &mut Request<Body>, handle: &ResourceHandle<AnyBackend>, permit: Permit<AnyBackend>) {
+    slot_of(req).push(permit);
+    if let Some(c) = crate::charged::of(req) {
+        c.charged(handle);
     }
 }

@@ -4,7 +4,7 @@
 //! Each failure names the JSON path of the offending value.
 
 use crate::config::{ConfigError, GatewayConfig};
-use crate::resources::TENANT_PREFIX;
+use crate::resources::{API_KEY_PREFIX, TENANT_PREFIX};
 use pressure_core::Limits;
 use std::ffi::OsString;
 use std::net::SocketAddr;
@@ -49,7 +49,8 @@ pub(crate) fn env_value(var: &str, path: &str) -> Result<OsString, ConfigError> 
     }
 }
 
-/// A route's resource id: non-empty, not a tenant's, not a service's.
+/// A route's resource id: non-empty, not a tenant's, not an API key's, not
+/// a service's.
 /// Shared with manifest routes, whose `path` is inside their file.
 pub(crate) fn check_route_resource(
     resource: &str,
@@ -63,6 +64,12 @@ pub(crate) fn check_route_resource(
         return Err(ConfigError::new(
             path,
             format!("the prefix {TENANT_PREFIX} is reserved for perTenant resources"),
+        ));
+    }
+    if resource.starts_with(API_KEY_PREFIX) {
+        return Err(ConfigError::new(
+            path,
+            format!("the prefix {API_KEY_PREFIX} is reserved for the limits of gateway.auth.apiKeys"),
         ));
     }
     if let Some(name) = resource.strip_prefix("gateway:service:") {

@@ -3,7 +3,7 @@
 //! their resources, the tenant policy (authenticator and limit template),
 //! the LLM client, and the request bounds. Each section is checked as it is
 //! built (`listeners`, `upstreams`, `settings`, `limits`, `tls`, the JWT key
-//! in [`Authenticator::new`]); a config that does not build yields every
+//! in [`Authenticator::new`], the API keys in `api_keys`); a config that does not build yields every
 //! problem found, each naming its JSON path ([`ConfigErrors`]). Config
 //! types stop here: the layers and the proxy read built values from the
 //! plan of their request.
@@ -12,6 +12,7 @@
 //! plan atomically, so a request never sees half of an old config and half
 //! of a new one.
 
+pub(crate) mod api_keys;
 pub(crate) mod checks;
 mod limits;
 mod listeners;
@@ -25,6 +26,7 @@ pub use router::{Endpoint, Route, Router};
 
 use crate::backend::{AnyBackend, Broker};
 use crate::config::{AuthConfig, ConfigError, ConfigErrors, GatewayConfig};
+use crate::layers::tenant::api_key::ApiKeys;
 use crate::layers::tenant::Authenticator;
 use limits::ChargedBy;
 use pressure_core::{LimitTemplate, Limits, ResourceHandle};
@@ -43,7 +45,9 @@ pub type Llm = Arc<LlmClient<AnyBackend>>;
 pub struct TenantPolicy {
     /// The JWT verifier; none: tokens are not read.
     pub auth: Option<Arc<Authenticator>>,
-    /// Whether a request without a token is refused.
+    /// The API keys (`gateway.auth.apiKeys`); none: keys are not read.
+    pub api_keys: Option<Arc<ApiKeys>>,
+    /// Whether a request without a credential is refused.
     pub required: bool,
     /// Each tenant's limits; none: tenants are not limited.
     pub template: Option<LimitTemplate>,
@@ -85,14 +89,15 @@ impl Plan {
         let upstreams = problems.keep(upstreams::build(&config));
         problems.keep(settings::check_backend(&config.backend));
         let auth = problems.keep(authenticator(&config.auth, base_dir));
+        let keys = problems.keep(api_keys::check(&config));
         let pressure = problems.keep(limits::build(&config));
         problems.keep(settings::check_request_limits(&config));
         problems.keep(settings::check_llm(&config));
         problems.keep(tls::check(&config, base_dir));
         let decided = problems.keep(limits::decision_resources(&config));
         problems.keep(listeners::check_decisions(&config));
-        let (Some(upstreams), Some(auth), Some((limited, template)), Some(decided)) =
-            (upstreams, auth, pressure, decided)
+        let (Some(upstreams), Some(auth), Some(keys), Some((limited, template)), Some(decided)) =
+            (upstreams, auth, keys, pressure, decided)
         else {
             return Err(problems.into_errors());
         };
@@ -120,8 +125,15 @@ impl Plan {
         for (prefix, handle) in routes {
             router = router.limit(prefix, handle);
         }
+        let api_keys = api_keys::build(keys, |l| {
+            let handle = register(broker, &l.id, &l.limits, &l.path)?;
+            ids.insert(l.id.clone());
+            Ok(handle)
+        })
+        .map_err(ConfigErrors::from)?;
         let tenant = TenantPolicy {
             auth,
+            api_keys,
             required: config.auth.required,
             template,
         };
@@ -197,8 +209,8 @@ impl Plan {
         self.rate_limit_headers
     }
 
-    /// Ids of the route, service and `pressure.resources` resources this
-    /// plan registered.
+    /// Ids of the route, service, API key and `pressure.resources`
+    /// resources this plan registered.
     pub fn resource_ids(&self) -> &BTreeSet<String> {
         &self.resources
     }
@@ -213,9 +225,9 @@ impl Plan {
 fn authenticator(auth: &AuthConfig, base_dir: &Path) -> Result<Option<Arc<Authenticator>>, ConfigError> {
     match &auth.jwt {
         Some(jwt) => Authenticator::new(jwt, base_dir).map(|a| Some(Arc::new(a))),
-        None if auth.required => Err(ConfigError::new(
+        None if auth.required && auth.api_keys.is_empty() => Err(ConfigError::new(
             "gateway.auth.required",
-            "requires gateway.auth.jwt (no token can be verified without it)",
+            "requires gateway.auth.jwt or gateway.auth.apiKeys (nothing can name a tenant without them)",
         )),
         None => Ok(None),
     }

@@ -254,6 +254,29 @@ fn jwt(v: &mut Value) -> &mut Value {
     &mut v["gateway"]["auth"]["jwt"]
 }
 
+/// SHA-256 of three test keys (`printf %s "$KEY" | sha256sum`).
+const KEY_HASHES: [&str; 3] = [
+    "dbc9f30fa0654bbde44fdd7e391c8aa31fa3172daf5fb6b423a9b7c6a41b94f2",
+    "f94f1ac4cbbb3a480488a071025e9f61a3d7014e22253ee667f69ea9625edad6",
+    "6fbbf6e08875534e489068fd40607067d544c824f5908f7118eed23699449fae",
+];
+
+/// Sets three valid `apiKeys` (`ci`, `batch` with limits, one unnamed) and
+/// returns the list.
+fn api_keys(v: &mut Value) -> &mut Value {
+    v["gateway"]["auth"]["apiKeys"] = json!([
+        { "sha256": KEY_HASHES[0], "tenant": "acme", "name": "ci" },
+        { "sha256": KEY_HASHES[1], "tenant": "acme", "name": "batch",
+          "limits": { "requestsPerMinute": 60 } },
+        { "sha256": KEY_HASHES[2], "tenant": "globex" },
+    ]);
+    &mut v["gateway"]["auth"]["apiKeys"]
+}
+
+const NOT_A_HASH: &str =
+    "gateway.auth.apiKeys[2].sha256: must be 64 lowercase hex digits, the SHA-256 of the \
+                          key (printf %s \"$KEY\" | sha256sum)";
+
 type Case = (&'static str, fn(&mut Value), &'static str);
 
 /// Every rule, with the exact message (`path: problem`) it must produce.
@@ -506,7 +529,8 @@ const CASES: &[Case] = &[
     (
         "perTenant without jwt",
         |v| remove(&mut v["gateway"]["auth"], "jwt"),
-        "gateway.pressure.perTenant.enabled: requires gateway.auth.jwt (the tenant comes from a JWT claim)",
+        "gateway.pressure.perTenant.enabled: requires gateway.auth.jwt or gateway.auth.apiKeys (the tenant \
+         comes from a JWT claim or an API key)",
     ),
     (
         "maxTenants zero",
@@ -520,7 +544,58 @@ const CASES: &[Case] = &[
             no_tenants(v);
             v["gateway"]["auth"] = json!({ "required": true });
         },
-        "gateway.auth.required: requires gateway.auth.jwt (no token can be verified without it)",
+        "gateway.auth.required: requires gateway.auth.jwt or gateway.auth.apiKeys (nothing can name a tenant \
+         without them)",
+    ),
+    // ---- auth.apiKeys
+    (
+        "apiKeys hash not hex",
+        |v| api_keys(v)[2]["sha256"] = json!("zz".repeat(32)),
+        NOT_A_HASH,
+    ),
+    (
+        "apiKeys hash in capitals",
+        |v| api_keys(v)[2]["sha256"] = json!(KEY_HASHES[2].to_uppercase()),
+        NOT_A_HASH,
+    ),
+    (
+        "apiKeys hash too short",
+        |v| api_keys(v)[2]["sha256"] = json!(&KEY_HASHES[2][..63]),
+        NOT_A_HASH,
+    ),
+    (
+        "apiKeys hash twice",
+        |v| api_keys(v)[2]["sha256"] = json!(KEY_HASHES[0]),
+        "gateway.auth.apiKeys[2].sha256: the same key as gateway.auth.apiKeys[0]",
+    ),
+    (
+        "apiKeys empty tenant",
+        |v| api_keys(v)[2]["tenant"] = json!(""),
+        "gateway.auth.apiKeys[2].tenant: must be 1 to 256 bytes",
+    ),
+    (
+        "apiKeys malformed name",
+        |v| api_keys(v)[1]["name"] = json!("has space"),
+        "gateway.auth.apiKeys[1].name: must be 1 to 64 of A-Za-z0-9._:-",
+    ),
+    (
+        "apiKeys name twice",
+        |v| api_keys(v)[1]["name"] = json!("ci"),
+        "gateway.auth.apiKeys[1].name: \"ci\" already names gateway.auth.apiKeys[0] (give one a distinct name)",
+    ),
+    (
+        "apiKeys invalid limits",
+        |v| api_keys(v)[1]["limits"] = json!({ "requestsPerSecond": 0 }),
+        "gateway.auth.apiKeys[1].limits.requestsPerSecond: must be > 0",
+    ),
+    (
+        "perRoute resource is an API key's",
+        |v| {
+            api_keys(v);
+            v["gateway"]["pressure"]["perRoute"][0]["resource"] = json!("gateway:apikey:batch");
+        },
+        "gateway.pressure.perRoute[0].resource: the prefix gateway:apikey: is reserved for the limits of \
+         gateway.auth.apiKeys",
     ),
     (
         "no algorithms",
@@ -781,6 +856,25 @@ const CASES: &[Case] = &[
         "gateway.pressure.resources.jobs.requestsPerSecond: must be > 0",
     ),
 ];
+
+/// `apiKeys` alone names tenants: `required` and `perTenant` need no
+/// `jwt` then; a printed config shows no more of a hash than its label.
+#[test]
+fn api_keys_alone_enable_tenant_auth() {
+    let mut v = base();
+    remove(&mut v["gateway"]["auth"], "jwt");
+    v["gateway"]["auth"]["required"] = json!(true);
+    api_keys(&mut v);
+    let cfg = parse(&v.to_string()).unwrap_or_else(|e| panic!("keys alone are enough: {e}"));
+    assert_eq!(cfg.auth.api_keys.len(), 3);
+    assert_eq!(cfg.auth.api_keys[1].label(), "batch");
+    assert_eq!(cfg.auth.api_keys[2].label(), &KEY_HASHES[2][..8]);
+    let printed = format!("{cfg:?}");
+    for hash in KEY_HASHES {
+        assert!(!printed.contains(hash), "Debug prints a whole hash: {printed}");
+        assert!(printed.contains(&hash[..8]), "{printed}");
+    }
+}
 
 #[test]
 fn a_positional_array_at_the_root_is_refused() {

@@ -217,7 +217,20 @@ impl TestGateway {
     /// Binds both listeners, writes their addresses into `section` (the
     /// `gateway` key of the config), parses and builds the gateway, and
     /// serves it.
-    pub(crate) async fn start(mut section: Value) -> Self {
+    pub(crate) async fn start(section: Value) -> Self {
+        Self::start_with(section, None).await
+    }
+
+    /// As [`start`](Self::start), but the config (listeners filled in) is
+    /// written to `file` and the gateway started from it, so that
+    /// `Gateway::reload` — what `SIGHUP`, `--watch` and the admin reload
+    /// run — re-reads it.
+    #[allow(dead_code)]
+    pub(crate) async fn start_from_file(section: Value, file: &Path) -> Self {
+        Self::start_with(section, Some(file)).await
+    }
+
+    async fn start_with(mut section: Value, file: Option<&Path>) -> Self {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind proxy");
         let admin_listener = TcpListener::bind("127.0.0.1:0").await.expect("bind admin");
         let addr = listener.local_addr().expect("proxy addr");
@@ -227,9 +240,13 @@ impl TestGateway {
         let text = json!({ "gateway": section }).to_string();
         let config = pressure_gateway::config::parse_in(&text, Path::new("."))
             .unwrap_or_else(|e| panic!("invalid test config: {e}\n{text}"));
-        let gateway = Gateway::build(config, Path::new("."))
+        let mut gateway = Gateway::build(config, Path::new("."))
             .await
             .expect("gateway builds");
+        if let Some(file) = file {
+            std::fs::write(file, &text).expect("write the config file");
+            gateway = gateway.with_source(file);
+        }
         let serving = gateway.clone().spawn(listener, admin_listener);
         Self {
             addr,

@@ -666,6 +666,44 @@ async fn a_tenant_quota_is_charged_by_http_and_llm_traffic() {
     .await;
 }
 
+/// An OpenAI SDK sends its API key as `Authorization: Bearer sk-…`: with
+/// `gateway.auth.apiKeys` that key names the tenant of LLM calls (its
+/// quota shared with the tenant's HTTP traffic), and an unknown one is
+/// OpenAI's `401` `invalid_api_key`.
+#[tokio::test]
+async fn an_api_key_names_the_tenant_of_llm_calls() {
+    bounded(async {
+        const KEY: &str = "sk-llm-test-acme-0123456789abcdef";
+        const UNKNOWN: &str = "sk-llm-test-unknown-0123456789abcdef";
+        let sha256: String = <sha2::Sha256 as sha2::Digest>::digest(KEY.as_bytes())
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        let mock = Mock::start().await;
+        let mut section = config(
+            &mock,
+            json!({ "enabled": true,
+                    "perTenant": { "enabled": true, "limits": { "requestsPerMinute": 2 } } }),
+        );
+        section["auth"] = json!({ "required": true,
+            "apiKeys": [{ "sha256": sha256, "tenant": "acme", "name": "sdk" }] });
+        let gw = TestGateway::start(section).await;
+
+        let (status, _, body) = gw.chat_raw(&hello("support").to_string(), Some(KEY)).await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+        assert_eq!(gw.get("/api/hello", Some(KEY)).await, StatusCode::OK);
+        let (status, _, _) = gw.chat_raw(&hello("support").to_string(), Some(KEY)).await;
+        assert_eq!(status, StatusCode::TOO_MANY_REQUESTS, "acme's 2/min are spent");
+
+        let (status, _, body) = gw.chat_raw(&hello("support").to_string(), Some(UNKNOWN)).await;
+        assert_eq!(status, StatusCode::UNAUTHORIZED, "{body}");
+        assert_eq!(body["error"]["code"], "invalid_api_key", "{body}");
+        assert!(!body.to_string().contains(UNKNOWN), "{body}");
+        assert_eq!(mock.hits(), 1, "only the admitted call reached the provider");
+    })
+    .await;
+}
+
 #[tokio::test]
 async fn a_route_limit_floors_the_endpoint() {
     bounded(async {

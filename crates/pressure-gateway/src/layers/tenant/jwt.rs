@@ -142,7 +142,8 @@ fn public_key(
     })
 }
 
-/// The tenant a verified token names; put in the request extensions.
+/// The tenant a verified token or a known API key names; put in the
+/// request extensions.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Tenant(pub String);
 
@@ -160,15 +161,21 @@ pub enum AuthError {
     /// integer).
     #[error("token has no string claim {0:?}")]
     NoTenant(String),
+    /// An API key that `gateway.auth.apiKeys` does not hold (unknown, or
+    /// revoked by a reload), or an unreadable `x-api-key` header. The
+    /// message never quotes the key.
+    #[error("invalid API key")]
+    InvalidApiKey,
 }
 
 impl AuthError {
-    /// Short label for metrics.
+    /// Short label for metrics, and the `code` of the 401's body.
     pub fn reason(&self) -> &'static str {
         match self {
             AuthError::Missing => "missing",
             AuthError::Invalid(_) => "invalid",
             AuthError::NoTenant(_) => "no_tenant",
+            AuthError::InvalidApiKey => "invalid_api_key",
         }
     }
 }
@@ -252,8 +259,8 @@ impl Authenticator {
     }
 }
 
-/// Longest tenant id accepted, bytes.
-const MAX_TENANT_LEN: usize = 256;
+/// Longest tenant id accepted, bytes (from a claim or `apiKeys[i].tenant`).
+pub(crate) const MAX_TENANT_LEN: usize = 256;
 
 /// The tenant id a claim's value names: a non-empty string of at most
 /// [`MAX_TENANT_LEN`] bytes, or an integer as its decimal string (issuers

@@ -1,28 +1,36 @@
 //! After the pre-auth floor: a valid JWT names the tenant (claim
 //! `namespaceId` by default, a non-empty string of at most 256 bytes;
 //! numbers and other types are refused, so `777` and `"777"` can never share
-//! a counter), whose resource `gateway:tenant:<id>` is registered lazily
-//! with the plan's tenant template. A token that is present but invalid is
+//! a counter), or a known API key does (`gateway.auth.apiKeys`, see
+//! [`credential`] for which header is read), whose resource
+//! `gateway:tenant:<id>` is registered lazily with the plan's tenant
+//! template. A key with limits of its own is charged those too, all or
+//! nothing ([`key_limit`]). A credential that is present but invalid is
 //! always `401`; a missing one is `401` only when auth is required, and
 //! otherwise passes as anonymous without a tenant limit.
 
+pub(crate) mod api_key;
+pub(crate) mod credential;
 pub(crate) mod jwt;
+mod key_limit;
 
-pub(crate) use jwt::{AuthError, Authenticator};
+pub(crate) use jwt::{AuthError, Authenticator, Tenant};
 
-use super::{charge, routed, step_layer, take_ready, Outcome, RejectingService, Step};
-use crate::backend::Broker;
+use super::{routed, step_layer, take_ready, Outcome, RejectingService, Step};
+use crate::backend::{AnyBackend, Broker};
 use crate::metrics::{GatewayMetrics, Layer};
+use crate::plan::TenantPolicy;
 use crate::rejection::Rejection;
 use crate::resources;
 use axum::body::Body;
+use credential::Identity;
 use futures::future::BoxFuture;
 use http::Request;
-use jwt::bearer;
+use pressure_core::ResourceHandle;
 use std::sync::Arc;
 use std::time::Duration;
 
-/// Verifies JWTs and applies per-tenant limits.
+/// Verifies JWTs and API keys and applies per-tenant (and per-key) limits.
 #[derive(Clone, Debug)]
 pub struct TenantLayer {
     broker: Broker,
@@ -34,6 +42,28 @@ impl TenantLayer {
     pub fn new(broker: Broker, metrics: Arc<GatewayMetrics>) -> Self {
         Self { broker, metrics }
     }
+
+    /// The resource of `tenant`, registered on first use with the plan's
+    /// tenant template; none when tenants are not limited.
+    fn tenant_limit(
+        &self,
+        policy: &TenantPolicy,
+        tenant: &Tenant,
+    ) -> Result<Option<ResourceHandle<AnyBackend>>, Rejection> {
+        let Some(template) = policy.template.as_ref() else {
+            return Ok(None);
+        };
+        let resource = resources::tenant(&tenant.0);
+        match self.broker.lazy_limit(&resource, template) {
+            Ok(h) => Ok(Some(h)),
+            Err(e) => Err(Rejection::LimiterUnavailable {
+                resource,
+                layer: Layer::Tenant,
+                retry_after: Duration::from_secs(1),
+                reason: format!("tenant registration failed: {e}"),
+            }),
+        }
+    }
 }
 
 step_layer!(TenantLayer);
@@ -44,45 +74,36 @@ impl Step for TenantLayer {
             return Box::pin(next.call(req));
         };
         let policy = plan.tenant();
-        let Some(auth) = policy.auth.as_deref() else {
+        if !credential::reads_credentials(policy) {
             return Box::pin(next.call(req));
-        };
-        let tenant = match bearer(&req) {
-            None if policy.required => {
+        }
+        let Identity { tenant, key } = match credential::identify(policy, &mut req) {
+            Ok(Some(who)) => who,
+            Ok(None) if policy.required => {
                 return Box::pin(async { Err(Rejection::Unauthorized(AuthError::Missing)) })
             }
-            None => return Box::pin(next.call(req)),
-            Some(Err(e)) => return Box::pin(async move { Err(Rejection::Unauthorized(e)) }),
-            Some(Ok(token)) => match auth.verify(token) {
-                Ok(t) => t,
-                Err(e) => return Box::pin(async move { Err(Rejection::Unauthorized(e)) }),
-            },
+            Ok(None) => return Box::pin(next.call(req)),
+            Err(e) => return Box::pin(async move { Err(Rejection::Unauthorized(e)) }),
         };
         req.extensions_mut().insert(tenant.clone());
         if let Some(c) = crate::charged::of(&req) {
             c.tenant(&tenant.0);
-        }
-        let Some(template) = policy.template.as_ref() else {
-            return Box::pin(next.call(req));
-        };
-        let resource = resources::tenant(&tenant.0);
-        let handle = match self.broker.lazy_limit(&resource, template) {
-            Ok(h) => h,
-            Err(e) => {
-                return Box::pin(async move {
-                    Err(Rejection::LimiterUnavailable {
-                        resource,
-                        layer: Layer::Tenant,
-                        retry_after: Duration::from_secs(1),
-                        reason: format!("tenant registration failed: {e}"),
-                    })
-                })
+            if let Some(k) = &key {
+                c.api_key(&k.label);
             }
+        }
+        let key_limit = key.and_then(|k| k.limit);
+        let handle = match self.tenant_limit(policy, &tenant) {
+            Ok(h) => h,
+            Err(refused) => return Box::pin(async move { Err(refused) }),
         };
+        if handle.is_none() && key_limit.is_none() {
+            return Box::pin(next.call(req));
+        }
         let mut next = take_ready(next);
         let metrics = Arc::clone(&self.metrics);
         Box::pin(async move {
-            charge(&handle, &mut req, Layer::Tenant, Some(&tenant.0), &metrics).await?;
+            key_limit::charge_all(handle.as_ref(), key_limit.as_ref(), &mut req, &tenant.0, &metrics).await?;
             next.call(req).await
         })
     }
