@@ -1,7 +1,8 @@
 //! What a reload may change, and what it did.
 //!
 //! A reload re-reads the config file, validates it and swaps the whole plan
-//! (routes, limits, auth, tenant template, body and upstream bounds). What
+//! (routes, limits, auth, tenant template and overrides, body and upstream
+//! bounds). What
 //! the running process bound or built at start can only change with a
 //! restart: the listeners (`listen`, `admin`, `decisions`, turning `tls` on or off —
 //! the certificate files themselves are re-read on every reload), the
@@ -11,8 +12,9 @@
 
 use crate::backend::Broker;
 use crate::config::{ConfigError, GatewayConfig};
+use crate::plan::TenantPolicy;
 use crate::resources;
-use pressure_core::Limits;
+use pressure_core::{LimitTemplate, Limits};
 use serde::Serialize;
 use std::collections::BTreeMap;
 
@@ -128,34 +130,22 @@ fn tenant_ids(broker: &Broker) -> Vec<String> {
         .collect()
 }
 
-/// Applies a changed tenant template to the tenants registered now (new
-/// tenants get the new template from the plan), keeping their usage.
-pub(crate) fn retemplate_tenants(broker: &Broker, old: &GatewayConfig, new: &GatewayConfig) {
-    let (before, after) = (&old.pressure.per_tenant, &new.pressure.per_tenant);
-    let active = |t: &crate::config::TenantLimits, enabled: bool| {
-        if enabled && t.enabled {
-            t.limits.clone()
-        } else {
-            None
-        }
+/// Applies a changed tenant template or config override to the tenants
+/// registered now (new tenants get theirs from the plan), keeping their
+/// usage; unregisters them when tenants are no longer limited. Live
+/// overrides are shared by both plans and still win.
+pub(crate) fn retemplate_tenants(broker: &Broker, old: &TenantPolicy, new: &TenantPolicy) {
+    let limits = |t: &Option<LimitTemplate>| t.as_ref().map(|t| t.limits().clone());
+    let overrides = |p: &TenantPolicy| -> BTreeMap<String, Limits> {
+        p.overrides
+            .iter()
+            .map(|(id, t)| (id.clone(), t.limits().clone()))
+            .collect()
     };
-    let (before, after) = (
-        active(before, old.pressure.enabled),
-        active(after, new.pressure.enabled),
-    );
-    if before == after {
+    if limits(&old.template) == limits(&new.template) && overrides(old) == overrides(new) {
         return;
     }
     for id in tenant_ids(broker) {
-        match &after {
-            Some(limits) => {
-                if let Err(e) = broker.set_limits(&id, limits.clone()) {
-                    tracing::warn!(resource = id.as_str(), error = %e, "tenant limits not updated");
-                }
-            }
-            None => {
-                broker.unregister(&id);
-            }
-        }
+        crate::overrides::refresh(broker, new, &id[resources::TENANT_PREFIX.len()..]);
     }
 }

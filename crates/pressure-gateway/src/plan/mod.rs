@@ -26,10 +26,11 @@ pub use router::{Endpoint, Route, Router};
 use crate::backend::{AnyBackend, Broker};
 use crate::config::{AuthConfig, ConfigError, ConfigErrors, GatewayConfig};
 use crate::layers::tenant::Authenticator;
+use crate::overrides::{self, LiveOverrides, Source};
 use limits::ChargedBy;
 use pressure_core::{LimitTemplate, Limits, ResourceHandle};
 use pressure_llm::pipeline::LlmClient;
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
@@ -47,6 +48,42 @@ pub struct TenantPolicy {
     pub required: bool,
     /// Each tenant's limits; none: tenants are not limited.
     pub template: Option<LimitTemplate>,
+    /// Limits of named tenants instead of `template`
+    /// (`perTenant.overrides`; empty while tenants are not limited).
+    pub overrides: BTreeMap<String, LimitTemplate>,
+    /// The live overrides (admin API), shared by every plan of a gateway;
+    /// they win over `overrides` (`crate::overrides`).
+    pub(crate) live: Arc<LiveOverrides>,
+}
+
+impl TenantPolicy {
+    /// The limits `tenant` gets now and where they come from; `None` while
+    /// tenants are not limited.
+    pub(crate) fn limits_of(&self, tenant: &str) -> Option<(LimitTemplate, Source)> {
+        let template = self.template.as_ref()?;
+        let live = self.live.get(tenant);
+        let (t, source) = overrides::resolve(live.as_ref(), self.overrides.get(tenant), template);
+        Some((t.clone(), source))
+    }
+
+    /// The handle of `tenant`'s resource, registered on first use with the
+    /// limits it gets now ([`limits_of`](Self::limits_of)); `None` while
+    /// tenants are not limited. A live override written while the tenant
+    /// registers is applied to it before this returns.
+    pub(crate) fn handle(
+        &self,
+        broker: &Broker,
+        tenant: &str,
+    ) -> Option<Result<ResourceHandle<AnyBackend>, pressure_core::Error>> {
+        let seen = self.live.changes();
+        let (template, _) = self.limits_of(tenant)?;
+        let resource = crate::resources::tenant(tenant);
+        let handle = broker.lazy_limit(&resource, &template);
+        if handle.is_ok() && self.live.changes() != seen {
+            overrides::refresh(broker, self, tenant);
+        }
+        Some(handle)
+    }
 }
 
 /// The built request path of one config.
@@ -91,8 +128,9 @@ impl Plan {
         problems.keep(tls::check(&config, base_dir));
         let decided = problems.keep(limits::decision_resources(&config));
         problems.keep(listeners::check_decisions(&config));
-        let (Some(upstreams), Some(auth), Some((limited, template)), Some(decided)) =
-            (upstreams, auth, pressure, decided)
+        let tenant_overrides = problems.keep(overrides::config_overrides(&config.pressure.per_tenant.overrides));
+        let (Some(upstreams), Some(auth), Some((limited, template)), Some(decided), Some(tenant_overrides)) =
+            (upstreams, auth, pressure, decided, tenant_overrides)
         else {
             return Err(problems.into_errors());
         };
@@ -123,7 +161,13 @@ impl Plan {
         let tenant = TenantPolicy {
             auth,
             required: config.auth.required,
+            overrides: if template.is_some() {
+                tenant_overrides
+            } else {
+                BTreeMap::new()
+            },
             template,
+            live: Arc::default(),
         };
         Ok(Self {
             router,
@@ -158,6 +202,13 @@ impl Plan {
     /// The tenant policy.
     pub fn tenant(&self) -> &TenantPolicy {
         &self.tenant
+    }
+
+    /// The plan reading `live` as its live tenant overrides (a gateway's
+    /// plans share one).
+    pub(crate) fn with_live_overrides(mut self, live: Arc<LiveOverrides>) -> Self {
+        self.tenant.live = live;
+        self
     }
 
     /// The LLM client, when `gateway.llm` is set.

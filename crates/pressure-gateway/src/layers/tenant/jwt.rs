@@ -253,7 +253,7 @@ impl Authenticator {
 }
 
 /// Longest tenant id accepted, bytes.
-const MAX_TENANT_LEN: usize = 256;
+pub(crate) const MAX_TENANT_LEN: usize = 256;
 
 /// The tenant id a claim's value names: a non-empty string of at most
 /// [`MAX_TENANT_LEN`] bytes, or an integer as its decimal string (issuers

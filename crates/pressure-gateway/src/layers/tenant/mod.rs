@@ -2,7 +2,8 @@
 //! `namespaceId` by default, a non-empty string of at most 256 bytes;
 //! numbers and other types are refused, so `777` and `"777"` can never share
 //! a counter), whose resource `gateway:tenant:<id>` is registered lazily
-//! with the plan's tenant template. A token that is present but invalid is
+//! with its limits (the plan's tenant template, or an override:
+//! `crate::overrides`). A token that is present but invalid is
 //! always `401`; a missing one is `401` only when auth is required, and
 //! otherwise passes as anonymous without a tenant limit.
 
@@ -62,13 +63,13 @@ impl Step for TenantLayer {
         if let Some(c) = crate::charged::of(&req) {
             c.tenant(&tenant.0);
         }
-        let Some(template) = policy.template.as_ref() else {
+        let Some(registered) = policy.handle(&self.broker, &tenant.0) else {
             return Box::pin(next.call(req));
         };
-        let resource = resources::tenant(&tenant.0);
-        let handle = match self.broker.lazy_limit(&resource, template) {
+        let handle = match registered {
             Ok(h) => h,
             Err(e) => {
+                let resource = resources::tenant(&tenant.0);
                 return Box::pin(async move {
                     Err(Rejection::LimiterUnavailable {
                         resource,
