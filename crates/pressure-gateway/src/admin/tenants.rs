@@ -45,7 +45,11 @@ pub(super) async fn get(State(state): State<AdminState>, Path(tenant): Path<Stri
 }
 
 /// `PUT`: a live override for the fleet.
-pub(super) async fn put(State(state): State<AdminState>, Path(tenant): Path<String>, body: Bytes) -> Response {
+pub(super) async fn put(
+    State(state): State<AdminState>,
+    Path(tenant): Path<String>,
+    body: Bytes,
+) -> Response {
     let gateway = match checked(&state, &tenant) {
         Ok(g) => g,
         Err(r) => return r.into_response(),
@@ -153,7 +157,11 @@ async fn usage(gateway: &crate::Gateway, resource: &str, limits: &Limits) -> Val
                 let spec = Arc::new(spec);
                 let backend = broker.backend();
                 match backend.attach(resource, Arc::clone(&spec)) {
-                    Ok(h) => backend.usage(&h).await.map(|u| (spec, u)).map_err(|e| e.to_string()),
+                    Ok(h) => backend
+                        .usage(&h)
+                        .await
+                        .map(|u| (spec, u))
+                        .map_err(|e| e.to_string()),
                     Err(e) => Err(e.to_string()),
                 }
             }
@@ -207,10 +215,13 @@ mod tests {
             ..Limits::default()
         };
         let spec = limits.compile().unwrap();
-        let usage = Usage {
-            dimensions: vec![(pressure_core::Dimension::RequestsPerMinute, 3)],
-            leases: 1,
-            ..Usage::default()
+        // Field by field: `Usage` may gain fields (calendar dimensions).
+        #[allow(clippy::field_reassign_with_default)]
+        let usage = {
+            let mut usage = Usage::default();
+            usage.dimensions = vec![(pressure_core::Dimension::RequestsPerMinute, 3)];
+            usage.leases = 1;
+            usage
         };
         assert_eq!(
             Value::Array(rows(&spec, &usage)),

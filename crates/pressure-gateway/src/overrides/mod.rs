@@ -188,15 +188,12 @@ impl LiveOverrides {
             keep
         });
         for (tenant, limits) in all {
-            if !m.entries.contains_key(&tenant) {
-                touched.push(tenant.clone());
-                m.entries.insert(
-                    tenant,
-                    Entry {
-                        version,
-                        limits: Some(limits),
-                    },
-                );
+            if let std::collections::hash_map::Entry::Vacant(slot) = m.entries.entry(tenant) {
+                touched.push(slot.key().clone());
+                slot.insert(Entry {
+                    version,
+                    limits: Some(limits),
+                });
             }
         }
         m.floor = m.floor.max(version);
@@ -243,7 +240,10 @@ mod tests {
         let mut o = BTreeMap::new();
         o.insert("acme".to_owned(), limits(0));
         let e = config_overrides(&o).unwrap_err();
-        assert_eq!(e.path, "gateway.pressure.perTenant.overrides.acme.requestsPerMinute");
+        assert_eq!(
+            e.path,
+            "gateway.pressure.perTenant.overrides.acme.requestsPerMinute"
+        );
         o.clear();
         o.insert(String::new(), limits(5));
         assert_eq!(

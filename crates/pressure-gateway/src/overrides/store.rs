@@ -109,7 +109,12 @@ impl Overrides {
     /// The overrides of a gateway on `backend`, mirrored in `live` (which
     /// `plan`'s plans read); on Redis the watcher starts now (Redis down is
     /// not fatal: it reconnects by itself).
-    pub(crate) fn start(backend: &BackendConfig, live: Arc<LiveOverrides>, plan: PlanCell, broker: Broker) -> Self {
+    pub(crate) fn start(
+        backend: &BackendConfig,
+        live: Arc<LiveOverrides>,
+        plan: PlanCell,
+        broker: Broker,
+    ) -> Self {
         let (store, watcher): (Arc<dyn OverrideStore>, _) = match backend {
             BackendConfig::Memory => (Arc::new(MemoryStore::default()), None),
             BackendConfig::Redis(rc) => {
@@ -156,8 +161,11 @@ impl Overrides {
             }
             Ok(())
         });
-        task.await
-            .unwrap_or_else(|e| Err(BackendError::Unavailable(format!("the override write failed: {e}"))))
+        task.await.unwrap_or_else(|e| {
+            Err(BackendError::Unavailable(format!(
+                "the override write failed: {e}"
+            )))
+        })
     }
 }
 
@@ -175,12 +183,14 @@ fn watch(hash: Arc<SharedHash>, live: Arc<LiveOverrides>, plan: PlanCell, broker
                         .collect();
                     live.replace(version, all)
                 }
-                SharedHashEvent::Set { version, field, value } => {
-                    match parse(&key, &field, &value) {
-                        Some(t) if live.apply(version, &field, Some(t.clone())) => vec![field],
-                        _ => Vec::new(),
-                    }
-                }
+                SharedHashEvent::Set {
+                    version,
+                    field,
+                    value,
+                } => match parse(&key, &field, &value) {
+                    Some(t) if live.apply(version, &field, Some(t.clone())) => vec![field],
+                    _ => Vec::new(),
+                },
                 SharedHashEvent::Removed { version, field } => {
                     if live.apply(version, &field, None) {
                         vec![field]
@@ -209,7 +219,12 @@ fn parse(key: &str, tenant: &str, json: &str) -> Option<LimitTemplate> {
     match parsed {
         Ok(t) => Some(t),
         Err(e) => {
-            tracing::warn!(key, tenant, error = e.as_str(), "unreadable live tenant override ignored");
+            tracing::warn!(
+                key,
+                tenant,
+                error = e.as_str(),
+                "unreadable live tenant override ignored"
+            );
             None
         }
     }

@@ -128,7 +128,8 @@ impl Plan {
         problems.keep(tls::check(&config, base_dir));
         let decided = problems.keep(limits::decision_resources(&config));
         problems.keep(listeners::check_decisions(&config));
-        let tenant_overrides = problems.keep(overrides::config_overrides(&config.pressure.per_tenant.overrides));
+        let tenant_overrides =
+            problems.keep(overrides::config_overrides(&config.pressure.per_tenant.overrides));
         let (Some(upstreams), Some(auth), Some((limited, template)), Some(decided), Some(tenant_overrides)) =
             (upstreams, auth, pressure, decided, tenant_overrides)
         else {

@@ -74,7 +74,9 @@ async fn admin(gw: &TestGateway, method: Method, path: &str, body: &str, token: 
     if let Some(t) = token {
         req = req.header("authorization", format!("Bearer {t}"));
     }
-    let req = req.body(Full::new(Bytes::from(body.to_owned()))).expect("request");
+    let req = req
+        .body(Full::new(Bytes::from(body.to_owned())))
+        .expect("request");
     Reply::read(gw.send(req).await).await
 }
 
@@ -83,7 +85,14 @@ fn limits_path(tenant: &str) -> String {
 }
 
 async fn put(gw: &TestGateway, tenant: &str, limits: Value) -> Value {
-    let r = admin(gw, Method::PUT, &limits_path(tenant), &limits.to_string(), Some(ADMIN_TOKEN)).await;
+    let r = admin(
+        gw,
+        Method::PUT,
+        &limits_path(tenant),
+        &limits.to_string(),
+        Some(ADMIN_TOKEN),
+    )
+    .await;
     assert_eq!(r.status, StatusCode::OK, "{:?}", r.body);
     r.json()
 }
@@ -154,9 +163,15 @@ async fn a_live_override_on_one_gateway_applies_on_the_other() {
         assert_eq!(used(&doc, "requestsPerMinute"), Some(2), "{doc}");
 
         let refused = until(&a, "acme", StatusCode::OK).await;
-        assert!(refused.iter().all(|s| *s == StatusCode::TOO_MANY_REQUESTS), "{refused:?}");
+        assert!(
+            refused.iter().all(|s| *s == StatusCode::TOO_MANY_REQUESTS),
+            "{refused:?}"
+        );
         let doc = get(&a, "acme").await;
-        assert_eq!((doc["source"].clone(), doc["enforced"].clone()), (json!("live"), json!(true)));
+        assert_eq!(
+            (doc["source"].clone(), doc["enforced"].clone()),
+            (json!("live"), json!(true))
+        );
         assert_eq!(used(&doc, "requestsPerMinute"), Some(3), "{doc}");
         assert_eq!(doc["usage"][0]["limit"], 10);
 
@@ -212,7 +227,10 @@ async fn overrides_in_memory_apply_at_once_and_wait_for_unknown_tenants() {
         assert_eq!(doc["source"], "config");
         assert_eq!(limit(&doc), Some(4));
         assert_eq!(doc["limits"]["maxConcurrentRequests"], 3);
-        assert_eq!(doc["usage"][1], json!({ "dimension": "maxConcurrentRequests", "used": 0, "limit": 3 }));
+        assert_eq!(
+            doc["usage"][1],
+            json!({ "dimension": "maxConcurrentRequests", "used": 0, "limit": 3 })
+        );
         // A live override is a full replacement, also of a config one.
         let doc = put(&gw, "vip", json!({ "requestsPerMinute": 1 })).await;
         assert_eq!(limit(&doc), Some(1), "{doc}");
@@ -229,7 +247,13 @@ async fn a_reload_applies_a_changed_config_override_keeping_the_usage() {
     bounded(async {
         let up = TestUpstream::demo().await;
         let memory = json!({ "type": "memory" });
-        let section = |rpm: u64| config(&up, memory.clone(), json!({ "acme": { "requestsPerMinute": rpm } }));
+        let section = |rpm: u64| {
+            config(
+                &up,
+                memory.clone(),
+                json!({ "acme": { "requestsPerMinute": rpm } }),
+            )
+        };
         let gw = TestGateway::start(section(3)).await;
         for _ in 0..3 {
             assert_eq!(request(&gw, "acme").await, StatusCode::OK);
@@ -244,7 +268,11 @@ async fn a_reload_applies_a_changed_config_override_keeping_the_usage() {
         gw.gateway().apply(cfg).expect("reloaded");
 
         assert_eq!(request(&gw, "acme").await, StatusCode::OK, "one more");
-        assert_eq!(request(&gw, "acme").await, StatusCode::TOO_MANY_REQUESTS, "usage kept");
+        assert_eq!(
+            request(&gw, "acme").await,
+            StatusCode::TOO_MANY_REQUESTS,
+            "usage kept"
+        );
         assert_eq!(limit(&get(&gw, "acme").await), Some(4));
 
         gw.stop().await;
@@ -260,10 +288,24 @@ async fn bad_requests_are_refused_with_what_is_wrong() {
         let gw = TestGateway::start(config(&up, json!({ "type": "memory" }), json!({}))).await;
         let path = limits_path("acme");
 
-        let r = admin(&gw, Method::PUT, &path, r#"{"requestsPerMinute":0}"#, Some(ADMIN_TOKEN)).await;
+        let r = admin(
+            &gw,
+            Method::PUT,
+            &path,
+            r#"{"requestsPerMinute":0}"#,
+            Some(ADMIN_TOKEN),
+        )
+        .await;
         assert_eq!(r.status, StatusCode::BAD_REQUEST);
         assert_eq!(r.json()["error"]["path"], "requestsPerMinute");
-        let r = admin(&gw, Method::PUT, &path, r#"{"requestsPerMinute":"ten"}"#, Some(ADMIN_TOKEN)).await;
+        let r = admin(
+            &gw,
+            Method::PUT,
+            &path,
+            r#"{"requestsPerMinute":"ten"}"#,
+            Some(ADMIN_TOKEN),
+        )
+        .await;
         assert_eq!(r.status, StatusCode::BAD_REQUEST);
         assert_eq!(r.json()["error"]["path"], "requestsPerMinute");
         let r = admin(&gw, Method::PUT, &path, "{}", Some(ADMIN_TOKEN)).await;
@@ -279,7 +321,14 @@ async fn bad_requests_are_refused_with_what_is_wrong() {
         assert_eq!(get(&gw, "acme").await["source"], "default");
 
         let long = limits_path(&"a".repeat(257));
-        let r = admin(&gw, Method::PUT, &long, r#"{"requestsPerMinute":5}"#, Some(ADMIN_TOKEN)).await;
+        let r = admin(
+            &gw,
+            Method::PUT,
+            &long,
+            r#"{"requestsPerMinute":5}"#,
+            Some(ADMIN_TOKEN),
+        )
+        .await;
         assert_eq!(r.status, StatusCode::BAD_REQUEST);
 
         let bad = json!({ "gateway": {

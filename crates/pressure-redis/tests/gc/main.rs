@@ -381,7 +381,9 @@ async fn shared_configuration_is_left_alone() {
     let version_key = format!("{}:v", overrides.key());
 
     for dry_run in [true, false] {
-        let report = pressure_redis::gc(&config, &options(dry_run, 2)).await.expect("gc");
+        let report = pressure_redis::gc(&config, &options(dry_run, 2))
+            .await
+            .expect("gc");
         // scanned, had_ttl, expiry_set, deleted, skipped_non_hash
         assert_eq!(counts(&report), [3, 0, 1, 0, 0], "{report:?}");
         assert_eq!(report.skipped_config, 2, "the hash and its version");

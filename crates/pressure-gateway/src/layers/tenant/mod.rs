@@ -77,7 +77,7 @@ impl Step for TenantLayer {
                         retry_after: Duration::from_secs(1),
                         reason: format!("tenant registration failed: {e}"),
                     })
-                })
+                });
             }
         };
         let mut next = take_ready(next);
