@@ -31,10 +31,12 @@ use crate::config::ConfigError;
 use crate::layers::tenant::jwt::MAX_TENANT_LEN;
 use crate::plan::TenantPolicy;
 use crate::resources;
+use arc_swap::ArcSwap;
 use pressure_core::{LimitTemplate, Limits};
 use serde::Serialize;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
 
 /// Where a tenant's limits come from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -135,13 +137,19 @@ struct Mirror {
     entries: HashMap<String, Entry>,
 }
 
+/// The live overrides in force: tenant → limits.
+pub(crate) type View = HashMap<String, LimitTemplate>;
+
 /// This instance's mirror of the live overrides (module docs). Read on
-/// the request path at a tenant's registration: a lock-free check while
-/// there is none.
+/// the request path of every tenant request: one relaxed flag while there
+/// is none, else a lock-free snapshot ([`View`]); written under a lock by
+/// the rare admin writes and announcements.
 #[derive(Debug, Default)]
 pub(crate) struct LiveOverrides {
-    mirror: parking_lot::RwLock<Mirror>,
-    /// Whether any entry has limits (the request path's fast exit).
+    mirror: parking_lot::Mutex<Mirror>,
+    /// What the request path reads, published after every change.
+    view: ArcSwap<View>,
+    /// Whether `view` has any entry (the request path's fast exit).
     any: AtomicBool,
     /// Bumped on every change, so a registration can tell that a change
     /// raced it.
@@ -149,12 +157,14 @@ pub(crate) struct LiveOverrides {
 }
 
 impl LiveOverrides {
+    /// The overrides in force now, unless there is none.
+    pub(crate) fn view(&self) -> Option<arc_swap::Guard<Arc<View>>> {
+        self.any.load(Ordering::Acquire).then(|| self.view.load())
+    }
+
     /// The live override of `tenant`, if any.
     pub(crate) fn get(&self, tenant: &str) -> Option<LimitTemplate> {
-        if !self.any.load(Ordering::Acquire) {
-            return None;
-        }
-        self.mirror.read().entries.get(tenant)?.limits.clone()
+        self.view()?.get(tenant).cloned()
     }
 
     /// A number that changes whenever an override does.
@@ -165,7 +175,7 @@ impl LiveOverrides {
     /// Records the write of `version` (set or, with `None`, removed);
     /// `false` when a newer write is already known (nothing changes).
     pub(crate) fn apply(&self, version: u64, tenant: &str, limits: Option<LimitTemplate>) -> bool {
-        let mut m = self.mirror.write();
+        let mut m = self.mirror.lock();
         if version <= m.floor || m.entries.get(tenant).is_some_and(|e| e.version >= version) {
             return false;
         }
@@ -178,7 +188,7 @@ impl LiveOverrides {
     /// (entries written later locally are kept); the tenants whose
     /// override may have changed.
     pub(crate) fn replace(&self, version: u64, all: HashMap<String, LimitTemplate>) -> Vec<String> {
-        let mut m = self.mirror.write();
+        let mut m = self.mirror.lock();
         let mut touched: Vec<String> = Vec::new();
         m.entries.retain(|tenant, e| {
             let keep = e.version > version;
@@ -203,9 +213,15 @@ impl LiveOverrides {
         touched
     }
 
+    /// Publishes the view of `m`.
     fn changed(&self, m: &Mirror) {
-        self.any
-            .store(m.entries.values().any(|e| e.limits.is_some()), Ordering::Release);
+        let view: View = m
+            .entries
+            .iter()
+            .filter_map(|(tenant, e)| Some((tenant.clone(), e.limits.clone()?)))
+            .collect();
+        self.any.store(!view.is_empty(), Ordering::Release);
+        self.view.store(Arc::new(view));
         self.changes.fetch_add(1, Ordering::SeqCst);
     }
 }

@@ -75,10 +75,14 @@ impl TenantPolicy {
         broker: &Broker,
         tenant: &str,
     ) -> Option<Result<ResourceHandle<AnyBackend>, pressure_core::Error>> {
+        let template = self.template.as_ref()?;
         let seen = self.live.changes();
-        let (template, _) = self.limits_of(tenant)?;
+        // No clone of the limits on the hot path: they are read in place.
+        let live = self.live.view();
+        let live = live.as_ref().and_then(|v| v.get(tenant));
+        let (limits, _) = overrides::resolve(live, self.overrides.get(tenant), template);
         let resource = crate::resources::tenant(tenant);
-        let handle = broker.lazy_limit(&resource, &template);
+        let handle = broker.lazy_limit(&resource, limits);
         if handle.is_ok() && self.live.changes() != seen {
             overrides::refresh(broker, self, tenant);
         }
