@@ -350,3 +350,90 @@ async fn bad_requests_are_refused_with_what_is_wrong() {
     })
     .await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gateway_whose_subscription_broke_catches_up_when_it_reconnects() {
+    bounded(async {
+        let redis = RedisServer::start();
+        let up = TestUpstream::demo().await;
+        let backend = json!({ "type": "redis", "url": redis.url(), "timeoutMs": 1000 });
+        let a = TestGateway::start(config(&up, backend.clone(), json!({}))).await;
+        let b = TestGateway::start(config(&up, backend, json!({}))).await;
+        assert_eq!(request(&a, "acme").await, StatusCode::OK);
+        assert_eq!(request(&a, "acme").await, StatusCode::OK);
+        assert_eq!(request(&a, "acme").await, StatusCode::TOO_MANY_REQUESTS);
+
+        // Every subscription is cut; the write's announcement reaches no one.
+        let mut conn = pressure_redis::connect(
+            &pressure_redis::RedisConfig::new(redis.url()),
+            Duration::from_secs(5),
+        )
+        .await
+        .expect("redis answers");
+        // Both watchers subscribed first (they start with their gateways).
+        let channel = "pressure:{config}:tenant-overrides:changed";
+        let deadline = Instant::now() + PROPAGATION_BOUND;
+        loop {
+            let (_, n): (String, i64) = redis::cmd("PUBSUB")
+                .arg("NUMSUB")
+                .arg(channel)
+                .query_async(&mut conn)
+                .await
+                .expect("PUBSUB NUMSUB");
+            if n == 2 {
+                break;
+            }
+            assert!(Instant::now() < deadline, "{n} subscribers of {channel}");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let killed: i64 = redis::cmd("CLIENT")
+            .arg("KILL")
+            .arg("TYPE")
+            .arg("pubsub")
+            .query_async(&mut conn)
+            .await
+            .expect("CLIENT KILL");
+        assert_eq!(killed, 2, "the two subscriptions");
+        put(&b, "acme", json!({ "requestsPerMinute": 10 })).await;
+
+        // A reads the whole hash again when it has subscribed again.
+        let refused = until(&a, "acme", StatusCode::OK).await;
+        assert!(
+            refused.iter().all(|s| *s == StatusCode::TOO_MANY_REQUESTS),
+            "{refused:?}"
+        );
+        assert_eq!(get(&a, "acme").await["source"], "live");
+
+        a.stop().await;
+        b.stop().await;
+        up.stop().await;
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_redis_unreachable_a_write_is_503_and_changes_nothing() {
+    bounded(async {
+        let up = TestUpstream::demo().await;
+        let port = support::dead_port().await;
+        let backend = json!({ "type": "redis", "url": format!("redis://127.0.0.1:{port}"),
+                              "connectTimeoutMs": 200, "timeoutMs": 100 });
+        let gw = TestGateway::start(config(&up, backend, json!({}))).await;
+        let r = admin(
+            &gw,
+            Method::PUT,
+            &limits_path("acme"),
+            r#"{"requestsPerMinute":5}"#,
+            Some(ADMIN_TOKEN),
+        )
+        .await;
+        assert_eq!(r.status, StatusCode::SERVICE_UNAVAILABLE, "{:?}", r.body);
+        assert_eq!(r.json()["error"]["type"], "limiter_unavailable");
+        let doc = get(&gw, "acme").await;
+        assert_eq!(doc["source"], "default");
+        assert!(doc["usage"]["error"].is_string(), "{doc}");
+        gw.stop().await;
+        up.stop().await;
+    })
+    .await;
+}
