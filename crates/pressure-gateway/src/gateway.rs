@@ -321,7 +321,7 @@ impl Gateway {
         )
         .map_err(ConfigError::from)?
         .with_live_overrides(Arc::clone(self.inner.overrides.live()));
-        reload::retemplate_tenants(&self.inner.broker, old.tenant(), plan.tenant());
+        reload::retemplate_tenants(&self.inner.broker, &old, &plan);
         for id in old.resource_ids().difference(plan.resource_ids()) {
             self.inner.broker.unregister(id);
         }

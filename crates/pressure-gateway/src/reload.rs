@@ -12,9 +12,9 @@
 
 use crate::backend::Broker;
 use crate::config::{ConfigError, GatewayConfig};
-use crate::plan::TenantPolicy;
+use crate::plan::Plan;
 use crate::resources;
-use pressure_core::{LimitTemplate, Limits};
+use pressure_core::Limits;
 use serde::Serialize;
 use std::collections::BTreeMap;
 
@@ -134,15 +134,15 @@ fn tenant_ids(broker: &Broker) -> Vec<String> {
 /// registered now (new tenants get theirs from the plan), keeping their
 /// usage; unregisters them when tenants are no longer limited. Live
 /// overrides are shared by both plans and still win.
-pub(crate) fn retemplate_tenants(broker: &Broker, old: &TenantPolicy, new: &TenantPolicy) {
-    let limits = |t: &Option<LimitTemplate>| t.as_ref().map(|t| t.limits().clone());
-    let overrides = |p: &TenantPolicy| -> BTreeMap<String, Limits> {
-        p.overrides
+pub(crate) fn retemplate_tenants(broker: &Broker, old: &Plan, new: &Plan) {
+    let limits = |p: &Plan| p.tenant().template.as_ref().map(|t| t.limits().clone());
+    let overrides = |p: &Plan| -> BTreeMap<String, Limits> {
+        p.tenant_overrides()
             .iter()
             .map(|(id, t)| (id.clone(), t.limits().clone()))
             .collect()
     };
-    if limits(&old.template) == limits(&new.template) && overrides(old) == overrides(new) {
+    if limits(old) == limits(new) && overrides(old) == overrides(new) {
         return;
     }
     for id in tenant_ids(broker) {

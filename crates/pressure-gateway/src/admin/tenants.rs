@@ -118,10 +118,9 @@ async fn write(
 /// The `GET` document of `tenant`.
 async fn describe(gateway: &crate::Gateway, tenant: &str) -> Json<Value> {
     let plan = gateway.plan();
-    let policy = plan.tenant();
-    let (limits, source, enforced) = match policy.limits_of(tenant) {
+    let (limits, source, enforced) = match plan.tenant_limits(tenant) {
         Some((t, s)) => (Some(t), s, true),
-        None => match policy.live.get(tenant) {
+        None => match plan.live_overrides().get(tenant) {
             Some(t) => (Some(t), Source::Live, false),
             None => (None, Source::Default, false),
         },

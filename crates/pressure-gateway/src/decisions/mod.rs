@@ -181,8 +181,7 @@ pub(crate) fn resolve(
             return Err(unknown());
         }
         return plan
-            .tenant()
-            .handle(broker, tenant)
+            .tenant_handle(broker, tenant)
             .ok_or_else(unknown)?
             .map_err(|e| Rejection::LimiterUnavailable {
                 resource: id.to_owned(),

@@ -15,7 +15,7 @@
 //! `pressure.enabled`); otherwise they are kept (and shown) but unused.
 //!
 //! A tenant registers lazily with the limits that hold at its first request
-//! ([`crate::plan::TenantPolicy::handle`]); a change of a tenant's limits —
+//! (`Plan::tenant_handle`); a change of a tenant's limits —
 //! a live write here or on another instance, or a reload that changes the
 //! config overrides or the template — updates the registered resource in
 //! place with `ResourceBroker::set_limits`, keeping its usage.
@@ -29,7 +29,7 @@ pub(crate) mod store;
 use crate::backend::Broker;
 use crate::config::ConfigError;
 use crate::layers::tenant::jwt::MAX_TENANT_LEN;
-use crate::plan::TenantPolicy;
+use crate::plan::Plan;
 use crate::resources;
 use arc_swap::ArcSwap;
 use pressure_core::{LimitTemplate, Limits};
@@ -102,15 +102,15 @@ pub(crate) fn config_overrides(
 }
 
 /// Brings the registered resource of `tenant`, if any, to the limits it
-/// gets now under `policy`, keeping its usage (an unregistered tenant picks
+/// gets now under `plan`, keeping its usage (an unregistered tenant picks
 /// them up at its first request); unregisters it while tenants are not
 /// limited.
-pub(crate) fn refresh(broker: &Broker, policy: &TenantPolicy, tenant: &str) {
+pub(crate) fn refresh(broker: &Broker, plan: &Plan, tenant: &str) {
     let resource = resources::tenant(tenant);
     if broker.resource(&resource).is_none() {
         return;
     }
-    match policy.limits_of(tenant) {
+    match plan.tenant_limits(tenant) {
         Some((limits, _)) => {
             if let Err(e) = broker.set_limits(&resource, limits.limits().clone()) {
                 tracing::warn!(resource = resource.as_str(), error = %e, "tenant limits not updated");

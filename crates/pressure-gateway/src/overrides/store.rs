@@ -157,7 +157,7 @@ impl Overrides {
                 None => (store.delete(&tenant).await?, None),
             };
             if live.apply(version, &tenant, template) {
-                refresh(&broker, plan.load().tenant(), &tenant);
+                refresh(&broker, &plan.load(), &tenant);
             }
             Ok(())
         });
@@ -202,7 +202,7 @@ fn watch(hash: Arc<SharedHash>, live: Arc<LiveOverrides>, plan: PlanCell, broker
             if !touched.is_empty() {
                 let plan = plan.load();
                 for tenant in &touched {
-                    refresh(&broker, plan.tenant(), tenant);
+                    refresh(&broker, &plan, tenant);
                 }
             }
         })

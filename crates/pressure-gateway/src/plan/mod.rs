@@ -48,46 +48,6 @@ pub struct TenantPolicy {
     pub required: bool,
     /// Each tenant's limits; none: tenants are not limited.
     pub template: Option<LimitTemplate>,
-    /// Limits of named tenants instead of `template`
-    /// (`perTenant.overrides`; empty while tenants are not limited).
-    pub overrides: BTreeMap<String, LimitTemplate>,
-    /// The live overrides (admin API), shared by every plan of a gateway;
-    /// they win over `overrides` (`crate::overrides`).
-    pub(crate) live: Arc<LiveOverrides>,
-}
-
-impl TenantPolicy {
-    /// The limits `tenant` gets now and where they come from; `None` while
-    /// tenants are not limited.
-    pub(crate) fn limits_of(&self, tenant: &str) -> Option<(LimitTemplate, Source)> {
-        let template = self.template.as_ref()?;
-        let live = self.live.get(tenant);
-        let (t, source) = overrides::resolve(live.as_ref(), self.overrides.get(tenant), template);
-        Some((t.clone(), source))
-    }
-
-    /// The handle of `tenant`'s resource, registered on first use with the
-    /// limits it gets now ([`limits_of`](Self::limits_of)); `None` while
-    /// tenants are not limited. A live override written while the tenant
-    /// registers is applied to it before this returns.
-    pub(crate) fn handle(
-        &self,
-        broker: &Broker,
-        tenant: &str,
-    ) -> Option<Result<ResourceHandle<AnyBackend>, pressure_core::Error>> {
-        let template = self.template.as_ref()?;
-        let seen = self.live.changes();
-        // No clone of the limits on the hot path: they are read in place.
-        let live = self.live.view();
-        let live = live.as_ref().and_then(|v| v.get(tenant));
-        let (limits, _) = overrides::resolve(live, self.overrides.get(tenant), template);
-        let resource = crate::resources::tenant(tenant);
-        let handle = broker.lazy_limit(&resource, limits);
-        if handle.is_ok() && self.live.changes() != seen {
-            overrides::refresh(broker, self, tenant);
-        }
-        Some(handle)
-    }
 }
 
 /// The built request path of one config.
@@ -103,6 +63,8 @@ pub struct Plan {
     denial_lines: u32,
     rate_limit_headers: bool,
     resources: BTreeSet<String>,
+    tenant_overrides: BTreeMap<String, LimitTemplate>,
+    live: Arc<LiveOverrides>,
     config: GatewayConfig,
 }
 
@@ -163,16 +125,15 @@ impl Plan {
         for (prefix, handle) in routes {
             router = router.limit(prefix, handle);
         }
+        let tenant_overrides = if template.is_some() {
+            tenant_overrides
+        } else {
+            BTreeMap::new()
+        };
         let tenant = TenantPolicy {
             auth,
             required: config.auth.required,
-            overrides: if template.is_some() {
-                tenant_overrides
-            } else {
-                BTreeMap::new()
-            },
             template,
-            live: Arc::default(),
         };
         Ok(Self {
             router,
@@ -185,6 +146,8 @@ impl Plan {
             denial_lines: config.denial_log.lines_per_resource_per_second,
             rate_limit_headers: config.pressure.rate_limit_headers,
             resources: ids,
+            tenant_overrides,
+            live: Arc::default(),
             config,
         })
     }
@@ -212,8 +175,52 @@ impl Plan {
     /// The plan reading `live` as its live tenant overrides (a gateway's
     /// plans share one).
     pub(crate) fn with_live_overrides(mut self, live: Arc<LiveOverrides>) -> Self {
-        self.tenant.live = live;
+        self.live = live;
         self
+    }
+
+    /// The live tenant overrides (admin API), shared by every plan of a
+    /// gateway; they win over [`tenant_overrides`](Self::tenant_overrides).
+    pub(crate) fn live_overrides(&self) -> &LiveOverrides {
+        &self.live
+    }
+
+    /// Limits of named tenants instead of the tenant template
+    /// (`perTenant.overrides`; empty while tenants are not limited).
+    pub(crate) fn tenant_overrides(&self) -> &BTreeMap<String, LimitTemplate> {
+        &self.tenant_overrides
+    }
+
+    /// The limits `tenant` gets now and where they come from; `None` while
+    /// tenants are not limited (`crate::overrides`).
+    pub(crate) fn tenant_limits(&self, tenant: &str) -> Option<(LimitTemplate, Source)> {
+        let template = self.tenant.template.as_ref()?;
+        let live = self.live.get(tenant);
+        let (t, source) = overrides::resolve(live.as_ref(), self.tenant_overrides.get(tenant), template);
+        Some((t.clone(), source))
+    }
+
+    /// The handle of `tenant`'s resource, registered on first use with the
+    /// limits it gets now ([`tenant_limits`](Self::tenant_limits)); `None`
+    /// while tenants are not limited. A live override written while the
+    /// tenant registers is applied to it before this returns.
+    pub(crate) fn tenant_handle(
+        &self,
+        broker: &Broker,
+        tenant: &str,
+    ) -> Option<Result<ResourceHandle<AnyBackend>, pressure_core::Error>> {
+        let template = self.tenant.template.as_ref()?;
+        let seen = self.live.changes();
+        // No clone of the limits on the hot path: they are read in place.
+        let live = self.live.view();
+        let live = live.as_ref().and_then(|v| v.get(tenant));
+        let (limits, _) = overrides::resolve(live, self.tenant_overrides.get(tenant), template);
+        let resource = crate::resources::tenant(tenant);
+        let handle = broker.lazy_limit(&resource, limits);
+        if handle.is_ok() && self.live.changes() != seen {
+            overrides::refresh(broker, self, tenant);
+        }
+        Some(handle)
     }
 
     /// The LLM client, when `gateway.llm` is set.

@@ -63,7 +63,7 @@ impl Step for TenantLayer {
         if let Some(c) = crate::charged::of(&req) {
             c.tenant(&tenant.0);
         }
-        let Some(registered) = policy.handle(&self.broker, &tenant.0) else {
+        let Some(registered) = plan.tenant_handle(&self.broker, &tenant.0) else {
             return Box::pin(next.call(req));
         };
         let handle = match registered {
