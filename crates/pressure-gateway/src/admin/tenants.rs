@@ -58,7 +58,7 @@ pub(super) async fn put(
         Ok(l) => l,
         Err(e) => return Rejection::InvalidConfig(e).into_response(),
     };
-    let template = match compile(&limits, "") {
+    let template = match compile(&limits, "").and_then(|t| holdable(&gateway, &tenant, t)) {
         Ok(t) => t,
         Err(e) => return Rejection::InvalidConfig(e).into_response(),
     };
@@ -80,6 +80,26 @@ fn checked(state: &AdminState, tenant: &str) -> Result<crate::Gateway, Rejection
         .control
         .clone()
         .ok_or(Rejection::AdminNotFound("this admin listener has no gateway"))
+}
+
+/// `template` if the gateway's backend can hold it (Redis refuses a `gcra`
+/// rate finer than its clock), so that no stored override makes its
+/// tenant unregistrable.
+fn holdable(
+    gateway: &crate::Gateway,
+    tenant: &str,
+    template: pressure_core::LimitTemplate,
+) -> Result<pressure_core::LimitTemplate, ConfigError> {
+    let spec = template
+        .limits()
+        .compile()
+        .map_err(|e| ConfigError::new(e.field, e.problem))?;
+    gateway
+        .broker()
+        .backend()
+        .attach(&resources::tenant(tenant), Arc::new(spec))
+        .map(|_| template)
+        .map_err(|e| ConfigError::new("(body)", e.to_string()))
 }
 
 /// The body as `Limits`, or the problem at its path.

@@ -429,6 +429,11 @@ async fn with_redis_unreachable_a_write_is_503_and_changes_nothing() {
         .await;
         assert_eq!(r.status, StatusCode::SERVICE_UNAVAILABLE, "{:?}", r.body);
         assert_eq!(r.json()["error"]["type"], "limiter_unavailable");
+        // Limits the Redis backend cannot hold (a gcra rate finer than its
+        // microsecond clock) are refused before anything is stored.
+        let fine = r#"{"algorithm":"gcra","tokensPerMinute":600000000}"#;
+        let r = admin(&gw, Method::PUT, &limits_path("acme"), fine, Some(ADMIN_TOKEN)).await;
+        assert_eq!(r.status, StatusCode::BAD_REQUEST, "{:?}", r.body);
         let doc = get(&gw, "acme").await;
         assert_eq!(doc["source"], "default");
         assert!(doc["usage"]["error"].is_string(), "{doc}");
