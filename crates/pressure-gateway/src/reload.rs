@@ -2,9 +2,8 @@
 //!
 //! A reload re-reads the config file, validates it and swaps the whole plan
 //! (routes, limits, auth, tenant template and overrides, body and upstream
-//! bounds). What
-//! the running process bound or built at start can only change with a
-//! restart: the listeners (`listen`, `admin`, `decisions`, turning `tls` on or off —
+//! bounds). What the running process bound or built at start can only
+//! change with a restart: the listeners (`listen`, `admin`, `decisions`, turning `tls` on or off —
 //! the certificate files themselves are re-read on every reload), the
 //! `backend`, the LLM section, `limits.maxHeaderBytes`, the client-side and
 //! connect timeouts, `shutdownGraceMs` and `perTenant.maxTenants`. A reload that changes one
