@@ -16,6 +16,8 @@ use crate::layers::tenant::TenantLayer;
 use crate::manual_queue::RedisManualQueue;
 use crate::metrics::GatewayMetrics;
 use crate::openai::{Llm, OpenAiLayer};
+use crate::overrides::store::Overrides;
+use crate::overrides::LiveOverrides;
 use crate::plan::Plan;
 use crate::proxy::{Forward, Proxy};
 use crate::reload::{self, ReloadOutcome};
@@ -83,6 +85,7 @@ struct GatewayState {
     force_access_log: bool,
     permits: Arc<PermitStore>,
     decisions_token: Option<Arc<str>>,
+    overrides: Overrides,
 }
 
 impl std::fmt::Debug for Gateway {
@@ -160,10 +163,16 @@ impl Gateway {
             .as_ref()
             .map_or(DEFAULT_MAX_PERMITS, |d| d.max_permits);
         let tls = LoadedTls::load(&config, base_dir)?.into_listeners();
-        let plan = Plan::build(config, base_dir, &broker, llm).map_err(ConfigError::from)?;
+        let backend_config = config.backend.clone();
+        let live = Arc::new(LiveOverrides::default());
+        let plan = Plan::build(config, base_dir, &broker, llm)
+            .map_err(ConfigError::from)?
+            .with_live_overrides(Arc::clone(&live));
+        let plan: PlanCell = Arc::new(ArcSwap::from_pointee(plan));
+        let overrides = Overrides::start(&backend_config, live, plan.clone(), broker.clone());
         Ok(Self {
             inner: Arc::new(GatewayState {
-                plan: Arc::new(ArcSwap::from_pointee(plan)),
+                plan,
                 broker,
                 metrics,
                 redis,
@@ -176,6 +185,7 @@ impl Gateway {
                 force_access_log: false,
                 permits: PermitStore::start(max_permits),
                 decisions_token,
+                overrides,
             }),
         })
     }
@@ -309,14 +319,26 @@ impl Gateway {
             &self.inner.broker,
             old.llm().cloned(),
         )
-        .map_err(ConfigError::from)?;
-        reload::retemplate_tenants(&self.inner.broker, old.config(), plan.config());
+        .map_err(ConfigError::from)?
+        .with_live_overrides(Arc::clone(self.inner.overrides.live()));
+        reload::retemplate_tenants(&self.inner.broker, &old, &plan);
         for id in old.resource_ids().difference(plan.resource_ids()) {
             self.inner.broker.unregister(id);
         }
         self.inner.plan.store(Arc::new(plan));
         tls.install(&self.inner.tls);
         Ok(outcome)
+    }
+
+    /// Sets (`Some`) or removes (`None`) the live limit override of
+    /// `tenant` for every gateway on the same backend, applied here at once
+    /// (`crate::overrides`).
+    pub(crate) async fn write_override(
+        &self,
+        tenant: String,
+        limits: Option<(pressure_core::Limits, pressure_core::LimitTemplate)>,
+    ) -> Result<(), pressure_core::BackendError> {
+        self.inner.overrides.write(tenant, limits).await
     }
 
     /// Marks the gateway as stopping: `/readyz` answers 503 from now on.

@@ -36,6 +36,7 @@ mod layers;
 pub mod manual_queue;
 mod metrics;
 pub mod openai;
+mod overrides;
 mod path;
 mod permits;
 mod plan;

@@ -2,9 +2,9 @@
 //!
 //! A reload re-reads the config file, validates it and swaps the whole plan
 //! (routes, limits, auth — the API key table too, so a removed key is
-//! refused from the swap on —, tenant template, body and upstream bounds). What
-//! the running process bound or built at start can only change with a
-//! restart: the listeners (`listen`, `admin`, `decisions`, turning `tls` on or off —
+//! refused from the swap on —, tenant template and overrides, body and
+//! upstream bounds). What the running process bound or built at start can
+//! only change with a restart: the listeners (`listen`, `admin`, `decisions`, turning `tls` on or off —
 //! the certificate files themselves are re-read on every reload), the
 //! `backend`, the LLM section, `limits.maxHeaderBytes`, the client-side and
 //! connect timeouts, `shutdownGraceMs` and `perTenant.maxTenants`. A reload that changes one
@@ -12,6 +12,7 @@
 
 use crate::backend::Broker;
 use crate::config::{ConfigError, GatewayConfig};
+use crate::plan::Plan;
 use crate::resources;
 use pressure_core::Limits;
 use serde::Serialize;
@@ -130,34 +131,22 @@ fn tenant_ids(broker: &Broker) -> Vec<String> {
         .collect()
 }
 
-/// Applies a changed tenant template to the tenants registered now (new
-/// tenants get the new template from the plan), keeping their usage.
-pub(crate) fn retemplate_tenants(broker: &Broker, old: &GatewayConfig, new: &GatewayConfig) {
-    let (before, after) = (&old.pressure.per_tenant, &new.pressure.per_tenant);
-    let active = |t: &crate::config::TenantLimits, enabled: bool| {
-        if enabled && t.enabled {
-            t.limits.clone()
-        } else {
-            None
-        }
+/// Applies a changed tenant template or config override to the tenants
+/// registered now (new tenants get theirs from the plan), keeping their
+/// usage; unregisters them when tenants are no longer limited. Live
+/// overrides are shared by both plans and still win.
+pub(crate) fn retemplate_tenants(broker: &Broker, old: &Plan, new: &Plan) {
+    let limits = |p: &Plan| p.tenant().template.as_ref().map(|t| t.limits().clone());
+    let overrides = |p: &Plan| -> BTreeMap<String, Limits> {
+        p.tenant_overrides()
+            .iter()
+            .map(|(id, t)| (id.clone(), t.limits().clone()))
+            .collect()
     };
-    let (before, after) = (
-        active(before, old.pressure.enabled),
-        active(after, new.pressure.enabled),
-    );
-    if before == after {
+    if limits(old) == limits(new) && overrides(old) == overrides(new) {
         return;
     }
     for id in tenant_ids(broker) {
-        match &after {
-            Some(limits) => {
-                if let Err(e) = broker.set_limits(&id, limits.clone()) {
-                    tracing::warn!(resource = id.as_str(), error = %e, "tenant limits not updated");
-                }
-            }
-            None => {
-                broker.unregister(&id);
-            }
-        }
+        crate::overrides::refresh(broker, new, &id[resources::TENANT_PREFIX.len()..]);
     }
 }

@@ -14,6 +14,10 @@
 //!   which its content matters — is past is deleted; one whose mark is ahead
 //!   expires at the mark; one without a mark (the shared breaker hashes)
 //!   expires after [`GcOptions::default_ttl`].
+//! * **Configuration is not garbage**: keys under `<prefix>:{config}:`
+//!   ([`SharedHash`](crate::SharedHash), e.g. the gateway's live tenant
+//!   limit overrides) persist on purpose and are skipped before any script
+//!   runs ([`GcReport::skipped_config`]).
 //! * **Safe on a live Redis**: keys are found with `SCAN` in batches, never
 //!   `KEYS`, and each key is looked at and changed in one script call, so a
 //!   gateway writing the same key meanwhile loses nothing: whichever runs
@@ -35,6 +39,7 @@
 use crate::config::RedisConfig;
 use crate::conn::{self, Conn};
 use crate::scripts;
+use crate::shared_hash::is_config_key;
 use futures::{StreamExt, TryStreamExt};
 use pressure_core::BackendError;
 use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
@@ -90,6 +95,15 @@ pub struct GcReport {
     pub deleted: u64,
     /// Left alone: not a hash (the manual queue's stream, anything else).
     pub skipped_non_hash: u64,
+    /// Left alone: shared configuration under `<prefix>:{config}:`, which
+    /// persists on purpose (not written when 0, so reports of a Redis
+    /// without any read as before).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub skipped_config: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// Gives every key under `config.key_prefix` that has no expiry the one it
@@ -107,6 +121,7 @@ pub struct GcReport {
 pub async fn gc(config: &RedisConfig, opts: &GcOptions) -> Result<GcReport, BackendError> {
     let conn = conn::connect(config, config.timeout()).await?;
     let mut run = Run {
+        prefix: config.key_prefix.clone(),
         address: conn::display_address(config),
         timeout: config.timeout(),
         pattern: format!("{}:*", glob_escape(&config.key_prefix)),
@@ -137,6 +152,7 @@ pub async fn gc(config: &RedisConfig, opts: &GcOptions) -> Result<GcReport, Back
 /// One run of [`gc`]: its connection, settings and counts so far.
 struct Run {
     conn: Conn,
+    prefix: String,
     address: String,
     timeout: Duration,
     pattern: String,
@@ -201,6 +217,10 @@ impl Run {
     /// Runs `lua/gc.lua` on every key of one batch, [`IN_FLIGHT`] at a time,
     /// each routed by its key, and counts the answers.
     async fn fix(&mut self, keys: &[Vec<u8>]) -> Result<(), BackendError> {
+        let (config, keys): (Vec<&Vec<u8>>, Vec<&Vec<u8>>) =
+            keys.iter().partition(|k| is_config_key(&self.prefix, k));
+        self.report.skipped_config += config.len() as u64;
+        self.report.scanned += config.len() as u64;
         let codes: Vec<i64> = futures::stream::iter(keys)
             .map(|key| {
                 let mut conn = self.conn.clone();

@@ -67,6 +67,10 @@
 //!   gives the keys that versions before the `e` mark left without a TTL
 //!   the expiry they were meant to have, or deletes them when their content
 //!   is past; one atomic script per key, so it runs on a live fleet.
+//! * **Shared configuration**: [`SharedHash`] is a persistent hash under
+//!   `<prefix>:{config}:` whose writes are announced on a pub/sub channel,
+//!   so every instance applies a change one delivery after it is made (the
+//!   gateway's live tenant limit overrides).
 
 #![warn(unreachable_pub)]
 
@@ -84,6 +88,7 @@ mod scripts;
 mod settle;
 mod shape;
 mod shared_breaker;
+mod shared_hash;
 mod store;
 
 pub use any::{AnyBackend, AnyHandle};
@@ -92,5 +97,8 @@ pub use config::{FailureMode, RedisConfig};
 /// The one-off repair of keys left without an expiry by older versions
 /// (`pressure redis gc`, docs/runbook.md "Redis keys without an expiry").
 pub use gc::{gc, GcOptions, GcReport};
+/// A small hash of configuration the fleet shares and watches (the
+/// gateway's live tenant limit overrides); persistent, left alone by [`gc`].
+pub use shared_hash::{SharedHash, SharedHashEvent};
 pub use tls::RedisTlsConfig;
 mod tls;

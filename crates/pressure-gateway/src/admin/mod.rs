@@ -13,6 +13,9 @@
 //! | `POST /admin/pressure/reload` | re-reads the config file: `200` with what changed, or `400` naming the JSON path (the old config serves on) |
 //! | `GET /admin/pressure/summary?top=N` | what the dashboard draws, small whatever the number of tenants (`admin/summary.rs`) |
 //! | `GET /admin/pressure/events?top=N&everyMs=M` | the summary as Server-Sent Events, one `summary` event per second (`admin/events.rs`) |
+//! | `GET /admin/pressure/tenants/{id}/limits` | a tenant's limits now, their `source` (`live` \| `config` \| `default`) and usage per dimension (`admin/tenants.rs`) |
+//! | `PUT /admin/pressure/tenants/{id}/limits` | a `Limits` body becomes the tenant's live override on every gateway of the backend; `400` naming the field |
+//! | `DELETE /admin/pressure/tenants/{id}/limits` | removes it fleet-wide: back to `perTenant.overrides.<id>` or `perTenant.limits` |
 //! | `GET /dashboard` (and `GET /` → 303) | the live operator dashboard, embedded in the binary (`admin/dashboard.rs`) |
 //!
 //! `/healthz` (liveness) always answers 200 while the process serves: when Redis is
@@ -31,6 +34,7 @@ mod events;
 mod llm;
 mod queue;
 mod summary;
+mod tenants;
 
 use crate::backend::{AnyBackend, Broker};
 use crate::metrics::{GatewayMetrics, CONTENT_TYPE};
@@ -95,6 +99,10 @@ pub fn router(state: AdminState) -> Router {
         .route("/admin/pressure/reload", axum::routing::post(reload))
         .route("/admin/pressure/summary", get(summary::summary))
         .route("/admin/pressure/events", get(events::events))
+        .route(
+            "/admin/pressure/tenants/{id}/limits",
+            get(tenants::get).put(tenants::put).delete(tenants::delete),
+        )
         .route("/metrics", get(metrics))
         .route_layer(middleware::from_fn_with_state(state.clone(), auth::require_token));
     Router::new()

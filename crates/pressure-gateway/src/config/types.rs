@@ -341,6 +341,14 @@ pub struct TenantLimits {
     /// Limits of each tenant.
     #[serde(default)]
     pub limits: Option<Limits>,
+    /// Limits of named tenants (tenant id → limits), each a full
+    /// replacement of `limits` for that tenant (a dimension it does not set
+    /// is not limited for that tenant). Precedence: a live override (`PUT
+    /// /admin/pressure/tenants/{id}/limits`, kept in the backend) over this
+    /// one over `limits`. Applies only while `enabled`; a reload applies a
+    /// change to tenants already registered, keeping their usage.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub overrides: BTreeMap<String, Limits>,
     /// Most tenants kept at once (idle ones are evicted beyond).
     #[serde(default = "default_max_tenants")]
     pub max_tenants: usize,
@@ -351,6 +359,7 @@ impl Default for TenantLimits {
         Self {
             enabled: false,
             limits: None,
+            overrides: BTreeMap::new(),
             max_tenants: default_max_tenants(),
         }
     }

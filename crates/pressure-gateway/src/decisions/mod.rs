@@ -168,7 +168,7 @@ async fn not_found(request: Request) -> Response {
 
 /// The handle of the configured resource `id` in `plan`: a route, service
 /// or `pressure.resources` entry, an LLM resource, or a tenant (registered
-/// lazily with the tenant template, as the tenant layer does).
+/// lazily with its limits, as the tenant layer does).
 pub(crate) fn resolve(
     plan: &Plan,
     broker: &Broker,
@@ -176,13 +176,13 @@ pub(crate) fn resolve(
 ) -> Result<ResourceHandle<AnyBackend>, Rejection> {
     let unknown = || Rejection::UnknownResource(id.to_owned());
     if resources::is_tenant(id) {
-        let template = plan.tenant().template.as_ref().ok_or_else(unknown)?;
         let tenant = &id[resources::TENANT_PREFIX.len()..];
         if tenant.is_empty() || tenant.len() > MAX_TENANT_BYTES {
             return Err(unknown());
         }
-        return broker
-            .lazy_limit(id, template)
+        return plan
+            .tenant_handle(broker, tenant)
+            .ok_or_else(unknown)?
             .map_err(|e| Rejection::LimiterUnavailable {
                 resource: id.to_owned(),
                 layer: crate::metrics::Layer::Decision,

@@ -28,10 +28,11 @@ use crate::backend::{AnyBackend, Broker};
 use crate::config::{AuthConfig, ConfigError, ConfigErrors, GatewayConfig};
 use crate::layers::tenant::api_key::ApiKeys;
 use crate::layers::tenant::Authenticator;
+use crate::overrides::{self, LiveOverrides, Source};
 use limits::ChargedBy;
 use pressure_core::{LimitTemplate, Limits, ResourceHandle};
 use pressure_llm::pipeline::LlmClient;
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
@@ -66,6 +67,8 @@ pub struct Plan {
     denial_lines: u32,
     rate_limit_headers: bool,
     resources: BTreeSet<String>,
+    tenant_overrides: BTreeMap<String, LimitTemplate>,
+    live: Arc<LiveOverrides>,
     config: GatewayConfig,
 }
 
@@ -96,8 +99,16 @@ impl Plan {
         problems.keep(tls::check(&config, base_dir));
         let decided = problems.keep(limits::decision_resources(&config));
         problems.keep(listeners::check_decisions(&config));
-        let (Some(upstreams), Some(auth), Some(keys), Some((limited, template)), Some(decided)) =
-            (upstreams, auth, keys, pressure, decided)
+        let tenant_overrides =
+            problems.keep(overrides::config_overrides(&config.pressure.per_tenant.overrides));
+        let (
+            Some(upstreams),
+            Some(auth),
+            Some(keys),
+            Some((limited, template)),
+            Some(decided),
+            Some(tenant_overrides),
+        ) = (upstreams, auth, keys, pressure, decided, tenant_overrides)
         else {
             return Err(problems.into_errors());
         };
@@ -131,6 +142,11 @@ impl Plan {
             Ok(handle)
         })
         .map_err(ConfigErrors::from)?;
+        let tenant_overrides = if template.is_some() {
+            tenant_overrides
+        } else {
+            BTreeMap::new()
+        };
         let tenant = TenantPolicy {
             auth,
             api_keys,
@@ -148,6 +164,8 @@ impl Plan {
             denial_lines: config.denial_log.lines_per_resource_per_second,
             rate_limit_headers: config.pressure.rate_limit_headers,
             resources: ids,
+            tenant_overrides,
+            live: Arc::default(),
             config,
         })
     }
@@ -170,6 +188,57 @@ impl Plan {
     /// The tenant policy.
     pub fn tenant(&self) -> &TenantPolicy {
         &self.tenant
+    }
+
+    /// The plan reading `live` as its live tenant overrides (a gateway's
+    /// plans share one).
+    pub(crate) fn with_live_overrides(mut self, live: Arc<LiveOverrides>) -> Self {
+        self.live = live;
+        self
+    }
+
+    /// The live tenant overrides (admin API), shared by every plan of a
+    /// gateway; they win over [`tenant_overrides`](Self::tenant_overrides).
+    pub(crate) fn live_overrides(&self) -> &LiveOverrides {
+        &self.live
+    }
+
+    /// Limits of named tenants instead of the tenant template
+    /// (`perTenant.overrides`; empty while tenants are not limited).
+    pub(crate) fn tenant_overrides(&self) -> &BTreeMap<String, LimitTemplate> {
+        &self.tenant_overrides
+    }
+
+    /// The limits `tenant` gets now and where they come from; `None` while
+    /// tenants are not limited (`crate::overrides`).
+    pub(crate) fn tenant_limits(&self, tenant: &str) -> Option<(LimitTemplate, Source)> {
+        let template = self.tenant.template.as_ref()?;
+        let live = self.live.get(tenant);
+        let (t, source) = overrides::resolve(live.as_ref(), self.tenant_overrides.get(tenant), template);
+        Some((t.clone(), source))
+    }
+
+    /// The handle of `tenant`'s resource, registered on first use with the
+    /// limits it gets now ([`tenant_limits`](Self::tenant_limits)); `None`
+    /// while tenants are not limited. A live override written while the
+    /// tenant registers is applied to it before this returns.
+    pub(crate) fn tenant_handle(
+        &self,
+        broker: &Broker,
+        tenant: &str,
+    ) -> Option<Result<ResourceHandle<AnyBackend>, pressure_core::Error>> {
+        let template = self.tenant.template.as_ref()?;
+        let seen = self.live.changes();
+        // No clone of the limits on the hot path: they are read in place.
+        let live = self.live.view();
+        let live = live.as_ref().and_then(|v| v.get(tenant));
+        let (limits, _) = overrides::resolve(live, self.tenant_overrides.get(tenant), template);
+        let resource = crate::resources::tenant(tenant);
+        let handle = broker.lazy_limit(&resource, limits);
+        if handle.is_ok() && self.live.changes() != seen {
+            overrides::refresh(broker, self, tenant);
+        }
+        Some(handle)
     }
 
     /// The LLM client, when `gateway.llm` is set.

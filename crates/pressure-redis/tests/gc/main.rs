@@ -359,3 +359,41 @@ async fn an_unreachable_redis_is_an_error_with_its_address() {
         other => panic!("expected unavailable, got {other:?}"),
     }
 }
+
+/// The shared configuration (`SharedHash`, the gateway's live tenant limit
+/// overrides) persists on purpose: gc skips it, dry run or not, while a
+/// state hash beside it without a mark gets the default TTL.
+#[tokio::test(flavor = "multi_thread")]
+async fn shared_configuration_is_left_alone() {
+    let prefix = format!("{}-gc-config", support::run_id());
+    let config = RedisConfig {
+        key_prefix: prefix.clone(),
+        ..support::config(support::redis_url())
+    };
+    let overrides = pressure_redis::SharedHash::new(&config, "tenant-overrides");
+    overrides
+        .set("acme", r#"{"requestsPerMinute":10}"#)
+        .await
+        .expect("written");
+    let mut conn = connect(&config).await;
+    let bare = ResourceKeys::new(&prefix, "gateway:tenant:acme").state;
+    hash(&mut conn, &bare, &[]).await;
+    let version_key = format!("{}:v", overrides.key());
+
+    for dry_run in [true, false] {
+        let report = pressure_redis::gc(&config, &options(dry_run, 2))
+            .await
+            .expect("gc");
+        // scanned, had_ttl, expiry_set, deleted, skipped_non_hash
+        assert_eq!(counts(&report), [3, 0, 1, 0, 0], "{report:?}");
+        assert_eq!(report.skipped_config, 2, "the hash and its version");
+    }
+    assert_eq!(pttl(&mut conn, overrides.key()).await, -1, "no expiry given");
+    assert_eq!(pttl(&mut conn, &version_key).await, -1);
+    assert_expires_in(&mut conn, &bare, DEFAULT_TTL.as_millis() as i64).await;
+    let (_, entries) = overrides.snapshot().await.expect("read");
+    assert_eq!(
+        entries.get("acme").map(String::as_str),
+        Some(r#"{"requestsPerMinute":10}"#)
+    );
+}

@@ -3,8 +3,8 @@
 //! numbers and other types are refused, so `777` and `"777"` can never share
 //! a counter), or a known API key does (`gateway.auth.apiKeys`, see
 //! [`credential`] for which header is read), whose resource
-//! `gateway:tenant:<id>` is registered lazily with the plan's tenant
-//! template. A key with limits of its own is charged those too, all or
+//! `gateway:tenant:<id>` is registered lazily with its limits (the plan's
+//! tenant template, or an override: `crate::overrides`). A key with limits of its own is charged those too, all or
 //! nothing ([`key_limit`]). A credential that is present but invalid is
 //! always `401`; a missing one is `401` only when auth is required, and
 //! otherwise passes as anonymous without a tenant limit.
@@ -19,7 +19,7 @@ pub(crate) use jwt::{AuthError, Authenticator, Tenant};
 use super::{routed, step_layer, take_ready, Outcome, RejectingService, Step};
 use crate::backend::{AnyBackend, Broker};
 use crate::metrics::{GatewayMetrics, Layer};
-use crate::plan::TenantPolicy;
+use crate::plan::Plan;
 use crate::rejection::Rejection;
 use crate::resources;
 use axum::body::Body;
@@ -43,21 +43,19 @@ impl TenantLayer {
         Self { broker, metrics }
     }
 
-    /// The resource of `tenant`, registered on first use with the plan's
-    /// tenant template; none when tenants are not limited.
+    /// The resource of `tenant`, registered on first use with its limits
+    /// (the plan's tenant template, or an override: `crate::overrides`);
+    /// none when tenants are not limited.
     fn tenant_limit(
         &self,
-        policy: &TenantPolicy,
+        plan: &Plan,
         tenant: &Tenant,
     ) -> Result<Option<ResourceHandle<AnyBackend>>, Rejection> {
-        let Some(template) = policy.template.as_ref() else {
-            return Ok(None);
-        };
-        let resource = resources::tenant(&tenant.0);
-        match self.broker.lazy_limit(&resource, template) {
-            Ok(h) => Ok(Some(h)),
-            Err(e) => Err(Rejection::LimiterUnavailable {
-                resource,
+        match plan.tenant_handle(&self.broker, &tenant.0) {
+            None => Ok(None),
+            Some(Ok(h)) => Ok(Some(h)),
+            Some(Err(e)) => Err(Rejection::LimiterUnavailable {
+                resource: resources::tenant(&tenant.0),
                 layer: Layer::Tenant,
                 retry_after: Duration::from_secs(1),
                 reason: format!("tenant registration failed: {e}"),
@@ -93,7 +91,7 @@ impl Step for TenantLayer {
             }
         }
         let key_limit = key.and_then(|k| k.limit);
-        let handle = match self.tenant_limit(policy, &tenant) {
+        let handle = match self.tenant_limit(&plan, &tenant) {
             Ok(h) => h,
             Err(refused) => return Box::pin(async move { Err(refused) }),
         };

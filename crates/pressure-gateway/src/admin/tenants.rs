@@ -1,0 +1,253 @@
+//! `/admin/pressure/tenants/{id}/limits`: a tenant's limits, live
+//! (`crate::overrides` for the precedence, the store and the propagation
+//! bound).
+//!
+//! * `GET` → `{"tenant","resource","limits","source","enforced","usage"}`:
+//!   the limits the tenant gets now (`null` when none), where they come
+//!   from (`live` | `config` | `default`), whether tenants are limited at
+//!   all (`perTenant.enabled`), and per limited dimension `{"dimension",
+//!   "used","limit"}` as the backend counts it (fleet-wide on Redis; also
+//!   for a tenant not registered here yet).
+//! * `PUT` with a `Limits` object → stored as the tenant's live override
+//!   for every gateway on the same backend, applied here before the answer
+//!   (the `GET` document). A body that does not parse or whose limits do
+//!   not compile: `400` naming the field (`path`, e.g.
+//!   `requestsPerMinute`). A tenant never seen yet may be given one; it
+//!   applies from its first request.
+//! * `DELETE` → the live override removed fleet-wide: back to the config
+//!   override or the template (the `GET` document).
+//!
+//! The id is a tenant as a JWT names it (non-empty, at most 256 bytes;
+//! percent-encode `/` and other reserved characters in the path). The
+//! store unreachable: `503` (`limiter_unavailable`), nothing changed here.
+
+use super::AdminState;
+use crate::config::ConfigError;
+use crate::metrics::Layer;
+use crate::overrides::{check_tenant, compile, Source};
+use crate::rejection::Rejection;
+use crate::resources;
+use axum::body::Bytes;
+use axum::extract::{Path, State};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use pressure_core::{Backend, LimitSpec, Limits, Usage};
+use serde_json::{json, Value};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// `GET`: the tenant's limits, their source and usage.
+pub(super) async fn get(State(state): State<AdminState>, Path(tenant): Path<String>) -> Response {
+    match checked(&state, &tenant) {
+        Ok(gateway) => describe(&gateway, &tenant).await.into_response(),
+        Err(r) => r.into_response(),
+    }
+}
+
+/// `PUT`: a live override for the fleet.
+pub(super) async fn put(
+    State(state): State<AdminState>,
+    Path(tenant): Path<String>,
+    body: Bytes,
+) -> Response {
+    let gateway = match checked(&state, &tenant) {
+        Ok(g) => g,
+        Err(r) => return r.into_response(),
+    };
+    let limits = match parse(&body) {
+        Ok(l) => l,
+        Err(e) => return Rejection::InvalidConfig(e).into_response(),
+    };
+    let template = match compile(&limits, "").and_then(|t| holdable(&gateway, &tenant, t)) {
+        Ok(t) => t,
+        Err(e) => return Rejection::InvalidConfig(e).into_response(),
+    };
+    write(gateway, tenant, Some((limits, template))).await
+}
+
+/// `DELETE`: back to the config override or the template, fleet-wide.
+pub(super) async fn delete(State(state): State<AdminState>, Path(tenant): Path<String>) -> Response {
+    match checked(&state, &tenant) {
+        Ok(gateway) => write(gateway, tenant, None).await,
+        Err(r) => r.into_response(),
+    }
+}
+
+/// The gateway behind the listener, once `tenant` is a valid id.
+fn checked(state: &AdminState, tenant: &str) -> Result<crate::Gateway, Rejection> {
+    check_tenant(tenant, "tenant").map_err(|e| Rejection::BadRequest(e.to_string().into()))?;
+    state
+        .control
+        .clone()
+        .ok_or(Rejection::AdminNotFound("this admin listener has no gateway"))
+}
+
+/// `template` if the gateway's backend can hold it (Redis refuses a `gcra`
+/// rate finer than its clock), so that no stored override makes its
+/// tenant unregistrable.
+fn holdable(
+    gateway: &crate::Gateway,
+    tenant: &str,
+    template: pressure_core::LimitTemplate,
+) -> Result<pressure_core::LimitTemplate, ConfigError> {
+    let spec = template
+        .limits()
+        .compile()
+        .map_err(|e| ConfigError::new(e.field, e.problem))?;
+    gateway
+        .broker()
+        .backend()
+        .attach(&resources::tenant(tenant), Arc::new(spec))
+        .map(|_| template)
+        .map_err(|e| ConfigError::new("(body)", e.to_string()))
+}
+
+/// The body as `Limits`, or the problem at its path.
+fn parse(body: &[u8]) -> Result<Limits, ConfigError> {
+    let mut de = serde_json::Deserializer::from_slice(body);
+    serde_path_to_error::deserialize(&mut de).map_err(|e| {
+        let path = e.path().to_string();
+        let path = if path == "." { "(body)".to_owned() } else { path };
+        ConfigError::new(path, e.into_inner().to_string())
+    })
+}
+
+async fn write(
+    gateway: crate::Gateway,
+    tenant: String,
+    limits: Option<(Limits, pressure_core::LimitTemplate)>,
+) -> Response {
+    let set = limits.is_some();
+    if let Err(e) = gateway.write_override(tenant.clone(), limits).await {
+        return Rejection::LimiterUnavailable {
+            resource: resources::tenant(&tenant),
+            layer: Layer::Tenant,
+            retry_after: Duration::from_secs(1),
+            reason: format!("the tenant override was not stored: {e}"),
+        }
+        .into_response();
+    }
+    tracing::info!(
+        tenant = tenant.as_str(),
+        action = if set { "set" } else { "removed" },
+        "live tenant limit override"
+    );
+    describe(&gateway, &tenant).await.into_response()
+}
+
+/// The `GET` document of `tenant`.
+async fn describe(gateway: &crate::Gateway, tenant: &str) -> Json<Value> {
+    let plan = gateway.plan();
+    let (limits, source, enforced) = match plan.tenant_limits(tenant) {
+        Some((t, s)) => (Some(t), s, true),
+        None => match plan.live_overrides().get(tenant) {
+            Some(t) => (Some(t), Source::Live, false),
+            None => (None, Source::Default, false),
+        },
+    };
+    let resource = resources::tenant(tenant);
+    let usage = match limits.as_ref().filter(|_| enforced) {
+        Some(t) => usage(gateway, &resource, t.limits()).await,
+        None => Value::Array(Vec::new()),
+    };
+    Json(json!({
+        "tenant": tenant,
+        "resource": resource,
+        "limits": limits.as_ref().map(|t| t.limits()),
+        "source": source,
+        "enforced": enforced,
+        "usage": usage,
+    }))
+}
+
+/// Per limited dimension, what the backend counts for `resource` now: the
+/// registered resource's, or (not registered here yet) the store's under
+/// `limits`. `null` with a message when the store does not answer.
+async fn usage(gateway: &crate::Gateway, resource: &str, limits: &Limits) -> Value {
+    let broker = gateway.broker();
+    let read = match broker.resource(resource) {
+        Some(h) => h
+            .usage()
+            .await
+            .map(|u| (Arc::new(h.spec().clone()), u))
+            .map_err(|e| e.to_string()),
+        None => match limits.compile() {
+            Ok(spec) => {
+                let spec = Arc::new(spec);
+                let backend = broker.backend();
+                match backend.attach(resource, Arc::clone(&spec)) {
+                    Ok(h) => backend
+                        .usage(&h)
+                        .await
+                        .map(|u| (spec, u))
+                        .map_err(|e| e.to_string()),
+                    Err(e) => Err(e.to_string()),
+                }
+            }
+            Err(e) => Err(e.to_string()),
+        },
+    };
+    match read {
+        Ok((spec, u)) => Value::Array(rows(&spec, &u)),
+        Err(e) => json!({ "error": e }),
+    }
+}
+
+/// One row per dimension the usage reports (whatever dimensions the core
+/// counts), then the concurrency leases.
+fn rows(spec: &LimitSpec, usage: &Usage) -> Vec<Value> {
+    let mut out: Vec<Value> = usage
+        .dimensions
+        .iter()
+        .map(|(dim, used)| {
+            let limit = spec.rates.iter().find(|r| r.dimension == *dim).map(|r| r.limit);
+            json!({ "dimension": dim.as_str(), "used": used, "limit": limit })
+        })
+        .collect();
+    if let Some(limit) = spec.concurrency {
+        out.push(json!({ "dimension": "maxConcurrentRequests", "used": usage.leases, "limit": limit }));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_bad_body_names_its_field() {
+        let e = parse(br#"{"requestsPerMinute": "ten"}"#).unwrap_err();
+        assert_eq!(e.path, "requestsPerMinute");
+        let e = parse(br#"{"requestsPerMinut": 10}"#).unwrap_err();
+        assert!(e.problem.contains("unknown field"), "{e}");
+        assert_eq!(parse(b"[").unwrap_err().path, "(body)");
+        let ok = parse(br#"{"requestsPerMinute": 10}"#).unwrap();
+        assert_eq!(ok.requests_per_minute, Some(10));
+        assert_eq!(compile(&ok, "").unwrap().limits(), &ok);
+    }
+
+    #[test]
+    fn rows_follow_the_usage() {
+        let limits = Limits {
+            requests_per_minute: Some(5),
+            max_concurrent_requests: Some(2),
+            ..Limits::default()
+        };
+        let spec = limits.compile().unwrap();
+        // Field by field: `Usage` may gain fields (calendar dimensions).
+        #[allow(clippy::field_reassign_with_default)]
+        let usage = {
+            let mut usage = Usage::default();
+            usage.dimensions = vec![(pressure_core::Dimension::RequestsPerMinute, 3)];
+            usage.leases = 1;
+            usage
+        };
+        assert_eq!(
+            Value::Array(rows(&spec, &usage)),
+            json!([
+                {"dimension": "requestsPerMinute", "used": 3, "limit": 5},
+                {"dimension": "maxConcurrentRequests", "used": 1, "limit": 2},
+            ])
+        );
+    }
+}
