@@ -143,6 +143,7 @@ mod algo;
 mod attempt;
 mod backend;
 mod broker;
+mod calendar;
 pub mod clock;
 #[cfg(feature = "contract")]
 pub mod contract;
@@ -162,6 +163,7 @@ pub use backend::{
     Backend, BackendError, Counts, Decision, Denial, DenialCause, Grant, LeaseId, MemoryBackend,
     MemoryHandle, QuickDecision, Reserved, SyncBackend, Usage,
 };
+pub use calendar::Calendar;
 pub use broker::{
     BrokerBuilder, LimitChange, LimitTemplate, ResourceBroker, ResourceConfig, DEFAULT_MAX_LAZY_RESOURCES,
 };
@@ -169,7 +171,7 @@ pub use error::{Error, QueueError};
 pub use field_error::FieldError;
 pub use handle::ResourceHandle;
 pub use limits::{
-    Algorithm, Demand, Dimension, LimitSpec, Limits, LimitsError, RateSpec, DEFAULT_LEASE_TTL, MAX_LIMIT,
+    Algorithm, CalendarSpec, Demand, Dimension, LimitSpec, Limits, LimitsError, RateSpec, DEFAULT_LEASE_TTL, MAX_LIMIT,
     PPM, SUB_WINDOWS,
 };
 pub use queue::{Attempt, Priority, QueueConfig, Request, Response, TaskError, UsageReport};
