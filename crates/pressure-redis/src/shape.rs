@@ -80,6 +80,9 @@ impl Shape {
     /// `None` when the generic script must serve it: a dimension twice, or
     /// a constant a Lua number cannot hold exactly.
     pub(crate) fn of(spec: &LimitSpec, steps_us: &[u64]) -> Option<Self> {
+        if !spec.calendars.is_empty() {
+            return None;
+        }
         let mut rates = Vec::with_capacity(spec.rates.len());
         let mut seen = 0u64;
         for (r, &step_us) in spec.rates.iter().zip(steps_us) {

@@ -180,6 +180,7 @@ fn generated_scripts_decide_and_store_like_the_generic_one() {
                 requests: [1, 1, 1, 1, 0, 2][rng.below(6) as usize],
                 input_tokens: if rng.chance(20) { 0 } else { rng.below(300) },
                 output_tokens: if rng.chance(20) { 0 } else { rng.below(300) },
+                cost_micro_usd: if rng.chance(20) { 0 } else { rng.below(400) },
                 lease: rng.chance(80),
                 ceiling_ppm: if rng.chance(25) { 600_000 } else { PPM },
                 book_within_ns: [0, 0, 50_000_000, 2_000_000_000][rng.below(4) as usize],
@@ -191,7 +192,7 @@ fn generated_scripts_decide_and_store_like_the_generic_one() {
             };
             let m = member(lease_id);
             let mut inv = generic.key(&kg);
-            for a in generic_args(&dims, spec, &demand, conc, &m) {
+            for a in generic_args(&dims, spec, &demand, conc, &m, 0) {
                 inv.arg(a);
             }
             let rg: Vec<i64> = inv.arg(now).invoke(&mut con).expect("generic acquire");
