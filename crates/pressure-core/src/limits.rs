@@ -80,7 +80,8 @@ pub struct Limits {
     /// first at 00:00:00 UTC): a monthly budget.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cost_micro_usd_per_month: Option<u64>,
-    /// Counting algorithm of every rate dimension of this resource.
+    /// Counting algorithm of every sliding rate dimension of this resource
+    /// (the calendar dimensions are always fixed UTC windows).
     #[serde(default)]
     pub algorithm: Algorithm,
     /// `gcra` only: most requests admitted at once on the request dimensions

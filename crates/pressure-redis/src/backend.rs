@@ -44,12 +44,12 @@ use crate::health::Health;
 use crate::keys::ResourceKeys;
 use crate::scripts;
 use crate::settle::Settled;
-use crate::shape::{self, RateArgs, Shape};
+use crate::shape::{self, calendar_kind, CalendarArgs, RateArgs, Shape};
 use crate::store::{release_invocation, Failure, Lost, LostKind, ShapeScript, Store};
 use parking_lot::Mutex;
 use pressure_core::clock::{Clock, MonotonicClock, WallShift};
 use pressure_core::{
-    Algorithm, Backend, BackendError, Calendar, CalendarSpec, Counts, Decision, Demand, Denial, Dimension, Grant,
+    Algorithm, Backend, BackendError, CalendarSpec, Counts, Decision, Demand, Denial, Dimension, Grant,
     LeaseId, LimitSpec, Limits, MemoryBackend, RateSpec, Reserved, SyncBackend,
 };
 use pressure_core::{MemoryHandle, Usage};
@@ -261,19 +261,29 @@ fn calendar_args(spec: &LimitSpec, demand: &Demand, offset_us: i64) -> Vec<Strin
     out
 }
 
-/// The scripts' code of a calendar period (`lua/calendar.lua`).
-fn calendar_kind(c: Calendar) -> u8 {
-    match c {
-        Calendar::Day => 1,
-        Calendar::Month => 2,
-    }
-}
+
 
 /// `ARGV` of one call of the script generated for `shape` (see
 /// [`shape::generate`]).
-fn shaped_args(shape: &Shape, dims: &[Dim], demand: &Demand, conc: u64, member: &str) -> Vec<String> {
+fn shaped_args(
+    shape: &Shape,
+    dims: &[Dim],
+    spec: &LimitSpec,
+    demand: &Demand,
+    conc: u64,
+    member: &str,
+    offset_us: i64,
+) -> Vec<String> {
     let rates: Vec<RateArgs> = dims.iter().map(|d| d.args(demand)).collect();
-    shape::args(shape, &rates, conc, member, demand.book_within_ns / 1_000)
+    let calendars = CalendarArgs {
+        offset_us,
+        dims: spec
+            .calendars
+            .iter()
+            .map(|c| (c.units(demand), RateSpec::scaled(c.limit, demand.ceiling_ppm)))
+            .collect(),
+    };
+    shape::args(shape, &rates, conc, member, demand.book_within_ns / 1_000, &calendars)
 }
 
 /// A denial remembered by the deny cache.
@@ -456,7 +466,7 @@ impl RedisBackend {
         let (script, args) = match &h.shaped {
             Some(s) => (
                 AcquireScript::Shaped(Arc::clone(s)),
-                shaped_args(&s.shape, &h.dims, demand, conc, &lease_member),
+                shaped_args(&s.shape, &h.dims, &h.spec, demand, conc, &lease_member, self.offset_us()),
             ),
             None => (
                 AcquireScript::Generic,

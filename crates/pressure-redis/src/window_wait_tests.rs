@@ -50,7 +50,7 @@ fn acquire(con: &mut redis::Connection, key: &str, generic: bool, now: u64) -> (
         let shape = shape::Shape::of(&spec, &steps).expect("a shape");
         (
             shape::generate(&shape),
-            shaped_args(&shape, &dims, &demand, 0, &member(1)),
+            shaped_args(&shape, &dims, &spec, &demand, 0, &member(1), 0),
         )
     };
     let script = redis::Script::new(&with_fake_clock(&src));
