@@ -940,6 +940,53 @@ mod tests {
     }
 
     #[test]
+    fn calendar_dimensions_are_part_of_the_shape_and_read_in_the_one_hmget() {
+        let limits = Limits::default()
+            .requests_per_minute(60)
+            .tokens_per_day(1_000)
+            .cost_micro_usd_per_month(5_000)
+            .max_concurrent_requests(4);
+        let shape = shape_of(&limits);
+        assert_eq!(
+            shape.calendars,
+            [CalendarShape { id: 9, kind: 1 }, CalendarShape { id: 11, kind: 2 }]
+        );
+        assert!(!shape.bookable());
+        assert_ne!(shape, shape_of(&Limits::default().requests_per_minute(60).max_concurrent_requests(4)));
+        // Limits are arguments: another budget, the same script.
+        assert_eq!(
+            shape,
+            shape_of(&limits.clone().tokens_per_day(7).cost_micro_usd_per_month(9))
+        );
+        let src = generate(&shape);
+        assert!(src.starts_with(crate::scripts::CALENDAR_LUA), "the period prelude");
+        let hmget: Vec<&str> = src
+            .lines()
+            .filter(|l| l.starts_with("local v = redis.call('HMGET'"))
+            .collect();
+        assert_eq!(hmget.len(), 1, "{src}");
+        assert!(hmget[0].ends_with("'k9', 'k9p', 'k11', 'k11p')"), "{}", hmget[0]);
+        let used = src
+            .match_indices("ARGV[")
+            .filter_map(|(i, _)| src[i + 5..].split(']').next()?.parse::<usize>().ok())
+            .max()
+            .unwrap_or(0);
+        let rates = vec![
+            RateArgs {
+                units: 1,
+                limit: 2,
+                step_us: 3
+            };
+            shape.rates.len()
+        ];
+        let cals = CalendarArgs {
+            offset_us: -5,
+            dims: vec![(1, 2); 2],
+        };
+        assert_eq!(used, args(&shape, &rates, 1, "m", 0, &cals).len(), "{src}");
+    }
+
+    #[test]
     fn two_windows_of_one_length_share_one_sub_window_index() {
         let src = generate(&shape_of(&dim3()));
         assert_eq!(src.matches("math.floor(now / ").count(), 1, "{src}");
