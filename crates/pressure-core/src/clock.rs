@@ -166,8 +166,10 @@ impl ManualClock {
     /// not move); every instant is re-dated by the same amount.
     pub fn set_unix_nanos(&self, unix_nanos: u64) {
         let offset = i128::from(unix_nanos) - i128::from(self.now_nanos());
-        self.unix_offset
-            .store(offset.clamp(i64::MIN.into(), i64::MAX.into()) as i64, Ordering::SeqCst);
+        self.unix_offset.store(
+            offset.clamp(i64::MIN.into(), i64::MAX.into()) as i64,
+            Ordering::SeqCst,
+        );
     }
 
     /// Moves the clock forward by `d`.
@@ -305,7 +307,10 @@ mod tests {
         assert_eq!((s.now_nanos(), s.unix_nanos()), (105, 1_000_000));
         let m = MonotonicClock::new();
         let wall = system_unix_nanos();
-        assert!(m.unix_nanos().abs_diff(wall) < 60_000_000_000, "anchored on the system's wall time");
+        assert!(
+            m.unix_nanos().abs_diff(wall) < 60_000_000_000,
+            "anchored on the system's wall time"
+        );
     }
 
     #[tokio::test(start_paused = true)]

@@ -187,16 +187,16 @@ pub use backend::{
     Backend, BackendError, Counts, Decision, Denial, DenialCause, Grant, LeaseId, MemoryBackend,
     MemoryHandle, QuickDecision, Reserved, SyncBackend, Usage,
 };
-pub use calendar::Calendar;
 pub use broker::{
     BrokerBuilder, LimitChange, LimitTemplate, ResourceBroker, ResourceConfig, DEFAULT_MAX_LAZY_RESOURCES,
 };
+pub use calendar::Calendar;
 pub use error::{Error, QueueError};
 pub use field_error::FieldError;
 pub use handle::ResourceHandle;
 pub use limits::{
-    Algorithm, CalendarSpec, Demand, Dimension, LimitSpec, Limits, LimitsError, RateSpec, DEFAULT_LEASE_TTL, MAX_LIMIT,
-    PPM, SUB_WINDOWS,
+    Algorithm, CalendarSpec, Demand, Dimension, LimitSpec, Limits, LimitsError, RateSpec, DEFAULT_LEASE_TTL,
+    MAX_LIMIT, PPM, SUB_WINDOWS,
 };
 pub use queue::{Attempt, Priority, QueueConfig, Request, Response, TaskError, UsageReport};
 pub use stats::{BrokerStats, ResourceKind, ResourceStats, WaitTimes};

@@ -71,9 +71,9 @@ pub struct Limits {
     /// reconciled to the actual usage like the other token dimensions).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tokens_per_day: Option<u64>,
-    /// Cost in micro-USD (1 USD = 1 000 000) admitted per UTC calendar day:
-    /// a daily budget, counted from the demand's `cost_micro_usd` and
-    /// reconciled to the billed cost.
+    /// Cost in micro-USD (1 USD = 1 000 000) admitted per UTC calendar day
+    /// (resets at 00:00:00 UTC): a daily budget. Each call reserves its
+    /// estimated cost and is reconciled to the billed cost.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cost_micro_usd_per_day: Option<u64>,
     /// Cost in micro-USD admitted per UTC calendar month (resets on the
@@ -556,10 +556,7 @@ impl LimitSpec {
     /// most that dimension can admit at once.
     #[inline]
     pub fn oversized(&self, demand: &Demand) -> Option<(Dimension, u64, u64)> {
-        let rates = self
-            .rates
-            .iter()
-            .map(|r| (r.dimension, r.max_demand()));
+        let rates = self.rates.iter().map(|r| (r.dimension, r.max_demand()));
         let calendars = self.calendars.iter().map(|c| (c.dimension, c.limit));
         rates.chain(calendars).find_map(|(dimension, max)| {
             let units = dimension.units(demand);
@@ -684,7 +681,11 @@ mod tests {
         );
         let spec = l.compile().unwrap();
         assert_eq!(spec.rates.len(), 1, "calendar dimensions are not sliding rates");
-        let cal: Vec<_> = spec.calendars.iter().map(|c| (c.dimension, c.limit, c.calendar)).collect();
+        let cal: Vec<_> = spec
+            .calendars
+            .iter()
+            .map(|c| (c.dimension, c.limit, c.calendar))
+            .collect();
         assert_eq!(
             cal,
             [
@@ -695,7 +696,11 @@ mod tests {
             ]
         );
         assert!(spec.permits_hold_state(), "tokens and cost are reconciled");
-        assert!(!Limits::default().requests_per_day(3).compile().unwrap().permits_hold_state());
+        assert!(!Limits::default()
+            .requests_per_day(3)
+            .compile()
+            .unwrap()
+            .permits_hold_state());
         // Stored indices: after every older dimension.
         let idx: Vec<usize> = cal.iter().map(|c| c.0.index()).collect();
         assert_eq!(idx, [8, 9, 10, 11]);
@@ -711,8 +716,14 @@ mod tests {
             cost_micro_usd: 101,
             ..Demand::default()
         };
-        assert_eq!(spec.oversized(&d), Some((Dimension::CostMicroUsdPerDay, 101, 100)));
-        let e = Limits::default().cost_micro_usd_per_month(0).compile().unwrap_err();
+        assert_eq!(
+            spec.oversized(&d),
+            Some((Dimension::CostMicroUsdPerDay, 101, 100))
+        );
+        let e = Limits::default()
+            .cost_micro_usd_per_month(0)
+            .compile()
+            .unwrap_err();
         assert_eq!(e.field, "costMicroUsdPerMonth");
         let e = Limits::default()
             .tokens_per_day(MAX_LIMIT + 1)

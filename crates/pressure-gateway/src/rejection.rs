@@ -777,7 +777,10 @@ mod tests {
         let budget = Limits::default()
             .cost_micro_usd_per_day(500)
             .cost_micro_usd_per_month(9_000);
-        assert_eq!(policy(&budget, Dimension::CostMicroUsdPerDay), Some((500, 86_400)));
+        assert_eq!(
+            policy(&budget, Dimension::CostMicroUsdPerDay),
+            Some((500, 86_400))
+        );
         assert_eq!(policy(&budget, Dimension::CostMicroUsdPerMonth), Some((9_000, 0)));
         let resp = r.render(Dialect::Gateway);
         assert_eq!(resp.status(), 429);

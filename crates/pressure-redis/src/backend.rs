@@ -261,8 +261,6 @@ fn calendar_args(spec: &LimitSpec, demand: &Demand, offset_us: i64) -> Vec<Strin
     out
 }
 
-
-
 /// `ARGV` of one call of the script generated for `shape` (see
 /// [`shape::generate`]).
 fn shaped_args(
@@ -283,7 +281,14 @@ fn shaped_args(
             .map(|c| (c.units(demand), RateSpec::scaled(c.limit, demand.ceiling_ppm)))
             .collect(),
     };
-    shape::args(shape, &rates, conc, member, demand.book_within_ns / 1_000, &calendars)
+    shape::args(
+        shape,
+        &rates,
+        conc,
+        member,
+        demand.book_within_ns / 1_000,
+        &calendars,
+    )
 }
 
 /// A denial remembered by the deny cache.
@@ -466,7 +471,15 @@ impl RedisBackend {
         let (script, args) = match &h.shaped {
             Some(s) => (
                 AcquireScript::Shaped(Arc::clone(s)),
-                shaped_args(&s.shape, &h.dims, &h.spec, demand, conc, &lease_member, self.offset_us()),
+                shaped_args(
+                    &s.shape,
+                    &h.dims,
+                    &h.spec,
+                    demand,
+                    conc,
+                    &lease_member,
+                    self.offset_us(),
+                ),
             ),
             None => (
                 AcquireScript::Generic,
@@ -774,7 +787,9 @@ impl Backend for RedisBackend {
         }
         let before = Demand::from(&grant.reserved);
         let after = Demand::from(actual);
-        let changes = changes(&h.dims, &h.spec, |units| units(&after) as i64 - units(&before) as i64);
+        let changes = changes(&h.dims, &h.spec, |units| {
+            units(&after) as i64 - units(&before) as i64
+        });
         if changes.is_empty() {
             return Ok(());
         }
@@ -818,8 +833,12 @@ impl Backend for RedisBackend {
             return Err(BackendError::Protocol(format!("usage returned {v:?}")));
         }
         let unit = |x: i64| x.max(0) as u64;
-        let mut dimensions: Vec<(Dimension, u64)> =
-            h.dims.iter().zip(&v).map(|(d, used)| (d.rate.dimension, unit(*used))).collect();
+        let mut dimensions: Vec<(Dimension, u64)> = h
+            .dims
+            .iter()
+            .zip(&v)
+            .map(|(d, used)| (d.rate.dimension, unit(*used)))
+            .collect();
         let mut resets = Vec::with_capacity(cals.len());
         for (c, pair) in cals.iter().zip(v[n..].chunks_exact(2)) {
             dimensions.push((c.dimension, unit(pair[0])));

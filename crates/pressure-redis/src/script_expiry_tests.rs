@@ -79,7 +79,11 @@ fn a_calendar_count_expires_with_its_period() {
     use pressure_core::{Calendar, Demand, Limits};
     let mut con = connection();
     for (limits, calendar, name) in [
-        (Limits::default().cost_micro_usd_per_day(1_000), Calendar::Day, "day"),
+        (
+            Limits::default().cost_micro_usd_per_day(1_000),
+            Calendar::Day,
+            "day",
+        ),
         (
             Limits::default().cost_micro_usd_per_month(1_000),
             Calendar::Month,

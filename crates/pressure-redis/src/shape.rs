@@ -586,7 +586,10 @@ impl Gen {
             lua!(self, "local kp{j}, ke{j} = cal_period({}, wall)", c.kind);
             lua!(self, "ke{j} = ke{j} - wall");
             lua!(self, "local kc{j}, kq{j} = v[{p}], v[{}]", p + 1);
-            lua!(self, "if kq{j} and kq{j} + 0 == kp{j} then kc{j} = kc{j} and kc{j} + 0 or 0 else kc{j} = 0 end");
+            lua!(
+                self,
+                "if kq{j} and kq{j} + 0 == kp{j} then kc{j} = kc{j} and kc{j} + 0 or 0 else kc{j} = 0 end"
+            );
             lua!(self, "if ku{j} > 0 and kc{j} + ku{j} > km{j} then");
             lua!(self, "  local w = math.max(ke{j}, 1)");
             lua!(self, "  if w > worst then worst, wd = w, {} end", c.id);
@@ -949,17 +952,30 @@ mod tests {
         let shape = shape_of(&limits);
         assert_eq!(
             shape.calendars,
-            [CalendarShape { id: 9, kind: 1 }, CalendarShape { id: 11, kind: 2 }]
+            [
+                CalendarShape { id: 9, kind: 1 },
+                CalendarShape { id: 11, kind: 2 }
+            ]
         );
         assert!(!shape.bookable());
-        assert_ne!(shape, shape_of(&Limits::default().requests_per_minute(60).max_concurrent_requests(4)));
+        assert_ne!(
+            shape,
+            shape_of(
+                &Limits::default()
+                    .requests_per_minute(60)
+                    .max_concurrent_requests(4)
+            )
+        );
         // Limits are arguments: another budget, the same script.
         assert_eq!(
             shape,
             shape_of(&limits.clone().tokens_per_day(7).cost_micro_usd_per_month(9))
         );
         let src = generate(&shape);
-        assert!(src.starts_with(crate::scripts::CALENDAR_LUA), "the period prelude");
+        assert!(
+            src.starts_with(crate::scripts::CALENDAR_LUA),
+            "the period prelude"
+        );
         let hmget: Vec<&str> = src
             .lines()
             .filter(|l| l.starts_with("local v = redis.call('HMGET'"))

@@ -81,7 +81,11 @@ mod tests {
         assert_eq!(c.check(Calendar::Day, t, 3, 3), Ok(()));
         c.commit(Calendar::Day, t, 3);
         assert_eq!(c.check(Calendar::Day, t, 1, 3), Err(1_000_000_000));
-        assert_eq!(c.check(Calendar::Day, t, 0, 3), Ok(()), "no units, nothing to refuse");
+        assert_eq!(
+            c.check(Calendar::Day, t, 0, 3),
+            Ok(()),
+            "no units, nothing to refuse"
+        );
         // Reconcile down frees, up takes more; never below zero.
         c.adjust(Calendar::Day, t, -2);
         assert_eq!(c.used(Calendar::Day, t), 1);

@@ -59,10 +59,16 @@ async fn exhaust<B: crate::Backend>(
     until_reset: Duration,
 ) {
     for i in 0..n {
-        assert!(take(b, id, opts).await.allowed(), "grant {} of {n} on {id}", i + 1);
+        assert!(
+            take(b, id, opts).await.allowed(),
+            "grant {} of {n} on {id}",
+            i + 1
+        );
     }
     let refused = take(b, id, opts).await;
-    let d = refused.denial().unwrap_or_else(|| panic!("{id}: one more than {n} admitted"));
+    let d = refused
+        .denial()
+        .unwrap_or_else(|| panic!("{id}: one more than {n} admitted"));
     assert_eq!(d.dimension, dim, "{id}");
     assert!(d.is_exact(), "{id}: a calendar wait is exact");
     assert!(
@@ -81,9 +87,20 @@ pub async fn calendar_day_admits_exactly_n_then_waits_for_midnight<H: Harness>(h
         .expect("valid");
     let midnight = utc(2027, 6, 16);
     stand(&shift, midnight - 3_600_000);
-    exhaust(&b, &id, AcquireOptions::default(), 5, Dimension::RequestsPerDay, Duration::from_secs(3_600)).await;
+    exhaust(
+        &b,
+        &id,
+        AcquireOptions::default(),
+        5,
+        Dimension::RequestsPerDay,
+        Duration::from_secs(3_600),
+    )
+    .await;
     assert_eq!(usage(&b, &id, Dimension::RequestsPerDay).await, 5);
-    assert_eq!(resets_at(&b, &id, Dimension::RequestsPerDay).await, Some(midnight));
+    assert_eq!(
+        resets_at(&b, &id, Dimension::RequestsPerDay).await,
+        Some(midnight)
+    );
 }
 
 /// Crossing midnight and the ends of months of 28, 29, 30 and 31 days
@@ -98,7 +115,13 @@ pub async fn calendar_boundaries_reset_day_and_month_ends<H: Harness>(h: &H) {
         (Dimension::CostMicroUsdPerMonth, utc(2027, 4, 1), utc(2027, 5, 1)),
         (Dimension::CostMicroUsdPerMonth, utc(2027, 12, 1), utc(2028, 1, 1)),
     ];
-    let after_next = [utc(2027, 6, 17), utc(2027, 4, 1), utc(2028, 4, 1), utc(2027, 6, 1), utc(2028, 2, 1)];
+    let after_next = [
+        utc(2027, 6, 17),
+        utc(2027, 4, 1),
+        utc(2028, 4, 1),
+        utc(2027, 6, 1),
+        utc(2028, 2, 1),
+    ];
     for ((dim, start, end), next_end) in cases.into_iter().zip(after_next) {
         let id = h.unique(&format!("calendar-{}-{end}", dim.as_str()));
         let limits = Limits::default().requests_per_day(1_000_000);
@@ -117,12 +140,24 @@ pub async fn calendar_boundaries_reset_day_and_month_ends<H: Harness>(h: &H) {
         // Its last seconds are the same period.
         stand(&shift, end - AHEAD.as_millis() as u64);
         let d = take(&b, &id, opts).await;
-        assert_eq!(d.denial().map(|d| d.dimension), Some(dim), "{id}: still the same period");
+        assert_eq!(
+            d.denial().map(|d| d.dimension),
+            Some(dim),
+            "{id}: still the same period"
+        );
         assert_eq!(resets_at(&b, &id, dim).await, Some(end), "{id}");
         // One second after the boundary: a new period, counted from zero.
         stand(&shift, end + 1_000);
         assert_eq!(usage(&b, &id, dim).await, 0, "{id}: reset at the boundary");
-        exhaust(&b, &id, opts, 3, dim, Duration::from_millis(next_end - end - 1_000)).await;
+        exhaust(
+            &b,
+            &id,
+            opts,
+            3,
+            dim,
+            Duration::from_millis(next_end - end - 1_000),
+        )
+        .await;
         assert_eq!(resets_at(&b, &id, dim).await, Some(next_end), "{id}");
     }
 }
@@ -141,15 +176,22 @@ pub async fn calendar_reconcile_and_cost_units<H: Harness>(h: &H) {
     )
     .expect("valid");
     stand(&shift, utc(2027, 6, 15) + 3_600_000);
-    let mut p = take(&b, &id, AcquireOptions::default().tokens(100, 200).cost_micro_usd(60))
-        .await
-        .into_permit()
-        .expect("fits");
+    let mut p = take(
+        &b,
+        &id,
+        AcquireOptions::default().tokens(100, 200).cost_micro_usd(60),
+    )
+    .await
+    .into_permit()
+    .expect("fits");
     assert_eq!(usage(&b, &id, Dimension::TokensPerDay).await, 300);
     assert_eq!(usage(&b, &id, Dimension::CostMicroUsdPerDay).await, 60);
     assert_eq!(usage(&b, &id, Dimension::CostMicroUsdPerMonth).await, 60);
     let d = take(&b, &id, AcquireOptions::default().cost_micro_usd(50)).await;
-    assert_eq!(d.denial().map(|d| d.dimension), Some(Dimension::CostMicroUsdPerDay));
+    assert_eq!(
+        d.denial().map(|d| d.dimension),
+        Some(Dimension::CostMicroUsdPerDay)
+    );
     // Down: tokens and cost freed.
     p.reconcile(Reserved {
         requests: 1,
@@ -161,7 +203,9 @@ pub async fn calendar_reconcile_and_cost_units<H: Harness>(h: &H) {
     .expect("reconciled");
     assert_eq!(usage(&b, &id, Dimension::TokensPerDay).await, 120);
     assert_eq!(usage(&b, &id, Dimension::CostMicroUsdPerDay).await, 30);
-    assert!(take(&b, &id, AcquireOptions::default().cost_micro_usd(50)).await.allowed());
+    assert!(take(&b, &id, AcquireOptions::default().cost_micro_usd(50))
+        .await
+        .allowed());
     // Up: the billed cost may exceed the estimate (the budget overruns by
     // at most the estimate error; the next call is refused).
     let mut q = take(&b, &id, AcquireOptions::default().cost_micro_usd(10))
@@ -178,16 +222,28 @@ pub async fn calendar_reconcile_and_cost_units<H: Harness>(h: &H) {
     assert_eq!(usage(&b, &id, Dimension::CostMicroUsdPerDay).await, 120);
     assert_eq!(usage(&b, &id, Dimension::CostMicroUsdPerMonth).await, 120);
     let d = take(&b, &id, AcquireOptions::default().cost_micro_usd(1)).await;
-    assert_eq!(d.denial().map(|d| d.dimension), Some(Dimension::CostMicroUsdPerDay));
+    assert_eq!(
+        d.denial().map(|d| d.dimension),
+        Some(Dimension::CostMicroUsdPerDay)
+    );
     // No cost, no refusal by a cost dimension.
-    assert!(take(&b, &id, AcquireOptions::default().tokens(1, 0)).await.allowed());
+    assert!(take(&b, &id, AcquireOptions::default().tokens(1, 0))
+        .await
+        .allowed());
     // More than the budget itself: the "never fits" error, at once.
     let e = b
         .try_acquire(&id, AcquireOptions::default().cost_micro_usd(101))
         .await
         .expect_err("never fits");
     assert!(
-        matches!(e, Error::DemandTooLarge { demand: 101, max: 100, .. }),
+        matches!(
+            e,
+            Error::DemandTooLarge {
+                demand: 101,
+                max: 100,
+                ..
+            }
+        ),
         "{e}"
     );
 }
@@ -206,9 +262,16 @@ pub async fn calendar_reconcile_after_the_boundary_leaves_the_new_period<H: Harn
         .await
         .into_permit()
         .expect("fits");
-    assert_eq!(resets_at(&b, &id, Dimension::CostMicroUsdPerDay).await, Some(midnight));
+    assert_eq!(
+        resets_at(&b, &id, Dimension::CostMicroUsdPerDay).await,
+        Some(midnight)
+    );
     tokio::time::sleep(AHEAD + Duration::from_millis(500)).await;
-    assert_eq!(usage(&b, &id, Dimension::CostMicroUsdPerDay).await, 0, "a new day");
+    assert_eq!(
+        usage(&b, &id, Dimension::CostMicroUsdPerDay).await,
+        0,
+        "a new day"
+    );
     let mut new = take(&b, &id, AcquireOptions::default().cost_micro_usd(10))
         .await
         .into_permit()
@@ -220,14 +283,22 @@ pub async fn calendar_reconcile_after_the_boundary_leaves_the_new_period<H: Harn
     })
     .await
     .expect("reconciled");
-    assert_eq!(usage(&b, &id, Dimension::CostMicroUsdPerDay).await, 10, "up: untouched");
+    assert_eq!(
+        usage(&b, &id, Dimension::CostMicroUsdPerDay).await,
+        10,
+        "up: untouched"
+    );
     old.reconcile(Reserved {
         requests: 1,
         ..Reserved::default()
     })
     .await
     .expect("reconciled");
-    assert_eq!(usage(&b, &id, Dimension::CostMicroUsdPerDay).await, 10, "down: untouched");
+    assert_eq!(
+        usage(&b, &id, Dimension::CostMicroUsdPerDay).await,
+        10,
+        "down: untouched"
+    );
     new.reconcile(Reserved {
         requests: 1,
         cost_micro_usd: 15,
@@ -235,7 +306,11 @@ pub async fn calendar_reconcile_after_the_boundary_leaves_the_new_period<H: Harn
     })
     .await
     .expect("reconciled");
-    assert_eq!(usage(&b, &id, Dimension::CostMicroUsdPerDay).await, 15, "its own period: corrected");
+    assert_eq!(
+        usage(&b, &id, Dimension::CostMicroUsdPerDay).await,
+        15,
+        "its own period: corrected"
+    );
 }
 
 /// A calendar dimension and a sliding one on one resource reserve all or
@@ -243,19 +318,33 @@ pub async fn calendar_reconcile_after_the_boundary_leaves_the_new_period<H: Harn
 pub async fn calendar_and_sliding_dimensions_are_all_or_nothing<H: Harness>(h: &H) {
     let (b, shift) = h.shifted_broker().await;
     let id = h.unique("calendar-atomic");
-    b.register_limit(
-        &id,
-        Limits::default().requests_per_minute(3).tokens_per_day(100),
-    )
-    .expect("valid");
+    b.register_limit(&id, Limits::default().requests_per_minute(3).tokens_per_day(100))
+        .expect("valid");
     stand(&shift, utc(2027, 6, 15) + 3_600_000);
-    assert!(take(&b, &id, AcquireOptions::default().tokens(50, 0)).await.allowed());
+    assert!(take(&b, &id, AcquireOptions::default().tokens(50, 0))
+        .await
+        .allowed());
     let d = take(&b, &id, AcquireOptions::default().tokens(60, 0)).await;
     assert_eq!(d.denial().map(|d| d.dimension), Some(Dimension::TokensPerDay));
-    assert_eq!(usage(&b, &id, Dimension::RequestsPerMinute).await, 1, "the day's refusal took no request");
-    assert!(take(&b, &id, AcquireOptions::default().tokens(10, 0)).await.allowed());
-    assert!(take(&b, &id, AcquireOptions::default().tokens(10, 0)).await.allowed());
+    assert_eq!(
+        usage(&b, &id, Dimension::RequestsPerMinute).await,
+        1,
+        "the day's refusal took no request"
+    );
+    assert!(take(&b, &id, AcquireOptions::default().tokens(10, 0))
+        .await
+        .allowed());
+    assert!(take(&b, &id, AcquireOptions::default().tokens(10, 0))
+        .await
+        .allowed());
     let d = take(&b, &id, AcquireOptions::default().tokens(10, 0)).await;
-    assert_eq!(d.denial().map(|d| d.dimension), Some(Dimension::RequestsPerMinute));
-    assert_eq!(usage(&b, &id, Dimension::TokensPerDay).await, 70, "the minute's refusal took no tokens");
+    assert_eq!(
+        d.denial().map(|d| d.dimension),
+        Some(Dimension::RequestsPerMinute)
+    );
+    assert_eq!(
+        usage(&b, &id, Dimension::TokensPerDay).await,
+        70,
+        "the minute's refusal took no tokens"
+    );
 }

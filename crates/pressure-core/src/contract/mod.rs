@@ -37,7 +37,9 @@ pub trait Harness: Send + Sync + 'static {
     /// A new broker whose backend's UTC wall time (the calendar
     /// dimensions' periods) is moved by the returned shift, so the calendar
     /// checks can stand before a boundary and cross it.
-    fn shifted_broker(&self) -> impl std::future::Future<Output = (ResourceBroker<Self::B>, WallShift)> + Send;
+    fn shifted_broker(
+        &self,
+    ) -> impl std::future::Future<Output = (ResourceBroker<Self::B>, WallShift)> + Send;
 
     /// A broker over a store of its own that the cancellation checks can
     /// hold ([`StoreGate`]), so a call can be dropped while it is in
