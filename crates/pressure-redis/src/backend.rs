@@ -291,10 +291,18 @@ fn shaped_args(
     )
 }
 
+/// How long the deny cache keeps a calendar dimension's denial: its wait
+/// runs to the end of a day or month, and a refund (reconcile down) by
+/// another instance may free budget long before that.
+const CALENDAR_DENY_CACHE: Duration = Duration::from_secs(1);
+
 /// A denial remembered by the deny cache.
 #[derive(Debug, Clone, Copy)]
 struct Denied {
+    /// Refused locally until then (local clock).
     until_ns: u64,
+    /// The end of the denial's wait (local clock): at or after `until_ns`.
+    wait_until_ns: u64,
     demand: Demand,
     dimension: Dimension,
 }
@@ -546,8 +554,17 @@ impl RedisBackend {
         let dimension = Dimension::from_index(b as usize).unwrap_or(Dimension::MaxConcurrentRequests);
         let denial = Denial::exhausted(Duration::from_micros(a), dimension);
         if self.store.config.deny_cache && denial.is_exact() {
+            let now = self.store.clock.now_nanos();
+            let wait_until_ns = now + a.saturating_mul(1_000);
+            let until_ns = match dimension.calendar() {
+                Some(_) => {
+                    wait_until_ns.min(now + pressure_core::clock::duration_to_nanos(CALENDAR_DENY_CACHE))
+                }
+                None => wait_until_ns,
+            };
             *h.deny.lock() = Some(Denied {
-                until_ns: self.store.clock.now_nanos() + a.saturating_mul(1_000),
+                until_ns,
+                wait_until_ns,
                 demand: *demand,
                 dimension,
             });
@@ -573,7 +590,7 @@ impl RedisBackend {
             && demand.book_within_ns <= d.demand.book_within_ns;
         (now < d.until_ns && dominated).then(|| {
             Decision::Denied(Denial::exhausted(
-                Duration::from_nanos(d.until_ns - now),
+                Duration::from_nanos(d.wait_until_ns - now),
                 d.dimension,
             ))
         })
