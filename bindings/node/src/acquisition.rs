@@ -162,6 +162,8 @@ impl NativeAcquisition {
             requests: units("requests", requests)?,
             input_tokens: units("inputTokens", input_tokens)?,
             output_tokens: units("outputTokens", output_tokens)?,
+            // The binding reserves no cost.
+            cost_micro_usd: 0,
         };
         // Taken out for the await; a release that comes meanwhile finds the
         // slot empty, so it is done here afterwards instead.

@@ -84,6 +84,8 @@ async fn one_attempt(run: &RunAttempt, attempt: Attempt, requests: u64) -> Resul
             requests: u.requests.unwrap_or(requests),
             input_tokens: u.input_tokens,
             output_tokens: u.output_tokens,
+            // The binding reserves no cost.
+            cost_micro_usd: 0,
         });
     }
     if v.ok {

@@ -112,6 +112,7 @@ impl PyAcquisition {
                     requests: reserved.requests,
                     input_tokens: input_tokens.unwrap_or(reserved.input_tokens),
                     output_tokens: output_tokens.unwrap_or(reserved.output_tokens),
+                    cost_micro_usd: reserved.cost_micro_usd,
                 };
                 p.reconcile(actual).await.map_err(broker_error)?;
             }

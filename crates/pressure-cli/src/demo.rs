@@ -160,6 +160,7 @@ impl<B: Backend> Tour<B> {
                             requests: 1,
                             input_tokens: 420,
                             output_tokens: 180,
+                            cost_micro_usd: 0,
                         });
                         Ok(format!("answer {i}"))
                     }

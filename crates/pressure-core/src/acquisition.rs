@@ -19,6 +19,9 @@ pub struct AcquireOptions {
     /// Output tokens reserved (an estimate such as `max_tokens`); correct it
     /// later with [`Permit::reconcile`].
     pub output_tokens: u64,
+    /// Cost reserved in micro-USD (an estimate, counted by the
+    /// `costMicroUsdPer*` dimensions); corrected by [`Permit::reconcile`].
+    pub cost_micro_usd: u64,
     /// Priority class; `Batch` may only fill the share of each limit left
     /// after the resource's batch headroom.
     pub priority: Priority,
@@ -35,6 +38,7 @@ impl Default for AcquireOptions {
             requests: 1,
             input_tokens: 0,
             output_tokens: 0,
+            cost_micro_usd: 0,
             priority: Priority::Interactive,
             lease: true,
         }
@@ -46,6 +50,12 @@ impl AcquireOptions {
     pub fn tokens(mut self, input: u64, output: u64) -> Self {
         self.input_tokens = input;
         self.output_tokens = output;
+        self
+    }
+    /// Sets the cost estimate in micro-USD (see
+    /// [`AcquireOptions::cost_micro_usd`]).
+    pub fn cost_micro_usd(mut self, micro_usd: u64) -> Self {
+        self.cost_micro_usd = micro_usd;
         self
     }
     /// Sets the number of requests.
@@ -245,7 +255,8 @@ impl<B: Backend> Permit<B> {
         }
         let r = &before.reserved;
         let freed = actual.input_tokens + actual.output_tokens + actual.requests
-            < r.input_tokens + r.output_tokens + r.requests;
+            < r.input_tokens + r.output_tokens + r.requests
+            || actual.cost_micro_usd < r.cost_micro_usd;
         if freed {
             e.capacity_freed();
         }

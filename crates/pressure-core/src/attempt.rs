@@ -20,6 +20,7 @@ impl<B: Backend> Entry<B> {
             requests: opts.requests,
             input_tokens: opts.input_tokens,
             output_tokens: opts.output_tokens,
+            cost_micro_usd: opts.cost_micro_usd,
             lease: opts.lease,
             ceiling_ppm: match opts.priority {
                 Priority::Interactive => PPM,

@@ -618,6 +618,9 @@ async fn stats_of<B: Backend>(e: &Entry<B>) -> ResourceStats {
             if e.spec.concurrency.is_some() {
                 stats.usage.insert("maxConcurrentRequests".to_owned(), u.leases);
             }
+            for (d, at) in u.resets {
+                stats.resets_at.insert(d.as_str().to_owned(), at);
+            }
         }
         Err(_) => {
             stats.backend_errors = e.counters.backend_errors.fetch_add(1, Ordering::Relaxed) + 1;
@@ -644,6 +647,7 @@ fn local_stats_of<B: Backend>(e: &Entry<B>) -> ResourceStats {
         kind: e.kind,
         limits: e.spec.limits.clone(),
         usage,
+        resets_at: std::collections::BTreeMap::new(),
         active: e.spec.concurrency.map(|_| c.active.get()),
         allowed: counts.allowed,
         denied: counts.denied + c.rejected.load(Ordering::Relaxed),

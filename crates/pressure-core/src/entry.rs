@@ -13,7 +13,7 @@
 
 use crate::backend::{Backend, BackendError, Grant};
 use crate::error::Error;
-use crate::limits::{Demand, LimitSpec, PPM};
+use crate::limits::{Demand, Dimension, LimitSpec, PPM};
 use crate::queue::Queue;
 use crate::renewal::{LeaseBook, Leased, Renewer};
 use crate::stats::ResourceKind;
@@ -43,6 +43,8 @@ pub(crate) struct Fits {
     /// Least `max_demand` over the token dimensions (`u64::MAX`: none); a
     /// demand whose input plus output tokens fit it fits every one of them.
     tokens: u64,
+    /// Least limit over the cost dimensions (`u64::MAX`: none).
+    cost: u64,
 }
 
 impl Fits {
@@ -50,6 +52,7 @@ impl Fits {
         let mut fits = Self {
             requests: u64::MAX,
             tokens: u64::MAX,
+            cost: u64::MAX,
         };
         for r in &spec.rates {
             let slot = if r.dimension.counts_requests() {
@@ -58,6 +61,14 @@ impl Fits {
                 &mut fits.tokens
             };
             *slot = (*slot).min(r.max_demand());
+        }
+        for c in &spec.calendars {
+            let slot = match c.dimension {
+                d if d.counts_requests() => &mut fits.requests,
+                Dimension::TokensPerDay => &mut fits.tokens,
+                _ => &mut fits.cost,
+            };
+            *slot = (*slot).min(c.limit);
         }
         fits
     }
@@ -69,6 +80,7 @@ impl Fits {
         demand.ceiling_ppm >= PPM
             && demand.requests <= self.requests
             && demand.input_tokens.saturating_add(demand.output_tokens) <= self.tokens
+            && demand.cost_micro_usd <= self.cost
     }
 }
 

@@ -49,10 +49,12 @@
 //! ## Limits and their exact meaning
 //!
 //! [`Limits`] may set `requestsPerSecond`, `requestsPerMinute`,
-//! `tokensPerMinute`, `inputTokensPerMinute`, `outputTokensPerMinute` and
-//! `maxConcurrentRequests`, in any subset. An acquisition must fit all of
-//! them; it reserves all or nothing, and **a denial consumes nothing** on
-//! any dimension.
+//! `requestsPerHour`, `requestsPer24Hours`, `tokensPerMinute`,
+//! `inputTokensPerMinute`, `outputTokensPerMinute`, the calendar
+//! dimensions `requestsPerDay`, `tokensPerDay`, `costMicroUsdPerDay`,
+//! `costMicroUsdPerMonth`, and `maxConcurrentRequests`, in any subset. An
+//! acquisition must fit all of them; it reserves all or nothing, and **a
+//! denial consumes nothing** on any dimension.
 //!
 //! ### `window` (default)
 //! A strict sliding window, counted in `S = 30` aligned sub-windows
@@ -78,6 +80,28 @@
 //! * **Wait:** exact — the same demand fits at `now + wait` and not one
 //!   nanosecond earlier. A queued caller can *book* its future slot and sleep
 //!   once.
+//!
+//! ### Calendar dimensions (`requestsPerDay`, `tokensPerDay`, `costMicroUsdPerDay`, `costMicroUsdPerMonth`)
+//! Fixed UTC calendar windows, what finance means by a daily or monthly
+//! budget: a count of units per UTC day (reset at 00:00:00 UTC) or per UTC
+//! month (reset on the first at 00:00:00 UTC). `algorithm` and `burst` do
+//! not apply to them; a caller's batch ceiling does. Costs are integers in
+//! micro-USD ([`Demand::cost_micro_usd`], [`AcquireOptions::cost_micro_usd`]).
+//! * **Bound:** within one period at most `N` units are admitted; the
+//!   period's count is never carried into the next (so up to `2N` may pass
+//!   around a boundary, as any fixed window allows — use `requestsPer24Hours`
+//!   for a sliding day).
+//! * **Wait:** exact — the time until the period ends
+//!   ([`Calendar::next_reset`]); [`Denial::is_exact`] holds.
+//! * **Reconcile** corrects the count of the grant's own period, up or down;
+//!   a grant reconciled after its period ended changes nothing (the new
+//!   period's count is not touched).
+//! * **Time:** the period comes from the backend's wall time — the injected
+//!   [`clock::Clock::unix_nanos_at`] in memory, the Redis server's `TIME` for
+//!   a fleet — and [`Usage::resets`] / `ResourceStats::resets_at` tell when
+//!   each count resets. A resource with a calendar dimension is counted
+//!   under its lock in memory (never on the lock-free paths) and never books
+//!   a future slot.
 //!
 //! ### `maxConcurrentRequests`
 //! Live permits. Each is a lease with a TTL (`leaseTtlMs`, default 30 s),
@@ -143,6 +167,7 @@ mod algo;
 mod attempt;
 mod backend;
 mod broker;
+mod calendar;
 pub mod clock;
 #[cfg(feature = "contract")]
 pub mod contract;
@@ -165,12 +190,13 @@ pub use backend::{
 pub use broker::{
     BrokerBuilder, LimitChange, LimitTemplate, ResourceBroker, ResourceConfig, DEFAULT_MAX_LAZY_RESOURCES,
 };
+pub use calendar::Calendar;
 pub use error::{Error, QueueError};
 pub use field_error::FieldError;
 pub use handle::ResourceHandle;
 pub use limits::{
-    Algorithm, Demand, Dimension, LimitSpec, Limits, LimitsError, RateSpec, DEFAULT_LEASE_TTL, MAX_LIMIT,
-    PPM, SUB_WINDOWS,
+    Algorithm, CalendarSpec, Demand, Dimension, LimitSpec, Limits, LimitsError, RateSpec, DEFAULT_LEASE_TTL,
+    MAX_LIMIT, PPM, SUB_WINDOWS,
 };
 pub use queue::{Attempt, Priority, QueueConfig, Request, Response, TaskError, UsageReport};
 pub use stats::{BrokerStats, ResourceKind, ResourceStats, WaitTimes};

@@ -2,6 +2,7 @@
 //! camelCase, as in the gateway config) and their validated, compiled form
 //! [`LimitSpec`] that backends count against.
 
+use crate::calendar::Calendar;
 use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::time::Duration;
@@ -62,7 +63,25 @@ pub struct Limits {
     /// Live permits held at once (leases).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_concurrent_requests: Option<u64>,
-    /// Counting algorithm of every rate dimension of this resource.
+    /// Requests admitted per UTC calendar day (a fixed window: the count
+    /// resets at 00:00:00 UTC). `algorithm` and `burst` do not apply.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub requests_per_day: Option<u64>,
+    /// Input plus output tokens admitted per UTC calendar day (fixed window,
+    /// reconciled to the actual usage like the other token dimensions).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tokens_per_day: Option<u64>,
+    /// Cost in micro-USD (1 USD = 1 000 000) admitted per UTC calendar day
+    /// (resets at 00:00:00 UTC): a daily budget. Each call reserves its
+    /// estimated cost and is reconciled to the billed cost.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cost_micro_usd_per_day: Option<u64>,
+    /// Cost in micro-USD admitted per UTC calendar month (resets on the
+    /// first at 00:00:00 UTC): a monthly budget.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cost_micro_usd_per_month: Option<u64>,
+    /// Counting algorithm of every sliding rate dimension of this resource
+    /// (the calendar dimensions are always fixed UTC windows).
     #[serde(default)]
     pub algorithm: Algorithm,
     /// `gcra` only: most requests admitted at once on the request dimensions
@@ -100,6 +119,10 @@ count_setters! {
     input_tokens_per_minute => "inputTokensPerMinute",
     output_tokens_per_minute => "outputTokensPerMinute",
     max_concurrent_requests => "maxConcurrentRequests",
+    requests_per_day => "requestsPerDay",
+    tokens_per_day => "tokensPerDay",
+    cost_micro_usd_per_day => "costMicroUsdPerDay",
+    cost_micro_usd_per_month => "costMicroUsdPerMonth",
 }
 
 impl Limits {
@@ -126,6 +149,10 @@ impl Limits {
             Dimension::InputTokensPerMinute => self.input_tokens_per_minute,
             Dimension::OutputTokensPerMinute => self.output_tokens_per_minute,
             Dimension::MaxConcurrentRequests => self.max_concurrent_requests,
+            Dimension::RequestsPerDay => self.requests_per_day,
+            Dimension::TokensPerDay => self.tokens_per_day,
+            Dimension::CostMicroUsdPerDay => self.cost_micro_usd_per_day,
+            Dimension::CostMicroUsdPerMonth => self.cost_micro_usd_per_month,
         }
     }
 
@@ -142,6 +169,10 @@ impl Limits {
             input_tokens_per_minute: f(self.input_tokens_per_minute),
             output_tokens_per_minute: f(self.output_tokens_per_minute),
             max_concurrent_requests: f(self.max_concurrent_requests),
+            requests_per_day: f(self.requests_per_day),
+            tokens_per_day: f(self.tokens_per_day),
+            cost_micro_usd_per_day: f(self.cost_micro_usd_per_day),
+            cost_micro_usd_per_month: f(self.cost_micro_usd_per_month),
             burst: f(self.burst),
             ..self.clone()
         }
@@ -173,6 +204,14 @@ pub enum Dimension {
     RequestsPerHour,
     /// `requestsPer24Hours`.
     RequestsPer24Hours,
+    /// `requestsPerDay` (a UTC calendar day).
+    RequestsPerDay,
+    /// `tokensPerDay` (a UTC calendar day, input plus output tokens).
+    TokensPerDay,
+    /// `costMicroUsdPerDay` (a UTC calendar day, micro-USD).
+    CostMicroUsdPerDay,
+    /// `costMicroUsdPerMonth` (a UTC calendar month, micro-USD).
+    CostMicroUsdPerMonth,
 }
 
 impl Dimension {
@@ -187,6 +226,44 @@ impl Dimension {
             Dimension::MaxConcurrentRequests => "maxConcurrentRequests",
             Dimension::RequestsPerHour => "requestsPerHour",
             Dimension::RequestsPer24Hours => "requestsPer24Hours",
+            Dimension::RequestsPerDay => "requestsPerDay",
+            Dimension::TokensPerDay => "tokensPerDay",
+            Dimension::CostMicroUsdPerDay => "costMicroUsdPerDay",
+            Dimension::CostMicroUsdPerMonth => "costMicroUsdPerMonth",
+        }
+    }
+
+    /// Units of `demand` this dimension counts: requests, tokens (input,
+    /// output or both), micro-USD of cost, or nothing (concurrency counts
+    /// leases).
+    #[inline]
+    pub fn units(self, demand: &Demand) -> u64 {
+        match self {
+            Dimension::RequestsPerSecond
+            | Dimension::RequestsPerMinute
+            | Dimension::RequestsPerHour
+            | Dimension::RequestsPer24Hours
+            | Dimension::RequestsPerDay => demand.requests,
+            Dimension::TokensPerMinute | Dimension::TokensPerDay => {
+                demand.input_tokens.saturating_add(demand.output_tokens)
+            }
+            Dimension::InputTokensPerMinute => demand.input_tokens,
+            Dimension::OutputTokensPerMinute => demand.output_tokens,
+            Dimension::CostMicroUsdPerDay | Dimension::CostMicroUsdPerMonth => demand.cost_micro_usd,
+            Dimension::MaxConcurrentRequests => 0,
+        }
+    }
+
+    /// The calendar period of a fixed UTC calendar dimension
+    /// (`requestsPerDay`, `tokensPerDay`, `costMicroUsdPerDay`,
+    /// `costMicroUsdPerMonth`); `None` for the sliding ones and concurrency.
+    pub fn calendar(self) -> Option<Calendar> {
+        match self {
+            Dimension::RequestsPerDay | Dimension::TokensPerDay | Dimension::CostMicroUsdPerDay => {
+                Some(Calendar::Day)
+            }
+            Dimension::CostMicroUsdPerMonth => Some(Calendar::Month),
+            _ => None,
         }
     }
 
@@ -199,11 +276,15 @@ impl Dimension {
                 | Dimension::RequestsPerMinute
                 | Dimension::RequestsPerHour
                 | Dimension::RequestsPer24Hours
+                | Dimension::RequestsPerDay
         )
     }
 
-    /// The length of the dimension's window; `None` for the concurrency
-    /// limit, which has none.
+    /// The length of the dimension's sliding window; `None` for the
+    /// concurrency limit, which has none, and for the calendar dimensions,
+    /// whose windows are fixed UTC periods of varying length (a month has
+    /// 28 to 31 days): see [`Dimension::calendar`] and
+    /// [`Calendar::next_reset`].
     pub fn window(self) -> Option<Duration> {
         Some(Duration::from_secs(match self {
             Dimension::RequestsPerSecond => 1,
@@ -213,12 +294,16 @@ impl Dimension {
             | Dimension::OutputTokensPerMinute => 60,
             Dimension::RequestsPerHour => 3_600,
             Dimension::RequestsPer24Hours => 86_400,
-            Dimension::MaxConcurrentRequests => return None,
+            Dimension::MaxConcurrentRequests
+            | Dimension::RequestsPerDay
+            | Dimension::TokensPerDay
+            | Dimension::CostMicroUsdPerDay
+            | Dimension::CostMicroUsdPerMonth => return None,
         }))
     }
 
     /// Every dimension, in [`Dimension::index`] order.
-    pub const ALL: [Dimension; 8] = [
+    pub const ALL: [Dimension; 12] = [
         Dimension::RequestsPerSecond,
         Dimension::RequestsPerMinute,
         Dimension::TokensPerMinute,
@@ -227,9 +312,13 @@ impl Dimension {
         Dimension::MaxConcurrentRequests,
         Dimension::RequestsPerHour,
         Dimension::RequestsPer24Hours,
+        Dimension::RequestsPerDay,
+        Dimension::TokensPerDay,
+        Dimension::CostMicroUsdPerDay,
+        Dimension::CostMicroUsdPerMonth,
     ];
 
-    /// A stable small index (0..8), used by backends and scripts.
+    /// A stable small index (0..12), used by backends and scripts.
     pub fn index(self) -> usize {
         self as usize
     }
@@ -290,16 +379,7 @@ impl RateSpec {
     /// Units of `demand` this dimension counts.
     #[inline]
     pub fn units(&self, demand: &Demand) -> u64 {
-        match self.dimension {
-            Dimension::RequestsPerSecond
-            | Dimension::RequestsPerMinute
-            | Dimension::RequestsPerHour
-            | Dimension::RequestsPer24Hours => demand.requests,
-            Dimension::TokensPerMinute => demand.input_tokens.saturating_add(demand.output_tokens),
-            Dimension::InputTokensPerMinute => demand.input_tokens,
-            Dimension::OutputTokensPerMinute => demand.output_tokens,
-            Dimension::MaxConcurrentRequests => 0,
-        }
+        self.dimension.units(demand)
     }
 
     /// Largest demand this dimension can ever admit at once.
@@ -334,6 +414,9 @@ pub struct Demand {
     pub input_tokens: u64,
     /// Output tokens (an estimate, typically `max_tokens`).
     pub output_tokens: u64,
+    /// Cost in micro-USD (an estimate before the call), counted by the
+    /// `costMicroUsdPer*` dimensions.
+    pub cost_micro_usd: u64,
     /// Whether to take a concurrency lease when the resource has a
     /// concurrency limit.
     pub lease: bool,
@@ -355,6 +438,7 @@ impl Default for Demand {
             requests: 1,
             input_tokens: 0,
             output_tokens: 0,
+            cost_micro_usd: 0,
             lease: true,
             ceiling_ppm: PPM,
             book_within_ns: 0,
@@ -370,6 +454,8 @@ pub struct LimitSpec {
     pub limits: Limits,
     /// The rate dimensions that are set.
     pub rates: Vec<RateSpec>,
+    /// The calendar dimensions that are set (fixed UTC days and months).
+    pub calendars: Vec<CalendarSpec>,
     /// `maxConcurrentRequests`, when set.
     pub concurrency: Option<u64>,
     /// Lease TTL in nanoseconds.
@@ -409,10 +495,22 @@ impl LimitSpec {
                 sub_window_ns: window_ns.div_ceil(SUB_WINDOWS),
             });
         }
+        let mut calendars = Vec::new();
+        for dimension in Dimension::ALL {
+            let (Some(calendar), Some(limit)) = (dimension.calendar(), limits.get(dimension)) else {
+                continue;
+            };
+            check_value(dimension.as_str(), limit)?;
+            calendars.push(CalendarSpec {
+                dimension,
+                limit,
+                calendar,
+            });
+        }
         if let Some(c) = limits.max_concurrent_requests {
             check_value(Dimension::MaxConcurrentRequests.as_str(), c)?;
         }
-        if rates.is_empty() && limits.max_concurrent_requests.is_none() {
+        if rates.is_empty() && calendars.is_empty() && limits.max_concurrent_requests.is_none() {
             return Err(LimitsError::new("limits", "at least one limit must be set"));
         }
         let lease_ttl_ns = match limits.lease_ttl_ms {
@@ -429,6 +527,7 @@ impl LimitSpec {
         Ok(Self {
             limits: limits.clone(),
             rates,
+            calendars,
             concurrency: limits.max_concurrent_requests,
             lease_ttl_ns,
         })
@@ -438,24 +537,53 @@ impl LimitSpec {
     /// correct: a lease, or token dimensions to reconcile. Permits of other
     /// resources are inert and cost nothing to hold or drop.
     pub fn permits_hold_state(&self) -> bool {
-        self.concurrency.is_some() || self.rates.iter().any(|r| !r.dimension.counts_requests())
+        self.concurrency.is_some()
+            || self.rates.iter().any(|r| !r.dimension.counts_requests())
+            || self.calendars.iter().any(|c| !c.dimension.counts_requests())
     }
 
     /// Whether every rate dimension uses `gcra` (so future slots can be
-    /// booked) and there is at least one.
+    /// booked), there is at least one, and there is no calendar dimension
+    /// (a calendar count is never booked ahead: its period may end before
+    /// the slot).
     pub fn all_gcra(&self) -> bool {
-        !self.rates.is_empty() && self.rates.iter().all(|r| r.algorithm == Algorithm::Gcra)
+        !self.rates.is_empty()
+            && self.calendars.is_empty()
+            && self.rates.iter().all(|r| r.algorithm == Algorithm::Gcra)
     }
 
     /// The first dimension this demand can never fit, with the demand and the
     /// most that dimension can admit at once.
     #[inline]
     pub fn oversized(&self, demand: &Demand) -> Option<(Dimension, u64, u64)> {
-        self.rates.iter().find_map(|r| {
-            let units = r.units(demand);
-            let max = RateSpec::scaled(r.max_demand(), demand.ceiling_ppm);
-            (units > max).then_some((r.dimension, units, max))
+        let rates = self.rates.iter().map(|r| (r.dimension, r.max_demand()));
+        let calendars = self.calendars.iter().map(|c| (c.dimension, c.limit));
+        rates.chain(calendars).find_map(|(dimension, max)| {
+            let units = dimension.units(demand);
+            let max = RateSpec::scaled(max, demand.ceiling_ppm);
+            (units > max).then_some((dimension, units, max))
         })
+    }
+}
+
+/// One calendar dimension, compiled: a count of units per fixed UTC period
+/// (see [`Calendar`]), reset at the period's end. `algorithm` and `burst`
+/// never apply; a caller's ceiling (batch headroom) does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CalendarSpec {
+    /// Which dimension.
+    pub dimension: Dimension,
+    /// Units admitted per period.
+    pub limit: u64,
+    /// The period.
+    pub calendar: Calendar,
+}
+
+impl CalendarSpec {
+    /// Units of `demand` this dimension counts.
+    #[inline]
+    pub fn units(&self, demand: &Demand) -> u64 {
+        self.dimension.units(demand)
     }
 }
 
@@ -539,11 +667,69 @@ mod tests {
         for (i, d) in Dimension::ALL.into_iter().enumerate() {
             assert_eq!((d.index(), Dimension::from_index(i)), (i, Some(d)));
         }
-        assert_eq!(Dimension::from_index(8), None);
+        assert_eq!(Dimension::from_index(12), None);
         // Stored indices of the older dimensions do not move.
         assert_eq!(Dimension::MaxConcurrentRequests.index(), 5);
         assert_eq!(l.map_values(|v| v * 10).requests_per_24_hours, Some(90));
         assert_eq!(l.get(Dimension::RequestsPerHour), Some(7));
+    }
+
+    #[test]
+    fn calendar_dimensions_compile_apart_from_the_rates() {
+        let l: Limits = serde_json_like(
+            r#"{"requestsPerDay":7,"tokensPerDay":9,"costMicroUsdPerDay":100,"costMicroUsdPerMonth":1000,"requestsPerSecond":5}"#,
+        );
+        let spec = l.compile().unwrap();
+        assert_eq!(spec.rates.len(), 1, "calendar dimensions are not sliding rates");
+        let cal: Vec<_> = spec
+            .calendars
+            .iter()
+            .map(|c| (c.dimension, c.limit, c.calendar))
+            .collect();
+        assert_eq!(
+            cal,
+            [
+                (Dimension::RequestsPerDay, 7, Calendar::Day),
+                (Dimension::TokensPerDay, 9, Calendar::Day),
+                (Dimension::CostMicroUsdPerDay, 100, Calendar::Day),
+                (Dimension::CostMicroUsdPerMonth, 1000, Calendar::Month),
+            ]
+        );
+        assert!(spec.permits_hold_state(), "tokens and cost are reconciled");
+        assert!(!Limits::default()
+            .requests_per_day(3)
+            .compile()
+            .unwrap()
+            .permits_hold_state());
+        // Stored indices: after every older dimension.
+        let idx: Vec<usize> = cal.iter().map(|c| c.0.index()).collect();
+        assert_eq!(idx, [8, 9, 10, 11]);
+        for (d, _, _) in &cal {
+            assert_eq!(d.window(), None, "no fixed length");
+            assert_eq!(l.get(*d), l.map_values(|v| v).get(*d));
+            let json = serde_json::to_value(&l).unwrap();
+            assert!(json.get(d.as_str()).is_some(), "{d}");
+        }
+        let d = Demand {
+            input_tokens: 3,
+            output_tokens: 4,
+            cost_micro_usd: 101,
+            ..Demand::default()
+        };
+        assert_eq!(
+            spec.oversized(&d),
+            Some((Dimension::CostMicroUsdPerDay, 101, 100))
+        );
+        let e = Limits::default()
+            .cost_micro_usd_per_month(0)
+            .compile()
+            .unwrap_err();
+        assert_eq!(e.field, "costMicroUsdPerMonth");
+        let e = Limits::default()
+            .tokens_per_day(MAX_LIMIT + 1)
+            .compile()
+            .unwrap_err();
+        assert_eq!(e.field, "tokensPerDay");
     }
 
     fn serde_json_like(s: &str) -> Limits {

@@ -45,6 +45,11 @@ pub struct ResourceStats {
     /// sees it (fleet-wide with Redis); `maxConcurrentRequests` is the number
     /// of live leases.
     pub usage: BTreeMap<String, u64>,
+    /// When each calendar dimension's count resets (JSON name → Unix ms,
+    /// UTC, by the backend's clock): with `usage` and `limits`, "spend,
+    /// budget, resets at". Absent when the resource has none.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub resets_at: BTreeMap<String, u64>,
     /// Permits of this process holding a concurrency lease now; `null` for
     /// a resource without `maxConcurrentRequests` (its permits hold nothing).
     pub active: Option<u64>,

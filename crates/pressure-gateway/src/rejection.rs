@@ -686,9 +686,15 @@ fn decision_denied_body(r: &RateLimited) -> Value {
     })
 }
 
-/// The quota and window (seconds) of `dim` in `limits`, for the policy header.
+/// The quota and window (seconds) of `dim` in `limits`, for the policy
+/// header: a UTC calendar day is 86 400 s; a calendar month has no fixed
+/// length, so, like concurrency, it states no window (0).
 fn policy(limits: &Limits, dim: Dimension) -> Option<(u64, u64)> {
-    let window = dim.window().map_or(0, |w| w.as_secs());
+    let window = match (dim.window(), dim.calendar()) {
+        (Some(w), _) => w.as_secs(),
+        (None, Some(pressure_core::Calendar::Day)) => 86_400,
+        _ => 0,
+    };
     limits.get(dim).map(|q| (q, window))
 }
 
@@ -772,6 +778,14 @@ mod tests {
             policy: policy(&limits, Dimension::RequestsPerSecond),
             namespace_id: None,
         }));
+        let budget = Limits::default()
+            .cost_micro_usd_per_day(500)
+            .cost_micro_usd_per_month(9_000);
+        assert_eq!(
+            policy(&budget, Dimension::CostMicroUsdPerDay),
+            Some((500, 86_400))
+        );
+        assert_eq!(policy(&budget, Dimension::CostMicroUsdPerMonth), Some((9_000, 0)));
         let resp = r.render(Dialect::Gateway);
         assert_eq!(resp.status(), 429);
         assert_eq!(resp.headers()["retry-after"], "1");

@@ -224,6 +224,7 @@ impl Reservation {
             requests: 1,
             input_tokens: self.input_tokens,
             output_tokens: self.output_tokens,
+            cost_micro_usd: 0,
         }
     }
 
@@ -236,6 +237,7 @@ impl Reservation {
             requests: 1,
             input_tokens: prompt_tokens,
             output_tokens: completion_tokens,
+            cost_micro_usd: 0,
         }
     }
 }

@@ -96,7 +96,10 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 type Res<T> = Result<T, Box<dyn Error + Send + Sync>>;
 
 /// The acquire script, byte for byte as the backend loads it (same SHA1).
-const ACQUIRE_LUA: &str = include_str!("../lua/acquire.lua");
+const ACQUIRE_LUA: &str = concat!(
+    include_str!("../lua/calendar.lua"),
+    include_str!("../lua/acquire.lua")
+);
 
 /// Minimal one-key GCRA (redis-cell-like): the reference for server time.
 /// KEYS[1] = TAT key; ARGV = emission interval T (us), tolerance (us), units.

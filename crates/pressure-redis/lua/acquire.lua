@@ -26,6 +26,9 @@
 --          d:<id>    tombstone of lease <id>: its client gave the acquisition
 --                    up (no reply in time) and released it before it arrived;
 --                    an acquisition with that lease id reserves nothing
+--          k<d>      units of calendar dimension d counted in period k<d>p
+--          k<d>p     that period's index (calendar.lua): a count of another
+--                    period is zero (the period ended) and is replaced
 --          e         the key's expiry as last set, in us (PEXPIREAT only when it
 --                    must move; it is set after the HSET that may create the
 --                    key, so a new key always gets one). Versions before it
@@ -42,6 +45,11 @@
 -- ARGV[3 + 9n]  lease TTL in us
 -- ARGV[4 + 9n]  lease id
 -- ARGV[5 + 9n]  book within (us; 0 = never book a future slot)
+-- ARGV[6 + 9n]  number of calendar dimensions m (absent: 0)
+-- ARGV[7 + 9n]  offset (us) added to TIME for the calendar's wall time (0 in
+--               production: the server's clock; tests move it)
+-- ARGV[8 + 9n + 4j .. 11 + 9n + 4j], for j = 0..m-1: kind (1 = UTC day,
+--               2 = UTC month), dim id, units, limit (scaled by the ceiling)
 -- Returns {1, now_us, delay_us} when granted, {0, wait_us, dim id} when denied,
 -- {2, 0, 0} when the lease id has a tombstone (nothing reserved).
 
@@ -197,12 +205,39 @@ if conc > 0 and count >= conc then
   end
 end
 
+-- Calendar dimensions: a count per fixed UTC period (calendar.lua); a
+-- denial waits until the period ends.
+local m = tonumber(ARGV[c0 + 4]) or 0
+local KU, KC, KP, KE, wcal = {}, {}, {}, {}, nil
+if m > 0 then
+  local wall = now + tonumber(ARGV[c0 + 5])
+  local kf = {}
+  for j = 1, m do
+    local id = ARGV[c0 + 3 + 4 * j]
+    kf[2 * j - 1] = 'k' .. id; kf[2 * j] = 'k' .. id .. 'p'
+  end
+  local kv = redis.call('HMGET', key, unpack(kf))
+  for j = 1, m do
+    local b = c0 + 2 + 4 * j
+    local u, lim = tonumber(ARGV[b + 2]), tonumber(ARGV[b + 3])
+    local p, pend = cal_period(tonumber(ARGV[b]), wall)
+    local used = 0
+    if tonumber(kv[2 * j]) == p then used = tonumber(kv[2 * j - 1]) or 0 end
+    KU[j], KC[j], KP[j], KE[j] = u, used, p, pend - wall
+    if u > 0 and used + u > lim then
+      local w = math.max(pend - wall, 1)
+      if w > worst then worst, worst_dim, wcal = w, 0, tonumber(ARGV[b + 1]) end
+    end
+  end
+end
+
 local upd, nu = {}, 0
 local start = now
 if worst >= 0 then
-  -- Book a future slot: only when every rate dimension is gcra and no lease.
+  -- Book a future slot: only when every rate dimension is gcra, no lease
+  -- and no calendar dimension.
   local book_within = tonumber(ARGV[c0 + 3])
-  local bookable = all_gcra and book_within > 0 and conc == 0
+  local bookable = all_gcra and book_within > 0 and conc == 0 and m == 0
   if bookable then
     for i = 1, n do
       local o = 15 * i - 15
@@ -231,6 +266,7 @@ if worst >= 0 then
     if nu > 0 then redis.call('HSET', key, unpack(upd)) end
     local dim = 5
     if worst_dim > 0 then dim = tonumber(ARGV[9 * worst_dim - 6]) end
+    if wcal ~= nil and worst_dim == 0 then dim = wcal end
     return {0, worst, dim}
   end
 end
@@ -259,6 +295,16 @@ for i = 1, n do
     end
     local kw = D[o + 4] * (S + 2)
     if kw > keep then keep = kw end
+  end
+end
+for j = 1, m do
+  if KU[j] > 0 then
+    local id = ARGV[c0 + 3 + 4 * j]
+    upd[nu + 1] = 'k' .. id; upd[nu + 2] = KC[j] + KU[j]
+    upd[nu + 3] = 'k' .. id .. 'p'; upd[nu + 4] = KP[j]
+    nu = nu + 4
+    -- The count matters until its period ends, and not after.
+    if KE[j] > keep then keep = KE[j] end
   end
 end
 if conc > 0 then

@@ -3,9 +3,14 @@
 -- KEYS[1]  state hash of the resource (see acquire.lua)
 -- ARGV[1]  number of dimensions n
 -- ARGV[2]  the grant's server time in us
--- ARGV[3 + 5i .. 7 + 5i], for i = 0..n-1: algo (1 = gcra, 0 = window), dim id,
+-- ARGV[3 + 5i .. 7 + 5i], for i = 0..n-1: algo (1 = gcra, 0 = window,
+--          2 = calendar day, 3 = calendar month), dim id,
 --          delta units (may be negative), step (gcra: T in us; window: g in us),
---          window W in us (gcra: unused)
+--          window W in us (gcra, calendar: unused)
+-- ARGV[3 + 5n]  offset (us) added to server time for the calendar's wall time
+--          (see acquire.lua; absent: 0)
+-- A calendar count is corrected only while it still counts the grant's
+-- period: a grant of an ended period never touches the next one's count.
 -- Returns 1.
 
 local S = 30
@@ -16,13 +21,22 @@ local now = t[1] * 1000000 + t[2]
 local n = tonumber(ARGV[1])
 local at = tonumber(ARGV[2])
 local key = KEYS[1]
+local off = tonumber(ARGV[3 + 5 * n]) or 0
 
 for i = 0, n - 1 do
   local b = 3 + 5 * i
   local gcra, id, delta, step = ARGV[b] == '1', ARGV[b + 1], tonumber(ARGV[b + 2]), tonumber(ARGV[b + 3])
   local W = tonumber(ARGV[b + 4])
+  local kind = tonumber(ARGV[b])
   if delta ~= 0 then
-    if gcra then
+    if kind >= 2 then
+      local p = cal_period(kind - 1, at + off)
+      local v = redis.call('HMGET', key, 'k' .. id, 'k' .. id .. 'p')
+      -- The key holds the count until its period ends (acquire.lua).
+      if tonumber(v[2]) == p then
+        redis.call('HSET', key, 'k' .. id, math.max((tonumber(v[1]) or 0) + delta, 0))
+      end
+    elseif gcra then
       local v = redis.call('HMGET', key, 'g' .. id, 'g' .. id .. 't')
       local tat, tstep = tonumber(v[1]), tonumber(v[2])
       if tat and tstep ~= nil and tstep ~= step and tat > now then

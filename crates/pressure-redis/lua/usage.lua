@@ -4,7 +4,12 @@
 -- ARGV[1]  number of rate dimensions n
 -- ARGV[2 + 4i .. 5 + 4i], for i = 0..n-1: algo (1 = gcra, 0 = window), dim id,
 --          step (gcra: T in us; window: g in us), window W in us (gcra: unused)
--- Returns {used_0, ..., used_{n-1}, live_leases}.
+-- ARGV[2 + 4n]  number of calendar dimensions m (absent: 0)
+-- ARGV[3 + 4n]  offset (us) added to server time for the calendar's wall time
+-- ARGV[4 + 4n + 2j .. 5 + 4n + 2j], for j = 0..m-1: kind (1 = day, 2 = month), dim id
+-- Returns {used_0, ..., used_{n-1}, cal_used_0, cal_reset_ms_0, ...,
+-- cal_used_{m-1}, cal_reset_ms_{m-1}, live_leases}: a calendar count of
+-- the current period and the wall time (Unix ms) at which it resets.
 
 local t = redis.call('TIME')
 local now = t[1] * 1000000 + t[2]
@@ -34,6 +39,20 @@ for i = 0, n - 1 do
       if j ~= kt or c > tc then sum = sum + c end
     end
     out[#out + 1] = sum
+  end
+end
+local m = tonumber(ARGV[2 + 4 * n]) or 0
+if m > 0 then
+  local wall = now + tonumber(ARGV[3 + 4 * n])
+  for j = 0, m - 1 do
+    local b = 4 + 4 * n + 2 * j
+    local id = ARGV[b + 1]
+    local p, pend = cal_period(tonumber(ARGV[b]), wall)
+    local v = redis.call('HMGET', KEYS[1], 'k' .. id, 'k' .. id .. 'p')
+    local used = 0
+    if tonumber(v[2]) == p then used = tonumber(v[1]) or 0 end
+    out[#out + 1] = used
+    out[#out + 1] = math.floor(pend / 1000)
   end
 end
 local live = 0

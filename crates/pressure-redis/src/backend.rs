@@ -44,13 +44,13 @@ use crate::health::Health;
 use crate::keys::ResourceKeys;
 use crate::scripts;
 use crate::settle::Settled;
-use crate::shape::{self, RateArgs, Shape};
+use crate::shape::{self, calendar_kind, CalendarArgs, RateArgs, Shape};
 use crate::store::{release_invocation, Failure, Lost, LostKind, ShapeScript, Store};
 use parking_lot::Mutex;
-use pressure_core::clock::{Clock, MonotonicClock};
+use pressure_core::clock::{Clock, MonotonicClock, WallShift};
 use pressure_core::{
-    Algorithm, Backend, BackendError, Counts, Decision, Demand, Denial, Dimension, Grant, LeaseId, LimitSpec,
-    Limits, MemoryBackend, RateSpec, Reserved, SyncBackend,
+    Algorithm, Backend, BackendError, CalendarSpec, Counts, Decision, Demand, Denial, Dimension, Grant,
+    LeaseId, LimitSpec, Limits, MemoryBackend, RateSpec, Reserved, SyncBackend,
 };
 use pressure_core::{MemoryHandle, Usage};
 use std::collections::HashMap;
@@ -216,7 +216,14 @@ fn dims_of(spec: &LimitSpec) -> Result<Vec<Dim>, BackendError> {
 }
 
 /// `ARGV` of one call of the generic `lua/acquire.lua` (see its header).
-fn generic_args(dims: &[Dim], spec: &LimitSpec, demand: &Demand, conc: u64, member: &str) -> Vec<String> {
+fn generic_args(
+    dims: &[Dim],
+    spec: &LimitSpec,
+    demand: &Demand,
+    conc: u64,
+    member: &str,
+    offset_us: i64,
+) -> Vec<String> {
     let mut out = Vec::with_capacity(dims.len() * 9 + 5);
     out.push(dims.len().to_string());
     for d in dims {
@@ -233,20 +240,69 @@ fn generic_args(dims: &[Dim], spec: &LimitSpec, demand: &Demand, conc: u64, memb
     out.push((spec.lease_ttl_ns / 1_000).to_string());
     out.push(member.to_owned());
     out.push((demand.book_within_ns / 1_000).to_string());
+    out.extend(calendar_args(spec, demand, offset_us));
+    out
+}
+
+/// The calendar part of an acquire script's `ARGV` (see `lua/acquire.lua`):
+/// the number of calendar dimensions, the wall-time offset (µs), and per
+/// dimension its kind, id, units and limit scaled by the ceiling. Always
+/// sent, so the arguments that follow it in tests stay in place.
+fn calendar_args(spec: &LimitSpec, demand: &Demand, offset_us: i64) -> Vec<String> {
+    let mut out = Vec::with_capacity(2 + 4 * spec.calendars.len());
+    out.push(spec.calendars.len().to_string());
+    out.push(offset_us.to_string());
+    for c in &spec.calendars {
+        out.push(calendar_kind(c.calendar).to_string());
+        out.push(c.dimension.index().to_string());
+        out.push(c.units(demand).to_string());
+        out.push(RateSpec::scaled(c.limit, demand.ceiling_ppm).to_string());
+    }
     out
 }
 
 /// `ARGV` of one call of the script generated for `shape` (see
 /// [`shape::generate`]).
-fn shaped_args(shape: &Shape, dims: &[Dim], demand: &Demand, conc: u64, member: &str) -> Vec<String> {
+fn shaped_args(
+    shape: &Shape,
+    dims: &[Dim],
+    spec: &LimitSpec,
+    demand: &Demand,
+    conc: u64,
+    member: &str,
+    offset_us: i64,
+) -> Vec<String> {
     let rates: Vec<RateArgs> = dims.iter().map(|d| d.args(demand)).collect();
-    shape::args(shape, &rates, conc, member, demand.book_within_ns / 1_000)
+    let calendars = CalendarArgs {
+        offset_us,
+        dims: spec
+            .calendars
+            .iter()
+            .map(|c| (c.units(demand), RateSpec::scaled(c.limit, demand.ceiling_ppm)))
+            .collect(),
+    };
+    shape::args(
+        shape,
+        &rates,
+        conc,
+        member,
+        demand.book_within_ns / 1_000,
+        &calendars,
+    )
 }
+
+/// How long the deny cache keeps a calendar dimension's denial: its wait
+/// runs to the end of a day or month, and a refund (reconcile down) by
+/// another instance may free budget long before that.
+const CALENDAR_DENY_CACHE: Duration = Duration::from_secs(1);
 
 /// A denial remembered by the deny cache.
 #[derive(Debug, Clone, Copy)]
 struct Denied {
+    /// Refused locally until then (local clock).
     until_ns: u64,
+    /// The end of the denial's wait (local clock): at or after `until_ns`.
+    wait_until_ns: u64,
     demand: Demand,
     dimension: Dimension,
 }
@@ -292,6 +348,7 @@ impl RedisBackend {
             shapes: Mutex::new(HashMap::new()),
             cancelled_calls: AtomicU64::new(0),
             cancel_releases: AtomicU64::new(0),
+            wall_shift: WallShift::new(),
         });
         tokio::spawn(background::run(Arc::downgrade(&store), Arc::clone(&store.wake)));
         Ok(Self { store })
@@ -336,6 +393,22 @@ impl RedisBackend {
     /// The configuration in use.
     pub fn config(&self) -> &RedisConfig {
         &self.store.config
+    }
+
+    /// The offset this backend adds to the Redis server's `TIME` for the
+    /// calendar dimensions' periods (a UTC day, a UTC month); zero unless
+    /// set, so every instance of a fleet agrees on the server's clock. For
+    /// tests that cross a day or month boundary, and for a known skew of
+    /// the server's clock; set it before traffic (a change re-dates earlier
+    /// grants too). Turn the deny cache off in tests that move it: a cached
+    /// denial lasts until the reset as dated before the move.
+    pub fn wall_shift(&self) -> &WallShift {
+        &self.store.wall_shift
+    }
+
+    /// The wall-time offset in µs, as the scripts take it.
+    fn offset_us(&self) -> i64 {
+        self.store.offset_us()
     }
 
     /// The Lua source of the acquire script this backend sends for limits
@@ -406,11 +479,19 @@ impl RedisBackend {
         let (script, args) = match &h.shaped {
             Some(s) => (
                 AcquireScript::Shaped(Arc::clone(s)),
-                shaped_args(&s.shape, &h.dims, demand, conc, &lease_member),
+                shaped_args(
+                    &s.shape,
+                    &h.dims,
+                    &h.spec,
+                    demand,
+                    conc,
+                    &lease_member,
+                    self.offset_us(),
+                ),
             ),
             None => (
                 AcquireScript::Generic,
-                generic_args(&h.dims, &h.spec, demand, conc, &lease_member),
+                generic_args(&h.dims, &h.spec, demand, conc, &lease_member, self.offset_us()),
             ),
         };
         let key = h.keys.state.clone();
@@ -431,6 +512,7 @@ impl RedisBackend {
             lease,
             lease_ttl_ns: h.spec.lease_ttl_ns,
             dims: Arc::clone(&h.dims),
+            spec: Arc::clone(&h.spec),
             demand: *demand,
         };
         let v = self
@@ -472,8 +554,17 @@ impl RedisBackend {
         let dimension = Dimension::from_index(b as usize).unwrap_or(Dimension::MaxConcurrentRequests);
         let denial = Denial::exhausted(Duration::from_micros(a), dimension);
         if self.store.config.deny_cache && denial.is_exact() {
+            let now = self.store.clock.now_nanos();
+            let wait_until_ns = now + a.saturating_mul(1_000);
+            let until_ns = match dimension.calendar() {
+                Some(_) => {
+                    wait_until_ns.min(now + pressure_core::clock::duration_to_nanos(CALENDAR_DENY_CACHE))
+                }
+                None => wait_until_ns,
+            };
             *h.deny.lock() = Some(Denied {
-                until_ns: self.store.clock.now_nanos() + a.saturating_mul(1_000),
+                until_ns,
+                wait_until_ns,
                 demand: *demand,
                 dimension,
             });
@@ -494,11 +585,12 @@ impl RedisBackend {
         let dominated = demand.requests >= d.demand.requests
             && demand.input_tokens >= d.demand.input_tokens
             && demand.output_tokens >= d.demand.output_tokens
+            && demand.cost_micro_usd >= d.demand.cost_micro_usd
             && demand.ceiling_ppm <= d.demand.ceiling_ppm
             && demand.book_within_ns <= d.demand.book_within_ns;
         (now < d.until_ns && dominated).then(|| {
             Decision::Denied(Denial::exhausted(
-                Duration::from_nanos(d.until_ns - now),
+                Duration::from_nanos(d.wait_until_ns - now),
                 d.dimension,
             ))
         })
@@ -712,12 +804,9 @@ impl Backend for RedisBackend {
         }
         let before = Demand::from(&grant.reserved);
         let after = Demand::from(actual);
-        let changes: Vec<Change> = h
-            .dims
-            .iter()
-            .map(|d| Change::of(d, d.rate.units(&after) as i64 - d.rate.units(&before) as i64))
-            .filter(|c| c.delta != 0)
-            .collect();
+        let changes = changes(&h.dims, &h.spec, |units| {
+            units(&after) as i64 - units(&before) as i64
+        });
         if changes.is_empty() {
             return Ok(());
         }
@@ -727,9 +816,10 @@ impl Backend for RedisBackend {
             *h.deny.lock() = None;
         }
         let (store, key, at_us) = (Arc::clone(&self.store), h.keys.state.clone(), grant.at_ns / 1_000);
+        let offset_us = self.offset_us();
         let call = async move {
             store
-                .call_untimed::<i64>(reconcile_invocation(&key, at_us, &changes))
+                .call_untimed::<i64>(reconcile_invocation(&key, at_us, &changes, offset_us))
                 .await
         };
         match self.store.call_settled(call, |_| {}).await {
@@ -749,18 +839,32 @@ impl Backend for RedisBackend {
                 .arg(d.step_us)
                 .arg(d.window_us);
         }
+        let cals = &h.spec.calendars;
+        inv.arg(cals.len()).arg(self.offset_us());
+        for c in cals {
+            inv.arg(calendar_kind(c.calendar)).arg(c.dimension.index());
+        }
         let v: Vec<i64> = self.call(inv).await?;
-        if v.len() != h.dims.len() + 1 {
+        let n = h.dims.len();
+        if v.len() != n + 2 * cals.len() + 1 {
             return Err(BackendError::Protocol(format!("usage returned {v:?}")));
         }
+        let unit = |x: i64| x.max(0) as u64;
+        let mut dimensions: Vec<(Dimension, u64)> = h
+            .dims
+            .iter()
+            .zip(&v)
+            .map(|(d, used)| (d.rate.dimension, unit(*used)))
+            .collect();
+        let mut resets = Vec::with_capacity(cals.len());
+        for (c, pair) in cals.iter().zip(v[n..].chunks_exact(2)) {
+            dimensions.push((c.dimension, unit(pair[0])));
+            resets.push((c.dimension, unit(pair[1])));
+        }
         Ok(Usage {
-            dimensions: h
-                .dims
-                .iter()
-                .zip(&v)
-                .map(|(d, used)| (d.rate.dimension, (*used).max(0) as u64))
-                .collect(),
-            leases: v[h.dims.len()].max(0) as u64,
+            dimensions,
+            leases: unit(v[v.len() - 1]),
+            resets,
         })
     }
 
@@ -791,7 +895,8 @@ impl AcquireScript {
 /// One dimension's correction for `lua/reconcile.lua`.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Change {
-    gcra: bool,
+    /// 0 window, 1 gcra, 2 calendar day, 3 calendar month.
+    kind: u8,
     dimension: usize,
     /// Units to add (negative: to give back).
     delta: i64,
@@ -802,13 +907,34 @@ pub(crate) struct Change {
 impl Change {
     fn of(d: &Dim, delta: i64) -> Self {
         Self {
-            gcra: d.gcra,
+            kind: u8::from(d.gcra),
             dimension: d.rate.dimension.index(),
             delta,
             step_us: d.step_us,
             window_us: d.window_us,
         }
     }
+
+    fn calendar(c: &CalendarSpec, delta: i64) -> Self {
+        Self {
+            kind: 1 + calendar_kind(c.calendar),
+            dimension: c.dimension.index(),
+            delta,
+            step_us: 0,
+            window_us: 0,
+        }
+    }
+}
+
+/// The non-zero corrections of every dimension, rate and calendar, where
+/// `delta` gives a dimension's delta from its units function.
+fn changes(dims: &[Dim], spec: &LimitSpec, delta: impl Fn(&dyn Fn(&Demand) -> u64) -> i64) -> Vec<Change> {
+    let rates = dims.iter().map(|d| Change::of(d, delta(&|x| d.rate.units(x))));
+    let calendars = spec
+        .calendars
+        .iter()
+        .map(|c| Change::calendar(c, delta(&|x| c.units(x))));
+    rates.chain(calendars).filter(|c| c.delta != 0).collect()
 }
 
 /// What an acquisition whose caller went away before its answer may hold,
@@ -819,6 +945,7 @@ struct LostAcquisition {
     lease: Option<u64>,
     lease_ttl_ns: u64,
     dims: Arc<[Dim]>,
+    spec: Arc<LimitSpec>,
     demand: Demand,
 }
 
@@ -846,12 +973,8 @@ impl LostAcquisition {
             }
         };
         store.cancel_releases.fetch_add(1, Ordering::Relaxed);
-        let refund: Vec<Change> = self
-            .dims
-            .iter()
-            .map(|d| Change::of(d, -(d.rate.units(&self.demand) as i64)))
-            .filter(|c| c.delta != 0)
-            .collect();
+        let demand = self.demand;
+        let refund = changes(&self.dims, &self.spec, |units| -(units(&demand) as i64));
         if let Some(lease) = self.lease {
             store.release_detached(self.key.clone(), lease, self.lease_ttl_ns);
         }
@@ -860,7 +983,10 @@ impl LostAcquisition {
         if let (false, Ok(rt)) = (refund.is_empty(), tokio::runtime::Handle::try_current()) {
             let (store, key) = (Arc::clone(store), self.key);
             rt.spawn(async move {
-                let _ = store.reconcile_remote(&key, granted_at_us, &refund).await;
+                let offset_us = store.offset_us();
+                let _ = store
+                    .reconcile_remote(&key, granted_at_us, &refund, offset_us)
+                    .await;
             });
         }
     }
@@ -908,8 +1034,20 @@ impl Store {
     }
 
     /// Corrects the units counted at `at_us` (server time) by `changes`.
-    async fn reconcile_remote(&self, key: &str, at_us: u64, changes: &[Change]) -> Result<i64, Failure> {
-        self.call(reconcile_invocation(key, at_us, changes)).await
+    async fn reconcile_remote(
+        &self,
+        key: &str,
+        at_us: u64,
+        changes: &[Change],
+        offset_us: i64,
+    ) -> Result<i64, Failure> {
+        self.call(reconcile_invocation(key, at_us, changes, offset_us))
+            .await
+    }
+
+    /// The wall-time offset in µs, as the scripts take it.
+    pub(crate) fn offset_us(&self) -> i64 {
+        self.wall_shift.nanos() / 1_000
     }
 
     /// Runs `call` as a [`Settled`] call bounded by the call timeout: past
@@ -937,16 +1075,24 @@ impl Store {
 }
 
 /// One call of `lua/reconcile.lua`: correct the units counted at `at_us`.
-fn reconcile_invocation(key: &str, at_us: u64, changes: &[Change]) -> redis::ScriptInvocation<'static> {
+/// The calendar counts are those of the grant's period, dated with
+/// `offset_us` like the acquisition.
+fn reconcile_invocation(
+    key: &str,
+    at_us: u64,
+    changes: &[Change],
+    offset_us: i64,
+) -> redis::ScriptInvocation<'static> {
     let mut inv = scripts::RECONCILE.prepare_invoke();
     inv.key(key).arg(changes.len()).arg(at_us);
     for c in changes {
-        inv.arg(u8::from(c.gcra))
+        inv.arg(c.kind)
             .arg(c.dimension)
             .arg(c.delta)
             .arg(c.step_us)
             .arg(c.window_us);
     }
+    inv.arg(offset_us);
     inv
 }
 
@@ -954,6 +1100,7 @@ fn delta_frees(before: &Demand, after: &Demand) -> bool {
     after.requests < before.requests
         || after.input_tokens < before.input_tokens
         || after.output_tokens < before.output_tokens
+        || after.cost_micro_usd < before.cost_micro_usd
 }
 
 #[cfg(test)]

@@ -69,3 +69,54 @@ fn a_reconcile_that_creates_the_key_gives_it_an_expiry() {
         );
     }
 }
+
+/// A calendar count gives its key an expiry at the end of its period (plus
+/// the margin), never later: a tenant's daily budget leaves Redis with its
+/// day. A correction of a count whose key is gone writes nothing.
+#[test]
+fn a_calendar_count_expires_with_its_period() {
+    use super::{changes, dims_of, generic_args, member, reconcile_invocation};
+    use pressure_core::{Calendar, Demand, Limits};
+    let mut con = connection();
+    for (limits, calendar, name) in [
+        (
+            Limits::default().cost_micro_usd_per_day(1_000),
+            Calendar::Day,
+            "day",
+        ),
+        (
+            Limits::default().cost_micro_usd_per_month(1_000),
+            Calendar::Month,
+            "month",
+        ),
+    ] {
+        let key = fresh_key(&mut con, &format!("cal-{name}"));
+        let spec = limits.compile().expect("valid");
+        let dims = dims_of(&spec).expect("dims");
+        let (secs, micros): (u64, u64) = redis::cmd("TIME").query(&mut con).expect("TIME");
+        let now_us = secs * 1_000_000 + micros;
+        // The calendar's wall time 30 s before its period ends.
+        let end_us = calendar.next_reset(now_us / 1_000 + 3_600_000) * 1_000;
+        let offset = end_us as i64 - 30_000_000 - now_us as i64;
+        let demand = Demand {
+            cost_micro_usd: 10,
+            ..Demand::default()
+        };
+        let mut inv = scripts::ACQUIRE.key(&key);
+        for a in generic_args(&dims, &spec, &demand, 0, &member(1), offset) {
+            inv.arg(a);
+        }
+        let r: Vec<i64> = inv.invoke(&mut con).expect("acquire");
+        assert_eq!(r[0], 1, "{name}: granted");
+        let ttl: i64 = con.pttl(&key).expect("PTTL");
+        // 30 s to the period's end, plus a margin of at most 10 s.
+        assert!(ttl > 25_000 && ttl <= 40_001, "{name}: PTTL {ttl} ms");
+        let _: () = con.del(&key).expect("DEL");
+        let up = changes(&dims, &spec, |units| units(&demand) as i64);
+        let _: i64 = reconcile_invocation(&key, now_us, &up, offset)
+            .invoke(&mut con)
+            .expect("reconcile");
+        let exists: bool = con.exists(&key).expect("EXISTS");
+        assert!(!exists, "{name}: a correction of a gone count creates no key");
+    }
+}

@@ -3,11 +3,23 @@
 use redis::Script;
 use std::sync::LazyLock;
 
-pub(crate) const ACQUIRE_LUA: &str = include_str!("../lua/acquire.lua");
-pub(crate) const RECONCILE_LUA: &str = include_str!("../lua/reconcile.lua");
+/// The calendar periods (`lua/calendar.lua`), a prelude of the scripts
+/// that count calendar dimensions.
+pub(crate) const CALENDAR_LUA: &str = include_str!("../lua/calendar.lua");
+pub(crate) const ACQUIRE_LUA: &str = concat!(
+    include_str!("../lua/calendar.lua"),
+    include_str!("../lua/acquire.lua")
+);
+pub(crate) const RECONCILE_LUA: &str = concat!(
+    include_str!("../lua/calendar.lua"),
+    include_str!("../lua/reconcile.lua")
+);
 pub(crate) const RELEASE_LUA: &str = include_str!("../lua/release.lua");
 const RENEW_LUA: &str = include_str!("../lua/renew.lua");
-pub(crate) const USAGE_LUA: &str = include_str!("../lua/usage.lua");
+pub(crate) const USAGE_LUA: &str = concat!(
+    include_str!("../lua/calendar.lua"),
+    include_str!("../lua/usage.lua")
+);
 const BREAKER_LUA: &str = include_str!("../lua/breaker.lua");
 const GC_LUA: &str = include_str!("../lua/gc.lua");
 

@@ -17,12 +17,17 @@
 //! changes, and every resource with the same shape shares one script (one
 //! SHA) in Redis.
 //!
+//! Calendar dimensions (`requestsPerDay`, ...) are part of the shape too:
+//! which ones and their period (day or month); their units, limits and the
+//! wall-time offset come per call, and the period arithmetic is the
+//! prelude `lua/calendar.lua`, as in the generic script.
+//!
 //! The generated script reads and writes exactly the fields of
 //! `lua/acquire.lua`, with the same values: both can run against the same
 //! hash (a fleet with mixed versions counts together), and a unit test
 //! checks that they decide alike and leave the same state.
 
-use pressure_core::{Algorithm, LimitSpec};
+use pressure_core::{Algorithm, Calendar, LimitSpec};
 use std::fmt::Write as _;
 
 /// Appends one line of Lua to a [`Gen`], formatted like `format!` (a line
@@ -63,13 +68,25 @@ pub(crate) enum RateShape {
     },
 }
 
+/// One calendar dimension of a [`Shape`]: `Dimension::index` and its
+/// period's code in `lua/calendar.lua` (1 day, 2 month).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) struct CalendarShape {
+    /// `Dimension::index` of the dimension.
+    pub(crate) id: usize,
+    /// 1: a UTC day; 2: a UTC month.
+    pub(crate) kind: u8,
+}
+
 /// What is fixed for a registered limit, and so may be baked into its
-/// acquire script: the rate dimensions in order, and whether there is a
-/// concurrency limit with which lease TTL.
+/// acquire script: the rate dimensions in order, the calendar dimensions,
+/// and whether there is a concurrency limit with which lease TTL.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub(crate) struct Shape {
     /// Rate dimensions, in the order of `LimitSpec::rates`.
     pub(crate) rates: Vec<RateShape>,
+    /// Calendar dimensions, in the order of `LimitSpec::calendars`.
+    pub(crate) calendars: Vec<CalendarShape>,
     /// Lease TTL in microseconds when the limit has a concurrency dimension.
     pub(crate) lease_ttl_us: Option<u64>,
 }
@@ -109,6 +126,18 @@ impl Shape {
         if rates.len() != spec.rates.len() {
             return None;
         }
+        let mut calendars = Vec::with_capacity(spec.calendars.len());
+        for c in &spec.calendars {
+            let id = c.dimension.index();
+            if id >= 64 || seen & (1 << id) != 0 {
+                return None;
+            }
+            seen |= 1 << id;
+            calendars.push(CalendarShape {
+                id,
+                kind: calendar_kind(c.calendar),
+            });
+        }
         let lease_ttl_us = match spec.concurrency {
             Some(_) => {
                 let ttl = spec.lease_ttl_ns / 1_000;
@@ -119,13 +148,28 @@ impl Shape {
             }
             None => None,
         };
-        Some(Self { rates, lease_ttl_us })
+        Some(Self {
+            rates,
+            calendars,
+            lease_ttl_us,
+        })
     }
 
     /// Whether a denial may book a future slot instead: only when every rate
-    /// is `gcra` (and, per call, no lease is taken), as in `lua/acquire.lua`.
+    /// is `gcra`, there is no calendar dimension (and, per call, no lease
+    /// is taken), as in `lua/acquire.lua`.
     pub(crate) fn bookable(&self) -> bool {
-        !self.rates.is_empty() && self.rates.iter().all(|r| matches!(r, RateShape::Gcra { .. }))
+        !self.rates.is_empty()
+            && self.calendars.is_empty()
+            && self.rates.iter().all(|r| matches!(r, RateShape::Gcra { .. }))
+    }
+}
+
+/// The scripts' code of a calendar period (`lua/calendar.lua`).
+pub(crate) fn calendar_kind(c: Calendar) -> u8 {
+    match c {
+        Calendar::Day => 1,
+        Calendar::Month => 2,
     }
 }
 
@@ -142,16 +186,29 @@ pub(crate) struct RateArgs {
     pub(crate) step_us: u64,
 }
 
+/// The calendar part of a call (see [`args`]): the wall-time offset (µs)
+/// and per calendar dimension its units and limit (scaled by the ceiling).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub(crate) struct CalendarArgs {
+    /// Added to the server's time for the calendar periods.
+    pub(crate) offset_us: i64,
+    /// `(units, limit)` per calendar dimension, in the shape's order.
+    pub(crate) dims: Vec<(u64, u64)>,
+}
+
 /// Appends the `ARGV` of one call of the script of `shape` to `out`:
 /// per rate `units, limit` (+ `T` for gcra); with a concurrency limit the
 /// concurrency limit of this call (0: take no lease) and the lease id; when
-/// [`Shape::bookable`], the booking horizon in µs.
+/// [`Shape::bookable`], the booking horizon in µs; with calendar
+/// dimensions, the wall-time offset and per calendar dimension `units,
+/// limit`.
 pub(crate) fn args(
     shape: &Shape,
     rates: &[RateArgs],
     conc: u64,
     member: &str,
     book_within_us: u64,
+    calendars: &CalendarArgs,
 ) -> Vec<String> {
     let mut out = Vec::with_capacity(rates.len() * 3 + 3);
     for (r, a) in shape.rates.iter().zip(rates) {
@@ -168,6 +225,13 @@ pub(crate) fn args(
     if shape.bookable() {
         out.push(book_within_us.to_string());
     }
+    if !shape.calendars.is_empty() {
+        out.push(calendars.offset_us.to_string());
+        for (units, limit) in calendars.dims.iter().take(shape.calendars.len()) {
+            out.push(units.to_string());
+            out.push(limit.to_string());
+        }
+    }
     out
 }
 
@@ -180,7 +244,11 @@ pub(crate) fn args(
 pub(crate) fn generate(shape: &Shape) -> String {
     let mut g = Gen::default();
     g.emit(shape);
-    g.out
+    if shape.calendars.is_empty() {
+        g.out
+    } else {
+        format!("{}{}", crate::scripts::CALENDAR_LUA, g.out)
+    }
 }
 
 /// Text of one generated script.
@@ -226,23 +294,25 @@ impl Gen {
         self.line("local key = KEYS[1]");
         self.line("local fmt = string.format");
 
-        let (dims, book_arg) = self.emit_args(shape);
-        self.emit_read(conc, &dims);
+        let (dims, book_arg, cal_slot) = self.emit_args(shape);
+        self.emit_read(shape, &dims);
         for d in &dims {
             self.emit_check(d);
         }
         if conc.is_some() {
             self.emit_concurrency();
         }
+        self.emit_calendar_checks(shape, cal_slot);
 
         self.emit_denial(shape, &dims, book_arg);
         self.emit_grant(shape, &dims);
     }
 
-    /// The per-call arguments (`ARGV`) of every dimension, the lease and
-    /// the booking, and the sub-window indices: the dimensions as the rest
-    /// of the script names them, and the `ARGV` index of the booking bound.
-    fn emit_args(&mut self, shape: &Shape) -> (Vec<GenDim>, usize) {
+    /// The per-call arguments (`ARGV`) of every dimension, the lease, the
+    /// booking and the calendar dimensions, and the sub-window indices: the
+    /// dimensions as the rest of the script names them, the `ARGV` index of
+    /// the booking bound, and the `HMGET` slot of the first calendar field.
+    fn emit_args(&mut self, shape: &Shape) -> (Vec<GenDim>, usize, usize) {
         let conc = shape.lease_ttl_us;
         let mut a = 1;
         let mut dims = Vec::new();
@@ -303,6 +373,17 @@ impl Gen {
             a += 2;
         }
         let book_arg = a;
+        if shape.bookable() {
+            a += 1;
+        }
+        if !shape.calendars.is_empty() {
+            lua!(self, "local off = ARGV[{a}] + 0");
+            a += 1;
+            for j in 1..=shape.calendars.len() {
+                lua!(self, "local ku{j}, km{j} = ARGV[{a}] + 0, ARGV[{}] + 0", a + 1);
+                a += 2;
+            }
+        }
         for (step, k) in &ks {
             lua!(self, "local {k} = math.floor(now / {step})");
             lua!(self, "local {k}s = fmt('%d', {k})");
@@ -312,12 +393,13 @@ impl Gen {
                 lua!(self, "local f{} = 'w{}:' .. {}s", d.n, d.id, d.k);
             }
         }
-        (dims, book_arg)
+        (dims, book_arg, slot)
     }
 
     /// The one `HMGET` of the state and its locals (the expiry mark, the
     /// lease count), and a lease given up before it arrived.
-    fn emit_read(&mut self, conc: Option<u64>, dims: &[GenDim]) {
+    fn emit_read(&mut self, shape: &Shape, dims: &[GenDim]) {
+        let conc = shape.lease_ttl_us;
         let mut fields = vec!["'e'".to_owned()];
         if conc.is_some() {
             self.line("local dl = '-'");
@@ -335,6 +417,9 @@ impl Gen {
                     format!("'w{}:tc'", d.id),
                 ]),
             }
+        }
+        for c in &shape.calendars {
+            fields.extend([format!("'k{}'", c.id), format!("'k{}p'", c.id)]);
         }
         lua!(self, "local v = redis.call('HMGET', key, {})", fields.join(", "));
         self.line("local x = v[1]");
@@ -487,6 +572,31 @@ impl Gen {
         }
     }
 
+    /// The checks of the calendar dimensions (`worst`, `wd` updated), after
+    /// every other, as in `lua/acquire.lua`: the count of the current
+    /// period (another period's reads as zero) and, on a refusal, the wait
+    /// until the period ends.
+    fn emit_calendar_checks(&mut self, shape: &Shape, slot: usize) {
+        if shape.calendars.is_empty() {
+            return;
+        }
+        self.line("local wall = now + off");
+        for (i, c) in shape.calendars.iter().enumerate() {
+            let (j, p) = (i + 1, slot + 2 * i);
+            lua!(self, "local kp{j}, ke{j} = cal_period({}, wall)", c.kind);
+            lua!(self, "ke{j} = ke{j} - wall");
+            lua!(self, "local kc{j}, kq{j} = v[{p}], v[{}]", p + 1);
+            lua!(
+                self,
+                "if kq{j} and kq{j} + 0 == kp{j} then kc{j} = kc{j} and kc{j} + 0 or 0 else kc{j} = 0 end"
+            );
+            lua!(self, "if ku{j} > 0 and kc{j} + ku{j} > km{j} then");
+            lua!(self, "  local w = math.max(ke{j}, 1)");
+            lua!(self, "  if w > worst then worst, wd = w, {} end", c.id);
+            self.line("end");
+        }
+    }
+
     /// The concurrency check, with the sweep of expired leases.
     fn emit_concurrency(&mut self) {
         self.line("local swept = false");
@@ -585,7 +695,8 @@ impl Gen {
             }
         }
         cond.push("now + keep <= x".into());
-        if !sets.is_empty() {
+        // With calendar dimensions every grant takes the general path.
+        if !sets.is_empty() && shape.calendars.is_empty() {
             lua!(self, "if {} then", cond.join(" and "));
             lua!(self, "  redis.call('HSET', key, {})", sets.join(", "));
             self.line("  return {1, now, start - now}");
@@ -627,6 +738,14 @@ impl Gen {
                     self.line("end");
                 }
             }
+        }
+        for (i, c) in shape.calendars.iter().enumerate() {
+            let (j, id) = (i + 1, c.id);
+            lua!(self, "if ku{j} > 0 then");
+            lua!(self, "  upd[nu + 1] = 'k{id}'; upd[nu + 2] = kc{j} + ku{j}; upd[nu + 3] = 'k{id}p'; upd[nu + 4] = kp{j}; nu = nu + 4");
+            self.line("  -- The count matters until its period ends, and not after.");
+            lua!(self, "  if ke{j} > keep then keep = ke{j} end");
+            self.line("end");
         }
         if let Some(ttl) = conc {
             self.line("if conc > 0 then");
@@ -670,6 +789,9 @@ fn describe(shape: &Shape) -> String {
             RateShape::Window { id, step_us, .. } => format!("window:{id}/{step_us}us"),
         })
         .collect();
+    for c in &shape.calendars {
+        parts.push(format!("{}:{}", if c.kind == 1 { "day" } else { "month" }, c.id));
+    }
     if let Some(ttl) = shape.lease_ttl_us {
         parts.push(format!("leases/{ttl}us"));
     }
@@ -812,8 +934,72 @@ mod tests {
                 };
                 shape.rates.len()
             ];
-            assert_eq!(used, args(&shape, &rates, 1, "m", 0).len(), "{src}");
+            let cals = CalendarArgs {
+                offset_us: 0,
+                dims: vec![(1, 2); shape.calendars.len()],
+            };
+            assert_eq!(used, args(&shape, &rates, 1, "m", 0, &cals).len(), "{src}");
         }
+    }
+
+    #[test]
+    fn calendar_dimensions_are_part_of_the_shape_and_read_in_the_one_hmget() {
+        let limits = Limits::default()
+            .requests_per_minute(60)
+            .tokens_per_day(1_000)
+            .cost_micro_usd_per_month(5_000)
+            .max_concurrent_requests(4);
+        let shape = shape_of(&limits);
+        assert_eq!(
+            shape.calendars,
+            [
+                CalendarShape { id: 9, kind: 1 },
+                CalendarShape { id: 11, kind: 2 }
+            ]
+        );
+        assert!(!shape.bookable());
+        assert_ne!(
+            shape,
+            shape_of(
+                &Limits::default()
+                    .requests_per_minute(60)
+                    .max_concurrent_requests(4)
+            )
+        );
+        // Limits are arguments: another budget, the same script.
+        assert_eq!(
+            shape,
+            shape_of(&limits.clone().tokens_per_day(7).cost_micro_usd_per_month(9))
+        );
+        let src = generate(&shape);
+        assert!(
+            src.starts_with(crate::scripts::CALENDAR_LUA),
+            "the period prelude"
+        );
+        let hmget: Vec<&str> = src
+            .lines()
+            .filter(|l| l.starts_with("local v = redis.call('HMGET'"))
+            .collect();
+        assert_eq!(hmget.len(), 1, "{src}");
+        assert!(hmget[0].ends_with("'k9', 'k9p', 'k11', 'k11p')"), "{}", hmget[0]);
+        let used = src
+            .match_indices("ARGV[")
+            .filter_map(|(i, _)| src[i + 5..].split(']').next()?.parse::<usize>().ok())
+            .max()
+            .unwrap_or(0);
+        let rates = vec![
+            RateArgs {
+                units: 1,
+                limit: 2,
+                step_us: 3
+            };
+            shape.rates.len()
+        ];
+        let cals = CalendarArgs {
+            offset_us: -5,
+            dims: vec![(1, 2); 2],
+        };
+        assert_eq!(used, args(&shape, &rates, 1, "m", 0, &cals).len(), "{src}");
     }
 
     #[test]

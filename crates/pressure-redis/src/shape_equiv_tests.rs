@@ -96,6 +96,32 @@ fn families() -> Vec<Vec<Limits>> {
                 .gcra(None),
         ],
         vec![Limits::default().max_concurrent_requests(2).lease_ttl(ttl)],
+        // Calendar dimensions, alone and beside sliding ones and leases;
+        // the sequence starts a minute before a month ends (see `offset`).
+        vec![
+            Limits::default()
+                .requests_per_day(60)
+                .tokens_per_day(9_000)
+                .cost_micro_usd_per_month(12_000),
+            Limits::default()
+                .requests_per_day(40)
+                .cost_micro_usd_per_day(5_000)
+                .cost_micro_usd_per_month(9_000),
+        ],
+        vec![
+            Limits::default()
+                .requests_per_minute(30)
+                .tokens_per_day(6_000)
+                .cost_micro_usd_per_day(8_000)
+                .max_concurrent_requests(3)
+                .lease_ttl(ttl),
+            Limits::default()
+                .requests_per_second(5)
+                .gcra(None)
+                .requests_per_day(50)
+                .max_concurrent_requests(2)
+                .lease_ttl(ttl),
+        ],
         vec![
             Limits::default()
                 .requests_per_second(10)
@@ -141,6 +167,10 @@ fn generated_scripts_decide_and_store_like_the_generic_one() {
         let _: () = con.del(&[&kg, &ks]).expect("DEL");
         // An hour ahead of the server, so PEXPIREAT never drops a key.
         let mut now = secs * 1_000_000 + micros + 3_600_000_000;
+        // Calendar wall time: a minute before the next month ends, so the
+        // sequence crosses a day and a month boundary.
+        let month_end_us = pressure_core::Calendar::Month.next_reset(now / 1_000) * 1_000;
+        let offset = month_end_us as i64 - 60_000_000 - now as i64;
         let mut v = 0;
         for _ in 0..600 {
             steps += 1;
@@ -180,6 +210,7 @@ fn generated_scripts_decide_and_store_like_the_generic_one() {
                 requests: [1, 1, 1, 1, 0, 2][rng.below(6) as usize],
                 input_tokens: if rng.chance(20) { 0 } else { rng.below(300) },
                 output_tokens: if rng.chance(20) { 0 } else { rng.below(300) },
+                cost_micro_usd: if rng.chance(20) { 0 } else { rng.below(400) },
                 lease: rng.chance(80),
                 ceiling_ppm: if rng.chance(25) { 600_000 } else { PPM },
                 book_within_ns: [0, 0, 50_000_000, 2_000_000_000][rng.below(4) as usize],
@@ -191,12 +222,12 @@ fn generated_scripts_decide_and_store_like_the_generic_one() {
             };
             let m = member(lease_id);
             let mut inv = generic.key(&kg);
-            for a in generic_args(&dims, spec, &demand, conc, &m) {
+            for a in generic_args(&dims, spec, &demand, conc, &m, offset) {
                 inv.arg(a);
             }
             let rg: Vec<i64> = inv.arg(now).invoke(&mut con).expect("generic acquire");
             let mut inv = shaped.key(&ks);
-            for a in shaped_args(&shape, &dims, &demand, conc, &m) {
+            for a in shaped_args(&shape, &dims, spec, &demand, conc, &m, offset) {
                 inv.arg(a);
             }
             let rs: Vec<i64> = inv.arg(now).invoke(&mut con).expect("generated acquire");

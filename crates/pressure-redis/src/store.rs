@@ -11,7 +11,7 @@ use crate::health::Health;
 use crate::scripts;
 use crate::shape::{self, Shape};
 use parking_lot::Mutex;
-use pressure_core::clock::MonotonicClock;
+use pressure_core::clock::{MonotonicClock, WallShift};
 use pressure_core::{BackendError, MemoryBackend};
 use std::collections::HashMap;
 use std::sync::atomic::AtomicU64;
@@ -36,6 +36,9 @@ pub(crate) struct Store {
     /// The failure mode's state (`local`).
     pub(crate) local: MemoryBackend,
     pub(crate) clock: MonotonicClock,
+    /// Moves the server's time for the calendar periods (tests, a known
+    /// skew); zero in production, so the fleet agrees on Redis's `TIME`.
+    pub(crate) wall_shift: WallShift,
     /// Releases to deliver in the background (lost acquisitions, failed
     /// releases).
     pub(crate) lost: Mutex<Vec<Lost>>,

@@ -43,14 +43,14 @@ fn acquire(con: &mut redis::Connection, key: &str, generic: bool, now: u64) -> (
     let dims = dims_of(&spec).expect("dims");
     let demand = Demand::default();
     let (src, args) = if generic {
-        let args = generic_args(&dims, &spec, &demand, 0, &member(1));
+        let args = generic_args(&dims, &spec, &demand, 0, &member(1), 0);
         (scripts::ACQUIRE_LUA.to_owned(), args)
     } else {
         let steps: Vec<u64> = dims.iter().map(|d| d.step_us).collect();
         let shape = shape::Shape::of(&spec, &steps).expect("a shape");
         (
             shape::generate(&shape),
-            shaped_args(&shape, &dims, &demand, 0, &member(1)),
+            shaped_args(&shape, &dims, &spec, &demand, 0, &member(1), 0),
         )
     };
     let script = redis::Script::new(&with_fake_clock(&src));
@@ -72,6 +72,8 @@ fn usage(con: &mut redis::Connection, key: &str, now: u64) -> i64 {
         .arg(d.rate.dimension.index())
         .arg(d.step_us)
         .arg(d.window_us)
+        .arg(0)
+        .arg(0)
         .arg(now)
         .invoke(con)
         .expect("usage");
@@ -90,6 +92,7 @@ fn reconcile(con: &mut redis::Connection, key: &str, at: u64, delta: i64, now: u
         .arg(c.delta)
         .arg(c.step_us)
         .arg(c.window_us)
+        .arg(0)
         .arg(now)
         .invoke(con)
         .expect("reconcile");

@@ -63,6 +63,22 @@ pub async fn broker() -> ResourceBroker<RedisBackend> {
     broker_with(config(redis_url())).await
 }
 
+/// A broker over `config` without a deny cache, and the shift of its
+/// calendar wall time (`RedisBackend::wall_shift`), for the calendar
+/// checks that move it.
+#[allow(dead_code)]
+pub async fn shifted_broker_with(
+    config: RedisConfig,
+) -> (ResourceBroker<RedisBackend>, pressure_core::clock::WallShift) {
+    let b = broker_with(RedisConfig {
+        deny_cache: false,
+        ..config
+    })
+    .await;
+    let shift = b.backend().wall_shift().clone();
+    (b, shift)
+}
+
 /// A plain (blocking) connection to `srv`, for assertions.
 pub fn conn(srv: &RedisServer) -> redis::Connection {
     redis::Client::open(srv.url())

@@ -4,6 +4,7 @@
 //! the in-memory backend and the Redis Lua scripts implement one documented
 //! definition and the property tests check it once.
 
+pub(crate) mod calendar;
 pub(crate) mod gcra;
 pub(crate) mod leases;
 pub(crate) mod window;

@@ -9,7 +9,11 @@
 //! is one word, and the lock is taken once per sub-window and per denial
 //! (`fast_window`). Every other resource keeps its dimensions and counters
 //! behind one short mutex, which is what makes a multi-dimension
-//! acquisition all-or-nothing.
+//! acquisition all-or-nothing. A resource with a calendar dimension
+//! (`requestsPerDay`, ...) is always counted under the lock, with its
+//! period taken from the clock's wall time ([`Clock::unix_nanos_at`]): a
+//! count of an ended period reads as zero and is replaced by the next
+//! period's, so nothing outlives its period.
 //!
 //! # Changing limits ([`Backend::reattach`])
 //! The state carries over into the new limits, matched by dimension (not by
@@ -25,7 +29,7 @@ use super::{
     Backend, BackendError, Counts, Decision, Denial, Grant, LeaseId, QuickDecision, Reserved, SyncBackend,
     Usage,
 };
-use crate::algo::{gcra, leases::LeaseSet, window::WindowState};
+use crate::algo::{calendar::CalendarCount, gcra, leases::LeaseSet, window::WindowState};
 use crate::clock::{Clock, MonotonicClock};
 use crate::limits::{Algorithm, Demand, Dimension, LimitSpec, RateSpec, PPM};
 use crate::striped::Tally;
@@ -195,7 +199,10 @@ impl State {
                 Arc::clone(clock),
             )));
         }
-        State::Locked(Arc::new(Mutex::new(LockedState::new(Arc::clone(spec)))))
+        State::Locked(Arc::new(Mutex::new(LockedState::new(
+            Arc::clone(spec),
+            Arc::clone(clock),
+        ))))
     }
 
     /// The handle's view of a cell that continues a retired state: a locked
@@ -216,6 +223,11 @@ struct LockedState {
     /// The limits this state is counted against now.
     spec: Arc<LimitSpec>,
     dims: Vec<DimState>,
+    /// One count per calendar dimension, in the order of `spec.calendars`.
+    cals: Vec<CalendarCount>,
+    /// The backend's clock, for the wall time of calendar periods (read
+    /// only when the resource has a calendar dimension).
+    clock: Arc<dyn Clock>,
     leases: LeaseSet,
     next_lease: u64,
     allowed: u64,
@@ -245,19 +257,32 @@ enum DimState {
     Window(WindowState),
 }
 
-/// Whether `spec` can be counted lock-free: one `gcra` rate, no concurrency.
+/// Whether `spec` can be counted lock-free: one `gcra` rate, no concurrency,
+/// no calendar dimension.
 fn fast_rate(spec: &LimitSpec) -> Option<RateSpec> {
     match spec.rates.as_slice() {
-        [rate] if rate.algorithm == Algorithm::Gcra && spec.concurrency.is_none() => Some(*rate),
+        [rate]
+            if rate.algorithm == Algorithm::Gcra
+                && spec.concurrency.is_none()
+                && spec.calendars.is_empty() =>
+        {
+            Some(*rate)
+        }
         _ => None,
     }
 }
 
 /// Whether `spec` can be counted with a lock-free open sub-window: one
-/// `window` rate, no concurrency.
+/// `window` rate, no concurrency, no calendar dimension.
 fn fast_window_rate(spec: &LimitSpec) -> Option<RateSpec> {
     match spec.rates.as_slice() {
-        [rate] if rate.algorithm == Algorithm::Window && spec.concurrency.is_none() => Some(*rate),
+        [rate]
+            if rate.algorithm == Algorithm::Window
+                && spec.concurrency.is_none()
+                && spec.calendars.is_empty() =>
+        {
+            Some(*rate)
+        }
         _ => None,
     }
 }
@@ -464,7 +489,8 @@ fn bookable_start(
 }
 
 impl LockedState {
-    fn new(spec: Arc<LimitSpec>) -> Self {
+    fn new(spec: Arc<LimitSpec>, clock: Arc<dyn Clock>) -> Self {
+        let cals = vec![CalendarCount::default(); spec.calendars.len()];
         let dims = spec
             .rates
             .iter()
@@ -476,6 +502,8 @@ impl LockedState {
         Self {
             spec,
             dims,
+            cals,
+            clock,
             leases: LeaseSet::default(),
             next_lease: 1,
             allowed: 0,
@@ -526,7 +554,24 @@ impl LockedState {
                 })
             })
             .collect();
+        self.cals = spec
+            .calendars
+            .iter()
+            .map(|to| {
+                self.spec
+                    .calendars
+                    .iter()
+                    .position(|from| from.dimension == to.dimension)
+                    .map_or_else(CalendarCount::default, |i| self.cals[i])
+            })
+            .collect();
         self.spec = spec;
+    }
+
+    /// The wall time (Unix ns) of the backend time `at`.
+    #[inline]
+    fn wall(&self, at: u64) -> u64 {
+        self.clock.unix_nanos_at(at)
     }
 
     fn acquire(&mut self, now: u64, demand: &Demand) -> Decision {
@@ -563,9 +608,15 @@ impl LockedState {
     fn decide(&mut self, now: u64, demand: &Demand) -> Verdict {
         // Disjoint borrows of the fields: the limits are read while the
         // dimensions are updated, with no reference count touched.
+        let wall = if self.spec.calendars.is_empty() {
+            0
+        } else {
+            self.wall(now)
+        };
         let LockedState {
             spec,
             dims,
+            cals,
             leases,
             next_lease,
             ..
@@ -596,6 +647,12 @@ impl LockedState {
                 note(wait, r.dimension);
             }
         }
+        for (c, count) in spec.calendars.iter().zip(cals.iter()) {
+            let limit = RateSpec::scaled(c.limit, demand.ceiling_ppm);
+            if let Err(wait) = count.check(c.calendar, wall, c.units(demand), limit) {
+                note(wait, c.dimension);
+            }
+        }
         if let Some((limit, _)) = lease {
             if let Err(wait) = leases.check(now, RateSpec::scaled(limit, demand.ceiling_ppm)) {
                 note(wait, Dimension::MaxConcurrentRequests);
@@ -615,6 +672,9 @@ impl LockedState {
                 DimState::Gcra(tat) => *tat = gcra::book(r, *tat, start, units),
                 DimState::Window(w) => w.commit(r, now, units),
             }
+        }
+        for (c, count) in spec.calendars.iter().zip(cals.iter_mut()) {
+            count.commit(c.calendar, wall, c.units(demand));
         }
         let lease = lease.map(|(_, id)| {
             *next_lease += 1;
@@ -643,12 +703,24 @@ impl LockedState {
                 DimState::Window(w) => w.adjust(r, now, grant.at_ns, delta),
             }
         }
+        if self.spec.calendars.is_empty() {
+            return;
+        }
+        // The grant's own period: a grant of an ended period is not counted
+        // any more, and its correction must not touch the current one.
+        let granted = self.wall(grant.at_ns);
+        for (c, count) in self.spec.calendars.iter().zip(self.cals.iter_mut()) {
+            let delta = c.units(&after) as i64 - c.units(&before) as i64;
+            if delta != 0 {
+                count.adjust(c.calendar, granted, delta);
+            }
+        }
     }
 
     fn usage(&mut self, now: u64) -> Usage {
         let now = self.monotonic(now);
         self.leases.sweep(now);
-        let dimensions = self
+        let mut dimensions = self
             .spec
             .rates
             .iter()
@@ -663,17 +735,35 @@ impl LockedState {
                 };
                 (r.dimension, used)
             })
-            .collect();
+            .collect::<Vec<_>>();
+        let wall = self.wall(now);
+        let mut resets = Vec::with_capacity(self.cals.len());
+        for (c, count) in self.spec.calendars.iter().zip(self.cals.iter()) {
+            dimensions.push((c.dimension, count.used(c.calendar, wall)));
+            resets.push((c.dimension, c.calendar.next_reset(wall / 1_000_000)));
+        }
         Usage {
             dimensions,
             leases: self.leases.len() as u64,
+            resets,
         }
     }
 
     fn at_rest(&mut self, now: u64) -> bool {
         let now = self.monotonic(now);
         self.leases.sweep(now);
+        let wall = if self.spec.calendars.is_empty() {
+            0
+        } else {
+            self.wall(now)
+        };
         self.leases.is_empty()
+            && self
+                .spec
+                .calendars
+                .iter()
+                .zip(self.cals.iter())
+                .all(|(c, count)| count.is_empty(c.calendar, wall))
             && self
                 .spec
                 .rates
@@ -804,6 +894,7 @@ impl MemoryBackend {
                 tat => Usage {
                     dimensions: vec![(f.rate.dimension, gcra::used(&f.rate, tat, now))],
                     leases: 0,
+                    resets: Vec::new(),
                 },
             },
             State::Locked(m) => m.lock().usage(now),
@@ -812,6 +903,7 @@ impl MemoryBackend {
                 Some(used) => Usage {
                     dimensions: vec![(f.rate.dimension, used)],
                     leases: 0,
+                    resets: Vec::new(),
                 },
                 None => Self::usage_of(f.successor(), now),
             },
@@ -1075,7 +1167,7 @@ mod tests {
     fn a_stale_clock_read_is_counted_at_the_states_time() {
         let spec = Limits::default().requests_per_minute(2).compile().unwrap();
         let w = spec.rates[0].window_ns;
-        let mut st = LockedState::new(Arc::new(spec));
+        let mut st = LockedState::new(Arc::new(spec), Arc::new(MonotonicClock::new()));
         let one = Demand::default();
         let granted_at = |q: QuickDecision| match q {
             QuickDecision::Granted { at_ns } => Some(at_ns),
@@ -1313,3 +1405,6 @@ mod tests {
         assert_eq!(delays, vec![ms(0), ms(100), ms(200), ms(300)]);
     }
 }
+
+#[cfg(test)]
+mod calendar_tests;

@@ -47,6 +47,8 @@ pub struct Reserved {
     pub input_tokens: u64,
     /// Output tokens.
     pub output_tokens: u64,
+    /// Cost in micro-USD (the `costMicroUsdPer*` dimensions).
+    pub cost_micro_usd: u64,
 }
 
 impl From<&Demand> for Reserved {
@@ -55,6 +57,7 @@ impl From<&Demand> for Reserved {
             requests: d.requests,
             input_tokens: d.input_tokens,
             output_tokens: d.output_tokens,
+            cost_micro_usd: d.cost_micro_usd,
         }
     }
 }
@@ -67,6 +70,7 @@ impl From<&Reserved> for Demand {
             requests: r.requests,
             input_tokens: r.input_tokens,
             output_tokens: r.output_tokens,
+            cost_micro_usd: r.cost_micro_usd,
             ..Demand::default()
         }
     }
@@ -156,10 +160,15 @@ pub enum Decision {
 /// Current usage of one resource, as the backend counts it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Usage {
-    /// Units counted per rate dimension right now.
+    /// Units counted per rate dimension right now; for a calendar
+    /// dimension, the units counted in the current period.
     pub dimensions: Vec<(Dimension, u64)>,
     /// Live concurrency leases.
     pub leases: u64,
+    /// Per calendar dimension, when its count resets: the end of the
+    /// current period, in Unix milliseconds (UTC) by the backend's wall
+    /// time (Redis: the server's), for "spend, budget, resets at".
+    pub resets: Vec<(Dimension, u64)>,
 }
 
 /// Acquisitions this process made on one resource, as its backend counted

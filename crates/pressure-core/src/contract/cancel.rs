@@ -232,6 +232,7 @@ async fn permit_calls_cut<H: Harness>(
         requests: 1,
         input_tokens: 100,
         output_tokens: 0,
+        cost_micro_usd: 0,
     };
     let held: BTreeMap<String, u64> = [
         ("maxConcurrentRequests".to_owned(), 1),

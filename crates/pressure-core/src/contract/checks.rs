@@ -395,6 +395,7 @@ async fn reconcile_both_ways<H: Harness>(h: &H, limits: Limits, name: &str) {
         requests: 1,
         input_tokens: 100,
         output_tokens: 50,
+        cost_micro_usd: 0,
     })
     .await
     .expect("reconcile down");
@@ -407,6 +408,7 @@ async fn reconcile_both_ways<H: Harness>(h: &H, limits: Limits, name: &str) {
         requests: 1,
         input_tokens: 100,
         output_tokens: 100,
+        cost_micro_usd: 0,
     })
     .await
     .expect("reconcile up");

@@ -6,12 +6,15 @@
 //! time and long windows where counts must be exact, so they hold on a
 //! shared store (Redis) as well as in memory.
 
+mod calendar;
 mod cancel;
 mod checks;
 
+pub use calendar::*;
 pub use cancel::*;
 pub use checks::*;
 
+use crate::clock::WallShift;
 use crate::{Backend, ResourceBroker};
 
 /// Makes brokers over the backend under test.
@@ -30,6 +33,13 @@ pub trait Harness: Send + Sync + 'static {
     /// Whether brokers made by [`Harness::broker`] share one store (a fleet
     /// on Redis) or each count alone (in-memory, one per process).
     fn shared_store(&self) -> bool;
+
+    /// A new broker whose backend's UTC wall time (the calendar
+    /// dimensions' periods) is moved by the returned shift, so the calendar
+    /// checks can stand before a boundary and cross it.
+    fn shifted_broker(
+        &self,
+    ) -> impl std::future::Future<Output = (ResourceBroker<Self::B>, WallShift)> + Send;
 
     /// A broker over a store of its own that the cancellation checks can
     /// hold ([`StoreGate`]), so a call can be dropped while it is in
@@ -84,6 +94,11 @@ macro_rules! contract_suite {
             acquisition_dropped_in_flight_leaves_nothing,
             enqueue_dropped_while_queued_leaves_nothing,
             permit_calls_dropped_in_flight_are_settled,
+            calendar_day_admits_exactly_n_then_waits_for_midnight,
+            calendar_boundaries_reset_day_and_month_ends,
+            calendar_reconcile_and_cost_units,
+            calendar_reconcile_after_the_boundary_leaves_the_new_period,
+            calendar_and_sliding_dimensions_are_all_or_nothing,
         );
     };
     (@tests $harness:expr; $($name:ident),* $(,)?) => {

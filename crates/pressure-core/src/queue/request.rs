@@ -120,6 +120,7 @@ pub struct Request<F> {
     pub(crate) requests: u64,
     pub(crate) input_tokens: u64,
     pub(crate) output_tokens: u64,
+    pub(crate) cost_micro_usd: u64,
     pub(crate) max_wait: Option<Duration>,
     pub(crate) task: F,
 }
@@ -137,6 +138,7 @@ impl<F> Request<F> {
             requests: 1,
             input_tokens: 0,
             output_tokens: 0,
+            cost_micro_usd: 0,
             max_wait: None,
             task,
         }
@@ -152,6 +154,13 @@ impl<F> Request<F> {
     pub fn tokens(mut self, input: u64, output: u64) -> Self {
         self.input_tokens = input;
         self.output_tokens = output;
+        self
+    }
+
+    /// Reserves a cost estimate in micro-USD for the `costMicroUsdPer*`
+    /// dimensions; report the billed cost with the attempt's usage.
+    pub fn cost_micro_usd(mut self, micro_usd: u64) -> Self {
+        self.cost_micro_usd = micro_usd;
         self
     }
 

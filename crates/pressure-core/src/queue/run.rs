@@ -44,6 +44,7 @@ where
         requests: req.requests,
         input_tokens: req.input_tokens,
         output_tokens: req.output_tokens,
+        cost_micro_usd: req.cost_micro_usd,
         lease: true,
         ceiling_ppm: match req.priority {
             Priority::Interactive => PPM,
@@ -104,11 +105,11 @@ where
                 return Err(QueueError::Task(e));
             }
             Err(TaskError::RateLimited { retry_after, error }) => {
-                // Downstream refused: it processed no tokens, keep only the request.
+                // Downstream refused: it processed no tokens and billed
+                // nothing, keep only the request.
                 let refund = usage.take().unwrap_or(Reserved {
                     requests: req.requests,
-                    input_tokens: 0,
-                    output_tokens: 0,
+                    ..Reserved::default()
                 });
                 settle(&mut permit, Some(refund)).await;
                 let pause = retry_after.unwrap_or_else(|| default_backoff(attempts));

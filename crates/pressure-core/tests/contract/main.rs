@@ -1,7 +1,9 @@
 //! The backend contract suite against `MemoryBackend`.
 
+use pressure_core::clock::{MonotonicClock, ShiftedClock, WallShift};
 use pressure_core::contract::Harness;
 use pressure_core::{MemoryBackend, ResourceBroker};
+use std::sync::Arc;
 
 /// Brokers over independent in-memory backends (each its own "process").
 struct Memory;
@@ -19,6 +21,13 @@ impl Harness for Memory {
 
     fn shared_store(&self) -> bool {
         false
+    }
+
+    async fn shifted_broker(&self) -> (ResourceBroker<MemoryBackend>, WallShift) {
+        let shift = WallShift::new();
+        let clock = ShiftedClock::new(MonotonicClock::new(), shift.clone());
+        let b = ResourceBroker::builder(MemoryBackend::with_clock(Arc::new(clock))).build();
+        (b, shift)
     }
 }
 

@@ -332,6 +332,7 @@ async fn reported_usage_is_reconciled() {
                 requests: 1,
                 input_tokens: 300,
                 output_tokens: 120,
+                cost_micro_usd: 0,
             });
             Ok::<_, TaskError<()>>(())
         })

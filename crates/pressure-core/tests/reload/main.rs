@@ -231,6 +231,7 @@ async fn dimensions_are_matched_by_name_when_added_and_removed() {
         requests: 1,
         input_tokens: 0,
         output_tokens: 50,
+        cost_micro_usd: 0,
     })
     .await
     .expect("reconcile");

@@ -259,6 +259,7 @@ mod tests {
             kind: ResourceKind::Limit,
             limits: Limits::default(),
             usage: Default::default(),
+            resets_at: Default::default(),
             active: None,
             allowed,
             denied,

@@ -88,6 +88,8 @@ pub(super) async fn reconcile(
         requests: permit.grant().reserved.requests,
         input_tokens: usage.input_tokens,
         output_tokens: usage.output_tokens,
+        // The decision API reports no cost: the reserved cost stands.
+        cost_micro_usd: permit.grant().reserved.cost_micro_usd,
     };
     match permit.reconcile(actual).await {
         Ok(()) => StatusCode::NO_CONTENT.into_response(),

@@ -169,6 +169,7 @@ mod tests {
                 (Dimension::RequestsPerMinute, 90),
             ],
             leases: 0,
+            resets: Vec::new(),
         };
         let q = quotas(&s, &u);
         assert_eq!(q.len(), 2);
@@ -188,6 +189,7 @@ mod tests {
         let u = Usage {
             dimensions: vec![(Dimension::RequestsPerMinute, 3)],
             leases: 3,
+            resets: Vec::new(),
         };
         let q = quotas(&s, &u);
         // 3 units at one per second: full again in 3 s.

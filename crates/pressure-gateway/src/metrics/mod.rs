@@ -284,6 +284,7 @@ mod tests {
             kind,
             limits: Limits::default(),
             usage: BTreeMap::new(),
+            resets_at: BTreeMap::new(),
             active,
             allowed: 10,
             denied,

@@ -298,7 +298,8 @@ const CASES: &[Case] = &[
         "gateway.pressure.perService.rest.rps: unknown key `rps` in gateway.pressure.perService.rest \
          (known keys: `requestsPerSecond`, `requestsPerMinute`, `requestsPerHour`, `requestsPer24Hours`, \
          `tokensPerMinute`, `inputTokensPerMinute`, \
-         `outputTokensPerMinute`, `maxConcurrentRequests`, `algorithm`, `burst`, `leaseTtlMs`)",
+         `outputTokensPerMinute`, `maxConcurrentRequests`, `requestsPerDay`, `tokensPerDay`, \
+         `costMicroUsdPerDay`, `costMicroUsdPerMonth`, `algorithm`, `burst`, `leaseTtlMs`)",
     ),
     (
         "unknown key in gateway",

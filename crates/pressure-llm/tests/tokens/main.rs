@@ -308,7 +308,8 @@ fn reservation_with_and_without_max_tokens() {
         Reserved {
             requests: 1,
             input_tokens: 10,
-            output_tokens: 20
+            output_tokens: 20,
+            cost_micro_usd: 0,
         }
     );
 }
@@ -361,7 +362,8 @@ fn reconcile_values_come_from_usage() {
         Reserved {
             requests: 1,
             input_tokens: 1_234,
-            output_tokens: 56
+            output_tokens: 56,
+            cost_micro_usd: 0,
         }
     );
     // A reservation corrected down to what was used.

@@ -40,6 +40,16 @@ impl Harness for Cluster {
     async fn gated(&self) -> Option<pressure_core::contract::Gated<RedisBackend>> {
         Some(support::gated_cluster_broker().await)
     }
+
+    async fn shifted_broker(&self) -> (ResourceBroker<RedisBackend>, pressure_core::clock::WallShift) {
+        support::shifted_broker_with(RedisConfig {
+            cluster_nodes: support::cluster_nodes(),
+            timeout_ms: support::TIMEOUT_MS,
+            connect_timeout_ms: support::CONNECT_TIMEOUT_MS,
+            ..RedisConfig::default()
+        })
+        .await
+    }
 }
 
 pressure_core::contract_suite!(Cluster);

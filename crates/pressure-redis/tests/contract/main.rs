@@ -30,6 +30,10 @@ impl Harness for Redis {
     async fn gated(&self) -> Option<pressure_core::contract::Gated<RedisBackend>> {
         Some(support::gated_broker().await)
     }
+
+    async fn shifted_broker(&self) -> (ResourceBroker<RedisBackend>, pressure_core::clock::WallShift) {
+        support::shifted_broker_with(support::config(support::redis_url())).await
+    }
 }
 
 pressure_core::contract_suite!(Redis);

@@ -201,6 +201,7 @@ async fn permit_scripts(store: Store) {
             requests: 3,
             input_tokens: 0,
             output_tokens: 0,
+            cost_micro_usd: 0,
         })
         .await
         .expect("reconciled");

@@ -182,7 +182,10 @@ async fn redis_coming_up_later_is_used_without_any_traffic() {
     }
     // The reconnect loaded the scripts into the new server.
     let mut c = srv.conn();
-    let acquire = redis::Script::new(include_str!("../../lua/acquire.lua"));
+    let acquire = redis::Script::new(concat!(
+        include_str!("../../lua/calendar.lua"),
+        include_str!("../../lua/acquire.lua")
+    ));
     let loaded: Vec<bool> = redis::cmd("SCRIPT")
         .arg("EXISTS")
         .arg(acquire.get_hash())

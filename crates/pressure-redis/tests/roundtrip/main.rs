@@ -232,3 +232,62 @@ async fn deny_cache_refuses_locally_until_the_store_said() {
     let s = b.resource_stats("dc").await.expect("registered");
     assert_eq!(s.allowed, 6);
 }
+
+/// A calendar denial (wait until midnight) is cached for about a second,
+/// not until the reset: a refund by another instance frees the budget for
+/// the whole fleet within that second. The cached wait is the real one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deny_cache_keeps_a_calendar_denial_about_a_second() {
+    let srv = RedisServer::start();
+    let a = support::broker_with(support::config(srv.url())).await;
+    let b = support::broker_with(support::config(srv.url())).await;
+    let limits = Limits::default().cost_micro_usd_per_day(100);
+    // Noon UTC on both (never a minute from a real midnight).
+    let noon_ms =
+        pressure_core::Calendar::Month.period_start((2027 - 1970) * 12 + 5) + 14 * 86_400_000 + 43_200_000;
+    for broker in [&a, &b] {
+        broker.backend().wall_shift().stand_at(noon_ms * 1_000_000);
+        broker.register_limit("budget", limits.clone()).expect("valid");
+    }
+    let cost = |c| AcquireOptions::default().cost_micro_usd(c);
+    let mut held = b
+        .try_acquire("budget", cost(100))
+        .await
+        .expect("answers")
+        .into_permit()
+        .expect("fits");
+    let first = a.try_acquire("budget", cost(10)).await.expect("answers");
+    let d = *first.denial().expect("over budget");
+    assert!(
+        d.wait > Duration::from_secs(11 * 3_600),
+        "until midnight: {:?}",
+        d.wait
+    );
+    let lines = client_commands_between(&srv, async {
+        let again = a.try_acquire("budget", cost(10)).await.expect("answers");
+        let w = again.denial().expect("cached").wait;
+        assert!(w <= d.wait && w + Duration::from_secs(1) > d.wait, "{w:?}");
+    })
+    .await;
+    assert!(lines.is_empty(), "answered by the deny cache: {lines:?}");
+    // Another instance refunds: within about a second `a` asks again.
+    held.reconcile(pressure_core::Reserved {
+        requests: 1,
+        ..Default::default()
+    })
+    .await
+    .expect("reconciled");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while !a
+        .try_acquire("budget", cost(10))
+        .await
+        .expect("answers")
+        .allowed()
+    {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the refund was never seen"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
