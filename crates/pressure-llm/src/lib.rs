@@ -34,7 +34,7 @@ pub mod taxonomy;
 pub mod tokens;
 
 pub use pipeline::{
-    Answer, AnswerStream, ChainLevel, Degradation, EmbeddingAnswer, EmbeddingError, ErrorDescription,
+    Answer, AnswerStream, Caller, ChainLevel, Degradation, EmbeddingAnswer, EmbeddingError, ErrorDescription,
     LlmClient, LlmConfig, LlmError, LlmReply, MetricsSnapshot,
 };
 pub use provider::{

@@ -9,6 +9,7 @@ use pressure_core::{Backend, ResourceBroker};
 
 use super::answer::{Answer, EmbeddingAnswer};
 use super::answer_stream::AnswerStream;
+use super::caller::Caller;
 use super::calls::{Complete, Embed, Open};
 use super::config::LlmConfig;
 use super::engine::Engine;
@@ -123,19 +124,21 @@ impl<B: Backend> LlmClient<B> {
         self.complete_as(use_case, req, self.new_request_id()).await
     }
 
-    /// [`complete`](Self::complete) under the caller's event id (e.g. the
-    /// HTTP request's `x-request-id`), sent with every provider call of the
-    /// event as `x-pressure-request-id` along with the attempt number.
+    /// [`complete`](Self::complete) for `caller`: under its event id (e.g.
+    /// the HTTP request's `x-request-id`, sent with every provider call of
+    /// the event as `x-pressure-request-id` along with the attempt number),
+    /// charging its payer, if any, every attempt's tokens and money (see
+    /// [`Caller`]). A plain `String` is an event id without a payer.
     pub async fn complete_as(
         &self,
         use_case: &str,
         req: ChatRequest,
-        request_id: String,
+        caller: impl Into<Caller<B>>,
     ) -> Result<Answer, LlmError> {
         Metrics::add(&self.metrics().requests, 1);
         let result = self
             .engine
-            .walk(use_case, &Complete { req }, request_id)
+            .walk(use_case, &Complete { req }, caller.into())
             .await
             .map(|s| Answer {
                 reply: s.output,
@@ -162,13 +165,13 @@ impl<B: Backend> LlmClient<B> {
         self.stream_as(use_case, req, self.new_request_id()).await
     }
 
-    /// [`stream`](Self::stream) under the caller's event id, like
+    /// [`stream`](Self::stream) for `caller`, like
     /// [`complete_as`](Self::complete_as).
     pub async fn stream_as(
         &self,
         use_case: &str,
         req: ChatRequest,
-        request_id: String,
+        caller: impl Into<Caller<B>>,
     ) -> Result<AnswerStream<B>, LlmError> {
         Metrics::add(&self.metrics().requests, 1);
         let include_usage = req
@@ -176,7 +179,7 @@ impl<B: Backend> LlmClient<B> {
             .as_ref()
             .and_then(|o| o.include_usage)
             .unwrap_or(false);
-        let result = self.engine.walk(use_case, &Open { req }, request_id).await;
+        let result = self.engine.walk(use_case, &Open { req }, caller.into()).await;
         match &result {
             Ok(s) => self.metrics().served(s.degradation.as_str()),
             Err(e) => self.metrics().error(e.label()),
@@ -201,8 +204,8 @@ impl<B: Backend> LlmClient<B> {
         self.embed_as(use_case, req, self.new_request_id()).await
     }
 
-    /// [`embed`](Self::embed) under the caller's event id, sent with every
-    /// provider call as `x-pressure-request-id`. Counted in the client's
+    /// [`embed`](Self::embed) for `caller`, like
+    /// [`complete_as`](Self::complete_as). Counted in the client's
     /// metrics like a chat event (requests, attempts, spend, errors,
     /// answers by level) and in `embedding_requests` /
     /// `embedding_spent_micro_usd`.
@@ -210,11 +213,11 @@ impl<B: Backend> LlmClient<B> {
         &self,
         use_case: &str,
         req: EmbeddingRequest,
-        request_id: String,
+        caller: impl Into<Caller<B>>,
     ) -> Result<EmbeddingAnswer, EmbeddingError> {
         Metrics::add(&self.metrics().requests, 1);
         Metrics::add(&self.metrics().embedding_requests, 1);
-        let result = self.engine.walk(use_case, &Embed { req }, request_id).await;
+        let result = self.engine.walk(use_case, &Embed { req }, caller.into()).await;
         match result {
             Ok(s) => {
                 self.metrics().served(s.degradation.as_str());

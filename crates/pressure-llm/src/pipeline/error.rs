@@ -4,6 +4,8 @@
 
 use std::time::Duration;
 
+use pressure_core::Dimension;
+
 use super::config::{ConfigError, ModelKind};
 use super::fallback::ManualQueueError;
 use crate::provider::{InvalidEmbeddingRequest, ProviderError};
@@ -72,6 +74,26 @@ pub enum LlmError {
         /// When the limiter (or the provider's hold) would have had capacity.
         retry_after: Option<Duration>,
     },
+    /// The event's payer (a tenant) has spent a calendar budget: no model
+    /// level may call until the budget's period ends.
+    #[error("{resource}: {dimension} budget of {budget} is spent ({spent} used); it resets in {} s", retry_after.as_secs_f64().ceil())]
+    BudgetExceeded {
+        /// The payer's resource (`gateway:tenant:<id>`).
+        resource: String,
+        /// The calendar dimension that is spent (`costMicroUsdPerDay`, …).
+        dimension: Dimension,
+        /// What the store counts as spent in the period now (the
+        /// dimension's unit: micro-dollars, tokens or requests).
+        spent: u64,
+        /// The budget of the period.
+        budget: u64,
+        /// Until the period ends.
+        retry_after: Duration,
+        /// Whether the period ends after the event's deadline: asking again
+        /// within the same request's time cannot help
+        /// ([`LlmError::should_retry`]).
+        beyond_deadline: bool,
+    },
     /// The (last) model's circuit breaker was open.
     #[error("circuit breaker of {provider}/{model} is open")]
     BreakerOpen {
@@ -114,6 +136,7 @@ impl LlmError {
             Self::Upstream { kind, .. } => kind.label(),
             Self::DeadlineExceeded { .. } => "deadline",
             Self::NoCapacity { .. } => "no_capacity",
+            Self::BudgetExceeded { .. } => "budget_exceeded",
             Self::BreakerOpen { .. } => "breaker_open",
             Self::NoAnswer => "no_answer",
             Self::ManualQueue(_) => "manual_queue",
@@ -134,7 +157,22 @@ impl LlmError {
     pub fn retry_after(&self) -> Option<Duration> {
         match self {
             Self::NoCapacity { retry_after, .. } | Self::BreakerOpen { retry_after, .. } => *retry_after,
+            Self::BudgetExceeded { retry_after, .. } => Some(*retry_after),
             Self::Upstream { kind, .. } => kind.retry_after(),
+            _ => None,
+        }
+    }
+
+    /// Whether a client should ask again at all (OpenAI's
+    /// `x-should-retry`, which its SDKs obey): `Some(false)` for a spent
+    /// budget whose period ends after the event's deadline, `None` when the
+    /// status says enough.
+    pub fn should_retry(&self) -> Option<bool> {
+        match self {
+            Self::BudgetExceeded {
+                beyond_deadline: true,
+                ..
+            } => Some(false),
             _ => None,
         }
     }
@@ -211,6 +249,12 @@ impl LlmError {
             },
             Self::DeadlineExceeded { .. } => d(504, "timeout_error", Some("deadline_exceeded"), None),
             Self::NoCapacity { .. } => d(429, "rate_limit_error", Some("rate_limit_exceeded"), None),
+            Self::BudgetExceeded { dimension, .. } => d(
+                429,
+                "insufficient_quota",
+                Some("budget_exceeded"),
+                Some(dimension.as_str()),
+            ),
             Self::BreakerOpen { .. } | Self::NoAnswer | Self::ManualQueue(_) => {
                 d(503, "server_error", Some("service_unavailable"), None)
             }

@@ -16,6 +16,7 @@ pub(crate) struct Metrics {
     pub(crate) spent_micro_usd: AtomicU64,
     pub(crate) breaker_rejections: AtomicU64,
     pub(crate) limiter_rejections: AtomicU64,
+    pub(crate) budget_rejections: AtomicU64,
     pub(crate) embedding_requests: AtomicU64,
     pub(crate) embedding_spent_micro_usd: AtomicU64,
     labelled: Mutex<Labelled>,
@@ -96,6 +97,9 @@ pub struct MetricsSnapshot {
     pub breaker_rejections: u64,
     /// Model levels skipped because the limiter had no capacity in time.
     pub limiter_rejections: u64,
+    /// Model levels skipped because the event's payer refused the attempt
+    /// (a spent budget, or another of its limits).
+    pub budget_rejections: u64,
     /// Embeddings events started (also counted in `requests`).
     pub embedding_requests: u64,
     /// Micro-dollars spent on embeddings calls (also in `spent_micro_usd`).
@@ -165,6 +169,7 @@ impl Metrics {
             spent_micro_usd: self.spent_micro_usd.load(Ordering::Relaxed),
             breaker_rejections: self.breaker_rejections.load(Ordering::Relaxed),
             limiter_rejections: self.limiter_rejections.load(Ordering::Relaxed),
+            budget_rejections: self.budget_rejections.load(Ordering::Relaxed),
             embedding_requests: self.embedding_requests.load(Ordering::Relaxed),
             embedding_spent_micro_usd: self.embedding_spent_micro_usd.load(Ordering::Relaxed),
             errors: l.errors.clone(),

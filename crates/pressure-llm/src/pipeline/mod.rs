@@ -59,12 +59,15 @@
 //!   settles an attempt, the model table and its provider holds.
 //! * `calls/` — the three kinds of call it drives: `chat` (complete),
 //!   `stream` (committed at the first output chunk), `embed`.
+//! * `caller` — [`Caller`]: the event's id and the resource that pays for
+//!   its attempts (a tenant's budget).
 //! * `client` — [`LlmClient`], `answer` / `answer_stream` / `error` — what
 //!   the caller gets; `config`, `fallback` (rules and the manual queue),
 //!   `metrics`.
 
 mod answer;
 mod answer_stream;
+mod caller;
 mod calls;
 mod client;
 mod config;
@@ -75,6 +78,7 @@ mod metrics;
 
 pub use answer::{Answer, Degradation, EmbeddingAnswer, LlmReply};
 pub use answer_stream::AnswerStream;
+pub use caller::Caller;
 pub use client::LlmClient;
 pub use config::{
     ChainLevel, ConfigError, LlmConfig, ModelConfig, ModelKind, ProviderSettings, UseCaseConfig,

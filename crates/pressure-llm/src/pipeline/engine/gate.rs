@@ -5,15 +5,20 @@
 //!    the time left (see [`Engine::gate`]), else the level is refused so a
 //!    backup can answer at once.
 //! 2. The breaker: an open breaker costs no quota and no call.
-//! 3. The limiter, within the time left. It may take a while (a wait for
+//! 3. The payer, if the event has one (`payer`): the attempt's estimated
+//!    tokens and money, not waited for; a refusal (a spent budget) refuses
+//!    the level.
+//! 4. The limiter, within the time left. It may take a while (a wait for
 //!    capacity, a store round trip): if the breaker changed state
-//!    meanwhile, its permit is void, so the reservation is given back and
-//!    the gate is asked again, and an open breaker sends nothing.
+//!    meanwhile, its permit is void, so the reservations are given back and
+//!    the gate is asked again, and an open breaker sends nothing. A
+//!    limiter refusal gives the payer's reservation back too.
 
-use pressure_core::Backend;
+use pressure_core::{Backend, Permit, ResourceHandle};
 use tokio::time::Instant;
 
 use super::models::ModelEntry;
+use super::payer;
 use super::Engine;
 use crate::breaker::{CallPermit, CircuitBreaker};
 use crate::pipeline::error::LlmError;
@@ -22,14 +27,14 @@ use crate::reservation::{resource_id, Reservation};
 
 /// What the gate decided before one attempt.
 pub(super) enum Gate<B: Backend> {
-    /// Call: the breaker's permit, and the limiter's (none for a model
-    /// without limits).
-    Go(CallPermit, Option<pressure_core::Permit<B>>),
+    /// Call: the breaker's permit, the limiter's (none for a model
+    /// without limits) and the payer's (none for an event without one).
+    Go(CallPermit, Option<Permit<B>>, Option<Permit<B>>),
     /// Ask the gate again: a provider hold ended, or the breaker changed
     /// state while the limiter decided (the reservation was given back).
     Again,
     /// The level cannot call now: a hold past its share of the deadline,
-    /// an open breaker, or the limiter's refusal.
+    /// an open breaker, the payer's or the limiter's refusal.
     Refused(LlmError),
 }
 
@@ -42,6 +47,7 @@ impl<B: Backend> Engine<B> {
         m: &ModelEntry,
         breaker: &CircuitBreaker,
         reservation: &Reservation,
+        payer: Option<&ResourceHandle<B>>,
         share_end: Instant,
         deadline: Instant,
     ) -> Gate<B> {
@@ -68,6 +74,17 @@ impl<B: Backend> Engine<B> {
                 });
             }
         };
+        let paid = match payer {
+            None => None,
+            Some(payer) => match payer::charge(payer, m, reservation, deadline).await {
+                Ok(p) => Some(p),
+                Err(e) => {
+                    bp.ignore();
+                    Metrics::add(&self.metrics.budget_rejections, 1);
+                    return Gate::Refused(e);
+                }
+            },
+        };
         let permit = match &m.resource {
             None => None,
             Some(resource) => {
@@ -80,6 +97,7 @@ impl<B: Backend> Engine<B> {
                     Ok(p) => Some(p),
                     Err(e) => {
                         bp.ignore();
+                        payer::refund(paid).await;
                         Metrics::add(&self.metrics.limiter_rejections, 1);
                         return Gate::Refused(match e {
                             pressure_core::Error::WaitExceeded { wait, .. } => LlmError::NoCapacity {
@@ -103,9 +121,10 @@ impl<B: Backend> Engine<B> {
                     tracing::warn!(model = %m.key, error = %e, "reconcile failed");
                 }
             }
+            payer::refund(paid).await;
             bp.ignore();
             return Gate::Again;
         }
-        Gate::Go(bp, permit)
+        Gate::Go(bp, permit, paid)
     }
 }

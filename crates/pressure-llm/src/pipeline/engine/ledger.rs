@@ -11,10 +11,15 @@
 //! as a success. A cancelled call says nothing about the provider: it is
 //! ignored.
 //!
+//! The payer's permit (the event's tenant, if any) is reconciled to what
+//! the provider billed: the answer's usage, or for a failed attempt its
+//! input plus the output the provider bills ([`billed_output`]), at the
+//! model's price.
+//!
 //! A ledger dropped without being closed (the event's future was dropped
-//! mid-call) releases both permits as they are: the breaker records
-//! nothing, the reservation stays at its estimate (the provider may bill
-//! the call) and is released.
+//! mid-call) releases every permit as it is: the breaker records nothing,
+//! the reservations stay at their estimates (the provider may bill the
+//! call) and are released.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -50,6 +55,7 @@ pub(crate) enum Settlement {
 pub(crate) struct Ledger<B: Backend> {
     breaker: CallPermit,
     permit: Option<Permit<B>>,
+    paid: Option<Permit<B>>,
     provider: String,
     model: String,
     price: ModelPrice,
@@ -62,7 +68,7 @@ impl<B: Backend> Ledger<B> {
     pub(crate) fn new(
         m: &ModelEntry,
         breaker: CallPermit,
-        permit: Option<Permit<B>>,
+        (permit, paid): (Option<Permit<B>>, Option<Permit<B>>),
         reservation: Reservation,
         kind: ModelKind,
         metrics: Arc<Metrics>,
@@ -70,6 +76,7 @@ impl<B: Backend> Ledger<B> {
         Self {
             breaker,
             permit,
+            paid,
             provider: m.provider.clone(),
             model: m.model.clone(),
             price: m.price,
@@ -144,6 +151,7 @@ impl<B: Backend> Ledger<B> {
         let Self {
             breaker,
             permit,
+            paid,
             provider,
             model,
             price,
@@ -175,10 +183,16 @@ impl<B: Backend> Ledger<B> {
             Settlement::Cancelled => breaker.ignore(),
         }
         let actual = Reservation::actual(used);
+        let bill = super::payer::billed(billed, cost.micro_usd());
         let reconcile = async move {
             if let Some(mut permit) = permit {
                 if let Err(e) = permit.reconcile(actual).await {
                     tracing::warn!(%provider, %model, error = %e, "reconcile failed");
+                }
+            }
+            if let Some(mut paid) = paid {
+                if let Err(e) = paid.reconcile(bill).await {
+                    tracing::warn!(%provider, %model, error = %e, "payer reconcile failed");
                 }
             }
         };

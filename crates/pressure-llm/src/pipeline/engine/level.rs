@@ -7,7 +7,7 @@
 
 use std::sync::Arc;
 
-use pressure_core::Backend;
+use pressure_core::{Backend, ResourceHandle};
 use tokio::time::Instant;
 
 use super::call::{Call, Request, Target};
@@ -25,9 +25,11 @@ use crate::retry::{Decision, GiveUpReason, RetryState};
 use crate::taxonomy::{Disposition, ErrorKind, TimeoutPhase};
 
 /// The running totals of one event.
-pub(super) struct Event {
+pub(super) struct Event<B: Backend> {
     /// Sent with every call of the event (`x-pressure-request-id`).
     pub(super) request_id: String,
+    /// Charged every attempt's tokens and money, beside the model.
+    pub(super) payer: Option<ResourceHandle<B>>,
     pub(super) retry: RetryState,
     pub(super) attempts: u32,
     pub(super) spent: Money,
@@ -38,7 +40,7 @@ pub(super) struct Event {
     pub(super) total_ms: u64,
 }
 
-impl Event {
+impl<B: Backend> Event<B> {
     pub(super) fn deadline_error(&self) -> LlmError {
         LlmError::DeadlineExceeded {
             total_ms: self.total_ms,
@@ -64,7 +66,7 @@ impl<B: Backend> Engine<B> {
         reservation: Reservation,
         share_end: Instant,
         deadline: Instant,
-        event: &mut Event,
+        event: &mut Event<B>,
     ) -> Result<C::Output, LevelEnd> {
         let Some(provider) = self.providers.get(&m.provider) else {
             return Err(LevelEnd::Next(LlmError::NoAnswer));
@@ -75,15 +77,16 @@ impl<B: Backend> Engine<B> {
             if Instant::now() >= deadline {
                 return Err(LevelEnd::Next(event.deadline_error()));
             }
-            let (bp, permit) = match self.gate(m, &breaker, &reservation, share_end, deadline).await {
-                Gate::Go(bp, permit) => (bp, permit),
+            let payer = event.payer.as_ref();
+            let (bp, permit, paid) = match self.gate(m, &breaker, &reservation, payer, share_end, deadline).await {
+                Gate::Go(bp, permit, paid) => (bp, permit, paid),
                 Gate::Again => continue,
                 Gate::Refused(e) => return Err(LevelEnd::Next(e)),
             };
             event.attempts += 1;
             Metrics::add(&self.metrics.attempts, 1);
             let kind = <C::Request as Request<B>>::KIND;
-            let ledger = Ledger::new(m, bp, permit, reservation, kind, Arc::clone(&self.metrics));
+            let ledger = Ledger::new(m, bp, (permit, paid), reservation, kind, Arc::clone(&self.metrics));
             let tag = CallTag {
                 request_id: Some(event.request_id.clone()),
                 attempt: event.attempts,
@@ -127,7 +130,7 @@ impl<B: Backend> Engine<B> {
 /// total timeout is the use case's deadline error, and the event fails
 /// (no fallback) only when the reason says so and the deadline has not
 /// passed.
-fn given_up(err: LlmError, reason: &GiveUpReason, event: &Event) -> LevelEnd {
+fn given_up<B: Backend>(err: LlmError, reason: &GiveUpReason, event: &Event<B>) -> LevelEnd {
     let err = match &err {
         LlmError::Upstream {
             kind: ErrorKind::Timeout {

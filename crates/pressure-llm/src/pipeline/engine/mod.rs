@@ -17,6 +17,8 @@
 //! * `ledger` — [`Ledger`]: the breaker permit, the limiter permit and the
 //!   attempt's price held by one value that settles once (breaker outcome,
 //!   reconcile, spend), whichever path the attempt took.
+//! * `payer` — the event payer's share of an attempt: its estimate
+//!   reserved before the call, refunded when the call does not go out.
 //! * `models` — [`ModelEntry`], one configured model, and the provider
 //!   hold its rate-limit headers impose (`hold_for`).
 
@@ -26,6 +28,7 @@ mod hint;
 mod ledger;
 mod level;
 mod models;
+mod payer;
 mod walk;
 
 use std::collections::HashMap;

@@ -5,6 +5,8 @@
 //!   levels the request cannot fit are skipped, and when it fits none, the
 //!   event fails with the first level's reason before any provider or quota
 //!   is touched;
+//! * the event's payer ([`Caller::payer`]), if any, is charged every
+//!   attempt beside the model (`gate`);
 //! * each model level runs its retry loop (`level`), with a provider hold
 //!   waited for only within the level's share of the time left (the time
 //!   left divided by the model levels still to try, this one included), so
@@ -24,6 +26,7 @@ use super::hint::RetryHint;
 use super::level::{Event, LevelEnd};
 use super::Engine;
 use crate::pipeline::answer::Degradation;
+use crate::pipeline::caller::Caller;
 use crate::pipeline::config::{ChainLevel, ModelKind, UseCaseConfig};
 use crate::pipeline::error::LlmError;
 use crate::price::Money;
@@ -96,7 +99,7 @@ impl<B: Backend> Engine<B> {
         &self,
         use_case: &str,
         call: &C,
-        request_id: String,
+        caller: Caller<B>,
     ) -> Result<Served<C::Output>, LlmError> {
         let uc = self
             .config
@@ -113,7 +116,8 @@ impl<B: Backend> Engine<B> {
         let plans = self.plans(uc, req)?;
 
         let mut event = Event {
-            request_id,
+            request_id: caller.request_id,
+            payer: caller.payer,
             retry: RetryState::new(&uc.retry, Some(deadline_nanos)),
             attempts: 0,
             spent: Money::ZERO,
@@ -125,7 +129,7 @@ impl<B: Backend> Engine<B> {
         let mut last_error: Option<LlmError> = None;
         let mut ordinal = 0usize;
         for (i, level) in uc.chain.iter().enumerate() {
-            let served = |output, degradation, model, event: &Event| Served {
+            let served = |output, degradation, model, event: &Event<B>| Served {
                 level: i,
                 degradation,
                 model,

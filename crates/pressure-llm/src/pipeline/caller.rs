@@ -1,0 +1,46 @@
+//! [`Caller`]: who one event is for — the id its provider calls carry, and
+//! the broker resource that pays for its attempts (a tenant's budget).
+//!
+//! A payer is charged beside the model's own resource on every attempt:
+//! the attempt's estimated tokens and money (input tokens × input price +
+//! the output reserved × output price), no request (the caller's own
+//! request was counted where it came in), reconciled to what the provider
+//! billed once the attempt ends — a failed attempt the provider billed
+//! counts too. A payer's limits are never waited for: a budget that is
+//! spent stays spent until its calendar period ends, so the level is
+//! refused at once ([`LlmError::BudgetExceeded`](super::LlmError::BudgetExceeded)
+//! on a calendar dimension) and the chain goes on to levels that cost
+//! nothing (`rules`, `manualQueue`) or fit what is left.
+
+use pressure_core::{Backend, MemoryBackend, ResourceHandle};
+
+/// Who one event is for: its id and, optionally, the resource that pays.
+#[derive(Debug, Clone)]
+pub struct Caller<B: Backend = MemoryBackend> {
+    /// Sent with every provider call of the event as `x-pressure-request-id`.
+    pub request_id: String,
+    /// Charged the tokens and money of every attempt (see the module docs).
+    pub payer: Option<ResourceHandle<B>>,
+}
+
+impl<B: Backend> Caller<B> {
+    /// An event with this id and no payer.
+    pub fn new(request_id: impl Into<String>) -> Self {
+        Self {
+            request_id: request_id.into(),
+            payer: None,
+        }
+    }
+
+    /// The same event, paid for by `payer`.
+    pub fn paid_by(mut self, payer: ResourceHandle<B>) -> Self {
+        self.payer = Some(payer);
+        self
+    }
+}
+
+impl<B: Backend> From<String> for Caller<B> {
+    fn from(request_id: String) -> Self {
+        Self::new(request_id)
+    }
+}

@@ -1,0 +1,98 @@
+//! The payer's side of one attempt: its estimated tokens and money
+//! reserved on the event's payer (a tenant's `gateway:tenant:<id>`) before
+//! the call, given back when the attempt does not go out, and reconciled to
+//! what the provider billed by the [`Ledger`](super::Ledger).
+//!
+//! The estimate is an upper bound of the bill whenever the provider keeps
+//! to `max_tokens`: the prompt's counted tokens × input price + the output
+//! reserved × output price. A payer is charged no request (the caller's
+//! request was counted where it came in) and no concurrency lease, and its
+//! limits are not waited for (see [`Caller`](crate::pipeline::Caller)).
+
+use pressure_core::{AcquireOptions, Acquisition, Backend, Denial, Permit, Reserved, ResourceHandle};
+
+use tokio::time::Instant;
+
+use super::models::ModelEntry;
+use crate::pipeline::error::LlmError;
+use crate::reservation::Reservation;
+
+/// What the payer is charged for one attempt of `reservation` on `m`.
+pub(super) fn estimate(m: &ModelEntry, reservation: &Reservation) -> AcquireOptions {
+    let (input, output) = (reservation.input_tokens, reservation.output_tokens);
+    AcquireOptions::default()
+        .requests(0)
+        .tokens(input, output)
+        .cost(m.price.cost(input, output).micro_usd())
+        .priority(reservation.priority)
+        .without_lease()
+}
+
+/// What the payer is charged once the attempt is over: the tokens the
+/// provider billed and their price.
+pub(super) fn billed(tokens: (u64, u64), micro_usd: u64) -> Reserved {
+    Reserved {
+        requests: 0,
+        input_tokens: tokens.0,
+        output_tokens: tokens.1,
+        cost_micro_usd: micro_usd,
+    }
+}
+
+/// Reserves one attempt's estimate on `payer`: its permit, or why the level
+/// cannot call (a spent budget, another of the payer's limits, a store that
+/// could not decide).
+pub(super) async fn charge<B: Backend>(
+    payer: &ResourceHandle<B>,
+    m: &ModelEntry,
+    reservation: &Reservation,
+    deadline: Instant,
+) -> Result<Permit<B>, LlmError> {
+    match payer.try_acquire(estimate(m, reservation)).await {
+        Ok(Acquisition::Granted(p)) => Ok(p),
+        Ok(Acquisition::Denied(d)) => Err(refusal(payer, &d, deadline).await),
+        Err(pressure_core::Error::DemandTooLarge { .. }) => Err(LlmError::NoCapacity {
+            resource: payer.id().to_owned(),
+            retry_after: None,
+        }),
+        Err(e) => Err(LlmError::Limiter(e)),
+    }
+}
+
+/// The error of a payer's denial: a spent calendar budget names its
+/// dimension, the spend (as the store counts it now) and the budget.
+async fn refusal<B: Backend>(payer: &ResourceHandle<B>, d: &Denial, deadline: Instant) -> LlmError {
+    let resource = payer.id().to_owned();
+    if d.is_unavailable() || d.dimension.calendar().is_none() {
+        return LlmError::NoCapacity {
+            resource,
+            retry_after: Some(d.wait),
+        };
+    }
+    let budget = payer.limits().get(d.dimension).unwrap_or(0);
+    let spent = match payer.usage().await {
+        Ok(u) => u
+            .dimensions
+            .iter()
+            .find(|(dim, _)| *dim == d.dimension)
+            .map_or(budget, |(_, n)| *n),
+        Err(_) => budget,
+    };
+    LlmError::BudgetExceeded {
+        resource,
+        dimension: d.dimension,
+        spent,
+        budget,
+        retry_after: d.wait,
+        beyond_deadline: Instant::now() + d.wait > deadline,
+    }
+}
+
+/// Gives back everything `paid` reserved: the attempt did not go out.
+pub(super) async fn refund<B: Backend>(paid: Option<Permit<B>>) {
+    if let Some(mut p) = paid {
+        if let Err(e) = p.reconcile(billed((0, 0), 0)).await {
+            tracing::warn!(resource = p.resource().unwrap_or("-"), error = %e, "payer refund failed");
+        }
+    }
+}
