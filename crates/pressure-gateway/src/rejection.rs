@@ -128,6 +128,22 @@ pub struct RateLimited {
     pub policy: Option<(u64, u64)>,
     /// The tenant, when the tenant layer refused.
     pub namespace_id: Option<String>,
+    /// Set when `dimension` is a calendar budget (`requestsPerDay`, …):
+    /// the 429 is `budget_exceeded`.
+    pub budget: Option<Spent>,
+}
+
+/// A spent calendar budget, as a 429 reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Spent {
+    /// What the period has used (a refused request: the whole budget).
+    pub spent: u64,
+    /// The budget of the period.
+    pub budget: u64,
+    /// Whether the period ends after the request's deadline
+    /// (`gateway.timeouts.totalMs`): the answer then carries
+    /// `x-should-retry: false`, which OpenAI's SDKs obey.
+    pub beyond_deadline: bool,
 }
 
 impl RateLimited {
@@ -146,7 +162,23 @@ impl RateLimited {
             wait: denial.wait,
             policy: policy(limits, denial.dimension),
             namespace_id: namespace_id.map(str::to_owned),
+            budget: None,
         }
+    }
+
+    /// The same 429 as a spent budget when its dimension is a calendar
+    /// one, for a request whose deadline is `deadline` from now. A refused
+    /// demand of one request means the period used all of it.
+    pub fn with_budget(mut self, limits: &Limits, deadline: Duration) -> Self {
+        if self.dimension.calendar().is_some() {
+            let budget = limits.get(self.dimension).unwrap_or(0);
+            self.budget = Some(Spent {
+                spent: budget,
+                budget,
+                beyond_deadline: self.wait > deadline,
+            });
+        }
+        self
     }
 }
 
@@ -356,6 +388,7 @@ impl Rejection {
     /// The machine-readable type of the gateway dialect.
     pub fn kind(&self) -> &'static str {
         match self {
+            Self::RateLimited(r) if r.budget.is_some() => "budget_exceeded",
             Self::RateLimited(_) => "rate_limited",
             Self::LimiterUnavailable { .. } => "limiter_unavailable",
             Self::Unauthorized(_) => "unauthorized",
@@ -384,6 +417,14 @@ impl Rejection {
     /// The human-readable message.
     pub fn message(&self) -> String {
         match self {
+            Self::RateLimited(r) if let Some(b) = r.budget => format!(
+                "{}: {} budget of {} is spent ({} used); it resets in {} s",
+                r.resource,
+                r.dimension.as_str(),
+                b.budget,
+                b.spent,
+                retry_after_secs(r.wait)
+            ),
             Self::RateLimited(r) => format!(
                 "{}: {} exhausted; retry in {} s",
                 r.resource,
@@ -540,7 +581,7 @@ impl Rejection {
     pub fn body(&self, dialect: Dialect) -> String {
         match (dialect, self) {
             // The flood path: written directly, the same bytes as below.
-            (Dialect::Gateway, Self::RateLimited(r)) => rate_limited_body(r),
+            (Dialect::Gateway, Self::RateLimited(r)) if r.budget.is_none() => rate_limited_body(r),
             (Dialect::Decision, Self::RateLimited(r)) => decision_denied_body(r).to_string(),
             // LLM errors speak OpenAI's shape on every route.
             (_, Self::Llm(_)) | (Dialect::OpenAi, _) => self.openai_body().to_string(),
@@ -562,12 +603,15 @@ impl Rejection {
                 h.insert("retry-after-ms", HeaderValue::from(ms));
             }
         }
-        if let Self::Llm(e) = self {
-            if e.label() == "quota_exhausted" {
-                // A spent account does not come back by retrying: OpenAI's
-                // SDKs honour this header and do not retry.
-                h.insert("x-should-retry", HeaderValue::from_static("false"));
-            }
+        // A spent account or budget does not come back by retrying (not
+        // within the request's deadline): OpenAI's SDKs honour this header.
+        let futile = match self {
+            Self::Llm(e) => e.should_retry() == Some(false),
+            Self::RateLimited(r) => r.budget.is_some_and(|b| b.beyond_deadline),
+            _ => false,
+        };
+        if futile {
+            h.insert("x-should-retry", HeaderValue::from_static("false"));
         }
         match self {
             Self::Unauthorized(_) => {
@@ -617,6 +661,10 @@ impl Rejection {
                     "retryAfterMs".into(),
                     Value::from(u64::try_from(r.wait.as_millis()).unwrap_or(u64::MAX)),
                 );
+                if let Some(b) = r.budget {
+                    error.insert("spent".into(), Value::from(b.spent));
+                    error.insert("budget".into(), Value::from(b.budget));
+                }
             }
             Self::LimiterUnavailable { resource, .. } | Self::UnknownResource(resource) => {
                 error.insert("resource".into(), Value::from(resource.as_str()));
@@ -641,6 +689,9 @@ impl Rejection {
             }
             Self::InvalidRequest { param, code, .. } => {
                 ("invalid_request_error", Some(code), param.as_deref())
+            }
+            Self::RateLimited(r) if r.budget.is_some() => {
+                ("insufficient_quota", Some("budget_exceeded"), Some(r.dimension.as_str()))
             }
             Self::RateLimited(_) => ("rate_limit_error", Some("rate_limit_exceeded"), None),
             Self::LimiterUnavailable { .. } => ("server_error", Some("limiter_unavailable"), None),
@@ -742,6 +793,7 @@ mod tests {
                 wait: Duration::from_millis(wait_ms),
                 policy: Some((5, 60)),
                 namespace_id: None,
+                budget: None,
             }));
             let fast = r.render(Dialect::Gateway);
             assert_eq!(fast.status(), 429);
@@ -777,6 +829,7 @@ mod tests {
             wait: Duration::from_millis(960),
             policy: policy(&limits, Dimension::RequestsPerSecond),
             namespace_id: None,
+            budget: None,
         }));
         let budget = Limits::default()
             .cost_micro_usd_per_day(500)
@@ -809,6 +862,7 @@ mod tests {
             wait: Duration::from_millis(1500),
             policy: policy(&limits, Dimension::RequestsPerMinute),
             namespace_id: None,
+            budget: None,
         }));
         let resp = r.render(Dialect::Decision);
         assert_eq!(resp.status(), 429);

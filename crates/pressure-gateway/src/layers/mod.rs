@@ -196,13 +196,14 @@ pub(crate) async fn acquire(
             retry_after: d.wait.max(LIMITER_RETRY),
             reason: "the limiter store is unavailable".into(),
         }),
-        Ok(Acquisition::Denied(d)) => Err(Rejection::RateLimited(Box::new(RateLimited::new(
-            handle.id(),
-            handle.limits(),
-            &d,
-            layer,
-            namespace_id,
-        )))),
+        Ok(Acquisition::Denied(d)) => {
+            // A spent calendar budget says so; the request's deadline is
+            // the gateway's upstream timeout.
+            let deadline = routed(req).map_or(Duration::ZERO, |r| r.plan.upstream_timeout());
+            let limits = handle.limits();
+            let r = RateLimited::new(handle.id(), limits, &d, layer, namespace_id).with_budget(limits, deadline);
+            Err(Rejection::RateLimited(Box::new(r)))
+        }
         Err(e) => Err(Rejection::LimiterUnavailable {
             resource: handle.id().to_owned(),
             layer,

@@ -20,7 +20,7 @@
 //!   minute are spent).
 
 use super::body::{invalid, read_object};
-use super::handler::{caller_request_id, REQUEST_ID_HEADER};
+use super::handler::{caller_of, caller_request_id, REQUEST_ID_HEADER};
 use super::json_answer;
 use crate::backend::AnyBackend;
 use crate::layers::Outcome;
@@ -55,9 +55,10 @@ async fn handle(
     request_id: &str,
     started: tokio::time::Instant,
 ) -> Outcome {
+    let caller = caller_of(&req, request_id);
     let request = parse(read_object(req).await?)?;
     let use_case = request.model.clone();
-    let result = llm.embed_as(&use_case, request, request_id.to_owned()).await;
+    let result = llm.embed_as(&use_case, request, caller).await;
     let elapsed_ms = duration_to_millis(started.elapsed());
     match result {
         Ok(answer) => {

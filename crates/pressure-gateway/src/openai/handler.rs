@@ -12,7 +12,7 @@ use crate::rejection::{Dialect, Rejection};
 use axum::body::Body;
 use http::{HeaderValue, Request, Response, StatusCode};
 use pressure_core::clock::duration_to_millis;
-use pressure_llm::pipeline::{queued_response, Answer, LlmClient, LlmError, LlmReply, QUEUED_MODEL};
+use pressure_llm::pipeline::{queued_response, Answer, Caller, LlmClient, LlmError, LlmReply, QUEUED_MODEL};
 use pressure_llm::provider::ChatRequest;
 use serde_json::{json, Value};
 
@@ -28,6 +28,16 @@ pub(super) fn caller_request_id<B>(req: &Request<B>) -> Option<String> {
         && v.bytes()
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b':' | b'-'));
     ok.then(|| v.to_owned())
+}
+
+/// The event of `req` under `request_id`, paid for by its tenant when the
+/// tenant layer named one (its budget is charged every attempt).
+pub(super) fn caller_of<B>(req: &Request<B>, request_id: &str) -> Caller<AnyBackend> {
+    let caller = Caller::new(request_id);
+    match crate::layers::tenant::payer_of(req) {
+        Some(payer) => caller.paid_by(payer),
+        None => caller,
+    }
 }
 
 /// Handles one call of the endpoint; the response (answer or refusal)
@@ -107,10 +117,11 @@ async fn handle(
     request_id: &str,
     started: tokio::time::Instant,
 ) -> Outcome {
+    let caller = caller_of(&req, request_id);
     let chat = read_request(req).await?;
     let use_case = chat.model.clone();
     if chat.stream == Some(true) {
-        return match llm.stream_as(&use_case, chat, request_id.to_owned()).await {
+        return match llm.stream_as(&use_case, chat, caller).await {
             Ok(stream) => {
                 tracing::info!(
                     target: "pressure::llm",
@@ -129,7 +140,7 @@ async fn handle(
             }
         };
     }
-    let result = llm.complete_as(&use_case, chat, request_id.to_owned()).await;
+    let result = llm.complete_as(&use_case, chat, caller).await;
     log_event(request_id, &use_case, started, result.as_ref());
     match result {
         Ok(answer) => answer_response(&answer),

@@ -165,12 +165,16 @@ impl LlmError {
 
     /// Whether a client should ask again at all (OpenAI's
     /// `x-should-retry`, which its SDKs obey): `Some(false)` for a spent
-    /// budget whose period ends after the event's deadline, `None` when the
-    /// status says enough.
+    /// provider account and for a spent budget whose period ends after the
+    /// event's deadline, `None` when the status says enough.
     pub fn should_retry(&self) -> Option<bool> {
         match self {
             Self::BudgetExceeded {
                 beyond_deadline: true,
+                ..
+            }
+            | Self::Upstream {
+                kind: ErrorKind::QuotaExhausted,
                 ..
             } => Some(false),
             _ => None,

@@ -30,6 +30,16 @@ use pressure_core::ResourceHandle;
 use std::sync::Arc;
 use std::time::Duration;
 
+/// The tenant's resource, charged the tokens and money of the request's
+/// LLM calls (`crate::openai`) beside its request.
+#[derive(Clone, Debug)]
+pub(crate) struct Payer(pub(crate) pressure_core::ResourceHandle<crate::backend::AnyBackend>);
+
+/// The [`Payer`] of a request the tenant layer admitted, if any.
+pub(crate) fn payer_of<B>(req: &Request<B>) -> Option<pressure_core::ResourceHandle<crate::backend::AnyBackend>> {
+    req.extensions().get::<Payer>().map(|p| p.0.clone())
+}
+
 /// Verifies JWTs and API keys and applies per-tenant (and per-key) limits.
 #[derive(Clone, Debug)]
 pub struct TenantLayer {
@@ -102,6 +112,9 @@ impl Step for TenantLayer {
         let metrics = Arc::clone(&self.metrics);
         Box::pin(async move {
             key_limit::charge_all(handle.as_ref(), key_limit.as_ref(), &mut req, &tenant.0, &metrics).await?;
+            if let Some(handle) = handle {
+                req.extensions_mut().insert(Payer(handle));
+            }
             next.call(req).await
         })
     }
