@@ -23,7 +23,7 @@ pub(super) fn estimate(m: &ModelEntry, reservation: &Reservation) -> AcquireOpti
     AcquireOptions::default()
         .requests(0)
         .tokens(input, output)
-        .cost(m.price.cost(input, output).micro_usd())
+        .cost_micro_usd(m.price.cost(input, output).micro_usd())
         .priority(reservation.priority)
         .without_lease()
 }
