@@ -54,7 +54,7 @@ async fn gateway(redis: &RedisServer, mock: &MockProvider, up: &TestUpstream, te
         "auth": hs256_auth(),
         "pressure": { "perTenant": { "enabled": true, "limits": tenant_limits } },
         "llm": {
-            "providers": { "mock": { "baseUrl": format!("{}/v1", mock.base_url()) } },
+            "providers": { "mock": { "baseUrl": mock.base_url() } },
             "models": [{
                 "provider": "mock", "model": "m",
                 "context": { "contextTokens": 4096, "maxOutputTokens": 256 },
@@ -143,6 +143,11 @@ async fn a_daily_money_budget_holds_across_two_gateways_within_the_estimate_erro
         // The estimate error of a call: what it billed beyond its estimate.
         let per_call = billed.div_ceil(admitted.max(1));
         let error = admitted * per_call.saturating_sub(est);
+        eprintln!(
+            "budget {budget} µ$, estimate {est} µ$ a call: {admitted} of {CALLS} admitted, billed {billed} µ$ \
+             (bound {})",
+            budget + error
+        );
         assert!(
             billed <= budget + error,
             "billed {billed} µ$ for {admitted} calls; budget {budget} + estimate error {error}"
