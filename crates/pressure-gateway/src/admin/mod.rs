@@ -29,6 +29,7 @@
 //! `{"error":{"type":"<code>","message":"..."}}`.
 
 pub(crate) mod auth;
+mod budgets;
 mod dashboard;
 mod events;
 mod llm;
@@ -155,10 +156,13 @@ async fn stats(State(state): State<AdminState>) -> Json<BrokerStats> {
 }
 
 async fn metrics(State(state): State<AdminState>) -> Response {
-    // Only this process's counters: a scrape costs no store round trip,
-    // however many tenants are registered.
+    // This process's counters, and the spend of at most
+    // `budgets::METRICS_TOP` tenants from the store: a scrape costs that
+    // many store reads, however many tenants are registered.
     let stats = state.broker.local_stats();
-    let body = state.metrics.encode(&stats, state.redis_status());
+    let mut body = state.metrics.encode(&stats, state.redis_status());
+    // The one part read from the store: the spend of a few top tenants.
+    budgets::write_metrics(&state, &mut body).await;
     (
         [
             (header::CONTENT_TYPE, HeaderValue::from_static(CONTENT_TYPE)),

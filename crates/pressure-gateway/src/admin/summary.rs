@@ -23,7 +23,8 @@
 //!  "resources":[{"resource":"gateway:route:x","kind":"limit","limits":{..},"usage":{..},
 //!                "active":0,"allowed":10,"denied":2,"backendErrors":0,"queued":null}],
 //!  "tenants":{"count":100000,"allowed":..,"denied":..,"backendErrors":..,"denying":12,
-//!             "top":[{"tenant":"acme","resource":"gateway:tenant:acme",..}]},
+//!             "top":[{"tenant":"acme","resource":"gateway:tenant:acme",..,
+//!                     "budgets":[{"dimension":"costMicroUsdPerDay","spent":250,"budget":900,"resetsAt":..}]}]},
 //!  "llm":{..} | null,
 //!  "health":{"status":"ok","ready":true,"backend":"memory","redis":null}}
 //! ```
@@ -122,6 +123,7 @@ pub(super) async fn build(state: &AdminState, top: usize) -> Value {
                 "resource": s.resource,
                 "limits": s.limits,
                 "usage": s.usage,
+                "budgets": super::budgets::rows(&s),
                 "allowed": s.allowed,
                 "denied": s.denied,
                 "backendErrors": s.backend_errors,
@@ -221,7 +223,7 @@ fn rank(a: &ResourceStats, b: &ResourceStats) -> Ordering {
 
 /// The `top` first of `tenants` by [`rank`], in that order, in
 /// O(n + top log top).
-fn most_denied(mut tenants: Vec<ResourceStats>, top: usize) -> Vec<ResourceStats> {
+pub(super) fn most_denied(mut tenants: Vec<ResourceStats>, top: usize) -> Vec<ResourceStats> {
     if top == 0 {
         return Vec::new();
     }
@@ -235,7 +237,7 @@ fn most_denied(mut tenants: Vec<ResourceStats>, top: usize) -> Vec<ResourceStats
 
 /// `list` with each resource's usage read from the store, in the same order;
 /// a resource removed meanwhile (or a failed read) keeps its local numbers.
-async fn with_usage(state: &AdminState, list: Vec<ResourceStats>) -> Vec<ResourceStats> {
+pub(super) async fn with_usage(state: &AdminState, list: Vec<ResourceStats>) -> Vec<ResourceStats> {
     futures::stream::iter(list)
         .map(|local| async move {
             match state.broker.resource_stats(&local.resource).await {

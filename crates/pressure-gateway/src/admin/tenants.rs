@@ -6,7 +6,8 @@
 //!   the limits the tenant gets now (`null` when none), where they come
 //!   from (`live` | `config` | `default`), whether tenants are limited at
 //!   all (`perTenant.enabled`), and per limited dimension `{"dimension",
-//!   "used","limit"}` as the backend counts it (fleet-wide on Redis; also
+//!   "used","limit"}` (a calendar budget adds `resetsAt`, Unix ms) as the
+//!   backend counts it (fleet-wide on Redis; also
 //!   for a tenant not registered here yet).
 //! * `PUT` with a `Limits` object → stored as the tenant's live override
 //!   for every gateway on the same backend, applied here before the answer
@@ -194,14 +195,19 @@ async fn usage(gateway: &crate::Gateway, resource: &str, limits: &Limits) -> Val
 }
 
 /// One row per dimension the usage reports (whatever dimensions the core
-/// counts), then the concurrency leases.
+/// counts), then the concurrency leases; a calendar budget's row says when
+/// it resets (`resetsAt`, Unix milliseconds, by the backend's clock).
 fn rows(spec: &LimitSpec, usage: &Usage) -> Vec<Value> {
     let mut out: Vec<Value> = usage
         .dimensions
         .iter()
         .map(|(dim, used)| {
-            let limit = spec.rates.iter().find(|r| r.dimension == *dim).map(|r| r.limit);
-            json!({ "dimension": dim.as_str(), "used": used, "limit": limit })
+            let limit = spec.limits.get(*dim);
+            let mut row = json!({ "dimension": dim.as_str(), "used": used, "limit": limit });
+            if let Some((_, at)) = usage.resets.iter().find(|(d, _)| d == dim) {
+                row["resetsAt"] = json!(at);
+            }
+            row
         })
         .collect();
     if let Some(limit) = spec.concurrency {
@@ -230,6 +236,7 @@ mod tests {
     fn rows_follow_the_usage() {
         let limits = Limits {
             requests_per_minute: Some(5),
+            cost_micro_usd_per_day: Some(900),
             max_concurrent_requests: Some(2),
             ..Limits::default()
         };
@@ -238,7 +245,11 @@ mod tests {
         #[allow(clippy::field_reassign_with_default)]
         let usage = {
             let mut usage = Usage::default();
-            usage.dimensions = vec![(pressure_core::Dimension::RequestsPerMinute, 3)];
+            usage.dimensions = vec![
+                (pressure_core::Dimension::RequestsPerMinute, 3),
+                (pressure_core::Dimension::CostMicroUsdPerDay, 250),
+            ];
+            usage.resets = vec![(pressure_core::Dimension::CostMicroUsdPerDay, 1_764_720_000_000)];
             usage.leases = 1;
             usage
         };
@@ -246,6 +257,7 @@ mod tests {
             Value::Array(rows(&spec, &usage)),
             json!([
                 {"dimension": "requestsPerMinute", "used": 3, "limit": 5},
+                {"dimension": "costMicroUsdPerDay", "used": 250, "limit": 900, "resetsAt": 1_764_720_000_000_u64},
                 {"dimension": "maxConcurrentRequests", "used": 1, "limit": 2},
             ])
         );

@@ -19,12 +19,18 @@
   const DIMENSIONS = [
     "requestsPerSecond", "requestsPerMinute", "tokensPerMinute",
     "inputTokensPerMinute", "outputTokensPerMinute", "maxConcurrentRequests",
+    "requestsPerHour", "requestsPer24Hours",
+    // Calendar budgets: spend against budget in the current UTC day or month.
+    "requestsPerDay", "tokensPerDay", "costMicroUsdPerDay", "costMicroUsdPerMonth",
   ];
   const SHORT = {
     requestsPerSecond: "req/s", requestsPerMinute: "req/min", tokensPerMinute: "tok/min",
     inputTokensPerMinute: "in tok/min", outputTokensPerMinute: "out tok/min",
-    maxConcurrentRequests: "concurrent",
+    maxConcurrentRequests: "concurrent", requestsPerHour: "req/h", requestsPer24Hours: "req/24h",
+    requestsPerDay: "req today", tokensPerDay: "tok today",
+    costMicroUsdPerDay: "today", costMicroUsdPerMonth: "this month",
   };
+  const MONEY = new Set(["costMicroUsdPerDay", "costMicroUsdPerMonth"]);
   const SVG = "http://www.w3.org/2000/svg";
 
   const TOKEN_KEY = "pressure-admin-token";
@@ -98,7 +104,8 @@
       const bar = el("div", { class: "bar", "data-dimension": d, title: d });
       const fill = el("span", { class: share >= 1 ? "fill full" : share >= 0.8 ? "fill warn" : "fill" });
       fill.style.width = (share * 100).toFixed(1) + "%";
-      bar.append(fill, el("em", {}, `${used}/${limit} ${SHORT[d]}`));
+      const shown = MONEY.has(d) ? `${usd(used)}/${usd(limit)}` : `${used}/${limit}`;
+      bar.append(fill, el("em", {}, `${shown} ${SHORT[d]}`));
       box.append(bar);
     }
     if (!box.childElementCount) box.append(el("span", { class: "muted" }, "no limit"));
