@@ -690,9 +690,11 @@ impl Rejection {
             Self::InvalidRequest { param, code, .. } => {
                 ("invalid_request_error", Some(code), param.as_deref())
             }
-            Self::RateLimited(r) if r.budget.is_some() => {
-                ("insufficient_quota", Some("budget_exceeded"), Some(r.dimension.as_str()))
-            }
+            Self::RateLimited(r) if r.budget.is_some() => (
+                "insufficient_quota",
+                Some("budget_exceeded"),
+                Some(r.dimension.as_str()),
+            ),
             Self::RateLimited(_) => ("rate_limit_error", Some("rate_limit_exceeded"), None),
             Self::LimiterUnavailable { .. } => ("server_error", Some("limiter_unavailable"), None),
             Self::Unauthorized(_) => ("invalid_request_error", Some("invalid_api_key"), None),

@@ -74,7 +74,10 @@ fn write_families(top: &[ResourceStats], out: &mut String) -> std::fmt::Result {
     for (name, help, value) in families {
         text::header(out, name, "gauge", help)?;
         for s in top {
-            let tenant = s.resource.strip_prefix(resources::TENANT_PREFIX).unwrap_or(&s.resource);
+            let tenant = s
+                .resource
+                .strip_prefix(resources::TENANT_PREFIX)
+                .unwrap_or(&s.resource);
             for d in MONEY {
                 if let Some(v) = value(s, d) {
                     text::sample(out, name, &[("tenant", tenant), ("dimension", d.as_str())], v)?;
@@ -96,7 +99,9 @@ mod tests {
             kind: ResourceKind::Limit,
             limits,
             usage: usage.iter().map(|(k, v)| ((*k).to_owned(), *v)).collect(),
-            resets_at: [("costMicroUsdPerDay".to_owned(), 1_764_720_000_000)].into_iter().collect(),
+            resets_at: [("costMicroUsdPerDay".to_owned(), 1_764_720_000_000)]
+                .into_iter()
+                .collect(),
             active: None,
             allowed: 1,
             denied: 0,
@@ -113,7 +118,11 @@ mod tests {
             .requests_per_minute(5)
             .requests_per_day(100)
             .cost_micro_usd_per_day(900);
-        let s = tenant("acme", limits, &[("requestsPerMinute", 2), ("costMicroUsdPerDay", 250)]);
+        let s = tenant(
+            "acme",
+            limits,
+            &[("requestsPerMinute", 2), ("costMicroUsdPerDay", 250)],
+        );
         assert_eq!(
             Value::Array(rows(&s)),
             json!([
@@ -125,8 +134,14 @@ mod tests {
 
     #[test]
     fn metrics_name_the_tenant_and_the_period() {
-        let limits = Limits::default().cost_micro_usd_per_day(900).cost_micro_usd_per_month(9_000);
-        let s = tenant("a\"b", limits, &[("costMicroUsdPerDay", 250), ("costMicroUsdPerMonth", 4_000)]);
+        let limits = Limits::default()
+            .cost_micro_usd_per_day(900)
+            .cost_micro_usd_per_month(9_000);
+        let s = tenant(
+            "a\"b",
+            limits,
+            &[("costMicroUsdPerDay", 250), ("costMicroUsdPerMonth", 4_000)],
+        );
         let mut out = String::new();
         write_families(&[s], &mut out).unwrap();
         for line in [

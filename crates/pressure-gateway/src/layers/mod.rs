@@ -201,7 +201,8 @@ pub(crate) async fn acquire(
             // the gateway's upstream timeout.
             let deadline = routed(req).map_or(Duration::ZERO, |r| r.plan.upstream_timeout());
             let limits = handle.limits();
-            let r = RateLimited::new(handle.id(), limits, &d, layer, namespace_id).with_budget(limits, deadline);
+            let r =
+                RateLimited::new(handle.id(), limits, &d, layer, namespace_id).with_budget(limits, deadline);
             Err(Rejection::RateLimited(Box::new(r)))
         }
         Err(e) => Err(Rejection::LimiterUnavailable {

@@ -7,6 +7,8 @@
 //!   admitted, no call is refused while the budget had room for it, the
 //!   store's spend is what the mock billed, and every refusal is a `429
 //!   budget_exceeded` an OpenAI SDK will not retry.
+//! * A budget raised live on one gateway (`PUT
+//!   /admin/pressure/tenants/{id}/limits`) admits on the other at once.
 //! * HTTP requests and chat calls spend one `requestsPerDay`.
 //!
 //! Each test starts its own `redis-server` (`pressure-testkit`) and mock
@@ -47,7 +49,12 @@ async fn provider() -> MockProvider {
 
 /// A gateway on `redis` with the LLM endpoint on `mock` (use case `chat`:
 /// model `m` alone, no retries) and tenants limited by `tenant_limits`.
-async fn gateway(redis: &RedisServer, mock: &MockProvider, up: &TestUpstream, tenant_limits: Value) -> TestGateway {
+async fn gateway(
+    redis: &RedisServer,
+    mock: &MockProvider,
+    up: &TestUpstream,
+    tenant_limits: Value,
+) -> TestGateway {
     TestGateway::start(json!({
         "upstreams": { "demo": { "url": up.url(), "pathPrefix": "/api" } },
         "backend": { "type": "redis", "url": redis.url(), "timeoutMs": 2000, "keyPrefix": "budgets" },
@@ -109,7 +116,11 @@ fn assert_budget_refusal(r: &Reply, budget: u64) {
     assert_eq!(e["param"], "costMicroUsdPerDay", "{e}");
     let message = e["message"].as_str().expect("message");
     assert!(message.contains(&format!("budget of {budget}")), "{message}");
-    let retry: u64 = r.header("retry-after").expect("Retry-After").parse().expect("seconds");
+    let retry: u64 = r
+        .header("retry-after")
+        .expect("Retry-After")
+        .parse()
+        .expect("seconds");
     assert!((1..=86_400).contains(&retry), "Retry-After {retry}");
     assert_eq!(r.header("x-should-retry"), Some("false"));
 }
@@ -167,6 +178,71 @@ async fn a_daily_money_budget_holds_across_two_gateways_within_the_estimate_erro
             let s = gw.stats("gateway:tenant:acme").await;
             assert_eq!(s.usage.get("costMicroUsdPerDay").copied(), Some(billed), "{s:?}");
         }
+        // Spend against budget on the operator's pages, from the store.
+        let summary = b.admin_get("/admin/pressure/summary").await.json();
+        let row = &summary["tenants"]["top"][0]["budgets"][0];
+        assert_eq!(
+            (row["dimension"].as_str(), row["spent"].as_u64(), row["budget"].as_u64()),
+            (Some("costMicroUsdPerDay"), Some(billed), Some(budget)),
+            "{summary}"
+        );
+        assert!(row["resetsAt"].as_u64().is_some(), "{row}");
+        let metrics = String::from_utf8(b.admin_get("/metrics").await.body.to_vec()).expect("utf-8");
+        let line = format!("pressure_tenant_spend_micro_usd{{tenant=\"acme\",dimension=\"costMicroUsdPerDay\"}} {billed}");
+        assert!(metrics.lines().any(|l| l == line), "{line} missing");
+        a.stop().await;
+        b.stop().await;
+    })
+    .await
+    .expect("bounded");
+}
+
+/// `PUT /admin/pressure/tenants/{tenant}/limits` with `limits` on `gw`'s
+/// admin listener.
+async fn put_limits(gw: &TestGateway, tenant: &str, limits: Value) -> Reply {
+    let req = http::Request::put(format!(
+        "http://{}/admin/pressure/tenants/{tenant}/limits",
+        gw.admin
+    ))
+    .header(http::header::CONTENT_TYPE, "application/json")
+    .body(Full::new(Bytes::from(limits.to_string())))
+    .expect("request");
+    Reply::read(gw.send(req).await).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_budget_raised_live_on_one_gateway_admits_at_once_on_the_other() {
+    let est = estimate();
+    tokio::time::timeout(Duration::from_secs(60), async {
+        let redis = RedisServer::start();
+        let mock = provider().await;
+        let up = TestUpstream::demo().await;
+        // Room for two calls a day.
+        let limits = json!({ "costMicroUsdPerDay": 2 * est });
+        let a = gateway(&redis, &mock, &up, limits.clone()).await;
+        let b = gateway(&redis, &mock, &up, limits).await;
+        for _ in 0..2 {
+            assert_eq!(chat(&a, "delta").await.status, 200);
+        }
+        assert_budget_refusal(&chat(&a, "delta").await, 2 * est);
+        // Raised on B: A admits the next call, after at most one pub/sub
+        // delivery (bounded here at 2 s).
+        let put = put_limits(&b, "delta", json!({ "costMicroUsdPerDay": 10 * est })).await;
+        assert_eq!(put.status, 200, "{:?}", put.body);
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(2);
+        let mut last = chat(&a, "delta").await;
+        while last.status != 200 && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            last = chat(&a, "delta").await;
+        }
+        assert_eq!(last.status, 200, "gateway A still refuses: {:?}", last.body);
+        // The spend carried over: the raised budget counts from what was
+        // spent before it.
+        let s = a.stats("gateway:tenant:delta").await;
+        assert_eq!(
+            s.usage.get("costMicroUsdPerDay").copied(),
+            Some(mock.stats().billed_micro_usd)
+        );
         a.stop().await;
         b.stop().await;
     })
@@ -180,7 +256,13 @@ async fn http_requests_and_chat_calls_spend_one_daily_request_budget() {
         let redis = RedisServer::start();
         let mock = provider().await;
         let up = TestUpstream::demo().await;
-        let gw = gateway(&redis, &mock, &up, json!({ "requestsPerDay": 3, "costMicroUsdPerDay": 1_000_000 })).await;
+        let gw = gateway(
+            &redis,
+            &mock,
+            &up,
+            json!({ "requestsPerDay": 3, "costMicroUsdPerDay": 1_000_000 }),
+        )
+        .await;
         assert_eq!(http_get(&gw, "beta").await.status, 200);
         assert_eq!(chat(&gw, "beta").await.status, 200);
         assert_eq!(http_get(&gw, "beta").await.status, 200);
@@ -190,13 +272,25 @@ async fn http_requests_and_chat_calls_spend_one_daily_request_budget() {
         let e = &over.json()["error"];
         assert_eq!(e["type"], "budget_exceeded", "{e}");
         assert_eq!(e["dimension"], "requestsPerDay", "{e}");
-        assert_eq!((e["spent"].as_u64(), e["budget"].as_u64()), (Some(3), Some(3)), "{e}");
+        assert_eq!(
+            (e["spent"].as_u64(), e["budget"].as_u64()),
+            (Some(3), Some(3)),
+            "{e}"
+        );
         let over_chat = chat(&gw, "beta").await;
         assert_eq!(over_chat.status, 429);
         let e = &over_chat.json()["error"];
-        assert_eq!((e["code"].as_str(), e["param"].as_str()), (Some("budget_exceeded"), Some("requestsPerDay")), "{e}");
+        assert_eq!(
+            (e["code"].as_str(), e["param"].as_str()),
+            (Some("budget_exceeded"), Some("requestsPerDay")),
+            "{e}"
+        );
         assert_eq!(over_chat.header("x-should-retry"), Some("false"));
-        assert_eq!(mock.stats().requests, 1, "only the admitted chat call reached the provider");
+        assert_eq!(
+            mock.stats().requests,
+            1,
+            "only the admitted chat call reached the provider"
+        );
         // Another tenant has a budget of its own.
         assert_eq!(http_get(&gw, "gamma").await.status, 200);
         gw.stop().await;

@@ -19,7 +19,9 @@ use pressure_core::{Dimension, Limits, MemoryBackend, ResourceHandle};
 use pressure_llm::pipeline::{Caller, Degradation, LlmClient, LlmConfig, LlmError};
 use pressure_llm::tokens::TokenCounter;
 use serde_json::{json, Value};
-use support::{bounded, client, fast_retry, model, request, Script, Shared, COMPLETION_TOKENS, PROMPT_TOKENS};
+use support::{
+    bounded, client, fast_retry, model, request, Script, Shared, COMPLETION_TOKENS, PROMPT_TOKENS,
+};
 
 #[derive(Clone, Copy, Debug)]
 enum Step {
@@ -87,7 +89,10 @@ fn payer(c: &LlmClient<MemoryBackend>, name: &str, limits: Limits) -> ResourceHa
 /// What `handle` counts on `dim` now.
 async fn used(handle: &ResourceHandle<MemoryBackend>, dim: Dimension) -> u64 {
     let u = handle.usage().await.unwrap();
-    u.dimensions.iter().find(|(d, _)| *d == dim).map_or(0, |(_, n)| *n)
+    u.dimensions
+        .iter()
+        .find(|(d, _)| *d == dim)
+        .map_or(0, |(_, n)| *n)
 }
 
 /// The prompt tokens the client counts for `request(text)` (what it
@@ -104,7 +109,13 @@ async fn a_payer_is_charged_what_the_provider_billed_and_no_request() {
     bounded(async {
         let p = mock(vec![]).await;
         let c = setup(&p, json!({}));
-        let t = payer(&c, "a", Limits::default().tokens_per_minute(100_000).requests_per_minute(10));
+        let t = payer(
+            &c,
+            "a",
+            Limits::default()
+                .tokens_per_minute(100_000)
+                .requests_per_minute(10),
+        );
         for _ in 0..3 {
             let a = c
                 .complete_as("direct", request("hello"), Caller::new("e").paid_by(t.clone()))
@@ -114,7 +125,10 @@ async fn a_payer_is_charged_what_the_provider_billed_and_no_request() {
         }
         // Each attempt reserved its estimate (counted prompt + max_tokens
         // 100) and was reconciled to the usage the provider reported.
-        assert_eq!(used(&t, Dimension::TokensPerMinute).await, 3 * (PROMPT_TOKENS + COMPLETION_TOKENS));
+        assert_eq!(
+            used(&t, Dimension::TokensPerMinute).await,
+            3 * (PROMPT_TOKENS + COMPLETION_TOKENS)
+        );
         assert_eq!(
             used(&t, Dimension::RequestsPerMinute).await,
             0,
@@ -141,7 +155,10 @@ async fn a_failed_attempt_is_charged_its_input_and_the_retry_its_own() {
             used(&t, Dimension::TokensPerMinute).await,
             counted_prompt("hello") + PROMPT_TOKENS + COMPLETION_TOKENS
         );
-        assert_eq!(a.spent.micro_usd(), counted_prompt("hello") + PROMPT_TOKENS + COMPLETION_TOKENS);
+        assert_eq!(
+            a.spent.micro_usd(),
+            counted_prompt("hello") + PROMPT_TOKENS + COMPLETION_TOKENS
+        );
     })
     .await;
 }
@@ -155,17 +172,28 @@ async fn a_payer_that_refuses_sends_the_chain_to_the_levels_that_cost_nothing() 
         // max_tokens 100) once that call is counted.
         let t = payer(&c, "c", Limits::default().tokens_per_minute(120));
         let first = c
-            .complete_as("degrading", request("Refund please"), Caller::new("e1").paid_by(t.clone()))
+            .complete_as(
+                "degrading",
+                request("Refund please"),
+                Caller::new("e1").paid_by(t.clone()),
+            )
             .await
             .unwrap();
         assert_eq!(first.degradation, Degradation::Primary);
         let second = c
-            .complete_as("degrading", request("Refund please"), Caller::new("e2").paid_by(t.clone()))
+            .complete_as(
+                "degrading",
+                request("Refund please"),
+                Caller::new("e2").paid_by(t.clone()),
+            )
             .await
             .unwrap();
         assert_eq!(second.degradation, Degradation::Rules, "{second:?}");
         assert_eq!(p.hits(), 1, "the refused level made no call");
-        assert_eq!(used(&t, Dimension::TokensPerMinute).await, PROMPT_TOKENS + COMPLETION_TOKENS);
+        assert_eq!(
+            used(&t, Dimension::TokensPerMinute).await,
+            PROMPT_TOKENS + COMPLETION_TOKENS
+        );
         assert_eq!(c.snapshot().budget_rejections, 1);
         // Without a level that costs nothing, the refusal is the answer:
         // the payer's resource and when it has room again.
@@ -174,7 +202,10 @@ async fn a_payer_that_refuses_sends_the_chain_to_the_levels_that_cost_nothing() 
             .await
             .unwrap_err();
         match e {
-            LlmError::NoCapacity { resource, retry_after } => {
+            LlmError::NoCapacity {
+                resource,
+                retry_after,
+            } => {
                 assert_eq!(resource, "tenant:c");
                 assert!(retry_after.is_some_and(|w| !w.is_zero()), "{retry_after:?}");
             }
@@ -194,11 +225,19 @@ async fn a_model_limiter_refusal_gives_the_payer_its_reservation_back() {
         // The model admits one request a minute.
         let c = setup(&p, json!({"requestsPerMinute": 1}));
         let t = payer(&c, "d", Limits::default().tokens_per_minute(100_000));
-        c.complete_as("degrading", request("Refund please"), Caller::new("e1").paid_by(t.clone()))
-            .await
-            .unwrap();
+        c.complete_as(
+            "degrading",
+            request("Refund please"),
+            Caller::new("e1").paid_by(t.clone()),
+        )
+        .await
+        .unwrap();
         let second = c
-            .complete_as("degrading", request("Refund please"), Caller::new("e2").paid_by(t.clone()))
+            .complete_as(
+                "degrading",
+                request("Refund please"),
+                Caller::new("e2").paid_by(t.clone()),
+            )
             .await
             .unwrap();
         assert_eq!(second.degradation, Degradation::Rules);

@@ -36,7 +36,9 @@ use std::time::Duration;
 pub(crate) struct Payer(pub(crate) pressure_core::ResourceHandle<crate::backend::AnyBackend>);
 
 /// The [`Payer`] of a request the tenant layer admitted, if any.
-pub(crate) fn payer_of<B>(req: &Request<B>) -> Option<pressure_core::ResourceHandle<crate::backend::AnyBackend>> {
+pub(crate) fn payer_of<B>(
+    req: &Request<B>,
+) -> Option<pressure_core::ResourceHandle<crate::backend::AnyBackend>> {
     req.extensions().get::<Payer>().map(|p| p.0.clone())
 }
 

@@ -78,7 +78,10 @@ impl<B: Backend> Engine<B> {
                 return Err(LevelEnd::Next(event.deadline_error()));
             }
             let payer = event.payer.as_ref();
-            let (bp, permit, paid) = match self.gate(m, &breaker, &reservation, payer, share_end, deadline).await {
+            let (bp, permit, paid) = match self
+                .gate(m, &breaker, &reservation, payer, share_end, deadline)
+                .await
+            {
                 Gate::Go(bp, permit, paid) => (bp, permit, paid),
                 Gate::Again => continue,
                 Gate::Refused(e) => return Err(LevelEnd::Next(e)),
@@ -86,7 +89,14 @@ impl<B: Backend> Engine<B> {
             event.attempts += 1;
             Metrics::add(&self.metrics.attempts, 1);
             let kind = <C::Request as Request<B>>::KIND;
-            let ledger = Ledger::new(m, bp, (permit, paid), reservation, kind, Arc::clone(&self.metrics));
+            let ledger = Ledger::new(
+                m,
+                bp,
+                (permit, paid),
+                reservation,
+                kind,
+                Arc::clone(&self.metrics),
+            );
             let tag = CallTag {
                 request_id: Some(event.request_id.clone()),
                 attempt: event.attempts,
