@@ -14,7 +14,6 @@ use crate::metrics::text;
 use crate::resources;
 use pressure_core::{Dimension, ResourceStats};
 use serde_json::{json, Value};
-use std::fmt::Write as _;
 
 /// Tenants whose spend `/metrics` shows.
 pub(super) const METRICS_TOP: usize = 10;
@@ -57,9 +56,12 @@ fn has_money_budget(s: &ResourceStats) -> bool {
     s.limits.cost_micro_usd_per_day.is_some() || s.limits.cost_micro_usd_per_month.is_some()
 }
 
+/// One family: name, help, and a tenant's value on a dimension.
+type MoneyFamily = (&'static str, &'static str, fn(&ResourceStats, Dimension) -> Option<u64>);
+
 fn write_families(top: &[ResourceStats], out: &mut String) -> std::fmt::Result {
     const MONEY: [Dimension; 2] = [Dimension::CostMicroUsdPerDay, Dimension::CostMicroUsdPerMonth];
-    let families: [(&str, &str, fn(&ResourceStats, Dimension) -> Option<u64>); 2] = [
+    let families: [MoneyFamily; 2] = [
         (
             "pressure_tenant_spend_micro_usd",
             "Money a tenant spent in the current UTC day or month, micro-USD, as the store counts it (top tenants only).",
