@@ -76,7 +76,11 @@ pub enum LlmError {
     },
     /// The event's payer (a tenant) has spent a calendar budget: no model
     /// level may call until the budget's period ends.
-    #[error("{resource}: {dimension} budget of {budget} is spent ({spent} used); it resets in {} s", retry_after.as_secs_f64().ceil())]
+    #[error(
+        "{resource}: {dimension} budget of {budget} cannot cover this call ({spent} used, up to {needed} needed); \
+         it resets in {} s",
+        retry_after.as_secs_f64().ceil()
+    )]
     BudgetExceeded {
         /// The payer's resource (`gateway:tenant:<id>`).
         resource: String,
@@ -87,6 +91,9 @@ pub enum LlmError {
         spent: u64,
         /// The budget of the period.
         budget: u64,
+        /// What the refused attempt would have reserved on that dimension
+        /// (its estimate).
+        needed: u64,
         /// Until the period ends.
         retry_after: Duration,
         /// Whether the period ends after the event's deadline: asking again

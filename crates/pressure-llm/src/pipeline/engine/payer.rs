@@ -9,7 +9,7 @@
 //! request was counted where it came in) and no concurrency lease, and its
 //! limits are not waited for (see [`Caller`](crate::pipeline::Caller)).
 
-use pressure_core::{AcquireOptions, Acquisition, Backend, Denial, Permit, Reserved, ResourceHandle};
+use pressure_core::{AcquireOptions, Acquisition, Backend, Demand, Denial, Permit, Reserved, ResourceHandle};
 
 use tokio::time::Instant;
 
@@ -48,9 +48,10 @@ pub(super) async fn charge<B: Backend>(
     reservation: &Reservation,
     deadline: Instant,
 ) -> Result<Permit<B>, LlmError> {
-    match payer.try_acquire(estimate(m, reservation)).await {
+    let opts = estimate(m, reservation);
+    match payer.try_acquire(opts).await {
         Ok(Acquisition::Granted(p)) => Ok(p),
-        Ok(Acquisition::Denied(d)) => Err(refusal(payer, &d, deadline).await),
+        Ok(Acquisition::Denied(d)) => Err(refusal(payer, &opts, &d, deadline).await),
         Err(pressure_core::Error::DemandTooLarge { .. }) => Err(LlmError::NoCapacity {
             resource: payer.id().to_owned(),
             retry_after: None,
@@ -61,7 +62,12 @@ pub(super) async fn charge<B: Backend>(
 
 /// The error of a payer's denial: a spent calendar budget names its
 /// dimension, the spend (as the store counts it now) and the budget.
-async fn refusal<B: Backend>(payer: &ResourceHandle<B>, d: &Denial, deadline: Instant) -> LlmError {
+async fn refusal<B: Backend>(
+    payer: &ResourceHandle<B>,
+    opts: &AcquireOptions,
+    d: &Denial,
+    deadline: Instant,
+) -> LlmError {
     let resource = payer.id().to_owned();
     if d.is_unavailable() || d.dimension.calendar().is_none() {
         return LlmError::NoCapacity {
@@ -83,6 +89,13 @@ async fn refusal<B: Backend>(payer: &ResourceHandle<B>, d: &Denial, deadline: In
         dimension: d.dimension,
         spent,
         budget,
+        needed: d.dimension.units(&Demand {
+            requests: opts.requests,
+            input_tokens: opts.input_tokens,
+            output_tokens: opts.output_tokens,
+            cost_micro_usd: opts.cost_micro_usd,
+            ..Demand::default()
+        }),
         retry_after: d.wait,
         beyond_deadline: Instant::now() + d.wait > deadline,
     }
