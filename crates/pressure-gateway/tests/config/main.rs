@@ -1372,3 +1372,44 @@ fn the_schema_refuses_what_the_loader_refuses() {
         assert!(parse(&bad.to_string()).is_err(), "{bad}");
     }
 }
+
+/// The README's budget tour: its keys are the documented ones, its tenants
+/// have daily and monthly money budgets, `globex` an override, and the
+/// whole config checks (the plan builds).
+#[test]
+fn the_budget_example_matches_the_readme() {
+    use sha2::Digest;
+    let path = examples_dir().join("gateway-budgets.json");
+    let cfg = load(&path).unwrap_or_else(|e| panic!("gateway-budgets.json: {e}"));
+    let hex = |key: &str| {
+        sha2::Sha256::digest(key.as_bytes())
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect::<String>()
+    };
+    let keys: Vec<(String, String)> = cfg
+        .auth
+        .api_keys
+        .iter()
+        .map(|k| (k.sha256.clone(), k.tenant.clone()))
+        .collect();
+    assert_eq!(
+        keys,
+        [
+            (hex("sk-dev-acme-0123456789"), "acme".to_owned()),
+            (hex("sk-dev-globex-0123456789"), "globex".to_owned())
+        ]
+    );
+    let tenants = &cfg.pressure.per_tenant;
+    let limits = tenants.limits.as_ref().expect("tenant limits");
+    assert_eq!(
+        (
+            limits.cost_micro_usd_per_day,
+            limits.cost_micro_usd_per_month,
+            limits.requests_per_day
+        ),
+        (Some(1_000), Some(20_000), Some(10_000))
+    );
+    assert_eq!(tenants.overrides["globex"].cost_micro_usd_per_day, Some(50_000));
+    pressure_gateway::Plan::check(cfg, examples_dir().as_path()).expect("the example checks");
+}
