@@ -53,28 +53,11 @@ fn keys(batch_limits: Option<Value>) -> Value {
     ])
 }
 
-/// Installs (once) a global subscriber that enables INFO and writes
-/// nowhere. Without one, a test on another thread that reaches a log
-/// callsite first with no subscriber at all can leave it cached as
-/// disabled, and [`keys_never_reach_the_logs`]'s thread-local capture
-/// misses its line (seen: the denial line, whenever a test producing 429s
-/// ran beside it).
-fn quiet_global_subscriber() {
-    static ONCE: std::sync::Once = std::sync::Once::new();
-    ONCE.call_once(|| {
-        let sink = tracing_subscriber::fmt()
-            .with_max_level(tracing::Level::INFO)
-            .with_writer(std::io::sink)
-            .finish();
-        tracing::subscriber::set_global_default(sink).expect("the first global subscriber");
-    });
-}
-
 /// An upstream whose `/headers` answers the credential headers it got
 /// (absent: `null`), beside the demo routes. Every test starts here, so
 /// the global subscriber is installed first of all.
 async fn upstream() -> TestUpstream {
-    quiet_global_subscriber();
+    support::quiet_global_subscriber();
     async fn headers(h: HeaderMap) -> axum::Json<Value> {
         let of = |n: &str| h.get(n).and_then(|v| v.to_str().ok()).map(str::to_owned);
         axum::Json(json!({ "authorization": of("authorization"), "xApiKey": of("x-api-key") }))

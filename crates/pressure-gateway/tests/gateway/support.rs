@@ -53,6 +53,7 @@ pub(crate) struct TestUpstream {
 impl TestUpstream {
     /// Serves `router`.
     pub(crate) async fn start(router: Router) -> Self {
+        quiet_global_subscriber();
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind upstream");
         let addr = listener.local_addr().expect("upstream addr");
         let (stop, stopped) = oneshot::channel::<()>();
@@ -231,6 +232,7 @@ impl TestGateway {
     }
 
     async fn start_with(mut section: Value, file: Option<&Path>) -> Self {
+        quiet_global_subscriber();
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind proxy");
         let admin_listener = TcpListener::bind("127.0.0.1:0").await.expect("bind admin");
         let addr = listener.local_addr().expect("proxy addr");
@@ -532,10 +534,29 @@ impl std::io::Write for Capture {
     }
 }
 
+/// Installs (once) a global subscriber that enables INFO and writes
+/// nowhere. Without one, a test on another thread that reaches a log
+/// callsite first with no subscriber at all can leave it cached as
+/// disabled, and a [`Capture`] on its own thread misses lines (seen: a
+/// window's denial lines, whenever another test producing 429s ran beside
+/// it). Every test starts an upstream or a gateway, which install it first.
+pub(crate) fn quiet_global_subscriber() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        let sink = tracing_subscriber::fmt()
+            .with_max_level(tracing::Level::INFO)
+            .with_writer(std::io::sink)
+            .finish();
+        // Another global subscriber (a test binary's own) does as well.
+        let _ = tracing::subscriber::set_global_default(sink);
+    });
+}
+
 impl Capture {
     /// Installs a JSON `fmt` subscriber writing here as the default of the
     /// current thread (until the guard is dropped).
     pub(crate) fn install(&self) -> tracing::subscriber::DefaultGuard {
+        quiet_global_subscriber();
         let writer = self.clone();
         let subscriber = tracing_subscriber::fmt()
             .json()
