@@ -84,6 +84,7 @@ mod gc;
 pub use conn::{connect, Conn as RedisConnection};
 mod health;
 pub mod keys;
+mod lease;
 mod scripts;
 mod settle;
 mod shape;
