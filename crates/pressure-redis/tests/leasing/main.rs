@@ -1,0 +1,252 @@
+//! Quota leasing (`"leasing"` on a limit): fleets of two and four
+//! instances (separate `RedisBackend`s, separate connections) hammering one
+//! hot key, on a Redis and on the 3-master cluster; a killed instance; a
+//! cold key.
+//!
+//! What is measured honestly: each admission is stamped on the instance
+//! side with the local time just before and just after its decision (the
+//! true admission time — in Redis for a store grant, in memory for a leased
+//! one — lies between), and no interval of length W may *certainly* hold
+//! more than N (admissions whose whole stamp interval lies inside it). The
+//! store's own count, sampled by the usage script, must never exceed N.
+
+#[path = "../support.rs"]
+mod support;
+
+use pressure_core::{AcquireOptions, Acquisition, Leasing, Limits, ResourceBroker};
+use pressure_redis::keys::ResourceKeys;
+use pressure_redis::{RedisBackend, RedisConfig};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+const N: u64 = 1_000;
+const W: Duration = Duration::from_secs(1);
+
+fn hot_limits(ttl_ms: u64) -> Limits {
+    Limits::default()
+        .requests_per_second(N)
+        .leasing(Leasing::new(100_000, ttl_ms))
+}
+
+/// Admissions of one instance: (before, after) its decision, in ns since
+/// the shared start.
+type Stamps = Vec<(u64, u64)>;
+
+/// Drives `id` from one broker per config, each in a tight loop for
+/// `windows` windows; returns every admission's stamps (sorted) and the
+/// largest count the store reported while they ran.
+async fn hammer(configs: Vec<RedisConfig>, id: &str, limits: Limits, windows: u32) -> (Stamps, u64) {
+    let mut brokers = Vec::new();
+    for c in configs {
+        let b = support::broker_with(c).await;
+        b.register_limit(id, limits.clone()).expect("valid");
+        brokers.push(Arc::new(b));
+    }
+    let start = Instant::now();
+    let end = start + W * windows;
+    let mut tasks = Vec::new();
+    for b in &brokers {
+        let (b, id) = (Arc::clone(b), id.to_owned());
+        tasks.push(tokio::spawn(async move {
+            let mut stamps = Vec::new();
+            while Instant::now() < end {
+                let before = start.elapsed().as_nanos() as u64;
+                let a = b.try_acquire(&id, AcquireOptions::default()).await.expect("answers");
+                let after = start.elapsed().as_nanos() as u64;
+                if let Acquisition::Granted(_) = a {
+                    stamps.push((before, after));
+                }
+                tokio::task::yield_now().await;
+            }
+            stamps
+        }));
+    }
+    // The store's own count, sampled while the fleet runs.
+    let sampler = {
+        let (b, id) = (Arc::clone(&brokers[0]), id.to_owned());
+        tokio::spawn(async move {
+            let mut peak = 0;
+            while Instant::now() < end {
+                for s in b.stats().await {
+                    if s.resource == id {
+                        peak = peak.max(s.usage.get("requestsPerSecond").copied().unwrap_or(0));
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            peak
+        })
+    };
+    let mut all = Vec::new();
+    for t in tasks {
+        all.extend(t.await.expect("instance"));
+    }
+    all.sort_unstable();
+    (all, sampler.await.expect("sampler"))
+}
+
+/// Most admissions whose whole stamp interval lies in some [x, x + w).
+fn certainly_in_any_window(stamps: &[(u64, u64)], w: u64) -> usize {
+    let mut best = 0;
+    for (i, &(x, _)) in stamps.iter().enumerate() {
+        let n = stamps[i..]
+            .iter()
+            .take_while(|(b, _)| *b < x + w)
+            .filter(|(_, a)| *a < x + w)
+            .count();
+        best = best.max(n);
+    }
+    best
+}
+
+/// Admissions in whole windows after the first (whose burst would flatter
+/// the figure), as a share of N.
+fn used_share(stamps: &[(u64, u64)], windows: u64) -> f64 {
+    let w = W.as_nanos() as u64;
+    let (start, end) = (w, windows * w);
+    let n = stamps.iter().filter(|(b, _)| *b >= start && *b < end).count();
+    n as f64 / (N * (windows - 1)) as f64
+}
+
+async fn fleet(configs: Vec<RedisConfig>, name: &str) {
+    let instances = configs.len();
+    let id = format!("{}:leasing:{name}", support::run_id());
+    let windows = 4;
+    let (stamps, store_peak) = hammer(configs, &id, hot_limits(20), windows).await;
+    let peak = certainly_in_any_window(&stamps, W.as_nanos() as u64);
+    let used = used_share(&stamps, u64::from(windows));
+    println!(
+        "leasing {name}: {instances} instances, {} admitted, peak {peak} in any W (N = {N}), \
+         store count peak {store_peak}, used {:.1} % of N",
+        stamps.len(),
+        used * 100.0
+    );
+    assert!(peak as u64 <= N, "{peak} admissions certainly within one W > N = {N}");
+    assert!(store_peak <= N, "the store counted {store_peak} > N = {N}");
+    assert!(used >= 0.90, "used share {used}");
+}
+
+fn configs(count: usize, base: impl Fn() -> RedisConfig) -> Vec<RedisConfig> {
+    (0..count).map(|_| base()).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_and_four_instances_never_exceed_n_and_use_the_limit() {
+    fleet(configs(2, || support::config(support::redis_url())), "two").await;
+    fleet(configs(4, || support::config(support::redis_url())), "four").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn four_instances_on_the_cluster_never_exceed_n() {
+    let cluster = || RedisConfig {
+        cluster_nodes: support::cluster_nodes(),
+        ..support::config(String::new())
+    };
+    fleet(configs(4, cluster), "cluster").await;
+}
+
+/// The lease records (`q:<id>` fields) in the resource's hash, and `q`.
+fn records(url: &str, key: &str) -> (Vec<(String, String)>, u64) {
+    let mut c = redis::Client::open(url).and_then(|c| c.get_connection()).expect("connects");
+    let all: Vec<(String, String)> = redis::cmd("HGETALL").arg(key).query(&mut c).expect("hgetall");
+    let q = all
+        .iter()
+        .find(|(f, _)| f == "q")
+        .and_then(|(_, v)| v.parse().ok())
+        .unwrap_or(0);
+    (all.into_iter().filter(|(f, _)| f.starts_with("q:")).collect(), q)
+}
+
+/// Decides `count` times as fast as it can.
+async fn burst(b: &ResourceBroker<RedisBackend>, id: &str, count: usize) {
+    for _ in 0..count {
+        let _ = b.try_acquire(id, AcquireOptions::default()).await.expect("answers");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_instance_gives_its_lease_budget_back_within_its_ttl() {
+    let id = format!("{}:leasing:killed", support::run_id());
+    let ttl = Duration::from_millis(300);
+    // A long window: the units stay counted, only the budget comes back.
+    let limits = Limits::default()
+        .requests_per_minute(100_000)
+        .leasing(Leasing::new(500_000, ttl.as_millis() as u64));
+    let url = support::redis_url();
+    let dead = support::broker_with(support::config(url.clone())).await;
+    dead.register_limit(&id, limits.clone()).expect("valid");
+    let key = ResourceKeys::new(&dead.backend().config().key_prefix, &id).state;
+    burst(&dead, &id, 200).await;
+    let (held, q) = records(&url, &key);
+    assert_eq!(held.len(), 1, "the hot instance holds one lease: {held:?}");
+    assert!(q > 0, "its units are in the budget");
+    // Killed: no drop, nothing given back.
+    std::mem::forget(dead);
+
+    tokio::time::sleep(ttl + Duration::from_millis(100)).await;
+    let live = support::broker_with(support::config(url.clone())).await;
+    live.register_limit(&id, limits).expect("valid");
+    burst(&live, &id, 200).await;
+    let (now_held, q_now) = records(&url, &key);
+    assert!(
+        now_held.iter().all(|r| !held.contains(r)),
+        "the dead lease's record was swept: {now_held:?} (dead: {held:?})"
+    );
+    let sum: u64 = now_held
+        .iter()
+        .filter_map(|(_, v)| v.split(' ').nth(1)?.parse::<u64>().ok())
+        .sum();
+    assert_eq!(q_now, sum, "the budget counts the live leases only");
+    drop(live);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cold_key_makes_one_store_call_per_decision_like_leasing_off() {
+    // A Redis of its own: its command counts are this test's alone.
+    let srv = support::RedisServer::start();
+    let config = RedisConfig {
+        deny_cache: false,
+        ..support::config(srv.url())
+    };
+    let b = support::broker_with(config).await;
+    let on = format!("{}:leasing:cold-on", support::run_id());
+    let off = format!("{}:leasing:cold-off", support::run_id());
+    let base = Limits::default().requests_per_minute(5);
+    b.register_limit(&on, base.clone().leasing(Leasing::new(1_000_000, 1_000)))
+        .expect("valid");
+    b.register_limit(&off, base).expect("valid");
+    let mut c = support::conn(&srv);
+    let evalsha = |c: &mut redis::Connection| -> u64 {
+        let info: String = redis::cmd("INFO").arg("commandstats").query(c).expect("info");
+        info.lines()
+            .find(|l| l.starts_with("cmdstat_evalsha:"))
+            .and_then(|l| l.split("calls=").nth(1))
+            .and_then(|v| v.split(',').next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0)
+    };
+    let decide = |id: &str| {
+        let (b, id) = (&b, id.to_owned());
+        async move {
+            match b.try_acquire(&id, AcquireOptions::default()).await.expect("answers") {
+                Acquisition::Granted(_) => None,
+                Acquisition::Denied(d) => Some(d.dimension),
+            }
+        }
+    };
+    // Load the scripts (a first EVALSHA may meet NOSCRIPT).
+    let (_, _) = (decide(&on).await, decide(&off).await);
+    redis::cmd("CONFIG").arg("RESETSTAT").query::<()>(&mut c).expect("resetstat");
+    let steps = 8;
+    for _ in 0..steps {
+        // 2.5 decisions per lease TTL: below the rate that leases.
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        let (a, z) = (decide(&on).await, decide(&off).await);
+        assert_eq!(a, z, "leasing on and off decide alike on a cold key");
+    }
+    assert_eq!(evalsha(&mut c), 2 * steps, "one store call per decision, on and off");
+    let stats = b.stats().await;
+    let allowed = |id: &str| stats.iter().find(|s| s.resource == id).map(|s| (s.allowed, s.denied));
+    assert_eq!(allowed(&on), allowed(&off));
+    assert_eq!(allowed(&on), Some((5, 4)), "5 per minute: 5 granted, then denials");
+}
