@@ -122,6 +122,12 @@ pub struct RedisStatus {
     /// acquisition went away before its answer (each would otherwise have
     /// held its slot for the lease TTL, its units for the window).
     pub cancel_releases: u64,
+    /// Quota leasing: calls of the lease script (a lease taken, with the
+    /// previous one given back, or one given back alone).
+    pub lease_calls: u64,
+    /// Quota leasing: decisions answered from a lease in memory, with no
+    /// store call.
+    pub leased_decisions: u64,
 }
 
 /// Per-resource addressing and script arguments, computed once.
@@ -351,6 +357,7 @@ impl RedisBackend {
             shapes: Mutex::new(HashMap::new()),
             cancelled_calls: AtomicU64::new(0),
             cancel_releases: AtomicU64::new(0),
+            leasing: Default::default(),
             wall_shift: WallShift::new(),
         });
         tokio::spawn(background::run(Arc::downgrade(&store), Arc::clone(&store.wake)));
@@ -390,6 +397,8 @@ impl RedisBackend {
             pending_releases: self.store.lost.lock().len() as u64,
             cancelled_calls: self.store.cancelled_calls.load(Ordering::Relaxed),
             cancel_releases: self.store.cancel_releases.load(Ordering::Relaxed),
+            lease_calls: self.store.leasing.calls.load(Ordering::Relaxed),
+            leased_decisions: self.store.leasing.served.load(Ordering::Relaxed),
         }
     }
 

@@ -8,6 +8,7 @@ use crate::scripts;
 use pressure_core::clock::Clock;
 use crate::store::{Failure, Store};
 use pressure_core::{BackendError, Decision, Demand, Grant, Reserved};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 /// A lease call about to be made; while it lives, the book's other
@@ -36,6 +37,7 @@ impl<'a> Refill<'a> {
         let id = rand::random::<u64>();
         let sent_ns = store.clock.now_nanos();
         let args = book.args_for(self.want, id, self.old.as_ref());
+        store.leasing.calls.fetch_add(1, Ordering::Relaxed);
         let call = {
             let (store, key) = (Arc::clone(store), book.key.clone());
             async move { store.call_untimed::<Vec<i64>>(invocation(&key, &args)).await }
@@ -48,7 +50,7 @@ impl<'a> Refill<'a> {
                 if let Some(Ok(v)) = answer {
                     if let [1, _, units, dated] = v[..] {
                         if units > 1 {
-                            store.cancel_releases.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                            store.cancel_releases.fetch_add(1, Ordering::Relaxed);
                             let held = Held {
                                 id,
                                 left: units as u64,
@@ -126,6 +128,7 @@ impl Book {
 fn spawn_give_back(store: Arc<Store>, key: String, base: &[String], held: Held) {
     let Ok(rt) = tokio::runtime::Handle::try_current() else { return };
     let args = lease_args(base, 0, 0, 0, 0, Some(&held));
+    store.leasing.calls.fetch_add(1, Ordering::Relaxed);
     rt.spawn(async move {
         let _ = store.call::<Vec<i64>>(invocation(&key, &args)).await;
     });

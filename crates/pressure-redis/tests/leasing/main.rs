@@ -34,8 +34,9 @@ type Stamps = Vec<(u64, u64)>;
 
 /// Drives `id` from one broker per config, each in a tight loop for
 /// `windows` windows; returns every admission's stamps (sorted) and the
-/// largest count the store reported while they ran.
-async fn hammer(configs: Vec<RedisConfig>, id: &str, limits: Limits, windows: u32) -> (Stamps, u64) {
+/// largest count the store reported while they ran, and the decisions the
+/// instances answered from leases in memory.
+async fn hammer(configs: Vec<RedisConfig>, id: &str, limits: Limits, windows: u32) -> (Stamps, u64, u64) {
     let mut brokers = Vec::new();
     for c in configs {
         let b = support::broker_with(c).await;
@@ -82,7 +83,8 @@ async fn hammer(configs: Vec<RedisConfig>, id: &str, limits: Limits, windows: u3
         all.extend(t.await.expect("instance"));
     }
     all.sort_unstable();
-    (all, sampler.await.expect("sampler"))
+    let leased = brokers.iter().map(|b| b.backend().status().leased_decisions).sum();
+    (all, sampler.await.expect("sampler"), leased)
 }
 
 /// Most admissions whose whole stamp interval lies in some [x, x + w).
@@ -112,18 +114,23 @@ async fn fleet(configs: Vec<RedisConfig>, name: &str) {
     let instances = configs.len();
     let id = format!("{}:leasing:{name}", support::run_id());
     let windows = 4;
-    let (stamps, store_peak) = hammer(configs, &id, hot_limits(20), windows).await;
+    let (stamps, store_peak, leased) = hammer(configs, &id, hot_limits(20), windows).await;
     let peak = certainly_in_any_window(&stamps, W.as_nanos() as u64);
     let used = used_share(&stamps, u64::from(windows));
     println!(
         "leasing {name}: {instances} instances, {} admitted, peak {peak} in any W (N = {N}), \
-         store count peak {store_peak}, used {:.1} % of N",
+         store count peak {store_peak}, used {:.1} % of N, {leased} decided from leases",
         stamps.len(),
         used * 100.0
     );
     assert!(peak as u64 <= N, "{peak} admissions certainly within one W > N = {N}");
     assert!(store_peak <= N, "the store counted {store_peak} > N = {N}");
     assert!(used >= 0.90, "used share {used}");
+    assert!(
+        leased * 2 > stamps.len() as u64,
+        "most admissions come from leases: {leased} of {}",
+        stamps.len()
+    );
 }
 
 fn configs(count: usize, base: impl Fn() -> RedisConfig) -> Vec<RedisConfig> {
@@ -249,4 +256,6 @@ async fn a_cold_key_makes_one_store_call_per_decision_like_leasing_off() {
     let allowed = |id: &str| stats.iter().find(|s| s.resource == id).map(|s| (s.allowed, s.denied));
     assert_eq!(allowed(&on), allowed(&off));
     assert_eq!(allowed(&on), Some((5, 4)), "5 per minute: 5 granted, then denials");
+    let status = b.backend().status();
+    assert_eq!((status.lease_calls, status.leased_decisions), (0, 0), "no lease on a cold key");
 }
