@@ -32,11 +32,17 @@ fn hot_limits(ttl_ms: u64) -> Limits {
 /// the shared start.
 type Stamps = Vec<(u64, u64)>;
 
-/// Drives `id` from one broker per config, each in a tight loop for
-/// `windows` windows; returns every admission's stamps (sorted) and the
+/// Drives `id` from one broker per config for `windows` windows, each in
+/// a tight loop (`pace` `None`: saturation) or one decision per `pace`; returns every admission's stamps (sorted) and the
 /// largest count the store reported while they ran, and the decisions the
 /// instances answered from leases in memory.
-async fn hammer(configs: Vec<RedisConfig>, id: &str, limits: Limits, windows: u32) -> (Stamps, u64, u64) {
+async fn hammer(
+    configs: Vec<RedisConfig>,
+    id: &str,
+    limits: Limits,
+    windows: u32,
+    pace: Option<Duration>,
+) -> (Stamps, u64, u64) {
     let mut brokers = Vec::new();
     for c in configs {
         let b = support::broker_with(c).await;
@@ -50,7 +56,11 @@ async fn hammer(configs: Vec<RedisConfig>, id: &str, limits: Limits, windows: u3
         let (b, id) = (Arc::clone(b), id.to_owned());
         tasks.push(tokio::spawn(async move {
             let mut stamps = Vec::new();
+            let mut tick = pace.map(tokio::time::interval);
             while Instant::now() < end {
+                if let Some(t) = &mut tick {
+                    t.tick().await;
+                }
                 let before = start.elapsed().as_nanos() as u64;
                 let a = b.try_acquire(&id, AcquireOptions::default()).await.expect("answers");
                 let after = start.elapsed().as_nanos() as u64;
@@ -110,22 +120,29 @@ fn used_share(stamps: &[(u64, u64)], windows: u64) -> f64 {
     n as f64 / (N * (windows - 1)) as f64
 }
 
-async fn fleet(configs: Vec<RedisConfig>, name: &str) {
+/// A fleet on `configs` under saturation (a short lease: the used share
+/// must reach 90 %), or paced at one decision per ms per instance with a
+/// longer lease whose units are used throughout its life (the case where
+/// a batch counted only at its start would exceed N).
+async fn fleet(configs: Vec<RedisConfig>, name: &str, paced: bool) {
     let instances = configs.len();
-    let id = format!("{}:leasing:{name}", support::run_id());
+    let id = format!("{}:leasing:{name}:{paced}", support::run_id());
     let windows = 4;
-    let (stamps, store_peak, leased) = hammer(configs, &id, hot_limits(20), windows).await;
+    let (ttl_ms, pace) = if paced { (200, Some(Duration::from_millis(1))) } else { (20, None) };
+    let (stamps, store_peak, leased) = hammer(configs, &id, hot_limits(ttl_ms), windows, pace).await;
     let peak = certainly_in_any_window(&stamps, W.as_nanos() as u64);
     let used = used_share(&stamps, u64::from(windows));
     println!(
-        "leasing {name}: {instances} instances, {} admitted, peak {peak} in any W (N = {N}), \
+        "leasing {name} (paced: {paced}, ttl {ttl_ms} ms): {instances} instances, {} admitted, peak {peak} in any W (N = {N}), \
          store count peak {store_peak}, used {:.1} % of N, {leased} decided from leases",
         stamps.len(),
         used * 100.0
     );
     assert!(peak as u64 <= N, "{peak} admissions certainly within one W > N = {N}");
     assert!(store_peak <= N, "the store counted {store_peak} > N = {N}");
-    assert!(used >= 0.90, "used share {used}");
+    if !paced {
+        assert!(used >= 0.90, "used share {used}");
+    }
     assert!(
         leased * 2 > stamps.len() as u64,
         "most admissions come from leases: {leased} of {}",
@@ -139,8 +156,10 @@ fn configs(count: usize, base: impl Fn() -> RedisConfig) -> Vec<RedisConfig> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_and_four_instances_never_exceed_n_and_use_the_limit() {
-    fleet(configs(2, || support::config(support::redis_url())), "two").await;
-    fleet(configs(4, || support::config(support::redis_url())), "four").await;
+    for paced in [false, true] {
+        fleet(configs(2, || support::config(support::redis_url())), "two", paced).await;
+        fleet(configs(4, || support::config(support::redis_url())), "four", paced).await;
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -149,7 +168,8 @@ async fn four_instances_on_the_cluster_never_exceed_n() {
         cluster_nodes: support::cluster_nodes(),
         ..support::config(String::new())
     };
-    fleet(configs(4, cluster), "cluster").await;
+    fleet(configs(4, cluster), "cluster", false).await;
+    fleet(configs(4, cluster), "cluster", true).await;
 }
 
 /// The lease records (`q:<id>` fields) in the resource's hash, and `q`.
@@ -258,4 +278,48 @@ async fn a_cold_key_makes_one_store_call_per_decision_like_leasing_off() {
     assert_eq!(allowed(&on), Some((5, 4)), "5 per minute: 5 granted, then denials");
     let status = b.backend().status();
     assert_eq!((status.lease_calls, status.leased_decisions), (0, 0), "no lease on a cold key");
+}
+
+/// A leased unit may be used until its lease ends, so the store counts the
+/// batch from the lease's end, not from its start (a batch counted at its
+/// start would leave the window while its last units are still in use).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_counts_from_the_end_of_its_lease() {
+    let url = support::redis_url();
+    let b = support::broker_with(support::config(url.clone())).await;
+    let ttl_ms = 500;
+    let leasing = Leasing::new(500_000, ttl_ms);
+    for (name, limits) in [
+        ("window", Limits::default().requests_per_second(N)),
+        ("gcra", Limits::default().requests_per_second(N).gcra(None)),
+    ] {
+        let id = format!("{}:leasing:dated:{name}", support::run_id());
+        b.register_limit(&id, limits.clone().leasing(leasing)).expect("valid");
+        let key = ResourceKeys::new(&b.backend().config().key_prefix, &id).state;
+        burst(&b, &id, 10).await;
+        let (held, _) = records(&url, &key);
+        assert_eq!(held.len(), 1, "{name}: one lease held: {held:?}");
+        let mut rec = held[0].1.split(' ').map(|v| v.parse::<u64>().expect("number"));
+        let (end_us, units) = (rec.next().expect("expiry"), rec.next().expect("units"));
+        assert!(units > 0, "{name}: a batch");
+        let mut c = support::conn_url(&url);
+        let fields: Vec<(String, String)> = redis::cmd("HGETALL").arg(&key).query(&mut c).expect("hgetall");
+        let get = |f: &str| fields.iter().find(|(k, _)| k == f).map(|(_, v)| v.parse::<u64>().unwrap_or(0));
+        if name == "window" {
+            // Sub-window fields `w0:<k>` of requestsPerSecond, k in steps of W/30.
+            let step = 1_000_000u64.div_ceil(30);
+            let dated: u64 = fields
+                .iter()
+                .filter_map(|(f, v)| {
+                    let k: u64 = f.strip_prefix("w0:")?.parse().ok()?;
+                    (k * step > end_us).then(|| v.parse::<u64>().unwrap_or(0))
+                })
+                .sum();
+            assert!(dated > units, "window: {dated} units counted after the lease's end {end_us}, batch {units}");
+        } else {
+            let t = 1_000_000 / N;
+            let tat = get("g0").expect("a TAT");
+            assert!(tat >= end_us + units * t, "gcra: TAT {tat} < lease end {end_us} + {units} units");
+        }
+    }
 }
