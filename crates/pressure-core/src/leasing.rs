@@ -121,7 +121,10 @@ mod tests {
         assert_eq!((leasing.max_share.ppm(), leasing.ttl_ms), (100_000, 1000));
         assert_eq!(leasing.max_share.of(1000), 100);
         let back = serde_json::to_string(&l).unwrap();
-        assert!(back.contains(r#""leasing":{"maxShare":0.1,"ttlMs":1000}"#), "{back}");
+        assert!(
+            back.contains(r#""leasing":{"maxShare":0.1,"ttlMs":1000}"#),
+            "{back}"
+        );
         assert!(parse(r#"{"requestsPerSecond":5,"leasing":{"maxShare":0.1,"ttlMs":1000,"x":1}}"#).is_err());
         assert!(parse(r#"{"requestsPerSecond":5,"leasing":{"ttlMs":1000}}"#).is_err());
         l.compile().unwrap();

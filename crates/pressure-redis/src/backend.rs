@@ -147,7 +147,8 @@ pub struct RedisHandle {
     /// generic `lua/acquire.lua`.
     shaped: Option<Arc<ShapeScript>>,
     /// Quota leasing of this limit, when on (`lease/`).
-    leases: Option<lease::Book>,
+    /// Boxed: most limits lease nothing, and the handle stays small.
+    leases: Option<Box<lease::Book>>,
 }
 
 /// Acquisitions this process made on one resource.
@@ -656,7 +657,8 @@ impl Backend for RedisBackend {
             keys.state.clone(),
             &spec,
             generic_args(&dims, &spec, &one, 0, &member(0), 0),
-        );
+        )
+        .map(Box::new);
         Ok(RedisHandle {
             keys,
             leases,

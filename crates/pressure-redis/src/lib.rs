@@ -106,7 +106,7 @@
 //!     it at most `ttlMs / T` units of burst once. A denial's wait stays
 //!     at most W but may be short while dated units are counted (the retry
 //!     is then denied again with a new wait).
- [`SharedHash`] is a persistent hash under
+//! * **Shared configuration**: [`SharedHash`] is a persistent hash under
 //!   `<prefix>:{config}:` whose writes are announced on a pub/sub channel,
 //!   so every instance applies a change one delivery after it is made (the
 //!   gateway's live tenant limit overrides).

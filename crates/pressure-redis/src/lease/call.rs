@@ -5,8 +5,8 @@
 use super::{Book, Held};
 use crate::backend::{member, RedisBackend, RedisHandle};
 use crate::scripts;
-use pressure_core::clock::Clock;
 use crate::store::{Failure, Store};
+use pressure_core::clock::Clock;
 use pressure_core::{BackendError, Decision, Demand, Grant, Reserved};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -126,7 +126,9 @@ impl Book {
 }
 
 fn spawn_give_back(store: Arc<Store>, key: String, base: &[String], held: Held) {
-    let Ok(rt) = tokio::runtime::Handle::try_current() else { return };
+    let Ok(rt) = tokio::runtime::Handle::try_current() else {
+        return;
+    };
     let args = lease_args(base, 0, 0, 0, 0, Some(&held));
     store.leasing.calls.fetch_add(1, Ordering::Relaxed);
     rt.spawn(async move {

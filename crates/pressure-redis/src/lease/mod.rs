@@ -26,8 +26,8 @@ mod call;
 mod rate;
 
 use crate::store::Store;
-use pressure_core::clock::Clock;
 use parking_lot::Mutex;
+use pressure_core::clock::Clock;
 use pressure_core::{Decision, Demand, Grant, LimitSpec, Reserved, PPM};
 use rate::Rate;
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -16,7 +16,11 @@ impl Rate {
         let elapsed = now_ns.saturating_sub(self.start_ns);
         if elapsed >= period_ns {
             // A gap of more than a period: the last full one saw nothing.
-            self.prev = if elapsed < period_ns.saturating_mul(2) { self.cur } else { 0 };
+            self.prev = if elapsed < period_ns.saturating_mul(2) {
+                self.cur
+            } else {
+                0
+            };
             self.cur = 0;
             self.start_ns = now_ns;
         }

@@ -17,7 +17,8 @@ use pressure_core::{AcquireOptions, Acquisition, Leasing, Limits, ResourceBroker
 use pressure_redis::keys::ResourceKeys;
 use pressure_redis::{RedisBackend, RedisConfig};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use tokio::time::Instant;
 
 const N: u64 = 1_000;
 const W: Duration = Duration::from_secs(1);
@@ -62,7 +63,10 @@ async fn hammer(
                     t.tick().await;
                 }
                 let before = start.elapsed().as_nanos() as u64;
-                let a = b.try_acquire(&id, AcquireOptions::default()).await.expect("answers");
+                let a = b
+                    .try_acquire(&id, AcquireOptions::default())
+                    .await
+                    .expect("answers");
                 let after = start.elapsed().as_nanos() as u64;
                 if let Acquisition::Granted(_) = a {
                     stamps.push((before, after));
@@ -93,7 +97,10 @@ async fn hammer(
         all.extend(t.await.expect("instance"));
     }
     all.sort_unstable();
-    let leased = brokers.iter().map(|b| b.backend().status().leased_decisions).sum();
+    let leased = brokers
+        .iter()
+        .map(|b| b.backend().status().leased_decisions)
+        .sum();
     (all, sampler.await.expect("sampler"), leased)
 }
 
@@ -128,7 +135,11 @@ async fn fleet(configs: Vec<RedisConfig>, name: &str, paced: bool) {
     let instances = configs.len();
     let id = format!("{}:leasing:{name}:{paced}", support::run_id());
     let windows = 4;
-    let (ttl_ms, pace) = if paced { (200, Some(Duration::from_millis(1))) } else { (20, None) };
+    let (ttl_ms, pace) = if paced {
+        (200, Some(Duration::from_millis(1)))
+    } else {
+        (20, None)
+    };
     let (stamps, store_peak, leased) = hammer(configs, &id, hot_limits(ttl_ms), windows, pace).await;
     let peak = certainly_in_any_window(&stamps, W.as_nanos() as u64);
     let used = used_share(&stamps, u64::from(windows));
@@ -138,7 +149,10 @@ async fn fleet(configs: Vec<RedisConfig>, name: &str, paced: bool) {
         stamps.len(),
         used * 100.0
     );
-    assert!(peak as u64 <= N, "{peak} admissions certainly within one W > N = {N}");
+    assert!(
+        peak as u64 <= N,
+        "{peak} admissions certainly within one W > N = {N}"
+    );
     assert!(store_peak <= N, "the store counted {store_peak} > N = {N}");
     if !paced {
         assert!(used >= 0.90, "used share {used}");
@@ -158,7 +172,12 @@ fn configs(count: usize, base: impl Fn() -> RedisConfig) -> Vec<RedisConfig> {
 async fn two_and_four_instances_never_exceed_n_and_use_the_limit() {
     for paced in [false, true] {
         fleet(configs(2, || support::config(support::redis_url())), "two", paced).await;
-        fleet(configs(4, || support::config(support::redis_url())), "four", paced).await;
+        fleet(
+            configs(4, || support::config(support::redis_url())),
+            "four",
+            paced,
+        )
+        .await;
     }
 }
 
@@ -174,7 +193,9 @@ async fn four_instances_on_the_cluster_never_exceed_n() {
 
 /// The lease records (`q:<id>` fields) in the resource's hash, and `q`.
 fn records(url: &str, key: &str) -> (Vec<(String, String)>, u64) {
-    let mut c = redis::Client::open(url).and_then(|c| c.get_connection()).expect("connects");
+    let mut c = redis::Client::open(url)
+        .and_then(|c| c.get_connection())
+        .expect("connects");
     let all: Vec<(String, String)> = redis::cmd("HGETALL").arg(key).query(&mut c).expect("hgetall");
     let q = all
         .iter()
@@ -187,7 +208,10 @@ fn records(url: &str, key: &str) -> (Vec<(String, String)>, u64) {
 /// Decides `count` times as fast as it can.
 async fn burst(b: &ResourceBroker<RedisBackend>, id: &str, count: usize) {
     for _ in 0..count {
-        let _ = b.try_acquire(id, AcquireOptions::default()).await.expect("answers");
+        let _ = b
+            .try_acquire(id, AcquireOptions::default())
+            .await
+            .expect("answers");
     }
 }
 
@@ -255,7 +279,11 @@ async fn a_cold_key_makes_one_store_call_per_decision_like_leasing_off() {
     let decide = |id: &str| {
         let (b, id) = (&b, id.to_owned());
         async move {
-            match b.try_acquire(&id, AcquireOptions::default()).await.expect("answers") {
+            match b
+                .try_acquire(&id, AcquireOptions::default())
+                .await
+                .expect("answers")
+            {
                 Acquisition::Granted(_) => None,
                 Acquisition::Denied(d) => Some(d.dimension),
             }
@@ -263,7 +291,10 @@ async fn a_cold_key_makes_one_store_call_per_decision_like_leasing_off() {
     };
     // Load the scripts (a first EVALSHA may meet NOSCRIPT).
     let (_, _) = (decide(&on).await, decide(&off).await);
-    redis::cmd("CONFIG").arg("RESETSTAT").query::<()>(&mut c).expect("resetstat");
+    redis::cmd("CONFIG")
+        .arg("RESETSTAT")
+        .query::<()>(&mut c)
+        .expect("resetstat");
     let steps = 8;
     for _ in 0..steps {
         // 2.5 decisions per lease TTL: below the rate that leases.
@@ -271,13 +302,30 @@ async fn a_cold_key_makes_one_store_call_per_decision_like_leasing_off() {
         let (a, z) = (decide(&on).await, decide(&off).await);
         assert_eq!(a, z, "leasing on and off decide alike on a cold key");
     }
-    assert_eq!(evalsha(&mut c), 2 * steps, "one store call per decision, on and off");
+    assert_eq!(
+        evalsha(&mut c),
+        2 * steps,
+        "one store call per decision, on and off"
+    );
     let stats = b.stats().await;
-    let allowed = |id: &str| stats.iter().find(|s| s.resource == id).map(|s| (s.allowed, s.denied));
+    let allowed = |id: &str| {
+        stats
+            .iter()
+            .find(|s| s.resource == id)
+            .map(|s| (s.allowed, s.denied))
+    };
     assert_eq!(allowed(&on), allowed(&off));
-    assert_eq!(allowed(&on), Some((5, 4)), "5 per minute: 5 granted, then denials");
+    assert_eq!(
+        allowed(&on),
+        Some((5, 4)),
+        "5 per minute: 5 granted, then denials"
+    );
     let status = b.backend().status();
-    assert_eq!((status.lease_calls, status.leased_decisions), (0, 0), "no lease on a cold key");
+    assert_eq!(
+        (status.lease_calls, status.leased_decisions),
+        (0, 0),
+        "no lease on a cold key"
+    );
 }
 
 /// A leased unit may be used until its lease ends, so the store counts the
@@ -294,7 +342,8 @@ async fn a_batch_counts_from_the_end_of_its_lease() {
         ("gcra", Limits::default().requests_per_second(N).gcra(None)),
     ] {
         let id = format!("{}:leasing:dated:{name}", support::run_id());
-        b.register_limit(&id, limits.clone().leasing(leasing)).expect("valid");
+        b.register_limit(&id, limits.clone().leasing(leasing))
+            .expect("valid");
         let key = ResourceKeys::new(&b.backend().config().key_prefix, &id).state;
         burst(&b, &id, 10).await;
         let (held, _) = records(&url, &key);
@@ -304,7 +353,12 @@ async fn a_batch_counts_from_the_end_of_its_lease() {
         assert!(units > 0, "{name}: a batch");
         let mut c = support::conn_url(&url);
         let fields: Vec<(String, String)> = redis::cmd("HGETALL").arg(&key).query(&mut c).expect("hgetall");
-        let get = |f: &str| fields.iter().find(|(k, _)| k == f).map(|(_, v)| v.parse::<u64>().unwrap_or(0));
+        let get = |f: &str| {
+            fields
+                .iter()
+                .find(|(k, _)| k == f)
+                .map(|(_, v)| v.parse::<u64>().unwrap_or(0))
+        };
         if name == "window" {
             // Sub-window fields `w0:<k>` of requestsPerSecond, k in steps of W/30.
             let step = 1_000_000u64.div_ceil(30);
@@ -315,11 +369,17 @@ async fn a_batch_counts_from_the_end_of_its_lease() {
                     (k * step > end_us).then(|| v.parse::<u64>().unwrap_or(0))
                 })
                 .sum();
-            assert!(dated > units, "window: {dated} units counted after the lease's end {end_us}, batch {units}");
+            assert!(
+                dated > units,
+                "window: {dated} units counted after the lease's end {end_us}, batch {units}"
+            );
         } else {
             let t = 1_000_000 / N;
             let tat = get("g0").expect("a TAT");
-            assert!(tat >= end_us + units * t, "gcra: TAT {tat} < lease end {end_us} + {units} units");
+            assert!(
+                tat >= end_us + units * t,
+                "gcra: TAT {tat} < lease end {end_us} + {units} units"
+            );
         }
     }
 }
