@@ -383,3 +383,53 @@ async fn a_batch_counts_from_the_end_of_its_lease() {
         }
     }
 }
+
+/// A lease call whose caller goes away (its future dropped while the store
+/// is frozen) is settled when the store answers: the batch it took goes
+/// back whole, and the spent lease it ended too; the store counts only the
+/// decisions callers got.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_taken_for_a_vanished_caller_goes_back_whole() {
+    let srv = support::RedisServer::start();
+    let b = support::broker_with(support::config(srv.url())).await;
+    let id = format!("{}:leasing:vanished", support::run_id());
+    let ttl = Duration::from_millis(300);
+    let limits = Limits::default()
+        .requests_per_minute(N)
+        .leasing(Leasing::new(500_000, ttl.as_millis() as u64));
+    b.register_limit(&id, limits).expect("valid");
+    let key = ResourceKeys::new(&b.backend().config().key_prefix, &id).state;
+    burst(&b, &id, 20).await;
+    let calls = b.backend().status().lease_calls;
+    assert!(calls > 0, "the key is hot: it leases");
+    // The lease runs out; the next decision takes a new one (still hot).
+    tokio::time::sleep(ttl + Duration::from_millis(20)).await;
+    srv.pause(true);
+    let gone = tokio::time::timeout(
+        Duration::from_millis(100),
+        b.try_acquire(&id, AcquireOptions::default()),
+    )
+    .await;
+    assert!(gone.is_err(), "the caller gave up while the store was frozen");
+    assert_eq!(b.backend().status().lease_calls, calls + 1, "a lease call was in flight");
+    srv.pause(false);
+    let usage = || async {
+        let stats = b.stats().await;
+        let s = stats.iter().find(|s| s.resource == id).expect("registered");
+        s.usage.get("requestsPerMinute").copied().unwrap_or(0)
+    };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let (held, q) = records(&srv.url(), &key);
+        if held.is_empty() && q == 0 && usage().await == 20 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "not settled: records {held:?}, q {q}, usage {} (20 decisions were granted)",
+            usage().await
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(b.backend().status().cancel_releases > 0, "counted as given back");
+}
