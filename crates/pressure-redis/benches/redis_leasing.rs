@@ -21,11 +21,17 @@ use std::sync::Arc;
 use std::time::Duration;
 
 fn env(name: &str, default: u64) -> u64 {
-    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
 }
 
 fn evalsha_calls(c: &mut redis::Connection) -> u64 {
-    let info: String = redis::cmd("INFO").arg("commandstats").query(c).unwrap_or_default();
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query(c)
+        .unwrap_or_default();
     info.lines()
         .find(|l| l.starts_with("cmdstat_evalsha:"))
         .and_then(|l| l.split("calls=").nth(1))

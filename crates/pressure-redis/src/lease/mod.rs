@@ -113,7 +113,9 @@ impl Book {
         let requests = spec.rates.iter().filter(|r| r.dimension.counts_requests());
         let max_demand = requests.map(|r| r.max_demand()).min()?;
         let cap = leasing.max_share.of(max_demand);
-        if cap == 0 {
+        let max_batch = max_demand.min(cap + 1);
+        if cap == 0 || max_batch < 2 {
+            // No batch of two units fits: nothing to lease.
             return None;
         }
         Some(Self {
@@ -122,7 +124,7 @@ impl Book {
             args,
             ttl_ns: leasing.ttl_ms.saturating_mul(1_000_000),
             cap,
-            max_batch: max_demand.min(cap + 1),
+            max_batch,
             concurrency: spec.concurrency.is_some(),
             state: Mutex::default(),
         })

@@ -411,7 +411,11 @@ async fn a_lease_taken_for_a_vanished_caller_goes_back_whole() {
     )
     .await;
     assert!(gone.is_err(), "the caller gave up while the store was frozen");
-    assert_eq!(b.backend().status().lease_calls, calls + 1, "a lease call was in flight");
+    assert_eq!(
+        b.backend().status().lease_calls,
+        calls + 1,
+        "a lease call was in flight"
+    );
     srv.pause(false);
     let usage = || async {
         let stats = b.stats().await;
