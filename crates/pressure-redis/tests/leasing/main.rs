@@ -437,3 +437,42 @@ async fn a_lease_taken_for_a_vanished_caller_goes_back_whole() {
     }
     assert!(b.backend().status().cancel_releases > 0, "counted as given back");
 }
+
+/// An instance shut down cleanly (its broker dropped) gives its lease back
+/// at once, long before the lease's TTL: the budget and the unused units.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_instance_gives_its_lease_back_at_once() {
+    let id = format!("{}:leasing:dropped", support::run_id());
+    let limits = Limits::default()
+        .requests_per_minute(N)
+        .leasing(Leasing::new(500_000, 60_000));
+    let url = support::redis_url();
+    let b = support::broker_with(support::config(url.clone())).await;
+    b.register_limit(&id, limits).expect("valid");
+    let key = ResourceKeys::new(&b.backend().config().key_prefix, &id).state;
+    let observer = support::broker_with(support::config(url.clone())).await;
+    observer
+        .register_limit(&id, Limits::default().requests_per_minute(N))
+        .expect("valid");
+    burst(&b, &id, 20).await;
+    let (held, q) = records(&url, &key);
+    assert!(held.len() == 1 && q > 0, "a lease is held: {held:?}");
+    drop(b);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let (held, q) = records(&url, &key);
+        let stats = observer.stats().await;
+        let used = stats
+            .iter()
+            .find(|s| s.resource == id)
+            .and_then(|s| s.usage.get("requestsPerMinute").copied());
+        if held.is_empty() && q == 0 && used == Some(20) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "not given back: records {held:?}, q {q}, count {used:?} (20 granted)"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
