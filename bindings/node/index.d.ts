@@ -16,6 +16,9 @@ export interface Limits {
   burst?: number;
   /** Lease TTL of a concurrency permit (renewed while held), default 30000. */
   leaseTtlMs?: number;
+  /** Quota leasing of a hot key on Redis (ignored in memory): batches of
+   * up to maxShare (0, 1] of N held by the fleet, each lease ttlMs long. */
+  leasing?: { maxShare: number; ttlMs: number };
 }
 
 /** Queue settings of a queue+execute resource (the core's QueueConfig). */

@@ -175,6 +175,7 @@ mod entry;
 mod error;
 mod field_error;
 mod handle;
+mod leasing;
 mod limits;
 mod queue;
 mod renewal;
@@ -194,6 +195,7 @@ pub use calendar::Calendar;
 pub use error::{Error, QueueError};
 pub use field_error::FieldError;
 pub use handle::ResourceHandle;
+pub use leasing::{Leasing, Share, MAX_LEASE_TTL_MS, MIN_LEASE_TTL_MS};
 pub use limits::{
     Algorithm, CalendarSpec, Demand, Dimension, LimitSpec, Limits, LimitsError, RateSpec, DEFAULT_LEASE_TTL,
     MAX_LIMIT, PPM, SUB_WINDOWS,

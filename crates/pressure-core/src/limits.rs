@@ -93,6 +93,14 @@ pub struct Limits {
     /// that stops renewing loses its slot after this long. Default 30 000.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lease_ttl_ms: Option<u64>,
+    /// Quota leasing for a hot key (`{"maxShare": 0.1, "ttlMs": 1000}`): a
+    /// distributed backend (Redis) lets each instance reserve a batch of
+    /// units in one store call and decide from it in memory. Off by
+    /// default; ignored by the memory backend (one process: nothing to
+    /// lease); never applies to `maxConcurrentRequests` or the calendar
+    /// dimensions (see `pressure_redis` docs, "Quota leasing").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub leasing: Option<crate::Leasing>,
 }
 
 /// One builder method per count of [`Limits`]: `$setter(n)` sets `$json`.
@@ -135,6 +143,11 @@ impl Limits {
     /// Sets the concurrency lease TTL.
     pub fn lease_ttl(mut self, ttl: Duration) -> Self {
         self.lease_ttl_ms = Some(crate::clock::duration_to_millis(ttl));
+        self
+    }
+    /// Turns quota leasing on (see [`crate::Leasing`]).
+    pub fn leasing(mut self, leasing: crate::Leasing) -> Self {
+        self.leasing = Some(leasing);
         self
     }
 
@@ -347,6 +360,10 @@ pub struct LimitsError {
 }
 
 impl LimitsError {
+    pub(crate) fn at(field: &'static str, problem: impl Into<String>) -> Self {
+        Self::new(field, problem)
+    }
+
     fn new(field: &'static str, problem: impl Into<String>) -> Self {
         Self {
             field,
@@ -524,6 +541,9 @@ impl LimitSpec {
             }
             Some(ms) => ms * 1_000_000,
         };
+        if let Some(leasing) = &limits.leasing {
+            crate::leasing::check(leasing, !rates.is_empty())?;
+        }
         Ok(Self {
             limits: limits.clone(),
             rates,

@@ -27,14 +27,17 @@ for i = 0, n - 1 do
   else
     -- As acquire.lua counts: the sub-windows whose end + W is ahead, but
     -- not the last grant's (w<d>:t) once it is W old and holds no more
-    -- than it did then (w<d>:tc).
+    -- than it did then (w<d>:tc); and up to a window ahead, the batches of
+    -- quota leases dated at their lease's end (lease.lua; a lease longer
+    -- than that is counted by acquire.lua but not shown here).
     local k, lo = math.floor(now / step), math.floor((now - W) / step)
+    local ahead = k + math.ceil(W / step) + 2
     local f = {'w' .. id .. ':t', 'w' .. id .. ':tc'}
-    for j = lo, k do f[#f + 1] = 'w' .. id .. ':' .. j end
+    for j = lo, ahead do f[#f + 1] = 'w' .. id .. ':' .. j end
     local v = redis.call('HMGET', KEYS[1], unpack(f))
     local last, tc, sum = tonumber(v[1]), tonumber(v[2]) or 0, 0
     local kt = last ~= nil and now >= last + W and math.floor(last / step)
-    for j = lo, k do
+    for j = lo, ahead do
       local c = tonumber(v[j - lo + 3]) or 0
       if j ~= kt or c > tc then sum = sum + c end
     end

@@ -42,6 +42,7 @@ use crate::config::{FailureMode, RedisConfig};
 use crate::conn::{self, Pool};
 use crate::health::Health;
 use crate::keys::ResourceKeys;
+use crate::lease;
 use crate::scripts;
 use crate::settle::Settled;
 use crate::shape::{self, calendar_kind, CalendarArgs, RateArgs, Shape};
@@ -121,6 +122,12 @@ pub struct RedisStatus {
     /// acquisition went away before its answer (each would otherwise have
     /// held its slot for the lease TTL, its units for the window).
     pub cancel_releases: u64,
+    /// Quota leasing: calls of the lease script (a lease taken, with the
+    /// previous one given back, or one given back alone).
+    pub lease_calls: u64,
+    /// Quota leasing: decisions answered from a lease in memory, with no
+    /// store call.
+    pub leased_decisions: u64,
 }
 
 /// Per-resource addressing and script arguments, computed once.
@@ -139,6 +146,9 @@ pub struct RedisHandle {
     /// The acquire script generated for this limit's shape; `None`: the
     /// generic `lua/acquire.lua`.
     shaped: Option<Arc<ShapeScript>>,
+    /// Quota leasing of this limit, when on (`lease/`).
+    /// Boxed: most limits lease nothing, and the handle stays small.
+    leases: Option<Box<lease::Book>>,
 }
 
 /// Acquisitions this process made on one resource.
@@ -348,6 +358,7 @@ impl RedisBackend {
             shapes: Mutex::new(HashMap::new()),
             cancelled_calls: AtomicU64::new(0),
             cancel_releases: AtomicU64::new(0),
+            leasing: Default::default(),
             wall_shift: WallShift::new(),
         });
         tokio::spawn(background::run(Arc::downgrade(&store), Arc::clone(&store.wake)));
@@ -387,6 +398,8 @@ impl RedisBackend {
             pending_releases: self.store.lost.lock().len() as u64,
             cancelled_calls: self.store.cancelled_calls.load(Ordering::Relaxed),
             cancel_releases: self.store.cancel_releases.load(Ordering::Relaxed),
+            lease_calls: self.store.leasing.calls.load(Ordering::Relaxed),
+            leased_decisions: self.store.leasing.served.load(Ordering::Relaxed),
         }
     }
 
@@ -523,7 +536,7 @@ impl RedisBackend {
     }
 
     /// The decision of an acquire script's reply `v`.
-    fn decide(
+    pub(crate) fn decide(
         &self,
         h: &RedisHandle,
         demand: &Demand,
@@ -634,8 +647,21 @@ impl Backend for RedisBackend {
         };
         let steps: Vec<u64> = dims.iter().map(|d| d.step_us).collect();
         let shaped = Shape::of(&spec, &steps).and_then(|s| self.store.shape_script(s));
+        let keys = ResourceKeys::new(&self.store.config.key_prefix, resource);
+        let one = Demand {
+            lease: false,
+            ..Demand::default()
+        };
+        let leases = lease::Book::new(
+            Arc::clone(&self.store),
+            keys.state.clone(),
+            &spec,
+            generic_args(&dims, &spec, &one, 0, &member(0), 0),
+        )
+        .map(Box::new);
         Ok(RedisHandle {
-            keys: ResourceKeys::new(&self.store.config.key_prefix, resource),
+            keys,
+            leases,
             spec,
             dims: dims.into(),
             local,
@@ -675,11 +701,17 @@ impl Backend for RedisBackend {
     async fn acquire(&self, h: &RedisHandle, demand: &Demand) -> Result<Decision, BackendError> {
         let decision = if let Some(d) = self.cached_denial(h, demand) {
             d
+        } else if let Some(d) = h.leases.as_ref().and_then(|b| b.serve(demand)) {
+            d
         } else if !self.store.health.should_try() {
             self.fallback(h, demand)
         } else {
             let lease = (demand.lease && h.spec.concurrency.is_some()).then(rand::random::<u64>);
-            match self.acquire_remote(h, demand, lease).await {
+            let remote = match h.leases.as_ref().and_then(|b| b.refill(demand)) {
+                Some(refill) => refill.run(self, h, demand).await,
+                None => self.acquire_remote(h, demand, lease).await,
+            };
+            match remote {
                 Ok(d) => d,
                 Err(f) => {
                     if let (true, false, Some(lease)) = (f.sent, f.owned, lease) {
@@ -1055,7 +1087,7 @@ impl Store {
     /// call goes on in a task that waits up to [`ORPHAN_WAIT`] for the
     /// answer and gives it to `orphan` (`None`: none came), counted in
     /// [`RedisStatus::cancelled_calls`].
-    async fn call_settled<T, F, O>(self: &Arc<Self>, call: F, orphan: O) -> Result<T, Failure>
+    pub(crate) async fn call_settled<T, F, O>(self: &Arc<Self>, call: F, orphan: O) -> Result<T, Failure>
     where
         T: Send + 'static,
         F: std::future::Future<Output = Result<T, Failure>> + Send + 'static,

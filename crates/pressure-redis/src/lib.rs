@@ -67,6 +67,45 @@
 //!   gives the keys that versions before the `e` mark left without a TTL
 //!   the expiry they were meant to have, or deletes them when their content
 //!   is past; one atomic script per key, so it runs on a live fleet.
+//! * **Quota leasing** (per limit, `"leasing": {"maxShare": 0.1, "ttlMs":
+//!   1000}`, off by default): one hot key is bounded by one shard's script
+//!   calls per second; with leasing an instance reserves a batch of units
+//!   in one call (`lua/lease.lua`, same hash tag, so Redis Cluster works),
+//!   decides from it in memory, and gives back the unused units when the
+//!   lease ends (in the call that takes its next lease, when the key cools
+//!   down, when the resource or the backend is dropped). The batch is
+//!   sized to the instance's decisions in the last TTL, and all
+//!   outstanding leases of the fleet hold at most `maxShare × N`, kept in
+//!   the resource's hash with one record and expiry per lease, so a dead
+//!   instance's share of that budget comes back within `ttlMs`. Below
+//!   4 eligible decisions per TTL an instance does not lease: a cold key
+//!   keeps one exact call per decision. Only one-request demands without
+//!   tokens or cost, at the full ceiling, without booking and without a
+//!   concurrency lease are served from a lease (the rest go to the store);
+//!   `maxConcurrentRequests` and the calendar dimensions are never leased
+//!   (a limit with them only, or with a calendar dimension, leases
+//!   nothing). The two bounds:
+//!   * **Never more than N in any W** (`window`), and the `gcra` bound,
+//!     as without leasing: a batch is checked and counted centrally when
+//!     it is taken, as that many admissions, and *dated at the lease's
+//!     end* — a `window` dimension counts it in the sub-window after the
+//!     one holding the lease's end, a `gcra` TAT becomes at least the
+//!     lease's end plus the batch's emission — so every leased unit, used
+//!     at any moment of its lease, is counted at least W after its use.
+//!     An instance serves a lease until its send time plus the TTL, never
+//!     past the store's end of it. A killed instance's units stay counted
+//!     (it may have used them all); only its share of the lease budget
+//!     comes back at its TTL.
+//!   * **Under-use is bounded by the lease length**: a leased unit counts
+//!     at most `ttlMs` plus two sub-windows (2W/30) longer than a unit
+//!     admitted by the store, so under saturation with every decision
+//!     leased the fleet admits at least `W / (W + ttl + 2W/30)` of N per
+//!     window (on top of the window's own 96.7 %); at most `maxShare × N`
+//!     units are held unused by leases at any moment, each for at most
+//!     `ttlMs`. With `gcra`, a lease taken on a nearly idle bucket costs
+//!     it at most `ttlMs / T` units of burst once. A denial's wait stays
+//!     at most W but may be short while dated units are counted (the retry
+//!     is then denied again with a new wait).
 //! * **Shared configuration**: [`SharedHash`] is a persistent hash under
 //!   `<prefix>:{config}:` whose writes are announced on a pub/sub channel,
 //!   so every instance applies a change one delivery after it is made (the
@@ -84,6 +123,7 @@ mod gc;
 pub use conn::{connect, Conn as RedisConnection};
 mod health;
 pub mod keys;
+mod lease;
 mod scripts;
 mod settle;
 mod shape;

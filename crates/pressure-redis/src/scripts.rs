@@ -20,6 +20,18 @@ pub(crate) const USAGE_LUA: &str = concat!(
     include_str!("../lua/calendar.lua"),
     include_str!("../lua/usage.lua")
 );
+/// Quota leasing (`lua/lease.lua`), with the acquire and reconcile logic
+/// wrapped as functions it calls, so a batch is checked, counted and given
+/// back exactly as acquisitions and corrections are.
+pub(crate) const LEASE_LUA: &str = concat!(
+    include_str!("../lua/calendar.lua"),
+    "local function acquire_(ARGV)\n",
+    include_str!("../lua/acquire.lua"),
+    "\nend\nlocal function reconcile_(ARGV)\n",
+    include_str!("../lua/reconcile.lua"),
+    "\nend\n",
+    include_str!("../lua/lease.lua")
+);
 const BREAKER_LUA: &str = include_str!("../lua/breaker.lua");
 const GC_LUA: &str = include_str!("../lua/gc.lua");
 
@@ -34,6 +46,9 @@ pub(crate) static RENEW: LazyLock<Script> = LazyLock::new(|| Script::new(RENEW_L
 /// Read current usage (`lua/usage.lua`).
 pub(crate) static USAGE: LazyLock<Script> = LazyLock::new(|| Script::new(USAGE_LUA));
 
+/// Take and give back quota leases (`lua/lease.lua`).
+pub(crate) static LEASE: LazyLock<Script> = LazyLock::new(|| Script::new(LEASE_LUA));
+
 /// Shared circuit breaker state, one op per call (`lua/breaker.lua`).
 pub(crate) static BREAKER: LazyLock<Script> = LazyLock::new(|| Script::new(BREAKER_LUA));
 
@@ -44,8 +59,9 @@ pub(crate) static BREAKER: LazyLock<Script> = LazyLock::new(|| Script::new(BREAK
 pub(crate) static GC: LazyLock<Script> = LazyLock::new(|| Script::new(GC_LUA));
 
 /// The source of every script the backend runs, for `SCRIPT LOAD` on a new connection.
-pub(crate) fn sources() -> [&'static str; 6] {
+pub(crate) fn sources() -> [&'static str; 7] {
     [
+        LEASE_LUA,
         ACQUIRE_LUA,
         RECONCILE_LUA,
         RELEASE_LUA,

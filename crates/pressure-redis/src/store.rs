@@ -52,6 +52,8 @@ pub(crate) struct Store {
     /// Leases and reservations given back because their acquisition's
     /// caller went away before its answer.
     pub(crate) cancel_releases: AtomicU64,
+    /// Quota leasing's counts (`lease/`).
+    pub(crate) leasing: crate::lease::Counters,
 }
 
 /// The acquire script generated for one [`Shape`].

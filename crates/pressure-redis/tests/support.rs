@@ -86,6 +86,13 @@ pub fn conn(srv: &RedisServer) -> redis::Connection {
         .expect("connects")
 }
 
+/// A plain (blocking) connection to the server at `url`, for assertions.
+pub fn conn_url(url: &str) -> redis::Connection {
+    redis::Client::open(url)
+        .and_then(|c| c.get_connection())
+        .expect("connects")
+}
+
 /// A store gate over a server (or cluster) of its own: held, it is frozen
 /// (`SIGSTOP`: it reads and answers nothing, its sockets stay open); open,
 /// it runs on and answers what it was sent meanwhile.

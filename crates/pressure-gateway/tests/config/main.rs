@@ -299,7 +299,7 @@ const CASES: &[Case] = &[
          (known keys: `requestsPerSecond`, `requestsPerMinute`, `requestsPerHour`, `requestsPer24Hours`, \
          `tokensPerMinute`, `inputTokensPerMinute`, \
          `outputTokensPerMinute`, `maxConcurrentRequests`, `requestsPerDay`, `tokensPerDay`, \
-         `costMicroUsdPerDay`, `costMicroUsdPerMonth`, `algorithm`, `burst`, `leaseTtlMs`)",
+         `costMicroUsdPerDay`, `costMicroUsdPerMonth`, `algorithm`, `burst`, `leaseTtlMs`, `leasing`)",
     ),
     (
         "unknown key in gateway",
