@@ -6,6 +6,7 @@
 //! every upper bound is a deadline that only catches a hang (many times the
 //! configured value), never a measure of speed.
 
+use super::support::{assert_never_fits, permit, take};
 use super::Harness;
 use crate::{
     AcquireOptions, Acquisition, Dimension, Error, Limits, Priority, QueueConfig, Request, Reserved,
@@ -24,10 +25,6 @@ const HANG: Duration = Duration::from_secs(10);
 async fn usage<B: crate::Backend>(b: &ResourceBroker<B>, id: &str, dim: &str) -> u64 {
     let s = b.resource_stats(id).await.expect("registered");
     s.usage.get(dim).copied().unwrap_or(0)
-}
-
-async fn take<B: crate::Backend>(b: &ResourceBroker<B>, id: &str, opts: AcquireOptions) -> Acquisition<B> {
-    b.try_acquire(id, opts).await.expect("backend answers")
 }
 
 /// A denial on one dimension consumes nothing on the others.
@@ -353,12 +350,7 @@ pub async fn held_permits_keep_their_slots_past_the_ttl<H: Harness>(h: &H) {
     .expect("valid");
     let mut held = Vec::new();
     for _ in 0..2 {
-        held.push(
-            take(&b, &id, AcquireOptions::default())
-                .await
-                .into_permit()
-                .expect("granted"),
-        );
+        held.push(permit(&b, &id, AcquireOptions::default()).await);
     }
     assert_eq!(b.live_leases(), 2);
     let t0 = Instant::now();
@@ -386,10 +378,7 @@ async fn reconcile_both_ways<H: Harness>(h: &H, limits: Limits, name: &str) {
     let b = h.broker().await;
     let id = h.unique(name);
     b.register_limit(&id, limits).expect("valid");
-    let mut p = take(&b, &id, AcquireOptions::default().tokens(100, 400))
-        .await
-        .into_permit()
-        .expect("granted");
+    let mut p = permit(&b, &id, AcquireOptions::default().tokens(100, 400)).await;
     assert_eq!(usage(&b, &id, "tokensPerMinute").await, 500);
     p.reconcile(Reserved {
         requests: 1,
@@ -436,21 +425,7 @@ pub async fn oversized_demand_is_refused_at_once<H: Harness>(h: &H) {
     let id = h.unique("oversized");
     b.register(&id, ResourceConfig::new(Limits::default().tokens_per_minute(100)))
         .expect("valid");
-    let e = b
-        .try_acquire(&id, AcquireOptions::default().tokens(101, 0))
-        .await
-        .expect_err("never fits");
-    assert!(
-        matches!(
-            e,
-            Error::DemandTooLarge {
-                demand: 101,
-                max: 100,
-                ..
-            }
-        ),
-        "{e}"
-    );
+    assert_never_fits(&b, &id, AcquireOptions::default().tokens(101, 0), 101, 100).await;
     // Refused, not queued: a request queued for capacity that never comes
     // waits out the queue's max wait; this one is answered in a small part
     // of it (a bound that catches the wait, not a slow machine).

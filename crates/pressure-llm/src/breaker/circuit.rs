@@ -488,26 +488,26 @@ impl Shared {
             }
         }
         let open_for_ms = t.open_for.map(|d| d.as_millis() as u64);
+        // One line per transition with the same fields; a macro because
+        // tracing fixes an event's level where it is written.
+        macro_rules! transition_event {
+            ($level:ident, $($rest:tt)+) => {
+                tracing::$level!(
+                    name = %t.name,
+                    from = t.from.as_str(),
+                    to = t.to.as_str(),
+                    reason = t.reason.as_str(),
+                    failure_rate = t.failure_rate,
+                    slow_call_rate = t.slow_call_rate,
+                    calls = t.calls,
+                    $($rest)+
+                )
+            };
+        }
         match t.to {
-            State::Open => tracing::warn!(
-                name = %t.name,
-                from = t.from.as_str(),
-                to = t.to.as_str(),
-                reason = t.reason.as_str(),
-                failure_rate = t.failure_rate,
-                slow_call_rate = t.slow_call_rate,
-                calls = t.calls,
-                open_for_ms,
-                "circuit breaker opened"
-            ),
-            State::HalfOpen | State::Closed => tracing::info!(
-                name = %t.name,
-                from = t.from.as_str(),
-                to = t.to.as_str(),
-                reason = t.reason.as_str(),
-                failure_rate = t.failure_rate,
-                slow_call_rate = t.slow_call_rate,
-                calls = t.calls,
+            State::Open => transition_event!(warn, open_for_ms, "circuit breaker opened"),
+            State::HalfOpen | State::Closed => transition_event!(
+                info,
                 "circuit breaker {}",
                 if t.to == State::Closed { "closed" } else { "half-open" }
             ),
