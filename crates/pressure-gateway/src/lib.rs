@@ -67,5 +67,5 @@ pub use proxy::{Proxy, ProxyError, ProxyService, Upstream, Upstreams};
 pub use rejection::{Dialect, Rejection};
 pub use reload::ReloadOutcome;
 pub use run::{run, RunOptions};
-pub use server::{serve, serve_with, Drained, ServeOptions};
+pub use server::{serve, serve_with, Drained, HttpService, ServeOptions};
 pub use tls::ServerTls;

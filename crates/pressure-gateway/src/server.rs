@@ -93,6 +93,26 @@ pub struct Drained {
     pub dropped: usize,
 }
 
+/// What a server serves: a tower service over whole requests that answers
+/// every one (its errors are responses), cloned per connection, with
+/// futures that may move between threads. Implemented by every such
+/// service (an axum `Router`, the gateway's layered stack).
+pub trait HttpService:
+    tower::Service<Request<Body>, Response = Response<Body>, Error = Infallible, Future: Send + 'static>
+    + Clone
+    + Send
+    + 'static
+{
+}
+
+impl<S> HttpService for S where
+    S: tower::Service<Request<Body>, Response = Response<Body>, Error = Infallible, Future: Send + 'static>
+        + Clone
+        + Send
+        + 'static
+{
+}
+
 /// Serves `service` on `listener` with default timeouts and `max_header_bytes`
 /// until `shutdown` resolves (see [`serve_with`]).
 pub async fn serve<S>(
@@ -101,8 +121,7 @@ pub async fn serve<S>(
     max_header_bytes: usize,
     shutdown: impl Future<Output = ()>,
 ) where
-    S: tower::Service<Request<Body>, Response = Response<Body>, Error = Infallible> + Clone + Send + 'static,
-    S::Future: Send + 'static,
+    S: HttpService,
 {
     let options = ServeOptions {
         max_header_bytes,
@@ -121,8 +140,7 @@ pub async fn serve_with<S>(
     shutdown: impl Future<Output = ()>,
 ) -> Drained
 where
-    S: tower::Service<Request<Body>, Response = Response<Body>, Error = Infallible> + Clone + Send + 'static,
-    S::Future: Send + 'static,
+    S: HttpService,
 {
     let source = Source::Listener(listener, AcceptFailures::default());
     serve_from(source, service, options, shutdown).await
@@ -220,8 +238,7 @@ pub(crate) async fn serve_from<S>(
     shutdown: impl Future<Output = ()>,
 ) -> Drained
 where
-    S: tower::Service<Request<Body>, Response = Response<Body>, Error = Infallible> + Clone + Send + 'static,
-    S::Future: Send + 'static,
+    S: HttpService,
 {
     let mut builder = auto::Builder::new(TokioExecutor::new());
     builder
@@ -447,8 +464,7 @@ struct ConnService<S> {
 
 impl<S> hyper::service::Service<Request<hyper::body::Incoming>> for ConnService<S>
 where
-    S: tower::Service<Request<Body>, Response = Response<Body>, Error = Infallible> + Clone + Send + 'static,
-    S::Future: Send + 'static,
+    S: HttpService,
 {
     type Response = Response<Body>;
     type Error = Infallible;

@@ -60,6 +60,6 @@ pub use ratelimit::{parse_go_duration, parse_http_date, parse_rfc3339, RateLimit
 pub use stream::ChatStream;
 pub use tag::{CallTag, ATTEMPT_HEADER, PROBE_HEADER, REQUEST_ID_HEADER};
 pub use types::{
-    ChatChunk, ChatRequest, ChatResponse, Choice, ChunkChoice, Delta, Message, MessageContent, StreamOptions,
-    Usage,
+    ChatChunk, ChatRequest, ChatResponse, Choice, ChunkChoice, CompletionHeader, Delta, Message, MessageContent,
+    StreamOptions, Usage,
 };

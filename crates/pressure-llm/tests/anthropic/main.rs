@@ -272,7 +272,7 @@ async fn the_wire_has_the_messages_url_key_version_and_translated_body() {
         assert_eq!(p.kind(), ProviderKind::Anthropic);
         let done = p.complete(&chat(Some(64)), far()).await.unwrap();
         let r = &done.response;
-        assert_eq!(r.object, "chat.completion");
+        assert_eq!(r.header.object, "chat.completion");
         assert_eq!(r.choices[0].message.text(), "Bonjour");
         assert_eq!(r.choices[0].finish_reason.as_deref(), Some("stop"));
         let u = done.usage.clone().unwrap();
@@ -316,7 +316,7 @@ async fn a_stream_reads_like_a_chat_completions_stream() {
         assert_eq!(chunks[0].choices[0].delta.role.as_deref(), Some("assistant"));
         assert!(chunks
             .iter()
-            .all(|c| c.object == "chat.completion.chunk" && c.id == "msg_s"));
+            .all(|c| c.header.object == "chat.completion.chunk" && c.header.id == "msg_s"));
         assert_eq!(stream.output_text(), "Bonjour");
         assert!(stream.ttft().is_some() && stream.is_done() && stream.error().is_none());
         let u = stream.usage().unwrap();

@@ -325,7 +325,7 @@ async fn stream_yields_chunks_in_order_and_the_final_usage() {
     let mut contents = Vec::new();
     while let Some(item) = s.next().await {
         let chunk = item.unwrap();
-        assert_eq!(chunk.object, "chat.completion.chunk");
+        assert_eq!(chunk.header.object, "chat.completion.chunk");
         if let Some(text) = chunk.choices.first().and_then(|c| c.delta.content.clone()) {
             contents.push(text);
         }
