@@ -58,7 +58,8 @@ pub use gateway::{Gateway, GatewayError, GatewayService, Serving};
 /// puts in the request).
 pub use layers::{
     body_limit::BodyLimitLayer, pre_auth::PreAuthLayer, release::ReleaseLayer, route::PlanCell,
-    route::RouteLayer, route::RouteService, tenant::TenantLayer, Outcome, RejectingService, Step, Stepped,
+    route::RouteLayer, route::RouteService, tenant::TenantLayer, BodyService, Outcome, RejectingService,
+    Step, Stepped,
 };
 pub use metrics::{GatewayMetrics, Layer};
 pub use openai::Llm;

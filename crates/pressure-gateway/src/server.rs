@@ -19,6 +19,7 @@
 //!   finish, and [`serve_with`] returns once every connection is gone or
 //!   the grace period is over (the rest are then dropped).
 
+use crate::layers::BodyService;
 use crate::watched_body::{FrameWatch, WatchedBody};
 use axum::body::Body;
 use axum::extract::ConnectInfo;
@@ -93,25 +94,12 @@ pub struct Drained {
     pub dropped: usize,
 }
 
-/// What a server serves: a tower service over whole requests that answers
-/// every one (its errors are responses), cloned per connection, with
-/// futures that may move between threads. Implemented by every such
-/// service (an axum `Router`, the gateway's layered stack).
-pub trait HttpService:
-    tower::Service<Request<Body>, Response = Response<Body>, Error = Infallible, Future: Send + 'static>
-    + Clone
-    + Send
-    + 'static
-{
-}
+/// What a server serves: a [`BodyService`] that answers every request (its
+/// errors are responses). Implemented by every such service (an axum
+/// `Router`, the gateway's layered stack).
+pub trait HttpService: BodyService<Infallible> {}
 
-impl<S> HttpService for S where
-    S: tower::Service<Request<Body>, Response = Response<Body>, Error = Infallible, Future: Send + 'static>
-        + Clone
-        + Send
-        + 'static
-{
-}
+impl<S: BodyService<Infallible>> HttpService for S {}
 
 /// Serves `service` on `listener` with default timeouts and `max_header_bytes`
 /// until `shutdown` resolves (see [`serve_with`]).

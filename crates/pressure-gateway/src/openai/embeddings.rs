@@ -38,16 +38,11 @@ pub(super) async fn embeddings(llm: &LlmClient<AnyBackend>, req: Request<Body>) 
 }
 
 async fn handle(llm: &LlmClient<AnyBackend>, req: Request<Body>, event: Event) -> Outcome {
-    let Event {
-        request_id,
-        started,
-        caller,
-    } = event;
-    let request_id = request_id.as_str();
+    let request_id = event.request_id.as_str();
     let request = parse(read_object(req).await?)?;
     let use_case = request.model.clone();
-    let result = llm.embed_as(&use_case, request, caller).await;
-    let elapsed_ms = duration_to_millis(started.elapsed());
+    let result = llm.embed_as(&use_case, request, event.caller).await;
+    let elapsed_ms = duration_to_millis(event.started.elapsed());
     match result {
         Ok(answer) => {
             tracing::info!(

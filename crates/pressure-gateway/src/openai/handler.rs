@@ -141,16 +141,11 @@ async fn read_request(req: Request<Body>) -> Result<ChatRequest, Rejection> {
 }
 
 async fn handle(llm: &LlmClient<AnyBackend>, req: Request<Body>, event: Event) -> Outcome {
-    let Event {
-        request_id,
-        started,
-        caller,
-    } = event;
-    let request_id = request_id.as_str();
+    let request_id = event.request_id.as_str();
     let chat = read_request(req).await?;
     let use_case = chat.model.clone();
     if chat.stream == Some(true) {
-        return match llm.stream_as(&use_case, chat, caller).await {
+        return match llm.stream_as(&use_case, chat, event.caller).await {
             Ok(stream) => {
                 tracing::info!(
                     target: "pressure::llm",
@@ -158,19 +153,19 @@ async fn handle(llm: &LlmClient<AnyBackend>, req: Request<Body>, event: Event) -
                     use_case,
                     degradation = stream.degradation().as_str(),
                     status = stream.http_status(),
-                    elapsed_ms = duration_to_millis(started.elapsed()),
+                    elapsed_ms = duration_to_millis(event.started.elapsed()),
                     "llm stream started"
                 );
                 Ok(sse_response(stream))
             }
             Err(e) => {
-                log_event(request_id, &use_case, started, Err(&e));
+                log_event(request_id, &use_case, event.started, Err(&e));
                 Err(Rejection::Llm(e))
             }
         };
     }
-    let result = llm.complete_as(&use_case, chat, caller).await;
-    log_event(request_id, &use_case, started, result.as_ref());
+    let result = llm.complete_as(&use_case, chat, event.caller).await;
+    log_event(request_id, &use_case, event.started, result.as_ref());
     match result {
         Ok(answer) => answer_response(&answer),
         Err(e) => Err(Rejection::Llm(e)),

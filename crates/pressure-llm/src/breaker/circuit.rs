@@ -509,7 +509,11 @@ impl Shared {
             State::HalfOpen | State::Closed => transition_event!(
                 info,
                 "circuit breaker {}",
-                if t.to == State::Closed { "closed" } else { "half-open" }
+                if t.to == State::Closed {
+                    "closed"
+                } else {
+                    "half-open"
+                }
             ),
         }
         if let Some(hook) = &self.hook {

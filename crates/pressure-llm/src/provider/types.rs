@@ -261,8 +261,8 @@ mod tests {
         assert_eq!(serde_json::to_string(&r).expect("encodes"), text);
         // A body without `choices` is not a completion; a chunk may lack them.
         assert!(serde_json::from_value::<ChatResponse>(json!({"id": "x", "error": {}})).is_err());
-        let c: ChatChunk = serde_json::from_value(json!({"id": "c1", "object": "chat.completion.chunk"}))
-            .expect("a chunk");
+        let c: ChatChunk =
+            serde_json::from_value(json!({"id": "c1", "object": "chat.completion.chunk"})).expect("a chunk");
         assert_eq!((c.header.id.as_str(), c.header.model.as_str()), ("c1", ""));
         assert!(c.choices.is_empty() && c.extra.is_empty());
     }

@@ -21,7 +21,7 @@ use axum::Router;
 use futures::StreamExt;
 use pressure_llm::pipeline::{Degradation, LlmConfig};
 use pressure_llm::provider::{
-    ChatRequest, Message, ProviderClient, ProviderConfig, ProviderKind, TimeoutsConfig,
+    ChatRequest, Message, ProviderClient, ProviderConfig, ProviderKind, ProviderSettings, TimeoutsConfig,
 };
 use pressure_llm::taxonomy::ErrorKind;
 use pressure_llm::tokens::TokenCounter;
@@ -238,10 +238,12 @@ fn provider(url: &str) -> ProviderClient {
     std::env::set_var(KEY_ENV, "sk-ant-test-key");
     ProviderClient::new(ProviderConfig {
         name: "claude".into(),
-        kind: ProviderKind::Anthropic,
-        base_url: url.into(),
-        api_key_env: Some(KEY_ENV.into()),
-        timeouts: TimeoutsConfig::default(),
+        settings: ProviderSettings {
+            kind: ProviderKind::Anthropic,
+            base_url: url.into(),
+            api_key_env: Some(KEY_ENV.into()),
+            timeouts: TimeoutsConfig::default(),
+        },
     })
     .unwrap()
 }

@@ -154,7 +154,11 @@ mod tests {
         });
         let r = to_chat_response(body.to_string().as_bytes()).unwrap();
         assert_eq!(
-            (r.header.id.as_str(), r.header.object.as_str(), r.header.model.as_str()),
+            (
+                r.header.id.as_str(),
+                r.header.object.as_str(),
+                r.header.model.as_str()
+            ),
             ("msg_01", "chat.completion", "claude-sonnet-4-5")
         );
         assert_eq!(r.choices.len(), 1);
