@@ -11,7 +11,7 @@
 //! the boundary (a jump re-dates every instant): there real time crosses a
 //! boundary a few seconds ahead.
 
-use super::support::{assert_never_fits, permit, take};
+use super::support::{admits, assert_never_fits, permit, take};
 use super::Harness;
 use crate::clock::WallShift;
 use crate::{AcquireOptions, Backend, Calendar, Dimension, Limits, Permit, Reserved, ResourceBroker};
@@ -72,11 +72,7 @@ async fn exhaust<B: Backend>(
     until_reset: Duration,
 ) {
     for i in 0..n {
-        assert!(
-            take(b, id, opts).await.allowed(),
-            "grant {} of {n} on {id}",
-            i + 1
-        );
+        assert!(admits(b, id, opts).await, "grant {} of {n} on {id}", i + 1);
     }
     let refused = take(b, id, opts).await;
     let d = refused
@@ -212,9 +208,7 @@ pub async fn calendar_reconcile_and_cost_units<H: Harness>(h: &H) {
     .expect("reconciled");
     assert_eq!(usage(&b, &id, Dimension::TokensPerDay).await, 120);
     assert_eq!(usage(&b, &id, Dimension::CostMicroUsdPerDay).await, 30);
-    assert!(take(&b, &id, AcquireOptions::default().cost_micro_usd(50))
-        .await
-        .allowed());
+    assert!(admits(&b, &id, AcquireOptions::default().cost_micro_usd(50)).await);
     // Up: the billed cost may exceed the estimate (the budget overruns by
     // at most the estimate error; the next call is refused).
     let mut q = permit(&b, &id, AcquireOptions::default().cost_micro_usd(10)).await;
@@ -226,9 +220,7 @@ pub async fn calendar_reconcile_and_cost_units<H: Harness>(h: &H) {
         Some(Dimension::CostMicroUsdPerDay)
     );
     // No cost, no refusal by a cost dimension.
-    assert!(take(&b, &id, AcquireOptions::default().tokens(1, 0))
-        .await
-        .allowed());
+    assert!(admits(&b, &id, AcquireOptions::default().tokens(1, 0)).await);
     // More than the budget itself: the "never fits" error, at once.
     assert_never_fits(&b, &id, AcquireOptions::default().cost_micro_usd(101), 101, 100).await;
 }
@@ -283,9 +275,7 @@ pub async fn calendar_and_sliding_dimensions_are_all_or_nothing<H: Harness>(h: &
     b.register_limit(&id, Limits::default().requests_per_minute(3).tokens_per_day(100))
         .expect("valid");
     stand(&shift, utc(2027, 6, 15) + 3_600_000);
-    assert!(take(&b, &id, AcquireOptions::default().tokens(50, 0))
-        .await
-        .allowed());
+    assert!(admits(&b, &id, AcquireOptions::default().tokens(50, 0)).await);
     assert_eq!(
         refused_by(&b, &id, AcquireOptions::default().tokens(60, 0)).await,
         Some(Dimension::TokensPerDay)
@@ -295,12 +285,8 @@ pub async fn calendar_and_sliding_dimensions_are_all_or_nothing<H: Harness>(h: &
         1,
         "the day's refusal took no request"
     );
-    assert!(take(&b, &id, AcquireOptions::default().tokens(10, 0))
-        .await
-        .allowed());
-    assert!(take(&b, &id, AcquireOptions::default().tokens(10, 0))
-        .await
-        .allowed());
+    assert!(admits(&b, &id, AcquireOptions::default().tokens(10, 0)).await);
+    assert!(admits(&b, &id, AcquireOptions::default().tokens(10, 0)).await);
     assert_eq!(
         refused_by(&b, &id, AcquireOptions::default().tokens(10, 0)).await,
         Some(Dimension::RequestsPerMinute)

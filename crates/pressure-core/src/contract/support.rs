@@ -13,6 +13,12 @@ pub(super) async fn take<B: Backend>(
     b.try_acquire(id, opts).await.expect("backend answers")
 }
 
+/// Whether an acquisition of `opts` is granted now (the permit, if any,
+/// released at once).
+pub(super) async fn admits<B: Backend>(b: &ResourceBroker<B>, id: &str, opts: AcquireOptions) -> bool {
+    take(b, id, opts).await.allowed()
+}
+
 /// The permit of an acquisition that must be granted.
 pub(super) async fn permit<B: Backend>(b: &ResourceBroker<B>, id: &str, opts: AcquireOptions) -> Permit<B> {
     take(b, id, opts).await.into_permit().expect("fits")
