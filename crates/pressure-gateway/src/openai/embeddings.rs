@@ -19,7 +19,7 @@
 //!   come back carries `Retry-After` (e.g. `429` when the input tokens per
 //!   minute are spent).
 
-use super::body::{invalid, read_object};
+use super::body::{invalid, read_object, require};
 use super::handler::{respond, Event};
 use super::json_answer;
 use crate::backend::AnyBackend;
@@ -119,15 +119,7 @@ fn input_form_ok(input: &Value) -> bool {
 
 /// The request of a body, or the `400` naming the parameter.
 fn parse(body: Map<String, Value>) -> Result<EmbeddingRequest, Rejection> {
-    for field in ["model", "input"] {
-        if body.get(field).is_none_or(Value::is_null) {
-            return Err(invalid(
-                format!("missing required parameter: '{field}'"),
-                Some(field),
-                "missing_required_parameter",
-            ));
-        }
-    }
+    require(&body, ["model", "input"])?;
     let wrong_type =
         |field: &str, what: &str| invalid(format!("'{field}' must be {what}"), Some(field), "invalid_type");
     if !body["model"].is_string() {

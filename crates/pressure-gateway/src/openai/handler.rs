@@ -3,7 +3,7 @@
 //! one JSON log line per event (target `pressure::llm`) with its id, use
 //! case, the level that answered, the attempts and the time taken.
 
-use super::body::{invalid, read_object};
+use super::body::{invalid, read_object, require};
 use super::sse::sse_response;
 use super::{json_answer, TICKET_HEADER};
 use crate::backend::AnyBackend;
@@ -120,15 +120,7 @@ fn log_event(
 /// The chat request in `req`'s body, or the 400/413 to answer.
 async fn read_request(req: Request<Body>) -> Result<ChatRequest, Rejection> {
     let object = read_object(req).await?;
-    for field in ["model", "messages"] {
-        if object.get(field).is_none_or(Value::is_null) {
-            return Err(invalid(
-                format!("missing required parameter: '{field}'"),
-                Some(field),
-                "missing_required_parameter",
-            ));
-        }
-    }
+    require(&object, ["model", "messages"])?;
     if let Err(e) = super::validate::chat_request(&object) {
         return Err(Rejection::InvalidRequest {
             message: e.message,
