@@ -57,11 +57,7 @@ fn has_money_budget(s: &ResourceStats) -> bool {
 }
 
 /// One family: name, help, and a tenant's value on a dimension.
-type MoneyFamily = (
-    &'static str,
-    &'static str,
-    fn(&ResourceStats, Dimension) -> Option<u64>,
-);
+type MoneyFamily = (&'static str, &'static str, fn(&ResourceStats, Dimension) -> Option<u64>);
 
 fn write_families(top: &[ResourceStats], out: &mut String) -> std::fmt::Result {
     const MONEY: [Dimension; 2] = [Dimension::CostMicroUsdPerDay, Dimension::CostMicroUsdPerMonth];
