@@ -33,21 +33,31 @@ async fn handle(req: Request) -> Response {
                 "path": path,
                 "forwardedFor": req.headers().get("x-forwarded-for").and_then(|v| v.to_str().ok()),
             });
-            Response::builder()
-                .header(http::header::CONTENT_TYPE, "application/json")
-                .body(Body::from(body.to_string()))
-                .unwrap_or_default()
+            json_response(&body)
         }
     }
+}
+
+/// The request's JSON body (up to 1 MiB); `null` when it is not JSON.
+async fn read_json(req: Request) -> serde_json::Value {
+    let body = axum::body::to_bytes(req.into_body(), 1 << 20)
+        .await
+        .unwrap_or_default();
+    serde_json::from_slice(&body).unwrap_or_default()
+}
+
+/// `body` as an `application/json` response.
+fn json_response(body: &serde_json::Value) -> Response {
+    Response::builder()
+        .header(http::header::CONTENT_TYPE, "application/json")
+        .body(Body::from(body.to_string()))
+        .unwrap_or_default()
 }
 
 /// A canned OpenAI-style completion that echoes the model and the length of
 /// the last message.
 async fn chat(req: Request) -> Response {
-    let body = axum::body::to_bytes(req.into_body(), 1 << 20)
-        .await
-        .unwrap_or_default();
-    let parsed: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
+    let parsed = read_json(req).await;
     let model = parsed["model"].as_str().unwrap_or("demo").to_owned();
     let last = parsed["messages"]
         .as_array()
@@ -73,10 +83,7 @@ async fn chat(req: Request) -> Response {
         "usage": { "prompt_tokens": prompt_tokens, "completion_tokens": 12,
                    "total_tokens": prompt_tokens + 12 }
     });
-    Response::builder()
-        .header(http::header::CONTENT_TYPE, "application/json")
-        .body(Body::from(out.to_string()))
-        .unwrap_or_default()
+    json_response(&out)
 }
 
 /// Vector length of the demo's embeddings when the request gives no `dimensions`.
@@ -87,10 +94,7 @@ const DEMO_DIMENSIONS: u64 = 8;
 /// from an FNV-1a hash of the input, `dimensions` long (8 by default), and
 /// `usage` of about a token per four characters. Always floats.
 async fn embed(req: Request) -> Response {
-    let body = axum::body::to_bytes(req.into_body(), 1 << 20)
-        .await
-        .unwrap_or_default();
-    let parsed: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
+    let parsed = read_json(req).await;
     let model = parsed["model"].as_str().unwrap_or("demo").to_owned();
     let dims = parsed["dimensions"]
         .as_u64()
@@ -136,10 +140,7 @@ async fn embed(req: Request) -> Response {
         "object": "list", "data": data, "model": model,
         "usage": { "prompt_tokens": prompt_tokens, "total_tokens": prompt_tokens }
     });
-    Response::builder()
-        .header(http::header::CONTENT_TYPE, "application/json")
-        .body(Body::from(out.to_string()))
-        .unwrap_or_default()
+    json_response(&out)
 }
 
 /// The same answer as server-sent events, one word per chunk, then the

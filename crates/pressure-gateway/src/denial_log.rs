@@ -199,23 +199,23 @@ impl DenialLog {
 /// Writes the summary line of `s` for lines of `kind`.
 fn write_summary(kind: LineKind, s: &Summary) {
     let window_ms = u64::try_from(WINDOW.as_millis()).unwrap_or(u64::MAX);
+    // The same fields at the kind's level; a macro because tracing fixes an
+    // event's level where it is written.
+    macro_rules! summary_event {
+        ($level:ident, $message:literal) => {
+            tracing::$level!(
+                target: "pressure::denial",
+                resource = s.resource.as_str(),
+                layer = s.layer.as_str(),
+                suppressed = s.suppressed,
+                window_ms,
+                $message
+            )
+        };
+    }
     match kind {
-        LineKind::Denied => tracing::info!(
-            target: "pressure::denial",
-            resource = s.resource.as_str(),
-            layer = s.layer.as_str(),
-            suppressed = s.suppressed,
-            window_ms,
-            "denials suppressed"
-        ),
-        LineKind::Unavailable => tracing::warn!(
-            target: "pressure::denial",
-            resource = s.resource.as_str(),
-            layer = s.layer.as_str(),
-            suppressed = s.suppressed,
-            window_ms,
-            "limiter unavailable lines suppressed"
-        ),
+        LineKind::Denied => summary_event!(info, "denials suppressed"),
+        LineKind::Unavailable => summary_event!(warn, "limiter unavailable lines suppressed"),
     }
 }
 

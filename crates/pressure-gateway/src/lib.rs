@@ -58,7 +58,8 @@ pub use gateway::{Gateway, GatewayError, GatewayService, Serving};
 /// puts in the request).
 pub use layers::{
     body_limit::BodyLimitLayer, pre_auth::PreAuthLayer, release::ReleaseLayer, route::PlanCell,
-    route::RouteLayer, route::RouteService, tenant::TenantLayer, Outcome, RejectingService, Step, Stepped,
+    route::RouteLayer, route::RouteService, tenant::TenantLayer, BodyService, Outcome, RejectingService,
+    Step, Stepped,
 };
 pub use metrics::{GatewayMetrics, Layer};
 pub use openai::Llm;
@@ -67,5 +68,5 @@ pub use proxy::{Proxy, ProxyError, ProxyService, Upstream, Upstreams};
 pub use rejection::{Dialect, Rejection};
 pub use reload::ReloadOutcome;
 pub use run::{run, RunOptions};
-pub use server::{serve, serve_with, Drained, ServeOptions};
+pub use server::{serve, serve_with, Drained, HttpService, ServeOptions};
 pub use tls::ServerTls;

@@ -19,6 +19,7 @@
 //!   finish, and [`serve_with`] returns once every connection is gone or
 //!   the grace period is over (the rest are then dropped).
 
+use crate::layers::BodyService;
 use crate::watched_body::{FrameWatch, WatchedBody};
 use axum::body::Body;
 use axum::extract::ConnectInfo;
@@ -93,6 +94,13 @@ pub struct Drained {
     pub dropped: usize,
 }
 
+/// What a server serves: a [`BodyService`] that answers every request (its
+/// errors are responses). Implemented by every such service (an axum
+/// `Router`, the gateway's layered stack).
+pub trait HttpService: BodyService<Infallible> {}
+
+impl<S: BodyService<Infallible>> HttpService for S {}
+
 /// Serves `service` on `listener` with default timeouts and `max_header_bytes`
 /// until `shutdown` resolves (see [`serve_with`]).
 pub async fn serve<S>(
@@ -101,8 +109,7 @@ pub async fn serve<S>(
     max_header_bytes: usize,
     shutdown: impl Future<Output = ()>,
 ) where
-    S: tower::Service<Request<Body>, Response = Response<Body>, Error = Infallible> + Clone + Send + 'static,
-    S::Future: Send + 'static,
+    S: HttpService,
 {
     let options = ServeOptions {
         max_header_bytes,
@@ -121,8 +128,7 @@ pub async fn serve_with<S>(
     shutdown: impl Future<Output = ()>,
 ) -> Drained
 where
-    S: tower::Service<Request<Body>, Response = Response<Body>, Error = Infallible> + Clone + Send + 'static,
-    S::Future: Send + 'static,
+    S: HttpService,
 {
     let source = Source::Listener(listener, AcceptFailures::default());
     serve_from(source, service, options, shutdown).await
@@ -220,8 +226,7 @@ pub(crate) async fn serve_from<S>(
     shutdown: impl Future<Output = ()>,
 ) -> Drained
 where
-    S: tower::Service<Request<Body>, Response = Response<Body>, Error = Infallible> + Clone + Send + 'static,
-    S::Future: Send + 'static,
+    S: HttpService,
 {
     let mut builder = auto::Builder::new(TokioExecutor::new());
     builder
@@ -447,8 +452,7 @@ struct ConnService<S> {
 
 impl<S> hyper::service::Service<Request<hyper::body::Incoming>> for ConnService<S>
 where
-    S: tower::Service<Request<Body>, Response = Response<Body>, Error = Infallible> + Clone + Send + 'static,
-    S::Future: Send + 'static,
+    S: HttpService,
 {
     type Response = Response<Body>;
     type Error = Infallible;

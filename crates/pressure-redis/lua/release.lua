@@ -7,7 +7,7 @@
 --          lease that is not there yet gets a tombstone d:<id>, and
 --          acquire.lua then refuses that lease id when it arrives
 -- ARGV[2..] lease ids
--- Returns the number of leases that were live.
+-- Returns the number of leases that were live. Runs after outlive.lua.
 
 local key = KEYS[1]
 local tomb_ttl = tonumber(ARGV[1])
@@ -27,15 +27,8 @@ if tombs then
   local now = t[1] * 1000000 + t[2]
   local upd = {}
   for j = 1, #tombs do upd[#upd + 1] = tombs[j]; upd[#upd + 1] = now + tomb_ttl end
-  -- The key outlives its tombstones (expiry after the HSET that may create
-  -- the key: see acquire.lua's `e`).
+  -- The key outlives its tombstones (outlive.lua).
   local x = tonumber(redis.call('HGET', key, 'e')) or 0
-  local expire = now + tomb_ttl > x
-  if expire then
-    x = now + tomb_ttl + math.min(10000000, tomb_ttl)
-    upd[#upd + 1] = 'e'; upd[#upd + 1] = x
-  end
-  redis.call('HSET', key, unpack(upd))
-  if expire then redis.call('PEXPIREAT', key, math.ceil(x / 1000)) end
+  hset_outliving(key, upd, x, now + tomb_ttl, tomb_ttl)
 end
 return freed

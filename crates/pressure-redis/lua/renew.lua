@@ -5,6 +5,7 @@
 -- ARGV[1]  lease TTL in us
 -- ARGV[2..] lease ids
 -- Returns one flag per lease id: 1 when renewed, 0 when already lost.
+-- Runs after outlive.lua.
 
 local t = redis.call('TIME')
 local now = t[1] * 1000000 + t[2]
@@ -32,14 +33,6 @@ if #dead > 0 then
   redis.call('HDEL', key, unpack(dead))
   redis.call('HINCRBY', key, 'c', -#dead)
 end
-if #upd > 0 then
-  local x = tonumber(v[n + 1]) or 0
-  local expire = now + ttl > x
-  if expire then
-    x = now + ttl + math.min(10000000, ttl)
-    upd[#upd + 1] = 'e'; upd[#upd + 1] = x
-  end
-  redis.call('HSET', key, unpack(upd))
-  if expire then redis.call('PEXPIREAT', key, math.ceil(x / 1000)) end
-end
+-- The key outlives the renewed leases (outlive.lua).
+if #upd > 0 then hset_outliving(key, upd, tonumber(v[n + 1]) or 0, now + ttl, ttl) end
 return out

@@ -4,7 +4,8 @@ use redis::Script;
 use std::sync::LazyLock;
 
 /// The calendar periods (`lua/calendar.lua`), a prelude of the scripts
-/// that count calendar dimensions.
+/// that count calendar dimensions. The lease scripts (release, renew) are
+/// likewise preceded by `lua/outlive.lua`, the expiry of a written key.
 pub(crate) const CALENDAR_LUA: &str = include_str!("../lua/calendar.lua");
 pub(crate) const ACQUIRE_LUA: &str = concat!(
     include_str!("../lua/calendar.lua"),
@@ -14,8 +15,14 @@ pub(crate) const RECONCILE_LUA: &str = concat!(
     include_str!("../lua/calendar.lua"),
     include_str!("../lua/reconcile.lua")
 );
-pub(crate) const RELEASE_LUA: &str = include_str!("../lua/release.lua");
-const RENEW_LUA: &str = include_str!("../lua/renew.lua");
+pub(crate) const RELEASE_LUA: &str = concat!(
+    include_str!("../lua/outlive.lua"),
+    include_str!("../lua/release.lua")
+);
+const RENEW_LUA: &str = concat!(
+    include_str!("../lua/outlive.lua"),
+    include_str!("../lua/renew.lua")
+);
 pub(crate) const USAGE_LUA: &str = concat!(
     include_str!("../lua/calendar.lua"),
     include_str!("../lua/usage.lua")

@@ -372,7 +372,8 @@ async fn an_overloaded_anthropic_primary_falls_back_to_openai() {
 // `anthropic`) and raw HTTP against `/v1/messages`.
 
 use pressure_llm::provider::{
-    ChatRequest, Message, ProviderClient, ProviderConfig, ProviderKind, RateLimitHints, TimeoutsConfig,
+    ChatRequest, Message, ProviderClient, ProviderConfig, ProviderKind, ProviderSettings, RateLimitHints,
+    TimeoutsConfig,
 };
 use pressure_llm::taxonomy::{self, ErrorKind, TimeoutPhase};
 use pressure_mock::RateLimit;
@@ -391,13 +392,15 @@ async fn mock(phase: Phase) -> MockProvider {
 fn anthropic_client(mock: &MockProvider, timeout_ms: u64) -> ProviderClient {
     ProviderClient::new(ProviderConfig {
         name: "anthropic".into(),
-        kind: ProviderKind::Anthropic,
-        base_url: mock.base_url(),
-        api_key_env: None,
-        timeouts: TimeoutsConfig {
-            first_byte_ms: timeout_ms,
-            read_ms: timeout_ms,
-            ..TimeoutsConfig::default()
+        settings: ProviderSettings {
+            kind: ProviderKind::Anthropic,
+            base_url: mock.base_url(),
+            api_key_env: None,
+            timeouts: TimeoutsConfig {
+                first_byte_ms: timeout_ms,
+                read_ms: timeout_ms,
+                ..TimeoutsConfig::default()
+            },
         },
     })
     .unwrap()

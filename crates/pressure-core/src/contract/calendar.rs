@@ -11,9 +11,10 @@
 //! the boundary (a jump re-dates every instant): there real time crosses a
 //! boundary a few seconds ahead.
 
+use super::support::{admits, assert_never_fits, permit, take};
 use super::Harness;
 use crate::clock::WallShift;
-use crate::{AcquireOptions, Acquisition, Calendar, Dimension, Error, Limits, Reserved, ResourceBroker};
+use crate::{AcquireOptions, Backend, Calendar, Dimension, Limits, Permit, Reserved, ResourceBroker};
 use std::time::Duration;
 
 const DAY_MS: u64 = 86_400_000;
@@ -33,24 +34,36 @@ fn stand(shift: &WallShift, unix_ms: u64) {
     shift.stand_at(unix_ms * 1_000_000);
 }
 
-async fn usage<B: crate::Backend>(b: &ResourceBroker<B>, id: &str, dim: Dimension) -> u64 {
+async fn usage<B: Backend>(b: &ResourceBroker<B>, id: &str, dim: Dimension) -> u64 {
     let s = b.resource_stats(id).await.expect("registered");
     s.usage.get(dim.as_str()).copied().unwrap_or(0)
 }
 
-async fn resets_at<B: crate::Backend>(b: &ResourceBroker<B>, id: &str, dim: Dimension) -> Option<u64> {
+async fn resets_at<B: Backend>(b: &ResourceBroker<B>, id: &str, dim: Dimension) -> Option<u64> {
     let s = b.resource_stats(id).await.expect("registered");
     s.resets_at.get(dim.as_str()).copied()
 }
 
-async fn take<B: crate::Backend>(b: &ResourceBroker<B>, id: &str, opts: AcquireOptions) -> Acquisition<B> {
-    b.try_acquire(id, opts).await.expect("backend answers")
+/// The dimension that refuses `opts` now, if any.
+async fn refused_by<B: Backend>(b: &ResourceBroker<B>, id: &str, opts: AcquireOptions) -> Option<Dimension> {
+    take(b, id, opts).await.denial().map(|d| d.dimension)
+}
+
+/// Corrects `p` to one request costing `cost_micro_usd` (no tokens).
+async fn reconcile_cost<B: Backend>(p: &mut Permit<B>, cost_micro_usd: u64) {
+    p.reconcile(Reserved {
+        requests: 1,
+        cost_micro_usd,
+        ..Reserved::default()
+    })
+    .await
+    .expect("reconciled");
 }
 
 /// Takes `n` grants of `opts`, then checks the next is refused on `dim`
 /// with an exact wait of at most `until_reset` and more than
 /// `until_reset - HANG`.
-async fn exhaust<B: crate::Backend>(
+async fn exhaust<B: Backend>(
     b: &ResourceBroker<B>,
     id: &str,
     opts: AcquireOptions,
@@ -59,11 +72,7 @@ async fn exhaust<B: crate::Backend>(
     until_reset: Duration,
 ) {
     for i in 0..n {
-        assert!(
-            take(b, id, opts).await.allowed(),
-            "grant {} of {n} on {id}",
-            i + 1
-        );
+        assert!(admits(b, id, opts).await, "grant {} of {n} on {id}", i + 1);
     }
     let refused = take(b, id, opts).await;
     let d = refused
@@ -139,9 +148,8 @@ pub async fn calendar_boundaries_reset_day_and_month_ends<H: Harness>(h: &H) {
         exhaust(&b, &id, opts, 3, dim, len).await;
         // Its last seconds are the same period.
         stand(&shift, end - AHEAD.as_millis() as u64);
-        let d = take(&b, &id, opts).await;
         assert_eq!(
-            d.denial().map(|d| d.dimension),
+            refused_by(&b, &id, opts).await,
             Some(dim),
             "{id}: still the same period"
         );
@@ -176,20 +184,17 @@ pub async fn calendar_reconcile_and_cost_units<H: Harness>(h: &H) {
     )
     .expect("valid");
     stand(&shift, utc(2027, 6, 15) + 3_600_000);
-    let mut p = take(
+    let mut p = permit(
         &b,
         &id,
         AcquireOptions::default().tokens(100, 200).cost_micro_usd(60),
     )
-    .await
-    .into_permit()
-    .expect("fits");
+    .await;
     assert_eq!(usage(&b, &id, Dimension::TokensPerDay).await, 300);
     assert_eq!(usage(&b, &id, Dimension::CostMicroUsdPerDay).await, 60);
     assert_eq!(usage(&b, &id, Dimension::CostMicroUsdPerMonth).await, 60);
-    let d = take(&b, &id, AcquireOptions::default().cost_micro_usd(50)).await;
     assert_eq!(
-        d.denial().map(|d| d.dimension),
+        refused_by(&b, &id, AcquireOptions::default().cost_micro_usd(50)).await,
         Some(Dimension::CostMicroUsdPerDay)
     );
     // Down: tokens and cost freed.
@@ -203,49 +208,21 @@ pub async fn calendar_reconcile_and_cost_units<H: Harness>(h: &H) {
     .expect("reconciled");
     assert_eq!(usage(&b, &id, Dimension::TokensPerDay).await, 120);
     assert_eq!(usage(&b, &id, Dimension::CostMicroUsdPerDay).await, 30);
-    assert!(take(&b, &id, AcquireOptions::default().cost_micro_usd(50))
-        .await
-        .allowed());
+    assert!(admits(&b, &id, AcquireOptions::default().cost_micro_usd(50)).await);
     // Up: the billed cost may exceed the estimate (the budget overruns by
     // at most the estimate error; the next call is refused).
-    let mut q = take(&b, &id, AcquireOptions::default().cost_micro_usd(10))
-        .await
-        .into_permit()
-        .expect("fits");
-    q.reconcile(Reserved {
-        requests: 1,
-        cost_micro_usd: 40,
-        ..Reserved::default()
-    })
-    .await
-    .expect("reconciled");
+    let mut q = permit(&b, &id, AcquireOptions::default().cost_micro_usd(10)).await;
+    reconcile_cost(&mut q, 40).await;
     assert_eq!(usage(&b, &id, Dimension::CostMicroUsdPerDay).await, 120);
     assert_eq!(usage(&b, &id, Dimension::CostMicroUsdPerMonth).await, 120);
-    let d = take(&b, &id, AcquireOptions::default().cost_micro_usd(1)).await;
     assert_eq!(
-        d.denial().map(|d| d.dimension),
+        refused_by(&b, &id, AcquireOptions::default().cost_micro_usd(1)).await,
         Some(Dimension::CostMicroUsdPerDay)
     );
     // No cost, no refusal by a cost dimension.
-    assert!(take(&b, &id, AcquireOptions::default().tokens(1, 0))
-        .await
-        .allowed());
+    assert!(admits(&b, &id, AcquireOptions::default().tokens(1, 0)).await);
     // More than the budget itself: the "never fits" error, at once.
-    let e = b
-        .try_acquire(&id, AcquireOptions::default().cost_micro_usd(101))
-        .await
-        .expect_err("never fits");
-    assert!(
-        matches!(
-            e,
-            Error::DemandTooLarge {
-                demand: 101,
-                max: 100,
-                ..
-            }
-        ),
-        "{e}"
-    );
+    assert_never_fits(&b, &id, AcquireOptions::default().cost_micro_usd(101), 101, 100).await;
 }
 
 /// A grant made before midnight and reconciled after it does not touch the
@@ -258,10 +235,7 @@ pub async fn calendar_reconcile_after_the_boundary_leaves_the_new_period<H: Harn
     let midnight = utc(2027, 6, 16);
     // Real time crosses midnight: a jump would re-date the grant too.
     stand(&shift, midnight - AHEAD.as_millis() as u64);
-    let mut old = take(&b, &id, AcquireOptions::default().cost_micro_usd(100))
-        .await
-        .into_permit()
-        .expect("fits");
+    let mut old = permit(&b, &id, AcquireOptions::default().cost_micro_usd(100)).await;
     assert_eq!(
         resets_at(&b, &id, Dimension::CostMicroUsdPerDay).await,
         Some(midnight)
@@ -272,40 +246,20 @@ pub async fn calendar_reconcile_after_the_boundary_leaves_the_new_period<H: Harn
         0,
         "a new day"
     );
-    let mut new = take(&b, &id, AcquireOptions::default().cost_micro_usd(10))
-        .await
-        .into_permit()
-        .expect("fits");
-    old.reconcile(Reserved {
-        requests: 1,
-        cost_micro_usd: 900,
-        ..Reserved::default()
-    })
-    .await
-    .expect("reconciled");
+    let mut new = permit(&b, &id, AcquireOptions::default().cost_micro_usd(10)).await;
+    reconcile_cost(&mut old, 900).await;
     assert_eq!(
         usage(&b, &id, Dimension::CostMicroUsdPerDay).await,
         10,
         "up: untouched"
     );
-    old.reconcile(Reserved {
-        requests: 1,
-        ..Reserved::default()
-    })
-    .await
-    .expect("reconciled");
+    reconcile_cost(&mut old, 0).await;
     assert_eq!(
         usage(&b, &id, Dimension::CostMicroUsdPerDay).await,
         10,
         "down: untouched"
     );
-    new.reconcile(Reserved {
-        requests: 1,
-        cost_micro_usd: 15,
-        ..Reserved::default()
-    })
-    .await
-    .expect("reconciled");
+    reconcile_cost(&mut new, 15).await;
     assert_eq!(
         usage(&b, &id, Dimension::CostMicroUsdPerDay).await,
         15,
@@ -321,25 +275,20 @@ pub async fn calendar_and_sliding_dimensions_are_all_or_nothing<H: Harness>(h: &
     b.register_limit(&id, Limits::default().requests_per_minute(3).tokens_per_day(100))
         .expect("valid");
     stand(&shift, utc(2027, 6, 15) + 3_600_000);
-    assert!(take(&b, &id, AcquireOptions::default().tokens(50, 0))
-        .await
-        .allowed());
-    let d = take(&b, &id, AcquireOptions::default().tokens(60, 0)).await;
-    assert_eq!(d.denial().map(|d| d.dimension), Some(Dimension::TokensPerDay));
+    assert!(admits(&b, &id, AcquireOptions::default().tokens(50, 0)).await);
+    assert_eq!(
+        refused_by(&b, &id, AcquireOptions::default().tokens(60, 0)).await,
+        Some(Dimension::TokensPerDay)
+    );
     assert_eq!(
         usage(&b, &id, Dimension::RequestsPerMinute).await,
         1,
         "the day's refusal took no request"
     );
-    assert!(take(&b, &id, AcquireOptions::default().tokens(10, 0))
-        .await
-        .allowed());
-    assert!(take(&b, &id, AcquireOptions::default().tokens(10, 0))
-        .await
-        .allowed());
-    let d = take(&b, &id, AcquireOptions::default().tokens(10, 0)).await;
+    assert!(admits(&b, &id, AcquireOptions::default().tokens(10, 0)).await);
+    assert!(admits(&b, &id, AcquireOptions::default().tokens(10, 0)).await);
     assert_eq!(
-        d.denial().map(|d| d.dimension),
+        refused_by(&b, &id, AcquireOptions::default().tokens(10, 0)).await,
         Some(Dimension::RequestsPerMinute)
     );
     assert_eq!(

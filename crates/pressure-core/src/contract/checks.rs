@@ -6,6 +6,7 @@
 //! every upper bound is a deadline that only catches a hang (many times the
 //! configured value), never a measure of speed.
 
+use super::support::{admits, assert_never_fits, permit, take};
 use super::Harness;
 use crate::{
     AcquireOptions, Acquisition, Dimension, Error, Limits, Priority, QueueConfig, Request, Reserved,
@@ -24,10 +25,6 @@ const HANG: Duration = Duration::from_secs(10);
 async fn usage<B: crate::Backend>(b: &ResourceBroker<B>, id: &str, dim: &str) -> u64 {
     let s = b.resource_stats(id).await.expect("registered");
     s.usage.get(dim).copied().unwrap_or(0)
-}
-
-async fn take<B: crate::Backend>(b: &ResourceBroker<B>, id: &str, opts: AcquireOptions) -> Acquisition<B> {
-    b.try_acquire(id, opts).await.expect("backend answers")
 }
 
 /// A denial on one dimension consumes nothing on the others.
@@ -71,7 +68,7 @@ pub async fn hour_and_24_hour_windows_count_and_wait<H: Harness>(h: &H) {
     )
     .expect("valid");
     for _ in 0..3 {
-        assert!(take(&b, &id, AcquireOptions::default()).await.allowed());
+        assert!(admits(&b, &id, AcquireOptions::default()).await);
     }
     let d = take(&b, &id, AcquireOptions::default()).await;
     let denial = d.denial().expect("the fourth of three per hour is refused");
@@ -91,7 +88,7 @@ pub async fn hour_and_24_hour_windows_count_and_wait<H: Harness>(h: &H) {
     b.register_limit(&day, Limits::default().requests_per_24_hours(2))
         .expect("valid");
     for _ in 0..2 {
-        assert!(take(&b, &day, AcquireOptions::default()).await.allowed());
+        assert!(admits(&b, &day, AcquireOptions::default()).await);
     }
     let d = take(&b, &day, AcquireOptions::default()).await;
     let denial = d.denial().expect("the third of two per 24 hours is refused");
@@ -106,7 +103,7 @@ pub async fn hour_and_24_hour_windows_count_and_wait<H: Harness>(h: &H) {
     b.register_limit(&gcra, Limits::default().requests_per_hour(3).gcra(None))
         .expect("valid");
     for _ in 0..3 {
-        assert!(take(&b, &gcra, AcquireOptions::default()).await.allowed());
+        assert!(admits(&b, &gcra, AcquireOptions::default()).await);
     }
     let d = take(&b, &gcra, AcquireOptions::default()).await;
     let denial = d.denial().expect("the bucket of three is empty");
@@ -168,14 +165,14 @@ async fn retry_at_wait_time<H: Harness>(h: &H, limits: Limits, burst: usize, max
     let id = h.unique(name);
     b.register_limit(&id, limits).expect("valid");
     for _ in 0..burst {
-        assert!(take(&b, &id, AcquireOptions::default()).await.allowed());
+        assert!(admits(&b, &id, AcquireOptions::default()).await);
     }
     let d = take(&b, &id, AcquireOptions::default()).await;
     assert!(!d.allowed());
     let wait = d.wait_time();
     assert!(wait > Duration::ZERO && wait <= max_wait, "wait {wait:?}");
     tokio::time::sleep(wait).await;
-    assert!(take(&b, &id, AcquireOptions::default()).await.allowed());
+    assert!(admits(&b, &id, AcquireOptions::default()).await);
 }
 
 /// `window`: retrying at the denial's wait time succeeds.
@@ -196,7 +193,7 @@ pub async fn window_burst_wait_is_at_most_the_window<H: Harness>(h: &H) {
         .expect("valid");
     let t0 = Instant::now();
     for _ in 0..2 {
-        assert!(take(&b, &id, AcquireOptions::default()).await.allowed());
+        assert!(admits(&b, &id, AcquireOptions::default()).await);
     }
     let d = take(&b, &id, AcquireOptions::default()).await;
     let elapsed = t0.elapsed();
@@ -213,7 +210,7 @@ pub async fn window_burst_wait_is_at_most_the_window<H: Harness>(h: &H) {
     b.register_limit(&id, Limits::default().requests_per_second(2))
         .expect("valid");
     for _ in 0..2 {
-        assert!(take(&b, &id, AcquireOptions::default()).await.allowed());
+        assert!(admits(&b, &id, AcquireOptions::default()).await);
     }
     let d = take(&b, &id, AcquireOptions::default()).await;
     assert!(!d.allowed());
@@ -223,7 +220,7 @@ pub async fn window_burst_wait_is_at_most_the_window<H: Harness>(h: &H) {
         "wait {wait:?}"
     );
     tokio::time::sleep(wait).await;
-    assert!(take(&b, &id, AcquireOptions::default()).await.allowed());
+    assert!(admits(&b, &id, AcquireOptions::default()).await);
 }
 
 /// `gcra`: retrying at the denial's wait time succeeds.
@@ -240,7 +237,7 @@ pub async fn gcra_wait_time_is_exact<H: Harness>(h: &H) {
     b.register_limit(&id, Limits::default().requests_per_minute(1).gcra(None))
         .expect("valid");
     let t0 = Instant::now();
-    assert!(take(&b, &id, AcquireOptions::default()).await.allowed());
+    assert!(admits(&b, &id, AcquireOptions::default()).await);
     let d = take(&b, &id, AcquireOptions::default()).await;
     let elapsed = t0.elapsed();
     let wait = d.wait_time();
@@ -277,7 +274,7 @@ pub async fn concurrency_release_is_exact_and_idempotent<H: Harness>(h: &H) {
     );
     let again = take(&b, &id, AcquireOptions::default()).await;
     assert!(again.allowed());
-    assert!(!take(&b, &id, AcquireOptions::default()).await.allowed());
+    assert!(!admits(&b, &id, AcquireOptions::default()).await);
     drop(c);
     drop(again);
     // Drop releases; with a remote store it is delivered in the background.
@@ -353,12 +350,7 @@ pub async fn held_permits_keep_their_slots_past_the_ttl<H: Harness>(h: &H) {
     .expect("valid");
     let mut held = Vec::new();
     for _ in 0..2 {
-        held.push(
-            take(&b, &id, AcquireOptions::default())
-                .await
-                .into_permit()
-                .expect("granted"),
-        );
+        held.push(permit(&b, &id, AcquireOptions::default()).await);
     }
     assert_eq!(b.live_leases(), 2);
     let t0 = Instant::now();
@@ -376,7 +368,7 @@ pub async fn held_permits_keep_their_slots_past_the_ttl<H: Harness>(h: &H) {
     drop(held);
     assert_eq!(b.live_leases(), 0, "dropped permits leave the renewer");
     let deadline = Instant::now() + HANG;
-    while !take(&b, &id, AcquireOptions::default()).await.allowed() {
+    while !admits(&b, &id, AcquireOptions::default()).await {
         assert!(Instant::now() < deadline, "slots not back after the holders left");
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
@@ -386,10 +378,7 @@ async fn reconcile_both_ways<H: Harness>(h: &H, limits: Limits, name: &str) {
     let b = h.broker().await;
     let id = h.unique(name);
     b.register_limit(&id, limits).expect("valid");
-    let mut p = take(&b, &id, AcquireOptions::default().tokens(100, 400))
-        .await
-        .into_permit()
-        .expect("granted");
+    let mut p = permit(&b, &id, AcquireOptions::default().tokens(100, 400)).await;
     assert_eq!(usage(&b, &id, "tokensPerMinute").await, 500);
     p.reconcile(Reserved {
         requests: 1,
@@ -401,9 +390,7 @@ async fn reconcile_both_ways<H: Harness>(h: &H, limits: Limits, name: &str) {
     .expect("reconcile down");
     let used = usage(&b, &id, "tokensPerMinute").await;
     assert!((149..=150).contains(&used), "after refund {used}");
-    assert!(take(&b, &id, AcquireOptions::default().tokens(800, 0))
-        .await
-        .allowed());
+    assert!(admits(&b, &id, AcquireOptions::default().tokens(800, 0)).await);
     p.reconcile(Reserved {
         requests: 1,
         input_tokens: 100,
@@ -414,9 +401,7 @@ async fn reconcile_both_ways<H: Harness>(h: &H, limits: Limits, name: &str) {
     .expect("reconcile up");
     let used = usage(&b, &id, "tokensPerMinute").await;
     assert!((999..=1_000).contains(&used), "after correction up {used}");
-    assert!(!take(&b, &id, AcquireOptions::default().tokens(10, 0))
-        .await
-        .allowed());
+    assert!(!admits(&b, &id, AcquireOptions::default().tokens(10, 0)).await);
 }
 
 /// Reconcile corrects a `window` reservation up and down.
@@ -436,21 +421,7 @@ pub async fn oversized_demand_is_refused_at_once<H: Harness>(h: &H) {
     let id = h.unique("oversized");
     b.register(&id, ResourceConfig::new(Limits::default().tokens_per_minute(100)))
         .expect("valid");
-    let e = b
-        .try_acquire(&id, AcquireOptions::default().tokens(101, 0))
-        .await
-        .expect_err("never fits");
-    assert!(
-        matches!(
-            e,
-            Error::DemandTooLarge {
-                demand: 101,
-                max: 100,
-                ..
-            }
-        ),
-        "{e}"
-    );
+    assert_never_fits(&b, &id, AcquireOptions::default().tokens(101, 0), 101, 100).await;
     // Refused, not queued: a request queued for capacity that never comes
     // waits out the queue's max wait; this one is answered in a small part
     // of it (a bound that catches the wait, not a slow machine).
@@ -574,7 +545,7 @@ pub async fn two_brokers_share_one_limit<H: Harness>(h: &H) {
     let mut allowed = 0;
     for i in 0..40 {
         let b = if i % 2 == 0 { &b1 } else { &b2 };
-        allowed += u64::from(take(b, &id, AcquireOptions::default()).await.allowed());
+        allowed += u64::from(admits(b, &id, AcquireOptions::default()).await);
     }
     if h.shared_store() {
         assert_eq!(usage(&b1, &id, "requestsPerMinute").await, 20);

@@ -9,6 +9,7 @@
 mod calendar;
 mod cancel;
 mod checks;
+mod support;
 
 pub use calendar::*;
 pub use cancel::*;

@@ -1,7 +1,7 @@
 //! The public types of queue+execute: configuration, the request with its
 //! task, what the task reports back, and the response.
 
-use crate::acquisition::ActualUsage;
+use crate::acquisition::{AcquireOptions, ActualUsage};
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 use std::time::Duration;
@@ -116,11 +116,9 @@ pub struct Attempt {
 #[derive(Debug)]
 pub struct Request<F> {
     pub(crate) resource: String,
-    pub(crate) priority: Priority,
-    pub(crate) requests: u64,
-    pub(crate) input_tokens: u64,
-    pub(crate) output_tokens: u64,
-    pub(crate) cost_micro_usd: u64,
+    /// What each attempt reserves: the same options as `try_acquire`
+    /// (one request, with a concurrency lease when the resource has one).
+    pub(crate) opts: AcquireOptions,
     pub(crate) max_wait: Option<Duration>,
     pub(crate) task: F,
 }
@@ -134,11 +132,7 @@ impl<F> Request<F> {
     {
         Self {
             resource: resource.into(),
-            priority: Priority::Interactive,
-            requests: 1,
-            input_tokens: 0,
-            output_tokens: 0,
-            cost_micro_usd: 0,
+            opts: AcquireOptions::default(),
             max_wait: None,
             task,
         }
@@ -146,21 +140,20 @@ impl<F> Request<F> {
 
     /// Sets the priority class.
     pub fn priority(mut self, p: Priority) -> Self {
-        self.priority = p;
+        self.opts = self.opts.priority(p);
         self
     }
 
     /// Reserves tokens: input counted, output estimated (e.g. `max_tokens`).
     pub fn tokens(mut self, input: u64, output: u64) -> Self {
-        self.input_tokens = input;
-        self.output_tokens = output;
+        self.opts = self.opts.tokens(input, output);
         self
     }
 
     /// Reserves a cost estimate in micro-USD for the `costMicroUsdPer*`
     /// dimensions; report the billed cost with the attempt's usage.
     pub fn cost_micro_usd(mut self, micro_usd: u64) -> Self {
-        self.cost_micro_usd = micro_usd;
+        self.opts = self.opts.cost_micro_usd(micro_usd);
         self
     }
 

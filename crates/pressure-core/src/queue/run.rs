@@ -11,7 +11,7 @@ use crate::backend::{Backend, Reserved};
 use crate::clock::duration_to_nanos;
 use crate::entry::Entry;
 use crate::error::{Error, QueueError};
-use crate::limits::{Demand, PPM};
+use crate::limits::Demand;
 use std::future::Future;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -41,18 +41,9 @@ where
     let max_wait = req.max_wait.unwrap_or_else(|| queue.config.max_wait());
     let deadline = Instant::now() + max_wait;
     let demand = Demand {
-        requests: req.requests,
-        input_tokens: req.input_tokens,
-        output_tokens: req.output_tokens,
-        cost_micro_usd: req.cost_micro_usd,
-        lease: true,
-        ceiling_ppm: match req.priority {
-            Priority::Interactive => PPM,
-            Priority::Batch => entry.batch_ceiling_ppm,
-        },
-        book_within_ns: 0,
         // Waiting is not a refusal: only Full and Timeout count as denied.
         count_denial: false,
+        ..entry.demand(&req.opts)
     };
     entry.current().check_size(&demand)?;
     let timeout = |entry: &Entry<B>| {
@@ -66,7 +57,7 @@ where
     let mut attempts = 0u32;
     loop {
         let t0 = Instant::now();
-        let mut permit = turn(&entry, demand, req.priority, deadline)
+        let mut permit = turn(&entry, demand, req.opts.priority, deadline)
             .await
             .map_err(|e| match e {
                 Turn::Full => {
@@ -108,7 +99,7 @@ where
                 // Downstream refused: it processed no tokens and billed
                 // nothing, keep only the request.
                 let refund = usage.take().unwrap_or(Reserved {
-                    requests: req.requests,
+                    requests: req.opts.requests,
                     ..Reserved::default()
                 });
                 settle(&mut permit, Some(refund)).await;

@@ -402,67 +402,37 @@ fn default_max_body_bytes() -> u64 {
 /// `totalMs`) and the client side (`headerReadMs`, `idleMs`, `bodyReadMs`,
 /// `sendMs`), the latter on both listeners.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
 pub struct TimeoutConfig {
     /// Connecting to an upstream; beyond: 502.
-    #[serde(default = "default_connect_ms")]
     pub connect_ms: u64,
     /// Whole upstream exchange until the response head; beyond: 504. A
     /// proxied request body is read whole first (bounded by
     /// `limits.maxBodyBytes`, the upstream not yet contacted) and must be
     /// complete within the same time; beyond: 408.
-    #[serde(default = "default_total_ms")]
     pub total_ms: u64,
     /// Reading a request head, from its first byte; beyond: the connection
     /// is closed.
-    #[serde(default = "default_header_read_ms")]
     pub header_read_ms: u64,
     /// A keep-alive connection with no request in flight (also one that
     /// never sends a byte); beyond: closed.
-    #[serde(default = "default_idle_ms")]
     pub idle_ms: u64,
     /// Inactivity while reading a request body; beyond: 408.
-    #[serde(default = "default_body_read_ms")]
     pub body_read_ms: u64,
     /// Inactivity while the client reads the response; beyond: the
     /// connection is dropped and the request's slots released.
-    #[serde(default = "default_send_ms")]
     pub send_ms: u64,
 }
 
 impl Default for TimeoutConfig {
     fn default() -> Self {
         Self {
-            connect_ms: default_connect_ms(),
-            total_ms: default_total_ms(),
-            header_read_ms: default_header_read_ms(),
-            idle_ms: default_idle_ms(),
-            body_read_ms: default_body_read_ms(),
-            send_ms: default_send_ms(),
+            connect_ms: 1_000,
+            total_ms: 30_000,
+            header_read_ms: 10_000,
+            idle_ms: 60_000,
+            body_read_ms: 30_000,
+            send_ms: 60_000,
         }
     }
-}
-
-fn default_header_read_ms() -> u64 {
-    10_000
-}
-
-fn default_idle_ms() -> u64 {
-    60_000
-}
-
-fn default_body_read_ms() -> u64 {
-    30_000
-}
-
-fn default_send_ms() -> u64 {
-    60_000
-}
-
-fn default_connect_ms() -> u64 {
-    1_000
-}
-
-fn default_total_ms() -> u64 {
-    30_000
 }

@@ -42,23 +42,31 @@ use std::time::Duration;
 /// What the inner layers answer: a response, or a refusal to render.
 pub type Outcome = Result<Response<Body>, Rejection>;
 
-/// A service under the route layer: it answers a response or a
-/// [`Rejection`].
-pub trait RejectingService:
-    tower::Service<Request<Body>, Response = Response<Body>, Error = Rejection, Future: Send + 'static>
+/// A service over whole requests that answers a response or fails with
+/// `E`, cloned per request or connection, with futures that may move
+/// between threads: a [`RejectingService`] under the route layer, an
+/// [`HttpService`](crate::HttpService) where a server serves it.
+pub trait BodyService<E>:
+    tower::Service<Request<Body>, Response = Response<Body>, Error = E, Future: Send + 'static>
     + Clone
     + Send
     + 'static
 {
 }
 
-impl<S> RejectingService for S where
-    S: tower::Service<Request<Body>, Response = Response<Body>, Error = Rejection, Future: Send + 'static>
+impl<S, E> BodyService<E> for S where
+    S: tower::Service<Request<Body>, Response = Response<Body>, Error = E, Future: Send + 'static>
         + Clone
         + Send
         + 'static
 {
 }
+
+/// A service under the route layer: it answers a response or a
+/// [`Rejection`].
+pub trait RejectingService: BodyService<Rejection> {}
+
+impl<S: BodyService<Rejection>> RejectingService for S {}
 
 /// What one layer under the route layer does with a request, given the
 /// service under it: each layer is a `Step`, and [`Stepped`] makes it a

@@ -16,6 +16,22 @@ pub(super) fn invalid(message: impl Into<String>, param: Option<&str>, code: &'s
     }
 }
 
+/// The `400` for the first of `fields` that `object` lacks (or has as
+/// `null`), naming it as OpenAI does.
+pub(super) fn require(object: &Map<String, Value>, fields: [&str; 2]) -> Result<(), Rejection> {
+    match fields
+        .into_iter()
+        .find(|f| object.get(*f).is_none_or(Value::is_null))
+    {
+        Some(field) => Err(invalid(
+            format!("missing required parameter: '{field}'"),
+            Some(field),
+            "missing_required_parameter",
+        )),
+        None => Ok(()),
+    }
+}
+
 /// The body of `req` as a JSON object, or the 400/413 to answer. The
 /// body-limit layer bounds the body (413 on a declared length above the
 /// limit, a cut stream otherwise): both answer the same 413.

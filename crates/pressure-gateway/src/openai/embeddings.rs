@@ -19,47 +19,30 @@
 //!   come back carries `Retry-After` (e.g. `429` when the input tokens per
 //!   minute are spent).
 
-use super::body::{invalid, read_object};
-use super::handler::{caller_of, caller_request_id, REQUEST_ID_HEADER};
+use super::body::{invalid, read_object, require};
+use super::handler::{respond, Event};
 use super::json_answer;
 use crate::backend::AnyBackend;
 use crate::layers::Outcome;
 use crate::rejection::Rejection;
 use axum::body::Body;
-use http::{HeaderValue, Request};
+use http::Request;
 use pressure_core::clock::duration_to_millis;
 use pressure_llm::pipeline::{EmbeddingAnswer, EmbeddingError, LlmClient};
 use pressure_llm::provider::EmbeddingRequest;
 use serde_json::{json, Map, Value};
 
-/// Handles one call of the endpoint; the response (answer or refusal)
-/// carries `x-request-id`.
+/// Handles one call of the endpoint ([`respond`]).
 pub(super) async fn embeddings(llm: &LlmClient<AnyBackend>, req: Request<Body>) -> Outcome {
-    let request_id = caller_request_id(&req).unwrap_or_else(|| llm.new_request_id());
-    let started = tokio::time::Instant::now();
-    let reply = handle(llm, req, &request_id, started).await;
-    let id = HeaderValue::from_str(&request_id).ok();
-    let mut resp = match reply {
-        Ok(resp) => resp,
-        Err(rejection) => rejection.render(crate::rejection::Dialect::OpenAi),
-    };
-    if let Some(v) = id {
-        resp.headers_mut().insert(REQUEST_ID_HEADER, v);
-    }
-    Ok(resp)
+    Ok(respond(llm, req, |req, event| handle(llm, req, event)).await)
 }
 
-async fn handle(
-    llm: &LlmClient<AnyBackend>,
-    req: Request<Body>,
-    request_id: &str,
-    started: tokio::time::Instant,
-) -> Outcome {
-    let caller = caller_of(&req, request_id);
+async fn handle(llm: &LlmClient<AnyBackend>, req: Request<Body>, event: Event) -> Outcome {
+    let request_id = event.request_id.as_str();
     let request = parse(read_object(req).await?)?;
     let use_case = request.model.clone();
-    let result = llm.embed_as(&use_case, request, caller).await;
-    let elapsed_ms = duration_to_millis(started.elapsed());
+    let result = llm.embed_as(&use_case, request, event.caller).await;
+    let elapsed_ms = duration_to_millis(event.started.elapsed());
     match result {
         Ok(answer) => {
             tracing::info!(
@@ -136,15 +119,7 @@ fn input_form_ok(input: &Value) -> bool {
 
 /// The request of a body, or the `400` naming the parameter.
 fn parse(body: Map<String, Value>) -> Result<EmbeddingRequest, Rejection> {
-    for field in ["model", "input"] {
-        if body.get(field).is_none_or(Value::is_null) {
-            return Err(invalid(
-                format!("missing required parameter: '{field}'"),
-                Some(field),
-                "missing_required_parameter",
-            ));
-        }
-    }
+    require(&body, ["model", "input"])?;
     let wrong_type =
         |field: &str, what: &str| invalid(format!("'{field}' must be {what}"), Some(field), "invalid_type");
     if !body["model"].is_string() {

@@ -3,7 +3,7 @@
 //! one JSON log line per event (target `pressure::llm`) with its id, use
 //! case, the level that answered, the attempts and the time taken.
 
-use super::body::{invalid, read_object};
+use super::body::{invalid, read_object, require};
 use super::sse::sse_response;
 use super::{json_answer, TICKET_HEADER};
 use crate::backend::AnyBackend;
@@ -22,7 +22,7 @@ use serde_json::{json, Value};
 pub const REQUEST_ID_HEADER: &str = "x-request-id";
 
 /// The caller's `x-request-id`, when it is a safe id.
-pub(super) fn caller_request_id<B>(req: &Request<B>) -> Option<String> {
+fn caller_request_id<B>(req: &Request<B>) -> Option<String> {
     let v = req.headers().get(REQUEST_ID_HEADER)?.to_str().ok()?;
     let ok = (1..=128).contains(&v.len())
         && v.bytes()
@@ -32,7 +32,7 @@ pub(super) fn caller_request_id<B>(req: &Request<B>) -> Option<String> {
 
 /// The event of `req` under `request_id`, paid for by its tenant when the
 /// tenant layer named one (its budget is charged every attempt).
-pub(super) fn caller_of<B>(req: &Request<B>, request_id: &str) -> Caller<AnyBackend> {
+fn caller_of<B>(req: &Request<B>, request_id: &str) -> Caller<AnyBackend> {
     let caller = Caller::new(request_id);
     match crate::layers::tenant::payer_of(req) {
         Some(payer) => caller.paid_by(payer),
@@ -40,18 +40,47 @@ pub(super) fn caller_of<B>(req: &Request<B>, request_id: &str) -> Caller<AnyBack
     }
 }
 
-/// Handles one call of the endpoint; the response (answer or refusal)
-/// carries `x-request-id`.
-pub(super) async fn chat_completions(llm: &LlmClient<AnyBackend>, req: Request<Body>) -> Response<Body> {
+/// One event of an endpoint: its id, when it started, and who pays.
+pub(super) struct Event {
+    /// The caller's `x-request-id` when it is a safe id, else a new one.
+    pub(super) request_id: String,
+    /// When the gateway took the call.
+    pub(super) started: tokio::time::Instant,
+    /// The event under `request_id`, paid for by its tenant if any.
+    pub(super) caller: Caller<AnyBackend>,
+}
+
+/// Answers one call of an endpoint: `handle` runs its [`Event`]; the
+/// answer, or the refusal rendered in OpenAI's dialect, carries
+/// `x-request-id`.
+pub(super) async fn respond<Fut>(
+    llm: &LlmClient<AnyBackend>,
+    req: Request<Body>,
+    handle: impl FnOnce(Request<Body>, Event) -> Fut,
+) -> Response<Body>
+where
+    Fut: std::future::Future<Output = Outcome>,
+{
     let request_id = caller_request_id(&req).unwrap_or_else(|| llm.new_request_id());
     let started = tokio::time::Instant::now();
-    let mut resp = handle(llm, req, &request_id, started)
+    let id = HeaderValue::from_str(&request_id).ok();
+    let event = Event {
+        caller: caller_of(&req, &request_id),
+        request_id,
+        started,
+    };
+    let mut resp = handle(req, event)
         .await
         .unwrap_or_else(|r| r.render(Dialect::OpenAi));
-    if let Ok(v) = HeaderValue::from_str(&request_id) {
+    if let Some(v) = id {
         resp.headers_mut().insert(REQUEST_ID_HEADER, v);
     }
     resp
+}
+
+/// Handles one call of the endpoint ([`respond`]).
+pub(super) async fn chat_completions(llm: &LlmClient<AnyBackend>, req: Request<Body>) -> Response<Body> {
+    respond(llm, req, |req, event| handle(llm, req, event)).await
 }
 
 /// Logs the outcome of one event.
@@ -91,15 +120,7 @@ fn log_event(
 /// The chat request in `req`'s body, or the 400/413 to answer.
 async fn read_request(req: Request<Body>) -> Result<ChatRequest, Rejection> {
     let object = read_object(req).await?;
-    for field in ["model", "messages"] {
-        if object.get(field).is_none_or(Value::is_null) {
-            return Err(invalid(
-                format!("missing required parameter: '{field}'"),
-                Some(field),
-                "missing_required_parameter",
-            ));
-        }
-    }
+    require(&object, ["model", "messages"])?;
     if let Err(e) = super::validate::chat_request(&object) {
         return Err(Rejection::InvalidRequest {
             message: e.message,
@@ -111,17 +132,12 @@ async fn read_request(req: Request<Body>) -> Result<ChatRequest, Rejection> {
         .map_err(|e| invalid(format!("invalid request: {e}"), None, "invalid_value"))
 }
 
-async fn handle(
-    llm: &LlmClient<AnyBackend>,
-    req: Request<Body>,
-    request_id: &str,
-    started: tokio::time::Instant,
-) -> Outcome {
-    let caller = caller_of(&req, request_id);
+async fn handle(llm: &LlmClient<AnyBackend>, req: Request<Body>, event: Event) -> Outcome {
+    let request_id = event.request_id.as_str();
     let chat = read_request(req).await?;
     let use_case = chat.model.clone();
     if chat.stream == Some(true) {
-        return match llm.stream_as(&use_case, chat, caller).await {
+        return match llm.stream_as(&use_case, chat, event.caller).await {
             Ok(stream) => {
                 tracing::info!(
                     target: "pressure::llm",
@@ -129,19 +145,19 @@ async fn handle(
                     use_case,
                     degradation = stream.degradation().as_str(),
                     status = stream.http_status(),
-                    elapsed_ms = duration_to_millis(started.elapsed()),
+                    elapsed_ms = duration_to_millis(event.started.elapsed()),
                     "llm stream started"
                 );
                 Ok(sse_response(stream))
             }
             Err(e) => {
-                log_event(request_id, &use_case, started, Err(&e));
+                log_event(request_id, &use_case, event.started, Err(&e));
                 Err(Rejection::Llm(e))
             }
         };
     }
-    let result = llm.complete_as(&use_case, chat, caller).await;
-    log_event(request_id, &use_case, started, result.as_ref());
+    let result = llm.complete_as(&use_case, chat, event.caller).await;
+    log_event(request_id, &use_case, event.started, result.as_ref());
     match result {
         Ok(answer) => answer_response(&answer),
         Err(e) => Err(Rejection::Llm(e)),

@@ -211,31 +211,24 @@ impl CircuitBreaker {
     /// report the outcome on the permit; dropping it reports nothing.
     pub fn try_acquire(&self) -> Result<CallPermit, Rejected> {
         let s = &self.shared;
-        let (result, event) = {
-            let mut g = s.inner.lock();
-            let now = s.clock.now_nanos();
-            let event = s.expire_open(&mut g, now);
-            let result = match g.state {
-                State::Closed => Ok((g.generation, false, now)),
-                State::Open => Err(Rejected {
-                    state: State::Open,
-                    retry_in: Duration::from_nanos(g.open_until.saturating_sub(now)),
-                }),
-                State::HalfOpen => {
-                    if g.probes_admitted < s.config.half_open_probes {
-                        g.probes_admitted += 1;
-                        Ok((g.generation, true, now))
-                    } else {
-                        Err(Rejected {
-                            state: State::HalfOpen,
-                            retry_in: Duration::ZERO,
-                        })
-                    }
+        let result = s.after_expiry(|g, now| match g.state {
+            State::Closed => Ok((g.generation, false, now)),
+            State::Open => Err(Rejected {
+                state: State::Open,
+                retry_in: Duration::from_nanos(g.open_until.saturating_sub(now)),
+            }),
+            State::HalfOpen => {
+                if g.probes_admitted < s.config.half_open_probes {
+                    g.probes_admitted += 1;
+                    Ok((g.generation, true, now))
+                } else {
+                    Err(Rejected {
+                        state: State::HalfOpen,
+                        retry_in: Duration::ZERO,
+                    })
                 }
-            };
-            (result, event)
-        };
-        s.emit(event);
+            }
+        });
         match result {
             Ok((generation, probe, started)) => Ok(CallPermit {
                 shared: Arc::clone(s),
@@ -357,15 +350,7 @@ impl CircuitBreaker {
 
     /// The state now; turns an open breaker whose wait elapsed half-open.
     pub fn state(&self) -> State {
-        let s = &self.shared;
-        let (state, event) = {
-            let mut g = s.inner.lock();
-            let now = s.clock.now_nanos();
-            let event = s.expire_open(&mut g, now);
-            (g.state, event)
-        };
-        s.emit(event);
-        state
+        self.shared.after_expiry(|g, _| g.state)
     }
 
     /// Transitions since creation.
@@ -376,12 +361,9 @@ impl CircuitBreaker {
     /// State and counts, for metrics.
     pub fn snapshot(&self) -> BreakerSnapshot {
         let s = &self.shared;
-        let (snapshot, event) = {
-            let mut g = s.inner.lock();
-            let now = s.clock.now_nanos();
-            let event = s.expire_open(&mut g, now);
-            let counts = s.current_counts(&mut g, now);
-            let snapshot = BreakerSnapshot {
+        s.after_expiry(|g, now| {
+            let counts = s.current_counts(g, now);
+            BreakerSnapshot {
                 name: Arc::clone(&s.name),
                 state: g.state,
                 calls: counts.calls,
@@ -403,11 +385,8 @@ impl CircuitBreaker {
                 transitions: s.transitions.load(Ordering::Relaxed),
                 times_opened: s.times_opened.load(Ordering::Relaxed),
                 rejected: s.rejected.load(Ordering::Relaxed),
-            };
-            (snapshot, event)
-        };
-        s.emit(event);
-        snapshot
+            }
+        })
     }
 }
 
@@ -422,6 +401,20 @@ impl Shared {
             State::HalfOpen => g.probes,
             State::Open => g.opened_with,
         }
+    }
+
+    /// Runs `f` under the lock at the current time, once an open breaker
+    /// whose wait is over has turned half-open; that transition is emitted
+    /// after the lock is released.
+    fn after_expiry<T>(&self, f: impl FnOnce(&mut Core, u64) -> T) -> T {
+        let (out, event) = {
+            let mut g = self.inner.lock();
+            let now = self.clock.now_nanos();
+            let event = self.expire_open(&mut g, now);
+            (f(&mut g, now), event)
+        };
+        self.emit(event);
+        out
     }
 
     /// Open → half-open once the wait is over.
@@ -488,28 +481,32 @@ impl Shared {
             }
         }
         let open_for_ms = t.open_for.map(|d| d.as_millis() as u64);
+        // One line per transition with the same fields; a macro because
+        // tracing fixes an event's level where it is written.
+        macro_rules! transition_event {
+            ($level:ident, $($rest:tt)+) => {
+                tracing::$level!(
+                    name = %t.name,
+                    from = t.from.as_str(),
+                    to = t.to.as_str(),
+                    reason = t.reason.as_str(),
+                    failure_rate = t.failure_rate,
+                    slow_call_rate = t.slow_call_rate,
+                    calls = t.calls,
+                    $($rest)+
+                )
+            };
+        }
         match t.to {
-            State::Open => tracing::warn!(
-                name = %t.name,
-                from = t.from.as_str(),
-                to = t.to.as_str(),
-                reason = t.reason.as_str(),
-                failure_rate = t.failure_rate,
-                slow_call_rate = t.slow_call_rate,
-                calls = t.calls,
-                open_for_ms,
-                "circuit breaker opened"
-            ),
-            State::HalfOpen | State::Closed => tracing::info!(
-                name = %t.name,
-                from = t.from.as_str(),
-                to = t.to.as_str(),
-                reason = t.reason.as_str(),
-                failure_rate = t.failure_rate,
-                slow_call_rate = t.slow_call_rate,
-                calls = t.calls,
+            State::Open => transition_event!(warn, open_for_ms, "circuit breaker opened"),
+            State::HalfOpen | State::Closed => transition_event!(
+                info,
                 "circuit breaker {}",
-                if t.to == State::Closed { "closed" } else { "half-open" }
+                if t.to == State::Closed {
+                    "closed"
+                } else {
+                    "half-open"
+                }
             ),
         }
         if let Some(hook) = &self.hook {

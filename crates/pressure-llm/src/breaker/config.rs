@@ -82,46 +82,45 @@ impl BreakerConfig {
     /// Checks the values; the error names the JSON field.
     pub fn validate(&self) -> Result<(), pressure_core::FieldError> {
         let rate_ok = |r: f64| r.is_finite() && r > 0.0 && r <= 1.0;
-        if !rate_ok(self.failure_rate_threshold) {
-            return Err(pressure_core::FieldError::new(
-                "failureRateThreshold",
-                "must be > 0 and at most 1",
-            ));
-        }
-        if !rate_ok(self.slow_call_rate_threshold) {
-            return Err(pressure_core::FieldError::new(
-                "slowCallRateThreshold",
-                "must be > 0 and at most 1 (1 = off)",
-            ));
-        }
-        if self.slow_call_duration_ms == 0 {
-            return Err(pressure_core::FieldError::new(
-                "slowCallDurationMs",
-                "must be > 0",
-            ));
-        }
-        if !(10..=3_600_000).contains(&self.window_ms) {
-            return Err(pressure_core::FieldError::new(
-                "windowMs",
-                "must be between 10 and 3600000",
-            ));
-        }
-        if self.minimum_calls == 0 {
-            return Err(pressure_core::FieldError::new("minimumCalls", "must be > 0"));
-        }
-        if !(1..=86_400_000).contains(&self.open_wait_ms) {
-            return Err(pressure_core::FieldError::new(
-                "openWaitMs",
-                "must be between 1 and 86400000",
-            ));
-        }
-        if !(1..=1_000).contains(&self.half_open_probes) {
-            return Err(pressure_core::FieldError::new(
-                "halfOpenProbes",
-                "must be between 1 and 1000",
-            ));
-        }
-        Ok(())
+        // The first rule broken, by its JSON field.
+        let check = |ok: bool, field: &str, problem: &str| {
+            if ok {
+                Ok(())
+            } else {
+                Err(pressure_core::FieldError::new(field, problem))
+            }
+        };
+        check(
+            rate_ok(self.failure_rate_threshold),
+            "failureRateThreshold",
+            "must be > 0 and at most 1",
+        )?;
+        check(
+            rate_ok(self.slow_call_rate_threshold),
+            "slowCallRateThreshold",
+            "must be > 0 and at most 1 (1 = off)",
+        )?;
+        check(
+            self.slow_call_duration_ms > 0,
+            "slowCallDurationMs",
+            "must be > 0",
+        )?;
+        check(
+            (10..=3_600_000).contains(&self.window_ms),
+            "windowMs",
+            "must be between 10 and 3600000",
+        )?;
+        check(self.minimum_calls > 0, "minimumCalls", "must be > 0")?;
+        check(
+            (1..=86_400_000).contains(&self.open_wait_ms),
+            "openWaitMs",
+            "must be between 1 and 86400000",
+        )?;
+        check(
+            (1..=1_000).contains(&self.half_open_probes),
+            "halfOpenProbes",
+            "must be between 1 and 1000",
+        )
     }
 
     /// The thresholds a shared store applies for this breaker

@@ -21,7 +21,7 @@ use super::error::LlmError;
 use super::fallback::{queued_response, QUEUED_MODEL};
 use super::metrics::Metrics;
 use crate::price::Money;
-use crate::provider::{ChatChunk, ChatResponse, ChunkChoice, Delta, Usage};
+use crate::provider::{ChatChunk, ChatResponse, ChunkChoice, CompletionHeader, Delta, Usage};
 use crate::taxonomy::ErrorKind;
 use crate::tokens::TokenCounter;
 
@@ -349,10 +349,7 @@ fn response_chunks(r: ChatResponse) -> VecDeque<ChatChunk> {
         extra: Map::new(),
     });
     let tail = ChatChunk {
-        id: r.id.clone(),
-        object: "chat.completion.chunk".to_owned(),
-        created: r.created,
-        model: r.model.clone(),
+        header: chunk_header(&r.header),
         choices: Vec::new(),
         usage: Some(usage),
         extra: Map::new(),
@@ -360,13 +357,18 @@ fn response_chunks(r: ChatResponse) -> VecDeque<ChatChunk> {
     VecDeque::from([response_chunk(r), tail])
 }
 
+/// The header of a stream chunk of the completion headed `h`.
+fn chunk_header(h: &CompletionHeader) -> CompletionHeader {
+    CompletionHeader {
+        object: "chat.completion.chunk".to_owned(),
+        ..h.clone()
+    }
+}
+
 /// A complete answer as one chunk: each choice's text as one delta.
 fn response_chunk(r: ChatResponse) -> ChatChunk {
     ChatChunk {
-        id: r.id,
-        object: "chat.completion.chunk".to_owned(),
-        created: r.created,
-        model: r.model,
+        header: chunk_header(&r.header),
         choices: r
             .choices
             .into_iter()

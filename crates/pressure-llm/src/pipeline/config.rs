@@ -38,7 +38,7 @@ use serde::{Deserialize, Serialize};
 use super::fallback::KeywordRule;
 use crate::breaker::BreakerConfig;
 use crate::price::ModelPrice;
-use crate::provider::{ProviderConfig, ProviderKind, TimeoutsConfig};
+pub use crate::provider::ProviderSettings;
 use crate::reservation::ModelLimits;
 use crate::retry::RetryPolicy;
 
@@ -66,36 +66,6 @@ pub struct LlmConfig {
     /// Circuit breaker settings, one breaker per (provider, model).
     #[serde(default)]
     pub breaker: BreakerConfig,
-}
-
-/// One provider: a [`ProviderConfig`] whose name is its key in `providers`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct ProviderSettings {
-    /// The wire format: `openai` (default) or `anthropic`.
-    #[serde(default, skip_serializing_if = "ProviderKind::is_openai")]
-    pub kind: ProviderKind,
-    /// The API root, e.g. `https://api.openai.com/v1`.
-    pub base_url: String,
-    /// The environment variable holding the API key.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub api_key_env: Option<String>,
-    /// Per-attempt timeouts and the connection limit.
-    #[serde(default)]
-    pub timeouts: TimeoutsConfig,
-}
-
-impl ProviderSettings {
-    /// The provider client configuration named `name`.
-    pub(crate) fn to_provider_config(&self, name: &str) -> ProviderConfig {
-        ProviderConfig {
-            name: name.to_owned(),
-            kind: self.kind,
-            base_url: self.base_url.clone(),
-            api_key_env: self.api_key_env.clone(),
-            timeouts: self.timeouts,
-        }
-    }
 }
 
 /// One (provider, model) with its quota, context window and price.

@@ -8,7 +8,7 @@ use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use crate::provider::{ChatRequest, ChatResponse, Choice, Message, Usage};
+use crate::provider::{ChatRequest, ChatResponse, Choice, CompletionHeader, Message, Usage};
 
 /// A degraded, non-LLM answerer (a `{"rules": "name"}` level).
 ///
@@ -96,10 +96,12 @@ impl FallbackHandler for KeywordRules {
             extra.insert("pressure_label".into(), Value::String(label.clone()));
         }
         Some(ChatResponse {
-            id: format!("rules-{}", self.name),
-            object: "chat.completion".into(),
-            created: 0,
-            model: format!("rules:{}", self.name),
+            header: CompletionHeader {
+                id: format!("rules-{}", self.name),
+                object: "chat.completion".into(),
+                created: 0,
+                model: format!("rules:{}", self.name),
+            },
             choices: vec![Choice {
                 index: 0,
                 message: Message::new("assistant", rule.answer.clone()),
@@ -133,12 +135,14 @@ pub fn queued_response(model: &str, ticket: &str) -> ChatResponse {
     let mut extra = Map::new();
     extra.insert("pressure_ticket".to_owned(), Value::String(ticket.to_owned()));
     ChatResponse {
-        id: ticket.to_owned(),
-        object: "chat.completion".to_owned(),
-        // Like the rules handlers: no model ran, and the pipeline's time is
-        // monotonic (wall-clock time is for logs).
-        created: 0,
-        model: model.to_owned(),
+        header: CompletionHeader {
+            id: ticket.to_owned(),
+            object: "chat.completion".to_owned(),
+            // Like the rules handlers: no model ran, and the pipeline's time
+            // is monotonic (wall-clock time is for logs).
+            created: 0,
+            model: model.to_owned(),
+        },
         choices: vec![Choice {
             index: 0,
             message: Message::new("assistant", queued_text(ticket)),

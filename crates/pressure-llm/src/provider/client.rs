@@ -159,11 +159,11 @@ impl ProviderClient {
         let name = cfg.name.clone();
         let bad_url = |reason: String| ProviderError::InvalidBaseUrl {
             provider: name.clone(),
-            url: cfg.base_url.clone(),
+            url: cfg.settings.base_url.clone(),
             reason,
         };
-        let base = cfg.base_url.trim_end_matches('/');
-        let endpoint = match cfg.kind {
+        let base = cfg.settings.base_url.trim_end_matches('/');
+        let endpoint = match cfg.settings.kind {
             ProviderKind::OpenAi => "chat/completions",
             ProviderKind::Anthropic => "messages",
         };
@@ -171,10 +171,10 @@ impl ProviderClient {
         if !matches!(url.scheme(), "http" | "https") {
             return Err(bad_url("scheme must be http or https".into()));
         }
-        if cfg.timeouts.max_connections == 0 {
+        if cfg.settings.timeouts.max_connections == 0 {
             return Err(ProviderError::NoConnections { provider: name });
         }
-        let auth = match &cfg.api_key_env {
+        let auth = match &cfg.settings.api_key_env {
             None => None,
             Some(var) => {
                 let missing = || ProviderError::MissingApiKey {
@@ -182,7 +182,7 @@ impl ProviderClient {
                     var: var.clone(),
                 };
                 let key = std::env::var(var).map_err(|_| missing())?;
-                let (name, text) = match cfg.kind {
+                let (name, text) = match cfg.settings.kind {
                     ProviderKind::OpenAi => (AUTHORIZATION, format!("Bearer {}", key.trim())),
                     ProviderKind::Anthropic => (
                         HeaderName::from_static(anthropic::API_KEY_HEADER),
@@ -194,7 +194,7 @@ impl ProviderClient {
                 Some((name, value))
             }
         };
-        let t = cfg.timeouts;
+        let t = cfg.settings.timeouts;
         let http = reqwest::Client::builder()
             .connect_timeout(t.connect())
             .pool_max_idle_per_host(t.max_connections as usize)
@@ -208,7 +208,7 @@ impl ProviderClient {
         Ok(Self {
             endpoint: Arc::new(Endpoint {
                 name,
-                kind: cfg.kind,
+                kind: cfg.settings.kind,
                 url,
                 auth,
                 http,

@@ -36,12 +36,23 @@ impl ProviderKind {
     }
 }
 
-/// One provider.
+/// One provider: its name and its [`ProviderSettings`] (flattened: the
+/// JSON is one object, `{"name", "kind", "baseUrl", ...}`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ProviderConfig {
     /// The provider's name in logs, metrics and the fallback chain.
     pub name: String,
+    /// Where it is, which key, which timeouts.
+    #[serde(flatten)]
+    pub settings: ProviderSettings,
+}
+
+/// Where a provider is, which key, which timeouts: a [`ProviderConfig`]
+/// without its name (in `gateway.llm.providers` the name is the key).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ProviderSettings {
     /// The wire format: `openai` (default) or `anthropic`.
     #[serde(default, skip_serializing_if = "ProviderKind::is_openai")]
     pub kind: ProviderKind,
@@ -58,6 +69,16 @@ pub struct ProviderConfig {
     /// Per-attempt timeouts and the connection limit.
     #[serde(default)]
     pub timeouts: TimeoutsConfig,
+}
+
+impl ProviderSettings {
+    /// The provider client configuration named `name`.
+    pub(crate) fn to_provider_config(&self, name: &str) -> ProviderConfig {
+        ProviderConfig {
+            name: name.to_owned(),
+            settings: self.clone(),
+        }
+    }
 }
 
 /// Per-attempt timeouts and the connection limit of one provider.

@@ -50,7 +50,7 @@ mod tag;
 mod types;
 
 pub use client::{Completion, PoolStats, ProviderClient};
-pub use config::{ProviderConfig, ProviderKind, TimeoutsConfig};
+pub use config::{ProviderConfig, ProviderKind, ProviderSettings, TimeoutsConfig};
 pub use embeddings::{
     Embedding, EmbeddingCompletion, EmbeddingInput, EmbeddingRequest, EmbeddingResponse, EmbeddingUsage,
     InputItem, InvalidEmbeddingRequest, MAX_EMBEDDING_INPUTS,
@@ -60,6 +60,6 @@ pub use ratelimit::{parse_go_duration, parse_http_date, parse_rfc3339, RateLimit
 pub use stream::ChatStream;
 pub use tag::{CallTag, ATTEMPT_HEADER, PROBE_HEADER, REQUEST_ID_HEADER};
 pub use types::{
-    ChatChunk, ChatRequest, ChatResponse, Choice, ChunkChoice, Delta, Message, MessageContent, StreamOptions,
-    Usage,
+    ChatChunk, ChatRequest, ChatResponse, Choice, ChunkChoice, CompletionHeader, Delta, Message,
+    MessageContent, StreamOptions, Usage,
 };

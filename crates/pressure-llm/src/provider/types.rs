@@ -135,21 +135,30 @@ pub struct Usage {
     pub extra: Map<String, Value>,
 }
 
-/// A non-streamed chat completion (`object: "chat.completion"`).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct ChatResponse {
-    /// The provider's completion id.
+/// The fields a chat completion and each of its stream chunks start
+/// with, flattened into both on the wire.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct CompletionHeader {
+    /// The provider's completion id (the same in every chunk of a stream).
     #[serde(default)]
     pub id: String,
-    /// `chat.completion`.
+    /// `chat.completion`, or `chat.completion.chunk` for a stream chunk.
     #[serde(default)]
     pub object: String,
     /// Unix seconds of creation.
     #[serde(default)]
     pub created: u64,
-    /// The model that answered.
+    /// The model that answers.
     #[serde(default)]
     pub model: String,
+}
+
+/// A non-streamed chat completion (`object: "chat.completion"`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ChatResponse {
+    /// `id`, `object`, `created` and `model`.
+    #[serde(flatten)]
+    pub header: CompletionHeader,
     /// The answers (one unless the request set `n`).
     pub choices: Vec<Choice>,
     /// Token accounting.
@@ -179,18 +188,9 @@ pub struct Choice {
 /// One streamed chunk (`object: "chat.completion.chunk"`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ChatChunk {
-    /// The provider's completion id (the same in every chunk).
-    #[serde(default)]
-    pub id: String,
-    /// `chat.completion.chunk`.
-    #[serde(default)]
-    pub object: String,
-    /// Unix seconds of creation.
-    #[serde(default)]
-    pub created: u64,
-    /// The model that answers.
-    #[serde(default)]
-    pub model: String,
+    /// `id`, `object` (`chat.completion.chunk`), `created` and `model`.
+    #[serde(flatten)]
+    pub header: CompletionHeader,
     /// Deltas per choice; empty in the final usage chunk.
     #[serde(default)]
     pub choices: Vec<ChunkChoice>,
@@ -244,4 +244,26 @@ pub struct Delta {
     /// Every other field (`tool_calls`, `refusal`, ...), passed through.
     #[serde(flatten)]
     pub extra: Map<String, Value>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn the_flattened_header_keeps_the_wire_shape() {
+        let text = r#"{"id":"c1","object":"chat.completion","created":7,"model":"m","choices":[{"index":0,"message":{"role":"assistant","content":"hi"},"finish_reason":"stop"}],"usage":{"prompt_tokens":1,"completion_tokens":2,"total_tokens":3},"system_fingerprint":"fp"}"#;
+        let r: ChatResponse = serde_json::from_str(text).expect("a completion");
+        assert_eq!(r.header.id, "c1");
+        assert_eq!(r.header.created, 7);
+        assert_eq!(r.extra.len(), 1, "only the unknown field is extra: {:?}", r.extra);
+        assert_eq!(serde_json::to_string(&r).expect("encodes"), text);
+        // A body without `choices` is not a completion; a chunk may lack them.
+        assert!(serde_json::from_value::<ChatResponse>(json!({"id": "x", "error": {}})).is_err());
+        let c: ChatChunk =
+            serde_json::from_value(json!({"id": "c1", "object": "chat.completion.chunk"})).expect("a chunk");
+        assert_eq!((c.header.id.as_str(), c.header.model.as_str()), ("c1", ""));
+        assert!(c.choices.is_empty() && c.extra.is_empty());
+    }
 }

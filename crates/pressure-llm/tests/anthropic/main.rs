@@ -21,7 +21,7 @@ use axum::Router;
 use futures::StreamExt;
 use pressure_llm::pipeline::{Degradation, LlmConfig};
 use pressure_llm::provider::{
-    ChatRequest, Message, ProviderClient, ProviderConfig, ProviderKind, TimeoutsConfig,
+    ChatRequest, Message, ProviderClient, ProviderConfig, ProviderKind, ProviderSettings, TimeoutsConfig,
 };
 use pressure_llm::taxonomy::ErrorKind;
 use pressure_llm::tokens::TokenCounter;
@@ -238,10 +238,12 @@ fn provider(url: &str) -> ProviderClient {
     std::env::set_var(KEY_ENV, "sk-ant-test-key");
     ProviderClient::new(ProviderConfig {
         name: "claude".into(),
-        kind: ProviderKind::Anthropic,
-        base_url: url.into(),
-        api_key_env: Some(KEY_ENV.into()),
-        timeouts: TimeoutsConfig::default(),
+        settings: ProviderSettings {
+            kind: ProviderKind::Anthropic,
+            base_url: url.into(),
+            api_key_env: Some(KEY_ENV.into()),
+            timeouts: TimeoutsConfig::default(),
+        },
     })
     .unwrap()
 }
@@ -272,7 +274,7 @@ async fn the_wire_has_the_messages_url_key_version_and_translated_body() {
         assert_eq!(p.kind(), ProviderKind::Anthropic);
         let done = p.complete(&chat(Some(64)), far()).await.unwrap();
         let r = &done.response;
-        assert_eq!(r.object, "chat.completion");
+        assert_eq!(r.header.object, "chat.completion");
         assert_eq!(r.choices[0].message.text(), "Bonjour");
         assert_eq!(r.choices[0].finish_reason.as_deref(), Some("stop"));
         let u = done.usage.clone().unwrap();
@@ -316,7 +318,7 @@ async fn a_stream_reads_like_a_chat_completions_stream() {
         assert_eq!(chunks[0].choices[0].delta.role.as_deref(), Some("assistant"));
         assert!(chunks
             .iter()
-            .all(|c| c.object == "chat.completion.chunk" && c.id == "msg_s"));
+            .all(|c| c.header.object == "chat.completion.chunk" && c.header.id == "msg_s"));
         assert_eq!(stream.output_text(), "Bonjour");
         assert!(stream.ttft().is_some() && stream.is_done() && stream.error().is_none());
         let u = stream.usage().unwrap();

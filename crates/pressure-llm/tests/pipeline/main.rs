@@ -113,7 +113,7 @@ async fn happy_path_reconciles_usage() {
         assert_eq!(a.degradation.as_str(), "primary");
         assert_eq!(a.attempts, 1);
         assert_eq!(a.http_status(), 200);
-        assert_eq!(a.response().unwrap().model, "m");
+        assert_eq!(a.response().unwrap().header.model, "m");
         let stats = c.broker().resource_stats("llm:p:m").await.unwrap();
         assert_eq!(stats.usage["inputTokensPerMinute"], PROMPT_TOKENS);
         assert_eq!(stats.usage["outputTokensPerMinute"], COMPLETION_TOKENS);

@@ -17,8 +17,8 @@ use axum::routing::post;
 use axum::Router;
 use futures::StreamExt;
 use pressure_llm::provider::{
-    CallError, ChatRequest, Message, ProviderClient, ProviderConfig, ProviderError, RateLimitHints,
-    TimeoutsConfig,
+    CallError, ChatRequest, Message, ProviderClient, ProviderConfig, ProviderError, ProviderSettings,
+    RateLimitHints, TimeoutsConfig,
 };
 use pressure_llm::taxonomy::{ErrorKind, TimeoutPhase};
 use serde_json::{json, Value};
@@ -205,10 +205,12 @@ fn timeouts(ms: u64) -> TimeoutsConfig {
 fn client(base: &str, key_env: Option<&str>, t: TimeoutsConfig) -> ProviderClient {
     ProviderClient::new(ProviderConfig {
         name: "mock".into(),
-        kind: Default::default(),
-        base_url: base.into(),
-        api_key_env: key_env.map(str::to_owned),
-        timeouts: t,
+        settings: ProviderSettings {
+            kind: Default::default(),
+            base_url: base.into(),
+            api_key_env: key_env.map(str::to_owned),
+            timeouts: t,
+        },
     })
     .unwrap()
 }
@@ -325,7 +327,7 @@ async fn stream_yields_chunks_in_order_and_the_final_usage() {
     let mut contents = Vec::new();
     while let Some(item) = s.next().await {
         let chunk = item.unwrap();
-        assert_eq!(chunk.object, "chat.completion.chunk");
+        assert_eq!(chunk.header.object, "chat.completion.chunk");
         if let Some(text) = chunk.choices.first().and_then(|c| c.delta.content.clone()) {
             contents.push(text);
         }
@@ -592,10 +594,12 @@ async fn write_timeout_fires_when_the_server_does_not_read() {
 async fn missing_key_and_bad_config_are_rejected() {
     let cfg = |env: Option<&str>, url: &str| ProviderConfig {
         name: "p".into(),
-        kind: Default::default(),
-        base_url: url.into(),
-        api_key_env: env.map(str::to_owned),
-        timeouts: TimeoutsConfig::default(),
+        settings: ProviderSettings {
+            kind: Default::default(),
+            base_url: url.into(),
+            api_key_env: env.map(str::to_owned),
+            timeouts: TimeoutsConfig::default(),
+        },
     };
     let e = ProviderClient::new(cfg(
         Some("PRESSURE_TEST_KEY_UNSET_XYZ"),
@@ -613,15 +617,25 @@ async fn missing_key_and_bad_config_are_rejected() {
         "timeouts": {"connectMs": 500, "readMs": 1000}
     }))
     .unwrap();
-    assert_eq!(parsed.timeouts.connect_ms, 500);
-    assert_eq!(parsed.timeouts.read_ms, 1000);
-    assert_eq!(parsed.timeouts.first_byte_ms, 30_000);
-    assert_eq!(parsed.timeouts.pool_wait_ms, 1_000);
-    assert_eq!(parsed.timeouts.max_connections, 64);
+    assert_eq!(parsed.settings.timeouts.connect_ms, 500);
+    assert_eq!(parsed.settings.timeouts.read_ms, 1000);
+    assert_eq!(parsed.settings.timeouts.first_byte_ms, 30_000);
+    assert_eq!(parsed.settings.timeouts.pool_wait_ms, 1_000);
+    assert_eq!(parsed.settings.timeouts.max_connections, 64);
     assert!(serde_json::from_value::<ProviderConfig>(json!({
         "name": "x", "baseUrl": "http://x", "timeouts": {"connectMS": 1}
     }))
     .is_err());
+    // One flat object: the settings' keys beside `name`, nothing else.
+    assert!(serde_json::from_value::<ProviderConfig>(json!({
+        "name": "x", "baseUrl": "http://x", "baseURL": "http://y"
+    }))
+    .is_err());
+    assert_eq!(
+        serde_json::to_value(&parsed).unwrap(),
+        json!({"name": "openai", "baseUrl": "https://api.openai.com/v1", "apiKeyEnv": "OPENAI_API_KEY",
+               "timeouts": serde_json::to_value(parsed.settings.timeouts).unwrap()})
+    );
 }
 
 #[tokio::test]

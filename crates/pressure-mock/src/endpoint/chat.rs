@@ -16,7 +16,7 @@ use crate::tokens::{count_prompt, Counted};
 use crate::wire::json_bytes;
 use crate::wire::openai::{
     read_request, sse, AssistantMessage, ChatCompletion, ChatCompletionChunk, ChatCompletionRequest, Choice,
-    ChunkChoice, Delta, Usage, DONE,
+    ChunkChoice, CompletionHead, Delta, Usage, DONE,
 };
 
 /// The chat-completions endpoint.
@@ -69,11 +69,14 @@ impl Endpoint for Chat {
         let id = format!("chatcmpl-mock-{}", out.seq);
         let finish = if out.capped { "length" } else { "stop" };
         let usage = Usage::of(out.input, out.tokens);
-        let json = json_bytes(&ChatCompletion {
+        let head = |object| CompletionHead {
             id: &id,
-            object: "chat.completion",
+            object,
             created: out.created,
             model: &call.model,
+        };
+        let json = json_bytes(&ChatCompletion {
+            head: head("chat.completion"),
             choices: [Choice {
                 index: 0,
                 message: AssistantMessage {
@@ -92,10 +95,7 @@ impl Endpoint for Chat {
         }
         let chunk = |delta: Delta<'_>, finish: Option<&str>| {
             sse(&ChatCompletionChunk {
-                id: &id,
-                object: "chat.completion.chunk",
-                created: out.created,
-                model: &call.model,
+                head: head("chat.completion.chunk"),
                 choices: vec![ChunkChoice {
                     index: 0,
                     delta,
@@ -125,10 +125,7 @@ impl Endpoint for Chat {
         });
         if call.request.include_usage() {
             let last = sse(&ChatCompletionChunk {
-                id: &id,
-                object: "chat.completion.chunk",
-                created: out.created,
-                model: &call.model,
+                head: head("chat.completion.chunk"),
                 choices: Vec::new(),
                 usage: Some(usage),
             });

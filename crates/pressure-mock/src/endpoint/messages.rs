@@ -21,7 +21,7 @@ use crate::record::BAD_REQUEST_MARKER;
 use crate::responder::Turn;
 use crate::tokens::{count_prompt, Counted};
 use crate::wire::anthropic::{
-    MessageObject, MessageUsage, MessagesRequest, OutputUsage, StopDelta, StreamEvent, TextBlock, TextDelta,
+    MessageObject, MessageUsage, MessagesRequest, OutputUsage, StopDelta, StreamEvent, TextBlock,
 };
 use crate::wire::json_bytes;
 
@@ -161,10 +161,7 @@ impl Endpoint for Messages {
         events.extend(content_events(&out.text, |part| {
             StreamEvent::ContentBlockDelta {
                 index: 0,
-                delta: TextDelta {
-                    kind: "text_delta",
-                    text: part,
-                },
+                delta: TextBlock::delta(part),
             }
             .sse()
         }));

@@ -85,7 +85,8 @@ pub(crate) struct MessageUsage {
     pub(crate) output_tokens: u64,
 }
 
-/// A `text` block of an answer.
+/// A typed piece of text: a `text` block of an answer, or the
+/// `text_delta` of a `content_block_delta` event.
 #[derive(Debug, Serialize)]
 pub(crate) struct TextBlock<'a> {
     #[serde(rename = "type")]
@@ -94,8 +95,17 @@ pub(crate) struct TextBlock<'a> {
 }
 
 impl<'a> TextBlock<'a> {
+    /// A `text` block.
     pub(crate) fn new(text: &'a str) -> Self {
         Self { kind: "text", text }
+    }
+
+    /// A `text_delta`.
+    pub(crate) fn delta(text: &'a str) -> Self {
+        Self {
+            kind: "text_delta",
+            text,
+        }
     }
 }
 
@@ -126,14 +136,6 @@ pub(crate) struct OutputUsage {
     pub(crate) output_tokens: u64,
 }
 
-/// `delta` of a `content_block_delta` event.
-#[derive(Debug, Serialize)]
-pub(crate) struct TextDelta<'a> {
-    #[serde(rename = "type")]
-    pub(crate) kind: &'static str,
-    pub(crate) text: &'a str,
-}
-
 /// One event of a stream; its `type` is also the SSE event name.
 #[derive(Debug, Serialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
@@ -148,7 +150,7 @@ pub(crate) enum StreamEvent<'a> {
     Ping,
     ContentBlockDelta {
         index: u32,
-        delta: TextDelta<'a>,
+        delta: TextBlock<'a>,
     },
     ContentBlockStop {
         index: u32,

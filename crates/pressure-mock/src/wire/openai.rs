@@ -142,13 +142,20 @@ impl Usage {
     }
 }
 
-/// A `chat.completion`.
-#[derive(Debug, Serialize)]
-pub(crate) struct ChatCompletion<'a> {
+/// The fields a `chat.completion` and each of its chunks start with.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub(crate) struct CompletionHead<'a> {
     pub(crate) id: &'a str,
     pub(crate) object: &'static str,
     pub(crate) created: u64,
     pub(crate) model: &'a str,
+}
+
+/// A `chat.completion`.
+#[derive(Debug, Serialize)]
+pub(crate) struct ChatCompletion<'a> {
+    #[serde(flatten)]
+    pub(crate) head: CompletionHead<'a>,
     pub(crate) choices: [Choice<'a>; 1],
     pub(crate) usage: Usage,
 }
@@ -172,10 +179,8 @@ pub(crate) struct AssistantMessage<'a> {
 /// `include_usage` was asked) no choice and the `usage`.
 #[derive(Debug, Serialize)]
 pub(crate) struct ChatCompletionChunk<'a> {
-    pub(crate) id: &'a str,
-    pub(crate) object: &'static str,
-    pub(crate) created: u64,
-    pub(crate) model: &'a str,
+    #[serde(flatten)]
+    pub(crate) head: CompletionHead<'a>,
     pub(crate) choices: Vec<ChunkChoice<'a>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) usage: Option<Usage>,

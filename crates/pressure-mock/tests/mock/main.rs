@@ -13,7 +13,9 @@ use std::future::Future;
 use std::time::Duration;
 
 use futures::StreamExt;
-use pressure_llm::provider::{ChatRequest, Message, ProviderClient, ProviderConfig, TimeoutsConfig};
+use pressure_llm::provider::{
+    ChatRequest, Message, ProviderClient, ProviderConfig, ProviderSettings, TimeoutsConfig,
+};
 use pressure_llm::taxonomy::{ErrorKind, TimeoutPhase};
 use pressure_llm::tokens::TokenCounter;
 use pressure_mock::{
@@ -56,10 +58,12 @@ async fn start(behaviour: Behaviour) -> MockProvider {
 fn client(mock: &MockProvider, timeouts: TimeoutsConfig) -> ProviderClient {
     ProviderClient::new(ProviderConfig {
         name: "mock".into(),
-        kind: Default::default(),
-        base_url: mock.base_url(),
-        api_key_env: None,
-        timeouts,
+        settings: ProviderSettings {
+            kind: Default::default(),
+            base_url: mock.base_url(),
+            api_key_env: None,
+            timeouts,
+        },
     })
     .unwrap()
 }

@@ -199,7 +199,10 @@ async fn an_acquisition_arriving_after_its_release_reserves_nothing() {
     let b = broker(&proxy, FailureMode::Closed).await;
     let key = ResourceKeys::new("pressure", "g").state;
     let mut c = srv.conn();
-    let release = redis::Script::new(include_str!("../../lua/release.lua"));
+    let release = redis::Script::new(concat!(
+        include_str!("../../lua/outlive.lua"),
+        include_str!("../../lua/release.lua")
+    ));
     let acquire = redis::Script::new(concat!(
         include_str!("../../lua/calendar.lua"),
         include_str!("../../lua/acquire.lua")

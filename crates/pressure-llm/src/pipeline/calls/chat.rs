@@ -2,7 +2,7 @@
 //! its reservation, the request sent to one model, the `rules` and
 //! `manualQueue` levels), and [`Complete`]: a chat event answered whole.
 
-use pressure_core::{Backend, Priority};
+use pressure_core::Backend;
 
 use crate::pipeline::answer::LlmReply;
 use crate::pipeline::config::{ChainLevel, ModelKind};
@@ -21,19 +21,12 @@ impl<B: Backend> Request<B> for ChatRequest {
     /// The prompt counted with the model's tokenizer, the output cap (else
     /// the model's default); a request that overflows the context window
     /// does not fit the level.
-    fn plan(
-        &self,
-        engine: &Engine<B>,
-        m: &ModelEntry,
-        priority: Priority,
-    ) -> Result<Result<Reservation, LlmError>, LlmError> {
+    fn plan(&self, engine: &Engine<B>, m: &ModelEntry) -> Result<Result<Reservation, LlmError>, LlmError> {
         let messages: Vec<(String, String)> =
             self.messages.iter().map(|m| (m.role.clone(), m.text())).collect();
         let input = engine.counter.count_chat(&m.model, &messages)?;
         let max_tokens = self.max_output_tokens().map(u64::from);
-        Ok(Reservation::for_request(input, max_tokens, &m.context)
-            .map(|r| r.with_priority(priority))
-            .map_err(LlmError::ContextLength))
+        Ok(Reservation::for_request(input, max_tokens, &m.context).map_err(LlmError::ContextLength))
     }
 
     /// The request with its `model` set; to an Anthropic provider, which

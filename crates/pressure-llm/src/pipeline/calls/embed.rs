@@ -16,7 +16,7 @@
 
 use std::convert::Infallible;
 
-use pressure_core::{Backend, Priority};
+use pressure_core::Backend;
 
 use crate::pipeline::config::{ChainLevel, ModelKind};
 use crate::pipeline::engine::{Call, Engine, Ledger, ModelEntry, Request, Target};
@@ -45,12 +45,7 @@ impl<B: Backend> Request<B> for EmbeddingRequest {
 
     /// Tokens of each input, counted with the model's tokenizer (token-id
     /// inputs count their ids), against the level's `maxInputTokens`.
-    fn plan(
-        &self,
-        engine: &Engine<B>,
-        m: &ModelEntry,
-        priority: Priority,
-    ) -> Result<Result<Reservation, LlmError>, LlmError> {
+    fn plan(&self, engine: &Engine<B>, m: &ModelEntry) -> Result<Result<Reservation, LlmError>, LlmError> {
         let counts = self
             .input
             .items()
@@ -72,7 +67,7 @@ impl<B: Backend> Request<B> for EmbeddingRequest {
         });
         Ok(match over {
             Some(e) => Err(e),
-            None => Ok(Reservation::new(counts.iter().sum(), 0).with_priority(priority)),
+            None => Ok(Reservation::new(counts.iter().sum(), 0)),
         })
     }
 

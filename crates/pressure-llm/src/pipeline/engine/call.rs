@@ -11,7 +11,7 @@
 
 use std::future::Future;
 
-use pressure_core::{Backend, Priority};
+use pressure_core::Backend;
 use tokio::time::Instant;
 
 use super::ledger::Ledger;
@@ -47,16 +47,11 @@ pub(crate) trait Request<B: Backend>: Sync {
         Ok(())
     }
 
-    /// The reservation of one attempt on `m` at `priority`: `Ok(Err(e))`
-    /// when the request does not fit that model (the level is skipped; when
-    /// it fits none, the event fails with the first such `e`), `Err` when
-    /// the event cannot go on at all.
-    fn plan(
-        &self,
-        engine: &Engine<B>,
-        m: &ModelEntry,
-        priority: Priority,
-    ) -> Result<Result<Reservation, LlmError>, LlmError>;
+    /// The reservation of one attempt on `m` (the engine sets the use
+    /// case's priority on it): `Ok(Err(e))` when the request does not fit
+    /// that model (the level is skipped; when it fits none, the event fails
+    /// with the first such `e`), `Err` when the event cannot go on at all.
+    fn plan(&self, engine: &Engine<B>, m: &ModelEntry) -> Result<Result<Reservation, LlmError>, LlmError>;
 
     /// The request for `m` on `provider`, with what was reserved for it.
     fn prepare(&self, m: &ModelEntry, provider: &ProviderClient, reservation: &Reservation)

@@ -80,8 +80,8 @@ impl<B: Backend> Engine<B> {
                 plans.push(None);
                 continue;
             };
-            match req.plan(self, m, uc.priority.broker_priority())? {
-                Ok(r) => plans.push(Some(r)),
+            match req.plan(self, m)? {
+                Ok(r) => plans.push(Some(r.with_priority(uc.priority.broker_priority()))),
                 Err(e) => {
                     first_misfit.get_or_insert(e);
                     plans.push(None);

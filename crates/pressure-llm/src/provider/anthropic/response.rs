@@ -15,7 +15,7 @@
 use serde_json::{json, Map, Value};
 
 use super::ANSWER_TOOL;
-use crate::provider::types::{ChatResponse, Choice, Message, MessageContent, Usage};
+use crate::provider::types::{ChatResponse, Choice, CompletionHeader, Message, MessageContent, Usage};
 
 /// `finish_reason` for an Anthropic `stop_reason`: `end_turn`,
 /// `stop_sequence` and `pause_turn` → `stop`; `max_tokens` and
@@ -123,10 +123,12 @@ pub(crate) fn to_chat_response(body: &[u8]) -> Result<ChatResponse, String> {
     });
     let str_of = |k: &str| v.get(k).and_then(Value::as_str).unwrap_or("").to_owned();
     Ok(ChatResponse {
-        id: str_of("id"),
-        object: "chat.completion".into(),
-        created: 0,
-        model: str_of("model"),
+        header: CompletionHeader {
+            id: str_of("id"),
+            object: "chat.completion".into(),
+            created: 0,
+            model: str_of("model"),
+        },
         choices: vec![Choice {
             index: 0,
             message,
@@ -152,7 +154,11 @@ mod tests {
         });
         let r = to_chat_response(body.to_string().as_bytes()).unwrap();
         assert_eq!(
-            (r.id.as_str(), r.object.as_str(), r.model.as_str()),
+            (
+                r.header.id.as_str(),
+                r.header.object.as_str(),
+                r.header.model.as_str()
+            ),
             ("msg_01", "chat.completion", "claude-sonnet-4-5")
         );
         assert_eq!(r.choices.len(), 1);

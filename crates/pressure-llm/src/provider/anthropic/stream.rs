@@ -179,40 +179,28 @@ impl EventTranslator {
         let d = &v["delta"];
         let text_of = |k: &str| d.get(k).and_then(Value::as_str).unwrap_or("");
         match (d.get("type").and_then(Value::as_str), block) {
-            (Some("text_delta"), _) => {
-                let t = text_of("text");
-                if t.is_empty() {
-                    String::new()
-                } else {
-                    self.chunk(json!({"content": t}), None)
-                }
-            }
+            (Some("text_delta"), _) => self.text_chunk(text_of("text"), |t| json!({"content": t})),
             (Some("input_json_delta"), Some(Block::Answer)) => {
-                let partial = text_of("partial_json");
-                if partial.is_empty() {
-                    String::new()
-                } else {
-                    self.chunk(json!({"content": partial}), None)
-                }
+                self.text_chunk(text_of("partial_json"), |t| json!({"content": t}))
             }
-            (Some("input_json_delta"), Some(Block::Tool(k))) => {
-                let partial = text_of("partial_json");
-                if partial.is_empty() {
-                    String::new()
-                } else {
-                    let call = json!({"index": k, "function": {"arguments": partial}});
-                    self.chunk(json!({"tool_calls": [call]}), None)
-                }
-            }
+            (Some("input_json_delta"), Some(Block::Tool(k))) => self.text_chunk(
+                text_of("partial_json"),
+                |t| json!({"tool_calls": [{"index": k, "function": {"arguments": t}}]}),
+            ),
             (Some("thinking_delta"), _) => {
-                let t = text_of("thinking");
-                if t.is_empty() {
-                    String::new()
-                } else {
-                    self.chunk(json!({"reasoning_content": t}), None)
-                }
+                self.text_chunk(text_of("thinking"), |t| json!({"reasoning_content": t}))
             }
             _ => String::new(),
+        }
+    }
+
+    /// The chunk whose delta `delta` makes of a piece of text; nothing for
+    /// an empty piece.
+    fn text_chunk(&self, text: &str, delta: impl FnOnce(&str) -> Value) -> String {
+        if text.is_empty() {
+            String::new()
+        } else {
+            self.chunk(delta(text), None)
         }
     }
 
