@@ -63,9 +63,7 @@ impl Backend for AnyBackend {
     fn attach(&self, resource: &str, spec: Arc<LimitSpec>) -> Result<AnyHandle, BackendError> {
         match self {
             AnyBackend::Memory(b) => b.attach(resource, spec).map(AnyHandle::Memory),
-            AnyBackend::Redis(b) => b
-                .attach(resource, spec)
-                .map(|h| AnyHandle::Redis(Box::new(h))),
+            AnyBackend::Redis(b) => b.attach(resource, spec).map(|h| AnyHandle::Redis(Box::new(h))),
         }
     }
 
@@ -79,10 +77,9 @@ impl Backend for AnyBackend {
             (AnyBackend::Memory(b), AnyHandle::Memory(h)) => {
                 b.reattach(resource, h, spec).map(AnyHandle::Memory)
             }
-            (AnyBackend::Redis(b), AnyHandle::Redis(h)) => {
-                b.reattach(resource, h, spec)
-                    .map(|h| AnyHandle::Redis(Box::new(h)))
-            }
+            (AnyBackend::Redis(b), AnyHandle::Redis(h)) => b
+                .reattach(resource, h, spec)
+                .map(|h| AnyHandle::Redis(Box::new(h))),
             _ => Err(mismatch()),
         }
     }
