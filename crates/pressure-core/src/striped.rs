@@ -412,7 +412,7 @@ mod tests {
                     s.spawn(move || {
                         for i in 0..EACH {
                             for tally in tallies {
-                                if (i + t as u64) % 3 == 0 {
+                                if (i + t as u64).is_multiple_of(3) {
                                     tally.deny();
                                 } else {
                                     tally.allow();
