@@ -3,8 +3,10 @@
 //! A resource with a single `gcra` rate dimension and no concurrency limit
 //! (the common "N per second" case) is one atomic word updated with a
 //! compare-and-swap, plus its grant and denial counters (per-thread
-//! stripes, see `striped`): no lock, no allocation, no locked instruction
-//! but the compare-and-swap. A single `window` dimension without
+//! stripes once it has counted a thousand events, see `striped`): no lock,
+//! no allocation, no locked instruction but the compare-and-swap. Each
+//! layout's state is behind the handle's one pointer (`State`), so a
+//! resource weighs what its layout needs. A single `window` dimension without
 //! concurrency is the same in the common case: the open sub-window's budget
 //! is one word, and the lock is taken once per sub-window and per denial
 //! (`fast_window`). Every other resource keeps its dimensions and counters
