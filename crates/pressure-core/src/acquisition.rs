@@ -212,7 +212,7 @@ impl<B: Backend> Permit<B> {
         }
         if let (Some(e), Some(_)) = (&self.entry, self.grant.lease) {
             e.leases.remove(self.ticket);
-            e.counters.active.dec();
+            e.counters().active.dec();
             // The queue hears of the freed slot even if this future is
             // dropped at the await (the backend settles the release itself).
             let _wake = WakeOnDrop(e);
@@ -279,7 +279,7 @@ impl<B: Backend> Drop for Permit<B> {
         if let (true, Some(e), Some(_)) = (self.live, &self.entry, self.grant.lease) {
             self.live = false;
             e.leases.remove(self.ticket);
-            e.counters.active.dec();
+            e.counters().active.dec();
             e.backend.release_detached(&e.handle, self.grant);
             e.capacity_freed();
         }

@@ -53,7 +53,7 @@ impl<B: Backend> Entry<B> {
             Ok(Decision::Granted(grant)) => Ok(Acquisition::Granted(self.permit(grant))),
             Ok(Decision::Denied(d)) => Ok(Acquisition::Denied(d)),
             Err(e) => {
-                self.counters.backend_errors.fetch_add(1, Ordering::Relaxed);
+                self.counters().backend_errors.fetch_add(1, Ordering::Relaxed);
                 Err(Error::Backend(e))
             }
         }
@@ -69,7 +69,7 @@ impl<B: Backend> Entry<B> {
         }
         let ticket = match grant.lease {
             Some(_) => {
-                self.counters.active.inc();
+                self.counters().active.inc();
                 self.renewer.register(self, grant)
             }
             None => 0,

@@ -264,7 +264,7 @@ impl<B: Backend> ResourceBroker<B> {
                 spec,
                 backend: Arc::clone(&self.shared.backend),
                 handle,
-                counters: Arc::clone(&current.counters),
+                counters: OnceLock::from(Arc::clone(current.shared_counters())),
                 queue: current.queue.clone(),
                 batch_ceiling_ppm: current.batch_ceiling_ppm,
                 lazy: current.lazy,
@@ -364,7 +364,7 @@ impl<B: Backend> ResourceBroker<B> {
             spec,
             backend: Arc::clone(&self.shared.backend),
             handle,
-            counters: Arc::new(Counters::default()),
+            counters: OnceLock::new(),
             queue,
             batch_ceiling_ppm,
             lazy,
@@ -539,7 +539,7 @@ impl<B: Backend> ResourceBroker<B> {
                     // past the deadline. A concurrency wait is an estimate:
                     // keep trying until the deadline itself.
                     if (d.is_exact() && now + d.wait > deadline) || now >= deadline {
-                        entry.counters.rejected.fetch_add(1, Ordering::Relaxed);
+                        entry.counters().rejected.fetch_add(1, Ordering::Relaxed);
                         return Err(Error::WaitExceeded {
                             resource: resource.to_owned(),
                             max_wait,
@@ -623,7 +623,7 @@ async fn stats_of<B: Backend>(e: &Entry<B>) -> ResourceStats {
             }
         }
         Err(_) => {
-            stats.backend_errors = e.counters.backend_errors.fetch_add(1, Ordering::Relaxed) + 1;
+            stats.backend_errors = e.counters().backend_errors.fetch_add(1, Ordering::Relaxed) + 1;
         }
     }
     stats
@@ -632,7 +632,8 @@ async fn stats_of<B: Backend>(e: &Entry<B>) -> ResourceStats {
 /// The snapshot of this process's counters, without usage.
 fn local_stats_of<B: Backend>(e: &Entry<B>) -> ResourceStats {
     let usage = std::collections::BTreeMap::new();
-    let c = &e.counters;
+    let none = Counters::default();
+    let c = e.counted().unwrap_or(&none);
     let counts = e.backend.counts(&e.handle);
     let (queued, wait_time_ms) = match e.queue.as_deref() {
         Some(q) => (

@@ -27,8 +27,9 @@ use std::sync::{Arc, OnceLock};
 pub(crate) struct Counters {
     /// Queue requests refused (full, timed out) and `acquire_within` give-ups.
     pub(crate) rejected: AtomicU64,
-    /// Live permits holding a concurrency lease (per-thread stripes: no
-    /// locked increment when a permit is taken or dropped).
+    /// Live permits holding a concurrency lease (per-thread stripes once
+    /// the resource is busy: no locked increment when a permit is taken or
+    /// dropped; see `striped`).
     pub(crate) active: Gauge,
     pub(crate) backend_errors: AtomicU64,
 }
@@ -92,8 +93,10 @@ pub(crate) struct Entry<B: Backend> {
     pub(crate) fits: Fits,
     pub(crate) backend: Arc<B>,
     pub(crate) handle: B::Handle,
-    /// Shared by every version of the resource.
-    pub(crate) counters: Arc<Counters>,
+    /// Shared by every version of the resource; allocated on first use (a
+    /// resource never refused, never failing and without leases — most
+    /// lazily registered tenants — has none).
+    pub(crate) counters: OnceLock<Arc<Counters>>,
     /// Shared by every version of the resource.
     pub(crate) queue: Option<Arc<Queue<B>>>,
     /// Share of each limit batch callers may fill, parts per million.
@@ -131,6 +134,23 @@ impl<B: Backend> Entry<B> {
             e = next;
         }
         e
+    }
+
+    /// This process's counters of the resource (allocated on first use).
+    #[inline]
+    pub(crate) fn counters(&self) -> &Counters {
+        self.shared_counters()
+    }
+
+    /// The counters to share with a new version of the resource.
+    #[inline]
+    pub(crate) fn shared_counters(&self) -> &Arc<Counters> {
+        self.counters.get_or_init(Arc::default)
+    }
+
+    /// The counters, if anything was counted on them yet.
+    pub(crate) fn counted(&self) -> Option<&Counters> {
+        self.counters.get().map(|c| &**c)
     }
 
     /// Refuses a demand that can never fit.
@@ -187,5 +207,30 @@ impl<B: Backend> Leased for Entry<B> {
             current.backend.renew_many(&current.handle, grants).await
         };
         (current.spec.lease_ttl_ns, kept)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::MemoryBackend;
+
+    /// One registered resource's own bytes (its backend state is behind the
+    /// handle's pointer, see `backend::memory`): what every lazily
+    /// registered tenant pays besides its id and its map slot. A regression
+    /// fails here; `--nocapture` prints the table.
+    #[test]
+    fn an_entry_is_small() {
+        use std::mem::size_of;
+        println!(
+            "size_of: Entry<MemoryBackend> {}, Counters {}, LeaseBook {}, Fits {}",
+            size_of::<Entry<MemoryBackend>>(),
+            size_of::<Counters>(),
+            size_of::<LeaseBook>(),
+            size_of::<Fits>(),
+        );
+        assert!(size_of::<Entry<MemoryBackend>>() <= 152);
+        assert!(size_of::<Counters>() <= 48);
+        assert!(size_of::<LeaseBook>() <= 16);
     }
 }

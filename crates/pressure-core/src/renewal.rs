@@ -31,7 +31,7 @@ use futures::StreamExt;
 use parking_lot::Mutex;
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 use tokio::sync::Notify;
 
@@ -42,9 +42,11 @@ const RETRY_AFTER_ERROR_NS: u64 = 200_000_000;
 /// Resources renewed at once.
 const CONCURRENT_BATCHES: usize = 16;
 
-/// The live leases of one resource version.
+/// The live leases of one resource version. The book is allocated by the
+/// first lease: a resource without `maxConcurrentRequests` (most lazily
+/// registered tenants) never takes one and carries only this pointer.
 #[derive(Debug, Default)]
-pub(crate) struct LeaseBook(Mutex<Book>);
+pub(crate) struct LeaseBook(OnceLock<Box<Mutex<Book>>>);
 
 #[derive(Debug, Default)]
 struct Book {
@@ -66,11 +68,17 @@ struct Held {
 }
 
 impl LeaseBook {
+    /// The book, allocated on first use.
+    #[inline]
+    fn book(&self) -> &Mutex<Book> {
+        self.0.get_or_init(Box::default)
+    }
+
     /// Records a lease; returns its ticket (never 0) and whether the
     /// resource must be enrolled with the renewer.
     #[inline]
     fn insert(&self, grant: Grant) -> (u64, bool) {
-        let mut b = self.0.lock();
+        let mut b = self.book().lock();
         let held = Some(Held { grant, renew: true });
         let idx = match b.free.pop() {
             Some(i) => {
@@ -94,7 +102,10 @@ impl LeaseBook {
             return;
         }
         let idx = (ticket - 1) as usize;
-        let mut b = self.0.lock();
+        let Some(book) = self.0.get() else {
+            return;
+        };
+        let mut b = book.lock();
         if let Some(slot) = b.slots.get_mut(idx) {
             if slot.take().is_some() {
                 b.live -= 1;
@@ -105,7 +116,7 @@ impl LeaseBook {
 
     /// Live leases.
     fn len(&self) -> usize {
-        self.0.lock().live
+        self.0.get().map_or(0, |b| b.lock().live)
     }
 }
 
@@ -176,7 +187,7 @@ impl<E: Leased> Renewer<E> {
             return;
         }
         let due = self.clock.now_nanos().saturating_add(entry.lease_ttl_ns() / 3);
-        entry.leases().0.lock().due = due;
+        entry.leases().book().lock().due = due;
         self.enrolled.lock().push(Arc::clone(entry));
         if due < self.wake_at.load(Ordering::Acquire) {
             self.wake.notify_one();
@@ -212,7 +223,7 @@ impl<E: Leased> Renewer<E> {
         let mut next = u64::MAX;
         let mut work: Vec<Due<E>> = Vec::new();
         self.enrolled.lock().retain(|entry| {
-            let mut b = entry.leases().0.lock();
+            let mut b = entry.leases().book().lock();
             if b.live == 0 {
                 b.enrolled = false;
                 return false;
@@ -259,7 +270,7 @@ impl<E: Leased> Renewer<E> {
         result: Result<Vec<bool>, BackendError>,
     ) -> u64 {
         let now = self.clock.now_nanos();
-        let mut b = entry.leases().0.lock();
+        let mut b = entry.leases().book().lock();
         match result {
             Ok(kept) => {
                 let mut lost = 0usize;

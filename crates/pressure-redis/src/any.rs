@@ -41,13 +41,16 @@ impl AnyBackend {
     }
 }
 
-/// The handle of the backend in use.
+/// The handle of the backend in use. Two words: the Redis handle (keys,
+/// script arguments, its local fallback) is boxed, so a broker entry on the
+/// memory backend — a gateway's lazily registered tenant — does not carry
+/// its size (a pointer more to follow next to a network round trip).
 #[derive(Debug)]
 pub enum AnyHandle {
     /// Of [`AnyBackend::Memory`].
     Memory(MemoryHandle),
     /// Of [`AnyBackend::Redis`].
-    Redis(RedisHandle),
+    Redis(Box<RedisHandle>),
 }
 
 fn mismatch() -> BackendError {
@@ -60,7 +63,7 @@ impl Backend for AnyBackend {
     fn attach(&self, resource: &str, spec: Arc<LimitSpec>) -> Result<AnyHandle, BackendError> {
         match self {
             AnyBackend::Memory(b) => b.attach(resource, spec).map(AnyHandle::Memory),
-            AnyBackend::Redis(b) => b.attach(resource, spec).map(AnyHandle::Redis),
+            AnyBackend::Redis(b) => b.attach(resource, spec).map(|h| AnyHandle::Redis(Box::new(h))),
         }
     }
 
@@ -74,9 +77,9 @@ impl Backend for AnyBackend {
             (AnyBackend::Memory(b), AnyHandle::Memory(h)) => {
                 b.reattach(resource, h, spec).map(AnyHandle::Memory)
             }
-            (AnyBackend::Redis(b), AnyHandle::Redis(h)) => {
-                b.reattach(resource, h, spec).map(AnyHandle::Redis)
-            }
+            (AnyBackend::Redis(b), AnyHandle::Redis(h)) => b
+                .reattach(resource, h, spec)
+                .map(|h| AnyHandle::Redis(Box::new(h))),
             _ => Err(mismatch()),
         }
     }
@@ -178,5 +181,23 @@ impl Backend for AnyBackend {
             (AnyBackend::Redis(b), AnyHandle::Redis(h)) => b.at_rest(h),
             _ => true,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every broker entry holds one handle inline: it stays two words, the
+    /// memory handle's size, whatever the Redis handle grows to.
+    #[test]
+    fn a_handle_is_two_words() {
+        println!(
+            "size_of: AnyHandle {}, MemoryHandle {}, RedisHandle {} (boxed)",
+            std::mem::size_of::<AnyHandle>(),
+            std::mem::size_of::<MemoryHandle>(),
+            std::mem::size_of::<RedisHandle>(),
+        );
+        assert!(std::mem::size_of::<AnyHandle>() <= 16);
     }
 }

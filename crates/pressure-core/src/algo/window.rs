@@ -151,7 +151,15 @@ impl WindowState {
         self.last = self.last.max(by);
         match self.buckets.back_mut() {
             Some((idx, count)) if *idx == k => *count += units,
-            _ => self.buckets.push_back((k, units)),
+            _ => {
+                if self.buckets.capacity() == 0 {
+                    // Room for one sub-window, not the default four: a
+                    // resource that counts once (a tenant's single request)
+                    // keeps 16 bytes, a busy one grows as usual.
+                    self.buckets.reserve_exact(1);
+                }
+                self.buckets.push_back((k, units));
+            }
         }
     }
 

@@ -47,7 +47,7 @@ where
     };
     entry.current().check_size(&demand)?;
     let timeout = |entry: &Entry<B>| {
-        entry.counters.rejected.fetch_add(1, Ordering::Relaxed);
+        entry.counters().rejected.fetch_add(1, Ordering::Relaxed);
         QueueError::Timeout {
             resource: entry.id.to_string(),
             max_wait,
@@ -61,7 +61,7 @@ where
             .await
             .map_err(|e| match e {
                 Turn::Full => {
-                    entry.counters.rejected.fetch_add(1, Ordering::Relaxed);
+                    entry.counters().rejected.fetch_add(1, Ordering::Relaxed);
                     QueueError::Full {
                         resource: entry.id.to_string(),
                         max_queued: queue.config.max_queued,
