@@ -859,3 +859,70 @@ async fn the_body_is_read_within_the_body_limit() {
     })
     .await;
 }
+
+/// An embeddings call of a tenant spends the tenant's money budget like a
+/// chat call: what the provider billed (its `usage` at the model's price)
+/// is counted on `gateway:tenant:<id>`, and once the budget cannot cover
+/// the next call's estimate the answer is `429 budget_exceeded` without a
+/// provider call.
+#[tokio::test]
+async fn embeddings_spend_the_tenants_money_budget() {
+    bounded(async {
+        std::env::set_var(SECRET_ENV, SECRET);
+        let mock = Mock::start().await;
+        let mut section = embeddings::with_embeddings(config(
+            &mock,
+            json!({ "perTenant": { "enabled": true, "limits": { "costMicroUsdPerDay": 1_000_000 } } }),
+        ));
+        section["auth"] = json!({ "required": true,
+            "jwt": { "algorithms": ["HS256"], "secretEnv": SECRET_ENV } });
+        let gw = TestGateway::start(section).await;
+        let bearer = format!("Bearer {}", token("acme"));
+        let embed = || async {
+            let req = Request::post(format!("http://{}/v1/embeddings", gw.addr))
+                .header(http::header::CONTENT_TYPE, "application/json")
+                .header(http::header::AUTHORIZATION, &bearer)
+                .body(Full::new(Bytes::from(
+                    json!({"model": "search", "input": ["one", "two"]}).to_string(),
+                )))
+                .expect("request");
+            let (status, headers, bytes) = gw.send(req).await;
+            (
+                status,
+                headers,
+                serde_json::from_slice::<Value>(&bytes).expect("JSON"),
+            )
+        };
+        let (status, _, body) = embed().await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+        // One micro-dollar a token: the bill is the prompt tokens.
+        let billed = body["usage"]["prompt_tokens"].as_u64().expect("usage");
+        let used = |doc: &Value| {
+            doc["usage"]
+                .as_array()
+                .and_then(|rows| rows.iter().find(|r| r["dimension"] == "costMicroUsdPerDay"))
+                .and_then(|r| r["used"].as_u64())
+        };
+        let (_, doc) = gw.admin_json("/admin/pressure/tenants/acme/limits").await;
+        assert_eq!(used(&doc), Some(billed), "{doc}");
+        // A budget of exactly what is spent covers no further call.
+        let req = Request::put(format!("http://{}/admin/pressure/tenants/acme/limits", gw.admin))
+            .header(http::header::CONTENT_TYPE, "application/json")
+            .body(Full::new(Bytes::from(
+                json!({ "costMicroUsdPerDay": billed }).to_string(),
+            )))
+            .expect("request");
+        assert_eq!(gw.send(req).await.0, StatusCode::OK);
+        let hits = mock.hits();
+        let (status, headers, body) = embed().await;
+        assert_eq!(status, StatusCode::TOO_MANY_REQUESTS, "{body}");
+        assert_eq!(body["error"]["code"], "budget_exceeded", "{body}");
+        assert_eq!(body["error"]["param"], "costMicroUsdPerDay", "{body}");
+        assert_eq!(
+            headers.get("x-should-retry").map(|v| v.as_bytes()),
+            Some(&b"false"[..])
+        );
+        assert_eq!(mock.hits(), hits, "the refused call reached no provider");
+    })
+    .await;
+}
