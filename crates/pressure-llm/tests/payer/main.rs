@@ -9,58 +9,16 @@
 #[path = "../support/mod.rs"]
 mod support;
 
-use std::sync::Arc;
-
-use axum::extract::State;
-use axum::http::StatusCode;
-use axum::response::{IntoResponse, Response};
-use axum::Json;
 use pressure_core::{Dimension, Limits, MemoryBackend, ResourceHandle};
-use pressure_llm::pipeline::{Caller, Degradation, LlmClient, LlmConfig, LlmError};
+use pressure_llm::pipeline::{Answer, Caller, Degradation, LlmClient, LlmConfig, LlmError};
 use pressure_llm::tokens::TokenCounter;
 use serde_json::{json, Value};
-use support::{
-    bounded, client, fast_retry, model, request, Script, Shared, COMPLETION_TOKENS, PROMPT_TOKENS,
-};
+use support::{bounded, client, fast_retry, model, request, Step, COMPLETION_TOKENS, PROMPT_TOKENS};
 
-#[derive(Clone, Copy, Debug)]
-enum Step {
-    Ok,
-    Status(u16),
-}
-
-struct MockState {
-    script: Script<Step>,
-}
-
-type Mock = support::Mock<MockState>;
-
-async fn handler(State(state): State<Arc<Shared<MockState>>>, Json(body): Json<Value>) -> Response {
-    state.hit();
-    match state.script.next() {
-        Step::Ok => Json(json!({
-            "id": "chatcmpl-1", "object": "chat.completion", "created": 1, "model": body["model"],
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": "hi"}, "finish_reason": "stop"}],
-            "usage": {"prompt_tokens": PROMPT_TOKENS, "completion_tokens": COMPLETION_TOKENS,
-                      "total_tokens": PROMPT_TOKENS + COMPLETION_TOKENS}
-        }))
-        .into_response(),
-        Step::Status(code) => (
-            StatusCode::from_u16(code).unwrap(),
-            Json(json!({"error": {"message": format!("mock {code}"), "type": "server_error"}})),
-        )
-            .into_response(),
-    }
-}
+type Mock = support::ScriptedMock;
 
 async fn mock(script: Vec<Step>) -> Mock {
-    Mock::serve(
-        MockState {
-            script: Script::new(script, Step::Ok),
-        },
-        handler,
-    )
-    .await
+    Mock::start(script, Step::Ok).await
 }
 
 /// One provider `p` with model `m` (1 µ$ per token either way) limited by
@@ -84,6 +42,17 @@ fn payer(c: &LlmClient<MemoryBackend>, name: &str, limits: Limits) -> ResourceHa
     let id = format!("tenant:{name}");
     c.broker().register_limit(id.clone(), limits).unwrap();
     c.broker().resource(&id).unwrap()
+}
+
+/// One event of `use_case` asking `text`, paid for by `payer`.
+async fn paid(
+    c: &LlmClient<MemoryBackend>,
+    use_case: &str,
+    text: &str,
+    payer: &ResourceHandle<MemoryBackend>,
+) -> Result<Answer, LlmError> {
+    c.complete_as(use_case, request(text), Caller::new("e").paid_by(payer.clone()))
+        .await
 }
 
 /// What `handle` counts on `dim` now.
@@ -117,10 +86,7 @@ async fn a_payer_is_charged_what_the_provider_billed_and_no_request() {
                 .requests_per_minute(10),
         );
         for _ in 0..3 {
-            let a = c
-                .complete_as("direct", request("hello"), Caller::new("e").paid_by(t.clone()))
-                .await
-                .unwrap();
+            let a = paid(&c, "direct", "hello", &t).await.unwrap();
             assert_eq!(a.degradation, Degradation::Primary);
         }
         // Each attempt reserved its estimate (counted prompt + max_tokens
@@ -144,10 +110,7 @@ async fn a_failed_attempt_is_charged_its_input_and_the_retry_its_own() {
         let p = mock(vec![Step::Status(500)]).await;
         let c = setup(&p, json!({}));
         let t = payer(&c, "b", Limits::default().tokens_per_minute(100_000));
-        let a = c
-            .complete_as("direct", request("hello"), Caller::new("e").paid_by(t.clone()))
-            .await
-            .unwrap();
+        let a = paid(&c, "direct", "hello", &t).await.unwrap();
         assert_eq!(a.attempts, 2);
         // The 500 billed the prompt as counted (no output), the retry the
         // usage it reported.
@@ -171,23 +134,9 @@ async fn a_payer_that_refuses_sends_the_chain_to_the_levels_that_cost_nothing() 
         // Room for the usage of one call, never for an estimate (prompt +
         // max_tokens 100) once that call is counted.
         let t = payer(&c, "c", Limits::default().tokens_per_minute(120));
-        let first = c
-            .complete_as(
-                "degrading",
-                request("Refund please"),
-                Caller::new("e1").paid_by(t.clone()),
-            )
-            .await
-            .unwrap();
+        let first = paid(&c, "degrading", "Refund please", &t).await.unwrap();
         assert_eq!(first.degradation, Degradation::Primary);
-        let second = c
-            .complete_as(
-                "degrading",
-                request("Refund please"),
-                Caller::new("e2").paid_by(t.clone()),
-            )
-            .await
-            .unwrap();
+        let second = paid(&c, "degrading", "Refund please", &t).await.unwrap();
         assert_eq!(second.degradation, Degradation::Rules, "{second:?}");
         assert_eq!(p.hits(), 1, "the refused level made no call");
         assert_eq!(
@@ -197,10 +146,7 @@ async fn a_payer_that_refuses_sends_the_chain_to_the_levels_that_cost_nothing() 
         assert_eq!(c.snapshot().budget_rejections, 1);
         // Without a level that costs nothing, the refusal is the answer:
         // the payer's resource and when it has room again.
-        let e = c
-            .complete_as("direct", request("hello"), Caller::new("e3").paid_by(t.clone()))
-            .await
-            .unwrap_err();
+        let e = paid(&c, "direct", "hello", &t).await.unwrap_err();
         match e {
             LlmError::NoCapacity {
                 resource,
@@ -225,21 +171,8 @@ async fn a_model_limiter_refusal_gives_the_payer_its_reservation_back() {
         // The model admits one request a minute.
         let c = setup(&p, json!({"requestsPerMinute": 1}));
         let t = payer(&c, "d", Limits::default().tokens_per_minute(100_000));
-        c.complete_as(
-            "degrading",
-            request("Refund please"),
-            Caller::new("e1").paid_by(t.clone()),
-        )
-        .await
-        .unwrap();
-        let second = c
-            .complete_as(
-                "degrading",
-                request("Refund please"),
-                Caller::new("e2").paid_by(t.clone()),
-            )
-            .await
-            .unwrap();
+        paid(&c, "degrading", "Refund please", &t).await.unwrap();
+        let second = paid(&c, "degrading", "Refund please", &t).await.unwrap();
         assert_eq!(second.degradation, Degradation::Rules);
         assert_eq!(p.hits(), 1);
         assert_eq!(

@@ -9,83 +9,15 @@ mod support;
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::extract::State;
-use axum::http::StatusCode;
-use axum::response::{IntoResponse, Response};
-use axum::Json;
 use pressure_llm::pipeline::{Degradation, LlmConfig, LlmError};
 use pressure_llm::provider::Message;
 use pressure_llm::taxonomy::ErrorKind;
 use pressure_llm::tokens::TokenCounter;
 use serde_json::{json, Value};
-use support::{
-    bounded, client, fast_retry, model, request, Script, Shared, COMPLETION_TOKENS, PROMPT_TOKENS,
-};
+use support::{bounded, client, fast_retry, model, request, Step, COMPLETION_TOKENS, PROMPT_TOKENS};
 use tokio::time::Instant;
 
-/// What the mock does for one request.
-#[derive(Clone, Copy, Debug)]
-enum Step {
-    Ok,
-    Status(u16),
-    RateLimited { retry_after_ms: u64 },
-    Hang,
-}
-
-struct MockState {
-    script: Script<Step>,
-}
-
-type Mock = support::Mock<MockState>;
-
-impl Mock {
-    /// A server answering `script` in order, then `default` forever.
-    async fn start(script: Vec<Step>, default: Step) -> Self {
-        Self::serve(
-            MockState {
-                script: Script::new(script, default),
-            },
-            handler,
-        )
-        .await
-    }
-
-    fn set_default(&self, step: Step) {
-        self.state.script.set_default(step);
-    }
-}
-
-async fn handler(State(state): State<Arc<Shared<MockState>>>, Json(body): Json<Value>) -> Response {
-    state.hit();
-    let step = state.script.next();
-    match step {
-        Step::Ok => Json(json!({
-            "id": "chatcmpl-1",
-            "object": "chat.completion",
-            "created": 1,
-            "model": body["model"],
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": "hi"}, "finish_reason": "stop"}],
-            "usage": {"prompt_tokens": PROMPT_TOKENS, "completion_tokens": COMPLETION_TOKENS,
-                      "total_tokens": PROMPT_TOKENS + COMPLETION_TOKENS}
-        }))
-        .into_response(),
-        Step::Status(code) => (
-            StatusCode::from_u16(code).unwrap(),
-            Json(json!({"error": {"message": format!("mock {code}"), "type": "server_error"}})),
-        )
-            .into_response(),
-        Step::RateLimited { retry_after_ms } => (
-            StatusCode::TOO_MANY_REQUESTS,
-            [("retry-after-ms", retry_after_ms.to_string())],
-            Json(json!({"error": {"message": "slow down", "type": "rate_limit_error"}})),
-        )
-            .into_response(),
-        Step::Hang => {
-            tokio::time::sleep(Duration::from_secs(60)).await;
-            StatusCode::OK.into_response()
-        }
-    }
-}
+type Mock = support::ScriptedMock;
 
 /// A configuration with providers `p` (primary) and `b` (backup), one model
 /// `m` each, and the given use cases / breaker / limits of `p/m`.

@@ -8,9 +8,12 @@ use std::ops::Deref;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use axum::extract::State;
 use axum::handler::Handler;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
 use axum::routing::post;
-use axum::Router;
+use axum::{Json, Router};
 use pressure_core::ResourceBroker;
 use pressure_llm::pipeline::{LlmClient, LlmConfig};
 use pressure_llm::provider::{ChatRequest, Message};
@@ -158,4 +161,72 @@ pub(crate) async fn bounded<F: std::future::Future>(f: F) -> F::Output {
     tokio::time::timeout(Duration::from_secs(20), f)
         .await
         .expect("test timed out")
+}
+
+/// What the mock does for one request.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Step {
+    Ok,
+    Status(u16),
+    RateLimited { retry_after_ms: u64 },
+    Hang,
+}
+
+/// The state of a [`ScriptedMock`].
+pub(crate) struct Scripted {
+    script: Script<Step>,
+}
+
+/// A mock answering a script of [`Step`]s: completions with the fixed
+/// `usage`, error statuses, rate limits, or no answer.
+pub(crate) type ScriptedMock = Mock<Scripted>;
+
+impl ScriptedMock {
+    /// A server answering `script` in order, then `default` forever.
+    pub(crate) async fn start(script: Vec<Step>, default: Step) -> Self {
+        Self::serve(
+            Scripted {
+                script: Script::new(script, default),
+            },
+            scripted,
+        )
+        .await
+    }
+
+    /// Answers `step` once the script is played.
+    pub(crate) fn set_default(&self, step: Step) {
+        self.state.script.set_default(step);
+    }
+}
+
+async fn scripted(State(state): State<Arc<Shared<Scripted>>>, Json(body): Json<Value>) -> Response {
+    state.hit();
+    let step = state.script.next();
+    match step {
+        Step::Ok => Json(json!({
+            "id": "chatcmpl-1",
+            "object": "chat.completion",
+            "created": 1,
+            "model": body["model"],
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": "hi"}, "finish_reason": "stop"}],
+            "usage": {"prompt_tokens": PROMPT_TOKENS, "completion_tokens": COMPLETION_TOKENS,
+                      "total_tokens": PROMPT_TOKENS + COMPLETION_TOKENS}
+        }))
+        .into_response(),
+        Step::Status(code) => (
+            StatusCode::from_u16(code).expect("an HTTP status"),
+            Json(json!({"error": {"message": format!("mock {code}"), "type": "server_error"}})),
+        )
+            .into_response(),
+        Step::RateLimited { retry_after_ms } => (
+            StatusCode::TOO_MANY_REQUESTS,
+            [("retry-after-ms", retry_after_ms.to_string())],
+            Json(json!({"error": {"message": "slow down", "type": "rate_limit_error"}})),
+        )
+            .into_response(),
+        Step::Hang => {
+            tokio::time::sleep(Duration::from_secs(60)).await;
+            StatusCode::OK.into_response()
+        }
+    }
 }
