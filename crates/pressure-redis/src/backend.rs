@@ -262,13 +262,21 @@ fn calendar_args(spec: &LimitSpec, demand: &Demand, offset_us: i64) -> Vec<Strin
     let mut out = Vec::with_capacity(2 + 4 * spec.calendars.len());
     out.push(spec.calendars.len().to_string());
     out.push(offset_us.to_string());
-    for c in &spec.calendars {
+    for (c, (units, limit)) in spec.calendars.iter().zip(calendar_units(spec, demand)) {
         out.push(calendar_kind(c.calendar).to_string());
         out.push(c.dimension.index().to_string());
-        out.push(c.units(demand).to_string());
-        out.push(RateSpec::scaled(c.limit, demand.ceiling_ppm).to_string());
+        out.push(units.to_string());
+        out.push(limit.to_string());
     }
     out
+}
+
+/// Per calendar dimension of `spec`: the units `demand` asks for and the
+/// limit scaled by its ceiling.
+fn calendar_units<'a>(spec: &'a LimitSpec, demand: &'a Demand) -> impl Iterator<Item = (u64, u64)> + 'a {
+    spec.calendars
+        .iter()
+        .map(|c| (c.units(demand), RateSpec::scaled(c.limit, demand.ceiling_ppm)))
 }
 
 /// `ARGV` of one call of the script generated for `shape` (see
@@ -285,11 +293,7 @@ fn shaped_args(
     let rates: Vec<RateArgs> = dims.iter().map(|d| d.args(demand)).collect();
     let calendars = CalendarArgs {
         offset_us,
-        dims: spec
-            .calendars
-            .iter()
-            .map(|c| (c.units(demand), RateSpec::scaled(c.limit, demand.ceiling_ppm)))
-            .collect(),
+        dims: calendar_units(spec, demand).collect(),
     };
     shape::args(
         shape,

@@ -921,24 +921,7 @@ mod tests {
             // The fast path's HSET is a literal argument list.
             assert!(src.contains("  redis.call('HSET', key, '"), "{src}");
             // ARGV holds exactly what args() sends.
-            let used = src
-                .match_indices("ARGV[")
-                .filter_map(|(i, _)| src[i + 5..].split(']').next()?.parse::<usize>().ok())
-                .max()
-                .unwrap_or(0);
-            let rates = vec![
-                RateArgs {
-                    units: 1,
-                    limit: 2,
-                    step_us: 3
-                };
-                shape.rates.len()
-            ];
-            let cals = CalendarArgs {
-                offset_us: 0,
-                dims: vec![(1, 2); shape.calendars.len()],
-            };
-            assert_eq!(used, args(&shape, &rates, 1, "m", 0, &cals).len(), "{src}");
+            assert_eq!(highest_argv(&src), sample_args(&shape).len(), "{src}");
         }
     }
 
@@ -982,11 +965,19 @@ mod tests {
             .collect();
         assert_eq!(hmget.len(), 1, "{src}");
         assert!(hmget[0].ends_with("'k9', 'k9p', 'k11', 'k11p')"), "{}", hmget[0]);
-        let used = src
-            .match_indices("ARGV[")
+        assert_eq!(highest_argv(&src), sample_args(&shape).len(), "{src}");
+    }
+
+    /// The highest `ARGV[n]` a script reads.
+    fn highest_argv(src: &str) -> usize {
+        src.match_indices("ARGV[")
             .filter_map(|(i, _)| src[i + 5..].split(']').next()?.parse::<usize>().ok())
             .max()
-            .unwrap_or(0);
+            .unwrap_or(0)
+    }
+
+    /// The `ARGV` that `args()` sends for `shape` with sample values.
+    fn sample_args(shape: &Shape) -> Vec<String> {
         let rates = vec![
             RateArgs {
                 units: 1,
@@ -997,9 +988,9 @@ mod tests {
         ];
         let cals = CalendarArgs {
             offset_us: -5,
-            dims: vec![(1, 2); 2],
+            dims: vec![(1, 2); shape.calendars.len()],
         };
-        assert_eq!(used, args(&shape, &rates, 1, "m", 0, &cals).len(), "{src}");
+        args(shape, &rates, 1, "m", 0, &cals)
     }
 
     #[test]
