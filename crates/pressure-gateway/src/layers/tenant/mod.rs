@@ -19,7 +19,7 @@ pub(crate) use jwt::{AuthError, Authenticator, Tenant};
 use super::{routed, step_layer, take_ready, Outcome, RejectingService, Step};
 use crate::backend::{AnyBackend, Broker};
 use crate::metrics::{GatewayMetrics, Layer};
-use crate::plan::Plan;
+use crate::plan::{Endpoint, Plan};
 use crate::rejection::Rejection;
 use crate::resources;
 use axum::body::Body;
@@ -110,11 +110,14 @@ impl Step for TenantLayer {
         if handle.is_none() && key_limit.is_none() {
             return Box::pin(next.call(req));
         }
+        // Only the LLM endpoints spend money: a proxied request carries no
+        // payer (no extension to allocate on the pass path).
+        let pays = routed(&req).is_some_and(|r| r.route.endpoint != Endpoint::Proxy);
         let mut next = take_ready(next);
         let metrics = Arc::clone(&self.metrics);
         Box::pin(async move {
             key_limit::charge_all(handle.as_ref(), key_limit.as_ref(), &mut req, &tenant.0, &metrics).await?;
-            if let Some(handle) = handle {
+            if let Some(handle) = handle.filter(|_| pays) {
                 req.extensions_mut().insert(Payer(handle));
             }
             next.call(req).await
