@@ -5,6 +5,7 @@ mod chaos;
 mod config_cmd;
 mod demo;
 mod gateway;
+mod json_log;
 mod mock_provider;
 mod queue;
 mod redis_cmd;
@@ -162,7 +163,10 @@ fn run() -> anyhow::Result<ExitCode> {
                 .with_env_filter(filter(&args.log_level))
                 .with_writer(writer);
             match args.log_format {
-                gateway::LogFormat::Json => builder.json().init(),
+                gateway::LogFormat::Json => builder
+                    .fmt_fields(tracing_subscriber::fmt::format::JsonFields::new())
+                    .event_format(json_log::JsonLines::new())
+                    .init(),
                 gateway::LogFormat::Text => builder.with_ansi(false).init(),
             }
             Some(guard)
