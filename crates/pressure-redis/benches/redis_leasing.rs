@@ -163,7 +163,10 @@ async fn main() {
             on.decisions_per_s / off.decisions_per_s
         );
     }
-    let (n, ttl_ms) = (env("BENCH_SAT_N", 2_000).max(1), env("BENCH_SAT_TTL_MS", 50).clamp(10, 60_000));
+    let (n, ttl_ms) = (
+        env("BENCH_SAT_N", 2_000).max(1),
+        env("BENCH_SAT_TTL_MS", 50).clamp(10, 60_000),
+    );
     let w = 1_000.0;
     println!();
     println!(

@@ -44,6 +44,15 @@
 //! benches/scale.sh        # the same, with the machine before and after
 //! ```
 
+// A bench measures time: the house rule against `Instant::now` and
+// `SystemTime::now` (clippy.toml) keeps limiter arithmetic on the injected
+// Clock, and nothing here is limiter arithmetic. The workers share the wall
+// clock (a common start, admission stamps comparable across processes);
+// `tokio::time::Instant::now` takes a lock on every call with the
+// `test-util` feature the dev-dependencies enable, which would perturb the
+// latencies measured.
+#![allow(clippy::disallowed_methods)]
+
 use hdrhistogram::Histogram;
 use pressure_core::{AcquireOptions, Acquisition, Leasing, Limits, ResourceBroker};
 use pressure_redis::{RedisBackend, RedisConfig};
@@ -67,6 +76,8 @@ fn env(name: &str, default: u64) -> u64 {
         .unwrap_or(default)
 }
 
+/// Nanoseconds since the Unix epoch: the one clock all the worker
+/// processes share, for the common start and the admission stamps.
 fn wall_ns() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -184,7 +195,10 @@ fn worker() {
     if std::io::stdin().lock().read_line(&mut line).is_err() {
         return;
     }
-    let mut words = line.split_whitespace().skip(1).map(|w| w.parse::<u64>().unwrap_or(0));
+    let mut words = line
+        .split_whitespace()
+        .skip(1)
+        .map(|w| w.parse::<u64>().unwrap_or(0));
     let (start, secs) = (words.next().unwrap_or(0), words.next().unwrap_or(1));
     let end = start + secs * 1_000_000_000;
     let ids: Arc<Vec<String>> = Arc::new((0..spec.keys).map(|i| format!("{}:{i}", spec.prefix)).collect());
@@ -305,7 +319,10 @@ fn stats(url: &str) -> Stats {
         let l = l.trim();
         if let Some(rest) = l.strip_prefix("cmdstat_") {
             let (cmd, values) = rest.split_once(':').unwrap_or((rest, ""));
-            if matches!(cmd, "evalsha" | "eval" | "evalsha_ro" | "eval_ro" | "fcall" | "fcall_ro") {
+            if matches!(
+                cmd,
+                "evalsha" | "eval" | "evalsha_ro" | "eval_ro" | "fcall" | "fcall_ro"
+            ) {
                 s.scripts += field(values, "calls=");
                 s.usec += field(values, "usec=");
             }
@@ -373,7 +390,13 @@ struct Row {
     errors: u64,
 }
 
-fn spawn_worker(plan: &Plan, nodes: &[String], prefix: &str, (keys, n, stamps): (u64, u64, bool), leasing: bool) -> Child {
+fn spawn_worker(
+    plan: &Plan,
+    nodes: &[String],
+    prefix: &str,
+    (keys, n, stamps): (u64, u64, bool),
+    leasing: bool,
+) -> Child {
     let exe = std::env::current_exe().expect("own path");
     Command::new(exe)
         .env(WORKER, "1")
@@ -573,11 +596,9 @@ fn coordinator() {
                 case += 1;
                 let prefix = format!("scale{case}");
                 let r = run_case(&plan, &nodes, &prefix, mode, leasing);
-                let (max, mean) = r
-                    .accuracy
-                    .map_or(("–".to_owned(), "–".to_owned()), |(m, u)| {
-                        (format!("{m:.3}"), format!("{u:.3}"))
-                    });
+                let (max, mean) = r.accuracy.map_or(("–".to_owned(), "–".to_owned()), |(m, u)| {
+                    (format!("{m:.3}"), format!("{u:.3}"))
+                });
                 println!(
                     "| {} | {s} | {} | {:.0} | {:.0} | {:.1}% | {:.4} | {:.4} | {:.0} | {:.1} | {:.0}/{:.0} | {:.2} | {:.2} | {max} | {mean} |",
                     mode.label(plan.keys),

@@ -140,7 +140,9 @@ impl RedisCluster {
     fn assign(&self, buses: &[u16], major: u32) -> Result<(), String> {
         let n = self.nodes.len();
         for (i, node) in self.nodes.iter().enumerate() {
-            let slots: Vec<String> = (i * SLOTS / n..(i + 1) * SLOTS / n).map(|s| s.to_string()).collect();
+            let slots: Vec<String> = (i * SLOTS / n..(i + 1) * SLOTS / n)
+                .map(|s| s.to_string())
+                .collect();
             let mut args = vec!["CLUSTER", "ADDSLOTS"];
             args.extend(slots.iter().map(String::as_str));
             resp::command(node.port(), &args)
@@ -163,7 +165,12 @@ impl RedisCluster {
         let mut last = String::new();
         let known = self.nodes.len();
         for _ in 0..OK_STEPS {
-            match self.nodes.iter().map(|n| node_ok(n.port(), known)).find(|r| r.is_err()) {
+            match self
+                .nodes
+                .iter()
+                .map(|n| node_ok(n.port(), known))
+                .find(|r| r.is_err())
+            {
                 None => return Ok(()),
                 Some(Err(e)) => last = e,
                 Some(Ok(())) => {}
