@@ -9,17 +9,19 @@
 //! (default 3), all workers starting at the same wall-clock instant; each
 //! task stops at the end or after `BENCH_MAX_PER_TASK` decisions.
 //!
-//! Cases, for each cluster size in `BENCH_SHARDS` (default `1,2,3`):
+//! Cases, for each cluster size in `BENCH_SHARDS` (default `1,2,3`), of
+//! `BENCH_MODES` (default `keys,free,saturated`) in that order, each with
+//! `BENCH_LEASING` (default `off,on`, a case per entry, in that order):
 //!
 //! * **keys** — `BENCH_KEYS` (default 10 000) tenants, every decision on a
-//!   random one; each a `requestsPerSecond` limit of 10⁶ (never reached).
+//!   random one; each a `requestsPerSecond` limit of 10⁹ (never reached).
 //! * **hot, free** — one key every decision, the same limit never reached:
 //!   what one key admits per second.
 //! * **hot, saturated** — one key every decision, `requestsPerSecond` =
 //!   `BENCH_N` (default 2 000), far below the offered rate.
 //!
-//! each with leasing off and on (`maxShare` `BENCH_SHARE_PPM` / 10⁶,
-//! default 0.1; `ttlMs` `BENCH_TTL_MS`, default 50). The backend is the
+//! Leasing on is `maxShare` `BENCH_SHARE_PPM` / 10⁶ (default 0.1) and
+//! `ttlMs` `BENCH_TTL_MS` (default 50). The backend is the
 //! default one with `timeoutMs` 1000; its deny cache (on by default: a
 //! refusal the store gave until T is repeated locally until T) is off with
 //! `BENCH_DENY_CACHE=0`.
@@ -29,7 +31,10 @@
 //! `FCALL` and their `_RO` forms — from `INFO commandstats` of every
 //! master, after minus before, give-backs at worker exit included); the
 //! busiest master's script calls/s and the server time per call (`usec`
-//! over `calls`); the bytes clients sent and received per script call
+//! over `calls`: wall time inside the script); the CPU time of all masters
+//! per script call (`INFO cpu`, user + sys, I/O included) and of all
+//! workers per decision (`/proc/self/task/*/schedstat`), the figures that
+//! say how many cores a rate needs; the bytes clients sent and received per script call
 //! (`total_net_input_bytes`/`total_net_output_bytes`, same deltas); p50 and
 //! p99 latency of one decision (each worker's histogram, merged); and on the
 //! saturated hot key the accuracy: every admission is stamped with the wall clock
@@ -202,6 +207,7 @@ fn worker() {
     let (start, secs) = (words.next().unwrap_or(0), words.next().unwrap_or(1));
     let end = start + secs * 1_000_000_000;
     let ids: Arc<Vec<String>> = Arc::new((0..spec.keys).map(|i| format!("{}:{i}", spec.prefix)).collect());
+    let cpu_before = cpu_ns();
     let tallies = rt.block_on(async {
         let now = wall_ns();
         if start > now {
@@ -218,6 +224,7 @@ fn worker() {
         }
         out
     });
+    let cpu = cpu_ns().saturating_sub(cpu_before);
     let status = broker.backend().status();
     let mut hist = histogram();
     let mut out = String::new();
@@ -235,7 +242,7 @@ fn worker() {
         out.push_str(&format!("h {} {}\n", v.value_iterated_to(), v.count_at_value()));
     }
     out.push_str(&format!(
-        "t {d} {a} {e} {} {}\n",
+        "t {d} {a} {e} {} {} {cpu}\n",
         status.lease_calls, status.leased_decisions
     ));
     let mut stdout = std::io::stdout().lock();
@@ -248,6 +255,20 @@ fn worker() {
         drop(broker);
         tokio::time::sleep(Duration::from_millis(100)).await;
     });
+}
+
+/// CPU time this process's threads have run, ns (the first field of
+/// `/proc/self/task/*/schedstat`; 0 where that cannot be read). The
+/// threads of a worker live until its end, so a difference is its CPU.
+fn cpu_ns() -> u64 {
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
+        return 0;
+    };
+    tasks
+        .filter_map(Result::ok)
+        .filter_map(|t| std::fs::read_to_string(t.path().join("schedstat")).ok())
+        .filter_map(|s| s.split_whitespace().next()?.parse::<u64>().ok())
+        .sum()
 }
 
 async fn run_task(b: &ResourceBroker<RedisBackend>, ids: &[String], spec: &Spec, end: u64) -> Tally {
@@ -301,6 +322,8 @@ struct Stats {
     usec: u64,
     net_in: u64,
     net_out: u64,
+    /// `used_cpu_user` + `used_cpu_sys`, µs.
+    cpu_us: u64,
 }
 
 fn stats(url: &str) -> Stats {
@@ -330,6 +353,11 @@ fn stats(url: &str) -> Stats {
             s.net_in = v.parse().unwrap_or(0);
         } else if let Some(v) = l.strip_prefix("total_net_output_bytes:") {
             s.net_out = v.parse().unwrap_or(0);
+        } else if let Some(v) = l
+            .strip_prefix("used_cpu_user:")
+            .or_else(|| l.strip_prefix("used_cpu_sys:"))
+        {
+            s.cpu_us += (v.parse::<f64>().unwrap_or(0.0) * 1e6) as u64;
         }
     }
     s
@@ -379,6 +407,10 @@ struct Row {
     usec_per_call: f64,
     bytes_in_per_call: f64,
     bytes_out_per_call: f64,
+    /// Redis CPU (all masters) per script call, µs (`INFO cpu`).
+    server_cpu_per_call_us: f64,
+    /// Worker CPU (all processes) per decision, µs.
+    client_cpu_per_decision_us: f64,
     p50_us: f64,
     p99_us: f64,
     admitted_per_s: f64,
@@ -452,6 +484,7 @@ fn run_case(plan: &Plan, nodes: &[String], prefix: &str, mode: Mode, leasing: bo
     let mut hist = histogram();
     let mut stamps: Vec<(u64, u64)> = Vec::new();
     let (mut decisions, mut admitted, mut errors, mut leased) = (0u64, 0u64, 0u64, 0u64);
+    let mut client_cpu_ns = 0u64;
     for r in readers {
         for line in r.lines().map_while(Result::ok) {
             let mut w = line.split_whitespace();
@@ -462,7 +495,8 @@ fn run_case(plan: &Plan, nodes: &[String], prefix: &str, mode: Mode, leasing: bo
                 ("h", [value, count]) => {
                     let _ = hist.record_n(*value, *count);
                 }
-                ("t", [d, a, e, _calls, served]) => {
+                ("t", [d, a, e, _calls, served, cpu]) => {
+                    client_cpu_ns += cpu;
                     decisions += d;
                     admitted += a;
                     errors += e;
@@ -484,6 +518,7 @@ fn run_case(plan: &Plan, nodes: &[String], prefix: &str, mode: Mode, leasing: bo
             usec: a.usec.saturating_sub(b.usec),
             net_in: a.net_in.saturating_sub(b.net_in),
             net_out: a.net_out.saturating_sub(b.net_out),
+            cpu_us: a.cpu_us.saturating_sub(b.cpu_us),
         })
         .collect();
     let calls: u64 = delta.iter().map(|d| d.scripts).sum();
@@ -502,6 +537,8 @@ fn run_case(plan: &Plan, nodes: &[String], prefix: &str, mode: Mode, leasing: bo
         usec_per_call: usec as f64 / calls.max(1) as f64,
         bytes_in_per_call: net_in as f64 / calls.max(1) as f64,
         bytes_out_per_call: net_out as f64 / calls.max(1) as f64,
+        server_cpu_per_call_us: delta.iter().map(|d| d.cpu_us).sum::<u64>() as f64 / calls.max(1) as f64,
+        client_cpu_per_decision_us: client_cpu_ns as f64 / 1_000.0 / decisions.max(1) as f64,
         p50_us: hist.value_at_quantile(0.50) as f64 / 1_000.0,
         p99_us: hist.value_at_quantile(0.99) as f64 / 1_000.0,
         admitted_per_s: admitted as f64 / secs,
@@ -553,6 +590,30 @@ fn coordinator() {
         max_per_task: env("BENCH_MAX_PER_TASK", 50_000_000).max(1),
         deny_cache: env("BENCH_DENY_CACHE", 1) == 1,
     };
+    let list = |name: &str, default: &str| -> Vec<String> {
+        std::env::var(name)
+            .unwrap_or_else(|_| default.into())
+            .split(',')
+            .map(|s| s.trim().to_owned())
+            .collect()
+    };
+    let modes: Vec<Mode> = list("BENCH_MODES", "keys,free,saturated")
+        .iter()
+        .filter_map(|m| match m.as_str() {
+            "keys" => Some(Mode::Keys),
+            "free" => Some(Mode::HotFree),
+            "saturated" => Some(Mode::HotSaturated),
+            _ => None,
+        })
+        .collect();
+    let leasings: Vec<bool> = list("BENCH_LEASING", "off,on")
+        .iter()
+        .filter_map(|l| match l.as_str() {
+            "off" => Some(false),
+            "on" => Some(true),
+            _ => None,
+        })
+        .collect();
     let shards: Vec<usize> = std::env::var("BENCH_SHARDS")
         .unwrap_or_else(|_| "1,2,3".into())
         .split(',')
@@ -577,9 +638,10 @@ fn coordinator() {
     println!();
     println!(
         "| keys | shards | leasing | decisions/s | admitted/s | from lease | store ops/decision \
-         | store ops/admission | busiest shard calls/s | server µs/call | bytes in/out per call | p50 µs | p99 µs | max adm/N in any W | mean adm/N |"
+         | store ops/admission | busiest shard calls/s | server µs/call | server CPU µs/call \
+         | client CPU µs/decision | bytes in/out per call | p50 µs | p99 µs | max adm/N in any W | mean adm/N |"
     );
-    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
     let mut results: Vec<(Mode, usize, bool, Row)> = Vec::new();
     let mut case = 0;
     for &s in &shards {
@@ -591,8 +653,8 @@ fn coordinator() {
             }
         };
         let nodes = cluster.urls();
-        for mode in [Mode::Keys, Mode::HotFree, Mode::HotSaturated] {
-            for leasing in [false, true] {
+        for &mode in &modes {
+            for &leasing in &leasings {
                 case += 1;
                 let prefix = format!("scale{case}");
                 let r = run_case(&plan, &nodes, &prefix, mode, leasing);
@@ -600,7 +662,7 @@ fn coordinator() {
                     (format!("{m:.3}"), format!("{u:.3}"))
                 });
                 println!(
-                    "| {} | {s} | {} | {:.0} | {:.0} | {:.1}% | {:.4} | {:.4} | {:.0} | {:.1} | {:.0}/{:.0} | {:.2} | {:.2} | {max} | {mean} |",
+                    "| {} | {s} | {} | {:.0} | {:.0} | {:.1}% | {:.4} | {:.4} | {:.0} | {:.1} | {:.1} | {:.2} | {:.0}/{:.0} | {:.2} | {:.2} | {max} | {mean} |",
                     mode.label(plan.keys),
                     if leasing { "on" } else { "off" },
                     r.decisions_per_s,
@@ -610,6 +672,8 @@ fn coordinator() {
                     r.ops_per_decision * r.decisions_per_s / r.admitted_per_s.max(1e-9),
                     r.busiest_calls_per_s,
                     r.usec_per_call,
+                    r.server_cpu_per_call_us,
+                    r.client_cpu_per_decision_us,
                     r.bytes_in_per_call,
                     r.bytes_out_per_call,
                     r.p50_us,
