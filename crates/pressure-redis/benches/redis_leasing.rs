@@ -9,6 +9,15 @@
 //! (`INFO commandstats` after `CONFIG RESETSTAT`): acquisitions, lease
 //! takes and give-backs. Prints the machine before and after and one table.
 //!
+//! A second table is the *saturated* key: `requestsPerSecond` =
+//! `BENCH_SAT_N` (default 2 000), far below the offered rate, leasing
+//! `maxShare` 0.1 and `ttlMs` `BENCH_SAT_TTL_MS` (default 50, the range the
+//! docs advise for per-second limits): store operations per decision and
+//! the share of N used (admissions over N × seconds; the lease bound says
+//! at least W / (W + ttl + 2W/30) when every admission is leased). The
+//! deny cache is on (the default), so most refusals cost no call either
+//! way.
+//!
 //! ```text
 //! cargo bench -p pressure-redis --bench redis_leasing
 //! ```
@@ -40,12 +49,32 @@ fn evalsha_calls(c: &mut redis::Connection) -> u64 {
         .unwrap_or(0)
 }
 
-/// One case: decisions per second and EVALSHA calls per decision.
-async fn case(url: &str, instances: usize, leasing: bool, secs: u64, tasks: usize) -> (f64, f64) {
-    let id = format!("lbench:{instances}:{leasing}");
-    let mut limits = Limits::default().requests_per_minute(1_000_000_000);
+/// What one case measured.
+struct Measured {
+    decisions_per_s: f64,
+    ops_per_decision: f64,
+    admitted: u64,
+}
+
+/// One case: decisions per second and EVALSHA calls per decision, on a key
+/// whose limit is never reached (`saturated` `None`) or `Some((N, ttl_ms))`
+/// a second.
+async fn case(
+    url: &str,
+    instances: usize,
+    leasing: bool,
+    secs: u64,
+    tasks: usize,
+    saturated: Option<(u64, u64)>,
+) -> Measured {
+    let id = format!("lbench:{instances}:{leasing}:{}", saturated.is_some());
+    let mut limits = match saturated {
+        None => Limits::default().requests_per_minute(1_000_000_000),
+        Some((n, _)) => Limits::default().requests_per_second(n),
+    };
     if leasing {
-        limits = limits.leasing(Leasing::new(100_000, 1_000));
+        let ttl_ms = saturated.map_or(1_000, |(_, ttl)| ttl);
+        limits = limits.leasing(Leasing::new(100_000, ttl_ms));
     }
     let mut brokers = Vec::new();
     for _ in 0..instances {
@@ -63,6 +92,10 @@ async fn case(url: &str, instances: usize, leasing: bool, secs: u64, tasks: usiz
         }
         brokers.push(Arc::new(b));
     }
+    if saturated.is_some() {
+        // The warm-up's admissions leave the window before the run.
+        tokio::time::sleep(Duration::from_millis(1_100)).await;
+    }
     let mut c = redis::Client::open(url)
         .and_then(|c| c.get_connection())
         .expect("connects");
@@ -71,20 +104,25 @@ async fn case(url: &str, instances: usize, leasing: bool, secs: u64, tasks: usiz
         .query::<()>(&mut c)
         .expect("resetstat");
     let decisions = Arc::new(AtomicU64::new(0));
+    let admitted = Arc::new(AtomicU64::new(0));
     let start = tokio::time::Instant::now();
     let end = start + Duration::from_secs(secs);
     let mut handles = Vec::new();
     for b in &brokers {
         for _ in 0..tasks {
-            let (b, id, decisions) = (Arc::clone(b), id.clone(), Arc::clone(&decisions));
+            let (b, id) = (Arc::clone(b), id.clone());
+            let (decisions, admitted) = (Arc::clone(&decisions), Arc::clone(&admitted));
             handles.push(tokio::spawn(async move {
-                let mut n = 0;
+                let (mut n, mut yes) = (0, 0);
                 while tokio::time::Instant::now() < end {
-                    let _ = b.try_acquire(&id, AcquireOptions::default()).await;
+                    if let Ok(a) = b.try_acquire(&id, AcquireOptions::default()).await {
+                        yes += u64::from(a.allowed());
+                    }
                     n += 1;
                     tokio::task::yield_now().await;
                 }
                 decisions.fetch_add(n, Ordering::Relaxed);
+                admitted.fetch_add(yes, Ordering::Relaxed);
             }));
         }
     }
@@ -95,7 +133,11 @@ async fn case(url: &str, instances: usize, leasing: bool, secs: u64, tasks: usiz
     let d = decisions.load(Ordering::Relaxed);
     let ops = evalsha_calls(&mut c);
     drop(brokers);
-    (d as f64 / elapsed, ops as f64 / d.max(1) as f64)
+    Measured {
+        decisions_per_s: d as f64 / elapsed,
+        ops_per_decision: ops as f64 / d.max(1) as f64,
+        admitted: admitted.load(Ordering::Relaxed),
+    }
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
@@ -108,10 +150,45 @@ async fn main() {
     println!("| instances | leasing | decisions/s | store ops/decision | × vs off |");
     println!("|---|---|---|---|---|");
     for instances in [1, 4] {
-        let (off, off_ops) = case(&url, instances, false, secs, tasks).await;
-        println!("| {instances} | off | {off:.0} | {off_ops:.4} | 1.0 |");
-        let (on, on_ops) = case(&url, instances, true, secs, tasks).await;
-        println!("| {instances} | on | {on:.0} | {on_ops:.4} | {:.1} |", on / off);
+        let off = case(&url, instances, false, secs, tasks, None).await;
+        println!(
+            "| {instances} | off | {:.0} | {:.4} | 1.0 |",
+            off.decisions_per_s, off.ops_per_decision
+        );
+        let on = case(&url, instances, true, secs, tasks, None).await;
+        println!(
+            "| {instances} | on | {:.0} | {:.4} | {:.1} |",
+            on.decisions_per_s,
+            on.ops_per_decision,
+            on.decisions_per_s / off.decisions_per_s
+        );
+    }
+    let (n, ttl_ms) = (
+        env("BENCH_SAT_N", 2_000).max(1),
+        env("BENCH_SAT_TTL_MS", 50).clamp(10, 60_000),
+    );
+    let w = 1_000.0;
+    println!();
+    println!(
+        "Saturated: requestsPerSecond N = {n}, leasing maxShare 0.1, ttlMs {ttl_ms} \
+         (all-leased floor W / (W + ttl + 2W/30) = {:.3})",
+        w / (w + ttl_ms as f64 + 2.0 * w / 30.0)
+    );
+    println!();
+    println!("| instances | leasing | decisions/s | store ops/decision | admitted/s | used share of N |");
+    println!("|---|---|---|---|---|---|");
+    for instances in [1, 4] {
+        for leasing in [false, true] {
+            let m = case(&url, instances, leasing, secs, tasks, Some((n, ttl_ms))).await;
+            let per_s = m.admitted as f64 / secs as f64;
+            println!(
+                "| {instances} | {} | {:.0} | {:.4} | {per_s:.0} | {:.3} |",
+                if leasing { "on" } else { "off" },
+                m.decisions_per_s,
+                m.ops_per_decision,
+                per_s / n as f64
+            );
+        }
     }
     eprintln!("{}", pressure_testkit::machine("after"));
 }

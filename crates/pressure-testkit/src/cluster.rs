@@ -1,5 +1,7 @@
 //! [`RedisCluster`]: three cluster-enabled `redis-server`s on free loopback
-//! ports, joined by `redis-cli --cluster create` into a 3-master cluster.
+//! ports, joined by `redis-cli --cluster create` into a 3-master cluster —
+//! or any other number of masters ([`RedisCluster::try_start_masters`]),
+//! for benches that compare 1, 2 and 3 shards.
 
 use crate::process::StartError;
 use crate::server::{free_ports, RedisServer};
@@ -7,8 +9,10 @@ use crate::{require, resp, Program};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-/// Masters in the cluster (no replicas).
+/// Masters in the cluster of [`RedisCluster::start`] (no replicas).
 const MASTERS: usize = 3;
+/// Hash slots of a Redis Cluster.
+const SLOTS: usize = 16_384;
 /// Attempts at finding free ports for one node.
 const PORT_ATTEMPTS: usize = 20;
 /// How long `redis-cli --cluster create` may take, in 50 ms steps (60 s).
@@ -41,14 +45,36 @@ impl RedisCluster {
 
     /// [`start`](Self::start), with the reason as one line instead of a panic.
     pub fn try_start() -> Result<Self, String> {
+        Self::try_start_masters(MASTERS)
+    }
+
+    /// A cluster of `masters` masters (1 to 16) instead of 3, the slots
+    /// split evenly in order; the reason as one line when it cannot start.
+    ///
+    /// `redis-cli --cluster create` refuses fewer than 3 masters, so a
+    /// cluster of 1 or 2 is made by hand: `CLUSTER ADDSLOTS` on every node,
+    /// then `CLUSTER MEET` — the same layout the tool gives 3 or more.
+    pub fn try_start_masters(masters: usize) -> Result<Self, String> {
+        if !(1..=16).contains(&masters) {
+            return Err(format!("a test cluster has 1 to 16 masters, not {masters}"));
+        }
         let major = require(Program::Server)?;
-        require(Program::Cli)?;
-        let mut nodes = Vec::with_capacity(MASTERS);
-        for _ in 0..MASTERS {
-            nodes.push(start_node(major)?);
+        if masters >= 3 {
+            require(Program::Cli)?;
+        }
+        let mut nodes = Vec::with_capacity(masters);
+        let mut buses = Vec::with_capacity(masters);
+        for _ in 0..masters {
+            let (node, bus) = start_node(major)?;
+            nodes.push(node);
+            buses.push(bus);
         }
         let cluster = Self { nodes };
-        cluster.create()?;
+        if masters >= 3 {
+            cluster.create()?;
+        } else {
+            cluster.assign(&buses, major)?;
+        }
         cluster.wait_ok()?;
         Ok(cluster)
     }
@@ -107,10 +133,44 @@ impl RedisCluster {
         ))
     }
 
+    /// Gives node `i` of `n` the slots `i·16384/n ..< (i+1)·16384/n` and
+    /// introduces every other node to the first (`buses`: their cluster bus
+    /// ports, in order; before Redis 7 `MEET` takes no bus port, it is
+    /// port + 10000).
+    fn assign(&self, buses: &[u16], major: u32) -> Result<(), String> {
+        let n = self.nodes.len();
+        for (i, node) in self.nodes.iter().enumerate() {
+            let slots: Vec<String> = (i * SLOTS / n..(i + 1) * SLOTS / n)
+                .map(|s| s.to_string())
+                .collect();
+            let mut args = vec!["CLUSTER", "ADDSLOTS"];
+            args.extend(slots.iter().map(String::as_str));
+            resp::command(node.port(), &args)
+                .map_err(|e| format!("127.0.0.1:{}: CLUSTER ADDSLOTS: {e}", node.port()))?;
+        }
+        let first = self.nodes[0].port();
+        for (node, bus) in self.nodes.iter().zip(buses).skip(1) {
+            let (port, bus) = (node.port().to_string(), bus.to_string());
+            let mut args = vec!["CLUSTER", "MEET", "127.0.0.1", port.as_str()];
+            if major >= 7 {
+                args.push(bus.as_str());
+            }
+            resp::command(first, &args)
+                .map_err(|e| format!("127.0.0.1:{first}: CLUSTER MEET {port}: {e}"))?;
+        }
+        Ok(())
+    }
+
     fn wait_ok(&self) -> Result<(), String> {
         let mut last = String::new();
+        let known = self.nodes.len();
         for _ in 0..OK_STEPS {
-            match self.nodes.iter().map(|n| node_ok(n.port())).find(|r| r.is_err()) {
+            match self
+                .nodes
+                .iter()
+                .map(|n| node_ok(n.port(), known))
+                .find(|r| r.is_err())
+            {
                 None => return Ok(()),
                 Some(Err(e)) => last = e,
                 Some(Ok(())) => {}
@@ -124,9 +184,9 @@ impl RedisCluster {
     }
 }
 
-/// Whether the node on `port` sees a healthy cluster of [`MASTERS`] nodes
+/// Whether the node on `port` sees a healthy cluster of `masters` nodes
 /// with every slot assigned.
-pub(crate) fn node_ok(port: u16) -> Result<(), String> {
+pub(crate) fn node_ok(port: u16, masters: usize) -> Result<(), String> {
     let info = resp::command(port, &["CLUSTER", "INFO"]).map_err(|e| format!("127.0.0.1:{port}: {e}"))?;
     let field = |name: &str| {
         info.lines()
@@ -139,7 +199,7 @@ pub(crate) fn node_ok(port: u16) -> Result<(), String> {
         field("cluster_slots_assigned"),
         field("cluster_known_nodes"),
     );
-    if state == "ok" && slots == "16384" && known == MASTERS.to_string() {
+    if state == "ok" && slots == SLOTS.to_string() && known == masters.to_string() {
         Ok(())
     } else {
         Err(format!(
@@ -148,10 +208,10 @@ pub(crate) fn node_ok(port: u16) -> Result<(), String> {
     }
 }
 
-/// One cluster-enabled node. Redis ≥ 7 takes its bus port explicitly
-/// (`--cluster-port`); older servers use port + 10000, which must be free
-/// too.
-fn start_node(major: u32) -> Result<RedisServer, String> {
+/// One cluster-enabled node and its cluster bus port. Redis ≥ 7 takes its
+/// bus port explicitly (`--cluster-port`); older servers use port + 10000,
+/// which must be free too.
+fn start_node(major: u32) -> Result<(RedisServer, u16), String> {
     let mut last = String::from("no attempt");
     for _ in 0..PORT_ATTEMPTS {
         let ports = free_ports(2).map_err(|e| format!("no free loopback port: {e}"))?;
@@ -178,7 +238,7 @@ fn start_node(major: u32) -> Result<RedisServer, String> {
             extra.extend(["--cluster-port".to_owned(), bus.to_string()]);
         }
         match RedisServer::try_start_on(port, &extra) {
-            Ok(node) => return Ok(node),
+            Ok(node) => return Ok((node, bus)),
             Err(StartError::PortTaken) => last = format!("ports {port}/{bus} taken"),
             Err(StartError::Failed(e)) => return Err(e),
         }

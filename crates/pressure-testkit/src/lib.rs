@@ -220,8 +220,22 @@ mod tests {
         assert_eq!(nodes.len(), 3);
         for n in &nodes {
             let port: u16 = n.rsplit(':').next().and_then(|p| p.parse().ok()).expect("port");
-            assert_eq!(cluster::node_ok(port), Ok(()), "{n}");
+            assert_eq!(cluster::node_ok(port, 3), Ok(()), "{n}");
         }
+    }
+
+    #[test]
+    fn clusters_of_one_and_two_masters_hold_every_slot() {
+        for masters in [1, 2] {
+            let cluster = RedisCluster::try_start_masters(masters).expect("starts");
+            let urls = cluster.urls();
+            assert_eq!(urls.len(), masters);
+            for n in &urls {
+                let port: u16 = n.rsplit(':').next().and_then(|p| p.parse().ok()).expect("port");
+                assert_eq!(cluster::node_ok(port, masters), Ok(()), "{n}");
+            }
+        }
+        assert!(RedisCluster::try_start_masters(0).is_err());
     }
 
     #[test]
