@@ -9,6 +9,7 @@ use std::path::PathBuf;
 use anyhow::Context;
 use pressure_chaos::triage::endpoint::{self, Endpoint, ModelPrice};
 use pressure_chaos::triage::eval::{self, LevelKind, DEFAULT_CONCURRENCY};
+use pressure_chaos::triage::prompt::SchemaFormat;
 use pressure_chaos::triage::{Dataset, EvalOptions};
 
 /// Arguments of `pressure triage`.
@@ -75,12 +76,14 @@ struct EvalArgs {
     /// `--provider`: price of 1M output tokens in micro-USD.
     #[arg(long, value_name = "MICRO_USD", default_value_t = 0, requires = "provider")]
     output_price: u64,
-    /// Constrain each model answer to one label with a JSON schema
-    /// (`response_format` `json_schema`, an enum of the labels) instead of
-    /// asking for the label in plain text; the answer `{"label": …}` is
-    /// parsed. The provider must support structured outputs.
-    #[arg(long)]
-    structured: bool,
+    /// Constrain each model answer to one label with a JSON schema (an enum
+    /// of the labels) instead of asking for the label in plain text; the
+    /// answer `{"label": …}` is parsed. `json-schema` (the default) is
+    /// OpenAI's `response_format` (OpenAI, vLLM, llama.cpp's llama-server);
+    /// `json-object` sends `{"type": "json_object", "schema": …}`, the form
+    /// llama-cpp-python's server takes.
+    #[arg(long, value_enum, value_name = "DIALECT", num_args = 0..=1, default_missing_value = "json-schema")]
+    structured: Option<Structured>,
     /// Evaluate only the first N tickets.
     #[arg(long)]
     limit: Option<usize>,
@@ -90,6 +93,24 @@ struct EvalArgs {
     /// Print the report as JSON instead of tables.
     #[arg(long)]
     json: bool,
+}
+
+/// The `response_format` dialect of `--structured`.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+enum Structured {
+    /// `{"type": "json_schema", "json_schema": {"schema": …}}` (OpenAI).
+    JsonSchema,
+    /// `{"type": "json_object", "schema": …}` (llama-cpp-python).
+    JsonObject,
+}
+
+impl From<Structured> for SchemaFormat {
+    fn from(s: Structured) -> Self {
+        match s {
+            Structured::JsonSchema => Self::JsonSchema,
+            Structured::JsonObject => Self::JsonObject,
+        }
+    }
 }
 
 /// Runs the triage subcommand.
@@ -142,7 +163,7 @@ async fn run_eval(args: EvalArgs) -> anyhow::Result<()> {
         concurrency: args.concurrency,
         llm_source,
         dataset_name: args.dataset.display().to_string(),
-        structured: args.structured,
+        structured: args.structured.map(SchemaFormat::from),
     };
     let result = eval::evaluate(&config, &dataset, &options).await;
     if let Some(m) = mock {

@@ -157,10 +157,10 @@ pub struct EvalOptions {
     pub llm_source: String,
     /// Where the dataset came from, for the header.
     pub dataset_name: String,
-    /// Constrain model answers to one label with a JSON schema
-    /// ([`prompt::structured_request`]) instead of asking for the label in
-    /// plain text.
-    pub structured: bool,
+    /// Constrain model answers to one label with a JSON schema in this
+    /// `response_format` dialect ([`prompt::structured_request`]); `None`:
+    /// ask for the label in plain text.
+    pub structured: Option<prompt::SchemaFormat>,
 }
 
 /// The kind of a chain level.
@@ -431,10 +431,9 @@ async fn model_level(
     let calls: Vec<Call> = stream::iter(&dataset.tickets)
         .map(|t| async move {
             let start = Instant::now();
-            let req = if options.structured {
-                prompt::structured_request(EVAL_USE_CASE, &t.text)
-            } else {
-                prompt::request(EVAL_USE_CASE, &t.text)
+            let req = match options.structured {
+                Some(format) => prompt::structured_request(EVAL_USE_CASE, &t.text, format),
+                None => prompt::request(EVAL_USE_CASE, &t.text),
             };
             match client.complete(EVAL_USE_CASE, req).await {
                 Ok(answer) => {

@@ -66,35 +66,54 @@ pub fn request(model: &str, text: &str) -> ChatRequest {
 /// and the whitespace a grammar allows is about a dozen tokens.
 pub const STRUCTURED_MAX_TOKENS: u32 = 32;
 
-/// The `response_format` that constrains the answer to one label of
-/// `labels`: a JSON schema `{"label": <one of labels>}` (an object, because
-/// OpenAI's structured outputs want one at the top), strict, no other
-/// property. Servers that compile schemas to grammars (llama.cpp, vLLM)
-/// then cannot answer anything else.
+/// How [`structured_request`] asks for a schema-constrained answer: the
+/// `response_format` dialects of OpenAI-compatible servers differ.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SchemaFormat {
+    /// OpenAI's structured outputs, `{"type": "json_schema", "json_schema":
+    /// {"name", "strict", "schema"}}`: OpenAI, vLLM, llama.cpp's
+    /// `llama-server`.
+    #[default]
+    JsonSchema,
+    /// JSON mode with a schema, `{"type": "json_object", "schema": …}`:
+    /// llama-cpp-python's server (which refuses `json_schema`).
+    JsonObject,
+}
+
+/// The JSON schema of a label answer: `{"label": <one of labels>}` (an
+/// object, because OpenAI's structured outputs want one at the top), no
+/// other property.
 pub fn label_schema(labels: &[&str]) -> Value {
     json!({
-        "type": "json_schema",
-        "json_schema": {
-            "name": "triage_label",
-            "strict": true,
-            "schema": {
-                "type": "object",
-                "properties": { "label": { "type": "string", "enum": labels } },
-                "required": ["label"],
-                "additionalProperties": false
-            }
-        }
+        "type": "object",
+        "properties": { "label": { "type": "string", "enum": labels } },
+        "required": ["label"],
+        "additionalProperties": false
     })
 }
 
-/// [`request`] with the answer constrained by [`label_schema`] (sent as
-/// `response_format`, which the client passes through unchanged) and
+/// The `response_format` that constrains the answer to [`label_schema`] of
+/// `labels`, in `format`'s dialect. Servers that compile schemas to
+/// grammars (llama.cpp, vLLM) then cannot answer anything else.
+pub fn response_format(labels: &[&str], format: SchemaFormat) -> Value {
+    match format {
+        SchemaFormat::JsonSchema => json!({
+            "type": "json_schema",
+            "json_schema": { "name": "triage_label", "strict": true, "schema": label_schema(labels) }
+        }),
+        SchemaFormat::JsonObject => json!({ "type": "json_object", "schema": label_schema(labels) }),
+    }
+}
+
+/// [`request`] with the answer constrained to one label of [`LABELS`]
+/// ([`response_format`], which the client passes through unchanged) and
 /// [`STRUCTURED_MAX_TOKENS`] as its output cap.
-pub fn structured_request(model: &str, text: &str) -> ChatRequest {
+pub fn structured_request(model: &str, text: &str, format: SchemaFormat) -> ChatRequest {
     let mut req = request(model, text);
     req.max_tokens = Some(STRUCTURED_MAX_TOKENS);
     req.extra
-        .insert("response_format".to_owned(), label_schema(LABELS));
+        .insert("response_format".to_owned(), response_format(LABELS, format));
     req
 }
 
@@ -200,23 +219,30 @@ mod tests {
 
     #[test]
     fn the_structured_request_asks_for_one_label_of_the_enum() {
-        let req = structured_request("m", "where is my parcel");
+        let enum_of = |schema: &Value| -> Vec<String> {
+            schema["properties"]["label"]["enum"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|v| v.as_str().unwrap().to_owned())
+                .collect()
+        };
+        let req = structured_request("m", "where is my parcel", SchemaFormat::JsonSchema);
         assert_eq!(req.max_tokens, Some(STRUCTURED_MAX_TOKENS));
         let format = &req.extra["response_format"];
         assert_eq!(format["type"], "json_schema");
         let schema = &format["json_schema"]["schema"];
-        let labels: Vec<&str> = schema["properties"]["label"]["enum"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|v| v.as_str().unwrap())
-            .collect();
-        assert_eq!(labels, LABELS);
+        assert_eq!(enum_of(schema), LABELS);
         assert_eq!(schema["required"], json!(["label"]));
         // The wire body carries it at the top level, next to the messages.
         let body = serde_json::to_value(&req).unwrap();
         assert_eq!(body["response_format"], *format);
         assert!(request("m", "x").extra.get("response_format").is_none());
+
+        let req = structured_request("m", "x", SchemaFormat::JsonObject);
+        let format = &req.extra["response_format"];
+        assert_eq!(format["type"], "json_object");
+        assert_eq!(enum_of(&format["schema"]), LABELS);
     }
 
     #[test]

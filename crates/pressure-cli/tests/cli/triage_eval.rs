@@ -263,7 +263,7 @@ async fn scripted_endpoint(model: &'static str) -> (String, Seen, tokio::task::J
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn triage_eval_measures_an_openai_compatible_endpoint_through_the_chain() {
     let (url, seen, task) = scripted_endpoint("tiny-model").await;
-    for structured in [false, true] {
+    for structured in [None, Some("json-schema"), Some("json-object")] {
         seen.lock().expect("lock").clear();
         let mut args: Vec<String> = [
             "--provider",
@@ -279,8 +279,8 @@ async fn triage_eval_measures_an_openai_compatible_endpoint_through_the_chain() 
         ]
         .map(str::to_owned)
         .to_vec();
-        if structured {
-            args.push("--structured".to_owned());
+        if let Some(dialect) = structured {
+            args.extend(["--structured".to_owned(), dialect.to_owned()]);
         }
         // The command blocks; the scripted endpoint runs on this runtime.
         let report = tokio::task::spawn_blocking(move || {
@@ -301,7 +301,7 @@ async fn triage_eval_measures_an_openai_compatible_endpoint_through_the_chain() 
 
         // S4 answered after one retry; S7 wrong; S8 no label.
         let model = &levels[0];
-        assert_eq!(counts(model), (9, 8, 7, 0), "structured {structured}: {model}");
+        assert_eq!(counts(model), (9, 8, 7, 0), "structured {structured:?}: {model}");
         assert_eq!(per_class(model)["bug_report"], (2, 1));
         assert_eq!(per_class(model)["shipping"], (2, 1));
         assert_eq!(per_class(model)["billing"], (2, 2));
@@ -317,11 +317,17 @@ async fn triage_eval_measures_an_openai_compatible_endpoint_through_the_chain() 
         for body in &bodies {
             assert_eq!(body["model"], "tiny-model");
             let format = body.get("response_format");
-            if structured {
+            if let Some(dialect) = structured {
                 let format = format.expect("response_format sent");
-                assert_eq!(format["type"], "json_schema");
+                let schema = if dialect == "json-schema" {
+                    assert_eq!(format["type"], "json_schema");
+                    &format["json_schema"]["schema"]
+                } else {
+                    assert_eq!(format["type"], "json_object");
+                    &format["schema"]
+                };
                 assert_eq!(
-                    format["json_schema"]["schema"]["properties"]["label"]["enum"],
+                    schema["properties"]["label"]["enum"],
                     json!([
                         "billing",
                         "account_access",
