@@ -3,8 +3,8 @@
 //! API) as the model levels of the triage chain, through the same client
 //! stack the gateway runs.
 //!
-//! [`use_endpoint`] rewrites the `gateway.llm` section of the config: one
-//! provider, [`PROVIDER`], at the endpoint's URL; one model entry per
+//! [`use_endpoint`] rewrites the `gateway.llm` section of the config: a
+//! provider [`PROVIDER`] at the endpoint's URL; one model entry per
 //! `--model` name; and the use case's chain with its model levels replaced
 //! by those models, in the given order. Its other levels (keyword rules,
 //! manual queue), its retry policy and the config's breaker stay as they
@@ -93,7 +93,9 @@ impl Endpoint {
 
 /// Replaces the model levels of `use_case`'s chain in `config` with the
 /// models of `endpoint` (see the [module docs](self)); every other use case
-/// is dropped, and so are the config's other providers and models.
+/// is dropped. The config's providers and models stay (another kind of
+/// level may use them, e.g. an embedding model); [`PROVIDER`] is added and
+/// must not be taken.
 ///
 /// The first model level's position in the chain is kept: a chain
 /// `large → small → rules → manual` measured with `--model a` becomes
@@ -122,8 +124,13 @@ pub fn use_endpoint(config: &mut LlmConfig, use_case: &str, endpoint: &Endpoint)
         "apiKeyEnv": endpoint.api_key_env,
         "timeouts": { "firstByteMs": endpoint.timeout_ms, "readMs": endpoint.timeout_ms },
     }))?;
-    config.providers = [(PROVIDER.to_owned(), provider)].into();
-    config.models = endpoint
+    if config.providers.contains_key(PROVIDER) {
+        return Err(EvalError::Endpoint(format!(
+            "the config already has a provider named {PROVIDER:?}"
+        )));
+    }
+    config.providers.insert(PROVIDER.to_owned(), provider);
+    let models: Vec<ModelConfig> = endpoint
         .models
         .iter()
         .map(|name| {
@@ -139,6 +146,7 @@ pub fn use_endpoint(config: &mut LlmConfig, use_case: &str, endpoint: &Endpoint)
             }))
         })
         .collect::<Result<_, _>>()?;
+    config.models.extend(models);
     let levels: Vec<ChainLevel> = endpoint
         .models
         .iter()
@@ -198,16 +206,16 @@ mod tests {
         };
         use_endpoint(&mut c, "triage", &e).unwrap();
         c.validate().unwrap();
-        assert_eq!(c.providers.keys().collect::<Vec<_>>(), [PROVIDER]);
+        assert_eq!(c.providers.keys().collect::<Vec<_>>(), [PROVIDER, "mock"]);
         let p = &c.providers[PROVIDER];
         assert_eq!(p.base_url, "http://127.0.0.1:8000/v1");
         assert_eq!(p.api_key_env.as_deref(), Some("KEY"));
         assert_eq!(p.timeouts.first_byte_ms, DEFAULT_TIMEOUT_MS);
         assert_eq!(p.timeouts.read_ms, DEFAULT_TIMEOUT_MS);
         let keys: Vec<String> = c.models.iter().map(ModelConfig::key).collect();
-        assert_eq!(keys, ["endpoint/a", "endpoint/b"]);
-        assert_eq!(c.models[0].context.context_tokens, DEFAULT_CONTEXT_TOKENS);
-        assert_eq!(c.models[1].price, e.price);
+        assert_eq!(keys, ["mock/large", "mock/small", "endpoint/a", "endpoint/b"]);
+        assert_eq!(c.models[2].context.context_tokens, DEFAULT_CONTEXT_TOKENS);
+        assert_eq!(c.models[3].price, e.price);
         assert_eq!(c.use_cases.keys().collect::<Vec<_>>(), ["triage"]);
         let uc = &c.use_cases["triage"];
         assert_eq!(
@@ -259,5 +267,15 @@ mod tests {
         )
         .unwrap_err();
         assert!(e.to_string().contains("blank"), "{e}");
+        let mut taken = config();
+        let mock = taken.providers["mock"].clone();
+        taken.providers.insert(PROVIDER.to_owned(), mock);
+        let e = use_endpoint(
+            &mut taken,
+            "triage",
+            &Endpoint::new("http://h/v1", vec!["m".into()]),
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("already has a provider"), "{e}");
     }
 }

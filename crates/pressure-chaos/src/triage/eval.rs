@@ -56,6 +56,9 @@ pub enum EvalError {
     /// The dataset is invalid.
     #[error(transparent)]
     Dataset(#[from] DatasetError),
+    /// `--provider`/`--model` do not make a valid config.
+    #[error("endpoint: {0}")]
+    Endpoint(String),
     /// A client could not be built for a model level.
     #[error("level {level} ({model}): cannot build the client: {error}")]
     Client {
@@ -69,9 +72,6 @@ pub enum EvalError {
     /// The in-process mock provider could not start.
     #[error("mock provider: {0}")]
     Mock(MockError),
-    /// `--provider`/`--model` do not make a valid config.
-    #[error("endpoint: {0}")]
-    Endpoint(String),
 }
 
 /// Reads the gateway config at `path` with the gateway's own loader (so the
@@ -488,27 +488,11 @@ async fn model_level(
     );
     r.errors = error_kinds.values().sum();
     r.error_kinds = error_kinds;
-    let answered = latencies.len();
-    let total_micros = latencies.iter().fold(0u64, |a, m| a.saturating_add(*m));
-    r.mean_latency_ms = (answered > 0).then(|| total_micros as f64 / answered as f64 / 1_000.0);
-    latencies.sort_unstable();
-    r.p50_latency_ms = percentile(&latencies, 50).map(|m| m as f64 / 1_000.0);
-    r.p95_latency_ms = percentile(&latencies, 95).map(|m| m as f64 / 1_000.0);
+    set_latencies(&mut r, latencies);
     r.input_tokens = Some(input_tokens);
     r.output_tokens = Some(output_tokens);
     r.spent_micro_usd = Some(client.snapshot().spent_micro_usd);
     Ok(r)
-}
-
-/// The `p`th percentile of the sorted `values` by nearest rank (the
-/// smallest value with at least `p` % of the values at or below it); `None`
-/// when there is none.
-fn percentile(sorted: &[u64], p: usize) -> Option<u64> {
-    if sorted.is_empty() {
-        return None;
-    }
-    let rank = (p * sorted.len()).div_ceil(100).max(1);
-    sorted.get(rank - 1).copied()
 }
 
 fn ratio(a: usize, b: usize) -> f64 {
@@ -526,6 +510,28 @@ fn pct(x: f64) -> String {
 /// Micro-USD as dollars: `$0.0123`.
 fn dollars(micros: u64) -> String {
     format!("${:.4}", micros as f64 / 1_000_000.0)
+}
+
+/// Sets the latency figures of `r` from the latencies of its answered
+/// calls, in microseconds: mean, p50 and p95 (`None` when none answered).
+fn set_latencies(r: &mut LevelReport, mut micros: Vec<u64>) {
+    let ms = |m: u64| m as f64 / 1_000.0;
+    let total = micros.iter().fold(0u64, |a, m| a.saturating_add(*m));
+    r.mean_latency_ms = (!micros.is_empty()).then(|| total as f64 / micros.len() as f64 / 1_000.0);
+    micros.sort_unstable();
+    r.p50_latency_ms = percentile(&micros, 50).map(ms);
+    r.p95_latency_ms = percentile(&micros, 95).map(ms);
+}
+
+/// The `p`th percentile of the sorted `values` by nearest rank (the
+/// smallest value with at least `p` % of the values at or below it); `None`
+/// when there is none.
+fn percentile(sorted: &[u64], p: usize) -> Option<u64> {
+    if sorted.is_empty() {
+        return None;
+    }
+    let rank = (p * sorted.len()).div_ceil(100).max(1);
+    sorted.get(rank - 1).copied()
 }
 
 impl EvalReport {
