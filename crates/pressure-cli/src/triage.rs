@@ -7,7 +7,9 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use anyhow::Context;
+use pressure_chaos::triage::endpoint::{self, Endpoint, ModelPrice};
 use pressure_chaos::triage::eval::{self, LevelKind, DEFAULT_CONCURRENCY};
+use pressure_chaos::triage::prompt::SchemaFormat;
 use pressure_chaos::triage::{Dataset, EvalOptions};
 
 /// Arguments of `pressure triage`.
@@ -43,8 +45,45 @@ struct EvalArgs {
     /// with its lexical classifier, a stand-in for a model) and point every
     /// provider of the config at it; without it the configured providers
     /// answer.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "provider")]
     mock: bool,
+    /// Measure an OpenAI-compatible endpoint instead of the config's models:
+    /// its API root (e.g. `http://127.0.0.1:8000/v1`). The use case's model
+    /// levels are replaced by the `--model` names on it; its rules and
+    /// manual queue, retry policy and the config's breaker stay, so the
+    /// calls go through the same client stack as in the gateway.
+    #[arg(long, value_name = "URL", requires = "model")]
+    provider: Option<String>,
+    /// A model name on `--provider`, sent as the request's `model`; repeat
+    /// it for one chain level per model, in order.
+    #[arg(long, value_name = "NAME", requires = "provider")]
+    model: Vec<String>,
+    /// The environment variable holding `--provider`'s API key (sent as
+    /// `Authorization: Bearer`); without it no key is sent (local servers).
+    #[arg(long, value_name = "VAR", requires = "provider")]
+    api_key_env: Option<String>,
+    /// `--provider`: the wait for an answer's first byte and between its
+    /// chunks, in milliseconds (a small model on a CPU is slow).
+    #[arg(long, value_name = "MS", default_value_t = endpoint::DEFAULT_TIMEOUT_MS, requires = "provider")]
+    timeout_ms: u64,
+    /// `--provider`: each model's context window in tokens.
+    #[arg(long, value_name = "TOKENS", default_value_t = endpoint::DEFAULT_CONTEXT_TOKENS, requires = "provider")]
+    context_tokens: u64,
+    /// `--provider`: price of 1M input tokens in micro-USD, for the cost
+    /// column (default 0: a local model costs time, not money).
+    #[arg(long, value_name = "MICRO_USD", default_value_t = 0, requires = "provider")]
+    input_price: u64,
+    /// `--provider`: price of 1M output tokens in micro-USD.
+    #[arg(long, value_name = "MICRO_USD", default_value_t = 0, requires = "provider")]
+    output_price: u64,
+    /// Constrain each model answer to one label with a JSON schema (an enum
+    /// of the labels) instead of asking for the label in plain text; the
+    /// answer `{"label": …}` is parsed. `json-schema` (the default) is
+    /// OpenAI's `response_format` (OpenAI, vLLM, llama.cpp's llama-server);
+    /// `json-object` sends `{"type": "json_object", "schema": …}`, the form
+    /// llama-cpp-python's server takes.
+    #[arg(long, value_enum, value_name = "DIALECT", num_args = 0..=1, default_missing_value = "json-schema")]
+    structured: Option<Structured>,
     /// Evaluate only the first N tickets.
     #[arg(long)]
     limit: Option<usize>,
@@ -54,6 +93,24 @@ struct EvalArgs {
     /// Print the report as JSON instead of tables.
     #[arg(long)]
     json: bool,
+}
+
+/// The `response_format` dialect of `--structured`.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+enum Structured {
+    /// `{"type": "json_schema", "json_schema": {"schema": …}}` (OpenAI).
+    JsonSchema,
+    /// `{"type": "json_object", "schema": …}` (llama-cpp-python).
+    JsonObject,
+}
+
+impl From<Structured> for SchemaFormat {
+    fn from(s: Structured) -> Self {
+        match s {
+            Structured::JsonSchema => Self::JsonSchema,
+            Structured::JsonObject => Self::JsonObject,
+        }
+    }
 }
 
 /// Runs the triage subcommand.
@@ -83,15 +140,30 @@ async fn run_eval(args: EvalArgs) -> anyhow::Result<()> {
     } else {
         None
     };
-    let llm_source = match &mock {
-        Some(m) => eval::mock_source(&config, &m.base_url()),
-        None => eval::configured_source(&config),
+    let endpoint = args.provider.map(|base_url| Endpoint {
+        api_key_env: args.api_key_env,
+        timeout_ms: args.timeout_ms,
+        context_tokens: args.context_tokens,
+        price: ModelPrice {
+            input_micro_usd_per_1m: args.input_price,
+            output_micro_usd_per_1m: args.output_price,
+        },
+        ..Endpoint::new(base_url, args.model)
+    });
+    if let Some(endpoint) = &endpoint {
+        endpoint::use_endpoint(&mut config, &args.use_case, endpoint)?;
+    }
+    let llm_source = match (&mock, &endpoint) {
+        (Some(m), _) => eval::mock_source(&config, &m.base_url()),
+        (None, Some(e)) => e.source(),
+        (None, None) => eval::configured_source(&config),
     };
     let options = EvalOptions {
         use_case: args.use_case,
         concurrency: args.concurrency,
         llm_source,
         dataset_name: args.dataset.display().to_string(),
+        structured: args.structured.map(SchemaFormat::from),
     };
     let result = eval::evaluate(&config, &dataset, &options).await;
     if let Some(m) = mock {

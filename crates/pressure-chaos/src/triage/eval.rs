@@ -56,6 +56,9 @@ pub enum EvalError {
     /// The dataset is invalid.
     #[error(transparent)]
     Dataset(#[from] DatasetError),
+    /// `--provider`/`--model` do not make a valid config.
+    #[error("endpoint: {0}")]
+    Endpoint(String),
     /// A client could not be built for a model level.
     #[error("level {level} ({model}): cannot build the client: {error}")]
     Client {
@@ -154,6 +157,10 @@ pub struct EvalOptions {
     pub llm_source: String,
     /// Where the dataset came from, for the header.
     pub dataset_name: String,
+    /// Constrain model answers to one label with a JSON schema in this
+    /// `response_format` dialect ([`prompt::structured_request`]); `None`:
+    /// ask for the label in plain text.
+    pub structured: Option<prompt::SchemaFormat>,
 }
 
 /// The kind of a chain level.
@@ -230,11 +237,26 @@ pub struct LevelReport {
     /// Model level: mean latency of the answered calls, in milliseconds.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub mean_latency_ms: Option<f64>,
+    /// Model level: median latency of the answered calls, in milliseconds.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub p50_latency_ms: Option<f64>,
+    /// Model level: 95th percentile latency of the answered calls (nearest
+    /// rank), in milliseconds.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub p95_latency_ms: Option<f64>,
+    /// Model level: prompt tokens of the answered calls, as the provider
+    /// counted them.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub input_tokens: Option<u64>,
+    /// Model level: completion tokens of the answered calls.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub output_tokens: Option<u64>,
     /// Model level: money spent on all calls, failed ones included, in
     /// micro-USD (the client's own price table).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub spent_micro_usd: Option<u64>,
-    /// Accuracy per class of [`LABELS`].
+    /// Recall per class of [`LABELS`]: of the tickets of the class, how
+    /// many the level labelled correctly.
     pub per_class: BTreeMap<String, ClassScore>,
 }
 
@@ -255,6 +277,10 @@ impl LevelReport {
             errors: 0,
             error_kinds: BTreeMap::new(),
             mean_latency_ms: None,
+            p50_latency_ms: None,
+            p95_latency_ms: None,
+            input_tokens: None,
+            output_tokens: None,
             spent_micro_usd: None,
             per_class: BTreeMap::new(),
         }
@@ -376,7 +402,11 @@ fn rules_level(config: &LlmConfig, level: usize, name: &str, tickets: &[Ticket])
 
 /// The outcome of one ticket at a model level.
 enum Call {
-    Answered { label: Option<String>, micros: u64 },
+    Answered {
+        label: Option<String>,
+        micros: u64,
+        tokens: (u64, u64),
+    },
     Failed(&'static str),
 }
 
@@ -401,19 +431,24 @@ async fn model_level(
     let calls: Vec<Call> = stream::iter(&dataset.tickets)
         .map(|t| async move {
             let start = Instant::now();
-            match client
-                .complete(EVAL_USE_CASE, prompt::request(EVAL_USE_CASE, &t.text))
-                .await
-            {
+            let req = match options.structured {
+                Some(format) => prompt::structured_request(EVAL_USE_CASE, &t.text, format),
+                None => prompt::request(EVAL_USE_CASE, &t.text),
+            };
+            match client.complete(EVAL_USE_CASE, req).await {
                 Ok(answer) => {
-                    let text = answer
-                        .response()
+                    let response = answer.response();
+                    let text = response
                         .and_then(|r| r.choices.first())
                         .map(|c| c.message.text())
                         .unwrap_or_default();
+                    let tokens = response
+                        .and_then(|r| r.usage.as_ref())
+                        .map_or((0, 0), |u| (u.prompt_tokens, u.completion_tokens));
                     Call::Answered {
                         label: prompt::parse_label(&text, LABELS).map(str::to_owned),
                         micros: u64::try_from(start.elapsed().as_micros()).unwrap_or(u64::MAX),
+                        tokens,
                     }
                 }
                 Err(e) => Call::Failed(e.label()),
@@ -424,12 +459,18 @@ async fn model_level(
         .await;
     let mut predictions = Vec::with_capacity(calls.len());
     let mut error_kinds: BTreeMap<String, usize> = BTreeMap::new();
-    let (mut answered, mut micros) = (0u64, 0u64);
+    let mut latencies: Vec<u64> = Vec::with_capacity(calls.len());
+    let (mut input_tokens, mut output_tokens) = (0u64, 0u64);
     for c in calls {
         match c {
-            Call::Answered { label, micros: m } => {
-                answered += 1;
-                micros = micros.saturating_add(m);
+            Call::Answered {
+                label,
+                micros: m,
+                tokens: (i, o),
+            } => {
+                latencies.push(m);
+                input_tokens = input_tokens.saturating_add(i);
+                output_tokens = output_tokens.saturating_add(o);
                 predictions.push(label);
             }
             Call::Failed(kind) => {
@@ -447,7 +488,9 @@ async fn model_level(
     );
     r.errors = error_kinds.values().sum();
     r.error_kinds = error_kinds;
-    r.mean_latency_ms = (answered > 0).then(|| micros as f64 / answered as f64 / 1_000.0);
+    set_latencies(&mut r, latencies);
+    r.input_tokens = Some(input_tokens);
+    r.output_tokens = Some(output_tokens);
     r.spent_micro_usd = Some(client.snapshot().spent_micro_usd);
     Ok(r)
 }
@@ -467,6 +510,28 @@ fn pct(x: f64) -> String {
 /// Micro-USD as dollars: `$0.0123`.
 fn dollars(micros: u64) -> String {
     format!("${:.4}", micros as f64 / 1_000_000.0)
+}
+
+/// Sets the latency figures of `r` from the latencies of its answered
+/// calls, in microseconds: mean, p50 and p95 (`None` when none answered).
+fn set_latencies(r: &mut LevelReport, mut micros: Vec<u64>) {
+    let ms = |m: u64| m as f64 / 1_000.0;
+    let total = micros.iter().fold(0u64, |a, m| a.saturating_add(*m));
+    r.mean_latency_ms = (!micros.is_empty()).then(|| total as f64 / micros.len() as f64 / 1_000.0);
+    micros.sort_unstable();
+    r.p50_latency_ms = percentile(&micros, 50).map(ms);
+    r.p95_latency_ms = percentile(&micros, 95).map(ms);
+}
+
+/// The `p`th percentile of the sorted `values` by nearest rank (the
+/// smallest value with at least `p` % of the values at or below it); `None`
+/// when there is none.
+fn percentile(sorted: &[u64], p: usize) -> Option<u64> {
+    if sorted.is_empty() {
+        return None;
+    }
+    let rank = (p * sorted.len()).div_ceil(100).max(1);
+    sorted.get(rank - 1).copied()
 }
 
 impl EvalReport {
@@ -489,7 +554,8 @@ impl EvalReport {
             "coverage",
             "precision",
             "errors",
-            "latency",
+            "latency p50 / p95",
+            "tokens in / out",
             "cost",
         ];
         let mut rows: Vec<Vec<String>> = vec![header.iter().map(|s| (*s).to_owned()).collect()];
@@ -516,8 +582,14 @@ impl EvalReport {
                 } else {
                     "-".to_owned()
                 },
-                l.mean_latency_ms
-                    .map_or_else(|| "-".to_owned(), |ms| format!("{ms:.0} ms")),
+                match (l.p50_latency_ms, l.p95_latency_ms) {
+                    (Some(p50), Some(p95)) => format!("{p50:.0} / {p95:.0} ms"),
+                    _ => "-".to_owned(),
+                },
+                match (l.input_tokens, l.output_tokens) {
+                    (Some(i), Some(o)) => format!("{i} / {o}"),
+                    _ => "-".to_owned(),
+                },
                 match l.spent_micro_usd {
                     Some(m) => dollars(m),
                     None => "$0".to_owned(),
@@ -528,7 +600,7 @@ impl EvalReport {
 
         let measured: Vec<&LevelReport> = self.levels.iter().filter(|l| l.measured).collect();
         if !measured.is_empty() {
-            out.push_str("\nper-class accuracy\n");
+            out.push_str("\nper-class recall (correct / tickets of the class)\n");
             let mut rows = vec![{
                 let mut h = vec!["class".to_owned(), "tickets".to_owned()];
                 h.extend(measured.iter().map(|l| format!("L{} {}", l.level, l.name)));
@@ -559,8 +631,9 @@ impl EvalReport {
         }
         out.push_str(
             "\naccuracy = correct / all tickets; coverage = share given a label (model: a parsable answer; \
-             rules: a rule matched);\nprecision = correct / labelled; latency = mean of the answered calls; \
-             cost = what the client's price table charged.\n",
+             rules: a rule matched);\nprecision = correct / labelled; latency = per answered call, through the client stack (queueing, \
+             retries included);\ntokens = as the provider counted them; cost = what the client's price \
+             table charged.\n",
         );
         out
     }
@@ -632,6 +705,19 @@ mod tests {
         assert_eq!(r.per_class["billing"], ClassScore { total: 2, correct: 1 });
         assert_eq!(r.per_class["shipping"], ClassScore { total: 2, correct: 1 });
         assert_eq!(r.per_class["cancellation"], ClassScore::default());
+    }
+
+    #[test]
+    fn percentiles_are_nearest_rank() {
+        assert_eq!(percentile(&[], 50), None);
+        assert_eq!(percentile(&[7], 50), Some(7));
+        assert_eq!(percentile(&[7], 95), Some(7));
+        let v: Vec<u64> = (1..=20).collect();
+        assert_eq!(percentile(&v, 50), Some(10));
+        assert_eq!(percentile(&v, 95), Some(19));
+        assert_eq!(percentile(&v, 100), Some(20));
+        assert_eq!(percentile(&[1, 2, 3], 50), Some(2));
+        assert_eq!(percentile(&[1, 2, 3], 95), Some(3));
     }
 
     #[test]

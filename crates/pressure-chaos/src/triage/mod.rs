@@ -9,9 +9,12 @@
 //! * [`LexicalClassifier`]: the mock provider's stand-in
 //!   for a model (a lexicon, not a model: CI needs no network).
 //! * [`eval`]: `pressure triage eval`, one measurement per chain level.
+//! * [`endpoint`]: `--provider URL --model NAME`, any OpenAI-compatible
+//!   endpoint as the chain's model levels.
 
 mod classifier;
 mod dataset;
+pub mod endpoint;
 pub mod eval;
 pub mod prompt;
 

@@ -100,6 +100,7 @@ async fn the_eval_with_the_mock_matches_independent_counts() {
         concurrency: 16,
         llm_source: eval::mock_source(&config, &base_url),
         dataset_name: "tickets.jsonl".into(),
+        structured: None,
     };
     let report = eval::evaluate(&config, &d, &options).await;
     mock.shutdown().await;
@@ -197,6 +198,7 @@ async fn an_unknown_use_case_is_a_clear_error() {
         concurrency: 1,
         llm_source: String::new(),
         dataset_name: String::new(),
+        structured: None,
     };
     let e = eval::evaluate(&config(), &dataset(), &options).await.unwrap_err();
     assert!(e.to_string().contains("\"nope\""), "{e}");
