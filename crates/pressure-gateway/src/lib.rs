@@ -59,7 +59,7 @@ pub use gateway::{Gateway, GatewayError, GatewayService, Serving};
 pub use layers::{
     body_limit::BodyLimitLayer, pre_auth::PreAuthLayer, release::ReleaseLayer, route::PlanCell,
     route::RouteLayer, route::RouteService, tenant::TenantLayer, BodyService, Outcome, RejectingService,
-    Step, Stepped,
+    Step, StepFuture, Stepped,
 };
 pub use metrics::{GatewayMetrics, Layer};
 pub use openai::Llm;

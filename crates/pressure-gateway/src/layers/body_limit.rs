@@ -3,10 +3,9 @@
 //! when a chunked body grows past it (the proxy and the OpenAI endpoint then
 //! answer `413` too).
 
-use super::{routed, step_layer, Outcome, RejectingService, Step};
+use super::{routed, step_layer, RejectingService, Step, StepFuture};
 use crate::rejection::Rejection;
 use axum::body::Body;
-use futures::future::BoxFuture;
 use http::Request;
 
 /// Limits request bodies.
@@ -16,9 +15,9 @@ pub struct BodyLimitLayer;
 step_layer!(BodyLimitLayer);
 
 impl Step for BodyLimitLayer {
-    fn step<S: RejectingService>(&self, next: &mut S, req: Request<Body>) -> BoxFuture<'static, Outcome> {
+    fn step<S: RejectingService>(&self, next: &mut S, req: Request<Body>) -> StepFuture<S::Future> {
         let Some(max) = routed(&req).map(|r| r.plan.max_body_bytes()) else {
-            return Box::pin(next.call(req));
+            return StepFuture::next(next.call(req));
         };
         let declared = req
             .headers()
@@ -26,10 +25,10 @@ impl Step for BodyLimitLayer {
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.parse::<u64>().ok());
         if declared.is_some_and(|n| n > max) {
-            return Box::pin(async move { Err(Rejection::PayloadTooLarge { max }) });
+            return StepFuture::ready(Err(Rejection::PayloadTooLarge { max }));
         }
         let limit = usize::try_from(max).unwrap_or(usize::MAX);
         let req = req.map(|b| Body::new(http_body_util::Limited::new(b, limit)));
-        Box::pin(next.call(req))
+        StepFuture::next(next.call(req))
     }
 }

@@ -35,6 +35,8 @@ use axum::body::Body;
 use futures::future::BoxFuture;
 use http::{Request, Response};
 use pressure_core::{AcquireOptions, Acquisition, Permit, ResourceHandle};
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -74,7 +76,70 @@ impl<S: BodyService<Rejection>> RejectingService for S {}
 pub trait Step: Clone + Send + Sync + 'static {
     /// Handles `req`; `next` is the ready service under this layer (use
     /// `take_ready` to call it after an `.await`).
-    fn step<S: RejectingService>(&self, next: &mut S, req: Request<Body>) -> BoxFuture<'static, Outcome>;
+    fn step<S: RejectingService>(&self, next: &mut S, req: Request<Body>) -> StepFuture<S::Future>;
+}
+
+pin_project_lite::pin_project! {
+    /// What a [`Step`] answers. A step that only looks at the request (a
+    /// route without a limit, a request without credentials) hands on the
+    /// inner service's own future, and a refusal decided at once is a
+    /// value: neither allocates, so a request pays a boxed future only in
+    /// the layers that await something for it.
+    pub struct StepFuture<F> {
+        #[pin]
+        state: StepState<F>,
+    }
+}
+
+pin_project_lite::pin_project! {
+    #[project = StepProj]
+    enum StepState<F> {
+        // The inner service's future, as it is.
+        Next { #[pin] fut: F },
+        // An outcome known without waiting (taken when polled).
+        Ready { outcome: Option<Outcome> },
+        // A step that awaits (a charge, a response to wrap).
+        Boxed { fut: BoxFuture<'static, Outcome> },
+    }
+}
+
+impl<F> StepFuture<F> {
+    /// The inner service's future.
+    pub fn next(fut: F) -> Self {
+        Self {
+            state: StepState::Next { fut },
+        }
+    }
+
+    /// An outcome known now (a refusal, an answer served in place).
+    pub fn ready(outcome: Outcome) -> Self {
+        Self {
+            state: StepState::Ready {
+                outcome: Some(outcome),
+            },
+        }
+    }
+
+    /// A step that awaits.
+    pub fn boxed(fut: impl Future<Output = Outcome> + Send + 'static) -> Self {
+        Self {
+            state: StepState::Boxed { fut: Box::pin(fut) },
+        }
+    }
+}
+
+impl<F: Future<Output = Outcome>> Future for StepFuture<F> {
+    type Output = Outcome;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Outcome> {
+        match self.project().state.project() {
+            StepProj::Next { fut } => fut.poll(cx),
+            StepProj::Ready { outcome } => {
+                Poll::Ready(outcome.take().expect("StepFuture polled after it answered"))
+            }
+            StepProj::Boxed { fut } => fut.as_mut().poll(cx),
+        }
+    }
 }
 
 /// A layer's [`Step`] over the service under it: the service a layer of
@@ -88,7 +153,7 @@ pub struct Stepped<L, S> {
 impl<L: Step, S: RejectingService> tower::Service<Request<Body>> for Stepped<L, S> {
     type Response = Response<Body>;
     type Error = Rejection;
-    type Future = BoxFuture<'static, Outcome>;
+    type Future = StepFuture<S::Future>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Rejection>> {
         self.next.poll_ready(cx)

@@ -3,10 +3,9 @@
 //! refused requests never reach token verification. The permit goes into
 //! the request's [`crate::permits::PermitSlot`].
 
-use super::{charge, routed, step_layer, take_ready, Outcome, RejectingService, Step};
+use super::{charge, routed, step_layer, take_ready, RejectingService, Step, StepFuture};
 use crate::metrics::{GatewayMetrics, Layer};
 use axum::body::Body;
-use futures::future::BoxFuture;
 use http::Request;
 use std::sync::Arc;
 
@@ -26,13 +25,13 @@ impl PreAuthLayer {
 step_layer!(PreAuthLayer);
 
 impl Step for PreAuthLayer {
-    fn step<S: RejectingService>(&self, next: &mut S, mut req: Request<Body>) -> BoxFuture<'static, Outcome> {
+    fn step<S: RejectingService>(&self, next: &mut S, mut req: Request<Body>) -> StepFuture<S::Future> {
         let Some(handle) = routed(&req).and_then(|r| r.route.resource.clone()) else {
-            return Box::pin(next.call(req));
+            return StepFuture::next(next.call(req));
         };
         let mut next = take_ready(next);
         let metrics = Arc::clone(&self.metrics);
-        Box::pin(async move {
+        StepFuture::boxed(async move {
             charge(&handle, &mut req, Layer::PreAuth, None, &metrics).await?;
             next.call(req).await
         })

@@ -5,11 +5,10 @@
 //! `text/event-stream` answers, whose long-lived connections must not hold a
 //! slot.
 
-use super::{step_layer, Outcome, RejectingService, Step};
+use super::{step_layer, RejectingService, Step, StepFuture};
 use crate::metrics::GatewayMetrics;
 use crate::permits::{PermitSlot, Release};
 use axum::body::Body;
-use futures::future::BoxFuture;
 use http::{Request, Response};
 use std::sync::Arc;
 
@@ -61,13 +60,13 @@ fn is_event_stream(resp: &Response<Body>) -> bool {
 }
 
 impl Step for ReleaseLayer {
-    fn step<S: RejectingService>(&self, next: &mut S, mut req: Request<Body>) -> BoxFuture<'static, Outcome> {
+    fn step<S: RejectingService>(&self, next: &mut S, mut req: Request<Body>) -> StepFuture<S::Future> {
         let slot = PermitSlot::default();
         req.extensions_mut().insert(slot.clone());
         let mut guard = Guard(Some(slot.clone()));
         let fut = next.call(req);
         let metrics = Arc::clone(&self.metrics);
-        Box::pin(async move {
+        StepFuture::boxed(async move {
             let resp = fut.await?;
             guard.disarm();
             if slot.is_empty() {

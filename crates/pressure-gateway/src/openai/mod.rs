@@ -42,10 +42,9 @@ mod validate;
 use handler::chat_completions;
 pub use handler::REQUEST_ID_HEADER;
 
-use crate::layers::{routed, step_layer, Outcome, RejectingService, Step};
+use crate::layers::{routed, step_layer, RejectingService, Step, StepFuture};
 use crate::plan::Endpoint;
 use axum::body::Body;
-use futures::future::BoxFuture;
 use http::{Request, Response};
 
 /// The header naming the chain level that answered.
@@ -78,20 +77,18 @@ pub(crate) struct OpenAiLayer;
 step_layer!(OpenAiLayer);
 
 impl Step for OpenAiLayer {
-    fn step<S: RejectingService>(&self, next: &mut S, req: Request<Body>) -> BoxFuture<'static, Outcome> {
+    fn step<S: RejectingService>(&self, next: &mut S, req: Request<Body>) -> StepFuture<S::Future> {
         let served = routed(&req).and_then(|r| Some((r.route.endpoint, r.plan.llm().cloned()?)));
         match served {
             Some((Endpoint::ChatCompletions, llm)) => {
-                Box::pin(async move { Ok(chat_completions(&llm, req).await) })
+                StepFuture::boxed(async move { Ok(chat_completions(&llm, req).await) })
             }
             Some((Endpoint::Embeddings, llm)) => {
-                Box::pin(async move { embeddings::embeddings(&llm, req).await })
+                StepFuture::boxed(async move { embeddings::embeddings(&llm, req).await })
             }
-            Some((Endpoint::Models, llm)) => Box::pin(std::future::ready(models::list(&llm))),
-            Some((Endpoint::Model, llm)) => {
-                Box::pin(std::future::ready(models::retrieve(&llm, req.uri().path())))
-            }
-            _ => Box::pin(next.call(req)),
+            Some((Endpoint::Models, llm)) => StepFuture::ready(models::list(&llm)),
+            Some((Endpoint::Model, llm)) => StepFuture::ready(models::retrieve(&llm, req.uri().path())),
+            _ => StepFuture::next(next.call(req)),
         }
     }
 }

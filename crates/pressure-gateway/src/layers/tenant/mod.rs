@@ -16,7 +16,7 @@ mod key_limit;
 
 pub(crate) use jwt::{AuthError, Authenticator, Tenant};
 
-use super::{routed, step_layer, take_ready, Outcome, RejectingService, Step};
+use super::{routed, step_layer, take_ready, RejectingService, Step, StepFuture};
 use crate::backend::{AnyBackend, Broker};
 use crate::metrics::{GatewayMetrics, Layer};
 use crate::plan::{Endpoint, Plan};
@@ -24,7 +24,6 @@ use crate::rejection::Rejection;
 use crate::resources;
 use axum::body::Body;
 use credential::Identity;
-use futures::future::BoxFuture;
 use http::Request;
 use pressure_core::ResourceHandle;
 use std::sync::Arc;
@@ -79,21 +78,21 @@ impl TenantLayer {
 step_layer!(TenantLayer);
 
 impl Step for TenantLayer {
-    fn step<S: RejectingService>(&self, next: &mut S, mut req: Request<Body>) -> BoxFuture<'static, Outcome> {
+    fn step<S: RejectingService>(&self, next: &mut S, mut req: Request<Body>) -> StepFuture<S::Future> {
         let Some(plan) = routed(&req).map(|r| Arc::clone(&r.plan)) else {
-            return Box::pin(next.call(req));
+            return StepFuture::next(next.call(req));
         };
         let policy = plan.tenant();
         if !credential::reads_credentials(policy) {
-            return Box::pin(next.call(req));
+            return StepFuture::next(next.call(req));
         }
         let Identity { tenant, key } = match credential::identify(policy, &mut req) {
             Ok(Some(who)) => who,
             Ok(None) if policy.required => {
-                return Box::pin(async { Err(Rejection::Unauthorized(AuthError::Missing)) })
+                return StepFuture::ready(Err(Rejection::Unauthorized(AuthError::Missing)))
             }
-            Ok(None) => return Box::pin(next.call(req)),
-            Err(e) => return Box::pin(async move { Err(Rejection::Unauthorized(e)) }),
+            Ok(None) => return StepFuture::next(next.call(req)),
+            Err(e) => return StepFuture::ready(Err(Rejection::Unauthorized(e))),
         };
         req.extensions_mut().insert(tenant.clone());
         if let Some(c) = crate::charged::of(&req) {
@@ -105,17 +104,17 @@ impl Step for TenantLayer {
         let key_limit = key.and_then(|k| k.limit);
         let handle = match self.tenant_limit(&plan, &tenant) {
             Ok(h) => h,
-            Err(refused) => return Box::pin(async move { Err(refused) }),
+            Err(refused) => return StepFuture::ready(Err(refused)),
         };
         if handle.is_none() && key_limit.is_none() {
-            return Box::pin(next.call(req));
+            return StepFuture::next(next.call(req));
         }
         // Only the LLM endpoints spend money: a proxied request carries no
         // payer (no extension to allocate on the pass path).
         let pays = routed(&req).is_some_and(|r| r.route.endpoint != Endpoint::Proxy);
         let mut next = take_ready(next);
         let metrics = Arc::clone(&self.metrics);
-        Box::pin(async move {
+        StepFuture::boxed(async move {
             key_limit::charge_all(handle.as_ref(), key_limit.as_ref(), &mut req, &tenant.0, &metrics).await?;
             if let Some(handle) = handle.filter(|_| pays) {
                 req.extensions_mut().insert(Payer(handle));
