@@ -51,6 +51,8 @@ export interface AcquireOptions {
   tokens?: Tokens;
   inputTokens?: number;
   outputTokens?: number;
+  /** Money reserved, in micro-USD (`costMicroUsdPerDay` / `costMicroUsdPerMonth` budgets; default 0). */
+  costMicroUsd?: number;
   priority?: Priority;
 }
 
@@ -77,6 +79,8 @@ export interface ActualUsage {
   requests?: number;
   inputTokens?: number;
   outputTokens?: number;
+  /** Money actually spent, in micro-USD (reconcile: default 0; reportUsage: absent keeps the reservation). */
+  costMicroUsd?: number;
 }
 
 /** The answer of tryAcquire. */
@@ -92,7 +96,7 @@ export interface Acquisition extends AsyncDisposable {
   readonly held: boolean;
   /** Gives the capacity back. Idempotent; a no-op after a denial. */
   release(): Promise<void>;
-  /** Corrects the token reservation to the actual usage. */
+  /** Corrects the token and money reservation to the actual usage. */
   reconcile(actual: ActualUsage): Promise<void>;
 }
 

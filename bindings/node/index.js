@@ -151,7 +151,7 @@ function tokenPair(tokens, where) {
   return [count(t.input, `${where}.tokens.input`, 0), count(t.output, `${where}.tokens.output`, 0)];
 }
 
-const ACQUIRE_KEYS = ['requests', 'tokens', 'inputTokens', 'outputTokens', 'priority'];
+const ACQUIRE_KEYS = ['requests', 'tokens', 'inputTokens', 'outputTokens', 'costMicroUsd', 'priority'];
 
 /** The redis option as the Rust `RedisConfig` object: a URL, a
  * comma-separated list of cluster node URLs, or a RedisConfig object. */
@@ -206,14 +206,15 @@ class Acquisition {
     return this.#native === null ? false : this.#native.held;
   }
 
-  /** Corrects the token reservation to the actual usage. */
+  /** Corrects the token and money reservation to the actual usage. */
   async reconcile(actual = {}) {
-    const a = checkKeys(actual, ['requests', 'inputTokens', 'outputTokens'], 'reconcile');
+    const a = checkKeys(actual, ['requests', 'inputTokens', 'outputTokens', 'costMicroUsd'], 'reconcile');
     const requests = count(a.requests, 'requests', 1);
     const input = count(a.inputTokens, 'inputTokens', 0);
     const output = count(a.outputTokens, 'outputTokens', 0);
+    const cost = count(a.costMicroUsd, 'costMicroUsd', undefined);
     if (this.#native === null) return;
-    await this.#native.reconcile(requests, input, output).catch(rethrow);
+    await this.#native.reconcile(requests, input, output, cost).catch(rethrow);
   }
 
   [asyncDispose]() {
@@ -382,13 +383,14 @@ class ResourceBroker {
     input = count(o.inputTokens, 'tryAcquire options.inputTokens', input);
     output = count(o.outputTokens, 'tryAcquire options.outputTokens', output);
     const requests = count(o.requests, 'tryAcquire options.requests', 1);
+    const cost = count(o.costMicroUsd, 'tryAcquire options.costMicroUsd', 0);
     const batch = isBatch(o.priority, 'tryAcquire options');
     const n = this.#native ?? (await this.#get());
     let a;
     try {
-      a = n.tryAcquireNow(resource, requests, input, output, batch);
+      a = n.tryAcquireNow(resource, requests, input, output, cost, batch);
       // 0: not answerable without a round trip (Redis).
-      if (a === 0) a = await n.tryAcquire(resource, requests, input, output, batch);
+      if (a === 0) a = await n.tryAcquire(resource, requests, input, output, cost, batch);
     } catch (e) {
       rethrow(e);
     }
@@ -402,10 +404,15 @@ class ResourceBroker {
    * `{ result, waitTimeMs, attempts }`; a task error is rethrown as is.
    */
   async enqueue(request) {
-    const r = checkKeys(request, ['resource', 'tokens', 'priority', 'maxWaitMs', 'execute'], 'enqueue request');
+    const r = checkKeys(
+      request,
+      ['resource', 'tokens', 'costMicroUsd', 'priority', 'maxWaitMs', 'execute'],
+      'enqueue request',
+    );
     resourceId(r.resource, 'enqueue');
     if (typeof r.execute !== 'function') throw new ConfigError('enqueue request.execute: must be a function');
     const [input, output] = tokenPair(r.tokens, 'enqueue request');
+    const cost = count(r.costMicroUsd, 'enqueue request.costMicroUsd', 0);
     const batch = isBatch(r.priority, 'enqueue request');
     const maxWaitMs = r.maxWaitMs === undefined ? null : count(r.maxWaitMs, 'enqueue request.maxWaitMs');
     const execute = r.execute;
@@ -416,11 +423,12 @@ class ResourceBroker {
       const ctx = {
         attempt,
         reportUsage(u) {
-          const x = checkKeys(u, ['requests', 'inputTokens', 'outputTokens'], 'reportUsage');
+          const x = checkKeys(u, ['requests', 'inputTokens', 'outputTokens', 'costMicroUsd'], 'reportUsage');
           usage = {
             requests: count(x.requests, 'requests', undefined),
             inputTokens: count(x.inputTokens, 'inputTokens', 0),
             outputTokens: count(x.outputTokens, 'outputTokens', 0),
+            costMicroUsd: count(x.costMicroUsd, 'costMicroUsd', undefined),
           };
         },
       };
@@ -445,7 +453,7 @@ class ResourceBroker {
     const n = this.#native ?? (await this.#get());
     let out;
     try {
-      out = JSON.parse(await n.enqueue(r.resource, input, output, batch, maxWaitMs, run));
+      out = JSON.parse(await n.enqueue(r.resource, input, output, cost, batch, maxWaitMs, run));
     } catch (e) {
       const t = translate(e);
       if (t && t.code === TASK_FAILED && error !== undefined) throw error;

@@ -154,23 +154,30 @@ impl NativeAcquisition {
         Ok(())
     }
 
-    /// Corrects the token reservation to the actual usage; a no-op after a
-    /// denial or a release.
+    /// Corrects the token and money reservation to the actual usage (money:
+    /// absent keeps what was reserved); a no-op after a denial or a release.
     #[napi]
-    pub async fn reconcile(&self, requests: f64, input_tokens: f64, output_tokens: f64) -> napi::Result<()> {
-        let actual = ActualUsage {
+    pub async fn reconcile(
+        &self,
+        requests: f64,
+        input_tokens: f64,
+        output_tokens: f64,
+        cost_micro_usd: Option<f64>,
+    ) -> napi::Result<()> {
+        let mut actual = ActualUsage {
             requests: units("requests", requests)?,
             input_tokens: units("inputTokens", input_tokens)?,
             output_tokens: units("outputTokens", output_tokens)?,
-            // The binding reserves no cost.
             cost_micro_usd: 0,
         };
+        let cost = cost_micro_usd.map(|c| units("costMicroUsd", c)).transpose()?;
         // Taken out for the await; a release that comes meanwhile finds the
         // slot empty, so it is done here afterwards instead.
         let taken = self.permit.lock().permit.take();
         let Some(mut p) = taken else {
             return Ok(());
         };
+        actual.cost_micro_usd = cost.unwrap_or(p.grant().reserved.cost_micro_usd);
         let out = p.reconcile(actual).await.map_err(error::broker);
         let late_release = {
             let mut held = self.permit.lock();

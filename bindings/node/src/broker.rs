@@ -108,12 +108,13 @@ impl NativeBroker {
         requests: f64,
         input_tokens: f64,
         output_tokens: f64,
+        cost_micro_usd: f64,
         batch: bool,
     ) -> napi::Result<Either3<f64, Denied, NativeAcquisition>> {
         if !self.memory {
             return Ok(Either3::A(0.0));
         }
-        let opts = options::demand(requests, input_tokens, output_tokens, batch)?;
+        let opts = options::demand(requests, input_tokens, output_tokens, cost_micro_usd, batch)?;
         // The memory backend answers at once; the runtime's context lets a
         // concurrency permit register with the broker's renewal task.
         let polled = crate::runtime::within(|| self.broker.try_acquire(&resource, opts).now_or_never());
@@ -132,9 +133,10 @@ impl NativeBroker {
         requests: f64,
         input_tokens: f64,
         output_tokens: f64,
+        cost_micro_usd: f64,
         batch: bool,
     ) -> napi::Result<Either3<f64, Denied, NativeAcquisition>> {
-        let opts = options::demand(requests, input_tokens, output_tokens, batch)?;
+        let opts = options::demand(requests, input_tokens, output_tokens, cost_micro_usd, batch)?;
         let acq = self
             .broker
             .try_acquire(&resource, opts)
@@ -152,12 +154,13 @@ impl NativeBroker {
         resource: String,
         input_tokens: f64,
         output_tokens: f64,
+        cost_micro_usd: f64,
         batch: bool,
         max_wait_ms: Option<f64>,
         run: RunAttempt,
     ) -> napi::Result<String> {
         // One request per enqueue, as in the core's `Request`.
-        let opts = options::demand(1.0, input_tokens, output_tokens, batch)?;
+        let opts = options::demand(1.0, input_tokens, output_tokens, cost_micro_usd, batch)?;
         let max_wait = max_wait_ms.map(|m| options::units("maxWaitMs", m)).transpose()?;
         task::enqueue(&self.broker, resource, opts, max_wait, run).await
     }

@@ -60,12 +60,21 @@ pub(crate) fn units(name: &str, v: f64) -> napi::Result<u64> {
     }
 }
 
-/// What one acquisition asks for, from the numbers `index.js` passes.
-pub(crate) fn demand(requests: f64, input: f64, output: f64, batch: bool) -> napi::Result<AcquireOptions> {
+/// What one acquisition asks for, from the numbers `index.js` passes:
+/// requests, input and output tokens, and money (µ$, for the calendar
+/// budgets `costMicroUsdPerDay` / `costMicroUsdPerMonth`).
+pub(crate) fn demand(
+    requests: f64,
+    input: f64,
+    output: f64,
+    cost: f64,
+    batch: bool,
+) -> napi::Result<AcquireOptions> {
     Ok(AcquireOptions {
         requests: units("requests", requests)?,
         input_tokens: units("inputTokens", input)?,
         output_tokens: units("outputTokens", output)?,
+        cost_micro_usd: units("costMicroUsd", cost)?,
         priority: if batch {
             Priority::Batch
         } else {

@@ -44,6 +44,9 @@ struct Usage {
     input_tokens: u64,
     #[serde(default)]
     output_tokens: u64,
+    /// Absent: the reserved money stands.
+    #[serde(default)]
+    cost_micro_usd: Option<u64>,
 }
 
 /// Runs `run` through the core's queue; JSON `{"waitTimeMs", "attempts"}`.
@@ -55,13 +58,14 @@ pub(crate) async fn enqueue(
     run: RunAttempt,
 ) -> napi::Result<String> {
     let run = Arc::new(run);
-    let requests = opts.requests;
+    let (requests, cost) = (opts.requests, opts.cost_micro_usd);
     let mut request = Request::new(resource, move |attempt: Attempt| {
         let run = Arc::clone(&run);
-        async move { one_attempt(&run, attempt, requests).await }
+        async move { one_attempt(&run, attempt, requests, cost).await }
     })
     .priority(opts.priority)
-    .tokens(opts.input_tokens, opts.output_tokens);
+    .tokens(opts.input_tokens, opts.output_tokens)
+    .cost_micro_usd(opts.cost_micro_usd);
     if let Some(ms) = max_wait_ms {
         request = request.max_wait(Duration::from_millis(ms));
     }
@@ -73,7 +77,12 @@ pub(crate) async fn enqueue(
     .to_string())
 }
 
-async fn one_attempt(run: &RunAttempt, attempt: Attempt, requests: u64) -> Result<(), TaskError<String>> {
+async fn one_attempt(
+    run: &RunAttempt,
+    attempt: Attempt,
+    requests: u64,
+    cost: u64,
+) -> Result<(), TaskError<String>> {
     let failed = |e: napi::Error| TaskError::Failed(e.reason.clone());
     let promise = run.call_async(attempt.number).await.map_err(failed)?;
     let text = promise.await.map_err(failed)?;
@@ -84,8 +93,7 @@ async fn one_attempt(run: &RunAttempt, attempt: Attempt, requests: u64) -> Resul
             requests: u.requests.unwrap_or(requests),
             input_tokens: u.input_tokens,
             output_tokens: u.output_tokens,
-            // The binding reserves no cost.
-            cost_micro_usd: 0,
+            cost_micro_usd: u.cost_micro_usd.unwrap_or(cost),
         });
     }
     if v.ok {

@@ -126,6 +126,45 @@ test('reconcile corrects the token reservation', async () => {
   assert.equal((await b.tryAcquire('tok', { tokens: 500 })).allowed, true);
 });
 
+test('costMicroUsd spends a daily money budget; reconcile corrects it or keeps it', async () => {
+  const b = new ResourceBroker();
+  b.registerLimit('spend', { costMicroUsdPerDay: 1000 });
+  const first = await b.tryAcquire('spend', { costMicroUsd: 600 });
+  assert.equal(first.allowed, true);
+  const refused = await b.tryAcquire('spend', { costMicroUsd: 600 });
+  assert.equal(refused.allowed, false);
+  assert.equal(refused.dimension, 'costMicroUsdPerDay');
+  assert.ok(refused.waitTimeMs > 0 && refused.waitTimeMs <= 86_400_000, `${refused.waitTimeMs}`);
+  assert.equal((await statsOf(b, 'spend')).usage.costMicroUsdPerDay, 600);
+  // Tokens only: the reserved money stands.
+  await first.reconcile({ inputTokens: 3 });
+  assert.equal((await statsOf(b, 'spend')).usage.costMicroUsdPerDay, 600);
+  await first.reconcile({ costMicroUsd: 150 });
+  assert.equal((await statsOf(b, 'spend')).usage.costMicroUsdPerDay, 150);
+  assert.equal((await b.tryAcquire('spend', { costMicroUsd: 600 })).allowed, true);
+  assert.equal((await statsOf(b, 'spend')).usage.costMicroUsdPerDay, 750);
+  await assert.rejects(b.tryAcquire('spend', { costMicroUsd: -1 }), ConfigError);
+});
+
+test('enqueue reserves costMicroUsd and reportUsage corrects it', async () => {
+  const b = new ResourceBroker();
+  b.register('qspend', { limits: { costMicroUsdPerDay: 1000 } });
+  const out = await b.enqueue({
+    resource: 'qspend',
+    costMicroUsd: 400,
+    execute: async ({ reportUsage }) => {
+      assert.equal((await statsOf(b, 'qspend')).usage.costMicroUsdPerDay, 400);
+      reportUsage({ costMicroUsd: 90 });
+      return 'done';
+    },
+  });
+  assert.equal(out.result, 'done');
+  assert.equal((await statsOf(b, 'qspend')).usage.costMicroUsdPerDay, 90);
+  // Usage without money keeps the reservation.
+  await b.enqueue({ resource: 'qspend', costMicroUsd: 300, execute: ({ reportUsage }) => reportUsage({}) });
+  assert.equal((await statsOf(b, 'qspend')).usage.costMicroUsdPerDay, 390);
+});
+
 test('enqueue runs interactive requests before batch ones on a saturated resource', async () => {
   const b = new ResourceBroker();
   b.register('llm', { limits: { maxConcurrentRequests: 1 }, queue: { interactiveBurst: 100 } });

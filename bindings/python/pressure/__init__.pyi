@@ -40,7 +40,10 @@ class Acquisition:
     def cause(self) -> Optional[Literal["exhausted", "unavailable"]]: ...
     def release(self) -> Awaitable[None]: ...
     def reconcile(
-        self, input_tokens: Optional[int] = None, output_tokens: Optional[int] = None
+        self,
+        input_tokens: Optional[int] = None,
+        output_tokens: Optional[int] = None,
+        cost_micro_usd: Optional[int] = None,
     ) -> Awaitable[None]: ...
     def __bool__(self) -> bool: ...
 
@@ -83,6 +86,7 @@ class ResourceBroker:
         input_tokens: Optional[int] = None,
         output_tokens: Optional[int] = None,
         priority: Priority = "interactive",
+        cost_micro_usd: int = 0,
     ) -> AcquireCall: ...
     async def enqueue(
         self,
@@ -94,5 +98,6 @@ class ResourceBroker:
         output_tokens: Optional[int] = None,
         priority: Priority = "interactive",
         max_wait_ms: Optional[int] = None,
+        cost_micro_usd: int = 0,
     ) -> Response: ...
     async def get_stats(self) -> list[dict[str, Any]]: ...

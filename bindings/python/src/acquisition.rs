@@ -94,14 +94,15 @@ impl PyAcquisition {
         now_or_later(py, async move { held.release().await })
     }
 
-    /// Corrects the token reservation to the actual usage (each count
-    /// defaults to what was reserved); a no-op once released or denied.
-    #[pyo3(signature = (input_tokens=None, output_tokens=None))]
+    /// Corrects the token and money reservation to the actual usage (each
+    /// count defaults to what was reserved); a no-op once released or denied.
+    #[pyo3(signature = (input_tokens=None, output_tokens=None, cost_micro_usd=None))]
     fn reconcile<'py>(
         &self,
         py: Python<'py>,
         input_tokens: Option<u64>,
         output_tokens: Option<u64>,
+        cost_micro_usd: Option<u64>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let held = Arc::clone(&self.held);
         now_or_later(py, async move {
@@ -112,7 +113,7 @@ impl PyAcquisition {
                     requests: reserved.requests,
                     input_tokens: input_tokens.unwrap_or(reserved.input_tokens),
                     output_tokens: output_tokens.unwrap_or(reserved.output_tokens),
-                    cost_micro_usd: reserved.cost_micro_usd,
+                    cost_micro_usd: cost_micro_usd.unwrap_or(reserved.cost_micro_usd),
                 };
                 p.reconcile(actual).await.map_err(broker_error)?;
             }

@@ -111,7 +111,10 @@ impl PyBroker {
 
     /// Reserves capacity now or answers with the wait: `await` the result
     /// for an `Acquisition`, or `async with` it to release on exit.
-    #[pyo3(signature = (resource, requests=1, tokens=None, input_tokens=None, output_tokens=None, priority="interactive"))]
+    /// `cost_micro_usd` reserves money on the calendar budgets
+    /// (`costMicroUsdPerDay`, `costMicroUsdPerMonth`).
+    #[pyo3(signature = (resource, requests=1, tokens=None, input_tokens=None, output_tokens=None, priority="interactive", cost_micro_usd=0))]
+    #[allow(clippy::too_many_arguments)]
     fn try_acquire(
         &self,
         resource: String,
@@ -120,11 +123,13 @@ impl PyBroker {
         input_tokens: Option<u64>,
         output_tokens: Option<u64>,
         priority: &str,
+        cost_micro_usd: u64,
     ) -> PyResult<AcquireCall> {
         let (input, output) = token_split(tokens, input_tokens, output_tokens)?;
         let opts = AcquireOptions::default()
             .requests(requests)
             .tokens(input, output)
+            .cost_micro_usd(cost_micro_usd)
             .priority(config::priority(priority)?);
         Ok(AcquireCall::new(self.broker.clone(), resource, opts))
     }
@@ -133,7 +138,7 @@ impl PyBroker {
     /// awaits `execute()` (or `execute(attempt)` when it takes an argument);
     /// a `RateLimitedError` it raises is retried after its `retry_after_ms`.
     /// Returns a `Response` (`result`, `wait_time_ms`, `attempts`).
-    #[pyo3(signature = (resource, execute, *, tokens=None, input_tokens=None, output_tokens=None, priority="interactive", max_wait_ms=None))]
+    #[pyo3(signature = (resource, execute, *, tokens=None, input_tokens=None, output_tokens=None, priority="interactive", max_wait_ms=None, cost_micro_usd=0))]
     #[allow(clippy::too_many_arguments)]
     fn enqueue<'py>(
         &self,
@@ -145,6 +150,7 @@ impl PyBroker {
         output_tokens: Option<u64>,
         priority: &str,
         max_wait_ms: Option<u64>,
+        cost_micro_usd: u64,
     ) -> PyResult<Bound<'py, PyAny>> {
         let (input, output) = token_split(tokens, input_tokens, output_tokens)?;
         let job = crate::enqueue::Job {
@@ -152,6 +158,7 @@ impl PyBroker {
             execute,
             input_tokens: input,
             output_tokens: output,
+            cost_micro_usd,
             priority: config::priority(priority)?,
             max_wait_ms,
         };

@@ -15,6 +15,7 @@ pub(crate) struct Job {
     pub(crate) execute: Py<PyAny>,
     pub(crate) input_tokens: u64,
     pub(crate) output_tokens: u64,
+    pub(crate) cost_micro_usd: u64,
     pub(crate) priority: Priority,
     pub(crate) max_wait_ms: Option<u64>,
 }
@@ -109,6 +110,7 @@ pub(crate) fn start(py: Python<'_>, broker: Broker, job: Job) -> PyResult<Bound<
         execute,
         input_tokens,
         output_tokens,
+        cost_micro_usd,
         priority,
         max_wait_ms,
     } = job;
@@ -124,7 +126,8 @@ pub(crate) fn start(py: Python<'_>, broker: Broker, job: Job) -> PyResult<Bound<
         };
         let mut request = Request::new(resource, task)
             .priority(priority)
-            .tokens(input_tokens, output_tokens);
+            .tokens(input_tokens, output_tokens)
+            .cost_micro_usd(cost_micro_usd);
         if let Some(ms) = max_wait_ms {
             request = request.max_wait(Duration::from_millis(ms));
         }

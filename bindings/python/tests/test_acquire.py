@@ -149,6 +149,40 @@ def test_tokens_reserve_and_reconcile(backend: str) -> None:
     run(body())
 
 
+def test_cost_spends_a_daily_budget_and_reconciles(backend: str) -> None:
+    async def body() -> None:
+        broker = await make_broker(backend)
+        r = unique("spend")
+        broker.register_limit(r, {"costMicroUsdPerDay": 1000})
+        a = await broker.try_acquire(r, cost_micro_usd=600)
+        assert a.allowed
+        refused = await broker.try_acquire(r, cost_micro_usd=600)
+        assert not refused.allowed
+        assert refused.dimension == "costMicroUsdPerDay"
+        assert 0 < refused.wait_time_ms <= 86_400_000
+        # Tokens only: the reserved money stands.
+        await a.reconcile(input_tokens=0)
+        assert (await stats_of(broker, r))["usage"]["costMicroUsdPerDay"] == 600
+        await a.reconcile(cost_micro_usd=150)
+        assert (await stats_of(broker, r))["usage"]["costMicroUsdPerDay"] == 150
+        assert (await broker.try_acquire(r, cost_micro_usd=600)).allowed
+        assert (await stats_of(broker, r))["usage"]["costMicroUsdPerDay"] == 750
+
+        q = unique("qspend")
+        broker.register(q, {"costMicroUsdPerDay": 1000})
+        seen = []
+
+        async def task() -> str:
+            seen.append((await stats_of(broker, q))["usage"]["costMicroUsdPerDay"])
+            return "done"
+
+        out = await broker.enqueue(q, task, cost_micro_usd=400)
+        assert out.result == "done"
+        assert seen == [400]
+
+    run(body())
+
+
 def test_batch_priority_is_kept_below_the_headroom() -> None:
     async def body() -> None:
         broker = pressure.ResourceBroker()
