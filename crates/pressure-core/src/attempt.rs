@@ -70,7 +70,12 @@ impl<B: Backend> Entry<B> {
         let ticket = match grant.lease {
             Some(_) => {
                 self.counters().active.inc();
-                self.renewer.register(self, grant)
+                if Self::backend_keeps_leases() {
+                    self.renewer.hold(self);
+                    0
+                } else {
+                    self.renewer.register(self, grant)
+                }
             }
             None => 0,
         };

@@ -15,9 +15,11 @@ use crate::backend::{Backend, BackendError, Grant};
 use crate::error::Error;
 use crate::limits::{Demand, Dimension, LimitSpec, PPM};
 use crate::queue::Queue;
-use crate::renewal::{LeaseBook, Leased, Renewer};
+use crate::renewal::{LeaseBook, Leased, Renewed, Renewer};
 use crate::stats::ResourceKind;
 use crate::striped::Gauge;
+use crate::{MemoryBackend, MemoryHandle};
+use std::any::{Any, TypeId};
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, OnceLock};
 
@@ -175,6 +177,22 @@ impl<B: Backend> Entry<B> {
         }
     }
 
+    /// Whether the backend is the in-process one, which keeps the leases it
+    /// grants as the renewer's book (see `renewal`): the broker then records
+    /// nothing per lease. Known at compile time.
+    #[inline(always)]
+    pub(crate) fn backend_keeps_leases() -> bool {
+        TypeId::of::<B>() == TypeId::of::<MemoryBackend>()
+    }
+
+    /// The in-process backend and this version's state in it, when that is
+    /// the backend.
+    fn memory(&self) -> Option<(&MemoryBackend, &MemoryHandle)> {
+        let backend = (&*self.backend as &dyn Any).downcast_ref::<MemoryBackend>()?;
+        let handle = (&self.handle as &dyn Any).downcast_ref::<MemoryHandle>()?;
+        Some((backend, handle))
+    }
+
     /// Tells the queue (if any) that capacity may have been freed.
     #[inline]
     pub(crate) fn capacity_freed(&self) {
@@ -207,6 +225,23 @@ impl<B: Backend> Leased for Entry<B> {
             current.backend.renew_many(&current.handle, grants).await
         };
         (current.spec.lease_ttl_ns, kept)
+    }
+
+    fn backend_keeps_leases(&self) -> bool {
+        Self::backend_keeps_leases()
+    }
+
+    fn renew_held(&self) -> Option<Renewed> {
+        // Every version's handle reaches the one lock of the resource's
+        // state (moves followed), which holds the newest limits and TTL.
+        let (backend, handle) = self.memory()?;
+        let (live, lost, ttl_ns) = backend.renew_held(handle);
+        Some(Renewed { live, lost, ttl_ns })
+    }
+
+    fn held_leases(&self) -> Option<(usize, usize)> {
+        let (backend, handle) = self.memory()?;
+        Some(backend.held_leases(handle))
     }
 }
 
