@@ -139,8 +139,24 @@ impl<B: Backend> Entry<B> {
     {
         match self.decide_sync(opts)? {
             (e, demand, QuickDecision::Granted { at_ns }) => Ok(e.plain_grant(at_ns, &demand)),
+            (e, _, QuickDecision::Full(Decision::Granted(g)))
+                if Self::backend_keeps_leases() && g.lease.is_some() =>
+            {
+                Ok(e.held_grant(&g))
+            }
             (e, _, QuickDecision::Full(d)) => e.finish_full(d),
         }
+    }
+
+    /// The acquisition of a grant whose lease the backend keeps itself (the
+    /// in-process one, see `renewal`), built in the caller's return slot:
+    /// the resource stays on the renewer's list, nothing is recorded per
+    /// lease.
+    #[inline(always)]
+    fn held_grant(self: &Arc<Self>, grant: &Grant) -> Acquisition<B> {
+        self.counters().active.inc();
+        self.renewer.hold(self);
+        Acquisition::Granted(Permit::new(Some(Arc::clone(self)), *grant, 0))
     }
 
     /// The acquisition of a plain grant, built in the caller's return slot:

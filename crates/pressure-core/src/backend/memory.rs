@@ -90,6 +90,7 @@ impl MemoryBackend {
         }
     }
 
+    #[inline]
     fn release_sync(&self, h: &MemoryHandle, grant: &Grant) {
         if let Some(lease) = grant.lease {
             if let Some(m) = h.state.locked() {
@@ -215,6 +216,7 @@ impl Fast {
 
 impl State {
     /// The locked counters, following moves; `None` for a lock-free state.
+    #[inline]
     fn locked(&self) -> Option<&Arc<Mutex<LockedState>>> {
         match self {
             State::Locked(m) => Some(m),
