@@ -139,6 +139,7 @@ impl<B: Backend> Entry<B> {
     {
         match self.decide_sync(opts)? {
             (e, demand, QuickDecision::Granted { at_ns }) => Ok(e.plain_grant(at_ns, &demand)),
+            (_, _, QuickDecision::Full(Decision::Denied(d))) => Ok(Acquisition::Denied(d)),
             (e, _, QuickDecision::Full(Decision::Granted(g)))
                 if Self::backend_keeps_leases() && g.lease.is_some() =>
             {
