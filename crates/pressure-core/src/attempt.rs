@@ -70,7 +70,7 @@ impl<B: Backend> Entry<B> {
         let ticket = match grant.lease {
             Some(_) => {
                 self.counters().active.inc();
-                if Self::backend_keeps_leases() {
+                if self.backend_keeps_leases() {
                     self.renewer.hold(self);
                     0
                 } else {
@@ -141,7 +141,7 @@ impl<B: Backend> Entry<B> {
             (e, demand, QuickDecision::Granted { at_ns }) => Ok(e.plain_grant(at_ns, &demand)),
             (_, _, QuickDecision::Full(Decision::Denied(d))) => Ok(Acquisition::Denied(d)),
             (e, _, QuickDecision::Full(Decision::Granted(g)))
-                if Self::backend_keeps_leases() && g.lease.is_some() =>
+                if e.backend_keeps_leases() && g.lease.is_some() =>
             {
                 Ok(e.held_grant(&g))
             }

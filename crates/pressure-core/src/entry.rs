@@ -19,7 +19,6 @@ use crate::renewal::{LeaseBook, Leased, Renewed, Renewer};
 use crate::stats::ResourceKind;
 use crate::striped::Gauge;
 use crate::{MemoryBackend, MemoryHandle};
-use std::any::{Any, TypeId};
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, OnceLock};
 
@@ -177,20 +176,20 @@ impl<B: Backend> Entry<B> {
         }
     }
 
-    /// Whether the backend is the in-process one, which keeps the leases it
-    /// grants as the renewer's book (see `renewal`): the broker then records
-    /// nothing per lease. Known at compile time.
+    /// Whether the backend keeps the leases it grants in this process, as
+    /// the renewer's book (see `renewal` and [`Backend::in_process`]): the
+    /// broker then records nothing per lease. Known at compile time for
+    /// the [`MemoryBackend`] itself.
     #[inline(always)]
-    pub(crate) fn backend_keeps_leases() -> bool {
-        TypeId::of::<B>() == TypeId::of::<MemoryBackend>()
+    pub(crate) fn backend_keeps_leases(&self) -> bool {
+        self.memory().is_some()
     }
 
-    /// The in-process backend and this version's state in it, when that is
-    /// the backend.
+    /// The in-process backend and this version's state in it, when the
+    /// resource is counted there.
+    #[inline(always)]
     fn memory(&self) -> Option<(&MemoryBackend, &MemoryHandle)> {
-        let backend = (&*self.backend as &dyn Any).downcast_ref::<MemoryBackend>()?;
-        let handle = (&self.handle as &dyn Any).downcast_ref::<MemoryHandle>()?;
-        Some((backend, handle))
+        self.backend.in_process(&self.handle)
     }
 
     /// Tells the queue (if any) that capacity may have been freed.
@@ -228,7 +227,7 @@ impl<B: Backend> Leased for Entry<B> {
     }
 
     fn backend_keeps_leases(&self) -> bool {
-        Self::backend_keeps_leases()
+        Entry::backend_keeps_leases(self)
     }
 
     fn renew_held(&self) -> Option<Renewed> {

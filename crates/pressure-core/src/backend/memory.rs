@@ -1155,6 +1155,11 @@ impl Backend for MemoryBackend {
     fn at_rest(&self, handle: &MemoryHandle) -> bool {
         Self::at_rest_of(&handle.state, self.now())
     }
+
+    #[inline(always)]
+    fn in_process<'a>(&'a self, handle: &'a MemoryHandle) -> Option<(&'a MemoryBackend, &'a MemoryHandle)> {
+        Some((self, handle))
+    }
 }
 
 impl SyncBackend for MemoryBackend {

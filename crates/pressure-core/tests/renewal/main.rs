@@ -17,6 +17,9 @@ struct Counting {
     inner: MemoryBackend,
     calls: Arc<AtomicUsize>,
     renewed: Arc<AtomicU64>,
+    /// Whether it says that its state is the memory backend's
+    /// ([`Backend::in_process`]), as a backend chosen at run time does.
+    in_process: bool,
 }
 
 impl Backend for Counting {
@@ -65,14 +68,22 @@ impl Backend for Counting {
     fn at_rest(&self, h: &MemoryHandle) -> bool {
         self.inner.at_rest(h)
     }
+    fn in_process<'a>(&'a self, h: &'a MemoryHandle) -> Option<(&'a MemoryBackend, &'a MemoryHandle)> {
+        self.in_process.then_some((&self.inner, h))
+    }
 }
 
 fn counting_broker() -> (ResourceBroker<Counting>, Counting) {
+    counting_broker_in_process(false)
+}
+
+fn counting_broker_in_process(in_process: bool) -> (ResourceBroker<Counting>, Counting) {
     let clock = Arc::new(TokioClock::new());
     let backend = Counting {
         inner: MemoryBackend::with_clock(clock.clone()),
         calls: Arc::default(),
         renewed: Arc::default(),
+        in_process,
     };
     let b = ResourceBroker::builder(backend.clone()).clock(clock).build();
     (b, backend)
@@ -371,4 +382,51 @@ fn a_held_lease_is_never_left_unrenewed_while_others_come_and_go() {
     });
     assert_eq!(lost.load(Ordering::Relaxed), 0, "held leases expired unrenewed");
     assert_eq!(b.live_leases(), 0);
+}
+
+/// A backend that wraps the memory backend and says so
+/// ([`Backend::in_process`], as the gateway's run-time choice does) has its
+/// leases renewed in place, never through `renew_many`, and they are kept
+/// all the same; a dropped broker still stops renewing them.
+#[tokio::test(start_paused = true)]
+async fn a_wrapped_memory_backend_renews_in_place() {
+    let (b, counting) = counting_broker_in_process(true);
+    let ttl = Duration::from_millis(300);
+    b.register_limit("w", Limits::default().max_concurrent_requests(3).lease_ttl(ttl))
+        .expect("valid");
+    let handle = b.resource("w").expect("registered");
+    let mut held = Vec::new();
+    for _ in 0..3 {
+        held.push(
+            handle
+                .try_acquire(AcquireOptions::default())
+                .await
+                .expect("answers")
+                .into_permit()
+                .expect("granted"),
+        );
+    }
+    assert_eq!(b.live_leases(), 3);
+    tokio::time::sleep(ttl * 10).await;
+    assert!(!handle
+        .try_acquire(AcquireOptions::default())
+        .await
+        .expect("answers")
+        .allowed());
+    assert_eq!(counting.calls.load(Ordering::Relaxed), 0, "renewed in place");
+    for p in held {
+        std::mem::forget(p);
+    }
+    drop(b);
+    assert!(!handle
+        .try_acquire(AcquireOptions::default())
+        .await
+        .expect("answers")
+        .allowed());
+    tokio::time::sleep(ttl * 2).await;
+    let back = handle
+        .try_acquire(AcquireOptions::default())
+        .await
+        .expect("answers");
+    assert!(back.allowed(), "the abandoned leases expired");
 }
