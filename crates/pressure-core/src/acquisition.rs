@@ -148,7 +148,8 @@ pub struct Permit<B: Backend = MemoryBackend> {
     entry: Option<Arc<Entry<B>>>,
     grant: Grant,
     live: bool,
-    /// The lease's registration with the renewer (0: none).
+    /// The lease's slot in the broker's book of leases (0: none, or the
+    /// backend keeps the lease itself, see `renewal`).
     ticket: u64,
 }
 

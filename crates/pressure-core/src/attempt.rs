@@ -70,7 +70,12 @@ impl<B: Backend> Entry<B> {
         let ticket = match grant.lease {
             Some(_) => {
                 self.counters().active.inc();
-                self.renewer.register(self, grant)
+                if self.backend_keeps_leases() {
+                    self.renewer.hold(self);
+                    0
+                } else {
+                    self.renewer.register(self, grant)
+                }
             }
             None => 0,
         };
@@ -134,8 +139,25 @@ impl<B: Backend> Entry<B> {
     {
         match self.decide_sync(opts)? {
             (e, demand, QuickDecision::Granted { at_ns }) => Ok(e.plain_grant(at_ns, &demand)),
+            (_, _, QuickDecision::Full(Decision::Denied(d))) => Ok(Acquisition::Denied(d)),
+            (e, _, QuickDecision::Full(Decision::Granted(g)))
+                if e.backend_keeps_leases() && g.lease.is_some() =>
+            {
+                Ok(e.held_grant(&g))
+            }
             (e, _, QuickDecision::Full(d)) => e.finish_full(d),
         }
+    }
+
+    /// The acquisition of a grant whose lease the backend keeps itself (the
+    /// in-process one, see `renewal`), built in the caller's return slot:
+    /// the resource stays on the renewer's list, nothing is recorded per
+    /// lease.
+    #[inline(always)]
+    fn held_grant(self: &Arc<Self>, grant: &Grant) -> Acquisition<B> {
+        self.counters().active.inc();
+        self.renewer.hold(self);
+        Acquisition::Granted(Permit::new(Some(Arc::clone(self)), *grant, 0))
     }
 
     /// The acquisition of a plain grant, built in the caller's return slot:

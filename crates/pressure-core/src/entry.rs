@@ -15,9 +15,10 @@ use crate::backend::{Backend, BackendError, Grant};
 use crate::error::Error;
 use crate::limits::{Demand, Dimension, LimitSpec, PPM};
 use crate::queue::Queue;
-use crate::renewal::{LeaseBook, Leased, Renewer};
+use crate::renewal::{LeaseBook, Leased, Renewed, Renewer};
 use crate::stats::ResourceKind;
 use crate::striped::Gauge;
+use crate::{MemoryBackend, MemoryHandle};
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, OnceLock};
 
@@ -175,6 +176,22 @@ impl<B: Backend> Entry<B> {
         }
     }
 
+    /// Whether the backend keeps the leases it grants in this process, as
+    /// the renewer's book (see `renewal` and [`Backend::in_process`]): the
+    /// broker then records nothing per lease. Known at compile time for
+    /// the [`MemoryBackend`] itself.
+    #[inline(always)]
+    pub(crate) fn backend_keeps_leases(&self) -> bool {
+        self.memory().is_some()
+    }
+
+    /// The in-process backend and this version's state in it, when the
+    /// resource is counted there.
+    #[inline(always)]
+    fn memory(&self) -> Option<(&MemoryBackend, &MemoryHandle)> {
+        self.backend.in_process(&self.handle)
+    }
+
     /// Tells the queue (if any) that capacity may have been freed.
     #[inline]
     pub(crate) fn capacity_freed(&self) {
@@ -207,6 +224,23 @@ impl<B: Backend> Leased for Entry<B> {
             current.backend.renew_many(&current.handle, grants).await
         };
         (current.spec.lease_ttl_ns, kept)
+    }
+
+    fn backend_keeps_leases(&self) -> bool {
+        Entry::backend_keeps_leases(self)
+    }
+
+    fn renew_held(&self) -> Option<Renewed> {
+        // Every version's handle reaches the one lock of the resource's
+        // state (moves followed), which holds the newest limits and TTL.
+        let (backend, handle) = self.memory()?;
+        let (live, lost, ttl_ns) = backend.renew_held(handle);
+        Some(Renewed { live, lost, ttl_ns })
+    }
+
+    fn held_leases(&self) -> Option<(usize, usize)> {
+        let (backend, handle) = self.memory()?;
+        Some(backend.held_leases(handle))
     }
 }
 

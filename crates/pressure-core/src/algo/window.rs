@@ -113,10 +113,17 @@ impl WindowState {
 
     /// Checks `units` against `limit` at `now` (after eviction):
     /// `Ok(())` or `Err(wait_ns)`, the wait at most W.
+    #[inline]
     pub(crate) fn check(&self, spec: &RateSpec, now: u64, units: u64, limit: u64) -> Result<(), u64> {
         if units == 0 || self.sum.saturating_add(units) <= limit {
             return Ok(());
         }
+        self.wait(spec, now, units, limit)
+    }
+
+    /// The wait of a demand [`WindowState::check`] refused.
+    #[inline(never)]
+    fn wait(&self, spec: &RateSpec, now: u64, units: u64, limit: u64) -> Result<(), u64> {
         if units > limit {
             return Err(spec.window_ns);
         }

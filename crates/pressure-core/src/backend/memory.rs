@@ -90,11 +90,41 @@ impl MemoryBackend {
         }
     }
 
+    #[inline]
     fn release_sync(&self, h: &MemoryHandle, grant: &Grant) {
         if let Some(lease) = grant.lease {
             if let Some(m) = h.state.locked() {
                 m.lock().leases.remove(lease.0);
             }
+        }
+    }
+
+    /// Renews every live lease of `h`'s resource by its lease TTL now, in
+    /// one short lock: the broker's renewal task, which keeps no book of
+    /// its own for this backend (the leases *are* the book, see
+    /// `renewal`). (leases renewed, leases lost — expired before this
+    /// renewal —, the TTL renewed with).
+    pub(crate) fn renew_held(&self, h: &MemoryHandle) -> (usize, usize, u64) {
+        let now = self.now();
+        match h.state.locked() {
+            Some(m) => {
+                let mut c = m.lock();
+                let now = c.monotonic(now);
+                let ttl = c.spec.lease_ttl_ns;
+                let (renewed, lost) = c.leases.renew_all(now, now.saturating_add(ttl));
+                (renewed, lost, ttl)
+            }
+            None => (0, 0, 0),
+        }
+    }
+
+    /// The live leases of `h`'s resource (none swept), and the identity of
+    /// the state they are counted in (every version of a resource shares
+    /// it): for the broker's count of its live leases.
+    pub(crate) fn held_leases(&self, h: &MemoryHandle) -> (usize, usize) {
+        match h.state.locked() {
+            Some(m) => (Arc::as_ptr(m) as usize, m.lock().leases.len()),
+            None => (0, 0),
         }
     }
 }
@@ -186,6 +216,7 @@ impl Fast {
 
 impl State {
     /// The locked counters, following moves; `None` for a lock-free state.
+    #[inline]
     fn locked(&self) -> Option<&Arc<Mutex<LockedState>>> {
         match self {
             State::Locked(m) => Some(m),
@@ -238,7 +269,6 @@ struct LockedState {
     /// only when the resource has a calendar dimension).
     clock: Arc<dyn Clock>,
     leases: LeaseSet,
-    next_lease: u64,
     allowed: u64,
     denied: u64,
     /// The latest time this state was counted at: a caller whose clock read
@@ -514,7 +544,6 @@ impl LockedState {
             cals,
             clock,
             leases: LeaseSet::default(),
-            next_lease: 1,
             allowed: 0,
             denied: 0,
             high: 0,
@@ -627,11 +656,10 @@ impl LockedState {
             dims,
             cals,
             leases,
-            next_lease,
             ..
         } = self;
         let lease = match (demand.lease, spec.concurrency) {
-            (true, Some(limit)) => Some((limit, *next_lease)),
+            (true, Some(limit)) => Some(limit),
             _ => None,
         };
         let mut worst: Option<(u64, Dimension)> = None;
@@ -662,7 +690,7 @@ impl LockedState {
                 note(wait, c.dimension);
             }
         }
-        if let Some((limit, _)) = lease {
+        if let Some(limit) = lease {
             if let Err(wait) = leases.check(now, RateSpec::scaled(limit, demand.ceiling_ppm)) {
                 note(wait, Dimension::MaxConcurrentRequests);
             }
@@ -685,11 +713,7 @@ impl LockedState {
         for (c, count) in spec.calendars.iter().zip(cals.iter_mut()) {
             count.commit(c.calendar, wall, c.units(demand));
         }
-        let lease = lease.map(|(_, id)| {
-            *next_lease += 1;
-            leases.insert(id, now + spec.lease_ttl_ns);
-            LeaseId(id)
-        });
+        let lease = lease.map(|_| LeaseId(leases.insert(now + spec.lease_ttl_ns)));
         match (delay, lease) {
             (0, None) => Verdict::Plain,
             (delay, lease) => Verdict::Granted { delay, lease },
@@ -1130,6 +1154,11 @@ impl Backend for MemoryBackend {
 
     fn at_rest(&self, handle: &MemoryHandle) -> bool {
         Self::at_rest_of(&handle.state, self.now())
+    }
+
+    #[inline(always)]
+    fn in_process<'a>(&'a self, handle: &'a MemoryHandle) -> Option<(&'a MemoryBackend, &'a MemoryHandle)> {
+        Some((self, handle))
     }
 }
 

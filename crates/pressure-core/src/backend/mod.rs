@@ -315,6 +315,19 @@ pub trait Backend: Send + Sync + Sized + std::fmt::Debug + 'static {
     /// Whether the resource's state holds nothing any more (every window
     /// drained, bucket full, no lease), so evicting it loses no accuracy.
     fn at_rest(&self, handle: &Self::Handle) -> bool;
+
+    /// The [`MemoryBackend`] and its state behind `handle`, when this
+    /// resource is counted in this process by it (the backend itself, or
+    /// one that wraps it or picks it at run time). The broker then takes
+    /// the backend's own lease records as its book of leases to renew
+    /// instead of recording each lease a second time: one lock less per
+    /// acquisition and per release. `None` (the default): the broker
+    /// records each lease and renews them with [`Backend::renew_many`].
+    #[inline(always)]
+    fn in_process<'a>(&'a self, handle: &'a Self::Handle) -> Option<(&'a MemoryBackend, &'a MemoryHandle)> {
+        let _ = handle;
+        None
+    }
 }
 
 /// A backend that always answers at once (its state is in this process), so
