@@ -149,6 +149,8 @@ impl NativeBroker {
     /// (the JavaScript task, once per attempt) and retries it when it reports
     /// a rate limit. Resolves to JSON `{"waitTimeMs", "attempts"}`.
     #[napi]
+    // Positional numbers from index.js, which checks and names them.
+    #[allow(clippy::too_many_arguments)]
     pub async fn enqueue(
         &self,
         resource: String,
