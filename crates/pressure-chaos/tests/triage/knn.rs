@@ -29,7 +29,7 @@ fn the_knn_examples_are_a_fixed_stratified_split_of_the_golden_set() {
         .iter()
         .filter(|t| {
             let i = seen.entry(t.label.as_str()).or_default();
-            let keep = *i % 5 == 0 || *i % 5 == 2;
+            let keep = matches!(*i % 5, 0 | 2);
             *i += 1;
             keep
         })
