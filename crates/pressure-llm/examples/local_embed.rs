@@ -20,7 +20,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let texts: Vec<String> = std::fs::read_to_string(&data)?
         .lines()
         .filter(|l| !l.trim().is_empty())
-        .map(|l| serde_json::from_str::<serde_json::Value>(l).map(|v| v["text"].as_str().unwrap_or("").to_owned()))
+        .map(|l| {
+            serde_json::from_str::<serde_json::Value>(l).map(|v| v["text"].as_str().unwrap_or("").to_owned())
+        })
         .collect::<Result<_, _>>()?;
     println!("machine: {}", pressure_testkit::machine("now"));
     let clock = tokio::time::Instant::now;
@@ -52,6 +54,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let s = clock();
     let _ = model.embed(&refs)?;
     let batched = ms(s.elapsed()) / texts.len() as f64;
-    println!("batched: {batched:.2} ms per input; one at a time / batched = {:.2}", mean / batched);
+    println!(
+        "batched: {batched:.2} ms per input; one at a time / batched = {:.2}",
+        mean / batched
+    );
     Ok(())
 }

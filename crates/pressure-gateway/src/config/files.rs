@@ -64,7 +64,7 @@ mod tests {
     #[test]
     fn llm_model_dirs_and_knn_examples_become_absolute_against_the_config_directory() {
         let mut cfg = parse_shape(
-            r#"{"gateway": {"listen": "127.0.0.1:1", "llm": {
+            r#"{"gateway": {"listen": "127.0.0.1:1", "upstreams": {}, "llm": {
                 "providers": {"local": {"kind": "local", "modelDir": "models/minilm"},
                               "abs": {"kind": "local", "modelDir": "/abs/minilm"}},
                 "useCases": {"t": {"chain": [{"knn": {"examples": "ex.jsonl", "model": "local/m"}}]}}}}}"#,
