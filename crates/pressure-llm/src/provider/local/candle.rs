@@ -144,13 +144,27 @@ impl Engine {
         self.max_seq_length
     }
 
+    /// Like sentence-transformers, the inputs are batched longest first
+    /// (by characters), so that each batch pads little; the vectors come
+    /// back in input order.
     pub(super) fn embed(&self, texts: &[&str]) -> Result<LocalEmbeddings, LocalModelError> {
-        let mut out = LocalEmbeddings {
+        let mut order: Vec<usize> = (0..texts.len()).collect();
+        order.sort_by_key(|&i| std::cmp::Reverse(texts[i].chars().count()));
+        let sorted: Vec<&str> = order.iter().map(|&i| texts[i]).collect();
+        let mut done = LocalEmbeddings {
             vectors: Vec::with_capacity(texts.len()),
             tokens: Vec::with_capacity(texts.len()),
         };
-        for batch in texts.chunks(BATCH) {
-            self.embed_batch(batch, &mut out)?;
+        for batch in sorted.chunks(BATCH) {
+            self.embed_batch(batch, &mut done)?;
+        }
+        let mut out = LocalEmbeddings {
+            vectors: vec![Vec::new(); texts.len()],
+            tokens: vec![0; texts.len()],
+        };
+        for ((i, v), t) in order.into_iter().zip(done.vectors).zip(done.tokens) {
+            out.vectors[i] = v;
+            out.tokens[i] = t;
         }
         Ok(out)
     }
