@@ -492,7 +492,7 @@ impl LlmConfig {
             if let Some(i) = uc.chain.iter().position(|l| !matches!(l, ChainLevel::Model(_))) {
                 return Err(ConfigError::new(
                     format!("{path}.chain[{i}]"),
-                    "an embedding use case takes model levels only (rules and manualQueue answer chat requests)",
+                    "an embedding use case takes model levels only (knn, rules and manualQueue answer chat requests)",
                 ));
             }
         }
