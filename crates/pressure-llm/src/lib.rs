@@ -58,7 +58,9 @@
 //!   (78 crates) to the build. In a debug build of this crate on a loaded
 //!   2-core machine their compile units took 417 s summed
 //!   (candle-transformers 112 s, candle-core 80 s, tokenizers 43 s) against
-//!   321 s for all its other dependencies, so it is off by default here;
+//!   321 s for all its other dependencies; in a cold release build
+//!   (11.4 min wall) 846 s (candle-core 324 s, candle-transformers 235 s,
+//!   tokenizers 103 s) against 460 s. So it is off by default here;
 //!   pressure-gateway turns it on by default (so the `pressure` binary and
 //!   `cargo test --workspace` have it). Without it a `local` provider is a
 //!   configuration error at `providers.<name>.kind`. The dev profile
