@@ -6,6 +6,9 @@
 //!   that model only, so that no fallback hides its failures: every ticket is
 //!   sent as system prompt + ticket text and the label is parsed from the
 //!   answer;
+//! * a `knn` level is measured through the client like a model level, but
+//!   only on the tickets that are not among its own labelled examples
+//!   ([`held_out`]; the report says how many were scored), one at a time;
 //! * a rules level runs its [`KeywordRules`] on every ticket text;
 //! * the manual queue is a person: not measured.
 //!
@@ -13,15 +16,17 @@
 //! (for a model, a parsable label), *precision* the share of those that were
 //! right, and *accuracy* = correct / all tickets = coverage × precision.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::Arc;
 
 use futures::stream::{self, StreamExt};
 use pressure_core::ResourceBroker;
-use pressure_llm::pipeline::{ChainLevel, KeywordRules, LlmClient, LlmConfig, LlmError};
+use pressure_llm::pipeline::knn::{load_examples, Example};
+use pressure_llm::pipeline::{ChainLevel, KeywordRules, KnnLevel, LlmClient, LlmConfig, LlmError};
 use pressure_llm::price::ModelPrice;
+use pressure_llm::ProviderKind;
 use serde::Serialize;
 use tokio::time::Instant;
 
@@ -72,6 +77,14 @@ pub enum EvalError {
     /// The in-process mock provider could not start.
     #[error("mock provider: {0}")]
     Mock(MockError),
+    /// A `knn` level's examples could not be read.
+    #[error("level {level} (knn): {error}")]
+    KnnExamples {
+        /// The chain level.
+        level: usize,
+        /// Why.
+        error: String,
+    },
 }
 
 /// Reads the gateway config at `path` with the gateway's own loader (so the
@@ -84,9 +97,14 @@ pub fn load_llm_config(path: &Path) -> Result<LlmConfig, EvalError> {
         .ok_or_else(|| EvalError::NoLlm(path.display().to_string()))
 }
 
-/// Points every provider of `config` at `base_url` (e.g. the in-process mock).
+/// Points every provider of `config` at `base_url` (e.g. the in-process
+/// mock); `local` providers (models run in process) stay as they are.
 pub fn point_providers_at(config: &mut LlmConfig, base_url: &str) {
-    for p in config.providers.values_mut() {
+    for p in config
+        .providers
+        .values_mut()
+        .filter(|p| p.kind != ProviderKind::Local)
+    {
         p.base_url = base_url.to_owned();
         p.api_key_env = None;
     }
@@ -169,6 +187,9 @@ pub struct EvalOptions {
 pub enum LevelKind {
     /// A model call.
     Model,
+    /// A nearest-neighbour level (`knn`): a local embedding model and
+    /// labelled examples.
+    Knn,
     /// Keyword rules (or another non-LLM handler).
     Rules,
     /// The manual queue: a person.
@@ -176,10 +197,11 @@ pub enum LevelKind {
 }
 
 impl LevelKind {
-    /// `model`, `rules` or `manual queue`.
+    /// `model`, `knn`, `rules` or `manual queue`.
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Model => "model",
+            Self::Knn => "knn",
             Self::Rules => "rules",
             Self::ManualQueue => "manual queue",
         }
@@ -357,6 +379,7 @@ pub async fn evaluate(
             ChainLevel::Model(key) => {
                 model_level(config, &options.use_case, i, key, dataset, options).await?
             }
+            ChainLevel::Knn(knn) => knn_level(config, &options.use_case, i, knn, dataset).await?,
             ChainLevel::Rules(name) => rules_level(config, i, name, &dataset.tickets),
             ChainLevel::ManualQueue(_) => LevelReport::unmeasured(
                 i,
@@ -495,6 +518,93 @@ async fn model_level(
     Ok(r)
 }
 
+/// The tickets a `knn` level may be scored on: those that are not among
+/// its own examples (same `id`, or same text), and how many were left out.
+pub fn held_out<'a>(tickets: &'a [Ticket], examples: &[Example]) -> (Vec<&'a Ticket>, usize) {
+    let ids: HashSet<&str> = examples.iter().filter_map(|e| e.id.as_deref()).collect();
+    let texts: HashSet<&str> = examples.iter().map(|e| e.text.trim()).collect();
+    let (mut kept, mut excluded) = (Vec::new(), 0);
+    for t in tickets {
+        if ids.contains(t.id.as_str()) || texts.contains(t.text.trim()) {
+            excluded += 1;
+        } else {
+            kept.push(t);
+        }
+    }
+    (kept, excluded)
+}
+
+/// A `knn` level, measured on the tickets that are not among its examples
+/// ([`held_out`]) through a client with a one-level use case (its model
+/// call goes through the limiter and breaker like in the gateway). One
+/// ticket at a time, after one warm-up call that embeds the examples, so
+/// its latency is the cost of one ticket on this machine, not a queue.
+async fn knn_level(
+    config: &LlmConfig,
+    use_case: &str,
+    level: usize,
+    knn: &KnnLevel,
+    dataset: &Dataset,
+) -> Result<LevelReport, EvalError> {
+    let name = format!("knn {} (k={})", knn.model, knn.k);
+    let examples =
+        load_examples(Path::new(&knn.examples)).map_err(|error| EvalError::KnnExamples { level, error })?;
+    let (tickets, excluded) = held_out(&dataset.tickets, &examples);
+    let tickets: Vec<Ticket> = tickets.into_iter().cloned().collect();
+    let mut one = config.clone();
+    let mut uc = config.use_cases[use_case].clone();
+    uc.chain = vec![ChainLevel::Knn(knn.clone())];
+    one.use_cases = BTreeMap::from([(EVAL_USE_CASE.to_owned(), uc)]);
+    let client = LlmClient::new(one, ResourceBroker::new()).map_err(|source| EvalError::Client {
+        level,
+        model: name.clone(),
+        error: Box::new(source),
+    })?;
+    let warm_up = Instant::now();
+    let _ = client
+        .complete(EVAL_USE_CASE, prompt::request(EVAL_USE_CASE, "warm-up"))
+        .await;
+    let warm_up_ms = warm_up.elapsed().as_millis();
+    let (mut predictions, mut error_kinds) = (Vec::with_capacity(tickets.len()), BTreeMap::new());
+    let (mut answered, mut micros) = (0u64, 0u64);
+    for t in &tickets {
+        let start = Instant::now();
+        match client
+            .complete(EVAL_USE_CASE, prompt::request(EVAL_USE_CASE, &t.text))
+            .await
+        {
+            Ok(answer) => {
+                answered += 1;
+                micros =
+                    micros.saturating_add(u64::try_from(start.elapsed().as_micros()).unwrap_or(u64::MAX));
+                let text = answer
+                    .response()
+                    .and_then(|r| r.choices.first())
+                    .map(|c| c.message.text())
+                    .unwrap_or_default();
+                predictions.push(prompt::parse_label(&text, LABELS).map(str::to_owned));
+            }
+            Err(e) => {
+                *error_kinds.entry(e.label().to_owned()).or_insert(0usize) += 1;
+                predictions.push(None);
+            }
+        }
+    }
+    let mut r = LevelReport::scored(level, LevelKind::Knn, name, &tickets, &predictions);
+    r.note = Some(format!(
+        "held out: scored {} of {} tickets ({excluded} are among its {} examples, not scored); \
+         first call (embeds the examples) {warm_up_ms} ms",
+        tickets.len(),
+        dataset.tickets.len(),
+        examples.len()
+    ));
+    r.errors = error_kinds.values().sum();
+    r.error_kinds = error_kinds;
+    r.mean_latency_ms = (answered > 0).then(|| micros as f64 / answered as f64 / 1_000.0);
+    r.spent_micro_usd = Some(client.snapshot().spent_micro_usd);
+    Ok(r)
+}
+
 fn ratio(a: usize, b: usize) -> f64 {
     if b == 0 {
         0.0
@@ -569,7 +679,7 @@ impl EvalReport {
                 ]);
                 continue;
             }
-            let model = l.kind == LevelKind::Model;
+            let model = matches!(l.kind, LevelKind::Model | LevelKind::Knn);
             rows.push(vec![
                 l.level.to_string(),
                 l.kind.as_str().to_owned(),
@@ -618,6 +728,11 @@ impl EvalReport {
                 rows.push(row);
             }
             out.push_str(&table(&rows));
+        }
+        for l in self.levels.iter().filter(|l| l.measured) {
+            if let Some(note) = &l.note {
+                out.push_str(&format!("\nlevel {}: {note}\n", l.level));
+            }
         }
         for l in self.levels.iter().filter(|l| !l.error_kinds.is_empty()) {
             let kinds: Vec<String> = l.error_kinds.iter().map(|(k, n)| format!("{k} {n}")).collect();

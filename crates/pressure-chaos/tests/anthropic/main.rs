@@ -394,6 +394,7 @@ fn anthropic_client(mock: &MockProvider, timeout_ms: u64) -> ProviderClient {
         name: "anthropic".into(),
         settings: ProviderSettings {
             kind: ProviderKind::Anthropic,
+            model_dir: None,
             base_url: mock.base_url(),
             api_key_env: None,
             timeouts: TimeoutsConfig {

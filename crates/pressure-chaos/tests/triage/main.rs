@@ -13,6 +13,8 @@ use pressure_chaos::triage::{prompt, Dataset, LexicalClassifier, LABELS};
 use pressure_llm::pipeline::{ChainLevel, KeywordRules, LlmConfig};
 use pressure_mock::{Responder, Turn};
 
+mod knn;
+
 fn example(file: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("../../examples/triage")

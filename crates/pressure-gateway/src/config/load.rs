@@ -7,7 +7,8 @@
 //! Paths use the dotted, indexed form `gateway.pressure.perRoute[1].limits`;
 //! relative file names in the config (`pressure.manifestsDir`,
 //! `auth.jwt.publicKeyFile`, the TLS files) are relative to the config
-//! file's directory; the TLS ones are made absolute here, at load.
+//! file's directory; the TLS ones, a local LLM provider's `modelDir` and a
+//! `knn` level's `examples` are made absolute here, at load.
 
 use super::error::{ConfigError, ConfigErrors};
 use super::files::base_dir_of;
@@ -28,6 +29,7 @@ pub fn parse(json: &str) -> Result<GatewayConfig, ConfigError> {
 pub fn parse_in(json: &str, base_dir: &Path) -> Result<GatewayConfig, ConfigError> {
     let mut cfg = parse_shape(json)?;
     super::tls::resolve_files(&mut cfg, base_dir);
+    super::files::resolve_llm_files(&mut cfg, base_dir);
     validate(&cfg, base_dir)?;
     manifest::apply_manifests(&mut cfg, base_dir)?;
     Ok(cfg)

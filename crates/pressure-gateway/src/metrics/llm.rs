@@ -132,7 +132,7 @@ fn try_encode_metrics(llm: &LlmClient<AnyBackend>, out: &mut String) -> fmt::Res
         writeln!(out, "{name} {v}")?;
     }
     let mut served = s.served.clone();
-    for d in ["primary", "backup", "rules", "manual_queue"] {
+    for d in ["primary", "backup", "knn", "rules", "manual_queue"] {
         served.entry(d.to_owned()).or_insert(0);
     }
     let labelled: [(&str, &str, &str, &BTreeMap<String, u64>); 3] = [

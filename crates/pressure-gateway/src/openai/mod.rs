@@ -25,7 +25,7 @@
 //!   (`id` = ticket, `choices[0].message.content` says it was queued,
 //!   `pressure.ticket` and the header `x-pressure-ticket` carry the ticket);
 //!   both carry the header
-//!   `x-pressure-degradation: primary|backup|rules|manual_queue`.
+//!   `x-pressure-degradation: primary|backup|knn|rules|manual_queue`.
 //! * A streamed answer carries the usage chunk only when the client asked
 //!   (`stream_options.include_usage`).
 //! * A refusal the SDKs retry (`429`, `503`) carries `Retry-After` and

@@ -751,7 +751,34 @@ const CASES: &[Case] = &[
                 }
             })
         },
-        "gateway.llm.providers.claude.kind: unknown value `gemini` (expected `openai` or `anthropic`)",
+        "gateway.llm.providers.claude.kind: unknown value `gemini` (expected one of `openai`, `anthropic`, `local`)",
+    ),
+    (
+        "llm: a local provider without its model directory",
+        |v| {
+            v["gateway"]["llm"] = json!({ "providers": { "local": { "kind": "local" } } })
+        },
+        "gateway.llm.providers.local.modelDir: required for a local provider: the directory of a sentence-transformers model",
+    ),
+    (
+        "llm: a knn level on a remote embedding model",
+        |v| {
+            v["gateway"]["llm"] = json!({
+                "providers": { "openai": { "baseUrl": "http://127.0.0.1:9003/v1" } },
+                "models": [ { "provider": "openai", "model": "emb", "kind": "embedding" } ],
+                "useCases": { "t": { "chain": [ {"knn": {"examples": "ex.jsonl", "model": "openai/emb"}} ] } }
+            })
+        },
+        "gateway.llm.useCases.t.chain[0].knn.model: \"openai/emb\" is not on a local provider: the knn level embeds in process, so that it answers while remote providers are down",
+    ),
+    (
+        "llm: a knn level with an unknown key",
+        |v| {
+            v["gateway"]["llm"] = json!({
+                "useCases": { "t": { "chain": [ {"knn": {"examples": "e", "model": "m", "neighbours": 3}} ] } }
+            })
+        },
+        "gateway.llm.useCases.t.chain[0].knn.neighbours: unknown key `neighbours` in gateway.llm.useCases.t.chain[0].knn (known keys: `examples`, `model`, `k`)",
     ),
     (
         "llm: fleet-wide breakers on the memory backend",

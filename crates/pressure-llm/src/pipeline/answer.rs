@@ -11,6 +11,9 @@ pub enum Degradation {
     Primary,
     /// A later model level: `Backup(1)` is the first backup.
     Backup(usize),
+    /// A `knn` level: the label of the nearest labelled examples, by a
+    /// local embedding model.
+    Knn,
     /// A non-LLM handler.
     Rules,
     /// The request was parked in the manual queue.
@@ -18,11 +21,12 @@ pub enum Degradation {
 }
 
 impl Degradation {
-    /// The header value: `primary`, `backup`, `rules` or `manual_queue`.
+    /// The header value: `primary`, `backup`, `knn`, `rules` or `manual_queue`.
     pub fn as_str(&self) -> &'static str {
         match self {
             Self::Primary => "primary",
             Self::Backup(_) => "backup",
+            Self::Knn => "knn",
             Self::Rules => "rules",
             Self::ManualQueue => "manual_queue",
         }

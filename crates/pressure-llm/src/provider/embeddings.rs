@@ -8,15 +8,19 @@
 //! ([`Embedding::embedding`]): an array of floats, or a base64 string when
 //! the caller asked for `encoding_format: "base64"`, passed back unchanged.
 
+use std::sync::Arc;
+
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
-use tokio::time::Instant;
+use tokio::time::{timeout_at, Instant};
 
+use super::body::bound;
 use super::client::ProviderClient;
 use super::error::CallError;
+use super::local::LocalModel;
 use super::ratelimit::RateLimitHints;
 use super::tag::CallTag;
-use crate::taxonomy::ErrorKind;
+use crate::taxonomy::{ErrorKind, TimeoutPhase};
 
 /// The most inputs one request may carry (OpenAI's limit).
 pub const MAX_EMBEDDING_INPUTS: usize = 2048;
@@ -261,6 +265,9 @@ impl ProviderClient {
         deadline: Instant,
         tag: &CallTag,
     ) -> Result<EmbeddingCompletion, CallError> {
+        if let Some(model) = self.local_model() {
+            return self.embed_local(model, req, deadline).await;
+        }
         let url = embeddings_url(self.url()).map_err(|e| CallError::transport(ErrorKind::BadRequest, e))?;
         let body = serde_json::to_vec(req).map_err(|e| {
             CallError::transport(ErrorKind::BadRequest, format!("serialising the request: {e}"))
@@ -281,6 +288,110 @@ impl ProviderClient {
         }
     }
 
+    /// A `local` provider's embeddings call: the same connection slots
+    /// (`maxConnections` inferences at once, a slot waited for within
+    /// `poolWaitMs`), the inference run on tokio's blocking pool and bounded
+    /// by `firstByteMs` and the deadline (a timed-out inference still runs
+    /// to its end and keeps its slot until then, so the slots bound the CPU
+    /// work). Text inputs only; `dimensions`, when given, must be the
+    /// model's; `encoding_format: "base64"` is honoured. `usage` counts the
+    /// tokenizer's tokens. An inference error is a `Server` failure (it
+    /// counts against the breaker like a provider's 500).
+    async fn embed_local(
+        &self,
+        model: &Arc<LocalModel>,
+        req: &EmbeddingRequest,
+        deadline: Instant,
+    ) -> Result<EmbeddingCompletion, CallError> {
+        let started = Instant::now();
+        let texts: Vec<String> = match &req.input {
+            EmbeddingInput::Text(t) => vec![t.clone()],
+            EmbeddingInput::Texts(ts) => ts.clone(),
+            EmbeddingInput::Tokens(_) | EmbeddingInput::TokenArrays(_) => {
+                return Err(CallError::refused(
+                    Some("input"),
+                    "a local model takes text inputs, not token ids",
+                ))
+            }
+        };
+        if let Some(d) = req.dimensions {
+            if d as usize != model.dimensions() {
+                return Err(CallError::refused(
+                    Some("dimensions"),
+                    format!(
+                        "this model's vectors have {} dimensions, not {d}",
+                        model.dimensions()
+                    ),
+                ));
+            }
+        }
+        let base64 = match req.encoding_format.as_deref() {
+            None | Some("float") => false,
+            Some("base64") => true,
+            Some(f) => {
+                return Err(CallError::refused(
+                    Some("encoding_format"),
+                    format!("'encoding_format' must be \"float\" or \"base64\", not {f:?}"),
+                ))
+            }
+        };
+        let permit = self.slot(started, deadline).await?;
+        let (at, phase) = bound(TimeoutPhase::FirstByte, self.timeouts().first_byte(), deadline);
+        let job = {
+            let model = Arc::clone(model);
+            tokio::task::spawn_blocking(move || {
+                let _slot = permit;
+                let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+                model.embed(&refs)
+            })
+        };
+        let ms = |s: Instant| s.elapsed().as_millis();
+        let embedded = match timeout_at(at, job).await {
+            Ok(Ok(Ok(e))) => e,
+            Ok(Ok(Err(e))) => return Err(local_failure(e.to_string())),
+            Ok(Err(e)) => return Err(local_failure(format!("the inference task failed: {e}"))),
+            Err(_) => {
+                return Err(CallError::timeout(
+                    phase,
+                    format!("local model: no vectors after {} ms", ms(started)),
+                ))
+            }
+        };
+        let tokens: u64 = embedded.tokens.iter().sum();
+        let data = embedded
+            .vectors
+            .into_iter()
+            .enumerate()
+            .map(|(i, v)| Embedding {
+                object: "embedding".to_owned(),
+                index: u32::try_from(i).unwrap_or(u32::MAX),
+                embedding: if base64 {
+                    base64_vector(&v)
+                } else {
+                    float_vector(&v)
+                },
+                extra: Map::new(),
+            })
+            .collect();
+        let elapsed = started.elapsed();
+        Ok(EmbeddingCompletion {
+            response: EmbeddingResponse {
+                object: "list".to_owned(),
+                data,
+                model: req.model.clone(),
+                usage: Some(EmbeddingUsage {
+                    prompt_tokens: tokens,
+                    total_tokens: tokens,
+                    extra: Map::new(),
+                }),
+                extra: Map::new(),
+            },
+            ttft: elapsed,
+            total: elapsed,
+            ratelimit: RateLimitHints::default(),
+        })
+    }
+
     /// [`embed_tagged`](Self::embed_tagged) without a tag.
     pub async fn embed(
         &self,
@@ -288,6 +399,50 @@ impl ProviderClient {
         deadline: Instant,
     ) -> Result<EmbeddingCompletion, CallError> {
         self.embed_tagged(req, deadline, &CallTag::default()).await
+    }
+}
+
+/// A failed local inference: a server-side failure of the provider.
+fn local_failure(message: String) -> CallError {
+    CallError::transport(
+        ErrorKind::Server {
+            status: 500,
+            retry_after: None,
+        },
+        message,
+    )
+}
+
+/// A vector as a JSON array of floats (`encoding_format: "float"`).
+fn float_vector(v: &[f32]) -> Value {
+    Value::Array(v.iter().map(|&x| Value::from(f64::from(x))).collect())
+}
+
+/// A vector as base64 of its little-endian `f32`s (`encoding_format: "base64"`).
+fn base64_vector(v: &[f32]) -> Value {
+    use base64::Engine as _;
+    let bytes: Vec<u8> = v.iter().flat_map(|x| x.to_le_bytes()).collect();
+    Value::String(base64::engine::general_purpose::STANDARD.encode(bytes))
+}
+
+impl Embedding {
+    /// The vector as floats: from a JSON array of numbers, or from base64
+    /// of little-endian `f32`s; `None` when it is neither.
+    pub fn vector(&self) -> Option<Vec<f32>> {
+        match &self.embedding {
+            Value::Array(xs) => xs.iter().map(|x| x.as_f64().map(|f| f as f32)).collect(),
+            Value::String(s) => {
+                use base64::Engine as _;
+                let bytes = base64::engine::general_purpose::STANDARD.decode(s).ok()?;
+                (bytes.len() % 4 == 0).then(|| {
+                    bytes
+                        .chunks_exact(4)
+                        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                        .collect()
+                })
+            }
+            _ => None,
+        }
     }
 }
 

@@ -32,6 +32,14 @@ pub enum ProviderError {
         /// The provider's name.
         provider: String,
     },
+    /// A `local` provider's model could not be loaded from `modelDir`.
+    #[error("provider {provider}: cannot load the local model: {error}")]
+    LocalModel {
+        /// The provider's name.
+        provider: String,
+        /// What is wrong with the model directory.
+        error: super::local::LocalModelError,
+    },
     /// The HTTP client could not be built (TLS backend initialisation).
     #[error("provider {provider}: building the HTTP client failed: {reason}")]
     Client {

@@ -14,6 +14,10 @@
 //! * `embeddings` — `POST {baseUrl}/embeddings` (`EmbeddingRequest`,
 //!   [`EmbeddingResponse`], [`ProviderClient::embed_tagged`]) on the same
 //!   pool and timeouts.
+//! * `local` — [`LocalModel`]: the in-process sentence-transformers model
+//!   of a [`ProviderKind::Local`] provider (candle, CPU; behind the
+//!   `local-models` cargo feature), answering `embed` calls with the same
+//!   slots, timeouts and error classification as a remote provider.
 //! * `stream` — `ChatStream`, the parsed server-sent events of a streamed
 //!   answer, with time to first token, final usage and the output so far.
 //! * [`ratelimit`] — [`RateLimitHints`] from `x-ratelimit-*` /
@@ -43,6 +47,7 @@ mod client;
 mod config;
 mod embeddings;
 mod error;
+mod local;
 pub mod ratelimit;
 mod sse;
 mod stream;
@@ -56,6 +61,7 @@ pub use embeddings::{
     InputItem, InvalidEmbeddingRequest, MAX_EMBEDDING_INPUTS,
 };
 pub use error::{CallError, ProviderError};
+pub use local::{LocalEmbeddings, LocalModel, LocalModelError};
 pub use ratelimit::{parse_go_duration, parse_http_date, parse_rfc3339, RateLimitHints};
 pub use stream::ChatStream;
 pub use tag::{CallTag, ATTEMPT_HEADER, PROBE_HEADER, REQUEST_ID_HEADER};

@@ -240,6 +240,7 @@ fn provider(url: &str) -> ProviderClient {
         name: "claude".into(),
         settings: ProviderSettings {
             kind: ProviderKind::Anthropic,
+            model_dir: None,
             base_url: url.into(),
             api_key_env: Some(KEY_ENV.into()),
             timeouts: TimeoutsConfig::default(),

@@ -207,6 +207,7 @@ fn client(base: &str, key_env: Option<&str>, t: TimeoutsConfig) -> ProviderClien
         name: "mock".into(),
         settings: ProviderSettings {
             kind: Default::default(),
+            model_dir: None,
             base_url: base.into(),
             api_key_env: key_env.map(str::to_owned),
             timeouts: t,
@@ -596,6 +597,7 @@ async fn missing_key_and_bad_config_are_rejected() {
         name: "p".into(),
         settings: ProviderSettings {
             kind: Default::default(),
+            model_dir: None,
             base_url: url.into(),
             api_key_env: env.map(str::to_owned),
             timeouts: TimeoutsConfig::default(),

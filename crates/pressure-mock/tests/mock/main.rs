@@ -60,6 +60,7 @@ fn client(mock: &MockProvider, timeouts: TimeoutsConfig) -> ProviderClient {
         name: "mock".into(),
         settings: ProviderSettings {
             kind: Default::default(),
+            model_dir: None,
             base_url: mock.base_url(),
             api_key_env: None,
             timeouts,

@@ -9,7 +9,9 @@ use crate::pipeline::config::{ChainLevel, ModelKind};
 use crate::pipeline::engine::{Call, Engine, Ledger, ModelEntry, Request, Target};
 use crate::pipeline::error::LlmError;
 use crate::price::Money;
-use crate::provider::{CallError, ChatRequest, Completion, ProviderClient, ProviderKind, RateLimitHints};
+use crate::provider::{
+    CallError, ChatRequest, ChatResponse, Completion, Message, ProviderClient, ProviderKind, RateLimitHints,
+};
 use crate::reservation::Reservation;
 
 impl<B: Backend> Request<B> for ChatRequest {
@@ -41,6 +43,20 @@ impl<B: Backend> Request<B> for ChatRequest {
         call
     }
 
+    /// The last user message.
+    fn knn_query(&self) -> Option<String> {
+        self.messages
+            .iter()
+            .rev()
+            .find(|m| m.role == "user")
+            .map(Message::text)
+            .filter(|t| !t.trim().is_empty())
+    }
+
+    fn knn_answer(&self, answer: ChatResponse) -> Option<LlmReply> {
+        Some(LlmReply::Completion(answer))
+    }
+
     /// A `rules` handler's answer (none: go on), or a `manualQueue` ticket.
     async fn degraded(
         &self,
@@ -60,7 +76,8 @@ impl<B: Backend> Request<B> for ChatRequest {
                 let ticket = engine.queue.push(use_case, self).await?;
                 Ok(Some(LlmReply::Queued { ticket }))
             }
-            ChainLevel::Model(_) => Ok(None),
+            // The walk runs model and knn levels itself.
+            ChainLevel::Model(_) | ChainLevel::Knn(_) => Ok(None),
         }
     }
 }

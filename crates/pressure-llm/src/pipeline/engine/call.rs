@@ -20,7 +20,7 @@ use super::Engine;
 use crate::pipeline::config::{ChainLevel, ModelKind};
 use crate::pipeline::error::LlmError;
 use crate::price::Money;
-use crate::provider::{CallError, CallTag, ProviderClient, RateLimitHints};
+use crate::provider::{CallError, CallTag, ChatResponse, ProviderClient, RateLimitHints};
 use crate::reservation::Reservation;
 
 /// Where one attempt goes: the provider, the event's deadline, and the
@@ -56,6 +56,19 @@ pub(crate) trait Request<B: Backend>: Sync {
     /// The request for `m` on `provider`, with what was reserved for it.
     fn prepare(&self, m: &ModelEntry, provider: &ProviderClient, reservation: &Reservation)
         -> Self::Prepared;
+
+    /// The text a `knn` level classifies (a chat request's last user
+    /// message); `None`: the level is skipped.
+    fn knn_query(&self) -> Option<String> {
+        None
+    }
+
+    /// A `knn` level's answer as this request's answer (`None`: the
+    /// request takes no such answer, the level is skipped).
+    fn knn_answer(&self, answer: ChatResponse) -> Option<Self::Degraded> {
+        let _ = answer;
+        None
+    }
 
     /// A level without a model (`rules`, `manualQueue`): its answer, or
     /// `None` to go on with the next level.

@@ -25,6 +25,7 @@
 mod call;
 mod gate;
 mod hint;
+mod knn;
 mod ledger;
 mod level;
 mod models;
@@ -42,12 +43,13 @@ pub(crate) use ledger::{Ledger, Settlement};
 pub(crate) use models::ModelEntry;
 pub(crate) use walk::Served;
 
-use super::config::LlmConfig;
+use super::config::{ChainLevel, ConfigError, LlmConfig};
 use super::error::LlmError;
 use super::fallback::{FallbackHandler, InMemoryQueue, KeywordRules, ManualQueue};
+use super::knn::{index_key, load_examples, KnnIndex};
 use super::metrics::Metrics;
 use crate::breaker::BreakerRegistry;
-use crate::provider::ProviderClient;
+use crate::provider::{ProviderClient, ProviderError};
 use crate::tokens::TokenCounter;
 
 /// What every event of one client shares.
@@ -59,6 +61,8 @@ pub(crate) struct Engine<B: Backend> {
     pub(crate) breakers: BreakerRegistry,
     pub(crate) counter: TokenCounter,
     pub(crate) handlers: HashMap<String, Arc<dyn FallbackHandler>>,
+    /// The examples of every `knn` level, by (model, examples file).
+    pub(crate) knn: HashMap<(String, String), Arc<KnnIndex>>,
     pub(crate) queue: Arc<dyn ManualQueue>,
     pub(crate) clock: Arc<dyn Clock>,
     pub(crate) metrics: Arc<Metrics>,
@@ -71,14 +75,24 @@ impl<B: Backend> Engine<B> {
     /// [`InMemoryQueue`], and the tokenizer tables of every model (so the
     /// first request does not pay for them: building one takes ~0.2 s in a
     /// release build, seconds in a debug build, which would otherwise come
-    /// out of the first event's deadline).
+    /// out of the first event's deadline). A `local` provider's model is
+    /// loaded here, and every `knn` level's examples file read (a model or
+    /// a file that does not load is a configuration error at its path).
     pub(crate) fn new(config: LlmConfig, broker: ResourceBroker<B>) -> Result<Self, LlmError> {
         config.validate()?;
         let clock: Arc<dyn Clock> = Arc::new(TokioClock::new());
         let mut providers = HashMap::new();
         for (name, p) in &config.providers {
-            providers.insert(name.clone(), ProviderClient::new(p.to_provider_config(name))?);
+            let client = ProviderClient::new(p.to_provider_config(name)).map_err(|e| match e {
+                ProviderError::LocalModel { error, .. } => LlmError::Config(ConfigError::new(
+                    format!("providers.{name}.modelDir"),
+                    error.to_string(),
+                )),
+                e => e.into(),
+            })?;
+            providers.insert(name.clone(), client);
         }
+        let knn = knn_indexes(&config)?;
         let mut models = HashMap::new();
         for m in &config.models {
             models.insert(m.key(), ModelEntry::register(m, &broker)?);
@@ -106,9 +120,29 @@ impl<B: Backend> Engine<B> {
             breakers,
             counter,
             handlers,
+            knn,
             queue: Arc::new(InMemoryQueue::default()),
             clock,
             metrics: Arc::new(Metrics::default()),
         })
     }
+}
+
+/// The examples of every `knn` level of `config`, read once per (model,
+/// examples file).
+fn knn_indexes(config: &LlmConfig) -> Result<HashMap<(String, String), Arc<KnnIndex>>, ConfigError> {
+    let mut indexes = HashMap::new();
+    for (name, uc) in &config.use_cases {
+        for (i, level) in uc.chain.iter().enumerate() {
+            let ChainLevel::Knn(knn) = level else { continue };
+            let key = index_key(knn);
+            if indexes.contains_key(&key) {
+                continue;
+            }
+            let examples = load_examples(std::path::Path::new(&knn.examples))
+                .map_err(|e| ConfigError::new(format!("useCases.{name}.chain[{i}].knn.examples"), e))?;
+            indexes.insert(key, Arc::new(KnnIndex::new(examples)));
+        }
+    }
+    Ok(indexes)
 }

@@ -11,6 +11,10 @@
 //!   waited for only within the level's share of the time left (the time
 //!   left divided by the model levels still to try, this one included), so
 //!   an idle backup answers instead of a wait for a held primary;
+//! * a `knn` level embeds the request's text with its local model through
+//!   the same retry loop (`knn`) and answers with the examples' vote; it
+//!   still runs once the deadline has passed (its call gets at least
+//!   [`KNN_MIN_TIME`](crate::pipeline::knn::KNN_MIN_TIME));
 //! * levels without a model (`rules`, `manualQueue`) ask the request
 //!   ([`Request::degraded`]); they still run once the deadline has passed: they
 //!   make no provider call, and a degraded answer beats none;
@@ -138,6 +142,20 @@ impl<B: Backend> Engine<B> {
                 failed_spent: event.failed_spent,
                 output,
             };
+            if let ChainLevel::Knn(knn) = level {
+                let priority = uc.priority.broker_priority();
+                match self.knn_level(knn, req, priority, deadline, &mut event).await {
+                    Ok(Some(answer)) => {
+                        return Ok(served(C::degraded(answer), Degradation::Knn, None, &event));
+                    }
+                    Ok(None) => {}
+                    Err(e) => {
+                        tracing::debug!(use_case, level = i, error = %e, "knn level gave no answer");
+                        last_error = Some(e);
+                    }
+                }
+                continue;
+            }
             let ChainLevel::Model(key) = level else {
                 if let Some(answer) = req.degraded(self, use_case, level).await? {
                     let degradation = match level {
