@@ -89,14 +89,20 @@ fn counting_broker_in_process(in_process: bool) -> (ResourceBroker<Counting>, Co
     (b, backend)
 }
 
-#[tokio::test(start_paused = true)]
-async fn one_call_per_resource_renews_all_its_leases() {
-    let (b, counting) = counting_broker();
-    let ttl = Duration::from_millis(300);
+/// Registers resources `a` and `b`, each with `slots` concurrency slots
+/// leased for `ttl`.
+fn register_both<B: Backend>(b: &ResourceBroker<B>, slots: u64, ttl: Duration) {
     for id in ["a", "b"] {
-        b.register_limit(id, Limits::default().max_concurrent_requests(100).lease_ttl(ttl))
-            .expect("valid");
+        b.register_limit(
+            id,
+            Limits::default().max_concurrent_requests(slots).lease_ttl(ttl),
+        )
+        .expect("valid");
     }
+}
+
+/// 50 held permits on each of `a` and `b` (100 live leases).
+async fn hold_fifty_each<B: Backend>(b: &ResourceBroker<B>) -> Vec<pressure_core::Permit<B>> {
     let mut held = Vec::new();
     for id in ["a", "b"] {
         for _ in 0..50 {
@@ -110,6 +116,15 @@ async fn one_call_per_resource_renews_all_its_leases() {
         }
     }
     assert_eq!(b.live_leases(), 100);
+    held
+}
+
+#[tokio::test(start_paused = true)]
+async fn one_call_per_resource_renews_all_its_leases() {
+    let (b, counting) = counting_broker();
+    let ttl = Duration::from_millis(300);
+    register_both(&b, 100, ttl);
+    let held = hold_fifty_each(&b).await;
     // Held ten TTLs: every lease survives, renewed a third of a TTL apart.
     tokio::time::sleep(ttl * 10).await;
     for id in ["a", "b"] {
@@ -223,23 +238,8 @@ async fn the_memory_backend_renews_the_leases_it_keeps() {
         .clock(clock)
         .build();
     let ttl = Duration::from_millis(300);
-    for id in ["a", "b"] {
-        b.register_limit(id, Limits::default().max_concurrent_requests(50).lease_ttl(ttl))
-            .expect("valid");
-    }
-    let mut held = Vec::new();
-    for id in ["a", "b"] {
-        for _ in 0..50 {
-            held.push(
-                b.try_acquire(id, AcquireOptions::default())
-                    .await
-                    .expect("answers")
-                    .into_permit()
-                    .expect("granted"),
-            );
-        }
-    }
-    assert_eq!(b.live_leases(), 100);
+    register_both(&b, 50, ttl);
+    let mut held = hold_fifty_each(&b).await;
     tokio::time::sleep(ttl * 10).await;
     for id in ["a", "b"] {
         let s = b.resource_stats(id).await.expect("registered");
