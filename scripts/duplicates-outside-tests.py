@@ -2,13 +2,18 @@
 """Counts the rows of `duplicates` that are outside tests, benches and examples.
 
 A side is test code when its file is under a tests/, benches/, bench/ or
-examples/ folder, or its lines stand after the file's `#[cfg(test)]`. A pair
+examples/ folder, is a test module of its own (`*_tests.rs`, `tests.rs`:
+each is declared under `#[cfg(test)]`), is a file of pressure-core's
+backend contract suite
+(`src/contract/`, compiled only with the `contract` feature, which only the
+backends' test builds turn on), or its lines stand after the file's
+`#[cfg(test)]`. A pair
 counts unless both sides are test code. Reads `duplicates --most 200` output on
 stdin (run from the checkout root), prints the count and the counted rows.
 """
 import re, sys
 
-TESTY = re.compile(r'(^|/)(tests|benches|bench|examples)/')
+TESTY = re.compile(r'(^|/)(tests|benches|bench|examples)/|^crates/pressure-core/src/contract/|(^|/|_)tests\.rs$')
 
 def test_from(path, cache={}):
     if path not in cache:

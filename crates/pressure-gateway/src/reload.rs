@@ -147,6 +147,6 @@ pub(crate) fn retemplate_tenants(broker: &Broker, old: &Plan, new: &Plan) {
         return;
     }
     for id in tenant_ids(broker) {
-        crate::overrides::refresh(broker, new, &id[resources::TENANT_PREFIX.len()..]);
+        new.refresh_tenant(broker, &id[resources::TENANT_PREFIX.len()..]);
     }
 }

@@ -225,33 +225,75 @@ fn dims_of(spec: &LimitSpec) -> Result<Vec<Dim>, BackendError> {
     Ok(dims)
 }
 
-/// `ARGV` of one call of the generic `lua/acquire.lua` (see its header).
-fn generic_args(
-    dims: &[Dim],
-    spec: &LimitSpec,
-    demand: &Demand,
+/// What one acquisition sends, whichever script counts it.
+struct AcquireArgs<'a> {
+    dims: &'a [Dim],
+    spec: &'a LimitSpec,
+    demand: &'a Demand,
+    /// The concurrency limit scaled by the ceiling; 0 without a lease.
     conc: u64,
-    member: &str,
+    /// The lease's member in the concurrency set.
+    member: &'a str,
+    /// The wall-time offset for calendar periods (µs).
     offset_us: i64,
-) -> Vec<String> {
-    let mut out = Vec::with_capacity(dims.len() * 9 + 5);
-    out.push(dims.len().to_string());
-    for d in dims {
-        let a = d.args(demand);
-        out.push(u8::from(d.gcra).to_string());
-        out.push(d.rate.dimension.index().to_string());
-        out.push(a.units.to_string());
-        out.push(a.limit.to_string());
-        out.push(d.step_us.to_string());
-        out.push(d.window_us.to_string());
-        out.extend(d.fields.iter().cloned());
+}
+
+impl AcquireArgs<'_> {
+    /// `ARGV` of one call of the generic `lua/acquire.lua` (see its header).
+    fn generic(&self) -> Vec<String> {
+        let Self {
+            dims,
+            spec,
+            demand,
+            conc,
+            member,
+            offset_us,
+        } = *self;
+        let mut out = Vec::with_capacity(dims.len() * 9 + 5);
+        out.push(dims.len().to_string());
+        for d in dims {
+            let a = d.args(demand);
+            out.push(u8::from(d.gcra).to_string());
+            out.push(d.rate.dimension.index().to_string());
+            out.push(a.units.to_string());
+            out.push(a.limit.to_string());
+            out.push(d.step_us.to_string());
+            out.push(d.window_us.to_string());
+            out.extend(d.fields.iter().cloned());
+        }
+        out.push(conc.to_string());
+        out.push((spec.lease_ttl_ns / 1_000).to_string());
+        out.push(member.to_owned());
+        out.push((demand.book_within_ns / 1_000).to_string());
+        out.extend(calendar_args(spec, demand, offset_us));
+        out
     }
-    out.push(conc.to_string());
-    out.push((spec.lease_ttl_ns / 1_000).to_string());
-    out.push(member.to_owned());
-    out.push((demand.book_within_ns / 1_000).to_string());
-    out.extend(calendar_args(spec, demand, offset_us));
-    out
+
+    /// `ARGV` of one call of the script generated for `shape` (see
+    /// [`shape::generate`]).
+    fn shaped(&self, shape: &Shape) -> Vec<String> {
+        let Self {
+            dims,
+            spec,
+            demand,
+            conc,
+            member,
+            offset_us,
+        } = *self;
+        let rates: Vec<RateArgs> = dims.iter().map(|d| d.args(demand)).collect();
+        let calendars = CalendarArgs {
+            offset_us,
+            dims: calendar_units(spec, demand).collect(),
+        };
+        shape::args(
+            shape,
+            &rates,
+            conc,
+            member,
+            demand.book_within_ns / 1_000,
+            &calendars,
+        )
+    }
 }
 
 /// The calendar part of an acquire script's `ARGV` (see `lua/acquire.lua`):
@@ -277,32 +319,6 @@ fn calendar_units<'a>(spec: &'a LimitSpec, demand: &'a Demand) -> impl Iterator<
     spec.calendars
         .iter()
         .map(|c| (c.units(demand), RateSpec::scaled(c.limit, demand.ceiling_ppm)))
-}
-
-/// `ARGV` of one call of the script generated for `shape` (see
-/// [`shape::generate`]).
-fn shaped_args(
-    shape: &Shape,
-    dims: &[Dim],
-    spec: &LimitSpec,
-    demand: &Demand,
-    conc: u64,
-    member: &str,
-    offset_us: i64,
-) -> Vec<String> {
-    let rates: Vec<RateArgs> = dims.iter().map(|d| d.args(demand)).collect();
-    let calendars = CalendarArgs {
-        offset_us,
-        dims: calendar_units(spec, demand).collect(),
-    };
-    shape::args(
-        shape,
-        &rates,
-        conc,
-        member,
-        demand.book_within_ns / 1_000,
-        &calendars,
-    )
 }
 
 /// How long the deny cache keeps a calendar dimension's denial: its wait
@@ -493,23 +509,17 @@ impl RedisBackend {
             _ => 0,
         };
         let lease_member = member(lease.unwrap_or(0));
+        let argv = AcquireArgs {
+            dims: &h.dims,
+            spec: &h.spec,
+            demand,
+            conc,
+            member: &lease_member,
+            offset_us: self.offset_us(),
+        };
         let (script, args) = match &h.shaped {
-            Some(s) => (
-                AcquireScript::Shaped(Arc::clone(s)),
-                shaped_args(
-                    &s.shape,
-                    &h.dims,
-                    &h.spec,
-                    demand,
-                    conc,
-                    &lease_member,
-                    self.offset_us(),
-                ),
-            ),
-            None => (
-                AcquireScript::Generic,
-                generic_args(&h.dims, &h.spec, demand, conc, &lease_member, self.offset_us()),
-            ),
+            Some(s) => (AcquireScript::Shaped(Arc::clone(s)), argv.shaped(&s.shape)),
+            None => (AcquireScript::Generic, argv.generic()),
         };
         let key = h.keys.state.clone();
         let call = {
@@ -660,7 +670,15 @@ impl Backend for RedisBackend {
             Arc::clone(&self.store),
             keys.state.clone(),
             &spec,
-            generic_args(&dims, &spec, &one, 0, &member(0), 0),
+            AcquireArgs {
+                dims: &dims,
+                spec: &spec,
+                demand: &one,
+                conc: 0,
+                member: &member(0),
+                offset_us: 0,
+            }
+            .generic(),
         )
         .map(Box::new);
         Ok(RedisHandle {

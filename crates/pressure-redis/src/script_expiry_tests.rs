@@ -75,7 +75,7 @@ fn a_reconcile_that_creates_the_key_gives_it_an_expiry() {
 /// day. A correction of a count whose key is gone writes nothing.
 #[test]
 fn a_calendar_count_expires_with_its_period() {
-    use super::{changes, dims_of, generic_args, member, reconcile_invocation};
+    use super::{changes, dims_of, member, reconcile_invocation, AcquireArgs};
     use pressure_core::{Calendar, Demand, Limits};
     let mut con = connection();
     for (limits, calendar, name) in [
@@ -103,7 +103,16 @@ fn a_calendar_count_expires_with_its_period() {
             ..Demand::default()
         };
         let mut inv = scripts::ACQUIRE.key(&key);
-        for a in generic_args(&dims, &spec, &demand, 0, &member(1), offset) {
+        let m = member(1);
+        let argv = AcquireArgs {
+            dims: &dims,
+            spec: &spec,
+            demand: &demand,
+            conc: 0,
+            member: &m,
+            offset_us: offset,
+        };
+        for a in argv.generic() {
             inv.arg(a);
         }
         let r: Vec<i64> = inv.invoke(&mut con).expect("acquire");

@@ -8,7 +8,7 @@
 //! `TIME` (their clock lines are swapped), so the sequence is exact and
 //! repeatable; nothing depends on the wall clock.
 
-use super::{dims_of, generic_args, member, shaped_args};
+use super::{dims_of, member, AcquireArgs};
 use crate::shape::{self, Shape};
 use pressure_core::{Demand, LimitSpec, Limits, PPM};
 use redis::Commands;
@@ -221,13 +221,21 @@ fn generated_scripts_decide_and_store_like_the_generic_one() {
                 _ => 0,
             };
             let m = member(lease_id);
+            let argv = AcquireArgs {
+                dims: &dims,
+                spec,
+                demand: &demand,
+                conc,
+                member: &m,
+                offset_us: offset,
+            };
             let mut inv = generic.key(&kg);
-            for a in generic_args(&dims, spec, &demand, conc, &m, offset) {
+            for a in argv.generic() {
                 inv.arg(a);
             }
             let rg: Vec<i64> = inv.arg(now).invoke(&mut con).expect("generic acquire");
             let mut inv = shaped.key(&ks);
-            for a in shaped_args(&shape, &dims, spec, &demand, conc, &m, offset) {
+            for a in argv.shaped(&shape) {
                 inv.arg(a);
             }
             let rs: Vec<i64> = inv.arg(now).invoke(&mut con).expect("generated acquire");

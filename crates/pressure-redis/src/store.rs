@@ -53,7 +53,7 @@ pub(crate) struct Store {
     /// caller went away before its answer.
     pub(crate) cancel_releases: AtomicU64,
     /// Quota leasing's counts (`lease/`).
-    pub(crate) leasing: crate::lease::Counters,
+    pub(crate) leasing: LeasingCounters,
 }
 
 /// The acquire script generated for one [`Shape`].
@@ -291,4 +291,14 @@ pub(crate) fn release_invocation(
         inv.arg(m);
     }
     inv
+}
+
+/// What quota leasing (`lease/`) did in this process (for
+/// [`crate::RedisStatus`]).
+#[derive(Debug, Default)]
+pub(crate) struct LeasingCounters {
+    /// Calls of `lua/lease.lua`.
+    pub(crate) calls: AtomicU64,
+    /// Decisions answered from a lease in memory.
+    pub(crate) served: AtomicU64,
 }

@@ -6,7 +6,7 @@
 //! reconcile count the same way.
 
 use super::shape_equiv_tests::with_fake_clock;
-use super::{dims_of, generic_args, member, shaped_args, Change, Dim};
+use super::{dims_of, member, AcquireArgs, Change, Dim};
 use crate::{scripts, shape};
 use pressure_core::{Demand, LimitSpec, Limits};
 use redis::Commands;
@@ -42,16 +42,21 @@ fn acquire(con: &mut redis::Connection, key: &str, generic: bool, now: u64) -> (
     let spec = Limits::default().requests_per_minute(2).compile().expect("valid");
     let dims = dims_of(&spec).expect("dims");
     let demand = Demand::default();
+    let m = member(1);
+    let argv = AcquireArgs {
+        dims: &dims,
+        spec: &spec,
+        demand: &demand,
+        conc: 0,
+        member: &m,
+        offset_us: 0,
+    };
     let (src, args) = if generic {
-        let args = generic_args(&dims, &spec, &demand, 0, &member(1), 0);
-        (scripts::ACQUIRE_LUA.to_owned(), args)
+        (scripts::ACQUIRE_LUA.to_owned(), argv.generic())
     } else {
         let steps: Vec<u64> = dims.iter().map(|d| d.step_us).collect();
         let shape = shape::Shape::of(&spec, &steps).expect("a shape");
-        (
-            shape::generate(&shape),
-            shaped_args(&shape, &dims, &spec, &demand, 0, &member(1), 0),
-        )
+        (shape::generate(&shape), argv.shaped(&shape))
     };
     let script = redis::Script::new(&with_fake_clock(&src));
     let mut inv = script.key(key);

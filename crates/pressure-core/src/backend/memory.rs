@@ -229,10 +229,10 @@ impl State {
     /// The state of a resource attached with `spec`, nothing counted, on
     /// the backend's `clock`.
     fn fresh(spec: &Arc<LimitSpec>, clock: &Arc<dyn Clock>) -> Self {
-        if let Some(rate) = fast_rate(spec) {
+        if let Some(rate) = lock_free_rate(spec, Algorithm::Gcra) {
             return State::Fast(Box::new(Fast::new(rate)));
         }
-        if let Some(rate) = fast_window_rate(spec) {
+        if let Some(rate) = lock_free_rate(spec, Algorithm::Window) {
             return State::FastWindow(Box::new(FastWindow::new(
                 rate,
                 WindowState::default(),
@@ -296,30 +296,12 @@ enum DimState {
     Window(WindowState),
 }
 
-/// Whether `spec` can be counted lock-free: one `gcra` rate, no concurrency,
-/// no calendar dimension.
-fn fast_rate(spec: &LimitSpec) -> Option<RateSpec> {
+/// Whether `spec` can be counted lock-free with `algorithm`'s state (the
+/// atomic GCRA, or the window's lock-free open sub-window): one rate of that
+/// algorithm, no concurrency, no calendar dimension.
+fn lock_free_rate(spec: &LimitSpec, algorithm: Algorithm) -> Option<RateSpec> {
     match spec.rates.as_slice() {
-        [rate]
-            if rate.algorithm == Algorithm::Gcra
-                && spec.concurrency.is_none()
-                && spec.calendars.is_empty() =>
-        {
-            Some(*rate)
-        }
-        _ => None,
-    }
-}
-
-/// Whether `spec` can be counted with a lock-free open sub-window: one
-/// `window` rate, no concurrency, no calendar dimension.
-fn fast_window_rate(spec: &LimitSpec) -> Option<RateSpec> {
-    match spec.rates.as_slice() {
-        [rate]
-            if rate.algorithm == Algorithm::Window
-                && spec.concurrency.is_none()
-                && spec.calendars.is_empty() =>
-        {
+        [rate] if rate.algorithm == algorithm && spec.concurrency.is_none() && spec.calendars.is_empty() => {
             Some(*rate)
         }
         _ => None,

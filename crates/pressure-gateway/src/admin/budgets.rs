@@ -5,11 +5,10 @@
 //! Spend lives in the store (fleet-wide), so showing it costs a store read
 //! per tenant shown. `/metrics` therefore shows the [`METRICS_TOP`]
 //! tenants this process ranks first (as the dashboard ranks them: most
-//! denials, then most admissions), which bounds both the label set and the
-//! reads of one scrape, however many tenants there are.
+//! denials, then most admissions; the admin module ranks and reads them),
+//! which bounds both the label set and the reads of one scrape, however
+//! many tenants there are.
 
-use super::summary;
-use super::AdminState;
 use crate::metrics::text;
 use crate::resources;
 use pressure_core::{Dimension, ResourceStats};
@@ -37,19 +36,21 @@ pub(super) fn rows(s: &ResourceStats) -> Vec<Value> {
         .collect()
 }
 
-/// The money budgets of the top tenants, as Prometheus families.
-pub(super) async fn write_metrics(state: &AdminState, out: &mut String) {
-    let tenants: Vec<ResourceStats> = state
-        .broker
-        .local_stats()
+/// The tenants this process knows that have a money budget, with their
+/// local numbers (the caller ranks them and reads the top ones' spend).
+pub(super) fn money_tenants(stats: Vec<ResourceStats>) -> Vec<ResourceStats> {
+    stats
         .into_iter()
         .filter(|s| resources::is_tenant(&s.resource) && has_money_budget(s))
-        .collect();
-    if tenants.is_empty() {
-        return;
+        .collect()
+}
+
+/// The money budgets of `top` (tenants with their spend read from the
+/// store), as Prometheus families.
+pub(super) fn write_metrics(top: &[ResourceStats], out: &mut String) {
+    if !top.is_empty() {
+        let _ = write_families(top, out);
     }
-    let top = summary::with_usage(state, summary::most_denied(tenants, METRICS_TOP)).await;
-    let _ = write_families(&top, out);
 }
 
 fn has_money_budget(s: &ResourceStats) -> bool {

@@ -162,7 +162,11 @@ async fn metrics(State(state): State<AdminState>) -> Response {
     let stats = state.broker.local_stats();
     let mut body = state.metrics.encode(&stats, state.redis_status());
     // The one part read from the store: the spend of a few top tenants.
-    budgets::write_metrics(&state, &mut body).await;
+    let paying = budgets::money_tenants(stats);
+    if !paying.is_empty() {
+        let top = summary::most_denied(paying, budgets::METRICS_TOP);
+        budgets::write_metrics(&summary::with_usage(&state, top).await, &mut body);
+    }
     (
         [
             (header::CONTENT_TYPE, HeaderValue::from_static(CONTENT_TYPE)),

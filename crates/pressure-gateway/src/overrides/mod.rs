@@ -26,11 +26,8 @@
 
 pub(crate) mod store;
 
-use crate::backend::Broker;
 use crate::config::ConfigError;
 use crate::layers::tenant::jwt::MAX_TENANT_LEN;
-use crate::plan::Plan;
-use crate::resources;
 use arc_swap::ArcSwap;
 use pressure_core::{LimitTemplate, Limits};
 use serde::Serialize;
@@ -99,27 +96,6 @@ pub(crate) fn config_overrides(
         out.insert(id.clone(), compile(limits, &path)?);
     }
     Ok(out)
-}
-
-/// Brings the registered resource of `tenant`, if any, to the limits it
-/// gets now under `plan`, keeping its usage (an unregistered tenant picks
-/// them up at its first request); unregisters it while tenants are not
-/// limited.
-pub(crate) fn refresh(broker: &Broker, plan: &Plan, tenant: &str) {
-    let resource = resources::tenant(tenant);
-    if broker.resource(&resource).is_none() {
-        return;
-    }
-    match plan.tenant_limits(tenant) {
-        Some((limits, _)) => {
-            if let Err(e) = broker.set_limits(&resource, limits.limits().clone()) {
-                tracing::warn!(resource = resource.as_str(), error = %e, "tenant limits not updated");
-            }
-        }
-        None => {
-            broker.unregister(&resource);
-        }
-    }
 }
 
 /// One mirrored live override: the version of its last write, and its

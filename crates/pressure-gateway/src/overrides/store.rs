@@ -19,7 +19,7 @@
 //!   goes away mid-request leaves it either done everywhere (store, mirror,
 //!   registered tenant) or not done.
 
-use super::{compile, refresh, LiveOverrides};
+use super::{compile, LiveOverrides};
 use crate::backend::Broker;
 use crate::config::BackendConfig;
 use crate::layers::route::PlanCell;
@@ -157,7 +157,7 @@ impl Overrides {
                 None => (store.delete(&tenant).await?, None),
             };
             if live.apply(version, &tenant, template) {
-                refresh(&broker, &plan.load(), &tenant);
+                plan.load().refresh_tenant(&broker, &tenant);
             }
             Ok(())
         });
@@ -202,7 +202,7 @@ fn watch(hash: Arc<SharedHash>, live: Arc<LiveOverrides>, plan: PlanCell, broker
             if !touched.is_empty() {
                 let plan = plan.load();
                 for tenant in &touched {
-                    refresh(&broker, &plan, tenant);
+                    plan.refresh_tenant(&broker, tenant);
                 }
             }
         })

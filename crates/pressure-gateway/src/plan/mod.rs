@@ -27,7 +27,7 @@ pub use router::{Endpoint, Route, Router};
 use crate::backend::{AnyBackend, Broker};
 use crate::config::{AuthConfig, ConfigError, ConfigErrors, GatewayConfig};
 use crate::layers::tenant::api_key::ApiKeys;
-use crate::layers::tenant::Authenticator;
+use crate::layers::tenant::jwt::Authenticator;
 use crate::overrides::{self, LiveOverrides, Source};
 use limits::ChargedBy;
 use pressure_core::{LimitTemplate, Limits, ResourceHandle};
@@ -236,9 +236,30 @@ impl Plan {
         let resource = crate::resources::tenant(tenant);
         let handle = broker.lazy_limit(&resource, limits);
         if handle.is_ok() && self.live.changes() != seen {
-            overrides::refresh(broker, self, tenant);
+            self.refresh_tenant(broker, tenant);
         }
         Some(handle)
+    }
+
+    /// Brings the registered resource of `tenant`, if any, to the limits it
+    /// gets now under this plan, keeping its usage (an unregistered tenant
+    /// picks them up at its first request); unregisters it while tenants are
+    /// not limited. Called when a live override or the config changes.
+    pub(crate) fn refresh_tenant(&self, broker: &Broker, tenant: &str) {
+        let resource = crate::resources::tenant(tenant);
+        if broker.resource(&resource).is_none() {
+            return;
+        }
+        match self.tenant_limits(tenant) {
+            Some((limits, _)) => {
+                if let Err(e) = broker.set_limits(&resource, limits.limits().clone()) {
+                    tracing::warn!(resource = resource.as_str(), error = %e, "tenant limits not updated");
+                }
+            }
+            None => {
+                broker.unregister(&resource);
+            }
+        }
     }
 
     /// The LLM client, when `gateway.llm` is set.

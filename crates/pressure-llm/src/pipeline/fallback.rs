@@ -95,22 +95,12 @@ impl FallbackHandler for KeywordRules {
         if let Some(label) = &rule.label {
             extra.insert("pressure_label".into(), Value::String(label.clone()));
         }
-        Some(ChatResponse {
-            header: CompletionHeader {
-                id: format!("rules-{}", self.name),
-                object: "chat.completion".into(),
-                created: 0,
-                model: format!("rules:{}", self.name),
-            },
-            choices: vec![Choice {
-                index: 0,
-                message: Message::new("assistant", rule.answer.clone()),
-                finish_reason: Some("stop".into()),
-                extra: Map::new(),
-            }],
-            usage: None,
+        Some(offline_answer(
+            format!("rules-{}", self.name),
+            format!("rules:{}", self.name),
+            rule.answer.clone(),
             extra,
-        })
+        ))
     }
 }
 
@@ -293,5 +283,32 @@ impl ManualQueue for InMemoryQueue {
             });
             Ok(ticket)
         })
+    }
+}
+
+/// A completion no chat model produced (a `rules` or `knn` level): one
+/// assistant choice with `text`, finish reason `stop`, `created` 0 and no
+/// usage; `extra` carries the level's own fields (`pressure_label`, ...).
+pub(crate) fn offline_answer(
+    id: String,
+    model: String,
+    text: String,
+    extra: Map<String, Value>,
+) -> ChatResponse {
+    ChatResponse {
+        header: CompletionHeader {
+            id,
+            object: "chat.completion".into(),
+            created: 0,
+            model,
+        },
+        choices: vec![Choice {
+            index: 0,
+            message: Message::new("assistant", text),
+            finish_reason: Some("stop".into()),
+            extra: Map::new(),
+        }],
+        usage: None,
+        extra,
     }
 }

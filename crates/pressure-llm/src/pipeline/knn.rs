@@ -35,7 +35,8 @@ use serde_json::{Map, Value};
 use tokio::sync::OnceCell;
 
 use super::config::KnnLevel;
-use crate::provider::{ChatResponse, Choice, CompletionHeader, LocalModel, Message};
+use super::fallback::offline_answer;
+use crate::provider::{ChatResponse, LocalModel};
 
 /// The least time the model call of a `knn` level gets, even when the
 /// event's deadline has passed (the level runs after it, like `rules`).
@@ -245,23 +246,13 @@ pub fn knn_response(level: &KnnLevel, vote: &KnnVote) -> ChatResponse {
             "nearest": (f64::from(vote.nearest) * 1e4).round() / 1e4,
         }),
     );
-    ChatResponse {
-        header: CompletionHeader {
-            id: format!("knn-{}", level.model.replace('/', "-")),
-            object: "chat.completion".into(),
-            // Like the rules handlers: no chat model ran.
-            created: 0,
-            model: format!("knn:{}", level.model),
-        },
-        choices: vec![Choice {
-            index: 0,
-            message: Message::new("assistant", vote.label.clone()),
-            finish_reason: Some("stop".into()),
-            extra: Map::new(),
-        }],
-        usage: None,
+    // Like the rules levels: no chat model ran.
+    offline_answer(
+        format!("knn-{}", level.model.replace('/', "-")),
+        format!("knn:{}", level.model),
+        vote.label.clone(),
         extra,
-    }
+    )
 }
 
 #[cfg(test)]

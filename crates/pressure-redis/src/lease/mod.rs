@@ -30,7 +30,7 @@ use parking_lot::Mutex;
 use pressure_core::clock::Clock;
 use pressure_core::{Decision, Demand, Grant, LimitSpec, Reserved, PPM};
 use rate::Rate;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 pub(crate) use call::Refill;
@@ -39,15 +39,6 @@ pub(crate) use call::Refill;
 /// a lease of fewer units would not save round trips (it costs a call to
 /// take and often one to give back).
 pub(crate) const MIN_PER_TTL: u64 = 4;
-
-/// What quota leasing did in this process (for [`crate::RedisStatus`]).
-#[derive(Debug, Default)]
-pub(crate) struct Counters {
-    /// Calls of `lua/lease.lua`.
-    pub(crate) calls: AtomicU64,
-    /// Decisions answered from a lease in memory.
-    pub(crate) served: AtomicU64,
-}
 
 /// The leasing state of one resource in this process.
 pub(crate) struct Book {

@@ -14,7 +14,7 @@ pub(crate) mod credential;
 pub(crate) mod jwt;
 mod key_limit;
 
-pub(crate) use jwt::{AuthError, Authenticator, Tenant};
+pub(crate) use jwt::{AuthError, Tenant};
 
 use super::{routed, step_layer, take_ready, RejectingService, Step, StepFuture};
 use crate::backend::{AnyBackend, Broker};
