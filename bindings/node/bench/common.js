@@ -40,7 +40,30 @@ function report(title, results) {
 
 const sleepUntil = (t) => new Promise((r) => setTimeout(r, Math.max(0, t - Date.now())));
 
-module.exports = { interleaved, median, report, sleepUntil };
+/**
+ * One line naming the machine a bench ran on and how quiet it was (as the
+ * shell benches print it, benches/lib/common.sh): CPU model, cores, L2/L3
+ * sizes (from lscpu where there is one) and the load average. Printed
+ * `before` and `after` a run, so a ratio is read beside its machine.
+ */
+function machineReport(when) {
+  const os = require('os');
+  let l2 = '?';
+  let l3 = '?';
+  try {
+    const out = require('child_process').execFileSync('lscpu', { encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'] });
+    l2 = (out.match(/^L2 cache:\s*(.+)$/m) || [])[1] || '?';
+    l3 = (out.match(/^L3 cache:\s*(.+)$/m) || [])[1] || '?';
+  } catch (_) {
+    // No lscpu: the sizes stay unknown.
+  }
+  const cpus = os.cpus();
+  const model = cpus.length ? cpus[0].model.trim() : 'unknown CPU';
+  const load = os.loadavg().map((x) => x.toFixed(2)).join(' ');
+  console.log(`machine (${when}): ${model}, ${cpus.length} cores, L2 ${l2}, L3 ${l3}; load average ${load}`);
+}
+
+module.exports = { interleaved, median, report, sleepUntil, machineReport };
 
 /**
  * The edge overshoot of each contender (`{ name, tryOne() → Promise<bool> }`,

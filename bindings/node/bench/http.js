@@ -11,6 +11,7 @@
 const { spawn } = require('node:child_process');
 const path = require('node:path');
 const autocannon = require('autocannon');
+const { machineReport } = require('./common');
 
 const ROUNDS = Number(process.env.ROUNDS ?? 3);
 const SECONDS = Number(process.env.SECONDS ?? 5);
@@ -47,6 +48,7 @@ function start(kind) {
 }
 
 async function main() {
+  machineReport('before');
   console.log(`node ${process.version}; ${ROUNDS} interleaved rounds of ${SECONDS} s, ${CONNECTIONS} connections; compare ratios`);
   const servers = {
     'Fastify example (pressure plugin)': await start('pressure'),
@@ -80,8 +82,10 @@ if (process.argv[2] === 'serve') {
     process.exit(1);
   });
 } else {
-  main().catch((e) => {
-    console.error(e);
-    process.exit(1);
-  });
+  main()
+    .then(() => machineReport('after'))
+    .catch((e) => {
+      console.error(e);
+      process.exit(1);
+    });
 }

@@ -10,7 +10,7 @@
 const { ResourceBroker } = require('@pressure-rs/broker');
 const { RateLimiterMemory } = require('rate-limiter-flexible');
 const LocalStore = require('@fastify/rate-limit/store/LocalStore');
-const { interleaved, report, edgeOvershoot } = require('./common');
+const { interleaved, report, edgeOvershoot, machineReport } = require('./common');
 
 const ROUNDS = Number(process.env.ROUNDS ?? 7);
 const OPS = Number(process.env.OPS ?? 200_000);
@@ -86,6 +86,7 @@ async function edge() {
 }
 
 async function main() {
+  machineReport('before');
   console.log(`node ${process.version}; compare ratios, not absolute numbers`);
   // The edge first: the throughput rounds leave millions of collected
   // results whose finalizers would stall the event loop past the edge.
@@ -93,7 +94,9 @@ async function main() {
   await throughput();
 }
 
-main().catch((e) => {
-  console.error(e);
-  process.exit(1);
-});
+main()
+  .then(() => machineReport('after'))
+  .catch((e) => {
+    console.error(e);
+    process.exit(1);
+  });

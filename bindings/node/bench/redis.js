@@ -10,7 +10,7 @@ const crypto = require('node:crypto');
 const Redis = require('ioredis');
 const { ResourceBroker } = require('@pressure-rs/broker');
 const { RateLimiterRedis } = require('rate-limiter-flexible');
-const { interleaved, report, edgeOvershoot, pool } = require('./common');
+const { interleaved, report, edgeOvershoot, pool, machineReport } = require('./common');
 
 const URL_ = process.env.REDIS_URL ?? process.env.PRESSURE_TEST_REDIS_URL;
 const ROUNDS = Number(process.env.ROUNDS ?? 5);
@@ -19,6 +19,7 @@ const CONCURRENCY = Number(process.env.CONCURRENCY ?? 64);
 const BIG = 1_000_000_000_000;
 
 async function main() {
+  machineReport('before');
   if (!URL_) throw new Error('REDIS_URL is not set (e.g. redis://127.0.0.1:6379)');
   console.log(`node ${process.version}; Redis ${URL_}; compare ratios`);
   const run = crypto.randomUUID();
@@ -57,7 +58,9 @@ async function main() {
   process.exit(0);
 }
 
-main().catch((e) => {
-  console.error(e);
-  process.exit(1);
-});
+main()
+  .then(() => machineReport('after'))
+  .catch((e) => {
+    console.error(e);
+    process.exit(1);
+  });

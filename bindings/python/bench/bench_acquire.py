@@ -239,6 +239,24 @@ async def exactness(redis_url: str, n: int, seconds: float) -> None:
         print(f"{name:<24}{worst:>16}{n:>6}{len(grants):>10}{len(grants) / seconds:>8.1f}{flag}")
 
 
+def machine_report(when: str) -> None:
+    """One line naming the machine the bench ran on and how quiet it was, as
+    the shell benches print it (benches/lib/common.sh): CPU model, cores,
+    L2/L3 sizes (from lscpu where there is one) and the load average."""
+    fields = {}
+    try:
+        out = subprocess.run(["lscpu"], capture_output=True, text=True, check=False).stdout
+        for line in out.splitlines():
+            key, _, value = line.partition(":")
+            fields[key.strip()] = value.strip()
+    except OSError:
+        pass
+    model = fields.get("Model name", "unknown CPU")
+    load = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    print(f"machine ({when}): {model}, {os.cpu_count()} cores, L2 {fields.get('L2 cache', '?')}, "
+          f"L3 {fields.get('L3 cache', '?')}; load average {load}")
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--redis", help="Redis URL (default: start a redis-server of our own)")
@@ -255,11 +273,13 @@ def main() -> None:
     if url is None:
         url, proc, workdir = start_redis()
     try:
+        machine_report("before")
         print(f"python {sys.version.split()[0]}, limits {limits.__version__ if hasattr(limits, '__version__') else '?'}, "
               f"{os.cpu_count()} cpus, redis {url}")
         asyncio.run(throughput(url, args.rounds, args.calls, args.redis_calls))
         asyncio.run(throughput_concurrent(url, args.rounds, args.redis_calls * 2, args.callers))
         asyncio.run(exactness(url, args.exact_n, args.exact_seconds))
+        machine_report("after")
     finally:
         if proc is not None:
             proc.kill()
