@@ -6,10 +6,12 @@
 //! embeddings call.
 
 use std::pin::Pin;
+use std::task::{ready, Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
 use futures::{Stream, StreamExt};
+use hyper::body::{Body, Incoming};
 use serde_json::Value;
 use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::{timeout_at, Instant};
@@ -24,8 +26,41 @@ pub(crate) const ERROR_BODY_LIMIT: usize = 64 * 1024;
 /// A non-streamed completion larger than this is refused.
 pub(crate) const RESPONSE_BODY_LIMIT: usize = 32 * 1024 * 1024;
 
+/// A failure while reading a response body.
+pub(crate) type BodyError = hyper::Error;
+
 /// The response body as a stream of byte chunks.
-pub(crate) type BodyStream = Pin<Box<dyn Stream<Item = reqwest::Result<Bytes>> + Send>>;
+pub(crate) type BodyStream = Pin<Box<dyn Stream<Item = Result<Bytes, BodyError>> + Send>>;
+
+/// hyper's response body as a [`Stream`] of its data frames (trailers are
+/// skipped).
+pub(crate) struct DataStream {
+    body: Incoming,
+}
+
+impl DataStream {
+    pub(crate) fn new(body: Incoming) -> Self {
+        Self { body }
+    }
+}
+
+impl Stream for DataStream {
+    type Item = Result<Bytes, BodyError>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        loop {
+            match ready!(Pin::new(&mut self.body).poll_frame(cx)) {
+                Some(Ok(frame)) => {
+                    if let Ok(data) = frame.into_data() {
+                        return Poll::Ready(Some(Ok(data)));
+                    }
+                }
+                Some(Err(e)) => return Poll::Ready(Some(Err(e))),
+                None => return Poll::Ready(None),
+            }
+        }
+    }
+}
 
 /// A response head that arrived in time, with its body still to read.
 pub(crate) struct ResponseHead {
@@ -160,7 +195,7 @@ pub(crate) async fn read_bounded(
 }
 
 /// A failure while reading a response body: the connection broke mid-body.
-pub(crate) fn body_error(e: &reqwest::Error) -> CallError {
+pub(crate) fn body_error(e: &BodyError) -> CallError {
     CallError::transport(
         ErrorKind::Connection,
         format!("connection lost while reading the body: {}", error_chain(e)),

@@ -3,7 +3,7 @@
 //! attempts of one user request apart, like OpenAI's SDKs send
 //! `x-stainless-retry-count`.
 
-use reqwest::header::{HeaderName, HeaderValue};
+use http::header::{HeaderName, HeaderValue};
 
 /// The header naming the event (one user request, shared by its retries
 /// and fallbacks).
