@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use futures::{Stream, StreamExt};
+use http::HeaderMap;
 use hyper::body::{Body, Incoming};
 use serde_json::Value;
 use tokio::sync::OwnedSemaphorePermit;
@@ -65,7 +66,7 @@ impl Stream for DataStream {
 /// A response head that arrived in time, with its body still to read.
 pub(crate) struct ResponseHead {
     pub(crate) status: u16,
-    pub(crate) headers: Vec<(String, String)>,
+    pub(crate) headers: HeaderMap,
     pub(crate) ratelimit: RateLimitHints,
     pub(crate) body: BodyStream,
     pub(crate) permit: OwnedSemaphorePermit,
@@ -77,7 +78,7 @@ pub(crate) struct ResponseHead {
 pub(crate) struct Answered {
     pub(crate) bytes: Vec<u8>,
     pub(crate) status: u16,
-    pub(crate) headers: Vec<(String, String)>,
+    pub(crate) headers: HeaderMap,
     pub(crate) ratelimit: RateLimitHints,
     pub(crate) first_byte: Duration,
     /// From the request to the end of the body.
@@ -119,7 +120,7 @@ impl Answered {
     /// the error answer it may be, else a malformed one.
     pub(crate) fn undecodable(self, what: &str, e: impl std::fmt::Display) -> CallError {
         let text = String::from_utf8_lossy(&self.bytes);
-        let kind = taxonomy::classify(self.status, &self.headers, &text);
+        let kind = taxonomy::classify(self.status, &header_pairs(&self.headers), &text);
         let message = match kind {
             ErrorKind::Other => format!("{what}: {e}"),
             _ => error_message(&text, self.status),
@@ -200,6 +201,15 @@ pub(crate) fn body_error(e: &BodyError) -> CallError {
         ErrorKind::Connection,
         format!("connection lost while reading the body: {}", error_chain(e)),
     )
+}
+
+/// Header (name, value) pairs, for [`taxonomy::classify`]; values that are
+/// not UTF-8 are skipped. Built only when an answer is classified.
+pub(crate) fn header_pairs(headers: &HeaderMap) -> Vec<(String, String)> {
+    headers
+        .iter()
+        .filter_map(|(k, v)| v.to_str().ok().map(|v| (k.as_str().to_owned(), v.to_owned())))
+        .collect()
 }
 
 /// An error with all its sources, `a: b: c`.

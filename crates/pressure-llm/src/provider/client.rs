@@ -68,7 +68,8 @@ use tokio::time::{sleep_until, timeout_at, Instant};
 
 use super::anthropic;
 use super::body::{
-    bound, error_chain, error_message, read_bounded, BodyStream, DataStream, ResponseHead, ERROR_BODY_LIMIT,
+    bound, error_chain, error_message, header_pairs, read_bounded, BodyStream, DataStream, ResponseHead,
+    ERROR_BODY_LIMIT,
 };
 use super::config::{ProviderConfig, ProviderKind, TimeoutsConfig};
 use super::embeddings::embeddings_url;
@@ -734,14 +735,15 @@ impl ProviderClient {
         let response = result.map_err(|e| send_error(&e, t))?;
         let first_byte = started.elapsed();
         let status = response.status().as_u16();
-        let headers = header_pairs(response.headers());
-        let ratelimit = RateLimitHints::from_pairs(&headers);
-        let mut body: BodyStream = Box::pin(DataStream::new(response.into_body()));
+        let (parts, incoming) = response.into_parts();
+        let headers = parts.headers;
+        let ratelimit = RateLimitHints::from_header_map(&headers);
+        let mut body: BodyStream = Box::pin(DataStream::new(incoming));
 
         if !(200..300).contains(&status) {
             let raw = read_bounded(&mut body, ERROR_BODY_LIMIT, t.read(), deadline).await;
             let text = String::from_utf8_lossy(&raw);
-            let kind = taxonomy::classify(status, &headers, &text);
+            let kind = taxonomy::classify(status, &header_pairs(&headers), &text);
             tracing::debug!(provider = %self.endpoint.name, status, kind = kind.label(), "provider error response");
             return Err(CallError {
                 kind,
@@ -800,14 +802,6 @@ fn is_timeout(e: &(dyn std::error::Error + 'static)) -> bool {
         source = err.source();
     }
     false
-}
-
-/// Header (name, value) pairs; values that are not UTF-8 are skipped.
-fn header_pairs(headers: &HeaderMap) -> Vec<(String, String)> {
-    headers
-        .iter()
-        .filter_map(|(k, v)| v.to_str().ok().map(|v| (k.as_str().to_owned(), v.to_owned())))
-        .collect()
 }
 
 fn elapsed_ms(since: Instant) -> u128 {
