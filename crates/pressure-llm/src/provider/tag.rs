@@ -13,6 +13,11 @@ pub const ATTEMPT_HEADER: &str = "x-pressure-attempt";
 /// The header marking a circuit breaker's half-open probe (`true`).
 pub const PROBE_HEADER: &str = "x-pressure-probe";
 
+// The names as constants: `from_static` at compile time, not per call.
+const REQUEST_ID_NAME: HeaderName = HeaderName::from_static(REQUEST_ID_HEADER);
+const ATTEMPT_NAME: HeaderName = HeaderName::from_static(ATTEMPT_HEADER);
+const PROBE_NAME: HeaderName = HeaderName::from_static(PROBE_HEADER);
+
 /// Identifies one provider call within its event.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct CallTag {
@@ -31,19 +36,9 @@ impl CallTag {
             .request_id
             .as_deref()
             .and_then(|id| HeaderValue::from_str(id).ok())
-            .map(|v| (HeaderName::from_static(REQUEST_ID_HEADER), v));
-        let attempt = (self.attempt > 0).then(|| {
-            (
-                HeaderName::from_static(ATTEMPT_HEADER),
-                HeaderValue::from(self.attempt),
-            )
-        });
-        let probe = self.probe.then(|| {
-            (
-                HeaderName::from_static(PROBE_HEADER),
-                HeaderValue::from_static("true"),
-            )
-        });
+            .map(|v| (REQUEST_ID_NAME, v));
+        let attempt = (self.attempt > 0).then(|| (ATTEMPT_NAME, HeaderValue::from(self.attempt)));
+        let probe = self.probe.then(|| (PROBE_NAME, HeaderValue::from_static("true")));
         id.into_iter().chain(attempt).chain(probe)
     }
 }
