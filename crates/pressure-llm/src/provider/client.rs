@@ -37,9 +37,10 @@
 //! (`Authorization: Bearer …` or Anthropic's `x-api-key`), Anthropic's
 //! `anthropic-version`, `content-type`, and `Host` for `http://` providers,
 //! so a call parses no URL and validates no constant header. Redirects are
-//! not followed (a `3xx` is an error answer like any non-2xx) and no proxy
-//! is used: `HTTP(S)_PROXY` / `ALL_PROXY` are not read (a provider they
-//! would have applied to is named in a warning when it is built).
+//! not followed (a `3xx` is an error answer like any non-2xx), and calls
+//! never go through a proxy: `HTTP(S)_PROXY` / `ALL_PROXY` / `NO_PROXY` are
+//! read only to warn, when the client is built, that they would have
+//! applied to this provider (reqwest, used before, honoured them).
 
 use std::fmt;
 use std::pin::Pin;
