@@ -37,10 +37,12 @@
 //! (`Authorization: Bearer …` or Anthropic's `x-api-key`), Anthropic's
 //! `anthropic-version`, `content-type`, and `Host` for `http://` providers,
 //! so a call parses no URL and validates no constant header. Redirects are
-//! not followed (a `3xx` is an error answer like any non-2xx), and calls
-//! never go through a proxy: `HTTP(S)_PROXY` / `ALL_PROXY` / `NO_PROXY` are
-//! read only to warn, when the client is built, that they would have
-//! applied to this provider (reqwest, used before, honoured them).
+//! not followed (a `3xx` is an error answer like any non-2xx). A provider
+//! that the environment puts behind a proxy (`HTTPS_PROXY`, `HTTP_PROXY`,
+//! `ALL_PROXY`, `NO_PROXY`, read when the client is built, as reqwest and
+//! curl read them) is reached through a `CONNECT` tunnel of that proxy
+//! (`http://` proxies, with the `user:pass@` of their URL as basic auth);
+//! TLS to an `https://` provider runs inside the tunnel.
 
 use std::fmt;
 use std::pin::Pin;
@@ -59,8 +61,10 @@ use http::header::{
 use http::{Method, Request, Uri};
 use hyper::body::{Body, Frame, SizeHint};
 use hyper_rustls::{HttpsConnector, MaybeHttpsStream};
+use hyper_util::client::legacy::connect::proxy::Tunnel;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
+use hyper_util::client::proxy::matcher::{Intercept, Matcher};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use serde::Serialize;
 use serde_json::{Map, Value};
@@ -276,10 +280,9 @@ impl ProviderClient {
             let value = HeaderValue::from_str(&host).map_err(|e| bad_url(e.to_string()))?;
             headers.push((HOST, value));
         }
-        warn_if_proxied(&name, &chat);
         let embeddings = embeddings_url(&url);
         let t = cfg.settings.timeouts;
-        let http = http_client(&name, &t)?;
+        let http = http_client(&name, &t, route_for(&name, &chat))?;
         Ok(Self {
             endpoint: Arc::new(Endpoint {
                 name,
@@ -342,8 +345,8 @@ impl ProviderClient {
 
 /// The HTTP client of a provider: its connect timeout and idle pool, with
 /// the TCP settings reqwest used before (keepalive 15 s, 3 probes 15 s
-/// apart, a 30 s user timeout on Linux).
-fn http_client(name: &str, t: &TimeoutsConfig) -> Result<Http, ProviderError> {
+/// apart, a 30 s user timeout on Linux), reaching it by `route`.
+fn http_client(name: &str, t: &TimeoutsConfig, route: Option<Intercept>) -> Result<Http, ProviderError> {
     let mut tcp = HttpConnector::new();
     tcp.enforce_http(false);
     tcp.set_nodelay(true);
@@ -368,7 +371,7 @@ fn http_client(name: &str, t: &TimeoutsConfig) -> Result<Http, ProviderError> {
         .https_or_http()
         .enable_http1()
         .enable_http2()
-        .wrap_connector(tcp);
+        .wrap_connector(Route::new(tcp, route));
     let connector = TimedConnector {
         inner: https,
         timeout: t.connect(),
@@ -381,19 +384,82 @@ fn http_client(name: &str, t: &TimeoutsConfig) -> Result<Http, ProviderError> {
         .build(connector))
 }
 
-/// Warns when a proxy environment variable (`HTTP_PROXY`, `HTTPS_PROXY`,
-/// `ALL_PROXY`, not excluded by `NO_PROXY`; read as reqwest, used before,
-/// read them) names a proxy for `uri`: the provider client connects
-/// directly, where reqwest went through that proxy.
-fn warn_if_proxied(name: &str, uri: &Uri) {
-    if hyper_util::client::proxy::matcher::Matcher::from_system()
-        .intercept(uri)
-        .is_some()
-    {
+/// The proxy the environment names for `uri` (`HTTPS_PROXY` / `HTTP_PROXY`
+/// by the URI's scheme, else `ALL_PROXY`, unless `NO_PROXY` excludes its
+/// host: the variables reqwest, used before, and curl read), when it is an
+/// `http://` proxy the client can tunnel through. A proxy of another scheme
+/// (`https://`, `socks5://`) is not supported: the provider is reached
+/// directly, with a warning that says so.
+fn route_for(name: &str, uri: &Uri) -> Option<Intercept> {
+    let intercept = Matcher::from_env().intercept(uri)?;
+    if intercept.uri().scheme() == Some(&http::uri::Scheme::HTTP) {
+        tracing::info!(provider = %name, proxy = %intercept.uri(), "provider calls go through a proxy (CONNECT)");
+        Some(intercept)
+    } else {
         tracing::warn!(
             provider = %name,
-            "a proxy environment variable applies to this provider, but provider calls connect directly"
+            proxy = %intercept.uri(),
+            "only http:// proxies are supported: provider calls connect directly"
         );
+        None
+    }
+}
+
+/// How a provider's connections are opened: directly, or through a
+/// `CONNECT` tunnel of an HTTP proxy (TLS, for an `https://` provider, then
+/// runs inside the tunnel, end to end with the provider).
+#[derive(Clone)]
+enum Route {
+    Direct(HttpConnector),
+    Tunnel(Tunnel<HttpConnector>),
+}
+
+impl Route {
+    fn new(tcp: HttpConnector, proxy: Option<Intercept>) -> Self {
+        match proxy {
+            None => Self::Direct(tcp),
+            Some(p) => {
+                let tunnel = Tunnel::new(p.uri().clone(), tcp);
+                Self::Tunnel(match p.basic_auth() {
+                    Some(auth) => tunnel.with_auth(auth.clone()),
+                    None => tunnel,
+                })
+            }
+        }
+    }
+}
+
+impl tower::Service<Uri> for Route {
+    type Response = TokioIo<tokio::net::TcpStream>;
+    type Error = BoxError;
+    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, BoxError>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
+        match self {
+            Self::Direct(c) => tower::Service::<Uri>::poll_ready(c, cx).map_err(Into::into),
+            Self::Tunnel(t) => tower::Service::<Uri>::poll_ready(t, cx).map_err(Into::into),
+        }
+    }
+
+    fn call(&mut self, dst: Uri) -> Self::Future {
+        match self {
+            Self::Direct(c) => {
+                let connecting = tower::Service::<Uri>::call(c, dst);
+                Box::pin(async move { connecting.await.map_err(Into::into) })
+            }
+            Self::Tunnel(t) => {
+                // The tunnel asks for port 443 when the URI names none; an
+                // `http://` provider's default is 80.
+                let dst = match (dst.port_u16(), dst.scheme_str(), dst.host()) {
+                    (None, Some("http"), Some(host)) => {
+                        Uri::try_from(format!("http://{host}:80")).unwrap_or(dst)
+                    }
+                    _ => dst,
+                };
+                let connecting = tower::Service::<Uri>::call(t, dst);
+                Box::pin(async move { connecting.await.map_err(Into::into) })
+            }
+        }
     }
 }
 
@@ -404,7 +470,7 @@ type BoxError = Box<dyn std::error::Error + Send + Sync>;
 /// reqwest's connect timeout was.
 #[derive(Clone)]
 struct TimedConnector {
-    inner: HttpsConnector<HttpConnector>,
+    inner: HttpsConnector<Route>,
     timeout: Duration,
 }
 
