@@ -6,10 +6,13 @@
 //! embeddings call.
 
 use std::pin::Pin;
+use std::task::{ready, Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
 use futures::{Stream, StreamExt};
+use http::HeaderMap;
+use hyper::body::{Body, Incoming};
 use serde_json::Value;
 use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::{timeout_at, Instant};
@@ -24,13 +27,46 @@ pub(crate) const ERROR_BODY_LIMIT: usize = 64 * 1024;
 /// A non-streamed completion larger than this is refused.
 pub(crate) const RESPONSE_BODY_LIMIT: usize = 32 * 1024 * 1024;
 
+/// A failure while reading a response body.
+pub(crate) type BodyError = hyper::Error;
+
 /// The response body as a stream of byte chunks.
-pub(crate) type BodyStream = Pin<Box<dyn Stream<Item = reqwest::Result<Bytes>> + Send>>;
+pub(crate) type BodyStream = Pin<Box<dyn Stream<Item = Result<Bytes, BodyError>> + Send>>;
+
+/// hyper's response body as a [`Stream`] of its data frames (trailers are
+/// skipped).
+pub(crate) struct DataStream {
+    body: Incoming,
+}
+
+impl DataStream {
+    pub(crate) fn new(body: Incoming) -> Self {
+        Self { body }
+    }
+}
+
+impl Stream for DataStream {
+    type Item = Result<Bytes, BodyError>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        loop {
+            match ready!(Pin::new(&mut self.body).poll_frame(cx)) {
+                Some(Ok(frame)) => {
+                    if let Ok(data) = frame.into_data() {
+                        return Poll::Ready(Some(Ok(data)));
+                    }
+                }
+                Some(Err(e)) => return Poll::Ready(Some(Err(e))),
+                None => return Poll::Ready(None),
+            }
+        }
+    }
+}
 
 /// A response head that arrived in time, with its body still to read.
 pub(crate) struct ResponseHead {
     pub(crate) status: u16,
-    pub(crate) headers: Vec<(String, String)>,
+    pub(crate) headers: HeaderMap,
     pub(crate) ratelimit: RateLimitHints,
     pub(crate) body: BodyStream,
     pub(crate) permit: OwnedSemaphorePermit,
@@ -42,7 +78,7 @@ pub(crate) struct ResponseHead {
 pub(crate) struct Answered {
     pub(crate) bytes: Vec<u8>,
     pub(crate) status: u16,
-    pub(crate) headers: Vec<(String, String)>,
+    pub(crate) headers: HeaderMap,
     pub(crate) ratelimit: RateLimitHints,
     pub(crate) first_byte: Duration,
     /// From the request to the end of the body.
@@ -84,7 +120,7 @@ impl Answered {
     /// the error answer it may be, else a malformed one.
     pub(crate) fn undecodable(self, what: &str, e: impl std::fmt::Display) -> CallError {
         let text = String::from_utf8_lossy(&self.bytes);
-        let kind = taxonomy::classify(self.status, &self.headers, &text);
+        let kind = taxonomy::classify(self.status, &header_pairs(&self.headers), &text);
         let message = match kind {
             ErrorKind::Other => format!("{what}: {e}"),
             _ => error_message(&text, self.status),
@@ -160,11 +196,20 @@ pub(crate) async fn read_bounded(
 }
 
 /// A failure while reading a response body: the connection broke mid-body.
-pub(crate) fn body_error(e: &reqwest::Error) -> CallError {
+pub(crate) fn body_error(e: &BodyError) -> CallError {
     CallError::transport(
         ErrorKind::Connection,
         format!("connection lost while reading the body: {}", error_chain(e)),
     )
+}
+
+/// Header (name, value) pairs, for [`taxonomy::classify`]; values that are
+/// not UTF-8 are skipped. Built only when an answer is classified.
+pub(crate) fn header_pairs(headers: &HeaderMap) -> Vec<(String, String)> {
+    headers
+        .iter()
+        .filter_map(|(k, v)| v.to_str().ok().map(|v| (k.as_str().to_owned(), v.to_owned())))
+        .collect()
 }
 
 /// An error with all its sources, `a: b: c`.

@@ -11,7 +11,7 @@
 //! | Phase | Bounded by | Error |
 //! |---|---|---|
 //! | wait for a connection slot | `poolWaitMs` (a semaphore of `maxConnections` permits) | `Timeout { PoolWait }` |
-//! | DNS + TCP + TLS | `connectMs` (reqwest's connect timeout) | `Timeout { Connect }`; refused / DNS failure: `Connection` |
+//! | DNS + TCP + TLS | `connectMs` (a timer around the whole connect) | `Timeout { Connect }`; refused / DNS failure: `Connection` |
 //! | hand the body to the connection | `writeMs`, from the moment the connection takes the body | `Timeout { Write }` |
 //! | wait for the response head | `firstByteMs`, from the body written | `Timeout { FirstByte }` |
 //! | each body chunk (stream chunk) | `readMs` between chunks | `Timeout { Read }` |
@@ -25,6 +25,24 @@
 //! A non-2xx answer's body is read (at most 64 KiB) and classified by
 //! [`taxonomy::classify`]; a 2xx body that is not a completion (some
 //! providers answer 200 with an `error` object) is classified the same way.
+//!
+//! # The HTTP client
+//!
+//! hyper 1 through hyper-util's pooling client (idle connections kept 90 s,
+//! at most `maxConnections` of them), TCP with `TCP_NODELAY` and keepalive,
+//! TLS by rustls (ring) trusting the webpki roots, ALPN `h2` and `http/1.1`
+//! for `https://` providers (HTTP/2 when the provider offers it), plain
+//! HTTP/1.1 for `http://` ones. Everything that does not change between
+//! calls is built once with the client: the endpoint URIs, the key header
+//! (`Authorization: Bearer …` or Anthropic's `x-api-key`), Anthropic's
+//! `anthropic-version`, `content-type`, and `Host` for `http://` providers,
+//! so a call parses no URL and validates no constant header. Redirects are
+//! not followed (a `3xx` is an error answer like any non-2xx). A provider
+//! that the environment puts behind a proxy (`HTTPS_PROXY`, `HTTP_PROXY`,
+//! `ALL_PROXY`, `NO_PROXY`, read when the client is built, as reqwest and
+//! curl read them) is reached through a `CONNECT` tunnel of that proxy
+//! (`http://` proxies, with the `user:pass@` of their URL as basic auth);
+//! TLS to an `https://` provider runs inside the tunnel.
 
 use std::fmt;
 use std::pin::Pin;
@@ -33,11 +51,21 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
+use std::convert::Infallible;
+use std::future::Future;
+
 use bytes::Bytes;
-use futures::Stream;
-use reqwest::header::{
-    HeaderMap, HeaderName, HeaderValue, ACCEPT, AUTHORIZATION, CONTENT_LENGTH, CONTENT_TYPE,
+use http::header::{
+    HeaderMap, HeaderName, HeaderValue, ACCEPT, AUTHORIZATION, CONTENT_LENGTH, CONTENT_TYPE, HOST,
 };
+use http::{Method, Request, Uri};
+use hyper::body::{Body, Frame, SizeHint};
+use hyper_rustls::{HttpsConnector, MaybeHttpsStream};
+use hyper_util::client::legacy::connect::proxy::Tunnel;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::legacy::Client;
+use hyper_util::client::proxy::matcher::{Intercept, Matcher};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use serde::Serialize;
 use serde_json::{Map, Value};
 use tokio::sync::{oneshot, OwnedSemaphorePermit, Semaphore};
@@ -45,9 +73,11 @@ use tokio::time::{sleep_until, timeout_at, Instant};
 
 use super::anthropic;
 use super::body::{
-    bound, error_chain, error_message, read_bounded, BodyStream, ResponseHead, ERROR_BODY_LIMIT,
+    bound, error_chain, error_message, header_pairs, read_bounded, BodyStream, DataStream, ResponseHead,
+    ERROR_BODY_LIMIT,
 };
 use super::config::{ProviderConfig, ProviderKind, TimeoutsConfig};
+use super::embeddings::embeddings_url;
 use super::error::{CallError, ProviderError};
 use super::local::LocalModel;
 use super::ratelimit::RateLimitHints;
@@ -66,10 +96,10 @@ pub struct ProviderClient {
 struct Endpoint {
     name: String,
     kind: ProviderKind,
-    url: reqwest::Url,
-    /// The key header: `Authorization: Bearer <key>` or `x-api-key: <key>`.
-    auth: Option<(HeaderName, HeaderValue)>,
-    http: reqwest::Client,
+    /// The chat endpoint as configured (`local:<modelDir>` for a local provider).
+    url: String,
+    /// The HTTP side of a remote provider; `None` for a local one.
+    remote: Option<Remote>,
     timeouts: TimeoutsConfig,
     pool: Arc<Semaphore>,
     /// The most connection slots ever in use at once.
@@ -80,6 +110,24 @@ struct Endpoint {
     /// every clone); `None` for a remote provider.
     local: Option<Arc<LocalModel>>,
 }
+
+/// The HTTP client of a remote provider and what every call sends, built once.
+struct Remote {
+    http: Http,
+    /// `{baseUrl}/chat/completions` (`{baseUrl}/messages` for Anthropic).
+    chat: Uri,
+    /// `{baseUrl}/embeddings`, or why the provider has none.
+    embeddings: Result<Uri, String>,
+    /// The headers of every call: `content-type`, the key header
+    /// (`Authorization: Bearer <key>` or `x-api-key: <key>`), Anthropic's
+    /// `anthropic-version`, and `Host` for an `http://` provider (only
+    /// HTTP/1.1 there; over TLS hyper-util sets it, or HTTP/2's
+    /// `:authority` carries it).
+    headers: Vec<(HeaderName, HeaderValue)>,
+}
+
+/// The pooled hyper client of one provider.
+type Http = Client<TimedConnector, TrackedBody>;
 
 /// How busy a provider's connection pool is: whether calls queue for a
 /// connection (the pool is exhausted) or hung calls keep slots they should
@@ -102,7 +150,7 @@ impl fmt::Debug for ProviderClient {
             .field("name", &self.endpoint.name)
             .field("kind", &self.endpoint.kind)
             .field("url", &self.endpoint.url.as_str())
-            .field("has_api_key", &self.endpoint.auth.is_some())
+            .field("has_api_key", &self.has_api_key())
             .field("timeouts", &self.endpoint.timeouts)
             .finish()
     }
@@ -176,44 +224,76 @@ impl ProviderClient {
             ProviderKind::OpenAi | ProviderKind::Local => "chat/completions",
             ProviderKind::Anthropic => "messages",
         };
-        let url = reqwest::Url::parse(&format!("{base}/{endpoint}")).map_err(|e| bad_url(e.to_string()))?;
-        if !matches!(url.scheme(), "http" | "https") {
-            return Err(bad_url("scheme must be http or https".into()));
+        let url = format!("{base}/{endpoint}");
+        let chat: Uri = url
+            .parse()
+            .map_err(|e: http::uri::InvalidUri| bad_url(e.to_string()))?;
+        let https = match chat.scheme_str() {
+            Some(s) if s.eq_ignore_ascii_case("https") => true,
+            Some(s) if s.eq_ignore_ascii_case("http") => false,
+            _ => return Err(bad_url("scheme must be http or https".into())),
+        };
+        let Some(authority) = chat.authority().cloned() else {
+            return Err(bad_url("no host".into()));
+        };
+        if authority.as_str().contains('@') {
+            return Err(bad_url(
+                "credentials in the URL are not supported (use apiKeyEnv)".into(),
+            ));
         }
         if cfg.settings.timeouts.max_connections == 0 {
             return Err(ProviderError::NoConnections { provider: name });
         }
-        let auth = match &cfg.settings.api_key_env {
-            None => None,
-            Some(var) => {
-                let missing = || ProviderError::MissingApiKey {
-                    provider: name.clone(),
-                    var: var.clone(),
-                };
-                let key = std::env::var(var).map_err(|_| missing())?;
-                let (name, text) = match cfg.settings.kind {
-                    ProviderKind::OpenAi | ProviderKind::Local => {
-                        (AUTHORIZATION, format!("Bearer {}", key.trim()))
-                    }
-                    ProviderKind::Anthropic => (
-                        HeaderName::from_static(anthropic::API_KEY_HEADER),
-                        key.trim().to_owned(),
-                    ),
-                };
-                let mut value = HeaderValue::from_str(&text).map_err(|_| missing())?;
-                value.set_sensitive(true);
-                Some((name, value))
-            }
-        };
+        let mut headers = vec![(CONTENT_TYPE, HeaderValue::from_static("application/json"))];
+        if let Some(var) = &cfg.settings.api_key_env {
+            let missing = || ProviderError::MissingApiKey {
+                provider: name.clone(),
+                var: var.clone(),
+            };
+            let key = std::env::var(var).map_err(|_| missing())?;
+            let (name, text) = match cfg.settings.kind {
+                ProviderKind::OpenAi | ProviderKind::Local => {
+                    (AUTHORIZATION, format!("Bearer {}", key.trim()))
+                }
+                ProviderKind::Anthropic => (
+                    HeaderName::from_static(anthropic::API_KEY_HEADER),
+                    key.trim().to_owned(),
+                ),
+            };
+            let mut value = HeaderValue::from_str(&text).map_err(|_| missing())?;
+            value.set_sensitive(true);
+            headers.push((name, value));
+        }
+        if cfg.settings.kind == ProviderKind::Anthropic {
+            headers.push((
+                HeaderName::from_static(anthropic::VERSION_HEADER),
+                HeaderValue::from_static(anthropic::API_VERSION),
+            ));
+        }
+        if !https {
+            // What hyper-util would set per call: the host, and the port
+            // unless it is the scheme's default.
+            let host = match authority.port_u16() {
+                Some(80) | None => authority.host().to_owned(),
+                Some(_) => authority.as_str().to_owned(),
+            };
+            let value = HeaderValue::from_str(&host).map_err(|e| bad_url(e.to_string()))?;
+            headers.push((HOST, value));
+        }
+        let embeddings = embeddings_url(&url);
         let t = cfg.settings.timeouts;
-        let http = http_client(&name, &t)?;
+        let http = http_client(&name, &t, route_for(&name, &chat))?;
         Ok(Self {
             endpoint: Arc::new(Endpoint {
                 name,
                 kind: cfg.settings.kind,
                 url,
-                auth,
-                http,
+                remote: Some(Remote {
+                    http,
+                    chat,
+                    embeddings,
+                    headers,
+                }),
                 timeouts: t,
                 pool: Arc::new(Semaphore::new(t.max_connections as usize)),
                 peak: AtomicUsize::new(0),
@@ -228,12 +308,7 @@ impl ProviderClient {
     fn new_local(cfg: ProviderConfig) -> Result<Self, ProviderError> {
         let name = cfg.name.clone();
         let dir = cfg.settings.model_dir.clone().unwrap_or_default();
-        let url =
-            reqwest::Url::parse(&format!("local:{dir}")).map_err(|e| ProviderError::InvalidBaseUrl {
-                provider: name.clone(),
-                url: format!("local:{dir}"),
-                reason: e.to_string(),
-            })?;
+        let url = format!("local:{dir}");
         let t = cfg.settings.timeouts;
         if t.max_connections == 0 {
             return Err(ProviderError::NoConnections { provider: name });
@@ -244,11 +319,10 @@ impl ProviderClient {
         })?;
         Ok(Self {
             endpoint: Arc::new(Endpoint {
-                http: http_client(&name, &t)?,
                 name,
                 kind: ProviderKind::Local,
                 url,
-                auth: None,
+                remote: None,
                 timeouts: t,
                 pool: Arc::new(Semaphore::new(t.max_connections as usize)),
                 peak: AtomicUsize::new(0),
@@ -269,25 +343,195 @@ impl ProviderClient {
     }
 }
 
-/// The HTTP client of a provider: its connect timeout and idle pool.
-fn http_client(name: &str, t: &TimeoutsConfig) -> Result<reqwest::Client, ProviderError> {
-    reqwest::Client::builder()
-        .connect_timeout(t.connect())
-        .pool_max_idle_per_host(t.max_connections as usize)
-        .pool_idle_timeout(Duration::from_secs(90))
-        .tcp_nodelay(true)
-        .build()
+/// The HTTP client of a provider: its connect timeout and idle pool, with
+/// the TCP settings reqwest used before (keepalive 15 s, 3 probes 15 s
+/// apart, a 30 s user timeout on Linux), reaching it by `route`.
+fn http_client(name: &str, t: &TimeoutsConfig, route: Option<Intercept>) -> Result<Http, ProviderError> {
+    let mut tcp = HttpConnector::new();
+    tcp.enforce_http(false);
+    tcp.set_nodelay(true);
+    tcp.set_connect_timeout(Some(t.connect()));
+    tcp.set_keepalive(Some(Duration::from_secs(15)));
+    tcp.set_keepalive_interval(Some(Duration::from_secs(15)));
+    tcp.set_keepalive_retries(Some(3));
+    #[cfg(any(target_os = "android", target_os = "fuchsia", target_os = "linux"))]
+    tcp.set_tcp_user_timeout(Some(Duration::from_secs(30)));
+    let tls = rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+        .with_safe_default_protocol_versions()
         .map_err(|e| ProviderError::Client {
             provider: name.to_owned(),
             reason: error_chain(&e),
+        })?
+        .with_root_certificates(rustls::RootCertStore {
+            roots: webpki_roots::TLS_SERVER_ROOTS.to_vec(),
         })
+        .with_no_client_auth();
+    let https = hyper_rustls::HttpsConnectorBuilder::new()
+        .with_tls_config(tls)
+        .https_or_http()
+        .enable_http1()
+        .enable_http2()
+        .wrap_connector(Route::new(tcp, route));
+    let connector = TimedConnector {
+        inner: https,
+        timeout: t.connect(),
+    };
+    Ok(Client::builder(TokioExecutor::new())
+        .timer(TokioTimer::new())
+        .pool_timer(TokioTimer::new())
+        .pool_idle_timeout(Duration::from_secs(90))
+        .pool_max_idle_per_host(t.max_connections as usize)
+        .build(connector))
+}
+
+/// The proxy the environment names for `uri` (`HTTPS_PROXY` / `HTTP_PROXY`
+/// by the URI's scheme, else `ALL_PROXY`, unless `NO_PROXY` excludes its
+/// host: the variables reqwest, used before, and curl read), when it is an
+/// `http://` proxy the client can tunnel through. A proxy of another scheme
+/// (`https://`, `socks5://`) is not supported: the provider is reached
+/// directly, with a warning that says so.
+fn route_for(name: &str, uri: &Uri) -> Option<Intercept> {
+    let intercept = Matcher::from_env().intercept(uri)?;
+    if intercept.uri().scheme() == Some(&http::uri::Scheme::HTTP) {
+        tracing::info!(provider = %name, proxy = %intercept.uri(), "provider calls go through a proxy (CONNECT)");
+        Some(intercept)
+    } else {
+        tracing::warn!(
+            provider = %name,
+            proxy = %intercept.uri(),
+            "only http:// proxies are supported: provider calls connect directly"
+        );
+        None
+    }
+}
+
+/// How a provider's connections are opened: directly, or through a
+/// `CONNECT` tunnel of an HTTP proxy (TLS, for an `https://` provider, then
+/// runs inside the tunnel, end to end with the provider).
+#[derive(Clone)]
+enum Route {
+    Direct(HttpConnector),
+    Tunnel(Tunnel<HttpConnector>),
+}
+
+impl Route {
+    fn new(tcp: HttpConnector, proxy: Option<Intercept>) -> Self {
+        match proxy {
+            None => Self::Direct(tcp),
+            Some(p) => {
+                let tunnel = Tunnel::new(p.uri().clone(), tcp);
+                Self::Tunnel(match p.basic_auth() {
+                    Some(auth) => tunnel.with_auth(auth.clone()),
+                    None => tunnel,
+                })
+            }
+        }
+    }
+}
+
+impl tower::Service<Uri> for Route {
+    type Response = TokioIo<tokio::net::TcpStream>;
+    type Error = BoxError;
+    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, BoxError>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
+        match self {
+            Self::Direct(c) => tower::Service::<Uri>::poll_ready(c, cx).map_err(Into::into),
+            Self::Tunnel(t) => tower::Service::<Uri>::poll_ready(t, cx).map_err(Into::into),
+        }
+    }
+
+    fn call(&mut self, dst: Uri) -> Self::Future {
+        match self {
+            Self::Direct(c) => {
+                let connecting = tower::Service::<Uri>::call(c, dst);
+                Box::pin(async move { connecting.await.map_err(Into::into) })
+            }
+            Self::Tunnel(t) => {
+                // The tunnel asks for port 443 when the URI names none; an
+                // `http://` provider's default is 80.
+                let dst = match (dst.port_u16(), dst.scheme_str(), dst.host()) {
+                    (None, Some("http"), Some(host)) => {
+                        Uri::try_from(format!("http://{host}:80")).unwrap_or(dst)
+                    }
+                    _ => dst,
+                };
+                let connecting = tower::Service::<Uri>::call(t, dst);
+                Box::pin(async move { connecting.await.map_err(Into::into) })
+            }
+        }
+    }
+}
+
+/// An error of the connector (boxed, as hyper-util expects).
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// The connector bounded by `connectMs` as a whole (DNS, TCP and TLS), as
+/// reqwest's connect timeout was.
+#[derive(Clone)]
+struct TimedConnector {
+    inner: HttpsConnector<Route>,
+    timeout: Duration,
+}
+
+/// Connecting took longer than `connectMs`.
+#[derive(Debug)]
+struct ConnectTimedOut;
+
+impl fmt::Display for ConnectTimedOut {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("connect timed out")
+    }
+}
+
+impl std::error::Error for ConnectTimedOut {}
+
+impl tower::Service<Uri> for TimedConnector {
+    type Response = MaybeHttpsStream<TokioIo<tokio::net::TcpStream>>;
+    type Error = BoxError;
+    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, BoxError>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
+        tower::Service::<Uri>::poll_ready(&mut self.inner, cx)
+    }
+
+    fn call(&mut self, dst: Uri) -> Self::Future {
+        let connecting = tower::Service::<Uri>::call(&mut self.inner, dst);
+        let timeout = self.timeout;
+        Box::pin(async move {
+            match tokio::time::timeout(timeout, connecting).await {
+                Ok(r) => r,
+                Err(_) => Err(Box::new(ConnectTimedOut) as BoxError),
+            }
+        })
+    }
 }
 
 impl ProviderClient {
     /// The endpoint URL (`{baseUrl}/chat/completions`, or `{baseUrl}/messages`
     /// for an Anthropic provider; `local:<modelDir>` for a local one).
     pub fn url(&self) -> &str {
-        self.endpoint.url.as_str()
+        &self.endpoint.url
+    }
+
+    /// Whether the calls carry a key (`apiKeyEnv` set).
+    fn has_api_key(&self) -> bool {
+        self.endpoint.remote.as_ref().is_some_and(|r| {
+            r.headers
+                .iter()
+                .any(|(n, _)| *n == AUTHORIZATION || n.as_str() == anthropic::API_KEY_HEADER)
+        })
+    }
+
+    /// `{baseUrl}/embeddings`, or why the provider has none.
+    pub(super) fn embeddings_uri(&self) -> Result<&Uri, String> {
+        match &self.endpoint.remote {
+            Some(r) => r.embeddings.as_ref().map_err(Clone::clone),
+            None => Err(format!(
+                "the provider at {} has no OpenAI embeddings endpoint",
+                self.endpoint.url
+            )),
+        }
     }
 
     /// The wire format the provider speaks.
@@ -406,8 +650,13 @@ impl ProviderClient {
         deadline: Instant,
         tag: &CallTag,
     ) -> Result<ResponseHead, CallError> {
-        self.send_to(self.endpoint.url.clone(), body, streaming, deadline, tag)
-            .await
+        let Some(remote) = &self.endpoint.remote else {
+            return Err(CallError::transport(
+                ErrorKind::BadRequest,
+                format!("provider {} makes no HTTP calls", self.endpoint.name),
+            ));
+        };
+        self.send_to(&remote.chat, body, streaming, deadline, tag).await
     }
 
     /// A connection slot, within `poolWaitMs` and the deadline.
@@ -440,20 +689,16 @@ impl ProviderClient {
         }
     }
 
-    /// The POST of `body` to `url` with the key, version and tag headers,
+    /// The POST of `body` to `uri` with the key, version and tag headers,
     /// and the signals of its body: the connection started writing it, and
     /// took all of it.
     fn request(
-        &self,
-        url: reqwest::Url,
+        remote: &Remote,
+        uri: &Uri,
         body: Vec<u8>,
         streaming: bool,
         tag: &CallTag,
-    ) -> (
-        reqwest::RequestBuilder,
-        oneshot::Receiver<()>,
-        oneshot::Receiver<()>,
-    ) {
+    ) -> (Request<TrackedBody>, oneshot::Receiver<()>, oneshot::Receiver<()>) {
         let (started_tx, started_rx) = oneshot::channel();
         let (written_tx, written_rx) = oneshot::channel();
         let len = body.len();
@@ -467,31 +712,27 @@ impl ProviderClient {
         } else {
             "application/json"
         };
-        let mut builder = self
-            .endpoint
-            .http
-            .post(url)
-            .header(CONTENT_TYPE, "application/json")
-            .header(CONTENT_LENGTH, len)
-            .header(ACCEPT, accept)
-            .body(reqwest::Body::wrap_stream(tracked));
-        if let Some((name, value)) = &self.endpoint.auth {
-            builder = builder.header(name.clone(), value.clone());
+        let mut request = Request::new(tracked);
+        *request.method_mut() = Method::POST;
+        *request.uri_mut() = uri.clone();
+        let headers: &mut HeaderMap = request.headers_mut();
+        headers.reserve(remote.headers.len() + 5);
+        for (name, value) in &remote.headers {
+            headers.insert(name.clone(), value.clone());
         }
-        if self.endpoint.kind == ProviderKind::Anthropic {
-            builder = builder.header(anthropic::VERSION_HEADER, anthropic::API_VERSION);
-        }
+        headers.insert(CONTENT_LENGTH, HeaderValue::from(len));
+        headers.insert(ACCEPT, HeaderValue::from_static(accept));
         for (name, value) in tag.headers() {
-            builder = builder.header(name, value);
+            headers.insert(name, value);
         }
-        (builder, started_rx, written_rx)
+        (request, started_rx, written_rx)
     }
 
     /// [`send`](Self::send) to another endpoint of the provider (e.g.
     /// `{baseUrl}/embeddings`), with the same pool, timeouts and key.
     pub(crate) async fn send_to(
         &self,
-        url: reqwest::Url,
+        uri: &Uri,
         body: Vec<u8>,
         streaming: bool,
         deadline: Instant,
@@ -500,11 +741,17 @@ impl ProviderClient {
         let started = Instant::now();
         let t = &self.endpoint.timeouts;
 
+        let Some(remote) = &self.endpoint.remote else {
+            return Err(CallError::transport(
+                ErrorKind::BadRequest,
+                format!("provider {} makes no HTTP calls", self.endpoint.name),
+            ));
+        };
         let permit = self.slot(started, deadline).await?;
 
         let len = body.len();
-        let (builder, started_rx, written_rx) = self.request(url, body, streaming, tag);
-        let fut = builder.send();
+        let (request, started_rx, written_rx) = Self::request(remote, uri, body, streaming, tag);
+        let fut = remote.http.request(request);
         tokio::pin!(fut);
 
         let total_timeout = |what: &str| {
@@ -513,7 +760,7 @@ impl ProviderClient {
                 format!("deadline passed {what} after {} ms", elapsed_ms(started)),
             )
         };
-        // Connect: bounded by reqwest's connect timeout, and by the deadline here.
+        // Connect: bounded by the connector's timer, and by the deadline here.
         let early = tokio::select! {
             biased;
             r = &mut fut => Some(r),
@@ -555,14 +802,15 @@ impl ProviderClient {
         let response = result.map_err(|e| send_error(&e, t))?;
         let first_byte = started.elapsed();
         let status = response.status().as_u16();
-        let headers = header_pairs(response.headers());
-        let ratelimit = RateLimitHints::from_pairs(&headers);
-        let mut body: BodyStream = Box::pin(response.bytes_stream());
+        let (parts, incoming) = response.into_parts();
+        let headers = parts.headers;
+        let ratelimit = RateLimitHints::from_header_map(&headers);
+        let mut body: BodyStream = Box::pin(DataStream::new(incoming));
 
         if !(200..300).contains(&status) {
             let raw = read_bounded(&mut body, ERROR_BODY_LIMIT, t.read(), deadline).await;
             let text = String::from_utf8_lossy(&raw);
-            let kind = taxonomy::classify(status, &headers, &text);
+            let kind = taxonomy::classify(status, &header_pairs(&headers), &text);
             tracing::debug!(provider = %self.endpoint.name, status, kind = kind.label(), "provider error response");
             return Err(CallError {
                 kind,
@@ -585,28 +833,42 @@ impl ProviderClient {
 }
 
 /// Maps a failure of sending the request (before any response head).
-fn send_error(e: &reqwest::Error, t: &TimeoutsConfig) -> CallError {
+fn send_error(e: &hyper_util::client::legacy::Error, t: &TimeoutsConfig) -> CallError {
     let chain = error_chain(e);
-    if e.is_timeout() {
-        // The only timeout configured inside reqwest is the connect timeout.
+    if is_timeout(e) {
+        // The only timeout inside the client is the connect timeout.
         CallError::timeout(
             TimeoutPhase::Connect,
             format!("connect timed out after {} ms: {chain}", t.connect_ms),
         )
-    } else if e.is_builder() {
-        CallError::transport(ErrorKind::BadRequest, chain)
     } else {
         // Refused, reset, DNS failure, TLS failure, closed before the head.
         CallError::transport(ErrorKind::Connection, chain)
     }
 }
 
-/// Header (name, value) pairs; values that are not UTF-8 are skipped.
-fn header_pairs(headers: &HeaderMap) -> Vec<(String, String)> {
-    headers
-        .iter()
-        .filter_map(|(k, v)| v.to_str().ok().map(|v| (k.as_str().to_owned(), v.to_owned())))
-        .collect()
+/// Whether a timer ended the connect: the connector's, the TCP connect's
+/// (`connectMs` per address), or the system's (`ETIMEDOUT`).
+fn is_timeout(e: &(dyn std::error::Error + 'static)) -> bool {
+    let mut source = Some(e);
+    while let Some(err) = source {
+        if err.is::<ConnectTimedOut>() {
+            return true;
+        }
+        if let Some(io) = err.downcast_ref::<std::io::Error>() {
+            if io.kind() == std::io::ErrorKind::TimedOut {
+                return true;
+            }
+        }
+        if err
+            .downcast_ref::<hyper::Error>()
+            .is_some_and(hyper::Error::is_timeout)
+        {
+            return true;
+        }
+        source = err.source();
+    }
+    false
 }
 
 fn elapsed_ms(since: Instant) -> u128 {
@@ -621,20 +883,28 @@ struct TrackedBody {
     written: Option<oneshot::Sender<()>>,
 }
 
-impl Stream for TrackedBody {
-    type Item = Result<Bytes, std::io::Error>;
+impl Body for TrackedBody {
+    type Data = Bytes;
+    type Error = Infallible;
 
-    fn poll_next(mut self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        _cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
         if let Some(tx) = self.started.take() {
             let _ = tx.send(());
         }
         if let Some(data) = self.data.take() {
-            return Poll::Ready(Some(Ok(data)));
+            return Poll::Ready(Some(Ok(Frame::data(data))));
         }
         if let Some(tx) = self.written.take() {
             let _ = tx.send(());
         }
         Poll::Ready(None)
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        SizeHint::with_exact(self.data.as_ref().map_or(0, |d| d.len() as u64))
     }
 }
 

@@ -247,12 +247,14 @@ pub struct EmbeddingCompletion {
 }
 
 /// `{baseUrl}/embeddings`, from the client's `{baseUrl}/chat/completions`;
-/// `Err` says why there is none.
-fn embeddings_url(chat_url: &str) -> Result<reqwest::Url, String> {
+/// `Err` says why there is none. Built once, with the client.
+pub(super) fn embeddings_url(chat_url: &str) -> Result<http::Uri, String> {
     let base = chat_url
         .strip_suffix("/chat/completions")
         .ok_or_else(|| format!("the provider at {chat_url} has no OpenAI embeddings endpoint"))?;
-    reqwest::Url::parse(&format!("{base}/embeddings")).map_err(|e| format!("embeddings URL: {e}"))
+    format!("{base}/embeddings")
+        .parse()
+        .map_err(|e| format!("embeddings URL: {e}"))
 }
 
 impl ProviderClient {
@@ -268,12 +270,14 @@ impl ProviderClient {
         if let Some(model) = self.local_model() {
             return self.embed_local(model, req, deadline).await;
         }
-        let url = embeddings_url(self.url()).map_err(|e| CallError::transport(ErrorKind::BadRequest, e))?;
+        let uri = self
+            .embeddings_uri()
+            .map_err(|e| CallError::transport(ErrorKind::BadRequest, e))?;
         let body = serde_json::to_vec(req).map_err(|e| {
             CallError::transport(ErrorKind::BadRequest, format!("serialising the request: {e}"))
         })?;
         let done = self
-            .send_to(url, body, false, deadline, tag)
+            .send_to(uri, body, false, deadline, tag)
             .await?
             .read_all(self.timeouts().read(), deadline)
             .await?;
@@ -510,7 +514,7 @@ mod tests {
     #[test]
     fn the_url_is_next_to_chat_completions() {
         let u = embeddings_url("http://h:1/v1/chat/completions").expect("url");
-        assert_eq!(u.as_str(), "http://h:1/v1/embeddings");
+        assert_eq!(u.to_string(), "http://h:1/v1/embeddings");
         assert!(embeddings_url("http://h:1/v1/messages").is_err());
     }
 }

@@ -27,7 +27,8 @@
 //! * `error` — `CallError` (classified by `crate::taxonomy`) and
 //!   [`ProviderError`] (configuration).
 //!
-//! The HTTP client is `reqwest` with rustls (HTTP/1.1 and HTTP/2 via ALPN).
+//! The HTTP client is hyper 1 (hyper-util's pooling client) with rustls:
+//! HTTP/1.1, and HTTP/2 via ALPN for `https://` providers; see `client`.
 //!
 //! # How the timeouts agree along the chain
 //! The use case's total budget (`totalMs`: 15 s interactive, 120 s batch by

@@ -38,6 +38,15 @@ pub struct RateLimitHints {
 }
 
 impl RateLimitHints {
+    /// [`from_pairs`](Self::from_pairs) of a response's headers; the pairs
+    /// are built only when some header name is a hint's.
+    pub(crate) fn from_header_map(headers: &http::HeaderMap) -> Self {
+        if !headers.keys().any(|k| is_hint_name(k.as_str())) {
+            return Self::default();
+        }
+        Self::from_pairs(&super::body::header_pairs(headers))
+    }
+
     /// Parses the hints from header (name, value) pairs; names match
     /// case-insensitively, unparsable values are ignored.
     pub fn from_pairs<K: AsRef<str>, V: AsRef<str>>(headers: &[(K, V)]) -> Self {

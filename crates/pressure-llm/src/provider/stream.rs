@@ -29,7 +29,7 @@ use futures::Stream;
 use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::{Instant, Sleep};
 
-use super::body::{body_error, bound, BodyStream, ResponseHead};
+use super::body::{body_error, bound, header_pairs, BodyStream, ResponseHead};
 use super::error::CallError;
 use super::ratelimit::RateLimitHints;
 use super::sse::SseParser;
@@ -41,7 +41,7 @@ pub struct ChatStream {
     body: Option<BodyStream>,
     permit: Option<OwnedSemaphorePermit>,
     status: u16,
-    headers: Vec<(String, String)>,
+    headers: http::HeaderMap,
     ratelimit: RateLimitHints,
     read_timeout: Duration,
     deadline: Instant,
@@ -236,7 +236,7 @@ impl ChatStream {
             }
         };
         if name.as_deref() == Some("error") || chunk.extra.contains_key("error") {
-            let kind = taxonomy::classify(self.status, &self.headers, &data);
+            let kind = taxonomy::classify(self.status, &header_pairs(&self.headers), &data);
             let message = chunk
                 .extra
                 .get("error")

@@ -3,7 +3,7 @@
 //! attempts of one user request apart, like OpenAI's SDKs send
 //! `x-stainless-retry-count`.
 
-use reqwest::header::{HeaderName, HeaderValue};
+use http::header::{HeaderName, HeaderValue};
 
 /// The header naming the event (one user request, shared by its retries
 /// and fallbacks).
@@ -12,6 +12,11 @@ pub const REQUEST_ID_HEADER: &str = "x-pressure-request-id";
 pub const ATTEMPT_HEADER: &str = "x-pressure-attempt";
 /// The header marking a circuit breaker's half-open probe (`true`).
 pub const PROBE_HEADER: &str = "x-pressure-probe";
+
+// The names as constants: `from_static` at compile time, not per call.
+const REQUEST_ID_NAME: HeaderName = HeaderName::from_static(REQUEST_ID_HEADER);
+const ATTEMPT_NAME: HeaderName = HeaderName::from_static(ATTEMPT_HEADER);
+const PROBE_NAME: HeaderName = HeaderName::from_static(PROBE_HEADER);
 
 /// Identifies one provider call within its event.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -31,19 +36,9 @@ impl CallTag {
             .request_id
             .as_deref()
             .and_then(|id| HeaderValue::from_str(id).ok())
-            .map(|v| (HeaderName::from_static(REQUEST_ID_HEADER), v));
-        let attempt = (self.attempt > 0).then(|| {
-            (
-                HeaderName::from_static(ATTEMPT_HEADER),
-                HeaderValue::from(self.attempt),
-            )
-        });
-        let probe = self.probe.then(|| {
-            (
-                HeaderName::from_static(PROBE_HEADER),
-                HeaderValue::from_static("true"),
-            )
-        });
+            .map(|v| (REQUEST_ID_NAME, v));
+        let attempt = (self.attempt > 0).then(|| (ATTEMPT_NAME, HeaderValue::from(self.attempt)));
+        let probe = self.probe.then(|| (PROBE_NAME, HeaderValue::from_static("true")));
         id.into_iter().chain(attempt).chain(probe)
     }
 }

@@ -519,6 +519,21 @@ async fn refused_connection_is_a_connection_error() {
     assert_eq!(e.kind, ErrorKind::Connection);
 }
 
+#[tokio::test]
+async fn a_failed_tls_handshake_is_a_connection_error() {
+    // An `https://` base URL at a plain-HTTP server: the TLS handshake
+    // fails (the answer to the ClientHello is no TLS record).
+    let (base, seen) = start(Mode::Json).await;
+    let base = base.replacen("http://", "https://", 1);
+    let c = client(&base, None, timeouts(5_000));
+    let t0 = Instant::now();
+    let e = c.complete(&request(), far()).await.unwrap_err();
+    assert_eq!(e.kind, ErrorKind::Connection, "{e}");
+    assert_eq!(e.status, None);
+    assert!(t0.elapsed() < Duration::from_millis(5_000), "{:?}", t0.elapsed());
+    assert!(seen.lock().unwrap().is_empty(), "no request got through");
+}
+
 /// A listener on 127.0.0.1 that never accepts, with its accept queue full:
 /// Linux drops a SYN to a listener whose queue is full (it answers nothing,
 /// so the client's SYN retransmits and its connect hangs for seconds).

@@ -40,7 +40,7 @@ use serde_json::{json, Map, Value};
 
 use super::response::{finish_reason, to_usage};
 use super::ANSWER_TOOL;
-use crate::provider::body::BodyStream;
+use crate::provider::body::{BodyError, BodyStream};
 use crate::provider::sse::{SseEvent, SseParser};
 
 /// What a content block of the answer is.
@@ -256,7 +256,7 @@ impl Translated {
 }
 
 impl Stream for Translated {
-    type Item = reqwest::Result<Bytes>;
+    type Item = Result<Bytes, BodyError>;
 
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         let this = &mut *self;
