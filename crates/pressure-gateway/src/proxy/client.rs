@@ -121,14 +121,22 @@ impl Proxy {
             crate::layers::routed(&req).map(|r| (r.plan.max_body_bytes(), r.plan.body_read_timeout()));
         let (max_body, body_idle) = bounds.unwrap_or((u64::MAX, None));
         let (mut parts, body) = req.into_parts();
-        let fault = ClientFault::new(max_body);
-        let body = ClientBody::new(body, fault.clone(), body_idle);
         // Under the gateway's layers the body is bounded (body limit): read
-        // it whole first. Alone (`ProxyService`), with no bound, stream it.
-        let body = match bounds {
-            Some(_) => read_whole(body, &fault, total).await?,
-            None => Body::new(body),
+        // it whole first (an empty one, most requests, has nothing to read
+        // and nothing to fail). Alone (`ProxyService`), with no bound,
+        // stream it.
+        let (fault, body) = if bounds.is_some() && http_body::Body::is_end_stream(&body) {
+            (None, Body::empty())
+        } else {
+            let fault = ClientFault::new(max_body);
+            let body = ClientBody::new(body, fault.clone(), body_idle);
+            let body = match bounds {
+                Some(_) => read_whole(body, &fault, total).await?,
+                None => Body::new(body),
+            };
+            (Some(fault), body)
         };
+        let client_fault = || fault.as_ref().and_then(ClientFault::take);
         // Origin-form (authority-form for CONNECT): the connection names
         // the upstream.
         let target = if parts.method == Method::CONNECT {
@@ -181,8 +189,8 @@ impl Proxy {
                 strip_hop_by_hop(&mut parts.headers);
                 Ok(Response::from_parts(parts, Body::new(body)))
             }
-            Ok(Err(error)) => Err(fault.take().unwrap_or_else(|| failed(upstream, &error))),
-            Err(_elapsed) => Err(fault.take().unwrap_or_else(|| Rejection::UpstreamTimeout {
+            Ok(Err(error)) => Err(client_fault().unwrap_or_else(|| failed(upstream, &error))),
+            Err(_elapsed) => Err(client_fault().unwrap_or_else(|| Rejection::UpstreamTimeout {
                 upstream: upstream.name().to_owned(),
                 after_ms: u64::try_from(total.as_millis()).unwrap_or(u64::MAX),
             })),

@@ -40,13 +40,13 @@ pub(crate) fn strip_hop_by_hop(headers: &mut HeaderMap) {
     if !present.contains(&true) {
         return;
     }
-    if present[0] {
-        let named: Vec<HeaderName> = headers
-            .get_all(header::CONNECTION)
-            .iter()
-            .filter_map(|value| value.to_str().ok())
-            .flat_map(|value| value.split(','))
-            .filter_map(|token| HeaderName::from_bytes(token.trim().as_bytes()).ok())
+    // What `Connection` names beyond the hop-by-hop headers (removed
+    // below anyway): usually nothing (`keep-alive`), so usually nothing to
+    // allocate.
+    if present[0] && connection_tokens(headers).any(is_other) {
+        let named: Vec<HeaderName> = connection_tokens(headers)
+            .filter(|token| is_other(token))
+            .filter_map(|token| HeaderName::from_bytes(token.as_bytes()).ok())
             .collect();
         for name in &named {
             headers.remove(name);
@@ -55,6 +55,21 @@ pub(crate) fn strip_hop_by_hop(headers: &mut HeaderMap) {
     for (name, _) in HOP_BY_HOP.iter().zip(present).filter(|(_, p)| *p) {
         headers.remove(name);
     }
+}
+
+/// The comma-separated tokens of the `Connection` headers, trimmed.
+fn connection_tokens(headers: &HeaderMap) -> impl Iterator<Item = &str> {
+    headers
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|value| value.to_str().ok())
+        .flat_map(|value| value.split(','))
+        .map(str::trim)
+}
+
+/// Whether a `Connection` token names a header that is not hop-by-hop.
+fn is_other(token: &str) -> bool {
+    !token.is_empty() && !HOP_BY_HOP.iter().any(|h| token.eq_ignore_ascii_case(h.as_str()))
 }
 
 thread_local! {

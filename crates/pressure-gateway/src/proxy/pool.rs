@@ -224,9 +224,9 @@ impl Pool {
         });
         match tx.ready().await {
             Ok(()) => Ok(tx),
-            Err(closed) if closed.is_closed() => Err(ExchangeError::SendRequest(
-                failed_rx.await.unwrap_or(closed),
-            )),
+            Err(closed) if closed.is_closed() => {
+                Err(ExchangeError::SendRequest(failed_rx.await.unwrap_or(closed)))
+            }
             Err(error) => Err(ExchangeError::SendRequest(error)),
         }
     }

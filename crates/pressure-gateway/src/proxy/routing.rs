@@ -124,7 +124,9 @@ impl Upstream {
         let path_and_query = original.map_or("/", PathAndQuery::as_str);
         let path_and_query = match (self.base_path.is_empty(), path_and_query.starts_with('/')) {
             // The common case: nothing to prepend, nothing to build.
-            (true, true) => original.cloned().unwrap_or_else(|| PathAndQuery::from_static("/")),
+            (true, true) => original
+                .cloned()
+                .unwrap_or_else(|| PathAndQuery::from_static("/")),
             (_, true) => format!("{}{}", self.base_path, path_and_query).try_into()?,
             (_, false) => format!("{}/{}", self.base_path, path_and_query).try_into()?,
         };
