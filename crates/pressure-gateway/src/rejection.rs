@@ -73,7 +73,11 @@ fn rate_limited_body(r: &RateLimited) -> String {
 /// escaping (every resource id the config allows), else as `serde_json`
 /// escapes it.
 fn push_json_str(out: &mut String, s: &str) {
-    if !s.bytes().any(|b| b == b'"' || b == b'\\' || b < 0x20) {
+    // Without an early exit the compiler checks many bytes at a time.
+    let needs_escape = s
+        .bytes()
+        .fold(false, |seen, b| seen | (b == b'"') | (b == b'\\') | (b < 0x20));
+    if !needs_escape {
         out.push_str(s);
         return;
     }

@@ -30,7 +30,8 @@ use hyper::body::Incoming;
 use hyper::client::conn::http1::{Builder, SendRequest};
 use parking_lot::Mutex;
 use std::sync::{Arc, Weak};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use tokio::time::Instant;
 
 /// How long an idle pooled upstream connection is kept.
 const IDLE_TIMEOUT: Duration = Duration::from_secs(90);
@@ -89,8 +90,10 @@ struct Origin {
 }
 
 impl Origin {
+    /// Byte for byte (an upstream's authority is the same value on every
+    /// request; `Authority`'s own `==` ignores case, byte by byte).
     fn is(&self, https: bool, authority: &Authority) -> bool {
-        self.https == https && self.authority == *authority
+        self.https == https && self.authority.as_str() == authority.as_str()
     }
 }
 
@@ -140,7 +143,9 @@ impl Pool {
         loop {
             let (mut tx, reused) = match self.checkout(https, upstream.authority()) {
                 Some(tx) => (tx, true),
-                None => (self.connect(upstream).await?, false),
+                // Boxed: connecting is rare, and its state would otherwise
+                // be carried (and moved) by every request's future.
+                None => (Box::pin(self.connect(upstream)).await?, false),
             };
             match tx.try_send_request(req).await {
                 Ok(response) => {
@@ -260,7 +265,7 @@ impl Shared {
 /// Every [`IDLE_TIMEOUT`], drops the idle connections that are no longer
 /// usable (closed by the upstream, or idle too long); ends with the pool.
 async fn sweep(shared: Weak<Shared>) {
-    let start = tokio::time::Instant::now() + IDLE_TIMEOUT;
+    let start = Instant::now() + IDLE_TIMEOUT;
     let mut tick = tokio::time::interval_at(start, IDLE_TIMEOUT);
     loop {
         tick.tick().await;
