@@ -58,8 +58,8 @@ pub use gateway::{Gateway, GatewayError, GatewayService, Serving};
 /// puts in the request).
 pub use layers::{
     body_limit::BodyLimitLayer, pre_auth::PreAuthLayer, release::ReleaseFuture, release::ReleaseLayer,
-    release::ReleaseService, route::PlanCell, route::RouteLayer, route::RouteService, tenant::TenantLayer,
-    BodyService, Outcome, RejectingService, Step, StepFuture, Stepped,
+    release::ReleaseService, route::PlanCell, route::RouteFuture, route::RouteLayer, route::RouteService,
+    tenant::TenantLayer, BodyService, Outcome, RejectingService, Step, StepFuture, Stepped,
 };
 pub use metrics::{GatewayMetrics, Layer};
 pub use openai::Llm;
