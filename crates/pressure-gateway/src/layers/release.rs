@@ -84,8 +84,15 @@ impl<S: RejectingService> tower::Service<Request<Body>> for ReleaseService<S> {
     }
 
     fn call(&mut self, mut req: Request<Body>) -> ReleaseFuture<S::Future> {
-        let slot = PermitSlot::default();
-        req.extensions_mut().insert(slot.clone());
+        // The route's slot; a slot of its own without the route layer.
+        let slot = match super::routed(&req) {
+            Some(r) => r.slot.clone(),
+            None => {
+                let slot = PermitSlot::default();
+                req.extensions_mut().insert(slot.clone());
+                slot
+            }
+        };
         let guard = Guard(Some(slot));
         ReleaseFuture {
             fut: self.next.call(req),

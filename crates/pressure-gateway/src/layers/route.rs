@@ -23,6 +23,7 @@ use crate::charged::Charged;
 use crate::metrics::traffic::NONE;
 use crate::metrics::GatewayMetrics;
 use crate::path::normalize;
+use crate::permits::PermitSlot;
 use crate::plan::{Endpoint, Plan};
 use crate::rejection::{Dialect, Rejection};
 use arc_swap::ArcSwap;
@@ -206,7 +207,11 @@ where
         if let Some(c) = charged {
             req.extensions_mut().insert(c);
         }
-        req.extensions_mut().insert(Routed { plan, route });
+        req.extensions_mut().insert(Routed {
+            plan,
+            route,
+            slot: PermitSlot::default(),
+        });
         let fut = self.inner.call(req);
         RouteFuture {
             state: RouteState::Inner { fut },
