@@ -63,7 +63,7 @@ struct Window {
 
 #[derive(Debug)]
 struct Budgets {
-    windows: HashMap<Box<str>, Window>,
+    windows: HashMap<Box<str>, Window, ahash::RandomState>,
     /// Whether a flusher task is running (changed under the lock, so a
     /// suppression never misses a flusher that is about to exit).
     flusher: bool,
@@ -88,7 +88,7 @@ impl DenialLog {
             inner: Arc::new(LogState {
                 kind,
                 state: Mutex::new(Budgets {
-                    windows: HashMap::new(),
+                    windows: HashMap::default(),
                     flusher: false,
                 }),
             }),

@@ -57,9 +57,9 @@ pub use gateway::{Gateway, GatewayError, GatewayService, Serving};
 /// any axum/hyper app too; the inner ones read the route the route layer
 /// puts in the request).
 pub use layers::{
-    body_limit::BodyLimitLayer, pre_auth::PreAuthLayer, release::ReleaseLayer, route::PlanCell,
-    route::RouteLayer, route::RouteService, tenant::TenantLayer, BodyService, Outcome, RejectingService,
-    Step, StepFuture, Stepped,
+    body_limit::BodyLimitLayer, pre_auth::PreAuthLayer, release::ReleaseFuture, release::ReleaseLayer,
+    release::ReleaseService, route::PlanCell, route::RouteFuture, route::RouteLayer, route::RouteService,
+    tenant::TenantLayer, BodyService, Outcome, RejectingService, Step, StepFuture, Stepped,
 };
 pub use metrics::{GatewayMetrics, Layer};
 pub use openai::Llm;

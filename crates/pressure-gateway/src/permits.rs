@@ -11,7 +11,21 @@ use std::sync::Arc;
 /// Permits taken for one request, shared by the layers through the request
 /// extensions. Releasing drains them, so later clones hold nothing.
 #[derive(Clone, Default)]
-pub(crate) struct PermitSlot(Arc<Mutex<Vec<Permit<AnyBackend>>>>);
+pub(crate) struct PermitSlot(Arc<Mutex<Held>>);
+
+/// The permits of a slot: most requests hold one, which lives inline (no
+/// allocation beyond the slot's own); more go to `more`.
+#[derive(Default)]
+struct Held {
+    first: Option<Permit<AnyBackend>>,
+    more: Vec<Permit<AnyBackend>>,
+}
+
+impl Held {
+    fn len(&self) -> usize {
+        usize::from(self.first.is_some()) + self.more.len()
+    }
+}
 
 impl std::fmt::Debug for PermitSlot {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -22,13 +36,20 @@ impl std::fmt::Debug for PermitSlot {
 impl PermitSlot {
     /// Holds `permit` until the request ends.
     pub(crate) fn push(&self, permit: Permit<AnyBackend>) {
-        self.0.lock().push(permit);
+        let mut held = self.0.lock();
+        if held.first.is_none() && held.more.is_empty() {
+            held.first = Some(permit);
+        } else {
+            held.more.push(permit);
+        }
     }
 
     /// Gives every held permit back now (idempotent).
     pub(crate) fn release_all(&self) {
-        let drained: Vec<_> = std::mem::take(&mut *self.0.lock());
-        drop(drained);
+        // Dropped (given back) outside the lock, first taken first.
+        let drained = std::mem::take(&mut *self.0.lock());
+        drop(drained.first);
+        drop(drained.more);
     }
 
     /// Permits held now.

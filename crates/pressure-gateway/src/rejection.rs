@@ -73,7 +73,11 @@ fn rate_limited_body(r: &RateLimited) -> String {
 /// escaping (every resource id the config allows), else as `serde_json`
 /// escapes it.
 fn push_json_str(out: &mut String, s: &str) {
-    if !s.bytes().any(|b| b == b'"' || b == b'\\' || b < 0x20) {
+    // Without an early exit the compiler checks many bytes at a time.
+    let needs_escape = s
+        .bytes()
+        .fold(false, |seen, b| seen | (b == b'"') | (b == b'\\') | (b < 0x20));
+    if !needs_escape {
         out.push_str(s);
         return;
     }
@@ -91,21 +95,29 @@ static RATELIMIT: HeaderName = HeaderName::from_static("ratelimit");
 /// a 429.
 fn rate_limit_fields(r: &RateLimited, quota: u64, window: u64) -> (Option<HeaderValue>, Option<HeaderValue>) {
     let name = r.dimension.as_str();
-    let mut num = itoa::Buffer::new();
-    let mut policy = String::with_capacity(name.len() + 48);
+    let (mut q, mut w, mut t) = (itoa::Buffer::new(), itoa::Buffer::new(), itoa::Buffer::new());
+    let (q, w, t) = (
+        q.format(quota),
+        w.format(window),
+        t.format(retry_after_secs(r.wait)),
+    );
+    // Sized exactly: a full `String` becomes `Bytes` without another
+    // allocation.
+    let w_len = if window > 0 { 3 + w.len() } else { 0 };
+    let mut policy = String::with_capacity(1 + name.len() + 4 + q.len() + w_len);
     policy.push('"');
     policy.push_str(name);
     policy.push_str("\";q=");
-    policy.push_str(num.format(quota));
+    policy.push_str(q);
     if window > 0 {
         policy.push_str(";w=");
-        policy.push_str(num.format(window));
+        policy.push_str(w);
     }
-    let mut now = String::with_capacity(name.len() + 32);
+    let mut now = String::with_capacity(1 + name.len() + 8 + t.len());
     now.push('"');
     now.push_str(name);
     now.push_str("\";r=0;t=");
-    now.push_str(num.format(retry_after_secs(r.wait)));
+    now.push_str(t);
     (
         HeaderValue::from_maybe_shared(bytes::Bytes::from(policy)).ok(),
         HeaderValue::from_maybe_shared(bytes::Bytes::from(now)).ok(),
@@ -591,7 +603,10 @@ impl Rejection {
 
     /// The response, in `dialect`.
     pub fn render(&self, dialect: Dialect) -> Response<Body> {
-        let mut resp = Response::new(Body::from(self.body(dialect)));
+        // Shrunk to its length (in place): a full buffer becomes `Bytes`
+        // without another allocation.
+        let body = bytes::Bytes::from(self.body(dialect).into_bytes().into_boxed_slice());
+        let mut resp = Response::new(Body::from(body));
         *resp.status_mut() = self.status();
         let h = resp.headers_mut();
         h.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));

@@ -327,7 +327,7 @@ impl Connection {
             activity: Arc::clone(&activity),
         };
         let svc = ConnService {
-            inner: service,
+            inner: parking_lot::Mutex::new(service),
             peer,
             activity: Arc::clone(&activity),
             tls: self.options.tls.is_some(),
@@ -443,7 +443,10 @@ impl Activity {
 /// body is done (or dropped), so the idle clock never runs while the
 /// gateway is still working on an answer, however long that takes.
 struct ConnService<S> {
-    inner: S,
+    /// Called in place when it is ready (it always is, in the gateway), a
+    /// clone of it otherwise: no clone per request. The lock is only held
+    /// for the call (hyper calls with `&self`).
+    inner: parking_lot::Mutex<S>,
     peer: SocketAddr,
     activity: Arc<Activity>,
     /// The connection is TLS: requests carry [`crate::tls::ClientTls`].
@@ -465,7 +468,15 @@ where
         if self.tls {
             req.extensions_mut().insert(crate::tls::ClientTls);
         }
-        let fut = self.inner.clone().oneshot(req);
+        let fut = {
+            let mut inner = self.inner.lock();
+            let mut cx = Context::from_waker(std::task::Waker::noop());
+            match inner.poll_ready(&mut cx) {
+                Poll::Ready(Ok(())) => futures::future::Either::Left(inner.call(req)),
+                Poll::Ready(Err(never)) => match never {},
+                Poll::Pending => futures::future::Either::Right(inner.clone().oneshot(req)),
+            }
+        };
         Box::pin(async move {
             let resp = fut.await?;
             Ok(resp.map(|b| Body::new(WatchedBody::new(b, guard))))

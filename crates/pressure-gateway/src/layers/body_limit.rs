@@ -27,6 +27,10 @@ impl Step for BodyLimitLayer {
         if declared.is_some_and(|n| n > max) {
             return StepFuture::ready(Err(Rejection::PayloadTooLarge { max }));
         }
+        // An empty body (most requests) cannot outgrow the limit.
+        if http_body::Body::is_end_stream(req.body()) {
+            return StepFuture::next(next.call(req));
+        }
         let limit = usize::try_from(max).unwrap_or(usize::MAX);
         let req = req.map(|b| Body::new(http_body_util::Limited::new(b, limit)));
         StepFuture::next(next.call(req))

@@ -5,12 +5,16 @@
 //! `text/event-stream` answers, whose long-lived connections must not hold a
 //! slot.
 
-use super::{step_layer, RejectingService, Step, StepFuture};
+use super::{Outcome, RejectingService};
 use crate::metrics::GatewayMetrics;
 use crate::permits::{PermitSlot, Release};
+use crate::rejection::Rejection;
 use axum::body::Body;
 use http::{Request, Response};
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{ready, Context, Poll};
 
 /// Wraps a service so the permits its request took are released with the
 /// response body.
@@ -26,19 +30,30 @@ impl ReleaseLayer {
     }
 }
 
-step_layer!(ReleaseLayer);
+impl<S> tower::Layer<S> for ReleaseLayer {
+    type Service = ReleaseService<S>;
+
+    fn layer(&self, next: S) -> ReleaseService<S> {
+        ReleaseService {
+            metrics: Arc::clone(&self.metrics),
+            next,
+        }
+    }
+}
+
+/// The service of [`ReleaseLayer`]: its future ([`ReleaseFuture`]) is a
+/// plain value around the inner one, not a boxed one (it runs for every
+/// request).
+#[derive(Debug, Clone)]
+pub struct ReleaseService<S> {
+    metrics: Arc<GatewayMetrics>,
+    next: S,
+}
 
 /// Releases the slot if the response future is dropped before it resolves
 /// (the client disconnected while the upstream was still thinking) or
 /// resolves to a refusal.
 struct Guard(Option<PermitSlot>);
-
-impl Guard {
-    /// The response arrived: from now on its body owns the slot.
-    fn disarm(&mut self) {
-        self.0 = None;
-    }
-}
 
 impl Drop for Guard {
     fn drop(&mut self) {
@@ -59,35 +74,87 @@ fn is_event_stream(resp: &Response<Body>) -> bool {
         })
 }
 
-impl Step for ReleaseLayer {
-    fn step<S: RejectingService>(&self, next: &mut S, mut req: Request<Body>) -> StepFuture<S::Future> {
-        let slot = PermitSlot::default();
-        req.extensions_mut().insert(slot.clone());
-        let mut guard = Guard(Some(slot.clone()));
-        let fut = next.call(req);
-        let metrics = Arc::clone(&self.metrics);
-        StepFuture::boxed(async move {
-            let resp = fut.await?;
-            guard.disarm();
-            if slot.is_empty() {
-                return Ok(resp);
-            }
-            // Long-lived answers must not hold a slot: a WebSocket tunnel
-            // (101) or an event stream gives its permits back at the head.
-            // The request itself was counted, so a flood of upgrade
-            // requests is still limited.
-            if resp.status() == http::StatusCode::SWITCHING_PROTOCOLS {
-                metrics.bypassed("websocket");
-                slot.release_all();
-                return Ok(resp);
-            }
-            if is_event_stream(&resp) {
-                metrics.bypassed("sse");
-                slot.release_all();
-                return Ok(resp);
-            }
-            let (parts, body) = resp.into_parts();
-            Ok(Response::from_parts(parts, Body::new(Release::body(body, slot))))
-        })
+impl<S: RejectingService> tower::Service<Request<Body>> for ReleaseService<S> {
+    type Response = Response<Body>;
+    type Error = Rejection;
+    type Future = ReleaseFuture<S::Future>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Rejection>> {
+        self.next.poll_ready(cx)
     }
+
+    fn call(&mut self, mut req: Request<Body>) -> ReleaseFuture<S::Future> {
+        // The route's slot; a slot of its own without the route layer.
+        let slot = match super::routed(&req) {
+            Some(r) => r.slot.clone(),
+            None => {
+                let slot = PermitSlot::default();
+                req.extensions_mut().insert(slot.clone());
+                slot
+            }
+        };
+        let guard = Guard(Some(slot));
+        ReleaseFuture {
+            fut: self.next.call(req),
+            guard,
+            metrics: Arc::clone(&self.metrics),
+        }
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// The inner service's answer, its response body made to give the
+    /// request's permits back (see [`ReleaseLayer`]).
+    pub struct ReleaseFuture<F> {
+        #[pin]
+        fut: F,
+        guard: Guard,
+        metrics: Arc<GatewayMetrics>,
+    }
+}
+
+impl<F: Future<Output = Outcome>> Future for ReleaseFuture<F> {
+    type Output = Outcome;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Outcome> {
+        let this = self.project();
+        let resp = match ready!(this.fut.poll(cx)) {
+            Ok(resp) => resp,
+            Err(rejection) => {
+                // A refusal: the permits go back now.
+                if let Some(slot) = this.guard.0.take() {
+                    slot.release_all();
+                }
+                return Poll::Ready(Err(rejection));
+            }
+        };
+        // The response arrived: from now on its body owns the slot.
+        let Some(slot) = this.guard.0.take() else {
+            return Poll::Ready(Ok(resp));
+        };
+        Poll::Ready(Ok(with_release(resp, slot, this.metrics)))
+    }
+}
+
+/// `resp` with its body holding `slot`, or `slot` released now when it
+/// holds nothing or the answer is long-lived.
+fn with_release(resp: Response<Body>, slot: PermitSlot, metrics: &GatewayMetrics) -> Response<Body> {
+    if slot.is_empty() {
+        return resp;
+    }
+    // Long-lived answers must not hold a slot: a WebSocket tunnel (101) or
+    // an event stream gives its permits back at the head. The request
+    // itself was counted, so a flood of upgrade requests is still limited.
+    if resp.status() == http::StatusCode::SWITCHING_PROTOCOLS {
+        metrics.bypassed("websocket");
+        slot.release_all();
+        return resp;
+    }
+    if is_event_stream(&resp) {
+        metrics.bypassed("sse");
+        slot.release_all();
+        return resp;
+    }
+    let (parts, body) = resp.into_parts();
+    Response::from_parts(parts, Body::new(Release::body(body, slot)))
 }

@@ -23,6 +23,7 @@ use crate::charged::Charged;
 use crate::metrics::traffic::NONE;
 use crate::metrics::GatewayMetrics;
 use crate::path::normalize;
+use crate::permits::PermitSlot;
 use crate::plan::{Endpoint, Plan};
 use crate::rejection::{Dialect, Rejection};
 use arc_swap::ArcSwap;
@@ -32,8 +33,10 @@ use http::uri::PathAndQuery;
 use http::{header, Request, Response, Uri, Version};
 use std::borrow::Cow;
 use std::convert::Infallible;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
+use std::task::{ready, Context, Poll};
 
 /// The plan the gateway serves now, swapped whole on reload.
 pub type PlanCell = Arc<ArcSwap<Plan>>;
@@ -147,7 +150,7 @@ where
 {
     type Response = Response<Body>;
     type Error = Infallible;
-    type Future = BoxFuture<'static, Result<Response<Body>, Infallible>>;
+    type Future = RouteFuture<S::Future>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
         match self.inner.poll_ready(cx) {
@@ -172,7 +175,17 @@ where
         if let Err(rejection) = check_head(&req).and_then(|()| normalize_path(&mut req)) {
             rejection.record(&metrics, plan.denial_lines());
             let obs = Observation::start(&metrics, arrived, NONE, NONE, access);
-            return Box::pin(async move { Ok(obs.respond(rejection.render(Dialect::Gateway))) });
+            return RouteFuture {
+                state: RouteState::Refused {
+                    rejection: Some(rejection),
+                },
+                obs: Some(obs),
+                metrics,
+                headers: None,
+                concurrency: false,
+                denial_lines: 0,
+                dialect: Dialect::Gateway,
+            };
         }
         let route = plan.router().route(req.method(), req.uri().path());
         let dialect = route.dialect();
@@ -194,24 +207,95 @@ where
         if let Some(c) = charged {
             req.extensions_mut().insert(c);
         }
-        req.extensions_mut().insert(Routed { plan, route });
+        req.extensions_mut().insert(Routed {
+            plan,
+            route,
+            slot: PermitSlot::default(),
+        });
         let fut = self.inner.call(req);
-        Box::pin(async move {
-            let reply: Outcome = fut.await;
-            let resp = match reply {
-                Ok(mut resp) => {
-                    if let Some(c) = &headers {
-                        ratelimit_headers::annotate(&mut resp, c, concurrency).await;
+        RouteFuture {
+            state: RouteState::Inner { fut },
+            obs: Some(obs),
+            metrics,
+            headers,
+            concurrency,
+            denial_lines,
+            dialect,
+        }
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// The answer of [`RouteService`]: the inner layers' outcome, refusals
+    /// rendered in the route's dialect, observed. A plain value around the
+    /// inner future (boxed only while `RateLimit` headers are looked up).
+    pub struct RouteFuture<F> {
+        #[pin]
+        state: RouteState<F>,
+        obs: Option<Observation>,
+        metrics: Arc<GatewayMetrics>,
+        // The request's charges, when `RateLimit` headers are on.
+        headers: Option<Charged>,
+        concurrency: bool,
+        denial_lines: u32,
+        dialect: Dialect,
+    }
+}
+
+pin_project_lite::pin_project! {
+    #[project = RouteProj]
+    enum RouteState<F> {
+        // Refused by the route layer itself (rendered when polled).
+        Refused { rejection: Option<Rejection> },
+        // The inner layers at work.
+        Inner { #[pin] fut: F },
+        // The response, its `RateLimit` headers being added.
+        Annotating { fut: BoxFuture<'static, Response<Body>> },
+        // Answered.
+        Done { done: () },
+    }
+}
+
+impl<F: Future<Output = Outcome>> Future for RouteFuture<F> {
+    type Output = Result<Response<Body>, Infallible>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let mut this = self.project();
+        let resp = loop {
+            match this.state.as_mut().project() {
+                RouteProj::Refused { rejection } => {
+                    let rejection = rejection.take().expect("RouteFuture polled after it answered");
+                    break rejection.render(Dialect::Gateway);
+                }
+                RouteProj::Inner { fut } => {
+                    let reply: Outcome = ready!(fut.poll(cx));
+                    match reply {
+                        Ok(resp) => match this.headers.take() {
+                            Some(c) => {
+                                let concurrency = *this.concurrency;
+                                let annotating = Box::pin(async move {
+                                    let mut resp = resp;
+                                    ratelimit_headers::annotate(&mut resp, &c, concurrency).await;
+                                    resp
+                                });
+                                this.state.set(RouteState::Annotating { fut: annotating });
+                            }
+                            None => break resp,
+                        },
+                        Err(rejection) => {
+                            rejection.record(this.metrics, *this.denial_lines);
+                            break rejection.render(*this.dialect);
+                        }
                     }
-                    resp
                 }
-                Err(rejection) => {
-                    rejection.record(&metrics, denial_lines);
-                    rejection.render(dialect)
-                }
-            };
-            Ok(obs.respond(resp))
-        })
+                RouteProj::Annotating { fut } => break ready!(fut.as_mut().poll(cx)),
+                RouteProj::Done { .. } => panic!("RouteFuture polled after it answered"),
+            }
+        };
+        // The inner future goes now, as it would at the end of an `.await`.
+        this.state.set(RouteState::Done { done: () });
+        let obs = this.obs.take().expect("RouteFuture polled after it answered");
+        Poll::Ready(Ok(obs.respond(resp)))
     }
 }
 

@@ -57,7 +57,7 @@ use text::{header, sample};
 /// Counters by a label value created on first use; the common case (the
 /// value seen before) takes a read lock and an atomic add.
 #[derive(Debug, Default)]
-struct Labelled(RwLock<HashMap<Box<str>, Arc<AtomicU64>>>);
+struct Labelled(RwLock<HashMap<Box<str>, Arc<AtomicU64>, ahash::RandomState>>);
 
 impl Labelled {
     fn inc(&self, label: &str) {

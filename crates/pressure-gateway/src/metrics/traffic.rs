@@ -84,7 +84,10 @@ impl Series {
 }
 
 /// Route → upstream → series.
-type Table = HashMap<Box<str>, HashMap<Box<str>, Arc<Series>>>;
+/// Route → upstream → series. Looked up on every request: hashed with
+/// ahash (the keys are names from the config, and SipHash cost more than
+/// the rest of the lookup).
+type Table = HashMap<Box<str>, HashMap<Box<str>, Arc<Series>, ahash::RandomState>, ahash::RandomState>;
 
 /// The traffic counters (module docs).
 #[derive(Debug, Default)]

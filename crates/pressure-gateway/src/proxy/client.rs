@@ -1,12 +1,13 @@
-//! The forwarding half of the proxy: one pooled HTTP/1.1 client shared by
-//! every request, the request/response rewriting around it, and the mapping
-//! of upstream failures to `502`/`504` answers.
+//! The forwarding half of the proxy: pooled HTTP/1.1 connections to the
+//! upstreams (`pool.rs`), the request/response rewriting around them, and
+//! the mapping of upstream failures to `502`/`504` answers.
 
 use super::body::{ClientBody, ClientFault};
 use super::connector::UpstreamConnector;
 use super::error::ProxyError;
 use super::failure::classify;
 use super::headers::{set_forwarding, strip_hop_by_hop};
+use super::pool::{ExchangeError, Pool};
 use super::routing::Upstream;
 use super::upgrade::ClientUpgrade;
 use crate::config::TimeoutConfig;
@@ -15,30 +16,25 @@ use crate::rejection::{Rejection, UpstreamFailure};
 use crate::tls::UpstreamTls;
 use arc_swap::ArcSwap;
 use axum::body::Body;
-use http::uri::PathAndQuery;
-use http::{header, HeaderValue, Request, Response, StatusCode, Version};
+use http::{header, HeaderValue, Method, Request, Response, StatusCode, Uri, Version};
 use hyper::upgrade::OnUpgrade;
 use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::client::legacy::Client;
-use hyper_util::rt::{TokioExecutor, TokioTimer};
 use std::error::Error as StdError;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-/// How long an idle pooled upstream connection is kept.
-const POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(90);
 /// TCP keepalive probes on upstream connections.
 const TCP_KEEPALIVE: Duration = Duration::from_secs(60);
 
 /// Forwards requests to upstreams over pooled keep-alive connections.
 ///
-/// Cheap to clone: clones share the connection pool and the upstream table.
+/// Cheap to clone: clones share the connection pool.
 /// Response bodies stream; request bodies of routed requests are read
 /// whole first (bounded by the body limit), see [`Proxy::forward`].
 #[derive(Debug, Clone)]
 pub struct Proxy {
-    client: Client<UpstreamConnector, Body>,
+    pool: Pool,
 }
 
 impl Proxy {
@@ -80,13 +76,9 @@ impl Proxy {
         // over TLS.
         http.enforce_http(false);
         let connector = UpstreamConnector::new(http, tls);
-
-        let client = Client::builder(TokioExecutor::new())
-            .timer(TokioTimer::new())
-            .pool_timer(TokioTimer::new())
-            .pool_idle_timeout(POOL_IDLE_TIMEOUT)
-            .build(connector);
-        Proxy { client }
+        Proxy {
+            pool: Pool::new(connector),
+        }
     }
 
     /// Forwards `req` to `upstream` and returns its response, or the
@@ -129,16 +121,30 @@ impl Proxy {
             crate::layers::routed(&req).map(|r| (r.plan.max_body_bytes(), r.plan.body_read_timeout()));
         let (max_body, body_idle) = bounds.unwrap_or((u64::MAX, None));
         let (mut parts, body) = req.into_parts();
-        let fault = ClientFault::new(max_body);
-        let body = ClientBody::new(body, fault.clone(), body_idle);
         // Under the gateway's layers the body is bounded (body limit): read
-        // it whole first. Alone (`ProxyService`), with no bound, stream it.
-        let body = match bounds {
-            Some(_) => read_whole(body, &fault, total).await?,
-            None => Body::new(body),
+        // it whole first (an empty one, most requests, has nothing to read
+        // and nothing to fail). Alone (`ProxyService`), with no bound,
+        // stream it.
+        let (fault, body) = if bounds.is_some() && http_body::Body::is_end_stream(&body) {
+            (None, Body::empty())
+        } else {
+            let fault = ClientFault::new(max_body);
+            let body = ClientBody::new(body, fault.clone(), body_idle);
+            let body = match bounds {
+                Some(_) => read_whole(body, &fault, total).await?,
+                None => Body::new(body),
+            };
+            (Some(fault), body)
         };
-        let path_and_query = parts.uri.path_and_query().map_or("/", PathAndQuery::as_str);
-        let uri = match upstream.target_uri(path_and_query) {
+        let client_fault = || fault.as_ref().and_then(ClientFault::take);
+        // Origin-form (authority-form for CONNECT): the connection names
+        // the upstream.
+        let target = if parts.method == Method::CONNECT {
+            Ok(Uri::from(upstream.authority().clone()))
+        } else {
+            upstream.origin_target(parts.uri.path_and_query())
+        };
+        let uri = match target {
             Ok(uri) => uri,
             Err(error) => {
                 tracing::debug!(upstream = upstream.name(), %error, "request target cannot be forwarded");
@@ -174,7 +180,7 @@ impl Proxy {
         parts.version = Version::HTTP_11;
         let req = Request::from_parts(parts, body);
 
-        match tokio::time::timeout(total, self.client.request(req)).await {
+        match tokio::time::timeout(total, self.pool.send(upstream, req)).await {
             Ok(Ok(response)) if response.status() == StatusCode::SWITCHING_PROTOCOLS => {
                 switch_protocols(upstream, response, client_upgrade)
             }
@@ -183,8 +189,8 @@ impl Proxy {
                 strip_hop_by_hop(&mut parts.headers);
                 Ok(Response::from_parts(parts, Body::new(body)))
             }
-            Ok(Err(error)) => Err(fault.take().unwrap_or_else(|| failed(upstream, &error))),
-            Err(_elapsed) => Err(fault.take().unwrap_or_else(|| Rejection::UpstreamTimeout {
+            Ok(Err(error)) => Err(client_fault().unwrap_or_else(|| failed(upstream, &error))),
+            Err(_elapsed) => Err(client_fault().unwrap_or_else(|| Rejection::UpstreamTimeout {
                 upstream: upstream.name().to_owned(),
                 after_ms: u64::try_from(total.as_millis()).unwrap_or(u64::MAX),
             })),
@@ -249,7 +255,7 @@ fn switch_protocols(
 }
 
 /// The refusal for a failed exchange that the client's body did not cause.
-fn failed(upstream: &Upstream, error: &hyper_util::client::legacy::Error) -> Rejection {
+fn failed(upstream: &Upstream, error: &ExchangeError) -> Rejection {
     let name = upstream.name().to_owned();
     if error.is_connect() {
         return Rejection::UpstreamUnavailable {

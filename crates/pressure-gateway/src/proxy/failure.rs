@@ -4,12 +4,13 @@
 //! `pressure_gateway_upstream_failures_total` so an operator can tell a
 //! dead upstream from a slow or a broken one.
 
+use super::pool::ExchangeError;
 use crate::rejection::UpstreamFailure;
 use std::error::Error as StdError;
 use std::io;
 
-/// The cause of a failed exchange (`error` from the pooled client).
-pub(crate) fn classify(error: &hyper_util::client::legacy::Error) -> UpstreamFailure {
+/// The cause of a failed exchange (`error` from the pool).
+pub(crate) fn classify(error: &ExchangeError) -> UpstreamFailure {
     let io_kind = chain(error).find_map(|e| e.downcast_ref::<io::Error>().map(io::Error::kind));
     if error.is_connect() {
         return match io_kind {

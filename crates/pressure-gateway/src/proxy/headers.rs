@@ -33,20 +33,20 @@ pub(crate) fn strip_hop_by_hop(headers: &mut HeaderMap) {
     // look at the (few) names present first.
     let mut present = [false; HOP_BY_HOP.len()];
     for name in headers.keys() {
-        if let Some(i) = HOP_BY_HOP.iter().position(|h| h == name) {
+        if let Some(i) = hop_by_hop_index(name) {
             present[i] = true;
         }
     }
     if !present.contains(&true) {
         return;
     }
-    if present[0] {
-        let named: Vec<HeaderName> = headers
-            .get_all(header::CONNECTION)
-            .iter()
-            .filter_map(|value| value.to_str().ok())
-            .flat_map(|value| value.split(','))
-            .filter_map(|token| HeaderName::from_bytes(token.trim().as_bytes()).ok())
+    // What `Connection` names beyond the hop-by-hop headers (removed
+    // below anyway): usually nothing (`keep-alive`), so usually nothing to
+    // allocate.
+    if present[0] && connection_tokens(headers).any(is_other) {
+        let named: Vec<HeaderName> = connection_tokens(headers)
+            .filter(|token| is_other(token))
+            .filter_map(|token| HeaderName::from_bytes(token.as_bytes()).ok())
             .collect();
         for name in &named {
             headers.remove(name);
@@ -55,6 +55,38 @@ pub(crate) fn strip_hop_by_hop(headers: &mut HeaderMap) {
     for (name, _) in HOP_BY_HOP.iter().zip(present).filter(|(_, p)| *p) {
         headers.remove(name);
     }
+}
+
+/// The index of `name` in [`HOP_BY_HOP`], if it is there: one string
+/// match instead of nine `HeaderName` comparisons per header.
+fn hop_by_hop_index(name: &HeaderName) -> Option<usize> {
+    match name.as_str() {
+        "connection" => Some(0),
+        "keep-alive" => Some(1),
+        "proxy-connection" => Some(2),
+        "proxy-authenticate" => Some(3),
+        "proxy-authorization" => Some(4),
+        "te" => Some(5),
+        "trailer" => Some(6),
+        "transfer-encoding" => Some(7),
+        "upgrade" => Some(8),
+        _ => None,
+    }
+}
+
+/// The comma-separated tokens of the `Connection` headers, trimmed.
+fn connection_tokens(headers: &HeaderMap) -> impl Iterator<Item = &str> {
+    headers
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|value| value.to_str().ok())
+        .flat_map(|value| value.split(','))
+        .map(str::trim)
+}
+
+/// Whether a `Connection` token names a header that is not hop-by-hop.
+fn is_other(token: &str) -> bool {
+    !token.is_empty() && !HOP_BY_HOP.iter().any(|h| token.eq_ignore_ascii_case(h.as_str()))
 }
 
 thread_local! {
@@ -155,6 +187,15 @@ pub(crate) fn test_map(pairs: &[(&str, &str)]) -> HeaderMap {
 mod tests {
     use super::test_map as map;
     use super::*;
+
+    #[test]
+    fn hop_by_hop_index_follows_the_list() {
+        for (i, name) in HOP_BY_HOP.iter().enumerate() {
+            assert_eq!(hop_by_hop_index(name), Some(i), "{name}");
+        }
+        assert_eq!(hop_by_hop_index(&header::HOST), None);
+        assert_eq!(hop_by_hop_index(&HeaderName::from_static("x-connection")), None);
+    }
 
     #[test]
     fn strips_listed_and_connection_named_headers() {

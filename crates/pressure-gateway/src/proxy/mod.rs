@@ -1,6 +1,6 @@
 //! The reverse proxy: routes a request to the upstream whose `pathPrefix`
-//! is the longest one covering its path, and forwards it over a pooled
-//! keep-alive HTTP/1.1 client.
+//! is the longest one covering its path, and forwards it over pooled
+//! keep-alive HTTP/1.1 connections (`pool.rs`).
 //!
 //! * **Routing** ([`Upstreams::route`]): prefixes match on path segments —
 //!   `/api/v1` covers `/api/v1` and `/api/v1/x` but not `/api/v10`; `/`
@@ -62,6 +62,7 @@ mod connector;
 mod error;
 mod failure;
 mod headers;
+mod pool;
 mod routing;
 mod service;
 mod upgrade;

@@ -5,7 +5,7 @@
 
 use super::error::ProxyError;
 use crate::config::UpstreamConfig;
-use http::uri::{Authority, Scheme};
+use http::uri::{Authority, PathAndQuery, Scheme};
 use http::Uri;
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -116,20 +116,37 @@ impl Upstream {
         crate::plan::prefix_matches(&self.path_prefix, path)
     }
 
-    /// The URI a request for `path_and_query` is sent to: the base's scheme
-    /// and authority, the base's path (if any) prepended to the request's.
-    pub(crate) fn target_uri(&self, path_and_query: &str) -> Result<Uri, http::Error> {
+    /// The request target sent to this upstream for a request whose target
+    /// was `original`: origin-form (the connection already names the
+    /// upstream), the base's path (if any) prepended to the request's path,
+    /// the query kept; `/` when the request had none.
+    pub(crate) fn origin_target(&self, original: Option<&PathAndQuery>) -> Result<Uri, http::Error> {
+        let path_and_query = original.map_or("/", PathAndQuery::as_str);
         let path_and_query = match (self.base_path.is_empty(), path_and_query.starts_with('/')) {
-            // The common case: nothing to prepend, no string to build.
-            (true, true) => http::uri::PathAndQuery::try_from(path_and_query)?,
+            // The common case: nothing to prepend, nothing to build.
+            (true, true) => original
+                .cloned()
+                .unwrap_or_else(|| PathAndQuery::from_static("/")),
             (_, true) => format!("{}{}", self.base_path, path_and_query).try_into()?,
             (_, false) => format!("{}/{}", self.base_path, path_and_query).try_into()?,
         };
+        Ok(Uri::from(path_and_query))
+    }
+
+    /// Whether the upstream is reached over TLS (`https://`).
+    pub(crate) fn is_https(&self) -> bool {
+        self.scheme == Scheme::HTTPS
+    }
+
+    /// The URI the connector dials for this upstream: its scheme and
+    /// authority.
+    pub(crate) fn dial_uri(&self) -> Uri {
         Uri::builder()
             .scheme(self.scheme.clone())
             .authority(self.authority.clone())
-            .path_and_query(path_and_query)
+            .path_and_query("/")
             .build()
+            .unwrap_or_else(|_| self.base.clone())
     }
 }
 
@@ -239,23 +256,25 @@ mod tests {
     }
 
     #[test]
-    fn target_uri_prepends_the_base_path() {
+    fn origin_target_prepends_the_base_path() {
         let ups = Upstreams::new(&cfg(&[
             ("plain", "http://127.0.0.1:9001", "/a"),
             ("based", "http://up.internal:9002/base/", "/b"),
         ]))
         .expect("valid");
+        let target = |u: &Upstream, pq: &'static str| {
+            let pq = PathAndQuery::from_static(pq);
+            u.origin_target(Some(&pq)).expect("uri").to_string()
+        };
         let plain = ups.get("plain").expect("plain");
-        assert_eq!(
-            plain.target_uri("/a/x?y=1").expect("uri").to_string(),
-            "http://127.0.0.1:9001/a/x?y=1"
-        );
+        assert_eq!(target(plain, "/a/x?y=1"), "/a/x?y=1");
+        assert_eq!(plain.origin_target(None).expect("uri").to_string(), "/");
         assert_eq!(plain.authority().as_str(), "127.0.0.1:9001");
+        assert_eq!(plain.dial_uri().to_string(), "http://127.0.0.1:9001/");
+        assert!(!plain.is_https());
         let based = ups.get("based").expect("based");
-        assert_eq!(
-            based.target_uri("/b/x?y=1").expect("uri").to_string(),
-            "http://up.internal:9002/base/b/x?y=1"
-        );
+        assert_eq!(target(based, "/b/x?y=1"), "/base/b/x?y=1");
+        assert_eq!(target(based, "*"), "/base/*");
         assert_eq!(based.base_uri().path(), "/base/");
     }
 

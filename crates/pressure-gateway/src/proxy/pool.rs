@@ -1,0 +1,292 @@
+//! The proxy's upstream connections: HTTP/1.1 connections of its own
+//! (`hyper::client::conn::http1`), the idle ones kept per upstream origin
+//! (scheme and authority) for reuse.
+//!
+//! Each server thread builds its own [`Proxy`](super::Proxy), so a pool
+//! serves one thread: the lock around it is never contended there, and a
+//! checkout is a short scan of the origins (a gateway has a handful) with no
+//! hashing and no boxed future. It keeps what hyper-util's pooled client
+//! did for the proxy:
+//!
+//! * connecting is the [`UpstreamConnector`]'s (TCP with the connect
+//!   timeout, TLS for `https://` upstreams); the connection's task is
+//!   spawned with upgrades enabled (WebSocket tunnels);
+//! * a connection goes back to the pool once it can take another request:
+//!   at once when the response was read whole with its head, otherwise
+//!   from a task that waits until it has been read; the newest idle
+//!   connection is reused first, and one idle for 90 s (or closed by the
+//!   upstream) is dropped, at checkout or by a task that sweeps the pool
+//!   every 90 s;
+//! * a request that a reused connection gave back unsent (the upstream
+//!   closed it in the meantime) is sent again, on another connection; on a
+//!   fresh connection it is not.
+
+use super::connector::UpstreamConnector;
+use super::routing::Upstream;
+use axum::body::Body;
+use http::uri::Authority;
+use http::{Request, Response};
+use hyper::body::Incoming;
+use hyper::client::conn::http1::{Builder, SendRequest};
+use parking_lot::Mutex;
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+use tokio::time::Instant;
+
+/// How long an idle pooled upstream connection is kept.
+const IDLE_TIMEOUT: Duration = Duration::from_secs(90);
+
+/// An error of the connector (boxed, as it comes).
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// Why an exchange with an upstream failed. The source chain carries the
+/// cause (an `io::Error`, a `hyper::Error`, a TLS error), which
+/// `failure::classify` reads.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum ExchangeError {
+    /// No connection: refused, unreachable, beyond the connect timeout, or
+    /// its TLS handshake failed.
+    #[error("client error (Connect)")]
+    Connect(#[source] BoxError),
+    /// A fresh connection closed before the request was sent.
+    #[error("client error (Canceled)")]
+    Canceled(#[source] hyper::Error),
+    /// The exchange on a connection failed.
+    #[error("client error (SendRequest)")]
+    SendRequest(#[source] hyper::Error),
+}
+
+impl ExchangeError {
+    /// Whether no connection could be made.
+    pub(crate) fn is_connect(&self) -> bool {
+        matches!(self, Self::Connect(_))
+    }
+}
+
+/// The connections of one proxy. Cheap to clone: clones share them.
+#[derive(Clone)]
+pub(crate) struct Pool {
+    shared: Arc<Shared>,
+}
+
+struct Shared {
+    connector: UpstreamConnector,
+    idle: Mutex<Idle>,
+}
+
+/// The idle connections, per origin.
+#[derive(Default)]
+struct Idle {
+    origins: Vec<Origin>,
+    /// Whether the sweeping task runs.
+    sweeping: bool,
+}
+
+/// One upstream origin and its idle connections, oldest first.
+struct Origin {
+    https: bool,
+    authority: Authority,
+    conns: Vec<IdleConn>,
+}
+
+impl Origin {
+    /// Byte for byte (an upstream's authority is the same value on every
+    /// request; `Authority`'s own `==` ignores case, byte by byte).
+    fn is(&self, https: bool, authority: &Authority) -> bool {
+        self.https == https && self.authority.as_str() == authority.as_str()
+    }
+}
+
+struct IdleConn {
+    tx: SendRequest<Body>,
+    since: Instant,
+}
+
+impl IdleConn {
+    /// Whether it can take a request: open, ready, not idle too long.
+    fn is_usable(&self, now: Instant) -> bool {
+        self.tx.is_ready() && now.saturating_duration_since(self.since) < IDLE_TIMEOUT
+    }
+}
+
+impl std::fmt::Debug for Pool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let idle = self.shared.idle.lock();
+        let conns: usize = idle.origins.iter().map(|o| o.conns.len()).sum();
+        f.debug_struct("Pool")
+            .field("connector", &self.shared.connector)
+            .field("idle", &conns)
+            .finish()
+    }
+}
+
+impl Pool {
+    /// An empty pool that connects with `connector`.
+    pub(crate) fn new(connector: UpstreamConnector) -> Self {
+        Self {
+            shared: Arc::new(Shared {
+                connector,
+                idle: Mutex::new(Idle::default()),
+            }),
+        }
+    }
+
+    /// Sends `req` (its target in origin-form, its `Host` set) to
+    /// `upstream` on an idle connection, or a new one, and answers the
+    /// response head.
+    pub(crate) async fn send(
+        &self,
+        upstream: &Upstream,
+        mut req: Request<Body>,
+    ) -> Result<Response<Incoming>, ExchangeError> {
+        let https = upstream.is_https();
+        loop {
+            let (mut tx, reused) = match self.checkout(https, upstream.authority()) {
+                Some(tx) => (tx, true),
+                // Boxed: connecting is rare, and its state would otherwise
+                // be carried (and moved) by every request's future.
+                None => (Box::pin(self.connect(upstream)).await?, false),
+            };
+            match tx.try_send_request(req).await {
+                Ok(response) => {
+                    self.when_idle(https, upstream.authority(), tx);
+                    return Ok(response);
+                }
+                Err(mut error) => match error.take_message() {
+                    Some(unsent) if reused => {
+                        tracing::trace!(
+                            upstream = upstream.name(),
+                            error = %error.error(),
+                            "unsent request on a pooled connection; sending it again"
+                        );
+                        req = unsent;
+                    }
+                    Some(_) => return Err(ExchangeError::Canceled(error.into_error())),
+                    None => return Err(ExchangeError::SendRequest(error.into_error())),
+                },
+            }
+        }
+    }
+
+    /// The newest usable idle connection to the origin, if any (the
+    /// unusable ones met on the way are dropped).
+    fn checkout(&self, https: bool, authority: &Authority) -> Option<SendRequest<Body>> {
+        let mut idle = self.shared.idle.lock();
+        let origin = idle.origins.iter_mut().find(|o| o.is(https, authority))?;
+        if origin.conns.is_empty() {
+            return None;
+        }
+        let now = Instant::now();
+        while let Some(conn) = origin.conns.pop() {
+            if conn.is_usable(now) {
+                return Some(conn.tx);
+            }
+        }
+        None
+    }
+
+    /// Puts `tx` back in the pool once its connection can take another
+    /// request: now, or from a task that waits for it (a response body
+    /// still to read). A closed connection is dropped.
+    fn when_idle(&self, https: bool, authority: &Authority, mut tx: SendRequest<Body>) {
+        if tx.is_ready() {
+            self.shared.put_back(https, authority, tx);
+            return;
+        }
+        if tx.is_closed() {
+            return;
+        }
+        let shared = Arc::downgrade(&self.shared);
+        let authority = authority.clone();
+        tokio::spawn(async move {
+            if tx.ready().await.is_ok() {
+                if let Some(shared) = shared.upgrade() {
+                    shared.put_back(https, &authority, tx);
+                }
+            }
+        });
+    }
+
+    /// A new connection to `upstream`, its task spawned, ready for a
+    /// request.
+    async fn connect(&self, upstream: &Upstream) -> Result<SendRequest<Body>, ExchangeError> {
+        let mut connector = self.shared.connector.clone();
+        let io = tower::Service::call(&mut connector, upstream.dial_uri())
+            .await
+            .map_err(ExchangeError::Connect)?;
+        let (mut tx, conn) = Builder::new()
+            .handshake(io)
+            .await
+            .map_err(ExchangeError::SendRequest)?;
+        // The connection's own error, if it fails before it is ready: more
+        // telling than "connection closed".
+        let (failed_tx, failed_rx) = tokio::sync::oneshot::channel();
+        tokio::spawn(async move {
+            if let Err(error) = conn.with_upgrades().await {
+                tracing::debug!(%error, "upstream connection error");
+                let _ = failed_tx.send(error);
+            }
+        });
+        match tx.ready().await {
+            Ok(()) => Ok(tx),
+            Err(closed) if closed.is_closed() => {
+                Err(ExchangeError::SendRequest(failed_rx.await.unwrap_or(closed)))
+            }
+            Err(error) => Err(ExchangeError::SendRequest(error)),
+        }
+    }
+}
+
+impl Shared {
+    /// Adds `tx`, ready, to the origin's idle connections; starts the sweep
+    /// with the first one.
+    fn put_back(self: &Arc<Self>, https: bool, authority: &Authority, tx: SendRequest<Body>) {
+        let conn = IdleConn {
+            tx,
+            since: Instant::now(),
+        };
+        let mut idle = self.idle.lock();
+        match idle.origins.iter_mut().find(|o| o.is(https, authority)) {
+            Some(origin) => origin.conns.push(conn),
+            None => idle.origins.push(Origin {
+                https,
+                authority: authority.clone(),
+                conns: vec![conn],
+            }),
+        }
+        if !idle.sweeping {
+            idle.sweeping = true;
+            drop(idle);
+            tokio::spawn(sweep(Arc::downgrade(self)));
+        }
+    }
+}
+
+/// Every [`IDLE_TIMEOUT`], drops the idle connections that are no longer
+/// usable (closed by the upstream, or idle too long); ends with the pool.
+async fn sweep(shared: Weak<Shared>) {
+    let start = Instant::now() + IDLE_TIMEOUT;
+    let mut tick = tokio::time::interval_at(start, IDLE_TIMEOUT);
+    loop {
+        tick.tick().await;
+        let Some(shared) = shared.upgrade() else {
+            return;
+        };
+        let now = Instant::now();
+        let dropped: Vec<IdleConn> = {
+            let mut idle = shared.idle.lock();
+            let mut dropped = Vec::new();
+            for origin in &mut idle.origins {
+                let (keep, gone) = std::mem::take(&mut origin.conns)
+                    .into_iter()
+                    .partition(|c| c.is_usable(now));
+                origin.conns = keep;
+                dropped.extend::<Vec<IdleConn>>(gone);
+            }
+            idle.origins.retain(|o| !o.conns.is_empty());
+            dropped
+        };
+        // Closed outside the lock.
+        drop(dropped);
+    }
+}
