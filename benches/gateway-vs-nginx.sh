@@ -24,7 +24,7 @@
 #   BENCH_SECS=10     duration of each measured wrk run
 #   BENCH_WARMUP=2    duration of the unmeasured warm-up run before each
 #   BENCH_CONNS=64    wrk connections (-c)    BENCH_THREADS=2  wrk threads (-t)
-#   BENCH_TENANTS=100000
+#   BENCH_TENANTS=100000   (0: skip the memory part and its example build)
 #   PRESSURE_BIN=path  benchmark this prebuilt `pressure` binary instead of
 #                      building one (to compare two builds back to back)
 #
@@ -111,7 +111,9 @@ else
   timeout 900 cargo build -q --release -p pressure-cli
   pressure_bin=target/release/pressure
 fi
-timeout 900 cargo build -q --release -p pressure-gateway --example tenants_rss
+if ((tenants > 0)); then
+  timeout 900 cargo build -q --release -p pressure-gateway --example tenants_rss
+fi
 [[ -x $pressure_bin ]] || die "no $pressure_bin after the build"
 
 up_port="" ngx_pass_port="" ngx_rej_port="" gw_port="" gw_admin_port="" # set by free_port
@@ -304,9 +306,11 @@ gw_rss=$(rss_tree_kib "$gw_pid")
 ngx_rss=$(rss_tree_kib "$ngx_proxy_pid")
 
 # --- Memory: 100,000 tenants ------------------------------------------------
-log "tenants_rss: $tenants lazy tenant resources in the gateway's broker"
-timeout 120 target/release/examples/tenants_rss "$tenants" >"$tmp/tenants.out"
 kv() { awk -F= -v k="$1" '$1 == k { print $2 }' "$tmp/tenants.out"; }
+if ((tenants > 0)); then
+  log "tenants_rss: $tenants lazy tenant resources in the gateway's broker"
+  timeout 120 target/release/examples/tenants_rss "$tenants" >"$tmp/tenants.out"
+fi
 
 # --- Report -----------------------------------------------------------------
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "n/a" }'; }
@@ -334,8 +338,10 @@ printf '%-22s %14s %8s %14s %8s\n' "pass (never limited)" "$pass_rps" "$(verdict
 printf '%-22s %14s %8s %14s %8s\n' "reject (~all 429)" "$rej_rps" "$(verdict "$rej_rps" '>=')" \
   "$rej_p99" "$(verdict "$rej_p99" '<=')"
 echo
-echo "memory: $(kv tenants) tenants registered (evicted $(kv evicted)) in $(kv register_ms) ms:" \
-  "RSS $(kv rss_before_kib) KiB -> $(kv rss_after_kib) KiB, delta $(kv rss_delta_kib) KiB" \
-  "= $(kv bytes_per_tenant) bytes per tenant"
+if ((tenants > 0)); then
+  echo "memory: $(kv tenants) tenants registered (evicted $(kv evicted)) in $(kv register_ms) ms:" \
+    "RSS $(kv rss_before_kib) KiB -> $(kv rss_after_kib) KiB, delta $(kv rss_delta_kib) KiB" \
+    "= $(kv bytes_per_tenant) bytes per tenant"
+fi
 echo "idle RSS after the runs: pressure gateway ${gw_rss} KiB; nginx proxy (master + $cores workers) ${ngx_rss} KiB"
 machine_report after
