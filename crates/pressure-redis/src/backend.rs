@@ -241,14 +241,7 @@ struct AcquireArgs<'a> {
 impl AcquireArgs<'_> {
     /// `ARGV` of one call of the generic `lua/acquire.lua` (see its header).
     fn generic(&self) -> Vec<String> {
-        let Self {
-            dims,
-            spec,
-            demand,
-            conc,
-            member,
-            offset_us,
-        } = *self;
+        let (dims, spec, demand) = (self.dims, self.spec, self.demand);
         let mut out = Vec::with_capacity(dims.len() * 9 + 5);
         out.push(dims.len().to_string());
         for d in dims {
@@ -261,36 +254,28 @@ impl AcquireArgs<'_> {
             out.push(d.window_us.to_string());
             out.extend(d.fields.iter().cloned());
         }
-        out.push(conc.to_string());
+        out.push(self.conc.to_string());
         out.push((spec.lease_ttl_ns / 1_000).to_string());
-        out.push(member.to_owned());
+        out.push(self.member.to_owned());
         out.push((demand.book_within_ns / 1_000).to_string());
-        out.extend(calendar_args(spec, demand, offset_us));
+        out.extend(calendar_args(spec, demand, self.offset_us));
         out
     }
 
     /// `ARGV` of one call of the script generated for `shape` (see
     /// [`shape::generate`]).
     fn shaped(&self, shape: &Shape) -> Vec<String> {
-        let Self {
-            dims,
-            spec,
-            demand,
-            conc,
-            member,
-            offset_us,
-        } = *self;
-        let rates: Vec<RateArgs> = dims.iter().map(|d| d.args(demand)).collect();
+        let rates: Vec<RateArgs> = self.dims.iter().map(|d| d.args(self.demand)).collect();
         let calendars = CalendarArgs {
-            offset_us,
-            dims: calendar_units(spec, demand).collect(),
+            offset_us: self.offset_us,
+            dims: calendar_units(self.spec, self.demand).collect(),
         };
         shape::args(
             shape,
             &rates,
-            conc,
-            member,
-            demand.book_within_ns / 1_000,
+            self.conc,
+            self.member,
+            self.demand.book_within_ns / 1_000,
             &calendars,
         )
     }

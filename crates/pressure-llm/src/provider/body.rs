@@ -18,7 +18,7 @@ use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::{timeout_at, Instant};
 
 use super::error::CallError;
-use super::ratelimit::RateLimitHints;
+use super::ratelimit::{header_pairs, RateLimitHints};
 use crate::taxonomy::{self, ErrorKind, TimeoutPhase};
 
 /// At most this much of an error body is read and classified.
@@ -201,15 +201,6 @@ pub(crate) fn body_error(e: &BodyError) -> CallError {
         ErrorKind::Connection,
         format!("connection lost while reading the body: {}", error_chain(e)),
     )
-}
-
-/// Header (name, value) pairs, for [`taxonomy::classify`]; values that are
-/// not UTF-8 are skipped. Built only when an answer is classified.
-pub(crate) fn header_pairs(headers: &HeaderMap) -> Vec<(String, String)> {
-    headers
-        .iter()
-        .filter_map(|(k, v)| v.to_str().ok().map(|v| (k.as_str().to_owned(), v.to_owned())))
-        .collect()
 }
 
 /// An error with all its sources, `a: b: c`.

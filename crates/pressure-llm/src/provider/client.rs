@@ -73,14 +73,12 @@ use tokio::time::{sleep_until, timeout_at, Instant};
 
 use super::anthropic;
 use super::body::{
-    bound, error_chain, error_message, header_pairs, read_bounded, BodyStream, DataStream, ResponseHead,
-    ERROR_BODY_LIMIT,
+    bound, error_chain, error_message, read_bounded, BodyStream, DataStream, ResponseHead, ERROR_BODY_LIMIT,
 };
 use super::config::{ProviderConfig, ProviderKind, TimeoutsConfig};
-use super::embeddings::embeddings_url;
 use super::error::{CallError, ProviderError};
 use super::local::LocalModel;
-use super::ratelimit::RateLimitHints;
+use super::ratelimit::{header_pairs, RateLimitHints};
 use super::stream::ChatStream;
 use super::tag::CallTag;
 use super::types::{ChatRequest, ChatResponse, Message, StreamOptions, Usage};
@@ -918,4 +916,15 @@ impl Drop for TrackedBody {
             }
         }
     }
+}
+
+/// `{baseUrl}/embeddings`, from the client's `{baseUrl}/chat/completions`;
+/// `Err` says why there is none. Built once, with the client.
+pub(super) fn embeddings_url(chat_url: &str) -> Result<http::Uri, String> {
+    let base = chat_url
+        .strip_suffix("/chat/completions")
+        .ok_or_else(|| format!("the provider at {chat_url} has no OpenAI embeddings endpoint"))?;
+    format!("{base}/embeddings")
+        .parse()
+        .map_err(|e| format!("embeddings URL: {e}"))
 }

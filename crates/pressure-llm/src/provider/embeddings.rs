@@ -246,17 +246,6 @@ pub struct EmbeddingCompletion {
     pub ratelimit: RateLimitHints,
 }
 
-/// `{baseUrl}/embeddings`, from the client's `{baseUrl}/chat/completions`;
-/// `Err` says why there is none. Built once, with the client.
-pub(super) fn embeddings_url(chat_url: &str) -> Result<http::Uri, String> {
-    let base = chat_url
-        .strip_suffix("/chat/completions")
-        .ok_or_else(|| format!("the provider at {chat_url} has no OpenAI embeddings endpoint"))?;
-    format!("{base}/embeddings")
-        .parse()
-        .map_err(|e| format!("embeddings URL: {e}"))
-}
-
 impl ProviderClient {
     /// An embeddings call (`POST {baseUrl}/embeddings`), bounded per phase
     /// and by `deadline`, sending `tag` as `x-pressure-*` headers. A non-2xx
@@ -513,8 +502,8 @@ mod tests {
 
     #[test]
     fn the_url_is_next_to_chat_completions() {
-        let u = embeddings_url("http://h:1/v1/chat/completions").expect("url");
+        let u = super::super::client::embeddings_url("http://h:1/v1/chat/completions").expect("url");
         assert_eq!(u.to_string(), "http://h:1/v1/embeddings");
-        assert!(embeddings_url("http://h:1/v1/messages").is_err());
+        assert!(super::super::client::embeddings_url("http://h:1/v1/messages").is_err());
     }
 }

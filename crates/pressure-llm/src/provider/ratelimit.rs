@@ -44,7 +44,7 @@ impl RateLimitHints {
         if !headers.keys().any(|k| is_hint_name(k.as_str())) {
             return Self::default();
         }
-        Self::from_pairs(&super::body::header_pairs(headers))
+        Self::from_pairs(&header_pairs(headers))
     }
 
     /// Parses the hints from header (name, value) pairs; names match
@@ -223,6 +223,15 @@ pub fn parse_http_date(s: &str) -> Option<f64> {
         return None;
     }
     unix_seconds(y, mo, d, h, mi, sec)
+}
+
+/// Header (name, value) pairs, for [`crate::taxonomy::classify`] and the hints; values that are
+/// not UTF-8 are skipped. Built only when an answer is classified.
+pub(crate) fn header_pairs(headers: &http::HeaderMap) -> Vec<(String, String)> {
+    headers
+        .iter()
+        .filter_map(|(k, v)| v.to_str().ok().map(|v| (k.as_str().to_owned(), v.to_owned())))
+        .collect()
 }
 
 #[cfg(test)]

@@ -29,8 +29,9 @@ use futures::Stream;
 use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::{Instant, Sleep};
 
-use super::body::{body_error, bound, header_pairs, BodyStream, ResponseHead};
+use super::body::{body_error, bound, BodyStream, ResponseHead};
 use super::error::CallError;
+use super::ratelimit::header_pairs;
 use super::ratelimit::RateLimitHints;
 use super::sse::SseParser;
 use super::types::{ChatChunk, Usage};

@@ -83,7 +83,9 @@ async fn proxy(refuse: bool) -> (String, Arc<Mutex<Vec<Tunnelled>>>) {
                 });
                 let mut client = reader.into_inner();
                 if refuse {
-                    let _ = client.write_all(b"HTTP/1.1 403 Forbidden\r\ncontent-length: 0\r\n\r\n").await;
+                    let _ = client
+                        .write_all(b"HTTP/1.1 403 Forbidden\r\ncontent-length: 0\r\n\r\n")
+                        .await;
                     return;
                 }
                 let mut upstream = TcpStream::connect(&target).await.unwrap();
@@ -128,7 +130,14 @@ fn far() -> Instant {
 }
 
 fn set_proxy(url: &str, no_proxy: &str) {
-    for name in ["HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy", "HTTPS_PROXY", "https_proxy"] {
+    for name in [
+        "HTTP_PROXY",
+        "http_proxy",
+        "ALL_PROXY",
+        "all_proxy",
+        "HTTPS_PROXY",
+        "https_proxy",
+    ] {
         std::env::remove_var(name);
     }
     std::env::set_var("HTTP_PROXY", url);
@@ -139,7 +148,10 @@ fn set_proxy(url: &str, no_proxy: &str) {
 #[tokio::test]
 async fn calls_go_through_the_proxy_the_environment_names() {
     let base = provider().await;
-    let provider_addr = base.trim_start_matches("http://").trim_end_matches("/v1").to_owned();
+    let provider_addr = base
+        .trim_start_matches("http://")
+        .trim_end_matches("/v1")
+        .to_owned();
 
     // Through the proxy, with the credentials of its URL as basic auth; a
     // second call reuses the tunnelled connection.
@@ -173,5 +185,9 @@ async fn calls_go_through_the_proxy_the_environment_names() {
     set_proxy(&format!("http://{refusing}"), "");
     let err = client(&base).complete(&request(), far()).await.unwrap_err();
     assert_eq!(err.kind, ErrorKind::Connection, "{err:?}");
-    assert_eq!(refused.lock().unwrap().len(), 1, "the refusing proxy was asked once");
+    assert_eq!(
+        refused.lock().unwrap().len(),
+        1,
+        "the refusing proxy was asked once"
+    );
 }
