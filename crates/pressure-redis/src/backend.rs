@@ -281,6 +281,27 @@ impl AcquireArgs<'_> {
     }
 }
 
+#[cfg(test)]
+impl<'a> AcquireArgs<'a> {
+    /// A test's acquisition that takes no concurrency slot.
+    fn unleased(
+        dims: &'a [Dim],
+        spec: &'a LimitSpec,
+        demand: &'a Demand,
+        member: &'a str,
+        offset_us: i64,
+    ) -> Self {
+        Self {
+            dims,
+            spec,
+            demand,
+            conc: 0,
+            member,
+            offset_us,
+        }
+    }
+}
+
 /// The calendar part of an acquire script's `ARGV` (see `lua/acquire.lua`):
 /// the number of calendar dimensions, the wall-time offset (µs), and per
 /// dimension its kind, id, units and limit scaled by the ceiling. Always

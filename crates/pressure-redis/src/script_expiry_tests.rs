@@ -104,14 +104,7 @@ fn a_calendar_count_expires_with_its_period() {
         };
         let mut inv = scripts::ACQUIRE.key(&key);
         let m = member(1);
-        let argv = AcquireArgs {
-            dims: &dims,
-            spec: &spec,
-            demand: &demand,
-            conc: 0,
-            member: &m,
-            offset_us: offset,
-        };
+        let argv = AcquireArgs::unleased(&dims, &spec, &demand, &m, offset);
         for a in argv.generic() {
             inv.arg(a);
         }

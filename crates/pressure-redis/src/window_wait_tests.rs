@@ -43,14 +43,7 @@ fn acquire(con: &mut redis::Connection, key: &str, generic: bool, now: u64) -> (
     let dims = dims_of(&spec).expect("dims");
     let demand = Demand::default();
     let m = member(1);
-    let argv = AcquireArgs {
-        dims: &dims,
-        spec: &spec,
-        demand: &demand,
-        conc: 0,
-        member: &m,
-        offset_us: 0,
-    };
+    let argv = AcquireArgs::unleased(&dims, &spec, &demand, &m, 0);
     let (src, args) = if generic {
         (scripts::ACQUIRE_LUA.to_owned(), argv.generic())
     } else {
