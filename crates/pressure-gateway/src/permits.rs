@@ -6,6 +6,7 @@ use crate::backend::AnyBackend;
 use crate::watched_body::{FrameWatch, Seen, WatchedBody};
 use parking_lot::Mutex;
 use pressure_core::Permit;
+use smallvec::SmallVec;
 use std::sync::Arc;
 
 /// Permits taken for one request, shared by the layers through the request
@@ -14,18 +15,8 @@ use std::sync::Arc;
 pub(crate) struct PermitSlot(Arc<Mutex<Held>>);
 
 /// The permits of a slot: most requests hold one, which lives inline (no
-/// allocation beyond the slot's own); more go to `more`.
-#[derive(Default)]
-struct Held {
-    first: Option<Permit<AnyBackend>>,
-    more: Vec<Permit<AnyBackend>>,
-}
-
-impl Held {
-    fn len(&self) -> usize {
-        usize::from(self.first.is_some()) + self.more.len()
-    }
-}
+/// allocation beyond the slot's own).
+type Held = SmallVec<[Permit<AnyBackend>; 1]>;
 
 impl std::fmt::Debug for PermitSlot {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -36,20 +27,14 @@ impl std::fmt::Debug for PermitSlot {
 impl PermitSlot {
     /// Holds `permit` until the request ends.
     pub(crate) fn push(&self, permit: Permit<AnyBackend>) {
-        let mut held = self.0.lock();
-        if held.first.is_none() && held.more.is_empty() {
-            held.first = Some(permit);
-        } else {
-            held.more.push(permit);
-        }
+        self.0.lock().push(permit);
     }
 
     /// Gives every held permit back now (idempotent).
     pub(crate) fn release_all(&self) {
         // Dropped (given back) outside the lock, first taken first.
         let drained = std::mem::take(&mut *self.0.lock());
-        drop(drained.first);
-        drop(drained.more);
+        drop(drained);
     }
 
     /// Permits held now.

@@ -265,7 +265,7 @@ impl<F: Future<Output = Outcome>> Future for RouteFuture<F> {
             match this.state.as_mut().project() {
                 RouteProj::Refused { rejection } => {
                     let rejection = rejection.take().expect("RouteFuture polled after it answered");
-                    break rejection.render(Dialect::Gateway);
+                    break rejection.render(*this.dialect);
                 }
                 RouteProj::Inner { fut } => {
                     let reply: Outcome = ready!(fut.poll(cx));

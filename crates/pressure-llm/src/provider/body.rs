@@ -6,13 +6,11 @@
 //! embeddings call.
 
 use std::pin::Pin;
-use std::task::{ready, Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
 use futures::{Stream, StreamExt};
 use http::HeaderMap;
-use hyper::body::{Body, Incoming};
 use serde_json::Value;
 use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::{timeout_at, Instant};
@@ -32,36 +30,6 @@ pub(crate) type BodyError = hyper::Error;
 
 /// The response body as a stream of byte chunks.
 pub(crate) type BodyStream = Pin<Box<dyn Stream<Item = Result<Bytes, BodyError>> + Send>>;
-
-/// hyper's response body as a [`Stream`] of its data frames (trailers are
-/// skipped).
-pub(crate) struct DataStream {
-    body: Incoming,
-}
-
-impl DataStream {
-    pub(crate) fn new(body: Incoming) -> Self {
-        Self { body }
-    }
-}
-
-impl Stream for DataStream {
-    type Item = Result<Bytes, BodyError>;
-
-    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
-        loop {
-            match ready!(Pin::new(&mut self.body).poll_frame(cx)) {
-                Some(Ok(frame)) => {
-                    if let Ok(data) = frame.into_data() {
-                        return Poll::Ready(Some(Ok(data)));
-                    }
-                }
-                Some(Err(e)) => return Poll::Ready(Some(Err(e))),
-                None => return Poll::Ready(None),
-            }
-        }
-    }
-}
 
 /// A response head that arrived in time, with its body still to read.
 pub(crate) struct ResponseHead {

@@ -59,6 +59,7 @@ use http::header::{
     HeaderMap, HeaderName, HeaderValue, ACCEPT, AUTHORIZATION, CONTENT_LENGTH, CONTENT_TYPE, HOST,
 };
 use http::{Method, Request, Uri};
+use http_body_util::BodyExt;
 use hyper::body::{Body, Frame, SizeHint};
 use hyper_rustls::{HttpsConnector, MaybeHttpsStream};
 use hyper_util::client::legacy::connect::proxy::Tunnel;
@@ -73,7 +74,7 @@ use tokio::time::{sleep_until, timeout_at, Instant};
 
 use super::anthropic;
 use super::body::{
-    bound, error_chain, error_message, read_bounded, BodyStream, DataStream, ResponseHead, ERROR_BODY_LIMIT,
+    bound, error_chain, error_message, read_bounded, BodyStream, ResponseHead, ERROR_BODY_LIMIT,
 };
 use super::config::{ProviderConfig, ProviderKind, TimeoutsConfig};
 use super::error::{CallError, ProviderError};
@@ -521,6 +522,16 @@ impl ProviderClient {
         })
     }
 
+    /// The HTTP side of the provider; a local one has none.
+    fn remote(&self) -> Result<&Remote, Box<CallError>> {
+        self.endpoint.remote.as_ref().ok_or_else(|| {
+            Box::new(CallError::transport(
+                ErrorKind::BadRequest,
+                format!("provider {} makes no HTTP calls", self.endpoint.name),
+            ))
+        })
+    }
+
     /// `{baseUrl}/embeddings`, or why the provider has none.
     pub(super) fn embeddings_uri(&self) -> Result<&Uri, String> {
         match &self.endpoint.remote {
@@ -648,13 +659,8 @@ impl ProviderClient {
         deadline: Instant,
         tag: &CallTag,
     ) -> Result<ResponseHead, CallError> {
-        let Some(remote) = &self.endpoint.remote else {
-            return Err(CallError::transport(
-                ErrorKind::BadRequest,
-                format!("provider {} makes no HTTP calls", self.endpoint.name),
-            ));
-        };
-        self.send_to(&remote.chat, body, streaming, deadline, tag).await
+        let chat = &self.remote().map_err(|e| *e)?.chat;
+        self.send_to(chat, body, streaming, deadline, tag).await
     }
 
     /// A connection slot, within `poolWaitMs` and the deadline.
@@ -739,12 +745,7 @@ impl ProviderClient {
         let started = Instant::now();
         let t = &self.endpoint.timeouts;
 
-        let Some(remote) = &self.endpoint.remote else {
-            return Err(CallError::transport(
-                ErrorKind::BadRequest,
-                format!("provider {} makes no HTTP calls", self.endpoint.name),
-            ));
-        };
+        let remote = self.remote().map_err(|e| *e)?;
         let permit = self.slot(started, deadline).await?;
 
         let len = body.len();
@@ -803,7 +804,8 @@ impl ProviderClient {
         let (parts, incoming) = response.into_parts();
         let headers = parts.headers;
         let ratelimit = RateLimitHints::from_header_map(&headers);
-        let mut body: BodyStream = Box::pin(DataStream::new(incoming));
+        // The data frames as a stream (trailers skipped).
+        let mut body: BodyStream = Box::pin(incoming.into_data_stream());
 
         if !(200..300).contains(&status) {
             let raw = read_bounded(&mut body, ERROR_BODY_LIMIT, t.read(), deadline).await;
