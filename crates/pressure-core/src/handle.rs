@@ -83,6 +83,16 @@ impl<B: Backend> ResourceHandle<B> {
         self.entry.try_acquire_awaited(&opts).await
     }
 
+    /// [`ResourceHandle::try_acquire`] answered without a future when the
+    /// backend can answer at once (its state is in this process); `None`
+    /// when it must be awaited (then call `try_acquire`). For a caller on
+    /// any backend that saves its future on the in-process one, such as a
+    /// request path that would otherwise box one per request.
+    #[inline]
+    pub fn try_acquire_if_ready(&self, opts: &AcquireOptions) -> Option<Result<Acquisition<B>, Error>> {
+        self.entry.try_acquire_now(opts)
+    }
+
     /// Check+reject without a future, on a backend whose state is in this
     /// process (the in-memory backend): for synchronous code paths.
     #[inline]

@@ -11,7 +11,9 @@ use crate::decisions::{self, DecisionState};
 use crate::layers::body_limit::BodyLimitLayer;
 use crate::layers::pre_auth::PreAuthLayer;
 use crate::layers::release::ReleaseLayer;
-use crate::layers::route::{PlanCell, RouteLayer};
+use crate::layers::release::{ReleaseFuture, ReleaseService};
+use crate::layers::route::{PlanCell, RouteFuture, RouteLayer, RouteService};
+use crate::layers::{Outcome, StepFuture, Stepped};
 use crate::layers::tenant::TenantLayer;
 use crate::manual_queue::RedisManualQueue;
 use crate::metrics::GatewayMetrics;
@@ -21,7 +23,7 @@ use crate::overrides::LiveOverrides;
 use crate::plan::Plan;
 use crate::proxy::{Forward, Proxy};
 use crate::reload::{self, ReloadOutcome};
-use crate::server::{serve_with, ServeOptions};
+use crate::server::{serve_from, serve_with, AcceptFailures, ConnLink, ServeOptions, Source};
 use crate::tls::{Listeners, LoadedTls};
 use arc_swap::ArcSwap;
 use axum::body::Body;
@@ -36,12 +38,67 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use tokio::net::TcpListener;
-use tower::util::BoxCloneSyncService;
 use tower::ServiceBuilder;
 
+/// The layers of the request path over the proxy, as built once per
+/// server thread (see [`crate::layers`]).
+type Stack = RouteService<
+    Stepped<BodyLimitLayer, ReleaseService<Stepped<PreAuthLayer, Stepped<TenantLayer, Stepped<OpenAiLayer, Forward>>>>>,
+>;
+
 /// The gateway's request service: route → body limit → release → pre-auth
-/// → tenant → OpenAI endpoint → proxy.
-pub type GatewayService = BoxCloneSyncService<Request<Body>, Response<Body>, Infallible>;
+/// → tenant → OpenAI endpoint → proxy, with one future per request and no boxing between the
+/// layers (see [`Gateway::service`]). Serve it with [`crate::serve_with`],
+/// or call it as any `tower::Service`.
+#[derive(Debug, Clone)]
+pub struct GatewayService(Stack);
+
+impl GatewayService {
+    /// Attaches a copy to one client connection (see `crate::server::Attach`).
+    pub(crate) fn attach(&mut self, link: &ConnLink) -> bool {
+        self.0.attach(link.clone());
+        true
+    }
+}
+
+impl tower::Service<Request<Body>> for GatewayService {
+    type Response = Response<Body>;
+    type Error = Infallible;
+    type Future = GatewayFuture;
+
+    fn poll_ready(&mut self, cx: &mut std::task::Context<'_>) -> std::task::Poll<Result<(), Infallible>> {
+        self.0.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: Request<Body>) -> GatewayFuture {
+        GatewayFuture {
+            fut: self.0.call(req),
+        }
+    }
+}
+
+/// The future of each layer over the one under it, the proxy's boxed one
+/// innermost.
+type StackFuture = RouteFuture<
+    StepFuture<ReleaseFuture<StepFuture<StepFuture<StepFuture<futures::future::BoxFuture<'static, Outcome>>>>>>,
+>;
+
+pin_project_lite::pin_project! {
+    /// The answer of [`GatewayService`] to one request: a plain value over
+    /// the layers' futures.
+    pub struct GatewayFuture {
+        #[pin]
+        fut: StackFuture,
+    }
+}
+
+impl Future for GatewayFuture {
+    type Output = Result<Response<Body>, Infallible>;
+
+    fn poll(self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<Self::Output> {
+        self.project().fut.poll(cx)
+    }
+}
 
 /// Why the gateway could not start.
 #[derive(Debug, thiserror::Error)]
@@ -256,7 +313,7 @@ impl Gateway {
             Arc::clone(&self.inner.tls.upstreams),
         );
         let metrics = Arc::clone(&self.inner.metrics);
-        BoxCloneSyncService::new(
+        GatewayService(
             ServiceBuilder::new()
                 .layer(
                     RouteLayer::new(Arc::clone(&self.inner.plan), Arc::clone(&metrics))
@@ -477,10 +534,11 @@ impl Gateway {
         let admin_task = self.spawn_admin(admin, admin_rx);
         let service = self.service();
         let proxy_task = tokio::spawn(async move {
-            serve_with(listener, service, &options, async move {
+            let stopped = async move {
                 let _ = proxy_rx.wait_for(|v| *v).await;
-            })
-            .await
+            };
+            let source = Source::Listener(listener, AcceptFailures::default());
+            serve_from(source, service, &options, stopped, GatewayService::attach).await
         });
         shutdown.await;
         self.set_draining();

@@ -52,7 +52,7 @@ mod watched_body;
 
 pub use admin::{router as admin_router, AdminState};
 pub use backend::{AnyBackend, Broker};
-pub use gateway::{Gateway, GatewayError, GatewayService, Serving};
+pub use gateway::{Gateway, GatewayError, GatewayFuture, GatewayService, Serving};
 /// The request path's tower layers, outermost first (DESIGN §5: usable by
 /// any axum/hyper app too; the inner ones read the route the route layer
 /// puts in the request).

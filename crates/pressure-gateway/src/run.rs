@@ -19,6 +19,7 @@
 use crate::config::GatewayConfig;
 use crate::gateway::{Gateway, GatewayError};
 use crate::server::{distribute, serve_from, Source};
+use crate::GatewayService;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 use tokio::signal::unix::{signal, SignalKind};
@@ -106,10 +107,11 @@ pub async fn run(config: GatewayConfig, base_dir: &Path, options: RunOptions) ->
                     }
                 };
                 rt.block_on(async move {
-                    serve_from(Source::Handed(rx), service, &options, async move {
+                    let stopped = async move {
                         let _ = stop.wait_for(|v| *v).await;
-                    })
-                    .await
+                    };
+                    serve_from(Source::Handed(rx), service, &options, stopped, GatewayService::attach)
+                        .await
                     .dropped
                 })
             })

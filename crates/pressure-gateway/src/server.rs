@@ -31,7 +31,7 @@ use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -131,7 +131,42 @@ where
     S: HttpService,
 {
     let source = Source::Listener(listener, AcceptFailures::default());
-    serve_from(source, service, options, shutdown).await
+    serve_from(source, service, options, shutdown, detached).await
+}
+
+/// What a server tells a service about each connection before serving it
+/// (see [`ConnLink`]): `true` when the service itself now counts that
+/// connection's requests in flight and knows its peer, so the connection
+/// neither wraps each response body nor adds `ConnectInfo` to each request.
+pub(crate) type Attach<S> = fn(&mut S, &ConnLink) -> bool;
+
+/// [`Attach`] for a service that knows nothing of connections.
+pub(crate) fn detached<S>(_: &mut S, _: &ConnLink) -> bool {
+    false
+}
+
+/// One client connection as a service attached to it sees it: the peer,
+/// and the connection's activity, in which a request counts as in flight
+/// from its head until its response body is done ([`ConnLink::in_flight`]).
+#[derive(Clone)]
+pub(crate) struct ConnLink {
+    /// The client's address.
+    pub(crate) peer: SocketAddr,
+    activity: Arc<Activity>,
+}
+
+impl std::fmt::Debug for ConnLink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ConnLink").field("peer", &self.peer).finish_non_exhaustive()
+    }
+}
+
+impl ConnLink {
+    /// Counts a request in flight on this connection until the guard is
+    /// dropped (with the response body).
+    pub(crate) fn in_flight(&self) -> InFlight {
+        InFlight::new(Arc::clone(&self.activity))
+    }
 }
 
 /// Where a server takes its connections from.
@@ -224,16 +259,15 @@ pub(crate) async fn serve_from<S>(
     service: S,
     options: &ServeOptions,
     shutdown: impl Future<Output = ()>,
+    attach: Attach<S>,
 ) -> Drained
 where
     S: HttpService,
 {
     let mut builder = auto::Builder::new(TokioExecutor::new());
-    builder
-        .http1()
-        .max_buf_size(options.max_header_bytes.max(8192))
-        .timer(TokioTimer::new())
-        .header_read_timeout(options.header_read);
+    // No timer for HTTP/1: the connection's watchdog bounds the request
+    // head (`headerReadMs`), with no timer per request.
+    builder.http1().max_buf_size(options.max_header_bytes.max(8192));
     builder
         .http2()
         .timer(TokioTimer::new())
@@ -253,7 +287,7 @@ where
             open: Arc::clone(&open),
             all_closed: Arc::clone(&all_closed),
         };
-        tokio::spawn(conn.run(stream, peer, service.clone()));
+        tokio::spawn(conn.run(stream, peer, service.clone(), attach));
     }
     drop(source);
     let _ = stop_tx.send(true);
@@ -313,29 +347,33 @@ struct Connection {
 }
 
 impl Connection {
-    async fn run<S>(mut self, stream: TcpStream, peer: SocketAddr, service: S)
+    async fn run<S>(mut self, stream: TcpStream, peer: SocketAddr, mut service: S, attach: Attach<S>)
     where
-        S: tower::Service<Request<Body>, Response = Response<Body>, Error = Infallible>
-            + Clone
-            + Send
-            + 'static,
-        S::Future: Send + 'static,
+        S: HttpService,
     {
         let activity = Arc::new(Activity::new());
         let io = Watched {
             inner: stream,
             activity: Arc::clone(&activity),
         };
+        let link = ConnLink {
+            peer,
+            activity: Arc::clone(&activity),
+        };
+        let attached = attach(&mut service, &link);
         let svc = ConnService {
             inner: parking_lot::Mutex::new(service),
             peer,
-            activity: Arc::clone(&activity),
+            activity: (!attached).then(|| Arc::clone(&activity)),
             tls: self.options.tls.is_some(),
         };
         match self.options.tls.clone() {
             None => self.serve(io, svc, &activity, peer).await,
             Some(tls) => {
                 if let Some(io) = tls.accept(io, self.options.header_read, peer).await {
+                    if io.get_ref().1.alpn_protocol() == Some(b"h2") {
+                        activity.http2();
+                    }
                     self.serve(io, svc, &activity, peer).await;
                 }
             }
@@ -349,11 +387,7 @@ impl Connection {
     async fn serve<I, S>(&mut self, io: I, svc: ConnService<S>, activity: &Activity, peer: SocketAddr)
     where
         I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
-        S: tower::Service<Request<Body>, Response = Response<Body>, Error = Infallible>
-            + Clone
-            + Send
-            + 'static,
-        S::Future: Send + 'static,
+        S: HttpService,
     {
         // The connection (and its socket) is gone when this block ends.
         {
@@ -383,14 +417,28 @@ impl Connection {
 }
 
 /// What a connection's watchdog reads: requests in flight, the last byte
-/// read or written, and since when a write has been blocked (milliseconds
-/// since `base`; 0 = not blocked).
+/// read or written, since when a write has been blocked, and since when a
+/// request head has been arriving (milliseconds since `base`; 0 = not
+/// blocked, no head arriving).
 struct Activity {
     base: Instant,
     in_flight: AtomicUsize,
     last_io_ms: AtomicU64,
     blocked_since_ms: AtomicU64,
+    /// The first byte read with no request in flight: a head is arriving
+    /// (HTTP/1), until the request is handed to the service.
+    head_since_ms: AtomicU64,
+    /// Whether any byte was read yet (the first ones tell HTTP/2's
+    /// preface).
+    read_any: AtomicBool,
+    /// HTTP/2 (its preface, or ALPN): no head timer; its streams are
+    /// bounded by the h2 server itself.
+    h2: AtomicBool,
 }
+
+/// What an HTTP/2 client sends first (RFC 9113 §3.4), as far as it tells
+/// the two protocols apart.
+const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0";
 
 impl Activity {
     fn new() -> Self {
@@ -399,6 +447,9 @@ impl Activity {
             in_flight: AtomicUsize::new(0),
             last_io_ms: AtomicU64::new(0),
             blocked_since_ms: AtomicU64::new(0),
+            head_since_ms: AtomicU64::new(0),
+            read_any: AtomicBool::new(false),
+            h2: AtomicBool::new(false),
         }
     }
 
@@ -412,17 +463,52 @@ impl Activity {
         self.last_io_ms.store(self.now_ms(), Ordering::Relaxed);
     }
 
+    /// The connection speaks HTTP/2: no head timer from now on.
+    fn http2(&self) {
+        self.h2.store(true, Ordering::Relaxed);
+        self.head_since_ms.store(0, Ordering::Relaxed);
+    }
+
+    /// `bytes` were read from the client.
+    fn read(&self, bytes: &[u8]) {
+        let now = self.now_ms();
+        self.last_io_ms.store(now, Ordering::Relaxed);
+        if !self.read_any.swap(true, Ordering::Relaxed) {
+            let n = bytes.len().min(H2_PREFACE.len());
+            if n > 0 && bytes[..n] == H2_PREFACE[..n] {
+                self.http2();
+            }
+        }
+        if self.in_flight.load(Ordering::Relaxed) == 0
+            && !self.h2.load(Ordering::Relaxed)
+            && self.head_since_ms.load(Ordering::Relaxed) == 0
+        {
+            self.head_since_ms.store(now, Ordering::Relaxed);
+        }
+    }
+
     /// Resolves when the connection must be dropped, with the reason.
     async fn expired(&self, o: &ServeOptions) -> &'static str {
+        let ms = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+        // Woken at least this often, so a deadline that starts while the
+        // watchdog sleeps is seen when it passes.
+        let tick = ms(o.idle.min(o.send).min(o.header_read)).max(1);
         loop {
             let now = self.now_ms();
-            let ms = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
             let blocked = self.blocked_since_ms.load(Ordering::Relaxed);
-            let mut next = now + ms(o.idle.min(o.send)).max(1);
+            let mut next = now + tick;
             if blocked > 0 {
                 let deadline = blocked.saturating_add(ms(o.send));
                 if now >= deadline {
                     return "the client stopped reading the response";
+                }
+                next = next.min(deadline);
+            }
+            let head = self.head_since_ms.load(Ordering::Relaxed);
+            if head > 0 {
+                let deadline = head.saturating_add(ms(o.header_read));
+                if now >= deadline {
+                    return "no complete request head within headerReadMs";
                 }
                 next = next.min(deadline);
             }
@@ -441,14 +527,17 @@ impl Activity {
 /// The service of one connection: puts the peer address in each request,
 /// and counts the request as in flight from its head until its response
 /// body is done (or dropped), so the idle clock never runs while the
-/// gateway is still working on an answer, however long that takes.
+/// gateway is still working on an answer, however long that takes. A
+/// service attached to the connection ([`Attach`]) does both itself, with
+/// no extension and no body wrapper of the connection's.
 struct ConnService<S> {
     /// Called in place when it is ready (it always is, in the gateway), a
     /// clone of it otherwise: no clone per request. The lock is only held
     /// for the call (hyper calls with `&self`).
     inner: parking_lot::Mutex<S>,
     peer: SocketAddr,
-    activity: Arc<Activity>,
+    /// The connection's activity, when the service is not attached to it.
+    activity: Option<Arc<Activity>>,
     /// The connection is TLS: requests carry [`crate::tls::ClientTls`].
     tls: bool,
 }
@@ -459,12 +548,14 @@ where
 {
     type Response = Response<Body>;
     type Error = Infallible;
-    type Future = Pin<Box<dyn Future<Output = Result<Response<Body>, Infallible>> + Send>>;
+    type Future = ConnFuture<futures::future::Either<S::Future, tower::util::Oneshot<S, Request<Body>>>>;
 
     fn call(&self, req: Request<hyper::body::Incoming>) -> Self::Future {
-        let guard = InFlight::new(Arc::clone(&self.activity));
         let mut req = req.map(Body::new);
-        req.extensions_mut().insert(ConnectInfo(self.peer));
+        let guard = self.activity.as_ref().map(|a| {
+            req.extensions_mut().insert(ConnectInfo(self.peer));
+            InFlight::new(Arc::clone(a))
+        });
         if self.tls {
             req.extensions_mut().insert(crate::tls::ClientTls);
         }
@@ -477,19 +568,41 @@ where
                 Poll::Pending => futures::future::Either::Right(inner.clone().oneshot(req)),
             }
         };
-        Box::pin(async move {
-            let resp = fut.await?;
-            Ok(resp.map(|b| Body::new(WatchedBody::new(b, guard))))
-        })
+        ConnFuture { fut, guard }
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// The answer of a [`ConnService`]: the service's own, its body
+    /// holding the request's [`InFlight`] when the connection counts it.
+    struct ConnFuture<F> {
+        #[pin]
+        fut: F,
+        guard: Option<InFlight>,
+    }
+}
+
+impl<F: Future<Output = Result<Response<Body>, Infallible>>> Future for ConnFuture<F> {
+    type Output = Result<Response<Body>, Infallible>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.project();
+        let resp = std::task::ready!(this.fut.poll(cx))?;
+        Poll::Ready(Ok(match this.guard.take() {
+            Some(guard) => resp.map(|b| Body::new(WatchedBody::new(b, guard))),
+            None => resp,
+        }))
     }
 }
 
 /// Counts a request in flight until its response body is done or dropped.
-struct InFlight(Arc<Activity>);
+pub(crate) struct InFlight(Arc<Activity>);
 
 impl InFlight {
     fn new(a: Arc<Activity>) -> Self {
         a.in_flight.fetch_add(1, Ordering::Relaxed);
+        // The head is complete.
+        a.head_since_ms.store(0, Ordering::Relaxed);
         Self(a)
     }
 }
@@ -519,7 +632,7 @@ impl AsyncRead for Watched {
         let before = buf.filled().len();
         let r = Pin::new(&mut self.inner).poll_read(cx, buf);
         if matches!(r, Poll::Ready(Ok(()))) && buf.filled().len() > before {
-            self.activity.touched();
+            self.activity.read(&buf.filled()[before..]);
         }
         r
     }

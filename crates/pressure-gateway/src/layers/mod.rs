@@ -202,8 +202,12 @@ pub(crate) struct Routed {
     pub route: Route,
     /// The permits the request holds (the release layer gives them back):
     /// carried here rather than as an extension of its own, one allocation
-    /// less per request.
+    /// less per request. The route layer's observation gives them back
+    /// with the response body.
     pub slot: PermitSlot,
+    /// The client's address, when the connection attached itself to the
+    /// route layer (otherwise it is in `ConnectInfo`).
+    pub peer: Option<std::net::SocketAddr>,
 }
 
 /// The [`Routed`] of a request that went through the route layer.
@@ -263,11 +267,42 @@ pub(crate) async fn acquire(
     namespace_id: Option<&str>,
     metrics: &GatewayMetrics,
 ) -> Result<Permit<AnyBackend>, Rejection> {
-    let opts = match req.extensions().get::<NoLease>() {
+    let answer = handle.try_acquire(options_of(req)).await;
+    settle(handle, req, layer, namespace_id, metrics, answer)
+}
+
+/// [`acquire`] when the backend answers at once (in-process state), `None`
+/// when it must be awaited: a layer that gets its answer here needs no
+/// future of its own for the request.
+pub(crate) fn acquire_if_ready(
+    handle: &ResourceHandle<AnyBackend>,
+    req: &Request<Body>,
+    layer: Layer,
+    metrics: &GatewayMetrics,
+) -> Option<Result<Permit<AnyBackend>, Rejection>> {
+    let answer = handle.try_acquire_if_ready(&options_of(req))?;
+    Some(settle(handle, req, layer, None, metrics, answer))
+}
+
+/// The acquisition options of a request: no concurrency lease for a
+/// [`NoLease`] one.
+fn options_of(req: &Request<Body>) -> AcquireOptions {
+    match req.extensions().get::<NoLease>() {
         Some(NoLease) => AcquireOptions::default().without_lease(),
         None => AcquireOptions::default(),
-    };
-    match handle.try_acquire(opts).await {
+    }
+}
+
+/// A grant counted, or the refusal an answer of `handle` makes.
+fn settle(
+    handle: &ResourceHandle<AnyBackend>,
+    req: &Request<Body>,
+    layer: Layer,
+    namespace_id: Option<&str>,
+    metrics: &GatewayMetrics,
+    answer: Result<Acquisition<AnyBackend>, pressure_core::Error>,
+) -> Result<Permit<AnyBackend>, Rejection> {
+    match answer {
         Ok(Acquisition::Granted(permit)) => {
             metrics.allowed(layer);
             Ok(permit)

@@ -14,6 +14,8 @@
 use crate::access_log::{AccessRecord, REQUEST_ID};
 use crate::metrics::traffic::{Series, NONE};
 use crate::metrics::GatewayMetrics;
+use crate::permits::PermitSlot;
+use crate::server::InFlight;
 use crate::plan::{Endpoint, Route};
 use crate::proxy::Upstream;
 use crate::rejection::UpstreamFailure;
@@ -49,6 +51,10 @@ pub(crate) struct Observation {
     status: u16,
     bytes: u64,
     access: Option<Box<AccessRecord>>,
+    /// The request's permits, given back when the observation settles.
+    slot: Option<PermitSlot>,
+    /// The request counted in flight on its connection until then.
+    in_flight: Option<InFlight>,
 }
 
 impl Observation {
@@ -71,7 +77,17 @@ impl Observation {
             status: CLIENT_CLOSED,
             bytes: 0,
             access,
+            slot: None,
+            in_flight: None,
         }
+    }
+
+    /// Gives `slot`'s permits back and ends `in_flight` when the
+    /// observation settles: one body wrapper where there would be three.
+    pub(crate) fn holding(mut self, slot: Option<PermitSlot>, in_flight: Option<InFlight>) -> Self {
+        self.slot = slot;
+        self.in_flight = in_flight;
+        self
     }
 
     /// Blames a failing response body on `upstream` (a proxied request).
@@ -100,6 +116,10 @@ impl Drop for Observation {
         if let Some(a) = &self.access {
             a.emit(self.status, took, self.bytes);
         }
+        if let Some(slot) = self.slot.take() {
+            slot.release_all();
+        }
+        // `in_flight` ends after this, with the fields.
     }
 }
 

@@ -3,7 +3,7 @@
 //! refused requests never reach token verification. The permit goes into
 //! the request's [`crate::permits::PermitSlot`].
 
-use super::{charge, routed, step_layer, take_ready, RejectingService, Step, StepFuture};
+use super::{acquire_if_ready, charge, hold, routed, step_layer, take_ready, RejectingService, Step, StepFuture};
 use crate::metrics::{GatewayMetrics, Layer};
 use axum::body::Body;
 use http::Request;
@@ -29,6 +29,16 @@ impl Step for PreAuthLayer {
         let Some(handle) = routed(&req).and_then(|r| r.route.resource.clone()) else {
             return StepFuture::next(next.call(req));
         };
+        // The in-process backend answers at once: no future of this
+        // layer's for the request.
+        match acquire_if_ready(&handle, &req, Layer::PreAuth, &self.metrics) {
+            Some(Ok(permit)) => {
+                hold(&mut req, &handle, permit);
+                return StepFuture::next(next.call(req));
+            }
+            Some(Err(refused)) => return StepFuture::ready(Err(refused)),
+            None => {}
+        }
         let mut next = take_ready(next);
         let metrics = Arc::clone(&self.metrics);
         StepFuture::boxed(async move {

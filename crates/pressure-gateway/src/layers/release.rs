@@ -85,18 +85,19 @@ impl<S: RejectingService> tower::Service<Request<Body>> for ReleaseService<S> {
 
     fn call(&mut self, mut req: Request<Body>) -> ReleaseFuture<S::Future> {
         // The route's slot; a slot of its own without the route layer.
-        let slot = match super::routed(&req) {
-            Some(r) => r.slot.clone(),
+        let (slot, routed) = match super::routed(&req) {
+            Some(r) => (r.slot.clone(), true),
             None => {
                 let slot = PermitSlot::default();
                 req.extensions_mut().insert(slot.clone());
-                slot
+                (slot, false)
             }
         };
         let guard = Guard(Some(slot));
         ReleaseFuture {
             fut: self.next.call(req),
             guard,
+            routed,
             metrics: Arc::clone(&self.metrics),
         }
     }
@@ -109,6 +110,9 @@ pin_project_lite::pin_project! {
         #[pin]
         fut: F,
         guard: Guard,
+        // The route layer's observation gives the permits back with the
+        // body: only long-lived answers are this layer's to release.
+        routed: bool,
         metrics: Arc<GatewayMetrics>,
     }
 }
@@ -132,13 +136,19 @@ impl<F: Future<Output = Outcome>> Future for ReleaseFuture<F> {
         let Some(slot) = this.guard.0.take() else {
             return Poll::Ready(Ok(resp));
         };
-        Poll::Ready(Ok(with_release(resp, slot, this.metrics)))
+        Poll::Ready(Ok(with_release(resp, slot, *this.routed, this.metrics)))
     }
 }
 
-/// `resp` with its body holding `slot`, or `slot` released now when it
-/// holds nothing or the answer is long-lived.
-fn with_release(resp: Response<Body>, slot: PermitSlot, metrics: &GatewayMetrics) -> Response<Body> {
+/// `resp` with its body holding `slot` (unless `routed`: the route layer's
+/// observation holds it), or `slot` released now when it holds nothing or
+/// the answer is long-lived.
+fn with_release(
+    resp: Response<Body>,
+    slot: PermitSlot,
+    routed: bool,
+    metrics: &GatewayMetrics,
+) -> Response<Body> {
     if slot.is_empty() {
         return resp;
     }
@@ -153,6 +163,9 @@ fn with_release(resp: Response<Body>, slot: PermitSlot, metrics: &GatewayMetrics
     if is_event_stream(&resp) {
         metrics.bypassed("sse");
         slot.release_all();
+        return resp;
+    }
+    if routed {
         return resp;
     }
     let (parts, body) = resp.into_parts();

@@ -25,6 +25,7 @@ use crate::metrics::GatewayMetrics;
 use crate::path::normalize;
 use crate::permits::PermitSlot;
 use crate::plan::{Endpoint, Plan};
+use crate::server::ConnLink;
 use crate::rejection::{Dialect, Rejection};
 use arc_swap::ArcSwap;
 use axum::body::Body;
@@ -88,6 +89,7 @@ impl<S> tower::Layer<S> for RouteLayer {
             metrics: Arc::clone(&self.metrics),
             force_access_log: self.force_access_log,
             force_rate_limit_headers: self.force_rate_limit_headers,
+            conn: None,
         }
     }
 }
@@ -100,6 +102,18 @@ pub struct RouteService<S> {
     metrics: Arc<GatewayMetrics>,
     force_access_log: bool,
     force_rate_limit_headers: bool,
+    /// The client connection this copy serves, when the server attached it
+    /// (`crate::server::Attach`): the peer goes into [`Routed`], and the
+    /// request's in-flight count rides in its observation, so the
+    /// connection wraps nothing of its own.
+    conn: Option<ConnLink>,
+}
+
+impl<S> RouteService<S> {
+    /// Serves the one connection `link` from now on.
+    pub(crate) fn attach(&mut self, link: ConnLink) {
+        self.conn = Some(link);
+    }
 }
 
 /// Refuses request heads that would let a client smuggle a second value
@@ -161,6 +175,7 @@ where
 
     fn call(&mut self, mut req: Request<Body>) -> Self::Future {
         let arrived = tokio::time::Instant::now();
+        let in_flight = self.conn.as_ref().map(ConnLink::in_flight);
         let metrics = Arc::clone(&self.metrics);
         let plan = self.plan.load_full();
         let access_log = self.force_access_log || plan.access_log();
@@ -174,7 +189,7 @@ where
         });
         if let Err(rejection) = check_head(&req).and_then(|()| normalize_path(&mut req)) {
             rejection.record(&metrics, plan.denial_lines());
-            let obs = Observation::start(&metrics, arrived, NONE, NONE, access);
+            let obs = Observation::start(&metrics, arrived, NONE, NONE, access).holding(None, in_flight);
             return RouteFuture {
                 state: RouteState::Refused {
                     rejection: Some(rejection),
@@ -200,7 +215,13 @@ where
             Endpoint::Proxy => route.upstream.clone(),
             Endpoint::ChatCompletions | Endpoint::Embeddings | Endpoint::Models | Endpoint::Model => None,
         };
-        let obs = Observation::start(&metrics, arrived, name, upstream, access).proxied(proxied);
+        // The observation settles with the response body: it then gives
+        // the request's permits back (the release layer leaves them to it)
+        // and ends its in-flight count.
+        let slot = PermitSlot::default();
+        let obs = Observation::start(&metrics, arrived, name, upstream, access)
+            .proxied(proxied)
+            .holding(Some(slot.clone()), in_flight);
         let headers = charged.clone().filter(|_| rate_limit_headers);
         let concurrency = req.extensions().get::<super::NoLease>().is_none();
         let denial_lines = plan.denial_lines();
@@ -210,7 +231,8 @@ where
         req.extensions_mut().insert(Routed {
             plan,
             route,
-            slot: PermitSlot::default(),
+            slot,
+            peer: self.conn.as_ref().map(|c| c.peer),
         });
         let fut = self.inner.call(req);
         RouteFuture {

@@ -24,9 +24,12 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-/// The client address of a request, from [`ConnectInfo<SocketAddr>`].
+/// The client address of a request: its route's, where the connection
+/// attached itself to the route layer, else [`ConnectInfo<SocketAddr>`].
 fn client_addr<B>(req: &Request<B>) -> Option<SocketAddr> {
-    req.extensions().get::<ConnectInfo<SocketAddr>>().map(|c| c.0)
+    routed(req)
+        .and_then(|r| r.peer)
+        .or_else(|| req.extensions().get::<ConnectInfo<SocketAddr>>().map(|c| c.0))
 }
 
 /// Forwards each request to its route's upstream. Cheap to clone (clones

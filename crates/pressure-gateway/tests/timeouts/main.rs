@@ -86,6 +86,54 @@ async fn silent_and_idle_connections_are_closed() {
     .await;
 }
 
+/// A head sent a byte at a time, each byte well within `idleMs`, is cut at
+/// `headerReadMs` from its first byte (a slowloris), on a connection that
+/// served a request before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_head_sent_byte_by_byte_is_cut_at_header_read() {
+    bounded(async {
+        let up = TestUpstream::demo().await;
+        let gw = TestGateway::start(config(&up, json!({ "idleMs": 1000, "headerReadMs": 400 }))).await;
+        let mut slow = TcpStream::connect(gw.addr).await.expect("connect");
+        // One request served first: the head timer starts again with the
+        // next head's first byte.
+        slow.write_all(b"GET /x HTTP/1.1\r\nHost: gw\r\n\r\n")
+            .await
+            .expect("write");
+        let mut buf = [0u8; 4096];
+        let n = slow.read(&mut buf).await.expect("answer");
+        assert!(String::from_utf8_lossy(&buf[..n]).starts_with("HTTP/1.1 200"));
+        tokio::time::sleep(Duration::from_millis(600)).await;
+        let started = Instant::now();
+        let head = b"GET /y HTTP/1.1\r\nHost: gw\r\nX-Slow: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
+        let mut cut = None;
+        for byte in head {
+            if slow.write_all(&[*byte]).await.is_err() {
+                cut = Some(started.elapsed());
+                break;
+            }
+            // Closed by the gateway: a read sees the end.
+            match tokio::time::timeout(Duration::from_millis(100), slow.read(&mut buf)).await {
+                Ok(Ok(0)) | Ok(Err(_)) => {
+                    cut = Some(started.elapsed());
+                    break;
+                }
+                Ok(Ok(n)) => panic!("answered a head still arriving: {:?}", String::from_utf8_lossy(&buf[..n])),
+                Err(_) => {}
+            }
+        }
+        let cut = cut.expect("the trickled head was never cut");
+        assert!(cut >= Duration::from_millis(350), "cut before headerReadMs: {cut:?}");
+        assert!(cut < Duration::from_secs(3), "cut late: {cut:?}");
+
+        // Still serving.
+        assert_eq!(gw.get("/still").await.status, 200);
+        gw.stop().await;
+        up.stop().await;
+    })
+    .await;
+}
+
 /// Sends a request for a large response and never reads it.
 async fn stalled_reader(addr: SocketAddr, path: &str) -> TcpStream {
     let mut s = TcpStream::connect(addr).await.expect("connect");
