@@ -13,8 +13,8 @@ use crate::layers::pre_auth::PreAuthLayer;
 use crate::layers::release::ReleaseLayer;
 use crate::layers::release::{ReleaseFuture, ReleaseService};
 use crate::layers::route::{PlanCell, RouteFuture, RouteLayer, RouteService};
-use crate::layers::{Outcome, StepFuture, Stepped};
 use crate::layers::tenant::TenantLayer;
+use crate::layers::{Outcome, StepFuture, Stepped};
 use crate::manual_queue::RedisManualQueue;
 use crate::metrics::GatewayMetrics;
 use crate::openai::{Llm, OpenAiLayer};
@@ -43,7 +43,10 @@ use tower::ServiceBuilder;
 /// The layers of the request path over the proxy, as built once per
 /// server thread (see [`crate::layers`]).
 type Stack = RouteService<
-    Stepped<BodyLimitLayer, ReleaseService<Stepped<PreAuthLayer, Stepped<TenantLayer, Stepped<OpenAiLayer, Forward>>>>>,
+    Stepped<
+        BodyLimitLayer,
+        ReleaseService<Stepped<PreAuthLayer, Stepped<TenantLayer, Stepped<OpenAiLayer, Forward>>>>,
+    >,
 >;
 
 /// The gateway's request service: route → body limit → release → pre-auth
@@ -80,7 +83,9 @@ impl tower::Service<Request<Body>> for GatewayService {
 /// The future of each layer over the one under it, the proxy's boxed one
 /// innermost.
 type StackFuture = RouteFuture<
-    StepFuture<ReleaseFuture<StepFuture<StepFuture<StepFuture<futures::future::BoxFuture<'static, Outcome>>>>>>,
+    StepFuture<
+        ReleaseFuture<StepFuture<StepFuture<StepFuture<futures::future::BoxFuture<'static, Outcome>>>>>,
+    >,
 >;
 
 pin_project_lite::pin_project! {
@@ -95,7 +100,10 @@ pin_project_lite::pin_project! {
 impl Future for GatewayFuture {
     type Output = Result<Response<Body>, Infallible>;
 
-    fn poll(self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<Self::Output> {
+    fn poll(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Self::Output> {
         self.project().fut.poll(cx)
     }
 }

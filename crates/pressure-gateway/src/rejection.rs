@@ -85,6 +85,21 @@ fn push_json_str(out: &mut String, s: &str) {
     out.push_str(&quoted[1..quoted.len() - 1]);
 }
 
+/// `Retry-After: n` without an allocation for the waits most 429s carry
+/// (up to a minute; longer ones are formatted).
+fn seconds_value(secs: u64) -> HeaderValue {
+    const SMALL: [&str; 61] = [
+        "0", "1", "2", "3", "4", "5", "6", "7", "8", "9", "10", "11", "12", "13", "14", "15", "16", "17",
+        "18", "19", "20", "21", "22", "23", "24", "25", "26", "27", "28", "29", "30", "31", "32", "33", "34",
+        "35", "36", "37", "38", "39", "40", "41", "42", "43", "44", "45", "46", "47", "48", "49", "50", "51",
+        "52", "53", "54", "55", "56", "57", "58", "59", "60",
+    ];
+    match usize::try_from(secs).ok().and_then(|i| SMALL.get(i)) {
+        Some(s) => HeaderValue::from_static(s),
+        None => HeaderValue::from(secs),
+    }
+}
+
 /// `RateLimit-Policy`.
 static RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
 /// `RateLimit`.
@@ -611,7 +626,7 @@ impl Rejection {
         let h = resp.headers_mut();
         h.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
         if let Some(wait) = self.retry_after() {
-            h.insert(header::RETRY_AFTER, HeaderValue::from(retry_after_secs(wait)));
+            h.insert(header::RETRY_AFTER, seconds_value(retry_after_secs(wait)));
             if dialect == Dialect::OpenAi {
                 // What OpenAI's SDKs read first; whole milliseconds, at least 1.
                 let ms = u64::try_from(wait.as_millis()).unwrap_or(u64::MAX).max(1);
@@ -926,5 +941,12 @@ mod tests {
             .status(),
             503
         );
+    }
+
+    #[test]
+    fn retry_after_values_are_the_number() {
+        for secs in [0u64, 1, 9, 10, 59, 60, 61, 3600, u64::MAX] {
+            assert_eq!(seconds_value(secs).to_str().expect("ascii"), secs.to_string());
+        }
     }
 }

@@ -110,8 +110,14 @@ pub async fn run(config: GatewayConfig, base_dir: &Path, options: RunOptions) ->
                     let stopped = async move {
                         let _ = stop.wait_for(|v| *v).await;
                     };
-                    serve_from(Source::Handed(rx), service, &options, stopped, GatewayService::attach)
-                        .await
+                    serve_from(
+                        Source::Handed(rx),
+                        service,
+                        &options,
+                        stopped,
+                        GatewayService::attach,
+                    )
+                    .await
                     .dropped
                 })
             })

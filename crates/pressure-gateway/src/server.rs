@@ -157,7 +157,9 @@ pub(crate) struct ConnLink {
 
 impl std::fmt::Debug for ConnLink {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ConnLink").field("peer", &self.peer).finish_non_exhaustive()
+        f.debug_struct("ConnLink")
+            .field("peer", &self.peer)
+            .finish_non_exhaustive()
     }
 }
 

@@ -3,7 +3,9 @@
 //! refused requests never reach token verification. The permit goes into
 //! the request's [`crate::permits::PermitSlot`].
 
-use super::{acquire_if_ready, charge, hold, routed, step_layer, take_ready, RejectingService, Step, StepFuture};
+use super::{
+    acquire_if_ready, charge, hold, routed, step_layer, take_ready, RejectingService, Step, StepFuture,
+};
 use crate::metrics::{GatewayMetrics, Layer};
 use axum::body::Body;
 use http::Request;

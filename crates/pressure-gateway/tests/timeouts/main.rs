@@ -118,12 +118,18 @@ async fn a_head_sent_byte_by_byte_is_cut_at_header_read() {
                     cut = Some(started.elapsed());
                     break;
                 }
-                Ok(Ok(n)) => panic!("answered a head still arriving: {:?}", String::from_utf8_lossy(&buf[..n])),
+                Ok(Ok(n)) => panic!(
+                    "answered a head still arriving: {:?}",
+                    String::from_utf8_lossy(&buf[..n])
+                ),
                 Err(_) => {}
             }
         }
         let cut = cut.expect("the trickled head was never cut");
-        assert!(cut >= Duration::from_millis(350), "cut before headerReadMs: {cut:?}");
+        assert!(
+            cut >= Duration::from_millis(350),
+            "cut before headerReadMs: {cut:?}"
+        );
         assert!(cut < Duration::from_secs(3), "cut late: {cut:?}");
 
         // Still serving.
