@@ -4,7 +4,10 @@
 //! queue's dispatcher and `acquire_within` all come through here.
 
 use crate::acquisition::{AcquireOptions, Acquisition, Permit};
-use crate::backend::{Backend, BackendError, Decision, Denial, Grant, QuickDecision, SyncBackend};
+use crate::backend::memory::Held;
+use crate::backend::{
+    Backend, BackendError, Decision, Denial, Grant, LeaseId, QuickDecision, Reserved, SyncBackend,
+};
 use crate::entry::Entry;
 use crate::error::Error;
 use crate::limits::{Demand, PPM};
@@ -137,6 +140,21 @@ impl<B: Backend> Entry<B> {
     where
         B: SyncBackend,
     {
+        {
+            // The in-process backend (known at compile time for
+            // `MemoryBackend`): its leased grant comes back as two words and
+            // the permit is built from them in the caller's slot.
+            let e = self.current();
+            if let Some((memory, handle)) = e.memory() {
+                let demand = e.demand(opts);
+                e.check_size(&demand)?;
+                return match memory.acquire_held(handle, &demand) {
+                    Held::Plain { at_ns } => Ok(e.plain_grant(at_ns, &demand)),
+                    Held::Leased { at_ns, lease } => Ok(e.held_lease(at_ns, lease, &demand)),
+                    Held::Full(d) => e.finish_full(d),
+                };
+            }
+        }
         match self.decide_sync(opts)? {
             (e, demand, QuickDecision::Granted { at_ns }) => Ok(e.plain_grant(at_ns, &demand)),
             (_, _, QuickDecision::Full(Decision::Denied(d))) => Ok(Acquisition::Denied(d)),
@@ -158,6 +176,22 @@ impl<B: Backend> Entry<B> {
         self.counters().active.inc();
         self.renewer.hold(self);
         Acquisition::Granted(Permit::new(Some(Arc::clone(self)), *grant, 0))
+    }
+
+    /// [`Entry::held_grant`] of an immediate grant of exactly `demand` at
+    /// `at_ns` with `lease`, which the in-process backend keeps.
+    #[inline(always)]
+    fn held_lease(self: &Arc<Self>, at_ns: u64, lease: LeaseId, demand: &Demand) -> Acquisition<B> {
+        self.counters().active.inc();
+        self.renewer.hold(self);
+        let grant = Grant {
+            at_ns,
+            delay_ns: 0,
+            lease: Some(lease),
+            reserved: Reserved::from(demand),
+            fallback: false,
+        };
+        Acquisition::Granted(Permit::new(Some(Arc::clone(self)), grant, 0))
     }
 
     /// The acquisition of a plain grant, built in the caller's return slot:

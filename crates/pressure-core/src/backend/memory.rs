@@ -290,7 +290,60 @@ enum Verdict {
     Denied(Denial),
 }
 
-#[derive(Debug)]
+/// The most rate dimensions a resource can have (one per rate
+/// [`Dimension`]); [`LockedState::grant_at_once`] keeps one word per
+/// dimension on the stack.
+const MAX_RATES: usize = 8;
+
+/// A demand's units by kind of unit, so a dimension's units are one table
+/// read ([`UnitsByKind::of`]) instead of a match on the dimension.
+struct UnitsByKind([u64; 6]);
+
+impl UnitsByKind {
+    /// The kind of unit of each dimension, by its index: requests, input
+    /// plus output tokens, input tokens, output tokens, cost, none.
+    const KIND: [u8; 12] = {
+        let mut kind = [0u8; 12];
+        let mut i = 0;
+        while i < 12 {
+            let d = Dimension::ALL[i];
+            kind[d as usize] = match d {
+                Dimension::RequestsPerSecond
+                | Dimension::RequestsPerMinute
+                | Dimension::RequestsPerHour
+                | Dimension::RequestsPer24Hours
+                | Dimension::RequestsPerDay => 0,
+                Dimension::TokensPerMinute | Dimension::TokensPerDay => 1,
+                Dimension::InputTokensPerMinute => 2,
+                Dimension::OutputTokensPerMinute => 3,
+                Dimension::CostMicroUsdPerDay | Dimension::CostMicroUsdPerMonth => 4,
+                Dimension::MaxConcurrentRequests => 5,
+            };
+            i += 1;
+        }
+        kind
+    };
+
+    #[inline(always)]
+    fn new(demand: &Demand) -> Self {
+        Self([
+            demand.requests,
+            demand.input_tokens.saturating_add(demand.output_tokens),
+            demand.input_tokens,
+            demand.output_tokens,
+            demand.cost_micro_usd,
+            0,
+        ])
+    }
+
+    /// [`Dimension::units`] of the demand.
+    #[inline(always)]
+    fn of(&self, dimension: Dimension) -> u64 {
+        self.0[Self::KIND[dimension as usize] as usize]
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
 enum DimState {
     Gcra(u64),
     Window(WindowState),
@@ -603,19 +656,55 @@ impl LockedState {
         }
     }
 
-    /// [`LockedState::acquire`] for [`SyncBackend::acquire_quick`].
-    fn acquire_quick(&mut self, now: u64, demand: &Demand) -> QuickDecision {
+    /// [`LockedState::acquire`] for [`MemoryBackend::acquire_held`]: the
+    /// specialised grant ([`LockedState::grant_at_once`]) in line, every
+    /// other decision out of line.
+    #[inline(always)]
+    fn acquire_held(&mut self, now: u64, demand: &Demand) -> Held {
         let now = self.monotonic(now);
-        match self.acquire_verdict(now, demand) {
-            Verdict::Plain => QuickDecision::Granted { at_ns: now },
-            Verdict::Granted { delay, lease } => QuickDecision::Full(granted(now, delay, lease, demand)),
-            Verdict::Denied(d) => QuickDecision::Full(Decision::Denied(d)),
+        match self.grant_at_once(now, demand) {
+            Some(lease) => {
+                self.allowed += 1;
+                match lease {
+                    None => Held::Plain { at_ns: now },
+                    Some(lease) => Held::Leased { at_ns: now, lease },
+                }
+            }
+            None => self.acquire_held_generic(now, demand),
         }
+    }
+
+    /// [`LockedState::acquire_held`] by the generic decision (`now`
+    /// already monotonic).
+    #[inline(never)]
+    fn acquire_held_generic(&mut self, now: u64, demand: &Demand) -> Held {
+        let verdict = self.decide_generic(now, demand);
+        match self.counted(verdict, demand) {
+            Verdict::Plain => Held::Plain { at_ns: now },
+            Verdict::Granted {
+                delay: 0,
+                lease: Some(lease),
+            } => Held::Leased { at_ns: now, lease },
+            Verdict::Granted { delay, lease } => Held::Full(granted(now, delay, lease, demand)),
+            Verdict::Denied(d) => Held::Full(Decision::Denied(d)),
+        }
+    }
+
+    /// [`LockedState::acquire`] for [`SyncBackend::acquire_quick`].
+    #[cfg(test)]
+    fn acquire_quick(&mut self, now: u64, demand: &Demand) -> QuickDecision {
+        self.acquire_held(now, demand).into_quick(demand)
     }
 
     #[inline(always)]
     fn acquire_verdict(&mut self, now: u64, demand: &Demand) -> Verdict {
         let verdict = self.decide(now, demand);
+        self.counted(verdict, demand)
+    }
+
+    /// `verdict`, counted as a grant or a denial.
+    #[inline(always)]
+    fn counted(&mut self, verdict: Verdict, demand: &Demand) -> Verdict {
         match verdict {
             Verdict::Plain | Verdict::Granted { .. } => self.allowed += 1,
             Verdict::Denied(_) if demand.count_denial => self.denied += 1,
@@ -626,6 +715,83 @@ impl LockedState {
 
     #[inline(always)]
     fn decide(&mut self, now: u64, demand: &Demand) -> Verdict {
+        match self.grant_at_once(now, demand) {
+            Some(None) => return Verdict::Plain,
+            Some(lease @ Some(_)) => return Verdict::Granted { delay: 0, lease },
+            None => {}
+        }
+        self.decide_generic(now, demand)
+    }
+
+    /// The common decision, specialised: a demand at the full limit that
+    /// every rate dimension and the concurrency limit admit now, on a
+    /// resource without calendar dimensions. Granted and committed exactly
+    /// as [`LockedState::decide_generic`] would (same checks, same
+    /// commits), in one pass that checks each dimension and keeps what it
+    /// will store, and one that stores it; the units of each dimension are
+    /// read from a table by unit kind instead of matched per dimension.
+    /// `Some(lease)`: granted (the lease taken, if any); `None`: not
+    /// answered here — a denial, a booking, a batch caller, a full
+    /// concurrency limit (whose expired leases the generic path sweeps),
+    /// calendar dimensions — and nothing was counted (a window dimension
+    /// may have let go of sub-windows that no longer count at `now`, which
+    /// the generic path does first as well).
+    #[inline(always)]
+    fn grant_at_once(&mut self, now: u64, demand: &Demand) -> Option<Option<LeaseId>> {
+        let LockedState {
+            spec, dims, leases, ..
+        } = self;
+        let lease_limit = match (demand.lease, spec.concurrency) {
+            (true, Some(limit)) => Some(limit),
+            _ => None,
+        };
+        if demand.ceiling_ppm < PPM
+            || !spec.calendars.is_empty()
+            || spec.rates.len() > MAX_RATES
+            || lease_limit.is_some_and(|limit| leases.len() as u64 >= limit)
+        {
+            return None;
+        }
+        let units = UnitsByKind::new(demand);
+        // Per dimension, what the second pass stores: a bucket's new TAT,
+        // a window's units.
+        let mut keep = [0u64; MAX_RATES];
+        for ((r, st), keep) in spec.rates.iter().zip(dims.iter_mut()).zip(keep.iter_mut()) {
+            let n = units.of(r.dimension);
+            match st {
+                DimState::Gcra(tat) => {
+                    // `gcra::check` at the full capacity.
+                    *keep = *tat;
+                    if n != 0 {
+                        let next = (*tat).max(now).saturating_add(gcra::increment(r, n));
+                        if next - now > gcra::tolerance(r, r.capacity) {
+                            return None;
+                        }
+                        *keep = next;
+                    }
+                }
+                DimState::Window(w) => {
+                    // `WindowState::check` at the full limit.
+                    w.evict(r, now);
+                    if n != 0 && w.sum().saturating_add(n) > r.limit {
+                        return None;
+                    }
+                    *keep = n;
+                }
+            }
+        }
+        for ((r, st), &keep) in spec.rates.iter().zip(dims.iter_mut()).zip(keep.iter()) {
+            match st {
+                DimState::Gcra(tat) => *tat = keep,
+                DimState::Window(w) => w.commit(r, now, keep),
+            }
+        }
+        Some(lease_limit.map(|_| LeaseId(leases.insert(now + spec.lease_ttl_ns))))
+    }
+
+    /// Every decision: any shape, any demand.
+    #[inline(always)]
+    fn decide_generic(&mut self, now: u64, demand: &Demand) -> Verdict {
         // Disjoint borrows of the fields: the limits are read while the
         // dimensions are updated, with no reference count touched.
         let wall = if self.spec.calendars.is_empty() {
@@ -795,18 +961,38 @@ impl LockedState {
 }
 
 impl MemoryBackend {
+    /// What the lock-free words did not answer: a locked resource (in a
+    /// small function of its own), or anything else.
     #[inline(never)]
-    fn acquire_quick_slow(state: &State, now: u64, demand: &Demand) -> QuickDecision {
+    fn acquire_held_slow(state: &State, now: u64, demand: &Demand) -> Held {
         match state {
-            State::Locked(m) => m.lock().acquire_quick(now, demand),
-            State::Moved(next) => Self::acquire_quick_slow(next, now, demand),
-            State::FastWindow(f) => match Self::window_slow(f, now, demand) {
-                Some(Ok(at_ns)) => QuickDecision::Granted { at_ns },
-                Some(Err(denial)) => QuickDecision::Full(Decision::Denied(denial)),
-                None => Self::acquire_quick_slow(f.successor(), now, demand),
-            },
-            State::Fast(_) => QuickDecision::of(Self::acquire_slow(state, now, demand), demand),
+            State::Locked(m) => Self::locked_held(m, now, demand),
+            _ => Self::acquire_held_other(state, now, demand),
         }
+    }
+
+    #[inline(never)]
+    fn acquire_held_other(state: &State, now: u64, demand: &Demand) -> Held {
+        match state {
+            State::Locked(m) => Self::locked_held(m, now, demand),
+            State::Moved(next) => Self::acquire_held_slow(next, now, demand),
+            State::FastWindow(f) => match Self::window_slow(f, now, demand) {
+                Some(Ok(at_ns)) => Held::Plain { at_ns },
+                Some(Err(denial)) => Held::Full(Decision::Denied(denial)),
+                None => Self::acquire_held_slow(f.successor(), now, demand),
+            },
+            State::Fast(_) => match QuickDecision::of(Self::acquire_slow(state, now, demand), demand) {
+                QuickDecision::Granted { at_ns } => Held::Plain { at_ns },
+                QuickDecision::Full(d) => Held::Full(d),
+            },
+        }
+    }
+
+    /// A locked resource's acquisition: a small function for the
+    /// specialised grant, which calls out for anything else.
+    #[inline(never)]
+    fn locked_held(m: &Mutex<LockedState>, now: u64, demand: &Demand) -> Held {
+        m.lock().acquire_held(now, demand)
     }
 
     #[inline(never)]
@@ -1152,25 +1338,70 @@ impl SyncBackend for MemoryBackend {
         self.acquire_quick(h, demand).into_decision(demand)
     }
 
-    /// The lock-free word answers in place; everything else (a retired
-    /// word, a locked resource, a booking) goes out of line.
+    /// [`MemoryBackend::acquire_held`], with a leased grant dressed as a
+    /// full decision.
     #[inline(always)]
     fn acquire_quick(&self, h: &MemoryHandle, demand: &Demand) -> QuickDecision {
+        self.acquire_held(h, demand).into_quick(demand)
+    }
+}
+
+/// What [`MemoryBackend::acquire_held`] answers: [`QuickDecision`] with the
+/// in-process backend's common leased grant as a case of its own, so the
+/// broker builds its permit from two words instead of a copied [`Grant`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Held {
+    /// Granted, plainly ([`QuickDecision::Granted`]).
+    Plain {
+        /// Backend time at which the units were counted.
+        at_ns: u64,
+    },
+    /// Granted at once, exactly the demand, with a concurrency lease this
+    /// backend keeps: the grant is `Grant { at_ns, delay_ns: 0, lease:
+    /// Some(lease), reserved: Reserved::from(demand), fallback: false }`.
+    Leased {
+        /// Backend time at which the units were counted.
+        at_ns: u64,
+        /// The lease taken.
+        lease: LeaseId,
+    },
+    /// Any other decision (a denial, a booked slot).
+    Full(Decision),
+}
+
+impl Held {
+    /// The same answer as a [`QuickDecision`].
+    #[inline(always)]
+    pub(crate) fn into_quick(self, demand: &Demand) -> QuickDecision {
+        match self {
+            Held::Plain { at_ns } => QuickDecision::Granted { at_ns },
+            Held::Leased { at_ns, lease } => QuickDecision::Full(granted(at_ns, 0, Some(lease), demand)),
+            Held::Full(d) => QuickDecision::Full(d),
+        }
+    }
+}
+
+impl MemoryBackend {
+    /// [`SyncBackend::acquire_quick`] with a leased grant of its own
+    /// ([`Held::Leased`]). The lock-free word answers in place; everything
+    /// else (a retired word, a locked resource, a booking) goes out of line.
+    #[inline(always)]
+    pub(crate) fn acquire_held(&self, h: &MemoryHandle, demand: &Demand) -> Held {
         let now = self.now();
         match &h.state {
             State::Fast(f) if demand.book_within_ns == 0 => match fast_plain(f, now, demand) {
-                Some(Ok(())) => return QuickDecision::Granted { at_ns: now },
-                Some(Err(denial)) => return QuickDecision::Full(Decision::Denied(denial)),
+                Some(Ok(())) => return Held::Plain { at_ns: now },
+                Some(Err(denial)) => return Held::Full(Decision::Denied(denial)),
                 None => {}
             },
             State::FastWindow(f) => match f.try_fast(now, demand) {
-                Ok(()) => return QuickDecision::Granted { at_ns: now },
-                Err(Slow::Denied(d)) => return QuickDecision::Full(Decision::Denied(d)),
+                Ok(()) => return Held::Plain { at_ns: now },
+                Err(Slow::Denied(d)) => return Held::Full(Decision::Denied(d)),
                 Err(_) => {}
             },
             _ => {}
         }
-        Self::acquire_quick_slow(&h.state, now, demand)
+        Self::acquire_held_slow(&h.state, now, demand)
     }
 }
 
@@ -1449,3 +1680,6 @@ mod tests {
 
 #[cfg(test)]
 mod calendar_tests;
+
+#[cfg(test)]
+mod shape_tests;

@@ -6,7 +6,7 @@
 //! process; `pressure-redis` holds it in Redis for a fleet. Both pass the
 //! same contract suite (`pressure_core::contract`, feature `contract`).
 
-mod memory;
+pub(crate) mod memory;
 
 pub use memory::{MemoryBackend, MemoryHandle};
 
