@@ -297,7 +297,7 @@ const MAX_RATES: usize = 8;
 
 /// A demand's units by kind of unit, so a dimension's units are one table
 /// read ([`UnitsByKind::of`]) instead of a match on the dimension.
-struct UnitsByKind([u64; 6]);
+struct UnitsByKind([u64; 8]);
 
 impl UnitsByKind {
     /// The kind of unit of each dimension, by its index: requests, input
@@ -333,20 +333,54 @@ impl UnitsByKind {
             demand.output_tokens,
             demand.cost_micro_usd,
             0,
+            0,
+            0,
         ])
     }
 
     /// [`Dimension::units`] of the demand.
     #[inline(always)]
     fn of(&self, dimension: Dimension) -> u64 {
-        self.0[Self::KIND[dimension as usize] as usize]
+        self.by_kind(Self::KIND[dimension as usize])
+    }
+
+    /// The units of a kind of [`UnitsByKind::KIND`].
+    #[inline(always)]
+    fn by_kind(&self, kind: u8) -> u64 {
+        // Masked to the table's length: no bounds check (every kind is
+        // below 6).
+        self.0[usize::from(kind) & 7]
     }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum DimState {
-    Gcra(u64),
+    /// A bucket: its TAT, and what the specialised grant
+    /// ([`LockedState::grant_at_once`]) reads of its rate, precomputed
+    /// (the variant is as large as a window's state anyway, so this costs
+    /// no byte).
+    Gcra {
+        tat: u64,
+        /// `gcra::increment` of one unit (the emission interval).
+        inc: u64,
+        /// `gcra::tolerance` at the full capacity.
+        tol: u64,
+        /// The dimension's kind of unit ([`UnitsByKind::KIND`]).
+        kind: u8,
+    },
     Window(WindowState),
+}
+
+impl DimState {
+    /// A bucket of `rate` at `tat`.
+    fn gcra(rate: &RateSpec, tat: u64) -> Self {
+        DimState::Gcra {
+            tat,
+            inc: rate.emission_ns,
+            tol: gcra::tolerance(rate, rate.capacity),
+            kind: UnitsByKind::KIND[rate.dimension as usize],
+        }
+    }
 }
 
 /// Whether `spec` can be counted lock-free with `algorithm`'s state (the
@@ -506,18 +540,19 @@ fn carry_dim(from: &RateSpec, st: DimState, to: &RateSpec, now: u64) -> DimState
         (DimState::Window(w), Algorithm::Window) if from.sub_window_ns == to.sub_window_ns => {
             DimState::Window(w)
         }
-        (DimState::Gcra(tat), Algorithm::Gcra) => DimState::Gcra(rescale_tat(from, to, tat, now)),
+        (DimState::Gcra { tat, .. }, Algorithm::Gcra) => DimState::gcra(to, rescale_tat(from, to, tat, now)),
         (st, algorithm) => {
             let units = match st {
-                DimState::Gcra(tat) => gcra::used(from, tat, now),
+                DimState::Gcra { tat, .. } => gcra::used(from, tat, now),
                 DimState::Window(mut w) => {
                     w.evict(from, now);
                     w.sum()
                 }
             };
             match algorithm {
-                Algorithm::Gcra if units == 0 => DimState::Gcra(0),
-                Algorithm::Gcra => DimState::Gcra(
+                Algorithm::Gcra if units == 0 => DimState::gcra(to, 0),
+                Algorithm::Gcra => DimState::gcra(
+                    to,
                     now.saturating_add(units.saturating_mul(to.emission_ns))
                         .min(RETIRED - 1),
                 ),
@@ -545,7 +580,7 @@ fn bookable_start(
     }
     let mut start = now;
     for (r, st) in spec.rates.iter().zip(dims.iter()) {
-        if let DimState::Gcra(tat) = st {
+        if let DimState::Gcra { tat, .. } = st {
             let units = r.units(demand);
             if units == 0 {
                 continue;
@@ -569,7 +604,7 @@ impl LockedState {
             .rates
             .iter()
             .map(|r| match r.algorithm {
-                Algorithm::Gcra => DimState::Gcra(0),
+                Algorithm::Gcra => DimState::gcra(r, 0),
                 Algorithm::Window => DimState::Window(WindowState::default()),
             })
             .collect();
@@ -622,7 +657,7 @@ impl LockedState {
                     .find(|(from, _)| from.dimension == to.dimension)
                     .and_then(|(from, st)| st.take().map(|st| carry_dim(from, st, to, now)));
                 carried.unwrap_or(match to.algorithm {
-                    Algorithm::Gcra => DimState::Gcra(0),
+                    Algorithm::Gcra => DimState::gcra(to, 0),
                     Algorithm::Window => DimState::Window(WindowState::default()),
                 })
             })
@@ -757,14 +792,14 @@ impl LockedState {
         // a window's units.
         let mut keep = [0u64; MAX_RATES];
         for ((r, st), keep) in spec.rates.iter().zip(dims.iter_mut()).zip(keep.iter_mut()) {
-            let n = units.of(r.dimension);
             match st {
-                DimState::Gcra(tat) => {
+                DimState::Gcra { tat, inc, tol, kind } => {
                     // `gcra::check` at the full capacity.
+                    let n = units.by_kind(*kind);
                     *keep = *tat;
                     if n != 0 {
-                        let next = (*tat).max(now).saturating_add(gcra::increment(r, n));
-                        if next - now > gcra::tolerance(r, r.capacity) {
+                        let next = (*tat).max(now).saturating_add(n.saturating_mul(*inc));
+                        if next - now > *tol {
                             return None;
                         }
                         *keep = next;
@@ -772,6 +807,7 @@ impl LockedState {
                 }
                 DimState::Window(w) => {
                     // `WindowState::check` at the full limit.
+                    let n = units.of(r.dimension);
                     w.evict(r, now);
                     if n != 0 && w.sum().saturating_add(n) > r.limit {
                         return None;
@@ -782,7 +818,7 @@ impl LockedState {
         }
         for ((r, st), &keep) in spec.rates.iter().zip(dims.iter_mut()).zip(keep.iter()) {
             match st {
-                DimState::Gcra(tat) => *tat = keep,
+                DimState::Gcra { tat, .. } => *tat = keep,
                 DimState::Window(w) => w.commit(r, now, keep),
             }
         }
@@ -819,7 +855,7 @@ impl LockedState {
         for (r, st) in spec.rates.iter().zip(dims.iter_mut()) {
             let units = r.units(demand);
             let res = match st {
-                DimState::Gcra(tat) => {
+                DimState::Gcra { tat, .. } => {
                     let cap = RateSpec::scaled(r.capacity, demand.ceiling_ppm);
                     gcra::check(r, *tat, now, units, cap).map(|_| ())
                 }
@@ -854,7 +890,7 @@ impl LockedState {
         for (r, st) in spec.rates.iter().zip(dims.iter_mut()) {
             let units = r.units(demand);
             match st {
-                DimState::Gcra(tat) => *tat = gcra::book(r, *tat, start, units),
+                DimState::Gcra { tat, .. } => *tat = gcra::book(r, *tat, start, units),
                 DimState::Window(w) => w.commit(r, now, units),
             }
         }
@@ -880,7 +916,7 @@ impl LockedState {
                 continue;
             }
             match st {
-                DimState::Gcra(tat) => *tat = gcra::adjust(r, *tat, delta),
+                DimState::Gcra { tat, .. } => *tat = gcra::adjust(r, *tat, delta),
                 DimState::Window(w) => w.adjust(r, now, grant.at_ns, delta),
             }
         }
@@ -908,7 +944,7 @@ impl LockedState {
             .zip(self.dims.iter_mut())
             .map(|(r, st)| {
                 let used = match st {
-                    DimState::Gcra(tat) => gcra::used(r, *tat, now),
+                    DimState::Gcra { tat, .. } => gcra::used(r, *tat, now),
                     DimState::Window(w) => {
                         w.evict(r, now);
                         w.sum()
@@ -951,7 +987,7 @@ impl LockedState {
                 .iter()
                 .zip(self.dims.iter_mut())
                 .all(|(r, st)| match st {
-                    DimState::Gcra(tat) => *tat <= now,
+                    DimState::Gcra { tat, .. } => *tat <= now,
                     DimState::Window(w) => {
                         w.evict(r, now);
                         w.is_empty()
@@ -1150,7 +1186,7 @@ impl MemoryBackend {
                     // Retired by a concurrent change: follow it.
                     return self.carry(f.successor(), spec, now);
                 }
-                carry_into(&cell, &f.rate, DimState::Gcra(tat), &f.tally, now);
+                carry_into(&cell, &f.rate, DimState::gcra(&f.rate, tat), &f.tally, now);
                 // Only this call retired the word, so the cell is unset.
                 let _ = f.moved.set(Arc::clone(&cell));
                 State::continued_by(&cell)
@@ -1183,8 +1219,8 @@ fn carry_into(cell: &State, from: &RateSpec, st: DimState, tally: &Tally, now: u
         State::Fast(nf) => {
             // A bucket carries into a bucket whatever its dimension (as it
             // always has); a window only into its own dimension.
-            if nf.rate.dimension == from.dimension || matches!(st, DimState::Gcra(_)) {
-                if let DimState::Gcra(t) = carry_dim(from, st, &nf.rate, now) {
+            if nf.rate.dimension == from.dimension || matches!(st, DimState::Gcra { .. }) {
+                if let DimState::Gcra { tat: t, .. } = carry_dim(from, st, &nf.rate, now) {
                     nf.tat.store(t, Ordering::Release);
                 }
             }
