@@ -188,7 +188,7 @@ impl<B: Backend> Entry<B> {
     /// The in-process backend and this version's state in it, when the
     /// resource is counted there.
     #[inline(always)]
-    pub(crate) fn memory(&self) -> Option<(&MemoryBackend, &MemoryHandle)> {
+    fn memory(&self) -> Option<(&MemoryBackend, &MemoryHandle)> {
         self.backend.in_process(&self.handle)
     }
 
