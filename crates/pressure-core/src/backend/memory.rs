@@ -93,9 +93,16 @@ impl MemoryBackend {
     #[inline]
     fn release_sync(&self, h: &MemoryHandle, grant: &Grant) {
         if let Some(lease) = grant.lease {
-            if let Some(m) = h.state.locked() {
-                m.lock().leases.remove(lease.0);
-            }
+            // A locked state directly (the only one with leases), moves
+            // followed otherwise.
+            let m = match &h.state {
+                State::Locked(m) => m,
+                other => match other.locked() {
+                    Some(m) => m,
+                    None => return,
+                },
+            };
+            m.lock().leases.remove(lease.0);
         }
     }
 
