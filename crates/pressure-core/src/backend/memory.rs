@@ -698,7 +698,7 @@ impl LockedState {
         }
     }
 
-    /// [`LockedState::acquire`] for [`MemoryBackend::acquire_held`]: the
+    /// [`LockedState::acquire`] for [`SyncBackend::acquire_quick`]: the
     /// specialised grant ([`LockedState::grant_at_once`]) in line, every
     /// other decision out of line.
     #[inline(always)]
@@ -1381,17 +1381,33 @@ impl SyncBackend for MemoryBackend {
         self.acquire_quick(h, demand).into_decision(demand)
     }
 
-    /// [`MemoryBackend::acquire_held`], with a leased grant dressed as a
-    /// full decision.
+    /// The lock-free word answers in place; everything else (a retired
+    /// word, a locked resource, a booking) goes out of line.
     #[inline(always)]
     fn acquire_quick(&self, h: &MemoryHandle, demand: &Demand) -> QuickDecision {
-        self.acquire_held(h, demand).into_quick(demand)
+        let now = self.now();
+        match &h.state {
+            State::Fast(f) if demand.book_within_ns == 0 => match fast_plain(f, now, demand) {
+                Some(Ok(())) => return QuickDecision::Granted { at_ns: now },
+                Some(Err(denial)) => return QuickDecision::Full(Decision::Denied(denial)),
+                None => {}
+            },
+            State::FastWindow(f) => match f.try_fast(now, demand) {
+                Ok(()) => return QuickDecision::Granted { at_ns: now },
+                Err(Slow::Denied(d)) => return QuickDecision::Full(Decision::Denied(d)),
+                Err(_) => {}
+            },
+            _ => {}
+        }
+        // Converted here, in line: the caller reads the two words of a
+        // leased grant straight from the slow path's answer.
+        Self::acquire_held_slow(&h.state, now, demand).into_quick(demand)
     }
 }
 
-/// What [`MemoryBackend::acquire_held`] answers: [`QuickDecision`] with the
-/// in-process backend's common leased grant as a case of its own, so the
-/// broker builds its permit from two words instead of a copied [`Grant`].
+/// What a locked state's acquisition answers ([`LockedState::acquire_held`]):
+/// [`QuickDecision`] with the common leased grant as a case of its own, so
+/// the small function that decides it writes two words, not a [`Grant`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Held {
     /// Granted, plainly ([`QuickDecision::Granted`]).
@@ -1421,30 +1437,6 @@ impl Held {
             Held::Leased { at_ns, lease } => QuickDecision::Full(granted(at_ns, 0, Some(lease), demand)),
             Held::Full(d) => QuickDecision::Full(d),
         }
-    }
-}
-
-impl MemoryBackend {
-    /// [`SyncBackend::acquire_quick`] with a leased grant of its own
-    /// ([`Held::Leased`]). The lock-free word answers in place; everything
-    /// else (a retired word, a locked resource, a booking) goes out of line.
-    #[inline(always)]
-    pub(crate) fn acquire_held(&self, h: &MemoryHandle, demand: &Demand) -> Held {
-        let now = self.now();
-        match &h.state {
-            State::Fast(f) if demand.book_within_ns == 0 => match fast_plain(f, now, demand) {
-                Some(Ok(())) => return Held::Plain { at_ns: now },
-                Some(Err(denial)) => return Held::Full(Decision::Denied(denial)),
-                None => {}
-            },
-            State::FastWindow(f) => match f.try_fast(now, demand) {
-                Ok(()) => return Held::Plain { at_ns: now },
-                Err(Slow::Denied(d)) => return Held::Full(Decision::Denied(d)),
-                Err(_) => {}
-            },
-            _ => {}
-        }
-        Self::acquire_held_slow(&h.state, now, demand)
     }
 }
 
