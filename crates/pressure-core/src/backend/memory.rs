@@ -297,6 +297,19 @@ enum Verdict {
     Denied(Denial),
 }
 
+/// Puts back the TATs `keep` held of the buckets among the first
+/// dimensions, which a later dimension's refusal undoes
+/// ([`LockedState::grant_at_once`]).
+#[cold]
+#[inline(never)]
+fn put_back(dims: &mut [DimState], keep: &[u64]) {
+    for (st, &before) in dims.iter_mut().zip(keep) {
+        if let DimState::Gcra { tat, .. } = st {
+            *tat = before;
+        }
+    }
+}
+
 /// The most rate dimensions a resource can have (one per rate
 /// [`Dimension`]); [`LockedState::grant_at_once`] keeps one word per
 /// dimension on the stack.
@@ -769,9 +782,12 @@ impl LockedState {
     /// every rate dimension and the concurrency limit admit now, on a
     /// resource without calendar dimensions. Granted and committed exactly
     /// as [`LockedState::decide_generic`] would (same checks, same
-    /// commits), in one pass that checks each dimension and keeps what it
-    /// will store, and one that stores it; the units of each dimension are
-    /// read from a table by unit kind instead of matched per dimension.
+    /// commits). Buckets (`gcra` limits): one pass that stores each new
+    /// TAT at once, put back if a later bucket refuses. Windows: one pass
+    /// that checks each dimension and keeps what it will store, one that
+    /// stores it (a window's commit cannot be taken back). The units of
+    /// each dimension are read from a table by unit kind instead of
+    /// matched per dimension.
     /// `Some(lease)`: granted (the lease taken, if any); `None`: not
     /// answered here — a denial, a booking, a batch caller, a full
     /// concurrency limit (whose expired leases the generic path sweeps),
@@ -790,43 +806,71 @@ impl LockedState {
         if demand.ceiling_ppm < PPM
             || !spec.calendars.is_empty()
             || spec.rates.len() > MAX_RATES
+            || spec.rates.len() != dims.len()
             || lease_limit.is_some_and(|limit| leases.len() as u64 >= limit)
         {
             return None;
         }
         let units = UnitsByKind::new(demand);
-        // Per dimension, what the second pass stores: a bucket's new TAT,
-        // a window's units.
-        let mut keep = [0u64; MAX_RATES];
-        for ((r, st), keep) in spec.rates.iter().zip(dims.iter_mut()).zip(keep.iter_mut()) {
-            match st {
-                DimState::Gcra { tat, inc, tol, kind } => {
-                    // `gcra::check` at the full capacity.
-                    let n = units.by_kind(*kind);
-                    *keep = *tat;
-                    if n != 0 {
-                        let next = (*tat).max(now).saturating_add(n.saturating_mul(*inc));
-                        if next - now > *tol {
-                            return None;
-                        }
-                        *keep = next;
-                    }
-                }
-                DimState::Window(w) => {
-                    // `WindowState::check` at the full limit.
-                    let n = units.of(r.dimension);
-                    w.evict(r, now);
-                    if n != 0 && w.sum().saturating_add(n) > r.limit {
+        // Per dimension: a bucket's TAT before this demand (to put back if a
+        // later dimension refuses), a window's units (to count once every
+        // dimension admitted them).
+        if spec.limits.algorithm == Algorithm::Gcra {
+            // Buckets only (as compiled from these limits): one pass that
+            // stores each new TAT at once, put back if a later bucket
+            // refuses. A window among them (a spec built by hand) goes to
+            // the generic path.
+            let mut before = [0u64; MAX_RATES];
+            for i in 0..spec.rates.len() {
+                let DimState::Gcra { tat, inc, tol, kind } = &mut dims[i] else {
+                    put_back(&mut dims[..i], &before[..i]);
+                    return None;
+                };
+                // `gcra::check` at the full capacity.
+                let n = units.by_kind(*kind);
+                before[i] = *tat;
+                if n != 0 {
+                    let next = (*tat).max(now).saturating_add(n.saturating_mul(*inc));
+                    if next - now > *tol {
+                        put_back(&mut dims[..i], &before[..i]);
                         return None;
                     }
-                    *keep = n;
+                    *tat = next;
                 }
             }
-        }
-        for ((r, st), &keep) in spec.rates.iter().zip(dims.iter_mut()).zip(keep.iter()) {
-            match st {
-                DimState::Gcra { tat, .. } => *tat = keep,
-                DimState::Window(w) => w.commit(r, now, keep),
+        } else {
+            // One pass that checks each dimension and keeps what it will
+            // store (a bucket's new TAT, a window's units), one that stores.
+            let mut keep = [0u64; MAX_RATES];
+            for ((r, st), keep) in spec.rates.iter().zip(dims.iter_mut()).zip(keep.iter_mut()) {
+                match st {
+                    DimState::Gcra { tat, inc, tol, kind } => {
+                        let n = units.by_kind(*kind);
+                        *keep = *tat;
+                        if n != 0 {
+                            let next = (*tat).max(now).saturating_add(n.saturating_mul(*inc));
+                            if next - now > *tol {
+                                return None;
+                            }
+                            *keep = next;
+                        }
+                    }
+                    DimState::Window(w) => {
+                        // `WindowState::check` at the full limit.
+                        let n = units.of(r.dimension);
+                        w.evict(r, now);
+                        if n != 0 && w.sum().saturating_add(n) > r.limit {
+                            return None;
+                        }
+                        *keep = n;
+                    }
+                }
+            }
+            for ((r, st), &keep) in spec.rates.iter().zip(dims.iter_mut()).zip(keep.iter()) {
+                match st {
+                    DimState::Gcra { tat, .. } => *tat = keep,
+                    DimState::Window(w) => w.commit(r, now, keep),
+                }
             }
         }
         Some(lease_limit.map(|_| LeaseId(leases.insert(now + spec.lease_ttl_ns))))

@@ -273,3 +273,26 @@ fn the_specialised_grant_is_exact_under_threads() {
         assert_eq!(u.leases, 0, "{limits:?}");
     }
 }
+
+/// A spec built by hand whose limits say `gcra` but that holds a window
+/// dimension: the bucket pass puts back what it stored and leaves the
+/// demand to the generic decision.
+#[test]
+fn a_window_among_buckets_goes_to_the_generic_decision() {
+    let mut mixed = (*spec(1)).clone();
+    mixed.rates[1].algorithm = Algorithm::Window;
+    let clock: Arc<dyn Clock> = Arc::new(ManualClock::new(0));
+    let mut st = LockedState::new(Arc::new(mixed), clock);
+    assert!(matches!(st.dims[1], DimState::Window(_)));
+    let before = st.dims.clone();
+    let one = Demand {
+        input_tokens: 10,
+        ..Demand::default()
+    };
+    assert_eq!(st.grant_at_once(1_000_000_000, &one), None);
+    assert_eq!(st.dims, before, "the bucket's TAT put back");
+    assert!(matches!(
+        st.acquire_held(1_000_000_000, &one),
+        Held::Leased { .. }
+    ));
+}
