@@ -1727,6 +1727,9 @@ mod tests {
             size_of::<Tally>(),
         );
         assert!(size_of::<MemoryHandle>() <= 16);
+        // A bucket's precomputed rate fits beside its TAT in the space a
+        // window's state takes anyway.
+        assert!(size_of::<DimState>() <= size_of::<WindowState>());
         assert!(size_of::<Fast>() <= 128);
         assert!(size_of::<FastWindow>() <= 224);
     }
