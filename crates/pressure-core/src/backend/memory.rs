@@ -812,14 +812,12 @@ impl LockedState {
             return None;
         }
         let units = UnitsByKind::new(demand);
-        // Per dimension: a bucket's TAT before this demand (to put back if a
-        // later dimension refuses), a window's units (to count once every
-        // dimension admitted them).
         if spec.limits.algorithm == Algorithm::Gcra {
             // Buckets only (as compiled from these limits): one pass that
             // stores each new TAT at once, put back if a later bucket
             // refuses. A window among them (a spec built by hand) goes to
-            // the generic path.
+            // the generic path. `before`: each bucket's TAT before this
+            // demand.
             let mut before = [0u64; MAX_RATES];
             for i in 0..spec.rates.len() {
                 let DimState::Gcra { tat, inc, tol, kind } = &mut dims[i] else {
