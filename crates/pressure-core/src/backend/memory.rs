@@ -784,8 +784,8 @@ impl LockedState {
     /// as [`LockedState::decide_generic`] would (same checks, same
     /// commits). Buckets (`gcra` limits): one pass that stores each new
     /// TAT at once, put back if a later bucket refuses. Windows: one pass
-    /// that checks each dimension and keeps what it will store, one that
-    /// stores it (a window's commit cannot be taken back). The units of
+    /// that checks each dimension and keeps its units, one that counts
+    /// them (a window's commit cannot be taken back). The units of
     /// each dimension are read from a table by unit kind instead of
     /// matched per dimension.
     /// `Some(lease)`: granted (the lease taken, if any); `None`: not
@@ -837,37 +837,27 @@ impl LockedState {
                 }
             }
         } else {
-            // One pass that checks each dimension and keeps what it will
-            // store (a bucket's new TAT, a window's units), one that stores.
+            // Windows only (as compiled from these limits): one pass that
+            // checks each dimension and keeps its units, one that counts
+            // them (a window's commit cannot be taken back). A bucket among
+            // them (a spec built by hand) goes to the generic path; nothing
+            // was stored yet.
             let mut keep = [0u64; MAX_RATES];
             for ((r, st), keep) in spec.rates.iter().zip(dims.iter_mut()).zip(keep.iter_mut()) {
-                match st {
-                    DimState::Gcra { tat, inc, tol, kind } => {
-                        let n = units.by_kind(*kind);
-                        *keep = *tat;
-                        if n != 0 {
-                            let next = (*tat).max(now).saturating_add(n.saturating_mul(*inc));
-                            if next - now > *tol {
-                                return None;
-                            }
-                            *keep = next;
-                        }
-                    }
-                    DimState::Window(w) => {
-                        // `WindowState::check` at the full limit.
-                        let n = units.of(r.dimension);
-                        w.evict(r, now);
-                        if n != 0 && w.sum().saturating_add(n) > r.limit {
-                            return None;
-                        }
-                        *keep = n;
-                    }
+                let DimState::Window(w) = st else {
+                    return None;
+                };
+                // `WindowState::check` at the full limit.
+                let n = units.of(r.dimension);
+                w.evict(r, now);
+                if n != 0 && w.sum().saturating_add(n) > r.limit {
+                    return None;
                 }
+                *keep = n;
             }
             for ((r, st), &keep) in spec.rates.iter().zip(dims.iter_mut()).zip(keep.iter()) {
-                match st {
-                    DimState::Gcra { tat, .. } => *tat = keep,
-                    DimState::Window(w) => w.commit(r, now, keep),
+                if let DimState::Window(w) = st {
+                    w.commit(r, now, keep);
                 }
             }
         }

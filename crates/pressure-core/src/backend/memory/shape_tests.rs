@@ -296,3 +296,25 @@ fn a_window_among_buckets_goes_to_the_generic_decision() {
         Held::Leased { .. }
     ));
 }
+
+/// The mirror case: limits that say `window` holding a bucket (a spec built
+/// by hand) leave the demand to the generic decision, nothing stored.
+#[test]
+fn a_bucket_among_windows_goes_to_the_generic_decision() {
+    let mut mixed = (*spec(0)).clone();
+    mixed.rates[1].algorithm = Algorithm::Gcra;
+    let clock: Arc<dyn Clock> = Arc::new(ManualClock::new(0));
+    let mut st = LockedState::new(Arc::new(mixed), clock);
+    assert!(matches!(st.dims[1], DimState::Gcra { .. }));
+    let one = Demand {
+        input_tokens: 10,
+        ..Demand::default()
+    };
+    assert_eq!(st.grant_at_once(1_000_000_000, &one), None);
+    assert_eq!(st.usage(1_000_000_000).dimensions[0].1, 0, "nothing counted");
+    assert!(matches!(
+        st.acquire_held(1_000_000_000, &one),
+        Held::Leased { .. }
+    ));
+    assert_eq!(st.usage(1_000_000_000).dimensions[0].1, 1);
+}
