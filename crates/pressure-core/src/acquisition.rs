@@ -278,8 +278,12 @@ impl<B: Backend> Drop for Permit<B> {
     #[inline]
     fn drop(&mut self) {
         if let (true, Some(e), Some(_)) = (self.live, &self.entry, self.grant.lease) {
-            self.live = false;
-            e.leases.remove(self.ticket);
+            // Nothing reads `live` after the drop. A lease the backend
+            // keeps has no ticket (known at compile time for the memory
+            // backend).
+            if !e.backend_keeps_leases() {
+                e.leases.remove(self.ticket);
+            }
             e.counters().active.dec();
             e.backend.release_detached(&e.handle, self.grant);
             e.capacity_freed();

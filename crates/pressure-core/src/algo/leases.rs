@@ -23,14 +23,14 @@ pub(crate) const CONCURRENCY_RETRY_HINT_NS: u64 = 100_000_000;
 
 /// One slot: the generation of its current (or last) lease and, while that
 /// lease is live, its expiry (nanoseconds; 0: free).
-#[derive(Debug, Default, Clone, Copy)]
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 struct Slot {
     generation: u32,
     expiry: u64,
 }
 
 /// Live leases of one resource: slots of lease id → expiry (nanoseconds).
-#[derive(Debug, Default, Clone)]
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub(crate) struct LeaseSet {
     slots: Vec<Slot>,
     /// Free slots, the most recently freed last (reused first).
@@ -103,7 +103,7 @@ impl LeaseSet {
     }
 
     /// Takes a lease expiring at `expiry` (non-zero); returns its id.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn insert(&mut self, expiry: u64) -> u64 {
         debug_assert!(expiry != 0, "0 marks a free slot");
         let idx = match self.free.pop() {

@@ -93,9 +93,16 @@ impl MemoryBackend {
     #[inline]
     fn release_sync(&self, h: &MemoryHandle, grant: &Grant) {
         if let Some(lease) = grant.lease {
-            if let Some(m) = h.state.locked() {
-                m.lock().leases.remove(lease.0);
-            }
+            // A locked state directly (the only one with leases), moves
+            // followed otherwise.
+            let m = match &h.state {
+                State::Locked(m) => m,
+                other => match other.locked() {
+                    Some(m) => m,
+                    None => return,
+                },
+            };
+            m.lock().leases.remove(lease.0);
         }
     }
 
@@ -290,10 +297,110 @@ enum Verdict {
     Denied(Denial),
 }
 
-#[derive(Debug)]
+/// Puts back the TATs `keep` held of the buckets among the first
+/// dimensions, which a later dimension's refusal undoes
+/// ([`LockedState::grant_at_once`]).
+#[cold]
+#[inline(never)]
+fn put_back(dims: &mut [DimState], keep: &[u64]) {
+    for (st, &before) in dims.iter_mut().zip(keep) {
+        if let DimState::Gcra { tat, .. } = st {
+            *tat = before;
+        }
+    }
+}
+
+/// The most rate dimensions a resource can have (one per rate
+/// [`Dimension`]); [`LockedState::grant_at_once`] keeps one word per
+/// dimension on the stack.
+const MAX_RATES: usize = 8;
+
+/// A demand's units by kind of unit, so a dimension's units are one table
+/// read ([`UnitsByKind::of`]) instead of a match on the dimension.
+struct UnitsByKind([u64; 8]);
+
+impl UnitsByKind {
+    /// The kind of unit of each dimension, by its index: requests, input
+    /// plus output tokens, input tokens, output tokens, cost, none.
+    const KIND: [u8; 12] = {
+        let mut kind = [0u8; 12];
+        let mut i = 0;
+        while i < 12 {
+            let d = Dimension::ALL[i];
+            kind[d as usize] = match d {
+                Dimension::RequestsPerSecond
+                | Dimension::RequestsPerMinute
+                | Dimension::RequestsPerHour
+                | Dimension::RequestsPer24Hours
+                | Dimension::RequestsPerDay => 0,
+                Dimension::TokensPerMinute | Dimension::TokensPerDay => 1,
+                Dimension::InputTokensPerMinute => 2,
+                Dimension::OutputTokensPerMinute => 3,
+                Dimension::CostMicroUsdPerDay | Dimension::CostMicroUsdPerMonth => 4,
+                Dimension::MaxConcurrentRequests => 5,
+            };
+            i += 1;
+        }
+        kind
+    };
+
+    #[inline(always)]
+    fn new(demand: &Demand) -> Self {
+        Self([
+            demand.requests,
+            demand.input_tokens.saturating_add(demand.output_tokens),
+            demand.input_tokens,
+            demand.output_tokens,
+            demand.cost_micro_usd,
+            0,
+            0,
+            0,
+        ])
+    }
+
+    /// [`Dimension::units`] of the demand.
+    #[inline(always)]
+    fn of(&self, dimension: Dimension) -> u64 {
+        self.by_kind(Self::KIND[dimension as usize])
+    }
+
+    /// The units of a kind of [`UnitsByKind::KIND`].
+    #[inline(always)]
+    fn by_kind(&self, kind: u8) -> u64 {
+        // Masked to the table's length: no bounds check (every kind is
+        // below 6).
+        self.0[usize::from(kind) & 7]
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
 enum DimState {
-    Gcra(u64),
+    /// A bucket: its TAT, and what the specialised grant
+    /// ([`LockedState::grant_at_once`]) reads of its rate, precomputed
+    /// (the variant is as large as a window's state anyway, so this costs
+    /// no byte).
+    Gcra {
+        tat: u64,
+        /// `gcra::increment` of one unit (the emission interval).
+        inc: u64,
+        /// `gcra::tolerance` at the full capacity.
+        tol: u64,
+        /// The dimension's kind of unit ([`UnitsByKind::KIND`]).
+        kind: u8,
+    },
     Window(WindowState),
+}
+
+impl DimState {
+    /// A bucket of `rate` at `tat`.
+    fn gcra(rate: &RateSpec, tat: u64) -> Self {
+        DimState::Gcra {
+            tat,
+            inc: rate.emission_ns,
+            tol: gcra::tolerance(rate, rate.capacity),
+            kind: UnitsByKind::KIND[rate.dimension as usize],
+        }
+    }
 }
 
 /// Whether `spec` can be counted lock-free with `algorithm`'s state (the
@@ -453,18 +560,19 @@ fn carry_dim(from: &RateSpec, st: DimState, to: &RateSpec, now: u64) -> DimState
         (DimState::Window(w), Algorithm::Window) if from.sub_window_ns == to.sub_window_ns => {
             DimState::Window(w)
         }
-        (DimState::Gcra(tat), Algorithm::Gcra) => DimState::Gcra(rescale_tat(from, to, tat, now)),
+        (DimState::Gcra { tat, .. }, Algorithm::Gcra) => DimState::gcra(to, rescale_tat(from, to, tat, now)),
         (st, algorithm) => {
             let units = match st {
-                DimState::Gcra(tat) => gcra::used(from, tat, now),
+                DimState::Gcra { tat, .. } => gcra::used(from, tat, now),
                 DimState::Window(mut w) => {
                     w.evict(from, now);
                     w.sum()
                 }
             };
             match algorithm {
-                Algorithm::Gcra if units == 0 => DimState::Gcra(0),
-                Algorithm::Gcra => DimState::Gcra(
+                Algorithm::Gcra if units == 0 => DimState::gcra(to, 0),
+                Algorithm::Gcra => DimState::gcra(
+                    to,
                     now.saturating_add(units.saturating_mul(to.emission_ns))
                         .min(RETIRED - 1),
                 ),
@@ -492,7 +600,7 @@ fn bookable_start(
     }
     let mut start = now;
     for (r, st) in spec.rates.iter().zip(dims.iter()) {
-        if let DimState::Gcra(tat) = st {
+        if let DimState::Gcra { tat, .. } = st {
             let units = r.units(demand);
             if units == 0 {
                 continue;
@@ -516,7 +624,7 @@ impl LockedState {
             .rates
             .iter()
             .map(|r| match r.algorithm {
-                Algorithm::Gcra => DimState::Gcra(0),
+                Algorithm::Gcra => DimState::gcra(r, 0),
                 Algorithm::Window => DimState::Window(WindowState::default()),
             })
             .collect();
@@ -569,7 +677,7 @@ impl LockedState {
                     .find(|(from, _)| from.dimension == to.dimension)
                     .and_then(|(from, st)| st.take().map(|st| carry_dim(from, st, to, now)));
                 carried.unwrap_or(match to.algorithm {
-                    Algorithm::Gcra => DimState::Gcra(0),
+                    Algorithm::Gcra => DimState::gcra(to, 0),
                     Algorithm::Window => DimState::Window(WindowState::default()),
                 })
             })
@@ -603,19 +711,55 @@ impl LockedState {
         }
     }
 
-    /// [`LockedState::acquire`] for [`SyncBackend::acquire_quick`].
-    fn acquire_quick(&mut self, now: u64, demand: &Demand) -> QuickDecision {
+    /// [`LockedState::acquire`] for [`SyncBackend::acquire_quick`]: the
+    /// specialised grant ([`LockedState::grant_at_once`]) in line, every
+    /// other decision out of line.
+    #[inline(always)]
+    fn acquire_held(&mut self, now: u64, demand: &Demand) -> Held {
         let now = self.monotonic(now);
-        match self.acquire_verdict(now, demand) {
-            Verdict::Plain => QuickDecision::Granted { at_ns: now },
-            Verdict::Granted { delay, lease } => QuickDecision::Full(granted(now, delay, lease, demand)),
-            Verdict::Denied(d) => QuickDecision::Full(Decision::Denied(d)),
+        match self.grant_at_once(now, demand) {
+            Some(lease) => {
+                self.allowed += 1;
+                match lease {
+                    None => Held::Plain { at_ns: now },
+                    Some(lease) => Held::Leased { at_ns: now, lease },
+                }
+            }
+            None => self.acquire_held_generic(now, demand),
         }
+    }
+
+    /// [`LockedState::acquire_held`] by the generic decision (`now`
+    /// already monotonic).
+    #[inline(never)]
+    fn acquire_held_generic(&mut self, now: u64, demand: &Demand) -> Held {
+        let verdict = self.decide_generic(now, demand);
+        match self.counted(verdict, demand) {
+            Verdict::Plain => Held::Plain { at_ns: now },
+            Verdict::Granted {
+                delay: 0,
+                lease: Some(lease),
+            } => Held::Leased { at_ns: now, lease },
+            Verdict::Granted { delay, lease } => Held::Full(granted(now, delay, lease, demand)),
+            Verdict::Denied(d) => Held::Full(Decision::Denied(d)),
+        }
+    }
+
+    /// [`LockedState::acquire`] for [`SyncBackend::acquire_quick`].
+    #[cfg(test)]
+    fn acquire_quick(&mut self, now: u64, demand: &Demand) -> QuickDecision {
+        self.acquire_held(now, demand).into_quick(demand)
     }
 
     #[inline(always)]
     fn acquire_verdict(&mut self, now: u64, demand: &Demand) -> Verdict {
         let verdict = self.decide(now, demand);
+        self.counted(verdict, demand)
+    }
+
+    /// `verdict`, counted as a grant or a denial.
+    #[inline(always)]
+    fn counted(&mut self, verdict: Verdict, demand: &Demand) -> Verdict {
         match verdict {
             Verdict::Plain | Verdict::Granted { .. } => self.allowed += 1,
             Verdict::Denied(_) if demand.count_denial => self.denied += 1,
@@ -626,6 +770,103 @@ impl LockedState {
 
     #[inline(always)]
     fn decide(&mut self, now: u64, demand: &Demand) -> Verdict {
+        match self.grant_at_once(now, demand) {
+            Some(None) => return Verdict::Plain,
+            Some(lease @ Some(_)) => return Verdict::Granted { delay: 0, lease },
+            None => {}
+        }
+        self.decide_generic(now, demand)
+    }
+
+    /// The common decision, specialised: a demand at the full limit that
+    /// every rate dimension and the concurrency limit admit now, on a
+    /// resource without calendar dimensions. Granted and committed exactly
+    /// as [`LockedState::decide_generic`] would (same checks, same
+    /// commits). Buckets (`gcra` limits): one pass that stores each new
+    /// TAT at once, put back if a later bucket refuses. Windows: one pass
+    /// that checks each dimension and keeps its units, one that counts
+    /// them (a window's commit cannot be taken back). The units of
+    /// each dimension are read from a table by unit kind instead of
+    /// matched per dimension.
+    /// `Some(lease)`: granted (the lease taken, if any); `None`: not
+    /// answered here — a denial, a booking, a batch caller, a full
+    /// concurrency limit (whose expired leases the generic path sweeps),
+    /// calendar dimensions — and nothing was counted (a window dimension
+    /// may have let go of sub-windows that no longer count at `now`, which
+    /// the generic path does first as well).
+    #[inline(always)]
+    fn grant_at_once(&mut self, now: u64, demand: &Demand) -> Option<Option<LeaseId>> {
+        let LockedState {
+            spec, dims, leases, ..
+        } = self;
+        let lease_limit = match (demand.lease, spec.concurrency) {
+            (true, Some(limit)) => Some(limit),
+            _ => None,
+        };
+        if demand.ceiling_ppm < PPM
+            || !spec.calendars.is_empty()
+            || spec.rates.len() > MAX_RATES
+            || spec.rates.len() != dims.len()
+            || lease_limit.is_some_and(|limit| leases.len() as u64 >= limit)
+        {
+            return None;
+        }
+        let units = UnitsByKind::new(demand);
+        if spec.limits.algorithm == Algorithm::Gcra {
+            // Buckets only (as compiled from these limits): one pass that
+            // stores each new TAT at once, put back if a later bucket
+            // refuses. A window among them (a spec built by hand) goes to
+            // the generic path. `before`: each bucket's TAT before this
+            // demand.
+            let mut before = [0u64; MAX_RATES];
+            for i in 0..spec.rates.len() {
+                let DimState::Gcra { tat, inc, tol, kind } = &mut dims[i] else {
+                    put_back(&mut dims[..i], &before[..i]);
+                    return None;
+                };
+                // `gcra::check` at the full capacity.
+                let n = units.by_kind(*kind);
+                before[i] = *tat;
+                if n != 0 {
+                    let next = (*tat).max(now).saturating_add(n.saturating_mul(*inc));
+                    if next - now > *tol {
+                        put_back(&mut dims[..i], &before[..i]);
+                        return None;
+                    }
+                    *tat = next;
+                }
+            }
+        } else {
+            // Windows only (as compiled from these limits): one pass that
+            // checks each dimension and keeps its units, one that counts
+            // them (a window's commit cannot be taken back). A bucket among
+            // them (a spec built by hand) goes to the generic path; nothing
+            // was stored yet.
+            let mut keep = [0u64; MAX_RATES];
+            for ((r, st), keep) in spec.rates.iter().zip(dims.iter_mut()).zip(keep.iter_mut()) {
+                let DimState::Window(w) = st else {
+                    return None;
+                };
+                // `WindowState::check` at the full limit.
+                let n = units.of(r.dimension);
+                w.evict(r, now);
+                if n != 0 && w.sum().saturating_add(n) > r.limit {
+                    return None;
+                }
+                *keep = n;
+            }
+            for ((r, st), &keep) in spec.rates.iter().zip(dims.iter_mut()).zip(keep.iter()) {
+                if let DimState::Window(w) = st {
+                    w.commit(r, now, keep);
+                }
+            }
+        }
+        Some(lease_limit.map(|_| LeaseId(leases.insert(now + spec.lease_ttl_ns))))
+    }
+
+    /// Every decision: any shape, any demand.
+    #[inline(always)]
+    fn decide_generic(&mut self, now: u64, demand: &Demand) -> Verdict {
         // Disjoint borrows of the fields: the limits are read while the
         // dimensions are updated, with no reference count touched.
         let wall = if self.spec.calendars.is_empty() {
@@ -653,7 +894,7 @@ impl LockedState {
         for (r, st) in spec.rates.iter().zip(dims.iter_mut()) {
             let units = r.units(demand);
             let res = match st {
-                DimState::Gcra(tat) => {
+                DimState::Gcra { tat, .. } => {
                     let cap = RateSpec::scaled(r.capacity, demand.ceiling_ppm);
                     gcra::check(r, *tat, now, units, cap).map(|_| ())
                 }
@@ -688,7 +929,7 @@ impl LockedState {
         for (r, st) in spec.rates.iter().zip(dims.iter_mut()) {
             let units = r.units(demand);
             match st {
-                DimState::Gcra(tat) => *tat = gcra::book(r, *tat, start, units),
+                DimState::Gcra { tat, .. } => *tat = gcra::book(r, *tat, start, units),
                 DimState::Window(w) => w.commit(r, now, units),
             }
         }
@@ -714,7 +955,7 @@ impl LockedState {
                 continue;
             }
             match st {
-                DimState::Gcra(tat) => *tat = gcra::adjust(r, *tat, delta),
+                DimState::Gcra { tat, .. } => *tat = gcra::adjust(r, *tat, delta),
                 DimState::Window(w) => w.adjust(r, now, grant.at_ns, delta),
             }
         }
@@ -742,7 +983,7 @@ impl LockedState {
             .zip(self.dims.iter_mut())
             .map(|(r, st)| {
                 let used = match st {
-                    DimState::Gcra(tat) => gcra::used(r, *tat, now),
+                    DimState::Gcra { tat, .. } => gcra::used(r, *tat, now),
                     DimState::Window(w) => {
                         w.evict(r, now);
                         w.sum()
@@ -785,7 +1026,7 @@ impl LockedState {
                 .iter()
                 .zip(self.dims.iter_mut())
                 .all(|(r, st)| match st {
-                    DimState::Gcra(tat) => *tat <= now,
+                    DimState::Gcra { tat, .. } => *tat <= now,
                     DimState::Window(w) => {
                         w.evict(r, now);
                         w.is_empty()
@@ -795,18 +1036,38 @@ impl LockedState {
 }
 
 impl MemoryBackend {
+    /// What the lock-free words did not answer: a locked resource (in a
+    /// small function of its own), or anything else.
     #[inline(never)]
-    fn acquire_quick_slow(state: &State, now: u64, demand: &Demand) -> QuickDecision {
+    fn acquire_held_slow(state: &State, now: u64, demand: &Demand) -> Held {
         match state {
-            State::Locked(m) => m.lock().acquire_quick(now, demand),
-            State::Moved(next) => Self::acquire_quick_slow(next, now, demand),
-            State::FastWindow(f) => match Self::window_slow(f, now, demand) {
-                Some(Ok(at_ns)) => QuickDecision::Granted { at_ns },
-                Some(Err(denial)) => QuickDecision::Full(Decision::Denied(denial)),
-                None => Self::acquire_quick_slow(f.successor(), now, demand),
-            },
-            State::Fast(_) => QuickDecision::of(Self::acquire_slow(state, now, demand), demand),
+            State::Locked(m) => Self::locked_held(m, now, demand),
+            _ => Self::acquire_held_other(state, now, demand),
         }
+    }
+
+    #[inline(never)]
+    fn acquire_held_other(state: &State, now: u64, demand: &Demand) -> Held {
+        match state {
+            State::Locked(m) => Self::locked_held(m, now, demand),
+            State::Moved(next) => Self::acquire_held_slow(next, now, demand),
+            State::FastWindow(f) => match Self::window_slow(f, now, demand) {
+                Some(Ok(at_ns)) => Held::Plain { at_ns },
+                Some(Err(denial)) => Held::Full(Decision::Denied(denial)),
+                None => Self::acquire_held_slow(f.successor(), now, demand),
+            },
+            State::Fast(_) => match QuickDecision::of(Self::acquire_slow(state, now, demand), demand) {
+                QuickDecision::Granted { at_ns } => Held::Plain { at_ns },
+                QuickDecision::Full(d) => Held::Full(d),
+            },
+        }
+    }
+
+    /// A locked resource's acquisition: a small function for the
+    /// specialised grant, which calls out for anything else.
+    #[inline(never)]
+    fn locked_held(m: &Mutex<LockedState>, now: u64, demand: &Demand) -> Held {
+        m.lock().acquire_held(now, demand)
     }
 
     #[inline(never)]
@@ -964,7 +1225,7 @@ impl MemoryBackend {
                     // Retired by a concurrent change: follow it.
                     return self.carry(f.successor(), spec, now);
                 }
-                carry_into(&cell, &f.rate, DimState::Gcra(tat), &f.tally, now);
+                carry_into(&cell, &f.rate, DimState::gcra(&f.rate, tat), &f.tally, now);
                 // Only this call retired the word, so the cell is unset.
                 let _ = f.moved.set(Arc::clone(&cell));
                 State::continued_by(&cell)
@@ -997,8 +1258,8 @@ fn carry_into(cell: &State, from: &RateSpec, st: DimState, tally: &Tally, now: u
         State::Fast(nf) => {
             // A bucket carries into a bucket whatever its dimension (as it
             // always has); a window only into its own dimension.
-            if nf.rate.dimension == from.dimension || matches!(st, DimState::Gcra(_)) {
-                if let DimState::Gcra(t) = carry_dim(from, st, &nf.rate, now) {
+            if nf.rate.dimension == from.dimension || matches!(st, DimState::Gcra { .. }) {
+                if let DimState::Gcra { tat: t, .. } = carry_dim(from, st, &nf.rate, now) {
                     nf.tat.store(t, Ordering::Release);
                 }
             }
@@ -1170,7 +1431,44 @@ impl SyncBackend for MemoryBackend {
             },
             _ => {}
         }
-        Self::acquire_quick_slow(&h.state, now, demand)
+        // Converted here, in line: the caller reads the two words of a
+        // leased grant straight from the slow path's answer.
+        Self::acquire_held_slow(&h.state, now, demand).into_quick(demand)
+    }
+}
+
+/// What a locked state's acquisition answers ([`LockedState::acquire_held`]):
+/// [`QuickDecision`] with the common leased grant as a case of its own, so
+/// the small function that decides it writes two words, not a [`Grant`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Held {
+    /// Granted, plainly ([`QuickDecision::Granted`]).
+    Plain {
+        /// Backend time at which the units were counted.
+        at_ns: u64,
+    },
+    /// Granted at once, exactly the demand, with a concurrency lease this
+    /// backend keeps: the grant is `Grant { at_ns, delay_ns: 0, lease:
+    /// Some(lease), reserved: Reserved::from(demand), fallback: false }`.
+    Leased {
+        /// Backend time at which the units were counted.
+        at_ns: u64,
+        /// The lease taken.
+        lease: LeaseId,
+    },
+    /// Any other decision (a denial, a booked slot).
+    Full(Decision),
+}
+
+impl Held {
+    /// The same answer as a [`QuickDecision`].
+    #[inline(always)]
+    pub(crate) fn into_quick(self, demand: &Demand) -> QuickDecision {
+        match self {
+            Held::Plain { at_ns } => QuickDecision::Granted { at_ns },
+            Held::Leased { at_ns, lease } => QuickDecision::Full(granted(at_ns, 0, Some(lease), demand)),
+            Held::Full(d) => QuickDecision::Full(d),
+        }
     }
 }
 
@@ -1417,6 +1715,9 @@ mod tests {
             size_of::<Tally>(),
         );
         assert!(size_of::<MemoryHandle>() <= 16);
+        // A bucket's precomputed rate fits beside its TAT in the space a
+        // window's state takes anyway.
+        assert!(size_of::<DimState>() <= size_of::<WindowState>());
         assert!(size_of::<Fast>() <= 128);
         assert!(size_of::<FastWindow>() <= 224);
     }
@@ -1449,3 +1750,6 @@ mod tests {
 
 #[cfg(test)]
 mod calendar_tests;
+
+#[cfg(test)]
+mod shape_tests;

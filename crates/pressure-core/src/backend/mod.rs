@@ -321,7 +321,10 @@ pub trait Backend: Send + Sync + Sized + std::fmt::Debug + 'static {
     /// one that wraps it or picks it at run time). The broker then takes
     /// the backend's own lease records as its book of leases to renew
     /// instead of recording each lease a second time: one lock less per
-    /// acquisition and per release. `None` (the default): the broker
+    /// acquisition and per release. Its grants are then the
+    /// [`MemoryBackend`]'s own — exactly the demand reserved, never a
+    /// fallback — which the broker relies on to build their permits from
+    /// the few fields that vary. `None` (the default): the broker
     /// records each lease and renews them with [`Backend::renew_many`].
     #[inline(always)]
     fn in_process<'a>(&'a self, handle: &'a Self::Handle) -> Option<(&'a MemoryBackend, &'a MemoryHandle)> {
