@@ -235,7 +235,7 @@ async fn one_off_tenants_leave_no_key_behind_once_their_windows_are_over() {
                 assert_eq!(resp.status(), 200);
                 let _ = http_body_util::BodyExt::collect(resp.into_body()).await;
             }
-            done.push(std::time::Instant::now());
+            done.push(tokio::time::Instant::now());
         }
 
         // Every key carries an expiry within its bound: the longest window
@@ -245,7 +245,7 @@ async fn one_off_tenants_leave_no_key_behind_once_their_windows_are_over() {
         // kept at least 32/30 s) still has its key, however slowly the
         // machine sent the requests.
         let keys = keys_with_ttl(&redis, prefix).await;
-        let listed = std::time::Instant::now();
+        let listed = tokio::time::Instant::now();
         let recent = done
             .iter()
             .filter(|&&d| listed.duration_since(d) < Duration::from_secs(1))
