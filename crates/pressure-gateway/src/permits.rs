@@ -37,6 +37,17 @@ impl PermitSlot {
         drop(drained);
     }
 
+    /// Another handle on this slot, for a new request, when this handle
+    /// is the only one left (the request it served is over): its permits,
+    /// if any were left in it, are given back first.
+    pub(crate) fn reclaim(&mut self) -> Option<PermitSlot> {
+        // Unique: no other handle exists, and none can be made but from
+        // this one, so the count cannot rise behind this check.
+        let held = Arc::get_mut(&mut self.0)?;
+        drop(std::mem::take(held.get_mut()));
+        Some(self.clone())
+    }
+
     /// Permits held now.
     pub(crate) fn len(&self) -> usize {
         self.0.lock().len()
@@ -80,5 +91,48 @@ impl FrameWatch for Release {
 impl Drop for Release {
     fn drop(&mut self) {
         self.now();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::Broker;
+    use pressure_core::{AcquireOptions, Limits, MemoryBackend, ResourceBroker};
+
+    #[tokio::test]
+    async fn a_slot_is_reclaimed_only_once_its_request_let_go_and_then_holds_nothing() {
+        let broker: Broker = ResourceBroker::builder(AnyBackend::Memory(MemoryBackend::new())).build();
+        broker
+            .register_limit("slots", Limits::default().max_concurrent_requests(1))
+            .expect("register");
+        let take = || async {
+            broker
+                .try_acquire("slots", AcquireOptions::default())
+                .await
+                .expect("acquire")
+                .into_permit()
+        };
+
+        let mut kept = PermitSlot::default();
+        let request = kept.clone();
+        request.push(take().await.expect("granted"));
+        // The request still holds it: not reclaimed, its permit held.
+        assert!(kept.reclaim().is_none());
+        assert!(take().await.is_none(), "the only slot is in use");
+
+        // A request that ended without giving its permit back (the
+        // observation always does) leaves nothing behind either.
+        drop(request);
+        let next = kept.reclaim().expect("the request is over");
+        assert!(next.is_empty());
+        let permit = take().await.expect("given back on reclaim");
+        next.push(permit);
+        assert!(kept.reclaim().is_none(), "the next request holds it now");
+        next.release_all();
+        drop(next);
+        let again = kept.reclaim().expect("reclaimed again");
+        assert!(again.is_empty());
+        assert!(take().await.is_some(), "released by the request");
     }
 }

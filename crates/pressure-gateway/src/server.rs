@@ -553,7 +553,15 @@ where
     type Future = ConnFuture<futures::future::Either<S::Future, tower::util::Oneshot<S, Request<Body>>>>;
 
     fn call(&self, req: Request<hyper::body::Incoming>) -> Self::Future {
-        let mut req = req.map(Body::new);
+        // A request without a body (most) gets the empty body, which
+        // boxes nothing.
+        let mut req = req.map(|body| {
+            if http_body::Body::is_end_stream(&body) {
+                Body::empty()
+            } else {
+                Body::new(body)
+            }
+        });
         let guard = self.activity.as_ref().map(|a| {
             req.extensions_mut().insert(ConnectInfo(self.peer));
             InFlight::new(Arc::clone(a))

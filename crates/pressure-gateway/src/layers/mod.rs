@@ -24,6 +24,7 @@ pub(crate) mod pre_auth;
 pub(crate) mod ratelimit_headers;
 pub(crate) mod release;
 pub(crate) mod route;
+pub(crate) mod spare;
 pub(crate) mod tenant;
 
 use crate::backend::AnyBackend;

@@ -90,6 +90,7 @@ impl<S> tower::Layer<S> for RouteLayer {
             force_access_log: self.force_access_log,
             force_rate_limit_headers: self.force_rate_limit_headers,
             conn: None,
+            last_slot: None,
         }
     }
 }
@@ -107,12 +108,29 @@ pub struct RouteService<S> {
     /// request's in-flight count rides in its observation, so the
     /// connection wraps nothing of its own.
     conn: Option<ConnLink>,
+    /// The permit slot of this connection's last request (attached only).
+    last_slot: Option<PermitSlot>,
 }
 
 impl<S> RouteService<S> {
     /// Serves the one connection `link` from now on.
     pub(crate) fn attach(&mut self, link: ConnLink) {
         self.conn = Some(link);
+    }
+
+    /// A permit slot for the next request: on an attached connection the
+    /// last request's, once nothing else holds it (its response is done:
+    /// the usual case on a keep-alive connection), else a new one.
+    fn next_slot(&mut self) -> PermitSlot {
+        if self.conn.is_none() {
+            return PermitSlot::default();
+        }
+        if let Some(slot) = self.last_slot.as_mut().and_then(PermitSlot::reclaim) {
+            return slot;
+        }
+        let slot = PermitSlot::default();
+        self.last_slot = Some(slot.clone());
+        slot
     }
 }
 
@@ -218,13 +236,14 @@ where
         // The observation settles with the response body: it then gives
         // the request's permits back (the release layer leaves them to it)
         // and ends its in-flight count.
-        let slot = PermitSlot::default();
+        let slot = self.next_slot();
         let obs = Observation::start(&metrics, arrived, name, upstream, access)
             .proxied(proxied)
             .holding(Some(slot.clone()), in_flight);
         let headers = charged.clone().filter(|_| rate_limit_headers);
         let concurrency = req.extensions().get::<super::NoLease>().is_none();
         let denial_lines = plan.denial_lines();
+        super::spare::lend(req.extensions_mut());
         if let Some(c) = charged {
             req.extensions_mut().insert(c);
         }

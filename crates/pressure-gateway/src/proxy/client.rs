@@ -176,6 +176,9 @@ impl Proxy {
                 HeaderValue::from_static("https"),
             );
         }
+        // The upstream needs none of the request's extensions: the map
+        // goes back for the next request (`layers::spare`).
+        crate::layers::spare::give_back(std::mem::take(&mut parts.extensions));
         parts.uri = uri;
         parts.version = Version::HTTP_11;
         let req = Request::from_parts(parts, body);
