@@ -25,7 +25,7 @@ impl Step for BodyLimitLayer {
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.parse::<u64>().ok());
         if declared.is_some_and(|n| n > max) {
-            return StepFuture::ready(Err(Rejection::PayloadTooLarge { max }));
+            return StepFuture::refuse(req, Rejection::PayloadTooLarge { max });
         }
         // An empty body (most requests) cannot outgrow the limit.
         if http_body::Body::is_end_stream(req.body()) {

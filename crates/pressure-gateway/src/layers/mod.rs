@@ -112,13 +112,21 @@ impl<F> StepFuture<F> {
         }
     }
 
-    /// An outcome known now (a refusal, an answer served in place).
+    /// An outcome known now (an answer served in place; a refusal is
+    /// [`refuse`](Self::refuse)).
     pub fn ready(outcome: Outcome) -> Self {
         Self {
             state: StepState::Ready {
                 outcome: Some(outcome),
             },
         }
+    }
+
+    /// `req` refused at once: it goes no further, and its extension map
+    /// is kept for the next request ([`spare`]).
+    pub fn refuse(mut req: Request<Body>, rejection: Rejection) -> Self {
+        spare::give_back(std::mem::take(req.extensions_mut()));
+        Self::ready(Err(rejection))
     }
 
     /// A step that awaits.

@@ -38,12 +38,7 @@ impl Step for PreAuthLayer {
                 hold(&mut req, &handle, permit);
                 return StepFuture::next(next.call(req));
             }
-            Some(Err(refused)) => {
-                // Refused here, the request goes no further: its extension
-                // map is kept for the next one (`super::spare`).
-                super::spare::give_back(std::mem::take(req.extensions_mut()));
-                return StepFuture::ready(Err(refused));
-            }
+            Some(Err(refused)) => return StepFuture::refuse(req, refused),
             None => {}
         }
         let mut next = take_ready(next);

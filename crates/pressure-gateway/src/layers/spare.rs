@@ -5,10 +5,12 @@
 //! extensions. `http::Extensions` allocates its map (a box and a table)
 //! on the first insert: two of a proxied request's allocations, for a map
 //! that holds one or two entries. The proxy empties the map before the
-//! request goes upstream (the upstream needs none of it), and the pre-auth
-//! layer when it refuses the request, and leaves it here; the route layer gives it to the next request that arrives with
-//! none of its own. Per thread: the gateway's server threads each run
-//! their own runtime, so a spare map is taken where it was left.
+//! request goes upstream (the upstream needs none of it), and a layer that
+//! refuses the request at once ([`StepFuture::refuse`](super::StepFuture::refuse))
+//! when it drops it; the map is left here, and the route layer gives it to
+//! the next request that arrives with none of its own. Per thread: the
+//! gateway's server threads each run their own runtime, so a spare map is
+//! taken where it was left.
 
 use http::Extensions;
 use std::cell::RefCell;
@@ -67,7 +69,6 @@ mod tests {
         let mut next = Extensions::new();
         lend(&mut next);
         assert!(next.is_empty());
-        drop(fresh);
     }
 
     #[test]

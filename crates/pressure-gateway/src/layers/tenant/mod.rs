@@ -89,10 +89,10 @@ impl Step for TenantLayer {
         let Identity { tenant, key } = match credential::identify(policy, &mut req) {
             Ok(Some(who)) => who,
             Ok(None) if policy.required => {
-                return StepFuture::ready(Err(Rejection::Unauthorized(AuthError::Missing)))
+                return StepFuture::refuse(req, Rejection::Unauthorized(AuthError::Missing))
             }
             Ok(None) => return StepFuture::next(next.call(req)),
-            Err(e) => return StepFuture::ready(Err(Rejection::Unauthorized(e))),
+            Err(e) => return StepFuture::refuse(req, Rejection::Unauthorized(e)),
         };
         req.extensions_mut().insert(tenant.clone());
         if let Some(c) = crate::charged::of(&req) {
@@ -104,7 +104,7 @@ impl Step for TenantLayer {
         let key_limit = key.and_then(|k| k.limit);
         let handle = match self.tenant_limit(&plan, &tenant) {
             Ok(h) => h,
-            Err(refused) => return StepFuture::ready(Err(refused)),
+            Err(refused) => return StepFuture::refuse(req, refused),
         };
         if handle.is_none() && key_limit.is_none() {
             return StepFuture::next(next.call(req));
