@@ -285,7 +285,9 @@ async fn no_slot_leaks_on(backend: Value) {
         let refused = with_key(&gw, "/", ACME_BATCH).await;
         assert_eq!(refused.status, StatusCode::TOO_MANY_REQUESTS);
         assert_eq!(refused.json()["error"]["resource"], ACME);
-        let batch = gw.stats(BATCH).await;
+        // On Redis the key's lease is released by a call settled after the
+        // 429 went out: wait for it (bounded), as for the streams below.
+        let batch = gw.await_idle(BATCH, Duration::from_secs(5)).await;
         assert_eq!(batch.active, Some(0), "{batch:?}");
         assert_eq!(batch.usage.get("requestsPerMinute"), Some(&0), "{batch:?}");
         assert_eq!(batch.usage.get("maxConcurrentRequests"), Some(&0), "{batch:?}");
