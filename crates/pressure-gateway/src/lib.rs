@@ -47,6 +47,7 @@ mod resources;
 mod rls;
 mod run;
 mod server;
+mod stamp;
 mod tls;
 mod watched_body;
 

@@ -23,12 +23,14 @@ use crate::config::ConfigError;
 use crate::layers::tenant::jwt::AuthError;
 use crate::metrics::{GatewayMetrics, Layer};
 use axum::body::Body;
-use http::{header, HeaderName, HeaderValue, Response, StatusCode};
+use http::{header, HeaderMap, HeaderName, HeaderValue, Response, StatusCode};
 use pressure_core::{Denial, Dimension, Limits};
 use pressure_llm::pipeline::LlmError;
 use serde_json::{json, Map, Value};
 use std::borrow::Cow;
 use std::time::Duration;
+
+mod flood;
 
 /// Which error shape a route speaks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -41,48 +43,6 @@ pub enum Dialect {
     /// The decision API's `POST /v1/acquire`: a 429 is `{"allowed":false,
     /// "waitTimeMs","resource","dimension"}`; the rest as [`Dialect::Gateway`].
     Decision,
-}
-
-/// The gateway dialect's 429 body, written straight into one buffer: under
-/// a flood this is most of what the gateway does per request (a callgrind
-/// profile put the tree-building renderer at a third of a 429's
-/// instructions, and `format!` with its allocations at a quarter after
-/// that). Byte for byte what [`Rejection::gateway_body`] gives (keys
-/// sorted, compact), which a unit test checks.
-fn rate_limited_body(r: &RateLimited) -> String {
-    let dim = r.dimension.as_str();
-    let mut out = String::with_capacity(128 + 2 * (r.resource.len() + dim.len()));
-    let mut num = itoa::Buffer::new();
-    out.push_str(r#"{"error":{"dimension":""#);
-    push_json_str(&mut out, dim);
-    out.push_str(r#"","message":""#);
-    push_json_str(&mut out, &r.resource);
-    out.push_str(": ");
-    push_json_str(&mut out, dim);
-    out.push_str(" exhausted; retry in ");
-    out.push_str(num.format(retry_after_secs(r.wait)));
-    out.push_str(r#" s","resource":""#);
-    push_json_str(&mut out, &r.resource);
-    out.push_str(r#"","retryAfterMs":"#);
-    out.push_str(num.format(u64::try_from(r.wait.as_millis()).unwrap_or(u64::MAX)));
-    out.push_str(r#","type":"rate_limited"}}"#);
-    out
-}
-
-/// Appends `s` JSON-escaped (without quotes): as is when nothing needs
-/// escaping (every resource id the config allows), else as `serde_json`
-/// escapes it.
-fn push_json_str(out: &mut String, s: &str) {
-    // Without an early exit the compiler checks many bytes at a time.
-    let needs_escape = s
-        .bytes()
-        .fold(false, |seen, b| seen | (b == b'"') | (b == b'\\') | (b < 0x20));
-    if !needs_escape {
-        out.push_str(s);
-        return;
-    }
-    let quoted = serde_json::to_string(s).unwrap_or_else(|_| "\"\"".to_owned());
-    out.push_str(&quoted[1..quoted.len() - 1]);
 }
 
 /// `Retry-After: n` without an allocation for the waits most 429s carry
@@ -608,7 +568,7 @@ impl Rejection {
     pub fn body(&self, dialect: Dialect) -> String {
         match (dialect, self) {
             // The flood path: written directly, the same bytes as below.
-            (Dialect::Gateway, Self::RateLimited(r)) if r.budget.is_none() => rate_limited_body(r),
+            (Dialect::Gateway, Self::RateLimited(r)) if r.budget.is_none() => flood::rate_limited_body(r),
             (Dialect::Decision, Self::RateLimited(r)) => decision_denied_body(r).to_string(),
             // LLM errors speak OpenAI's shape on every route.
             (_, Self::Llm(_)) | (Dialect::OpenAi, _) => self.openai_body().to_string(),
@@ -618,12 +578,30 @@ impl Rejection {
 
     /// The response, in `dialect`.
     pub fn render(&self, dialect: Dialect) -> Response<Body> {
-        // Shrunk to its length (in place): a full buffer becomes `Bytes`
-        // without another allocation.
-        let body = bytes::Bytes::from(self.body(dialect).into_bytes().into_boxed_slice());
+        let (body, head) = match self {
+            // A plain 429 outside the OpenAI dialect: made of the flood's
+            // parts (`flood.rs`).
+            Self::RateLimited(r) if dialect != Dialect::OpenAi && r.budget.is_none() => {
+                let (head, body) = flood::parts(r, dialect, |h| self.head(dialect, h), || self.body(dialect));
+                (body, Some(head))
+            }
+            _ => (self.body(dialect), None),
+        };
+        // Shrunk to its length (in place; the flood's bodies are sized
+        // exactly): a full buffer becomes `Bytes` without another
+        // allocation.
+        let body = bytes::Bytes::from(body.into_bytes().into_boxed_slice());
         let mut resp = Response::new(Body::from(body));
         *resp.status_mut() = self.status();
-        let h = resp.headers_mut();
+        match head {
+            Some(head) => *resp.headers_mut() = head,
+            None => self.head(dialect, resp.headers_mut()),
+        }
+        resp
+    }
+
+    /// The headers of [`render`](Self::render).
+    fn head(&self, dialect: Dialect, h: &mut HeaderMap) {
         h.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
         if let Some(wait) = self.retry_after() {
             h.insert(header::RETRY_AFTER, seconds_value(retry_after_secs(wait)));
@@ -676,7 +654,6 @@ impl Rejection {
             }
             _ => {}
         }
-        resp
     }
 
     fn gateway_body(&self) -> Value {
@@ -788,8 +765,9 @@ pub(crate) const LLM_DEFAULT_RETRY_AFTER: Duration = Duration::from_secs(1);
 
 /// `Retry-After` seconds: the wait rounded up, at least 1.
 pub(crate) fn retry_after_secs(wait: Duration) -> u64 {
-    u64::try_from(wait.as_nanos().div_ceil(1_000_000_000))
-        .unwrap_or(u64::MAX)
+    // Rounded up: the whole seconds, and one more for a started one.
+    wait.as_secs()
+        .saturating_add(u64::from(wait.subsec_nanos() > 0))
         .max(1)
 }
 
@@ -809,19 +787,26 @@ mod tests {
         assert_eq!(retry_after_secs(Duration::from_millis(1_000)), 1);
         assert_eq!(retry_after_secs(Duration::from_millis(1_001)), 2);
         assert_eq!(retry_after_secs(Duration::ZERO), 1);
+        assert_eq!(retry_after_secs(Duration::from_nanos(2_000_000_001)), 3);
+        assert_eq!(retry_after_secs(Duration::MAX), u64::MAX);
     }
 
     #[tokio::test]
     async fn the_direct_429_body_is_the_tree_renderers_bytes() {
-        for (resource, wait_ms) in [
+        let cases = [
             ("gateway:route:webhooks-github", 960),
             ("gateway:tenant:\"quoted\" \\ back\nline ü", 0),
             ("", u64::from(u32::MAX)),
-        ] {
+        ];
+        // Every dimension: their names go into the body unescaped.
+        let all = cases
+            .iter()
+            .flat_map(|&case| Dimension::ALL.iter().map(move |&dimension| (case, dimension)));
+        for ((resource, wait_ms), dimension) in all {
             let r = Rejection::RateLimited(Box::new(RateLimited {
                 resource: resource.to_owned(),
                 layer: Layer::PreAuth,
-                dimension: Dimension::RequestsPerMinute,
+                dimension,
                 wait: Duration::from_millis(wait_ms),
                 policy: Some((5, 60)),
                 namespace_id: None,
@@ -882,6 +867,88 @@ mod tests {
         let b = body(resp).await;
         assert_eq!(b["error"]["resource"], "gateway:route:x");
         assert_eq!(b["error"]["retryAfterMs"], 960);
+    }
+
+    #[test]
+    fn each_429_has_its_own_rate_limit_fields_whatever_came_before() {
+        let fields = |dimension, quota, window, wait_ms| {
+            let r = Rejection::RateLimited(Box::new(RateLimited {
+                resource: "r".into(),
+                layer: Layer::PreAuth,
+                dimension,
+                wait: Duration::from_millis(wait_ms),
+                policy: Some((quota, window)),
+                namespace_id: None,
+                budget: None,
+            }));
+            let resp = r.render(Dialect::Gateway);
+            let h = resp.headers();
+            (h["ratelimit-policy"].clone(), h["ratelimit"].clone())
+        };
+        let rps = Dimension::RequestsPerSecond;
+        let rpm = Dimension::RequestsPerMinute;
+        // Alike twice, then one thing at a time different, then back.
+        for (dimension, quota, window, wait_ms, policy, now) in [
+            (
+                rps,
+                5,
+                1,
+                400,
+                "\"requestsPerSecond\";q=5;w=1",
+                "\"requestsPerSecond\";r=0;t=1",
+            ),
+            (
+                rps,
+                5,
+                1,
+                900,
+                "\"requestsPerSecond\";q=5;w=1",
+                "\"requestsPerSecond\";r=0;t=1",
+            ),
+            (
+                rps,
+                5,
+                1,
+                1_200,
+                "\"requestsPerSecond\";q=5;w=1",
+                "\"requestsPerSecond\";r=0;t=2",
+            ),
+            (
+                rps,
+                6,
+                1,
+                1_200,
+                "\"requestsPerSecond\";q=6;w=1",
+                "\"requestsPerSecond\";r=0;t=2",
+            ),
+            (
+                rps,
+                6,
+                2,
+                1_200,
+                "\"requestsPerSecond\";q=6;w=2",
+                "\"requestsPerSecond\";r=0;t=2",
+            ),
+            (
+                rpm,
+                6,
+                2,
+                1_200,
+                "\"requestsPerMinute\";q=6;w=2",
+                "\"requestsPerMinute\";r=0;t=2",
+            ),
+            (
+                rps,
+                5,
+                1,
+                400,
+                "\"requestsPerSecond\";q=5;w=1",
+                "\"requestsPerSecond\";r=0;t=1",
+            ),
+        ] {
+            let (p, n) = fields(dimension, quota, window, wait_ms);
+            assert_eq!((p.to_str().ok(), n.to_str().ok()), (Some(policy), Some(now)));
+        }
     }
 
     #[tokio::test]

@@ -20,6 +20,7 @@
 //!   the grace period is over (the rest are then dropped).
 
 use crate::layers::BodyService;
+use crate::stamp::Stamp;
 use crate::watched_body::{FrameWatch, WatchedBody};
 use axum::body::Body;
 use axum::extract::ConnectInfo;
@@ -422,8 +423,11 @@ impl Connection {
 /// read or written, since when a write has been blocked, and since when a
 /// request head has been arriving (milliseconds since `base`; 0 = not
 /// blocked, no head arriving).
+///
+/// Its clock is [`Stamp`]'s, read at every read and write of the socket;
+/// the watchdog's sleeps are relative to now.
 struct Activity {
-    base: Instant,
+    base: Stamp,
     in_flight: AtomicUsize,
     last_io_ms: AtomicU64,
     blocked_since_ms: AtomicU64,
@@ -445,7 +449,7 @@ const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0";
 impl Activity {
     fn new() -> Self {
         Self {
-            base: Instant::now(),
+            base: Stamp::now(),
             in_flight: AtomicUsize::new(0),
             last_io_ms: AtomicU64::new(0),
             blocked_since_ms: AtomicU64::new(0),
@@ -456,9 +460,7 @@ impl Activity {
     }
 
     fn now_ms(&self) -> u64 {
-        u64::try_from(self.base.elapsed().as_millis())
-            .unwrap_or(u64::MAX)
-            .max(1)
+        self.base.elapsed_ms().max(1)
     }
 
     fn touched(&self) {
@@ -521,7 +523,7 @@ impl Activity {
                 }
                 next = next.min(deadline);
             }
-            tokio::time::sleep_until(self.base + Duration::from_millis(next)).await;
+            tokio::time::sleep(Duration::from_millis(next - now)).await;
         }
     }
 }

@@ -217,6 +217,10 @@ pub(crate) struct Routed {
     /// The client's address, when the connection attached itself to the
     /// route layer (otherwise it is in `ConnectInfo`).
     pub peer: Option<std::net::SocketAddr>,
+    /// The connection's upstream timer, when the connection attached
+    /// itself to the route layer (the proxy then lends it for the
+    /// request's `totalMs`).
+    pub timer: Option<crate::proxy::ConnTimer>,
 }
 
 /// The [`Routed`] of a request that went through the route layer.

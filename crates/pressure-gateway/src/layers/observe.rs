@@ -19,11 +19,11 @@ use crate::plan::{Endpoint, Route};
 use crate::proxy::Upstream;
 use crate::rejection::UpstreamFailure;
 use crate::server::InFlight;
+use crate::stamp::Stamp;
 use crate::watched_body::{FrameWatch, Seen, WatchedBody};
 use axum::body::Body;
 use http::Response;
 use std::sync::Arc;
-use tokio::time::Instant;
 
 /// The status recorded for a request whose client went away before the
 /// response head (nginx's convention).
@@ -40,6 +40,35 @@ pub(crate) fn labels(route: &Route) -> (&str, &str) {
     (name, upstream)
 }
 
+/// The series of a connection's last request, by its labels: the next
+/// request of the same route (most, on a keep-alive connection) finds its
+/// series without the table's two hashed lookups. Keyed by the labels'
+/// text, so a reloaded plan (new label strings) cannot be mistaken for the
+/// old one; a series, once made, is never replaced in the table.
+#[derive(Clone, Default)]
+pub(crate) struct LastSeries(Option<(Box<str>, Box<str>, Arc<Series>)>);
+
+impl LastSeries {
+    /// The series of (`route`, `upstream`).
+    pub(crate) fn get(&mut self, metrics: &GatewayMetrics, route: &str, upstream: &str) -> Arc<Series> {
+        if let Some((r, u, series)) = &self.0 {
+            if **r == *route && **u == *upstream {
+                return Arc::clone(series);
+            }
+        }
+        let series = metrics.traffic().series(route, upstream);
+        self.0 = Some((route.into(), upstream.into(), Arc::clone(&series)));
+        series
+    }
+}
+
+impl std::fmt::Debug for LastSeries {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let labels = self.0.as_ref().map(|(r, u, _)| (r, u));
+        f.debug_tuple("LastSeries").field(&labels).finish()
+    }
+}
+
 /// One request being observed (module docs).
 pub(crate) struct Observation {
     metrics: Arc<GatewayMetrics>,
@@ -47,7 +76,7 @@ pub(crate) struct Observation {
     /// The upstream of a proxied request: a response body that fails is
     /// its failure (`reset`: it died after the head).
     upstream: Option<Arc<Upstream>>,
-    start: Instant,
+    start: Stamp,
     status: u16,
     bytes: u64,
     access: Option<Box<AccessRecord>>,
@@ -58,19 +87,17 @@ pub(crate) struct Observation {
 }
 
 impl Observation {
-    /// Starts observing a request that arrived at `start`, counted under
-    /// (`route`, `upstream`).
+    /// Starts observing a request that arrived at `start`, counted in
+    /// `series` (see [`LastSeries`]).
     pub(crate) fn start(
         metrics: &Arc<GatewayMetrics>,
-        start: Instant,
-        route: &str,
-        upstream: &str,
+        start: Stamp,
+        series: Arc<Series>,
         access: Option<Box<AccessRecord>>,
     ) -> Self {
-        let traffic = metrics.traffic();
-        traffic.started();
+        metrics.traffic().started();
         Self {
-            series: traffic.series(route, upstream),
+            series,
             upstream: None,
             metrics: Arc::clone(metrics),
             start,
@@ -105,6 +132,28 @@ impl Observation {
             parts.headers.insert(REQUEST_ID, id);
         }
         Response::from_parts(parts, Body::new(WatchedBody::new(body, Some(self))))
+    }
+}
+
+impl Observation {
+    /// [`respond`](Self::respond) for a response whose body is whole at its
+    /// head (a refusal the gateway rendered): settled now, with the body's
+    /// length as the bytes sent, and the body left unwrapped. Nothing
+    /// that settling does waits for a few hundred bytes to be written
+    /// (the permits given back, the log line, the in-flight count), and
+    /// under a flood of refusals the wrapper would be a box and a poll more
+    /// per request.
+    pub(crate) fn respond_whole(mut self, resp: Response<Body>) -> Response<Body> {
+        let Some(len) = http_body::Body::size_hint(resp.body()).exact() else {
+            return self.respond(resp);
+        };
+        self.status = resp.status().as_u16();
+        self.bytes = len;
+        let mut resp = resp;
+        if let Some(id) = self.access.as_ref().and_then(|a| a.request_id_header()) {
+            resp.headers_mut().insert(REQUEST_ID, id);
+        }
+        resp
     }
 }
 

@@ -16,7 +16,7 @@
 //!   successful responses get `RateLimit` headers when the plan asks for
 //!   them ([`super::ratelimit_headers`]).
 
-use super::observe::{labels, Observation};
+use super::observe::{labels, LastSeries, Observation};
 use super::{ratelimit_headers, Outcome, Routed};
 use crate::access_log::AccessRecord;
 use crate::charged::Charged;
@@ -91,6 +91,8 @@ impl<S> tower::Layer<S> for RouteLayer {
             force_rate_limit_headers: self.force_rate_limit_headers,
             conn: None,
             last_slot: None,
+            timer: None,
+            series: LastSeries::default(),
         }
     }
 }
@@ -110,12 +112,17 @@ pub struct RouteService<S> {
     conn: Option<ConnLink>,
     /// The permit slot of this connection's last request (attached only).
     last_slot: Option<PermitSlot>,
+    /// The attached connection's upstream timer.
+    timer: Option<crate::proxy::ConnTimer>,
+    /// The traffic series of the last request.
+    series: LastSeries,
 }
 
 impl<S> RouteService<S> {
     /// Serves the one connection `link` from now on.
     pub(crate) fn attach(&mut self, link: ConnLink) {
         self.conn = Some(link);
+        self.timer = Some(crate::proxy::ConnTimer::default());
     }
 
     /// A permit slot for the next request: on an attached connection the
@@ -138,6 +145,15 @@ impl<S> RouteService<S> {
 /// past a check.
 fn check_head<B>(req: &Request<B>) -> Result<(), Rejection> {
     let h = req.headers();
+    // No name twice (most heads): only a missing `Host` can be wrong.
+    if h.len() == h.keys_len() {
+        if req.version() == Version::HTTP_11 && !h.contains_key(header::HOST) {
+            return Err(Rejection::BadRequest(
+                "HTTP/1.1 requests must carry a Host header".into(),
+            ));
+        }
+        return Ok(());
+    }
     if h.get_all(header::AUTHORIZATION).iter().nth(1).is_some() {
         return Err(Rejection::BadRequest("more than one Authorization header".into()));
     }
@@ -192,7 +208,7 @@ where
     }
 
     fn call(&mut self, mut req: Request<Body>) -> Self::Future {
-        let arrived = tokio::time::Instant::now();
+        let arrived = crate::stamp::Stamp::now();
         let in_flight = self.conn.as_ref().map(ConnLink::in_flight);
         let metrics = Arc::clone(&self.metrics);
         let plan = self.plan.load_full();
@@ -207,7 +223,8 @@ where
         });
         if let Err(rejection) = check_head(&req).and_then(|()| normalize_path(&mut req)) {
             rejection.record(&metrics, plan.denial_lines());
-            let obs = Observation::start(&metrics, arrived, NONE, NONE, access).holding(None, in_flight);
+            let series = self.series.get(&metrics, NONE, NONE);
+            let obs = Observation::start(&metrics, arrived, series, access).holding(None, in_flight);
             return RouteFuture {
                 state: RouteState::Refused {
                     rejection: Some(rejection),
@@ -237,7 +254,8 @@ where
         // the request's permits back (the release layer leaves them to it)
         // and ends its in-flight count.
         let slot = self.next_slot();
-        let obs = Observation::start(&metrics, arrived, name, upstream, access)
+        let series = self.series.get(&metrics, name, upstream);
+        let obs = Observation::start(&metrics, arrived, series, access)
             .proxied(proxied)
             .holding(Some(slot.clone()), in_flight);
         let headers = charged.clone().filter(|_| rate_limit_headers);
@@ -252,6 +270,7 @@ where
             route,
             slot,
             peer: self.conn.as_ref().map(|c| c.peer),
+            timer: self.timer.clone(),
         });
         let fut = self.inner.call(req);
         RouteFuture {
@@ -302,11 +321,13 @@ impl<F: Future<Output = Outcome>> Future for RouteFuture<F> {
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let mut this = self.project();
-        let resp = loop {
+        // The response, and whether its body is whole at its head (a
+        // refusal, rendered here).
+        let (resp, whole) = loop {
             match this.state.as_mut().project() {
                 RouteProj::Refused { rejection } => {
                     let rejection = rejection.take().expect("RouteFuture polled after it answered");
-                    break rejection.render(*this.dialect);
+                    break (rejection.render(*this.dialect), true);
                 }
                 RouteProj::Inner { fut } => {
                     let reply: Outcome = ready!(fut.poll(cx));
@@ -321,22 +342,26 @@ impl<F: Future<Output = Outcome>> Future for RouteFuture<F> {
                                 });
                                 this.state.set(RouteState::Annotating { fut: annotating });
                             }
-                            None => break resp,
+                            None => break (resp, false),
                         },
                         Err(rejection) => {
                             rejection.record(this.metrics, *this.denial_lines);
-                            break rejection.render(*this.dialect);
+                            break (rejection.render(*this.dialect), true);
                         }
                     }
                 }
-                RouteProj::Annotating { fut } => break ready!(fut.as_mut().poll(cx)),
+                RouteProj::Annotating { fut } => break (ready!(fut.as_mut().poll(cx)), false),
                 RouteProj::Done { .. } => panic!("RouteFuture polled after it answered"),
             }
         };
         // The inner future goes now, as it would at the end of an `.await`.
         this.state.set(RouteState::Done { done: () });
         let obs = this.obs.take().expect("RouteFuture polled after it answered");
-        Poll::Ready(Ok(obs.respond(resp)))
+        Poll::Ready(Ok(if whole {
+            obs.respond_whole(resp)
+        } else {
+            obs.respond(resp)
+        }))
     }
 }
 
@@ -368,6 +393,12 @@ mod tests {
             ]
         ))
         .is_err());
+        // A name twice that is neither takes the long way, to the same
+        // answers.
+        let twice = [("accept", "a"), ("accept", "b")];
+        assert!(check_head(&req(Version::HTTP_11, &[twice[0], twice[1], ("host", "a")])).is_ok());
+        assert!(check_head(&req(Version::HTTP_11, &twice)).is_err());
+        assert!(check_head(&req(Version::HTTP_10, &twice)).is_ok());
     }
 
     #[test]

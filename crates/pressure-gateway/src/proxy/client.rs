@@ -4,6 +4,7 @@
 
 use super::body::{ClientBody, ClientFault};
 use super::connector::UpstreamConnector;
+use super::deadline::{within, ConnTimer};
 use super::error::ProxyError;
 use super::failure::classify;
 use super::headers::{set_forwarding, strip_hop_by_hop};
@@ -117,6 +118,19 @@ impl Proxy {
         client_addr: Option<SocketAddr>,
         total: Duration,
     ) -> Outcome {
+        self.forward_with(upstream, req, client_addr, total, None).await
+    }
+
+    /// [`forward`](Self::forward), with `total` kept by the client
+    /// connection's `timer` when there is one (no timer made per request).
+    pub(crate) async fn forward_with(
+        &self,
+        upstream: &Upstream,
+        req: Request<Body>,
+        client_addr: Option<SocketAddr>,
+        total: Duration,
+        timer: Option<ConnTimer>,
+    ) -> Outcome {
         let bounds =
             crate::layers::routed(&req).map(|r| (r.plan.max_body_bytes(), r.plan.body_read_timeout()));
         let (max_body, body_idle) = bounds.unwrap_or((u64::MAX, None));
@@ -183,7 +197,13 @@ impl Proxy {
         parts.version = Version::HTTP_11;
         let req = Request::from_parts(parts, body);
 
-        match tokio::time::timeout(total, self.pool.send(upstream, req)).await {
+        let sent = match timer {
+            Some(timer) => within(timer.arm(total), self.pool.send(upstream, req)).await,
+            None => tokio::time::timeout(total, self.pool.send(upstream, req))
+                .await
+                .map_err(|_elapsed| ()),
+        };
+        match sent {
             Ok(Ok(response)) if response.status() == StatusCode::SWITCHING_PROTOCOLS => {
                 switch_protocols(upstream, response, client_upgrade)
             }
@@ -193,7 +213,7 @@ impl Proxy {
                 Ok(Response::from_parts(parts, Body::new(body)))
             }
             Ok(Err(error)) => Err(client_fault().unwrap_or_else(|| failed(upstream, &error))),
-            Err(_elapsed) => Err(client_fault().unwrap_or_else(|| Rejection::UpstreamTimeout {
+            Err(()) => Err(client_fault().unwrap_or_else(|| Rejection::UpstreamTimeout {
                 upstream: upstream.name().to_owned(),
                 after_ms: u64::try_from(total.as_millis()).unwrap_or(u64::MAX),
             })),

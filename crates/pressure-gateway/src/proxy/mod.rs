@@ -59,6 +59,7 @@
 mod body;
 mod client;
 mod connector;
+mod deadline;
 mod error;
 mod failure;
 mod headers;
@@ -69,6 +70,7 @@ mod upgrade;
 
 pub(crate) use body::is_too_large;
 pub use client::Proxy;
+pub(crate) use deadline::ConnTimer;
 pub use error::ProxyError;
 pub use routing::{Upstream, Upstreams};
 pub(crate) use service::Forward;

@@ -66,9 +66,10 @@ impl tower::Service<Request<Body>> for Forward {
             return Box::pin(async move { Err(Rejection::NotFound(path)) });
         };
         let total = routed.plan.upstream_timeout();
+        let timer = routed.timer.clone();
         let proxy = self.proxy.clone();
         let addr = client_addr(&req);
-        Box::pin(async move { proxy.forward(&upstream, req, addr, total).await })
+        Box::pin(async move { proxy.forward_with(&upstream, req, addr, total, timer).await })
     }
 }
 
