@@ -7,7 +7,7 @@ use super::connector::UpstreamConnector;
 use super::deadline::{within, ConnTimer};
 use super::error::ProxyError;
 use super::failure::classify;
-use super::headers::{set_forwarding, strip_hop_by_hop};
+use super::headers::{set_forwarding, strip_hop_by_hop, strip_present, HopByHop};
 use super::pool::{ExchangeError, Pool};
 use super::routing::Upstream;
 use super::upgrade::ClientUpgrade;
@@ -173,8 +173,13 @@ impl Proxy {
                 .authority()
                 .and_then(|authority| HeaderValue::from_str(authority.as_str()).ok())
         });
-        let client_upgrade = ClientUpgrade::take(&parts.headers, &mut parts.extensions);
-        strip_hop_by_hop(&mut parts.headers);
+        let hop = HopByHop::of(&parts.headers);
+        let client_upgrade = if hop.may_upgrade() {
+            ClientUpgrade::take(&parts.headers, &mut parts.extensions)
+        } else {
+            None
+        };
+        strip_present(&mut parts.headers, hop);
         if let Some(upgrade) = &client_upgrade {
             upgrade.restore_request_headers(&mut parts.headers);
         }

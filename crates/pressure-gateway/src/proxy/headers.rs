@@ -26,24 +26,52 @@ static HOP_BY_HOP: [HeaderName; 9] = [
     header::UPGRADE,
 ];
 
+/// Which of the hop-by-hop headers a message carries (bit `i`:
+/// `HOP_BY_HOP[i]`): looked at once, for the upgrade check and the strip.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct HopByHop(u16);
+
+impl HopByHop {
+    /// Those of `headers`.
+    pub(crate) fn of(headers: &HeaderMap) -> Self {
+        // Most messages carry none of them, and a `remove` hashes its
+        // name: look at the (few) names present first.
+        let mut present = 0;
+        for name in headers.keys() {
+            if let Some(i) = hop_by_hop_index(name) {
+                present |= 1 << i;
+            }
+        }
+        Self(present)
+    }
+
+    /// Whether `Connection` and `Upgrade` are both there (what a WebSocket
+    /// upgrade needs).
+    pub(crate) fn may_upgrade(self) -> bool {
+        const BOTH: u16 = 1 | 1 << 8;
+        self.0 & BOTH == BOTH
+    }
+
+    fn has(self, i: usize) -> bool {
+        self.0 & (1 << i) != 0
+    }
+}
+
 /// Removes the hop-by-hop headers, and every header that `Connection`
 /// names, from `headers`.
 pub(crate) fn strip_hop_by_hop(headers: &mut HeaderMap) {
-    // Most messages carry none of them, and a `remove` hashes its name:
-    // look at the (few) names present first.
-    let mut present = [false; HOP_BY_HOP.len()];
-    for name in headers.keys() {
-        if let Some(i) = hop_by_hop_index(name) {
-            present[i] = true;
-        }
-    }
-    if !present.contains(&true) {
+    strip_present(headers, HopByHop::of(headers));
+}
+
+/// [`strip_hop_by_hop`], `present` being [`HopByHop::of`] `headers`.
+pub(crate) fn strip_present(headers: &mut HeaderMap, present: HopByHop) {
+    if present.0 == 0 {
         return;
     }
     // What `Connection` names beyond the hop-by-hop headers (removed
     // below anyway): usually nothing (`keep-alive`), so usually nothing to
     // allocate.
-    if present[0] && connection_tokens(headers).any(is_other) {
+    if present.has(0) && connection_tokens(headers).any(is_other) {
         let named: Vec<HeaderName> = connection_tokens(headers)
             .filter(|token| is_other(token))
             .filter_map(|token| HeaderName::from_bytes(token.as_bytes()).ok())
@@ -52,26 +80,22 @@ pub(crate) fn strip_hop_by_hop(headers: &mut HeaderMap) {
             headers.remove(name);
         }
     }
-    for (name, _) in HOP_BY_HOP.iter().zip(present).filter(|(_, p)| *p) {
-        headers.remove(name);
+    for (i, name) in HOP_BY_HOP.iter().enumerate() {
+        if present.has(i) {
+            headers.remove(name);
+        }
     }
 }
 
-/// The index of `name` in [`HOP_BY_HOP`], if it is there: one string
-/// match instead of nine `HeaderName` comparisons per header.
+/// The index of `name` in [`HOP_BY_HOP`], if it is there. The length and
+/// the first byte pick the one candidate (most names have a length no
+/// hop-by-hop name has), and one comparison decides (a header name is
+/// lower case already).
+#[inline]
 fn hop_by_hop_index(name: &HeaderName) -> Option<usize> {
-    match name.as_str() {
-        "connection" => Some(0),
-        "keep-alive" => Some(1),
-        "proxy-connection" => Some(2),
-        "proxy-authenticate" => Some(3),
-        "proxy-authorization" => Some(4),
-        "te" => Some(5),
-        "trailer" => Some(6),
-        "transfer-encoding" => Some(7),
-        "upgrade" => Some(8),
-        _ => None,
-    }
+    let s = name.as_str();
+    let i = candidate(s.len(), s.as_bytes().first().copied())?;
+    (HOP_BY_HOP[i].as_str() == s).then_some(i)
 }
 
 /// The comma-separated tokens of the `Connection` headers, trimmed.
@@ -86,7 +110,33 @@ fn connection_tokens(headers: &HeaderMap) -> impl Iterator<Item = &str> {
 
 /// Whether a `Connection` token names a header that is not hop-by-hop.
 fn is_other(token: &str) -> bool {
-    !token.is_empty() && !HOP_BY_HOP.iter().any(|h| token.eq_ignore_ascii_case(h.as_str()))
+    !token.is_empty() && token_index(token).is_none()
+}
+
+/// [`hop_by_hop_index`] of a `Connection` token, which may be in any case.
+fn token_index(token: &str) -> Option<usize> {
+    let i = candidate(token.len(), token.as_bytes().first().map(u8::to_ascii_lowercase))?;
+    let name = HOP_BY_HOP[i].as_str();
+    // Mostly written in lower case (`keep-alive`): compared as it is first.
+    (token == name || token.eq_ignore_ascii_case(name)).then_some(i)
+}
+
+/// The one hop-by-hop name a name of `len` bytes starting with `first`
+/// (lower case) can be.
+#[inline]
+fn candidate(len: usize, first: Option<u8>) -> Option<usize> {
+    Some(match (len, first) {
+        (10, Some(b'c')) => 0,
+        (10, Some(b'k')) => 1,
+        (16, _) => 2,
+        (18, _) => 3,
+        (19, _) => 4,
+        (2, _) => 5,
+        (7, Some(b't')) => 6,
+        (17, _) => 7,
+        (7, Some(b'u')) => 8,
+        _ => return None,
+    })
 }
 
 thread_local! {
@@ -195,6 +245,53 @@ mod tests {
         }
         assert_eq!(hop_by_hop_index(&header::HOST), None);
         assert_eq!(hop_by_hop_index(&HeaderName::from_static("x-connection")), None);
+        // Names of a hop-by-hop name's length (and first byte) are not it.
+        for name in [
+            "user-agent",
+            "keep-alives",
+            "content-language",
+            "x-forwarded-host",
+            "if-modified-since",
+            "referer",
+            "tracing",
+            "upgrades",
+            "ts",
+            "www-authenticate-x",
+            "proxy-authorizatio",
+        ] {
+            assert_eq!(hop_by_hop_index(&HeaderName::from_static(name)), None, "{name}");
+        }
+    }
+
+    #[test]
+    fn connection_tokens_are_read_in_any_case() {
+        for token in [
+            "keep-alive",
+            "KEEP-ALIVE",
+            "Upgrade",
+            "TE",
+            "Transfer-Encoding",
+            "close",
+        ] {
+            let hop = token != "close";
+            assert_eq!(!is_other(token), hop, "{token}");
+        }
+        for token in ["X-Custom", "keep-alives", "tE2", "Upgraded", "Content-Language"] {
+            assert!(is_other(token), "{token}");
+        }
+        assert!(!is_other(""));
+    }
+
+    #[test]
+    fn an_upgrade_needs_connection_and_upgrade() {
+        let both = map(&[("connection", "upgrade"), ("upgrade", "websocket"), ("host", "a")]);
+        assert!(HopByHop::of(&both).may_upgrade());
+        assert!(!HopByHop::of(&map(&[("upgrade", "websocket")])).may_upgrade());
+        assert!(!HopByHop::of(&map(&[("connection", "upgrade")])).may_upgrade());
+        assert_eq!(
+            HopByHop::of(&map(&[("host", "a"), ("accept", "*/*")])),
+            HopByHop(0)
+        );
     }
 
     #[test]
