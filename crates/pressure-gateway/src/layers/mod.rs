@@ -123,7 +123,7 @@ impl<F> StepFuture<F> {
     }
 
     /// `req` refused at once: it goes no further, and its extension map
-    /// is kept for the next request ([`spare`]).
+    /// is kept for the next request (`layers/spare.rs`).
     pub fn refuse(mut req: Request<Body>, rejection: Rejection) -> Self {
         spare::give_back(std::mem::take(req.extensions_mut()));
         Self::ready(Err(rejection))
