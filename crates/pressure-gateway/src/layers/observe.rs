@@ -125,17 +125,11 @@ impl Observation {
 
     /// The response head is here: notes its status, echoes the request id
     /// (access log on), and hands the observation to the body.
-    pub(crate) fn respond(mut self, resp: Response<Body>) -> Response<Body> {
-        self.status = resp.status().as_u16();
-        let (mut parts, body) = resp.into_parts();
-        if let Some(id) = self.access.as_ref().and_then(|a| a.request_id_header()) {
-            parts.headers.insert(REQUEST_ID, id);
-        }
-        Response::from_parts(parts, Body::new(WatchedBody::new(body, Some(self))))
+    pub(crate) fn respond(mut self, mut resp: Response<Body>) -> Response<Body> {
+        self.at_head(&mut resp);
+        resp.map(|body| Body::new(WatchedBody::new(body, Some(self))))
     }
-}
 
-impl Observation {
     /// [`respond`](Self::respond) for a response whose body is whole at its
     /// head (a refusal the gateway rendered): settled now, with the body's
     /// length as the bytes sent, and the body left unwrapped. Nothing
@@ -147,13 +141,18 @@ impl Observation {
         let Some(len) = http_body::Body::size_hint(resp.body()).exact() else {
             return self.respond(resp);
         };
-        self.status = resp.status().as_u16();
-        self.bytes = len;
         let mut resp = resp;
+        self.at_head(&mut resp);
+        self.bytes = len;
+        resp
+    }
+
+    /// Notes the head's status and echoes the request id (access log on).
+    fn at_head(&mut self, resp: &mut Response<Body>) {
+        self.status = resp.status().as_u16();
         if let Some(id) = self.access.as_ref().and_then(|a| a.request_id_header()) {
             resp.headers_mut().insert(REQUEST_ID, id);
         }
-        resp
     }
 }
 
