@@ -17,6 +17,7 @@ use crate::rejection::{Rejection, UpstreamFailure};
 use crate::tls::UpstreamTls;
 use arc_swap::ArcSwap;
 use axum::body::Body;
+use bytes::Bytes;
 use http::{header, HeaderValue, Method, Request, Response, StatusCode, Uri, Version};
 use hyper::upgrade::OnUpgrade;
 use hyper_util::client::legacy::connect::HttpConnector;
@@ -140,13 +141,13 @@ impl Proxy {
         // and nothing to fail). Alone (`ProxyService`), with no bound,
         // stream it.
         let (fault, body) = if bounds.is_some() && http_body::Body::is_end_stream(&body) {
-            (None, Body::empty())
+            (None, Outgoing::Whole(Bytes::new()))
         } else {
             let fault = ClientFault::new(max_body);
             let body = ClientBody::new(body, fault.clone(), body_idle);
             let body = match bounds {
-                Some(_) => read_whole(body, &fault, total).await?,
-                None => Body::new(body),
+                Some(_) => Outgoing::Whole(read_whole(body, &fault, total).await?),
+                None => Outgoing::Streamed(Body::new(body)),
             };
             (Some(fault), body)
         };
@@ -200,29 +201,87 @@ impl Proxy {
         crate::layers::spare::give_back(std::mem::take(&mut parts.extensions));
         parts.uri = uri;
         parts.version = Version::HTTP_11;
-        let req = Request::from_parts(parts, body);
-
-        let sent = match timer {
-            Some(timer) => within(timer.arm(total), self.pool.send(upstream, req)).await,
-            None => tokio::time::timeout(total, self.pool.send(upstream, req))
-                .await
-                .map_err(|_elapsed| ()),
+        let body = match body {
+            // A whole body to a plain `http://` upstream, no upgrade: the
+            // exchange runs in this task (`exchange.rs`).
+            Outgoing::Whole(whole) if client_upgrade.is_none() && !upstream.is_https() => {
+                let sent = bounded(timer, total, self.pool.exchange(upstream, &parts, &whole)).await;
+                return settle(upstream, total, client_fault, sent, |response| {
+                    if response.status() == StatusCode::SWITCHING_PROTOCOLS {
+                        return Err(unasked_switch(upstream));
+                    }
+                    Ok(response)
+                });
+            }
+            Outgoing::Whole(whole) if whole.is_empty() => Body::empty(),
+            Outgoing::Whole(whole) => Body::from(whole),
+            Outgoing::Streamed(body) => body,
         };
-        match sent {
-            Ok(Ok(response)) if response.status() == StatusCode::SWITCHING_PROTOCOLS => {
-                switch_protocols(upstream, response, client_upgrade)
+        let req = Request::from_parts(parts, body);
+        let sent = bounded(timer, total, self.pool.send(upstream, req)).await;
+        settle(upstream, total, client_fault, sent, |response| {
+            if response.status() == StatusCode::SWITCHING_PROTOCOLS {
+                return switch_protocols(upstream, response, client_upgrade);
             }
-            Ok(Ok(response)) => {
-                let (mut parts, body) = response.into_parts();
-                strip_hop_by_hop(&mut parts.headers);
-                Ok(Response::from_parts(parts, Body::new(body)))
+            let (parts, body) = response.into_parts();
+            Ok(Response::from_parts(parts, Body::new(body)))
+        })
+    }
+}
+
+/// The request body on its way to the upstream.
+enum Outgoing {
+    /// Read whole (under the gateway's layers).
+    Whole(Bytes),
+    /// Streamed as it comes (`ProxyService`).
+    Streamed(Body),
+}
+
+/// `fut` bounded by `total`: on the client connection's `timer` when there
+/// is one, else on a timer of its own; `Err` when it ran out.
+async fn bounded<F: std::future::Future>(
+    timer: Option<ConnTimer>,
+    total: Duration,
+    fut: F,
+) -> Result<F::Output, ()> {
+    match timer {
+        Some(timer) => within(timer.arm(total), fut).await,
+        None => tokio::time::timeout(total, fut).await.map_err(|_elapsed| ()),
+    }
+}
+
+/// The outcome of an exchange: the upstream's response (`answer` makes
+/// the client's from it, its hop-by-hop headers then dropped), or the
+/// refusal for its failure, the client's own fault first.
+fn settle<R>(
+    upstream: &Upstream,
+    total: Duration,
+    client_fault: impl FnOnce() -> Option<Rejection>,
+    sent: Result<Result<Response<R>, ExchangeError>, ()>,
+    answer: impl FnOnce(Response<R>) -> Outcome,
+) -> Outcome {
+    match sent {
+        Ok(Ok(response)) => {
+            let mut response = answer(response)?;
+            if response.status() != StatusCode::SWITCHING_PROTOCOLS {
+                strip_hop_by_hop(response.headers_mut());
             }
-            Ok(Err(error)) => Err(client_fault().unwrap_or_else(|| failed(upstream, &error))),
-            Err(()) => Err(client_fault().unwrap_or_else(|| Rejection::UpstreamTimeout {
-                upstream: upstream.name().to_owned(),
-                after_ms: u64::try_from(total.as_millis()).unwrap_or(u64::MAX),
-            })),
+            Ok(response)
         }
+        Ok(Err(error)) => Err(client_fault().unwrap_or_else(|| failed(upstream, &error))),
+        Err(()) => Err(client_fault().unwrap_or_else(|| Rejection::UpstreamTimeout {
+            upstream: upstream.name().to_owned(),
+            after_ms: u64::try_from(total.as_millis()).unwrap_or(u64::MAX),
+        })),
+    }
+}
+
+/// The refusal for a `101` the client did not ask for.
+fn unasked_switch(upstream: &Upstream) -> Rejection {
+    Rejection::UpstreamError {
+        upstream: upstream.name().to_owned(),
+        reason: "switched protocols without an upgrade request".into(),
+        kind: UpstreamFailure::BadResponse,
     }
 }
 
@@ -237,12 +296,12 @@ async fn read_whole(
     body: ClientBody<Body>,
     fault: &ClientFault,
     deadline: Duration,
-) -> Result<Body, Rejection> {
+) -> Result<Bytes, Rejection> {
     if http_body::Body::is_end_stream(&body) {
-        return Ok(Body::empty());
+        return Ok(Bytes::new());
     }
     match tokio::time::timeout(deadline, http_body_util::BodyExt::collect(body)).await {
-        Ok(Ok(whole)) => Ok(Body::new(whole)),
+        Ok(Ok(whole)) => Ok(whole.to_bytes()),
         Ok(Err(_)) => Err(fault.take().unwrap_or_else(|| {
             Rejection::BadRequest("the request body is malformed or was cut short".into())
         })),
@@ -263,11 +322,7 @@ fn switch_protocols(
 ) -> Outcome {
     let (mut parts, _body) = response.into_parts();
     let Some(client_upgrade) = client_upgrade else {
-        return Err(Rejection::UpstreamError {
-            upstream: upstream.name().to_owned(),
-            reason: "switched protocols without an upgrade request".into(),
-            kind: UpstreamFailure::BadResponse,
-        });
+        return Err(unasked_switch(upstream));
     };
     let Some(upstream_upgrade) = parts.extensions.remove::<OnUpgrade>() else {
         return Err(Rejection::UpstreamError {

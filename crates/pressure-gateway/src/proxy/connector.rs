@@ -43,6 +43,16 @@ impl UpstreamConnector {
     }
 }
 
+impl UpstreamConnector {
+    /// A plain TCP connection to the `http://` upstream `dst` (the same
+    /// connect timeout, `TCP_NODELAY` and keepalive as for hyper's).
+    pub(crate) async fn connect_tcp(&self, dst: Uri) -> Result<TcpStream, BoxError> {
+        let mut http = self.http.clone();
+        let io = tower::Service::<Uri>::call(&mut http, dst).await?;
+        Ok(io.into_inner())
+    }
+}
+
 impl tower::Service<Uri> for UpstreamConnector {
     type Response = MaybeHttpsStream<TokioIo<TcpStream>>;
     type Error = BoxError;

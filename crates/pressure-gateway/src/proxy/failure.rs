@@ -11,6 +11,9 @@ use std::io;
 
 /// The cause of a failed exchange (`error` from the pool).
 pub(crate) fn classify(error: &ExchangeError) -> UpstreamFailure {
+    if matches!(error, ExchangeError::BadResponse(_)) {
+        return UpstreamFailure::BadResponse;
+    }
     let io_kind = chain(error).find_map(|e| e.downcast_ref::<io::Error>().map(io::Error::kind));
     if error.is_connect() {
         return match io_kind {

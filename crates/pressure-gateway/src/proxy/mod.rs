@@ -57,10 +57,12 @@
 //! public roots or the upstream's `tls.caFile`, SNI from the URL's host).
 
 mod body;
+mod chunked;
 mod client;
 mod connector;
 mod deadline;
 mod error;
+mod exchange;
 mod failure;
 mod headers;
 mod pool;

@@ -20,12 +20,23 @@
 //! * a request that a reused connection gave back unsent (the upstream
 //!   closed it in the meantime) is sent again, on another connection; on a
 //!   fresh connection it is not.
+//!
+//! Beside hyper's connections each origin keeps plain-TCP ones for the
+//! exchanges of `exchange.rs` (a routed request, whole, to an `http://`
+//! upstream, no upgrade: [`Pool::exchange`]). They are kept by the same
+//! rules; as no task watches them while idle, a closed one is found at
+//! checkout, by a read that costs no system call while nothing arrived.
+//! A reused one that closes before any byte of an answer came has its
+//! request sent again on another connection when the method is
+//! idempotent (nginx's and Envoy's rule for a reset on a kept connection).
 
 use super::connector::UpstreamConnector;
+use super::exchange::{self, RawConn};
 use super::routing::Upstream;
 use axum::body::Body;
+use bytes::Bytes;
 use http::uri::Authority;
-use http::{Request, Response};
+use http::{request, Request, Response};
 use hyper::body::Incoming;
 use hyper::client::conn::http1::{Builder, SendRequest};
 use parking_lot::Mutex;
@@ -54,6 +65,14 @@ pub(crate) enum ExchangeError {
     /// The exchange on a connection failed.
     #[error("client error (SendRequest)")]
     SendRequest(#[source] hyper::Error),
+    /// The exchange on a kept plain-TCP connection failed: reset, or
+    /// closed before the response was whole.
+    #[error("client error (Io)")]
+    Io(#[source] std::io::Error),
+    /// The upstream's answer is not an HTTP/1.1 response that can be
+    /// framed.
+    #[error("{0}")]
+    BadResponse(String),
 }
 
 impl ExchangeError {
@@ -87,6 +106,7 @@ struct Origin {
     https: bool,
     authority: Authority,
     conns: Vec<IdleConn>,
+    raw: Vec<IdleRaw>,
 }
 
 impl Origin {
@@ -109,10 +129,45 @@ impl IdleConn {
     }
 }
 
+struct IdleRaw {
+    conn: RawConn,
+    since: Instant,
+}
+
+impl IdleRaw {
+    /// Whether it can take a request: open, nothing unasked on it, not
+    /// idle too long.
+    fn is_usable(&self, now: Instant) -> bool {
+        now.saturating_duration_since(self.since) < IDLE_TIMEOUT && self.conn.is_open()
+    }
+}
+
+/// Where a plain-TCP connection goes back to once its response is read
+/// whole.
+pub(crate) struct Home {
+    shared: Arc<Shared>,
+    authority: Authority,
+}
+
+impl std::fmt::Debug for Home {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Home")
+            .field("authority", &self.authority)
+            .finish()
+    }
+}
+
+impl Home {
+    /// Puts `conn` back among its origin's idle connections.
+    pub(crate) fn put_back(self, conn: RawConn) {
+        self.shared.put_back_raw(&self.authority, conn);
+    }
+}
+
 impl std::fmt::Debug for Pool {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let idle = self.shared.idle.lock();
-        let conns: usize = idle.origins.iter().map(|o| o.conns.len()).sum();
+        let conns: usize = idle.origins.iter().map(|o| o.conns.len() + o.raw.len()).sum();
         f.debug_struct("Pool")
             .field("connector", &self.shared.connector)
             .field("idle", &conns)
@@ -166,6 +221,69 @@ impl Pool {
                 },
             }
         }
+    }
+
+    /// Sends `parts` with its whole `body` (its target in origin-form, its
+    /// `Host` set) to the `http://` upstream on a kept plain-TCP connection,
+    /// or a new one, in this task (`exchange.rs`), and answers the
+    /// response, its body streaming from the connection.
+    pub(crate) async fn exchange(
+        &self,
+        upstream: &Upstream,
+        parts: &request::Parts,
+        body: &Bytes,
+    ) -> Result<Response<Body>, ExchangeError> {
+        loop {
+            let (mut conn, reused) = match self.checkout_raw(upstream.authority()) {
+                Some(conn) => (conn, true),
+                // Boxed, as in `send`.
+                None => (Box::pin(self.connect_raw(upstream)).await?, false),
+            };
+            match conn.exchange(parts, body).await {
+                Ok(head) => {
+                    let home = || Home {
+                        shared: Arc::clone(&self.shared),
+                        authority: upstream.authority().clone(),
+                    };
+                    return Ok(exchange::respond(conn, head, home));
+                }
+                Err(failed) if reused && failed.unanswered && parts.method.is_idempotent() => {
+                    tracing::trace!(
+                        upstream = upstream.name(),
+                        error = %failed.error,
+                        "a kept connection closed before answering; sending the request again"
+                    );
+                }
+                Err(failed) => return Err(failed.error),
+            }
+        }
+    }
+
+    /// The newest usable idle plain-TCP connection to the `http://` origin.
+    fn checkout_raw(&self, authority: &Authority) -> Option<RawConn> {
+        let mut idle = self.shared.idle.lock();
+        let origin = idle.origins.iter_mut().find(|o| o.is(false, authority))?;
+        if origin.raw.is_empty() {
+            return None;
+        }
+        let now = Instant::now();
+        while let Some(raw) = origin.raw.pop() {
+            if raw.is_usable(now) {
+                return Some(raw.conn);
+            }
+        }
+        None
+    }
+
+    /// A new plain-TCP connection to the `http://` upstream.
+    async fn connect_raw(&self, upstream: &Upstream) -> Result<RawConn, ExchangeError> {
+        let io = self
+            .shared
+            .connector
+            .connect_tcp(upstream.dial_uri())
+            .await
+            .map_err(ExchangeError::Connect)?;
+        Ok(RawConn::new(io))
     }
 
     /// The newest usable idle connection to the origin, if any (the
@@ -246,18 +364,45 @@ impl Shared {
             since: Instant::now(),
         };
         let mut idle = self.idle.lock();
-        match idle.origins.iter_mut().find(|o| o.is(https, authority)) {
-            Some(origin) => origin.conns.push(conn),
-            None => idle.origins.push(Origin {
-                https,
-                authority: authority.clone(),
-                conns: vec![conn],
-            }),
-        }
+        origin(&mut idle, https, authority).conns.push(conn);
+        self.sweep_from(idle);
+    }
+
+    /// Adds `conn`, its response read whole, to the `http://` origin's idle
+    /// plain-TCP connections; starts the sweep with the first one.
+    fn put_back_raw(self: &Arc<Self>, authority: &Authority, conn: RawConn) {
+        let conn = IdleRaw {
+            conn,
+            since: Instant::now(),
+        };
+        let mut idle = self.idle.lock();
+        origin(&mut idle, false, authority).raw.push(conn);
+        self.sweep_from(idle);
+    }
+
+    /// Starts the sweeping task unless it runs.
+    fn sweep_from(self: &Arc<Self>, mut idle: parking_lot::MutexGuard<'_, Idle>) {
         if !idle.sweeping {
             idle.sweeping = true;
             drop(idle);
             tokio::spawn(sweep(Arc::downgrade(self)));
+        }
+    }
+}
+
+/// The origin's entry, made when it has none.
+fn origin<'a>(idle: &'a mut Idle, https: bool, authority: &Authority) -> &'a mut Origin {
+    match idle.origins.iter().position(|o| o.is(https, authority)) {
+        Some(at) => &mut idle.origins[at],
+        None => {
+            idle.origins.push(Origin {
+                https,
+                authority: authority.clone(),
+                conns: Vec::new(),
+                raw: Vec::new(),
+            });
+            let last = idle.origins.len() - 1;
+            &mut idle.origins[last]
         }
     }
 }
@@ -273,17 +418,22 @@ async fn sweep(shared: Weak<Shared>) {
             return;
         };
         let now = Instant::now();
-        let dropped: Vec<IdleConn> = {
+        let dropped: (Vec<IdleConn>, Vec<IdleRaw>) = {
             let mut idle = shared.idle.lock();
-            let mut dropped = Vec::new();
+            let mut dropped = (Vec::new(), Vec::new());
             for origin in &mut idle.origins {
                 let (keep, gone) = std::mem::take(&mut origin.conns)
                     .into_iter()
                     .partition(|c| c.is_usable(now));
                 origin.conns = keep;
-                dropped.extend::<Vec<IdleConn>>(gone);
+                dropped.0.extend::<Vec<IdleConn>>(gone);
+                let (keep, gone) = std::mem::take(&mut origin.raw)
+                    .into_iter()
+                    .partition(|c| c.is_usable(now));
+                origin.raw = keep;
+                dropped.1.extend::<Vec<IdleRaw>>(gone);
             }
-            idle.origins.retain(|o| !o.conns.is_empty());
+            idle.origins.retain(|o| !o.conns.is_empty() || !o.raw.is_empty());
             dropped
         };
         // Closed outside the lock.
