@@ -7,7 +7,7 @@ use super::connector::UpstreamConnector;
 use super::deadline::{within, ConnTimer};
 use super::error::ProxyError;
 use super::failure::classify;
-use super::headers::{set_forwarding, strip_hop_by_hop, strip_present, HopByHop};
+use super::headers::{strip_hop_by_hop, strip_present, Forwarding, HopByHop};
 use super::pool::{ExchangeError, Pool};
 use super::routing::Upstream;
 use super::upgrade::ClientUpgrade;
@@ -184,18 +184,13 @@ impl Proxy {
         if let Some(upgrade) = &client_upgrade {
             upgrade.restore_request_headers(&mut parts.headers);
         }
-        set_forwarding(
-            &mut parts.headers,
+        let forwarding = Forwarding::of(
+            &parts.headers,
             client_addr.map(|addr| addr.ip()),
             original_host,
             upstream.host(),
+            parts.extensions.get::<crate::tls::ClientTls>().is_some(),
         );
-        if parts.extensions.get::<crate::tls::ClientTls>().is_some() {
-            parts.headers.insert(
-                super::headers::X_FORWARDED_PROTO.clone(),
-                HeaderValue::from_static("https"),
-            );
-        }
         // The upstream needs none of the request's extensions: the map
         // goes back for the next request (`layers::spare`).
         crate::layers::spare::give_back(std::mem::take(&mut parts.extensions));
@@ -205,7 +200,12 @@ impl Proxy {
             // A whole body to a plain `http://` upstream, no upgrade: the
             // exchange runs in this task (`exchange.rs`).
             Outgoing::Whole(whole) if client_upgrade.is_none() && !upstream.is_https() => {
-                let sent = bounded(timer, total, self.pool.exchange(upstream, &parts, &whole)).await;
+                let sent = bounded(
+                    timer,
+                    total,
+                    self.pool.exchange(upstream, &parts, &forwarding, &whole),
+                )
+                .await;
                 return settle(upstream, total, client_fault, sent, |response| {
                     if response.status() == StatusCode::SWITCHING_PROTOCOLS {
                         return Err(unasked_switch(upstream));
@@ -217,6 +217,7 @@ impl Proxy {
             Outgoing::Whole(whole) => Body::from(whole),
             Outgoing::Streamed(body) => body,
         };
+        forwarding.apply(&mut parts.headers);
         let req = Request::from_parts(parts, body);
         let sent = bounded(timer, total, self.pool.send(upstream, req)).await;
         settle(upstream, total, client_fault, sent, |response| {

@@ -19,6 +19,7 @@
 //! and streamed request bodies keep hyper's connection (`pool.rs`).
 
 use super::chunked::{Chunked, Step};
+use super::headers::Forwarding;
 use super::pool::{ExchangeError, Home};
 use axum::body::Body;
 use bytes::{Bytes, BytesMut};
@@ -109,11 +110,17 @@ impl RawConn {
         matches!(self.io.try_read(&mut probe), Err(e) if e.kind() == io::ErrorKind::WouldBlock)
     }
 
-    /// Sends the request (`parts` with its target in origin-form and its
-    /// `Host` set, and its whole `body`) and reads the final response head.
-    pub(crate) async fn exchange(&mut self, parts: &request::Parts, body: &Bytes) -> Result<Head, Failed> {
+    /// Sends the request (`parts` with its target in origin-form, the
+    /// `forwarding` headers in place of its own, and its whole `body`) and
+    /// reads the final response head.
+    pub(crate) async fn exchange(
+        &mut self,
+        parts: &request::Parts,
+        forwarding: &Forwarding,
+        body: &Bytes,
+    ) -> Result<Head, Failed> {
         let inline = body.len() <= INLINE_BODY;
-        encode_request(&mut self.out, parts, body, inline);
+        encode_request(&mut self.out, parts, forwarding, body, inline);
         let mut written = self.io.write_all(&self.out).await;
         if written.is_ok() && !inline {
             written = self.io.write_all(body).await;
@@ -127,7 +134,12 @@ impl RawConn {
         let head_request = parts.method == Method::HEAD;
         let mut answered = false;
         loop {
-            match parse_head(&mut self.buf, head_request) {
+            let parsed = if self.buf.is_empty() {
+                Ok(None)
+            } else {
+                parse_head(&mut self.buf, head_request)
+            };
+            match parsed {
                 Ok(Some(head))
                     if head.parts.status.is_informational()
                         && head.parts.status != StatusCode::SWITCHING_PROTOCOLS => {}
@@ -189,10 +201,17 @@ fn closed_early() -> io::Error {
 }
 
 /// Writes the request head into `out` (and the body after it, `inline`):
-/// the request line, the headers as they are but `Content-Length`, which
-/// is the body's (sent when there is a body, when the client sent one, or
-/// for a method that carries a body).
-fn encode_request(out: &mut Vec<u8>, parts: &request::Parts, body: &[u8], inline: bool) {
+/// the request line, the headers as they are but those `forwarding`
+/// replaces (written after them) and `Content-Length`, which is the
+/// body's (sent when there is a body, when the client sent one, or for a
+/// method that carries a body).
+fn encode_request(
+    out: &mut Vec<u8>,
+    parts: &request::Parts,
+    forwarding: &Forwarding,
+    body: &[u8],
+    inline: bool,
+) {
     out.clear();
     out.extend_from_slice(parts.method.as_str().as_bytes());
     out.push(b' ');
@@ -205,11 +224,15 @@ fn encode_request(out: &mut Vec<u8>, parts: &request::Parts, body: &[u8], inline
             had_length = true;
             continue;
         }
+        if forwarding.replaces(name) {
+            continue;
+        }
         out.extend_from_slice(name.as_str().as_bytes());
         out.extend_from_slice(b": ");
         out.extend_from_slice(value.as_bytes());
         out.extend_from_slice(b"\r\n");
     }
+    forwarding.write(out);
     if !body.is_empty() || had_length || matches!(parts.method, Method::POST | Method::PUT | Method::PATCH) {
         out.extend_from_slice(b"content-length: ");
         out.extend_from_slice(itoa::Buffer::new().format(body.len()).as_bytes());
@@ -590,39 +613,49 @@ mod tests {
     }
 
     #[test]
-    fn a_request_is_written_with_its_length() {
+    fn a_request_is_written_with_its_length_and_forwarding() {
         let req = |method: Method, length: Option<&str>| {
             let mut b = http::Request::builder()
                 .method(method)
                 .uri("/a?b=1")
-                .header("host", "up:80");
+                .header("host", "gw.example")
+                .header("x-forwarded-proto", "planted");
             if let Some(l) = length {
                 b = b.header("content-length", l);
             }
             b.body(()).expect("request").into_parts().0
         };
+        let upstream = HeaderValue::from_static("up:80");
+        let write = |out: &mut Vec<u8>, parts: &request::Parts, body: &[u8], inline: bool| {
+            let forwarding = Forwarding::of(&parts.headers, None, None, &upstream, false);
+            encode_request(out, parts, &forwarding, body, inline);
+        };
+        let head = "host: up:80\r\nx-forwarded-proto: http\r\n";
         let mut out = Vec::new();
-        encode_request(&mut out, &req(Method::GET, None), b"", true);
-        assert_eq!(out, b"GET /a?b=1 HTTP/1.1\r\nhost: up:80\r\n\r\n");
-        encode_request(&mut out, &req(Method::GET, Some("0")), b"", true);
+        write(&mut out, &req(Method::GET, None), b"", true);
         assert_eq!(
-            out,
-            b"GET /a?b=1 HTTP/1.1\r\nhost: up:80\r\ncontent-length: 0\r\n\r\n"
+            String::from_utf8_lossy(&out),
+            format!("GET /a?b=1 HTTP/1.1\r\n{head}\r\n")
         );
-        encode_request(&mut out, &req(Method::POST, None), b"", true);
+        write(&mut out, &req(Method::GET, Some("0")), b"", true);
         assert_eq!(
-            out,
-            b"POST /a?b=1 HTTP/1.1\r\nhost: up:80\r\ncontent-length: 0\r\n\r\n"
+            String::from_utf8_lossy(&out),
+            format!("GET /a?b=1 HTTP/1.1\r\n{head}content-length: 0\r\n\r\n")
         );
-        encode_request(&mut out, &req(Method::PUT, Some("999")), b"hello", true);
+        write(&mut out, &req(Method::POST, None), b"", true);
         assert_eq!(
-            out,
-            b"PUT /a?b=1 HTTP/1.1\r\nhost: up:80\r\ncontent-length: 5\r\n\r\nhello"
+            String::from_utf8_lossy(&out),
+            format!("POST /a?b=1 HTTP/1.1\r\n{head}content-length: 0\r\n\r\n")
         );
-        encode_request(&mut out, &req(Method::PUT, None), b"hello", false);
+        write(&mut out, &req(Method::PUT, Some("999")), b"hello", true);
         assert_eq!(
-            out,
-            b"PUT /a?b=1 HTTP/1.1\r\nhost: up:80\r\ncontent-length: 5\r\n\r\n"
+            String::from_utf8_lossy(&out),
+            format!("PUT /a?b=1 HTTP/1.1\r\n{head}content-length: 5\r\n\r\nhello")
+        );
+        write(&mut out, &req(Method::PUT, None), b"hello", false);
+        assert_eq!(
+            String::from_utf8_lossy(&out),
+            format!("PUT /a?b=1 HTTP/1.1\r\n{head}content-length: 5\r\n\r\n")
         );
     }
 }

@@ -170,22 +170,50 @@ fn client_value(ip: IpAddr) -> Option<HeaderValue> {
 /// `X-Forwarded-Host` is the host the client asked for (`original_host`;
 /// removed when unknown, so a client cannot plant one), and `Host` is the
 /// upstream's authority.
+#[cfg(test)]
 pub(crate) fn set_forwarding(
     headers: &mut HeaderMap,
     client: Option<IpAddr>,
     original_host: Option<HeaderValue>,
     host: &HeaderValue,
 ) {
-    if let Some(ip) = client.and_then(client_value) {
-        let earlier: Vec<&[u8]> = headers
-            .get_all(&X_FORWARDED_FOR)
-            .iter()
-            .map(|v| trim_ascii(v.as_bytes()))
-            .filter(|v| !v.is_empty())
-            .collect();
-        let value = if earlier.is_empty() {
-            ip
-        } else {
+    Forwarding::of(headers, client, original_host, host, false).apply(headers);
+}
+
+/// The forwarding headers a request gets on its way upstream (see
+/// `set_forwarding`), `X-Forwarded-Proto` `https` when the client came over
+/// TLS. Made once, then either set in the request's header map (hyper's
+/// exchange) or written with the request head in place of the request's
+/// own (`exchange.rs`: no header map insert, four hashed inserts saved).
+#[derive(Debug)]
+pub(crate) struct Forwarding {
+    /// `X-Forwarded-For`, when the client's address is known (else the
+    /// request's own, if any, are kept).
+    client: Option<HeaderValue>,
+    https: bool,
+    original_host: Option<HeaderValue>,
+    host: HeaderValue,
+}
+
+impl Forwarding {
+    /// The forwarding headers for a request with `headers`.
+    pub(crate) fn of(
+        headers: &HeaderMap,
+        client: Option<IpAddr>,
+        original_host: Option<HeaderValue>,
+        host: &HeaderValue,
+        https: bool,
+    ) -> Self {
+        let client = client.and_then(client_value).map(|ip| {
+            let earlier: Vec<&[u8]> = headers
+                .get_all(&X_FORWARDED_FOR)
+                .iter()
+                .map(|v| trim_ascii(v.as_bytes()))
+                .filter(|v| !v.is_empty())
+                .collect();
+            if earlier.is_empty() {
+                return ip;
+            }
             let mut value: Vec<u8> = Vec::new();
             for e in earlier {
                 value.extend_from_slice(e);
@@ -193,19 +221,67 @@ pub(crate) fn set_forwarding(
             }
             value.extend_from_slice(ip.as_bytes());
             HeaderValue::from_bytes(&value).unwrap_or(ip)
+        });
+        Self {
+            client,
+            https,
+            original_host,
+            host: host.clone(),
+        }
+    }
+
+    /// `X-Forwarded-Proto`'s value.
+    fn proto(&self) -> HeaderValue {
+        HeaderValue::from_static(if self.https { "https" } else { "http" })
+    }
+
+    /// Sets them in `headers`, replacing the request's own.
+    pub(crate) fn apply(self, headers: &mut HeaderMap) {
+        let proto = self.proto();
+        if let Some(client) = self.client {
+            headers.insert(X_FORWARDED_FOR.clone(), client);
+        }
+        headers.insert(X_FORWARDED_PROTO.clone(), proto);
+        match self.original_host {
+            Some(original) => {
+                headers.insert(X_FORWARDED_HOST.clone(), original);
+            }
+            None => {
+                headers.remove(&X_FORWARDED_HOST);
+            }
+        }
+        headers.insert(header::HOST, self.host);
+    }
+
+    /// Whether a request header named `name` gives way to these.
+    pub(crate) fn replaces(&self, name: &HeaderName) -> bool {
+        let name = name.as_str();
+        match name.len() {
+            4 => name == "host",
+            15 => self.client.is_some() && name == "x-forwarded-for",
+            16 => name == "x-forwarded-host",
+            17 => name == "x-forwarded-proto",
+            _ => false,
+        }
+    }
+
+    /// Writes them as header lines (`name: value\r\n`) into `out`.
+    pub(crate) fn write(&self, out: &mut Vec<u8>) {
+        let mut line = |name: &str, value: &[u8]| {
+            out.extend_from_slice(name.as_bytes());
+            out.extend_from_slice(b": ");
+            out.extend_from_slice(value);
+            out.extend_from_slice(b"\r\n");
         };
-        headers.insert(X_FORWARDED_FOR.clone(), value);
-    }
-    headers.insert(X_FORWARDED_PROTO.clone(), HeaderValue::from_static("http"));
-    match original_host {
-        Some(original) => {
-            headers.insert(X_FORWARDED_HOST.clone(), original);
+        line("host", self.host.as_bytes());
+        if let Some(client) = &self.client {
+            line("x-forwarded-for", client.as_bytes());
         }
-        None => {
-            headers.remove(&X_FORWARDED_HOST);
+        line("x-forwarded-proto", if self.https { b"https" } else { b"http" });
+        if let Some(original) = &self.original_host {
+            line("x-forwarded-host", original.as_bytes());
         }
     }
-    headers.insert(header::HOST, host.clone());
 }
 
 fn trim_ascii(bytes: &[u8]) -> &[u8] {
@@ -316,6 +392,69 @@ mod tests {
         let mut left: Vec<&str> = headers.keys().map(HeaderName::as_str).collect();
         left.sort_unstable();
         assert_eq!(left, ["content-length", "x-kept"]);
+    }
+
+    /// The header lines of `headers`, sorted (`name: value`).
+    fn lines(headers: &HeaderMap) -> Vec<String> {
+        let mut lines: Vec<String> = headers
+            .iter()
+            .map(|(n, v)| format!("{}: {}", n, v.to_str().expect("ascii")))
+            .collect();
+        lines.sort();
+        lines
+    }
+
+    /// Written with the head (`exchange.rs`), the forwarding headers give
+    /// the upstream the same lines as set in the map (hyper's exchange).
+    #[test]
+    fn forwarding_written_is_forwarding_applied() {
+        let upstream = HeaderValue::from_static("10.0.0.9:9001");
+        let client: IpAddr = "192.0.2.1".parse().expect("ip");
+        let requests: [&[(&str, &str)]; 4] = [
+            &[("host", "gw.example"), ("accept", "*/*")],
+            &[
+                ("x-forwarded-for", "203.0.113.7"),
+                ("x-forwarded-for", "198.51.100.2"),
+                ("x-forwarded-proto", "https"),
+                ("x-forwarded-host", "evil.example"),
+                ("host", "gw.example"),
+                ("x-other", "1"),
+            ],
+            &[("x-forwarded-for", "203.0.113.7")],
+            &[],
+        ];
+        for pairs in requests {
+            for client in [None, Some(client)] {
+                for original in [None, Some(HeaderValue::from_static("gw.example"))] {
+                    for https in [false, true] {
+                        let headers = map(pairs);
+                        let forwarding = Forwarding::of(&headers, client, original.clone(), &upstream, https);
+                        let mut written = Vec::new();
+                        for (name, value) in &headers {
+                            if !forwarding.replaces(name) {
+                                written.push(format!("{}: {}", name, value.to_str().expect("ascii")));
+                            }
+                        }
+                        let mut out = Vec::new();
+                        forwarding.write(&mut out);
+                        written.extend(
+                            String::from_utf8(out)
+                                .expect("ascii")
+                                .split_terminator("\r\n")
+                                .map(str::to_owned),
+                        );
+                        written.sort();
+                        let mut applied = headers.clone();
+                        forwarding.apply(&mut applied);
+                        assert_eq!(
+                            written,
+                            lines(&applied),
+                            "{pairs:?} {client:?} {original:?} {https}"
+                        );
+                    }
+                }
+            }
+        }
     }
 
     #[test]

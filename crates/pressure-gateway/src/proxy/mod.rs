@@ -1,6 +1,10 @@
 //! The reverse proxy: routes a request to the upstream whose `pathPrefix`
 //! is the longest one covering its path, and forwards it over pooled
-//! keep-alive HTTP/1.1 connections (`pool.rs`).
+//! keep-alive HTTP/1.1 connections (`pool.rs`). A routed request to an
+//! `http://` upstream is exchanged in its own task on a kept plain-TCP
+//! connection (`exchange.rs`, `chunked.rs`); upgrades, `https://`
+//! upstreams and streamed request bodies go through hyper's client
+//! connection.
 //!
 //! * **Routing** ([`Upstreams::route`]): prefixes match on path segments —
 //!   `/api/v1` covers `/api/v1` and `/api/v1/x` but not `/api/v10`; `/`

@@ -32,6 +32,7 @@
 
 use super::connector::UpstreamConnector;
 use super::exchange::{self, RawConn};
+use super::headers::Forwarding;
 use super::routing::Upstream;
 use axum::body::Body;
 use bytes::Bytes;
@@ -223,14 +224,15 @@ impl Pool {
         }
     }
 
-    /// Sends `parts` with its whole `body` (its target in origin-form, its
-    /// `Host` set) to the `http://` upstream on a kept plain-TCP connection,
+    /// Sends `parts` with its whole `body` (its target in origin-form) and
+    /// the `forwarding` headers in place of its own to the `http://` upstream on a kept plain-TCP connection,
     /// or a new one, in this task (`exchange.rs`), and answers the
     /// response, its body streaming from the connection.
     pub(crate) async fn exchange(
         &self,
         upstream: &Upstream,
         parts: &request::Parts,
+        forwarding: &Forwarding,
         body: &Bytes,
     ) -> Result<Response<Body>, ExchangeError> {
         loop {
@@ -239,7 +241,7 @@ impl Pool {
                 // Boxed, as in `send`.
                 None => (Box::pin(self.connect_raw(upstream)).await?, false),
             };
-            match conn.exchange(parts, body).await {
+            match conn.exchange(parts, forwarding, body).await {
                 Ok(head) => {
                     let home = || Home {
                         shared: Arc::clone(&self.shared),
