@@ -176,19 +176,14 @@ impl RawConn {
     }
 
     /// Reads what has arrived into the buffer: the count read, 0 at the
-    /// upstream's close.
+    /// upstream's close. Through the socket's `AsyncRead`, which forgets
+    /// its readiness after a short read: the next checkout's probe then
+    /// makes no system call.
     fn poll_fill(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<usize>> {
         if self.buf.capacity() - self.buf.len() < READ_SIZE / 4 {
             self.buf.reserve(READ_SIZE);
         }
-        loop {
-            match self.io.try_read_buf(&mut self.buf) {
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                    ready!(self.io.poll_read_ready(cx))?;
-                }
-                read => return Poll::Ready(read),
-            }
-        }
+        tokio_util::io::poll_read_buf(Pin::new(&mut self.io), cx, &mut self.buf)
     }
 }
 
