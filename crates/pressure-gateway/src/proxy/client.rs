@@ -206,6 +206,7 @@ impl Proxy {
                     self.pool.exchange(upstream, &parts, &forwarding, &whole),
                 )
                 .await;
+                // Its hop-by-hop headers were left out as it was read.
                 return settle(upstream, total, client_fault, sent, |response| {
                     if response.status() == StatusCode::SWITCHING_PROTOCOLS {
                         return Err(unasked_switch(upstream));
@@ -224,7 +225,8 @@ impl Proxy {
             if response.status() == StatusCode::SWITCHING_PROTOCOLS {
                 return switch_protocols(upstream, response, client_upgrade);
             }
-            let (parts, body) = response.into_parts();
+            let (mut parts, body) = response.into_parts();
+            strip_hop_by_hop(&mut parts.headers);
             Ok(Response::from_parts(parts, Body::new(body)))
         })
     }
@@ -252,8 +254,8 @@ async fn bounded<F: std::future::Future>(
 }
 
 /// The outcome of an exchange: the upstream's response (`answer` makes
-/// the client's from it, its hop-by-hop headers then dropped), or the
-/// refusal for its failure, the client's own fault first.
+/// the client's from it, its hop-by-hop headers dropped), or the refusal
+/// for its failure, the client's own fault first.
 fn settle<R>(
     upstream: &Upstream,
     total: Duration,
@@ -262,13 +264,7 @@ fn settle<R>(
     answer: impl FnOnce(Response<R>) -> Outcome,
 ) -> Outcome {
     match sent {
-        Ok(Ok(response)) => {
-            let mut response = answer(response)?;
-            if response.status() != StatusCode::SWITCHING_PROTOCOLS {
-                strip_hop_by_hop(response.headers_mut());
-            }
-            Ok(response)
-        }
+        Ok(Ok(response)) => answer(response),
         Ok(Err(error)) => Err(client_fault().unwrap_or_else(|| failed(upstream, &error))),
         Err(()) => Err(client_fault().unwrap_or_else(|| Rejection::UpstreamTimeout {
             upstream: upstream.name().to_owned(),

@@ -15,11 +15,12 @@
 //! to its pool only when its response was read whole, nothing more came
 //! on it, and the upstream did not ask to close it; a response that cannot
 //! be framed without guessing (two lengths, a length that is not a number)
-//! is refused, and its connection closed. Upgrades, `https://` upstreams
+//! is refused, and its connection closed. The response's hop-by-hop
+//! headers are left out of its map as it is built. Upgrades, `https://` upstreams
 //! and streamed request bodies keep hyper's connection (`pool.rs`).
 
 use super::chunked::{Chunked, Step};
-use super::headers::Forwarding;
+use super::headers::{strip_hop_by_hop, Forwarding, HopRule};
 use super::pool::{ExchangeError, Home};
 use axum::body::Body;
 use bytes::{Bytes, BytesMut};
@@ -267,6 +268,7 @@ fn parse_head(buf: &mut BytesMut, head_request: bool) -> Result<Option<Head>, Ex
     let mut length: Option<u64> = None;
     let mut chunked = None;
     let mut close = !http11;
+    let mut strip_after = false;
     for field in parsed.headers.iter() {
         let name = HeaderName::from_bytes(field.name.as_bytes())
             .map_err(|_| ExchangeError::BadResponse("invalid HTTP header parsed".into()))?;
@@ -287,6 +289,13 @@ fn parse_head(buf: &mut BytesMut, head_request: bool) -> Result<Option<Head>, Ex
                 .split(|b| *b == b',')
                 .any(|token| token.trim_ascii().eq_ignore_ascii_case(b"close"));
         }
+        // Hop-by-hop headers are not the client's: left out here rather
+        // than stripped from the map afterwards.
+        match HopRule::of(&name, value) {
+            HopRule::Keep => {}
+            HopRule::Drop => continue,
+            HopRule::StripAfter => strip_after = true,
+        }
         let start = value.as_ptr().addr() - base;
         fields.push((name, start, start + value.len()));
     }
@@ -296,6 +305,9 @@ fn parse_head(buf: &mut BytesMut, head_request: bool) -> Result<Option<Head>, Ex
         let value = HeaderValue::from_maybe_shared(head.slice(start..end))
             .map_err(|_| ExchangeError::BadResponse("invalid HTTP header parsed".into()))?;
         headers.append(name, value);
+    }
+    if strip_after {
+        strip_hop_by_hop(&mut headers);
     }
     let framing = if head_request
         || status.is_informational()
@@ -527,6 +539,56 @@ mod tests {
         assert!(head(b"HTTP/1.1 200 OK\r\nContent-Le", false)
             .expect("valid so far")
             .is_none());
+    }
+
+    /// The map the exchange builds is the full head's map with its
+    /// hop-by-hop headers stripped (what hyper's response got).
+    #[test]
+    fn hop_by_hop_headers_are_left_out_as_the_full_strip_would() {
+        let heads: [&[(&str, &str)]; 7] = [
+            &[
+                ("connection", "keep-alive"),
+                ("keep-alive", "timeout=5"),
+                ("x-a", "1"),
+            ],
+            &[
+                ("Connection", "Keep-Alive, x-private"),
+                ("x-private", "1"),
+                ("x-a", "2"),
+            ],
+            &[("connection", "close"), ("close", "named"), ("x-a", "3")],
+            &[
+                ("x-private", "1"),
+                ("connection", "keep-alive"),
+                ("connection", "x-private"),
+            ],
+            &[
+                ("transfer-encoding", "chunked"),
+                ("te", "trailers"),
+                ("trailer", "x-t"),
+                ("upgrade", "h2c"),
+                ("proxy-connection", "keep-alive"),
+                ("proxy-authenticate", "Basic"),
+                ("x-a", "4"),
+            ],
+            &[("connection", " , keep-alive ,"), ("x-a", "5"), ("x-a", "6")],
+            &[("x-a", "7")],
+        ];
+        for fields in heads {
+            let mut text = String::from("HTTP/1.1 200 OK\r\n");
+            let mut full = HeaderMap::new();
+            for (name, value) in fields {
+                text.push_str(&format!("{name}: {value}\r\n"));
+                full.append(
+                    HeaderName::from_bytes(name.as_bytes()).expect("name"),
+                    HeaderValue::from_str(value).expect("value"),
+                );
+            }
+            text.push_str("\r\n");
+            strip_hop_by_hop(&mut full);
+            let (h, _) = head(text.as_bytes(), false).expect("valid").expect("whole");
+            assert_eq!(h.parts.headers, full, "{fields:?}");
+        }
     }
 
     #[test]

@@ -87,6 +87,41 @@ pub(crate) fn strip_present(headers: &mut HeaderMap, present: HopByHop) {
     }
 }
 
+/// How a response header read by the exchange (`exchange.rs`) is kept
+/// in the map it builds, so that the map comes out as
+/// [`strip_hop_by_hop`] would leave it with no strip run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum HopRule {
+    /// Not hop-by-hop: kept.
+    Keep,
+    /// Hop-by-hop, and naming no other header: left out.
+    Drop,
+    /// A `Connection` that may name other headers: kept, and the map is
+    /// stripped once built (rare: `keep-alive` is what upstreams send).
+    StripAfter,
+}
+
+impl HopRule {
+    /// The rule for a header `name` with `value`.
+    pub(crate) fn of(name: &HeaderName, value: &[u8]) -> Self {
+        match hop_by_hop_index(name) {
+            None => Self::Keep,
+            Some(0) => {
+                let names_none = value.split(|b| *b == b',').all(|token| {
+                    let token = token.trim_ascii();
+                    token.is_empty() || token.eq_ignore_ascii_case(b"keep-alive")
+                });
+                if names_none {
+                    Self::Drop
+                } else {
+                    Self::StripAfter
+                }
+            }
+            Some(_) => Self::Drop,
+        }
+    }
+}
+
 /// The index of `name` in [`HOP_BY_HOP`], if it is there. The length and
 /// the first byte pick the one candidate (most names have a length no
 /// hop-by-hop name has), and one comparison decides (a header name is
