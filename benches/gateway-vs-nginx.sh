@@ -25,6 +25,9 @@
 #   BENCH_WARMUP=2    duration of the unmeasured warm-up run before each
 #   BENCH_CONNS=64    wrk connections (-c)    BENCH_THREADS=2  wrk threads (-t)
 #   BENCH_TENANTS=100000   (0: skip the memory part and its example build)
+# Besides req/s and p99 it prints the CPU time (user + system, /proc) the
+# proxy (master and workers) and the upstream used per request during each
+# measured run.
 #   PRESSURE_BIN=path  benchmark this prebuilt `pressure` binary instead of
 #                      building one (to compare two builds back to back)
 #
@@ -88,6 +91,17 @@ wait_port() {
     sleep 0.1
   done
   die "$2 did not listen on 127.0.0.1:$1 within 10 s (logs: see below)"$'\n'"$(tail -n 20 "$tmp"/*.log 2>/dev/null)"
+}
+
+# CPU time (user + system, in clock ticks) a process and its direct
+# children (nginx workers) have used so far.
+cpu_tree_ticks() {
+  local total=0 pid t
+  for pid in "$1" $(pgrep -P "$1" 2>/dev/null || true); do
+    t=$(awk '{ print $14 + $15 }' "/proc/$pid/stat" 2>/dev/null || echo 0)
+    total=$((total + ${t:-0}))
+  done
+  echo "$total"
 }
 
 # Resident set size of a process and its direct children (nginx workers),
@@ -221,6 +235,7 @@ start_nginx() {
 
 log "starting nginx upstream on 127.0.0.1:$up_port and nginx proxy on :$ngx_pass_port (pass) / :$ngx_rej_port (reject), $cores workers each"
 start_nginx upstream "$up_port"
+up_pid=${pids[-1]}
 start_nginx proxy "$ngx_pass_port"
 wait_port "$ngx_rej_port" "nginx proxy (reject)"
 ngx_proxy_pid=${pids[-1]}
@@ -267,13 +282,23 @@ probe "$ngx_pass_port" / 200
 probe "$gw_port" / 200
 
 # --- wrk runs ---------------------------------------------------------------
-# run NAME URL: an unmeasured warm-up, then the measured run; its output is
-# kept in $tmp/wrk-NAME.out.
+# run NAME URL [PROXY_PID]: an unmeasured warm-up, then the measured run;
+# its output is kept in $tmp/wrk-NAME.out, and the CPU ticks the proxy
+# (with its workers) and the upstream used during it in $tmp/cpu-NAME.
 run() {
-  local name=$1 url=$2
+  local name=$1 url=$2 proxy=${3:-} p0 u0
   log "wrk $name: $url (${warmup}s warm-up, ${secs}s measured, -t$threads -c$conns)"
   timeout $((warmup + 20)) wrk -t"$threads" -c"$conns" -d"${warmup}s" "$url" >/dev/null
+  p0=$([[ -n $proxy ]] && cpu_tree_ticks "$proxy" || echo 0)
+  u0=$(cpu_tree_ticks "$up_pid")
   timeout $((secs + 30)) wrk -t"$threads" -c"$conns" -d"${secs}s" --latency "$url" >"$tmp/wrk-$name.out"
+  echo "$(($([[ -n $proxy ]] && cpu_tree_ticks "$proxy" || echo 0) - p0)) $(($(cpu_tree_ticks "$up_pid") - u0))" \
+    >"$tmp/cpu-$name"
+}
+# CPU µs per request of a run: the proxy's ($2 = 1) or the upstream's (2).
+cpu_us() {
+  awk -v n="$(total "$1")" -v tck="$(getconf CLK_TCK)" -v f="$2" \
+    '{ if (n > 0) printf "%.1f", $f * 1000000 / tck / n; else print "n/a" }' "$tmp/cpu-$1"
 }
 # Requests/s of a run.
 rps() { awk '/^Requests\/sec:/ { printf "%.0f", $2 }' "$tmp/wrk-$1.out"; }
@@ -295,10 +320,10 @@ errors() {
 }
 
 run direct "http://127.0.0.1:$up_port/"
-run nginx "http://127.0.0.1:$ngx_pass_port/"
-run pressure "http://127.0.0.1:$gw_port/"
-run nginx-reject "http://127.0.0.1:$ngx_rej_port/reject"
-run pressure-reject "http://127.0.0.1:$gw_port/reject"
+run nginx "http://127.0.0.1:$ngx_pass_port/" "$ngx_proxy_pid"
+run pressure "http://127.0.0.1:$gw_port/" "$gw_pid"
+run nginx-reject "http://127.0.0.1:$ngx_rej_port/reject" "$ngx_proxy_pid"
+run pressure-reject "http://127.0.0.1:$gw_port/reject" "$gw_pid"
 
 # Idle RSS after the runs: the gateway process, and the nginx proxy's master
 # plus workers.
@@ -332,6 +357,12 @@ pass_rps=$(ratio "$(rps pressure)" "$(rps nginx)")
 pass_p99=$(ratio "$(p99_us pressure)" "$(p99_us nginx)")
 rej_rps=$(ratio "$(rps pressure-reject)" "$(rps nginx-reject)")
 rej_p99=$(ratio "$(p99_us pressure-reject)" "$(p99_us nginx-reject)")
+echo "CPU per request (user + system, µs, from /proc; 1 tick = $((1000000 / $(getconf CLK_TCK))) µs):"
+printf '%-16s %12s %12s\n' run proxy upstream
+for name in direct nginx pressure nginx-reject pressure-reject; do
+  printf '%-16s %12s %12s\n' "$name" "$(cpu_us "$name" 1)" "$(cpu_us "$name" 2)"
+done
+echo
 printf '%-22s %14s %8s %14s %8s\n' "pressure / nginx" "rps ratio" "(>=1.0)" "p99 ratio" "(<=1.0)"
 printf '%-22s %14s %8s %14s %8s\n' "pass (never limited)" "$pass_rps" "$(verdict "$pass_rps" '>=')" \
   "$pass_p99" "$(verdict "$pass_p99" '<=')"
