@@ -13,7 +13,9 @@
 #      nginx    limit_req rate=1r/s, no burst, limit_req_status 429
 #      pressure perRoute requestsPerSecond 1 on the same path
 # 4. Table: requests/s and p99 of each run, ratios pressure/nginx.
-#    Goal: rps ratio >= 1.0 and p99 ratio <= 1.0 on both paths.
+#    Goal: rps ratio >= 1.0 and p99 ratio <= 1.0 on both paths. Then the
+#    CPU time (user + system, from /proc) the proxy (master and workers)
+#    and the upstream used per request during each measured run.
 # 5. Memory: crates/pressure-gateway/examples/tenants_rss.rs registers
 #    100,000 lazy tenant resources in the gateway's broker (memory backend)
 #    and reports the RSS delta; the idle RSS of the gateway and of the nginx
@@ -25,9 +27,6 @@
 #   BENCH_WARMUP=2    duration of the unmeasured warm-up run before each
 #   BENCH_CONNS=64    wrk connections (-c)    BENCH_THREADS=2  wrk threads (-t)
 #   BENCH_TENANTS=100000   (0: skip the memory part and its example build)
-# Besides req/s and p99 it prints the CPU time (user + system, /proc) the
-# proxy (master and workers) and the upstream used per request during each
-# measured run.
 #   PRESSURE_BIN=path  benchmark this prebuilt `pressure` binary instead of
 #                      building one (to compare two builds back to back)
 #
