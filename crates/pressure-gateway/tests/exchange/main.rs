@@ -190,6 +190,9 @@ fn framings(request: &Received) -> Then {
         "/extra" => answer(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nokEXTRA"),
         "/two-lengths" => answer(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Length: 3\r\n\r\nok"),
         "/bad-chunk" => answer(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nhello\r\n0\r\n\r\n"),
+        "/huge-head" => Then::Answer(
+            format!("HTTP/1.1 200 OK\r\nx-big: {}\r\nContent-Length: 0\r\n\r\n", "a".repeat(70_000)).into_bytes(),
+        ),
         _ => answer(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n"),
     }
 }
@@ -259,16 +262,19 @@ async fn a_connection_is_not_kept_when_it_may_not_be() {
     .await;
 }
 
-/// Answers that cannot be framed are `502 bad_response` (before the head)
-/// or a cut body (after it), and their connections are not reused.
+/// Answers that cannot be framed, or whose head is over 64 KiB, are `502
+/// bad_response` (before the head) or a cut body (after it), and their
+/// connections are not reused.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unframeable_answers_are_refused_and_their_connections_closed() {
     bounded(async {
         let up = Scripted::start(framings).await;
         let gw = TestGateway::start(gateway_for(&up)).await;
-        let reply = gw.get("/two-lengths").await;
-        assert_eq!(reply.status, StatusCode::BAD_GATEWAY);
-        assert_eq!(reply.json()["error"]["type"], "upstream_error");
+        for path in ["/two-lengths", "/huge-head"] {
+            let reply = gw.get(path).await;
+            assert_eq!(reply.status, StatusCode::BAD_GATEWAY, "{path}");
+            assert_eq!(reply.json()["error"]["type"], "upstream_error", "{path}");
+        }
         // The invalid chunk comes with the head: the gateway may find it
         // before it wrote the head (the connection to the client is cut
         // then) or after (the body is cut).
@@ -280,12 +286,12 @@ async fn unframeable_answers_are_refused_and_their_connections_closed() {
             Err(error) => assert!(format!("{error:?}").contains("IncompleteMessage"), "{error:?}"),
         }
         assert_eq!(get(&gw, "/length").await, (StatusCode::OK, Bytes::from("hello")));
-        assert_eq!(up.accepts(), 3, "neither connection was reused");
+        assert_eq!(up.accepts(), 4, "no such connection was reused");
         let metrics = gw.admin_get("/metrics").await;
         let metrics = String::from_utf8_lossy(&metrics.body);
         assert!(
             metrics.contains(
-                "pressure_gateway_upstream_failures_total{upstream=\"up\",kind=\"bad_response\"} 1"
+                "pressure_gateway_upstream_failures_total{upstream=\"up\",kind=\"bad_response\"} 2"
             ),
             "{metrics}"
         );
