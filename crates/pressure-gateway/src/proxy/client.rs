@@ -197,9 +197,12 @@ impl Proxy {
         parts.uri = uri;
         parts.version = Version::HTTP_11;
         let body = match body {
-            // A whole body to a plain `http://` upstream, no upgrade: the
-            // exchange runs in this task (`exchange.rs`).
-            Outgoing::Whole(whole) if client_upgrade.is_none() && !upstream.is_https() => {
+            // A whole body to a plain `http://` upstream, no upgrade, no
+            // `CONNECT` (its target is an authority, its answer a tunnel):
+            // the exchange runs in this task (`exchange.rs`).
+            Outgoing::Whole(whole)
+                if client_upgrade.is_none() && !upstream.is_https() && parts.method != Method::CONNECT =>
+            {
                 let sent = bounded(
                     timer,
                     total,

@@ -435,3 +435,34 @@ async fn request_bodies_arrive_whole_with_their_length() {
     })
     .await;
 }
+
+/// A `CONNECT` to the gateway is refused (`400`) before any upstream is
+/// contacted: the exchange, which writes origin-form targets, never sees
+/// one (and would hand it to hyper's connection if it did).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connect_is_refused_before_the_upstream() {
+    bounded(async {
+        let up = Scripted::start(framings).await;
+        let gw = TestGateway::start(gateway_for(&up)).await;
+        let mut client = TcpStream::connect(gw.addr).await.expect("connect to the gateway");
+        let request = format!("CONNECT {0} HTTP/1.1\r\nHost: {0}\r\n\r\n", up.addr);
+        client.write_all(request.as_bytes()).await.expect("write");
+        let mut answer = vec![0u8; 1024];
+        let n = client.read(&mut answer).await.expect("read");
+        let answer = String::from_utf8_lossy(&answer[..n]);
+        assert!(answer.starts_with("HTTP/1.1 400 "), "{answer}");
+        assert_eq!(get(&gw, "/length").await.0, StatusCode::OK);
+        let lines: Vec<String> = up
+            .received()
+            .iter()
+            .filter_map(|r| r.head.lines().next().map(str::to_owned))
+            .collect();
+        assert_eq!(
+            lines,
+            ["GET /length HTTP/1.1"],
+            "only the GET reached the upstream"
+        );
+        gw.stop().await;
+    })
+    .await;
+}
