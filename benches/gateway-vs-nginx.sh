@@ -92,27 +92,20 @@ wait_port() {
   die "$2 did not listen on 127.0.0.1:$1 within 10 s (logs: see below)"$'\n'"$(tail -n 20 "$tmp"/*.log 2>/dev/null)"
 }
 
-# CPU time (user + system, in clock ticks) a process and its direct
-# children (nginx workers) have used so far.
-cpu_tree_ticks() {
-  local total=0 pid t
-  for pid in "$1" $(pgrep -P "$1" 2>/dev/null || true); do
-    t=$(awk '{ print $14 + $15 }' "/proc/$pid/stat" 2>/dev/null || echo 0)
-    total=$((total + ${t:-0}))
+# The sum of what awk program $2 prints for /proc/PID/$1 over process $3
+# and its direct children (nginx workers).
+proc_tree_sum() {
+  local total=0 pid v
+  for pid in "$3" $(pgrep -P "$3" 2>/dev/null || true); do
+    v=$(awk "$2" "/proc/$pid/$1" 2>/dev/null || echo 0)
+    total=$((total + ${v:-0}))
   done
   echo "$total"
 }
-
-# Resident set size of a process and its direct children (nginx workers),
-# in KiB.
-rss_tree_kib() {
-  local total=0 pid kib
-  for pid in "$1" $(pgrep -P "$1" 2>/dev/null || true); do
-    kib=$(awk '/^VmRSS:/ { print $2 }' "/proc/$pid/status" 2>/dev/null || echo 0)
-    total=$((total + ${kib:-0}))
-  done
-  echo "$total"
-}
+# CPU time (user + system, in clock ticks) used so far.
+cpu_tree_ticks() { proc_tree_sum stat '{ print $14 + $15 }' "$1"; }
+# Resident set size, in KiB.
+rss_tree_kib() { proc_tree_sum status '/^VmRSS:/ { print $2 }' "$1"; }
 
 # --- Build ------------------------------------------------------------------
 if [[ -n ${PRESSURE_BIN:-} ]]; then

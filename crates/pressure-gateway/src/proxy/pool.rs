@@ -106,8 +106,8 @@ struct Idle {
 struct Origin {
     https: bool,
     authority: Authority,
-    conns: Vec<IdleConn>,
-    raw: Vec<IdleRaw>,
+    conns: Vec<Kept<SendRequest<Body>>>,
+    raw: Vec<Kept<RawConn>>,
 }
 
 impl Origin {
@@ -118,29 +118,66 @@ impl Origin {
     }
 }
 
-struct IdleConn {
-    tx: SendRequest<Body>,
-    since: Instant,
+/// A connection that can say whether it could take a request now.
+trait Reusable {
+    fn is_open(&self) -> bool;
 }
 
-impl IdleConn {
-    /// Whether it can take a request: open, ready, not idle too long.
-    fn is_usable(&self, now: Instant) -> bool {
-        self.tx.is_ready() && now.saturating_duration_since(self.since) < IDLE_TIMEOUT
+impl Reusable for SendRequest<Body> {
+    /// Open and ready.
+    fn is_open(&self) -> bool {
+        self.is_ready()
     }
 }
 
-struct IdleRaw {
-    conn: RawConn,
+impl Reusable for RawConn {
+    /// Open, nothing unasked on it.
+    fn is_open(&self) -> bool {
+        RawConn::is_open(self)
+    }
+}
+
+/// An idle connection and since when it idles.
+struct Kept<C> {
+    conn: C,
     since: Instant,
 }
 
-impl IdleRaw {
-    /// Whether it can take a request: open, nothing unasked on it, not
-    /// idle too long.
+impl<C: Reusable> Kept<C> {
+    /// Idle from now.
+    fn new(conn: C) -> Self {
+        Self {
+            conn,
+            since: Instant::now(),
+        }
+    }
+
+    /// Whether it can take a request: not idle too long, and open.
     fn is_usable(&self, now: Instant) -> bool {
         now.saturating_duration_since(self.since) < IDLE_TIMEOUT && self.conn.is_open()
     }
+}
+
+/// The newest usable connection of `kept` (the unusable ones met on the
+/// way are dropped).
+fn newest_usable<C: Reusable>(kept: &mut Vec<Kept<C>>) -> Option<C> {
+    if kept.is_empty() {
+        return None;
+    }
+    let now = Instant::now();
+    while let Some(k) = kept.pop() {
+        if k.is_usable(now) {
+            return Some(k.conn);
+        }
+    }
+    None
+}
+
+/// Takes the connections of `kept` that are no longer usable into `gone`.
+fn drop_unusable<C: Reusable>(kept: &mut Vec<Kept<C>>, now: Instant, gone: &mut Vec<Kept<C>>) {
+    let (keep, unusable): (Vec<_>, Vec<_>) = std::mem::take(kept).into_iter().partition(|c| c.is_usable(now));
+    *kept = keep;
+    gone.extend(unusable);
 }
 
 /// Where a plain-TCP connection goes back to once its response is read
@@ -265,16 +302,7 @@ impl Pool {
     fn checkout_raw(&self, authority: &Authority) -> Option<RawConn> {
         let mut idle = self.shared.idle.lock();
         let origin = idle.origins.iter_mut().find(|o| o.is(false, authority))?;
-        if origin.raw.is_empty() {
-            return None;
-        }
-        let now = Instant::now();
-        while let Some(raw) = origin.raw.pop() {
-            if raw.is_usable(now) {
-                return Some(raw.conn);
-            }
-        }
-        None
+        newest_usable(&mut origin.raw)
     }
 
     /// A new plain-TCP connection to the `http://` upstream.
@@ -293,16 +321,7 @@ impl Pool {
     fn checkout(&self, https: bool, authority: &Authority) -> Option<SendRequest<Body>> {
         let mut idle = self.shared.idle.lock();
         let origin = idle.origins.iter_mut().find(|o| o.is(https, authority))?;
-        if origin.conns.is_empty() {
-            return None;
-        }
-        let now = Instant::now();
-        while let Some(conn) = origin.conns.pop() {
-            if conn.is_usable(now) {
-                return Some(conn.tx);
-            }
-        }
-        None
+        newest_usable(&mut origin.conns)
     }
 
     /// Puts `tx` back in the pool once its connection can take another
@@ -361,24 +380,16 @@ impl Shared {
     /// Adds `tx`, ready, to the origin's idle connections; starts the sweep
     /// with the first one.
     fn put_back(self: &Arc<Self>, https: bool, authority: &Authority, tx: SendRequest<Body>) {
-        let conn = IdleConn {
-            tx,
-            since: Instant::now(),
-        };
         let mut idle = self.idle.lock();
-        origin(&mut idle, https, authority).conns.push(conn);
+        origin(&mut idle, https, authority).conns.push(Kept::new(tx));
         self.sweep_from(idle);
     }
 
     /// Adds `conn`, its response read whole, to the `http://` origin's idle
     /// plain-TCP connections; starts the sweep with the first one.
     fn put_back_raw(self: &Arc<Self>, authority: &Authority, conn: RawConn) {
-        let conn = IdleRaw {
-            conn,
-            since: Instant::now(),
-        };
         let mut idle = self.idle.lock();
-        origin(&mut idle, false, authority).raw.push(conn);
+        origin(&mut idle, false, authority).raw.push(Kept::new(conn));
         self.sweep_from(idle);
     }
 
@@ -420,20 +431,12 @@ async fn sweep(shared: Weak<Shared>) {
             return;
         };
         let now = Instant::now();
-        let dropped: (Vec<IdleConn>, Vec<IdleRaw>) = {
+        let dropped = {
             let mut idle = shared.idle.lock();
             let mut dropped = (Vec::new(), Vec::new());
             for origin in &mut idle.origins {
-                let (keep, gone) = std::mem::take(&mut origin.conns)
-                    .into_iter()
-                    .partition(|c| c.is_usable(now));
-                origin.conns = keep;
-                dropped.0.extend::<Vec<IdleConn>>(gone);
-                let (keep, gone) = std::mem::take(&mut origin.raw)
-                    .into_iter()
-                    .partition(|c| c.is_usable(now));
-                origin.raw = keep;
-                dropped.1.extend::<Vec<IdleRaw>>(gone);
+                drop_unusable(&mut origin.conns, now, &mut dropped.0);
+                drop_unusable(&mut origin.raw, now, &mut dropped.1);
             }
             idle.origins.retain(|o| !o.conns.is_empty() || !o.raw.is_empty());
             dropped
