@@ -80,9 +80,19 @@ async fn a_dropped_acquisition_is_counted_by_the_cancellation_path() {
         (1, 1),
         "{after:?}"
     );
-    let next = b
-        .try_acquire("cut", AcquireOptions::default())
-        .await
-        .expect("answers");
+    // The release is counted when it is sent; it lands on Redis a moment
+    // later (a spawned give-back): wait for it, bounded.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    let next = loop {
+        let next = b
+            .try_acquire("cut", AcquireOptions::default())
+            .await
+            .expect("answers");
+        if next.allowed() || tokio::time::Instant::now() >= deadline {
+            break next;
+        }
+        drop(next);
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
     assert!(next.allowed(), "the slot came back");
 }
