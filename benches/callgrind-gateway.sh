@@ -33,6 +33,12 @@
 #   CG_TOOL=callgrind  or strace (system calls per request)
 #   CG_KEEP=dir        keep each dump there (cg-<proxy>-<path>.out), for
 #                      callgrind_annotate
+#   CG_CONNS=1         with more than 1, the measured requests are sent by
+#                      `wrk -t1 -cCG_CONNS -dCG_SECS` (CG_SECS=20) instead
+#                      of curl, and N is the count wrk completed: the cost
+#                      per request under concurrency (timers, wake-ups and
+#                      queues with many connections open), which one
+#                      sequential connection does not show
 #
 # Needs valgrind, nginx and curl (Debian packages). Everything listens on
 # 127.0.0.1 only, every step has a timeout, and every process started here
@@ -45,6 +51,8 @@ machine_report before
 
 requests=${CG_REQUESTS:-2000}
 warmup=${CG_WARMUP:-200}
+conns=${CG_CONNS:-1}
+cg_secs=${CG_SECS:-20}
 
 log() { echo "== $*" >&2; }
 die() {
@@ -57,6 +65,7 @@ case $tool_kind in
   strace) tools="strace" ;;
   *) die "CG_TOOL must be callgrind or strace (got $tool_kind)" ;;
 esac
+((conns > 1)) && tools="$tools wrk"
 for tool in $tools nginx curl awk; do
   command -v "$tool" >/dev/null || die "missing tool: $tool (apt-get install valgrind nginx curl)"
 done
@@ -172,8 +181,42 @@ measured() {
   measured_pid=$!
 }
 
-# count PID PORT PATH NAME [CURL ARGS...]: instructions per request on
-# that path.
+# send PORT PATH [CURL ARGS...]: the measured requests, their status codes
+# in $tmp/codes, their number in $tmp/sent. With CG_CONNS > 1, wrk sends
+# them (a POST body given as `--data-binary @FILE` becomes its script's).
+send() {
+  local port=$1 path=$2
+  shift 2
+  if ((conns == 1)); then
+    timeout 600 curl -s -o /dev/null -w '%{http_code}\n' "$@" "http://127.0.0.1:$port$path?n=[1-$requests]" >"$tmp/codes"
+    echo "$requests" >"$tmp/sent"
+    return
+  fi
+  local script="$tmp/wrk.lua" body=""
+  while (($#)); do
+    [[ $1 == --data-binary ]] && body=${2#@}
+    shift
+  done
+  {
+    if [[ -n $body ]]; then
+      echo 'wrk.method = "POST"'
+      echo 'wrk.headers["content-type"] = "application/json"'
+      printf 'wrk.body = [==[%s]==]\n' "$(cat "$body")"
+    fi
+    echo 'function done(summary)'
+    echo '  io.write(string.format("sent %d\\n", summary.requests))'
+    echo 'end'
+  } >"$script"
+  timeout $((cg_secs + 60)) wrk -t1 -c"$conns" -d"${cg_secs}s" -s "$script" "http://127.0.0.1:$port$path" >"$tmp/wrk.out"
+  awk '$1 == "sent" { print $2 }' "$tmp/wrk.out" >"$tmp/sent"
+  # wrk's status codes: every answer that was not 2xx or 3xx is counted.
+  awk -v n="$(cat "$tmp/sent")" '/Non-2xx or 3xx responses:/ { bad = $NF }
+    END { for (i = 0; i < n - bad; i++) print "2xx/3xx"; for (i = 0; i < bad; i++) print "other" }' \
+    "$tmp/wrk.out" >"$tmp/codes"
+}
+
+# count PID PORT PATH NAME [CURL ARGS...]: instructions (or system calls)
+# per request on that path.
 count() {
   local pid=$1 port=$2 path=$3 name=$4
   shift 4
@@ -183,11 +226,11 @@ count() {
     timeout 900 strace -f -c -o "$out" -p "$pid" 2>/dev/null &
     tracer=$!
     sleep 1 # attached to every thread
-    timeout 600 curl -s -o /dev/null -w '%{http_code}\n' "$@" "http://127.0.0.1:$port$path?n=[1-$requests]" >"$tmp/codes"
+    send "$port" "$path" "$@"
     sleep 0.5
     kill -INT "$tracer" 2>/dev/null || true
     wait "$tracer" 2>/dev/null || true
-    awk -v n="$requests" '$NF == "total" { printf "%.2f", $4 / n }' "$out"
+    awk -v n="$(cat "$tmp/sent")" '$NF == "total" { printf "%.2f", $4 / n }' "$out"
     if [[ -n ${CG_KEEP:-} ]]; then
       mkdir -p "$CG_KEEP"
       cp "$out" "$CG_KEEP/"
@@ -195,13 +238,13 @@ count() {
     return
   fi
   timeout 60 callgrind_control -z "$pid" >/dev/null 2>&1
-  timeout 600 curl -s -o /dev/null -w '%{http_code}\n' "$@" "http://127.0.0.1:$port$path?n=[1-$requests]" >"$tmp/codes"
+  send "$port" "$path" "$@"
   timeout 60 callgrind_control -d "$pid" >/dev/null 2>&1
   # The newest dump of that process holds the counts since the zeroing.
   local dump
   dump=$(ls -t "$tmp"/cg-*."$pid".* 2>/dev/null | head -n1)
   [[ -n $dump ]] || die "no callgrind dump for pid $pid"
-  awk -v n="$requests" '/^(summary|totals):/ { t = $2 } END { printf "%.0f", t / n }' "$dump"
+  awk -v n="$(cat "$tmp/sent")" '/^(summary|totals):/ { t = $2 } END { printf "%.0f", t / n }' "$dump"
   if [[ -n ${CG_KEEP:-} ]]; then
     mkdir -p "$CG_KEEP"
     cp "$dump" "$CG_KEEP/cg-$name-${path//\//_}.out"
@@ -236,7 +279,11 @@ ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", a / b }'; }
 echo
 what="instructions per request (callgrind"
 [[ $tool_kind == strace ]] && what="system calls per request (strace -f -c"
-echo "$what, $requests requests on one keep-alive connection, after $warmup)"
+if ((conns == 1)); then
+  echo "$what, $requests requests on one keep-alive connection, after $warmup)"
+else
+  echo "$what, wrk -t1 -c$conns for ${cg_secs} s per path, after $warmup requests on one connection)"
+fi
 echo
 echo "| path | pressure | nginx | pressure / nginx | answers (pressure; nginx) |"
 echo "|---|---|---|---|---|"

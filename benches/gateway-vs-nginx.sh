@@ -14,8 +14,9 @@
 #      pressure perRoute requestsPerSecond 1 on the same path
 # 4. Table: requests/s and p99 of each run, ratios pressure/nginx.
 #    Goal: rps ratio >= 1.0 and p99 ratio <= 1.0 on both paths. Then the
-#    CPU time (user + system, from /proc) the proxy (master and workers)
-#    and the upstream used per request during each measured run.
+#    CPU time the proxy (master and workers) and the upstream used per
+#    request during each measured run, from /proc: the proxy's user and
+#    system time apart, since the kernel's share is large on loopback.
 # 5. Memory: crates/pressure-gateway/examples/tenants_rss.rs registers
 #    100,000 lazy tenant resources in the gateway's broker (memory backend)
 #    and reports the RSS delta; the idle RSS of the gateway and of the nginx
@@ -102,8 +103,9 @@ proc_tree_sum() {
   done
   echo "$total"
 }
-# CPU time (user + system, in clock ticks) used so far.
-cpu_tree_ticks() { proc_tree_sum stat '{ print $14 + $15 }' "$1"; }
+# CPU time used so far, in clock ticks: user (utime) and system (stime), as
+# two words.
+cpu_tree_ticks() { echo "$(proc_tree_sum stat '{ print $14 }' "$1") $(proc_tree_sum stat '{ print $15 }' "$1")"; }
 # Resident set size, in KiB.
 rss_tree_kib() { proc_tree_sum status '/^VmRSS:/ { print $2 }' "$1"; }
 
@@ -278,19 +280,26 @@ probe "$gw_port" / 200
 # its output is kept in $tmp/wrk-NAME.out, and the CPU ticks the proxy
 # (with its workers) and the upstream used during it in $tmp/cpu-NAME.
 run() {
-  local name=$1 url=$2 proxy=${3:-} p0 u0
+  local name=$1 url=$2 proxy=${3:-} p0 u0 p1 u1
   log "wrk $name: $url (${warmup}s warm-up, ${secs}s measured, -t$threads -c$conns)"
   timeout $((warmup + 20)) wrk -t"$threads" -c"$conns" -d"${warmup}s" "$url" >/dev/null
-  p0=$([[ -n $proxy ]] && cpu_tree_ticks "$proxy" || echo 0)
+  p0=$([[ -n $proxy ]] && cpu_tree_ticks "$proxy" || echo 0 0)
   u0=$(cpu_tree_ticks "$up_pid")
   timeout $((secs + 30)) wrk -t"$threads" -c"$conns" -d"${secs}s" --latency "$url" >"$tmp/wrk-$name.out"
-  echo "$(($([[ -n $proxy ]] && cpu_tree_ticks "$proxy" || echo 0) - p0)) $(($(cpu_tree_ticks "$up_pid") - u0))" \
-    >"$tmp/cpu-$name"
+  p1=$([[ -n $proxy ]] && cpu_tree_ticks "$proxy" || echo 0 0)
+  u1=$(cpu_tree_ticks "$up_pid")
+  # proxy user, proxy system, upstream user, upstream system (ticks)
+  echo "$p0 $u0 $p1 $u1" | awk '{ print $5 - $1, $6 - $2, $7 - $3, $8 - $4 }' >"$tmp/cpu-$name"
 }
-# CPU µs per request of a run: the proxy's ($2 = 1) or the upstream's (2).
+# CPU µs per request of a run, from the columns of $tmp/cpu-NAME named by
+# $2..: 1 proxy user, 2 proxy system, 3 upstream user, 4 upstream system
+# (several are summed).
 cpu_us() {
-  awk -v n="$(total "$1")" -v tck="$(getconf CLK_TCK)" -v f="$2" \
-    '{ if (n > 0) printf "%.1f", $f * 1000000 / tck / n; else print "n/a" }' "$tmp/cpu-$1"
+  local name=$1
+  shift
+  awk -v n="$(total "$name")" -v tck="$(getconf CLK_TCK)" -v cols="$*" \
+    '{ t = 0; k = split(cols, c, " "); for (i = 1; i <= k; i++) t += $c[i]
+       if (n > 0) printf "%.1f", t * 1000000 / tck / n; else print "n/a" }' "$tmp/cpu-$name"
 }
 # Requests/s of a run.
 rps() { awk '/^Requests\/sec:/ { printf "%.0f", $2 }' "$tmp/wrk-$1.out"; }
@@ -349,10 +358,11 @@ pass_rps=$(ratio "$(rps pressure)" "$(rps nginx)")
 pass_p99=$(ratio "$(p99_us pressure)" "$(p99_us nginx)")
 rej_rps=$(ratio "$(rps pressure-reject)" "$(rps nginx-reject)")
 rej_p99=$(ratio "$(p99_us pressure-reject)" "$(p99_us nginx-reject)")
-echo "CPU per request (user + system, µs, from /proc; 1 tick = $((1000000 / $(getconf CLK_TCK))) µs):"
-printf '%-16s %12s %12s\n' run proxy upstream
+echo "CPU per request (µs, from /proc; 1 tick = $((1000000 / $(getconf CLK_TCK))) µs):"
+printf '%-16s %12s %12s %12s %12s\n' run "proxy" "proxy user" "proxy sys" upstream
 for name in direct nginx pressure nginx-reject pressure-reject; do
-  printf '%-16s %12s %12s\n' "$name" "$(cpu_us "$name" 1)" "$(cpu_us "$name" 2)"
+  printf '%-16s %12s %12s %12s %12s\n' "$name" "$(cpu_us "$name" 1 2)" "$(cpu_us "$name" 1)" \
+    "$(cpu_us "$name" 2)" "$(cpu_us "$name" 3 4)"
 done
 echo
 printf '%-22s %14s %8s %14s %8s\n' "pressure / nginx" "rps ratio" "(>=1.0)" "p99 ratio" "(<=1.0)"
