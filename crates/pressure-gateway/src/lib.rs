@@ -50,6 +50,7 @@ mod server;
 mod stamp;
 mod tls;
 mod watched_body;
+mod when_woken;
 
 pub use admin::{router as admin_router, AdminState};
 pub use backend::{AnyBackend, Broker};

@@ -22,6 +22,7 @@
 use crate::layers::BodyService;
 use crate::stamp::Stamp;
 use crate::watched_body::{FrameWatch, WatchedBody};
+use crate::when_woken::WhenWoken;
 use axum::body::Body;
 use axum::extract::ConnectInfo;
 use http::{Request, Response};
@@ -400,16 +401,22 @@ impl Connection {
             if stopping {
                 conn.as_mut().graceful_shutdown();
             }
+            // The watchdog and the stop signal are polled only when their
+            // own wakers fired, not on each of the socket's wakes.
+            let mut watchdog = WhenWoken::new(activity.expired(&self.options));
+            let mut stop = self.stop.clone();
+            let mut stopped = WhenWoken::new(async move { stop.changed().await.is_ok() });
             loop {
                 tokio::select! {
+                    biased;
                     _ = conn.as_mut() => break,
-                    reason = activity.expired(&self.options) => {
+                    reason = &mut watchdog => {
                         tracing::debug!(%peer, reason, "closing connection");
                         break;
                     }
-                    changed = self.stop.changed(), if !stopping => {
+                    changed = &mut stopped, if !stopping => {
                         stopping = true;
-                        if changed.is_ok() {
+                        if changed {
                             conn.as_mut().graceful_shutdown();
                         }
                     }
