@@ -3,7 +3,7 @@
 //! A connection's task awaits its HTTP connection beside a watchdog and a
 //! stop signal. Every wake of the task polls all three, though the socket
 //! woke it: a timer and a watch channel polled for nothing, twice or more
-//! per request (about 700 instructions of the ~23,000 a proxied request
+//! per request (about 600 instructions of the ~23,000 a proxied request
 //! costs). Wrapped in [`WhenWoken`], the watchdog and the stop signal cost
 //! a flag check on those wakes instead.
 
