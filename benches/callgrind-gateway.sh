@@ -182,13 +182,15 @@ measured() {
 }
 
 # send PORT PATH [CURL ARGS...]: the measured requests, their status codes
-# in $tmp/codes, their number in $tmp/sent. With CG_CONNS > 1, wrk sends
+# counted in $tmp/codes (lines "COUNT CODE"), their number in $tmp/sent.
+# With CG_CONNS > 1, wrk sends
 # them (a POST body given as `--data-binary @FILE` becomes its script's).
 send() {
   local port=$1 path=$2
   shift 2
   if ((conns == 1)); then
-    timeout 600 curl -s -o /dev/null -w '%{http_code}\n' "$@" "http://127.0.0.1:$port$path?n=[1-$requests]" >"$tmp/codes"
+    timeout 600 curl -s -o /dev/null -w '%{http_code}\n' "$@" "http://127.0.0.1:$port$path?n=[1-$requests]" |
+      sort | uniq -c >"$tmp/codes"
     echo "$requests" >"$tmp/sent"
     return
   fi
@@ -209,9 +211,9 @@ send() {
   } >"$script"
   timeout $((cg_secs + 60)) wrk -t1 -c"$conns" -d"${cg_secs}s" -s "$script" "http://127.0.0.1:$port$path" >"$tmp/wrk.out"
   awk '$1 == "sent" { print $2 }' "$tmp/wrk.out" >"$tmp/sent"
-  # wrk's status codes: every answer that was not 2xx or 3xx is counted.
+  # wrk counts only the answers that were not 2xx or 3xx.
   awk -v n="$(cat "$tmp/sent")" '/Non-2xx or 3xx responses:/ { bad = $NF }
-    END { for (i = 0; i < n - bad; i++) print "2xx/3xx"; for (i = 0; i < bad; i++) print "other" }' \
+    END { if (n - bad > 0) print n - bad, "2xx/3xx"; if (bad > 0) print bad, "other" }' \
     "$tmp/wrk.out" >"$tmp/codes"
 }
 
@@ -251,7 +253,7 @@ count() {
   fi
   rm -f "$dump"
 }
-codes() { sort "$tmp/codes" | uniq -c | awk '{ printf "%s×%s ", $1, $2 }'; }
+codes() { awk '{ printf "%s×%s ", $1, $2 }' "$tmp/codes"; }
 
 log "nginx proxy under callgrind on 127.0.0.1:$ngx_port"
 measured nginx nginx -p "$tmp/proxy" -c "$tmp/proxy/nginx.conf"

@@ -93,19 +93,22 @@ wait_port() {
   die "$2 did not listen on 127.0.0.1:$1 within 10 s (logs: see below)"$'\n'"$(tail -n 20 "$tmp"/*.log 2>/dev/null)"
 }
 
-# The sum of what awk program $2 prints for /proc/PID/$1 over process $3
-# and its direct children (nginx workers).
+# The sums of what awk program $2 prints for /proc/PID/$1 over process $3
+# and its direct children (nginx workers), word by word.
 proc_tree_sum() {
-  local total=0 pid v
+  local pid
   for pid in "$3" $(pgrep -P "$3" 2>/dev/null || true); do
-    v=$(awk "$2" "/proc/$pid/$1" 2>/dev/null || echo 0)
-    total=$((total + ${v:-0}))
-  done
-  echo "$total"
+    awk "$2" "/proc/$pid/$1" 2>/dev/null || true
+  done | awk '{ for (i = 1; i <= NF; i++) t[i] += $i; if (NF > k) k = NF }
+    END { if (k == 0) print 0; for (i = 1; i <= k; i++) printf "%d%s", t[i], (i < k ? " " : "\n") }'
 }
-# CPU time used so far, in clock ticks: user (utime) and system (stime), as
-# two words.
-cpu_tree_ticks() { echo "$(proc_tree_sum stat '{ print $14 }' "$1") $(proc_tree_sum stat '{ print $15 }' "$1")"; }
+# CPU time used so far, in clock ticks: user (utime) and system (stime)
+# (0 0 once the process is gone).
+cpu_tree_ticks() {
+  local ticks
+  read -r -a ticks <<<"$(proc_tree_sum stat '{ print $14, $15 }' "$1")"
+  echo "${ticks[0]:-0} ${ticks[1]:-0}"
+}
 # Resident set size, in KiB.
 rss_tree_kib() { proc_tree_sum status '/^VmRSS:/ { print $2 }' "$1"; }
 
