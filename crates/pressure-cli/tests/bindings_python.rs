@@ -1,13 +1,13 @@
 //! The Python binding's pytest suite (`bindings/python/tests`), run by
 //! `cargo test` so that the workspace's tests cover it.
 //!
-//! A venv cached under the cargo target directory gets `maturin` and
-//! `pytest` from the package index once (`requirements-test.txt`), then the
-//! binding is built into it with `pip install ./bindings/python` — again
-//! only when its sources (or the core's, or `Cargo.lock`) changed, keyed by
-//! a hash of them. The nested cargo build uses `<target>/bindings`: the
-//! outer `cargo test` holds the lock of `<target>` itself. The tests then
-//! run against a testkit `redis-server` and a 3-master Redis Cluster.
+//! A venv cached under the cargo target directory gets `pytest` (and
+//! `maturin`, for developers) from the package index once
+//! (`requirements-test.txt`). The binding is the extension module this
+//! `cargo test` built (pressure-python is a dev-dependency of this
+//! package), staged with the package's Python files as `pip install
+//! ./bindings/python` lays them out, on `PYTHONPATH`. The tests then run
+//! against a testkit `redis-server` and a 3-master Redis Cluster.
 //!
 //! When the venv cannot be had — no `python3`, no `venv` module
 //! (Debian/Ubuntu: `python3-venv`), no package index to install from — the
@@ -15,8 +15,6 @@
 //! `PRESSURE_REQUIRE_PYTHON_BINDING=1` (set by `.ci/run`) that is a
 //! failure. A build or test failure is always a failure.
 
-use std::collections::hash_map::DefaultHasher;
-use std::hash::{Hash, Hasher};
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -27,11 +25,9 @@ const REQUIRE: &str = "PRESSURE_REQUIRE_PYTHON_BINDING";
 /// The test's name as the run shows it.
 const TEST: &str = "bindings_python::the_python_binding_passes_its_pytest_suite";
 
-/// Bounds of each step. The first build of the binding compiles the core,
-/// the Redis backend and PyO3 from scratch (minutes on a small machine).
+/// Bounds of each step.
 const VENV_TIMEOUT: Duration = Duration::from_secs(120);
 const PIP_TIMEOUT: Duration = Duration::from_secs(300);
-const BUILD_TIMEOUT: Duration = Duration::from_secs(1500);
 const PYTEST_TIMEOUT: Duration = Duration::from_secs(400);
 
 /// The workspace root.
@@ -147,39 +143,6 @@ fn run_ok(cmd: &mut Command, timeout: Duration) -> Result<Outcome, String> {
     }
 }
 
-/// A hash of every file under `paths` (recursively; names and contents).
-fn fingerprint(paths: &[PathBuf]) -> String {
-    fn walk(path: &Path, files: &mut Vec<PathBuf>) {
-        if path.is_dir() {
-            let Ok(entries) = std::fs::read_dir(path) else {
-                return;
-            };
-            for e in entries.flatten() {
-                let p = e.path();
-                let name = e.file_name();
-                // Build output and Python caches are not sources.
-                if name == "__pycache__" || name == "target" || name == ".pytest_cache" {
-                    continue;
-                }
-                walk(&p, files);
-            }
-        } else if path.is_file() {
-            files.push(path.to_path_buf());
-        }
-    }
-    let mut files = Vec::new();
-    for p in paths {
-        walk(p, &mut files);
-    }
-    files.sort();
-    let mut h = DefaultHasher::new();
-    for f in &files {
-        f.hash(&mut h);
-        std::fs::read(f).unwrap_or_default().hash(&mut h);
-    }
-    format!("{:016x}", h.finish())
-}
-
 /// The cached venv with `maturin` and `pytest`; `Err` is one line saying
 /// what is missing (the test is skipped then).
 fn venv_with_tools(requirements: &Path) -> Result<PathBuf, String> {
@@ -236,93 +199,61 @@ fn venv_with_tools(requirements: &Path) -> Result<PathBuf, String> {
     Ok(venv)
 }
 
-/// `PATH` with the venv's scripts (maturin) and the running cargo first.
-fn path_with(venv: &Path) -> std::ffi::OsString {
-    let mut dirs = vec![venv.join("bin")];
-    if let Some(cargo_dir) = std::env::var_os("CARGO")
-        .map(PathBuf::from)
-        .and_then(|c| c.parent().map(Path::to_path_buf))
-    {
-        dirs.push(cargo_dir);
+/// The binding as `pip install ./bindings/python` lays it out in
+/// site-packages (`pyproject.toml`: module `pressure._pressure`, abi3),
+/// staged in a fresh directory for `PYTHONPATH`: the package's Python
+/// files and the extension module this `cargo test` built (pressure-python
+/// is a dev-dependency of this package, so cargo builds its library, the
+/// `cdylib` included, before this test). No nested build: maturin's cargo
+/// build, in its own target directory (the outer run holds the lock of
+/// this one), compiled every dependency a second time.
+fn stage_binding(python: &Path) -> PathBuf {
+    let ws = workspace();
+    let exe = std::env::current_exe().expect("test executable path");
+    // <target>/<profile>/deps/bindings_python-<hash>, beside the module.
+    let built = exe
+        .parent()
+        .expect("the test executable's directory")
+        .join("lib_pressure.so");
+    assert!(
+        built.is_file(),
+        "{} is missing: cargo builds it as a dev-dependency of pressure-cli",
+        built.display()
+    );
+    let stage = target_dir().join(format!("python-binding-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&stage);
+    let package = stage.join("pressure");
+    std::fs::create_dir_all(&package).expect("create the staging directory");
+    let sources = ws.join("bindings/python/pressure");
+    for entry in std::fs::read_dir(&sources).expect("bindings/python/pressure") {
+        let entry = entry.expect("read bindings/python/pressure");
+        if entry.file_type().is_ok_and(|t| t.is_file()) {
+            std::fs::copy(entry.path(), package.join(entry.file_name())).expect("copy a package file");
+        }
     }
-    dirs.extend(std::env::split_paths(
-        &std::env::var_os("PATH").unwrap_or_default(),
-    ));
-    std::env::join_paths(dirs).unwrap_or_default()
+    std::fs::copy(&built, package.join("_pressure.abi3.so")).expect("copy the extension module");
+    let import = run(
+        Command::new(python)
+            .args(["-c", "import pressure"])
+            .env("PYTHONPATH", &stage),
+        VENV_TIMEOUT,
+    )
+    .unwrap_or_else(|e| panic!("running python: {e}"));
+    assert!(
+        import.ok,
+        "the Python binding was staged but `import pressure` fails:\n{}",
+        import.tail(30)
+    );
+    stage
 }
 
-/// Builds the binding into the venv unless the installed one was built from
-/// the same sources. Panics (a failure, not a skip) when the build fails,
-/// with what is missing in its first line.
-fn install_binding(venv: &Path) {
-    let ws = workspace();
-    let sources: Vec<PathBuf> = [
-        "bindings/python/src",
-        "bindings/python/pressure",
-        "bindings/python/Cargo.toml",
-        "bindings/python/pyproject.toml",
-        "crates/pressure-core/src",
-        "crates/pressure-core/Cargo.toml",
-        "crates/pressure-redis/src",
-        "crates/pressure-redis/Cargo.toml",
-        "Cargo.toml",
-        "Cargo.lock",
-    ]
-    .iter()
-    .map(|p| ws.join(p))
-    .collect();
-    let print = fingerprint(&sources);
-    let stamp = venv.join("binding.stamp");
-    let python = venv.join("bin").join("python");
-    let importable = || {
-        run(
-            Command::new(&python).args(["-c", "import pressure"]),
-            VENV_TIMEOUT,
-        )
-        .is_ok_and(|o| o.ok)
-    };
-    if std::fs::read_to_string(&stamp).is_ok_and(|s| s == print) && importable() {
-        return;
+/// Removes the staged binding when the test ends, also on a failure.
+struct Staged(PathBuf);
+
+impl Drop for Staged {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
     }
-    let path = path_with(venv);
-    for (tool, need) in [
-        ("cargo", "the Rust toolchain (cargo) on PATH"),
-        ("maturin", "maturin in the venv (pip install maturin)"),
-    ] {
-        let found = run(
-            Command::new(tool).arg("--version").env("PATH", &path),
-            VENV_TIMEOUT,
-        )
-        .is_ok_and(|o| o.ok);
-        assert!(found, "building the Python binding needs {need}");
-    }
-    let _ = std::fs::remove_file(&stamp);
-    let out = run(
-        // `python -m pip`: the venv was made under another name and moved,
-        // so its `pip` script's `#!` line names a directory that is gone.
-        Command::new(venv.join("bin").join("python"))
-            .args(["-m", "pip", "install", "--disable-pip-version-check"])
-            .arg("--no-build-isolation")
-            .args(["--no-deps", "--force-reinstall"])
-            .arg(ws.join("bindings/python"))
-            .env("PATH", &path)
-            .env("CARGO_TARGET_DIR", target_dir().join("bindings"))
-            // A debug build: this compiles quicker, and tests need no speed.
-            .env("MATURIN_PEP517_ARGS", "--profile dev"),
-        BUILD_TIMEOUT,
-    )
-    .unwrap_or_else(|e| panic!("building the Python binding: {e}"));
-    assert!(
-        out.ok,
-        "building the Python binding failed ({}):\n{}",
-        out.status,
-        out.tail(60)
-    );
-    assert!(
-        importable(),
-        "the Python binding was built but `import pressure` fails"
-    );
-    std::fs::write(&stamp, print).expect("write the build stamp");
 }
 
 #[test]
@@ -336,16 +267,18 @@ fn the_python_binding_passes_its_pytest_suite() {
             return;
         }
     };
-    install_binding(&venv);
+    let python = venv.join("bin").join("python");
+    let stage = Staged(stage_binding(&python));
     let redis = pressure_testkit::redis_url();
     let cluster = pressure_testkit::cluster_nodes().join(",");
     let out = run(
         // From `tests/`: `python -m` puts the working directory first on
         // `sys.path`, and in `bindings/python` the source package (without
-        // the built module) would shadow the installed one.
-        Command::new(venv.join("bin").join("python"))
+        // the built module) would shadow the staged one.
+        Command::new(&python)
             .args(["-m", "pytest", "-q", "-p", "no:cacheprovider", "-rfEs", "."])
             .current_dir(binding.join("tests"))
+            .env("PYTHONPATH", &stage.0)
             .env("PRESSURE_TEST_REDIS_URL", &redis)
             .env("PRESSURE_TEST_REDIS_CLUSTER_URL", &cluster)
             // Inside this test a missing store is a failure, not a skip.

@@ -1,9 +1,8 @@
 //! The Node.js binding's test suites (`bindings/node`, and the Fastify
 //! example on top of it) run by `cargo test`: this test installs the npm
-//! packages from their lockfiles, builds the addon with a nested `cargo
-//! build -p pressure-node` into its own target directory
-//! (`<workspace>/target/bindings`: the outer `cargo test` holds the main
-//! one's lock), starts a Redis and a Redis Cluster (`pressure-testkit`) and
+//! packages from their lockfiles, puts the addon this `cargo test` built
+//! (pressure-node is a dev-dependency of this package) where `index.js`
+//! loads it, starts a Redis and a Redis Cluster (`pressure-testkit`) and
 //! runs `npm test` with `PRESSURE_TEST_REDIS_URL`,
 //! `PRESSURE_TEST_REDIS_CLUSTER_URL` and `PRESSURE_BIN` (this build's
 //! `pressure` binary) set.

@@ -1,6 +1,6 @@
-//! Running `node`, `npm` and the nested `cargo build` of the addon: each a
-//! child in its own process group, killed (the whole group) past its time
-//! bound, its output kept and printed when it fails.
+//! Running `node` and `npm`, each a child in its own process group, killed
+//! (the whole group) past its time bound, its output kept and printed when
+//! it fails; and the addon of this build put where `index.js` loads it.
 
 use std::io::Read;
 use std::os::unix::process::CommandExt;
@@ -15,9 +15,6 @@ use std::time::Duration;
 pub(crate) enum Step {
     /// `npm ci`.
     Install,
-    /// The nested `cargo build -p pressure-node` (a cold target dir builds
-    /// every dependency: minutes on a busy machine).
-    Build,
     /// `npm test`.
     Test,
 }
@@ -26,7 +23,6 @@ impl Step {
     fn bound(self) -> Duration {
         match self {
             Step::Install => Duration::from_secs(300),
-            Step::Build => Duration::from_secs(1800),
             Step::Test => Duration::from_secs(300),
         }
     }
@@ -87,26 +83,45 @@ pub(crate) fn npm(dir: &Path, args: &[&str], step: Step) {
 }
 
 /// `bindings/node` ready to use, once per test binary: `npm ci` there and
-/// the addon built (`npm run build` under the separate target dir). The
-/// tests share it, so they must not reinstall it while another runs.
+/// this build's addon copied to `pressure-node.node`, what `npm run build`
+/// would make. The tests share it, so they must not reinstall it while
+/// another runs.
 pub(crate) fn binding() -> PathBuf {
     static READY: Mutex<bool> = Mutex::new(false);
     let pkg = workspace().join("bindings/node");
     let mut ready = READY.lock().unwrap_or_else(|e| e.into_inner());
     if !*ready {
         npm(&pkg, &["ci", "--no-audit", "--no-fund"], Step::Install);
-        let mut cmd = Command::new("node");
-        cmd.arg("scripts/build.js")
-            .current_dir(&pkg)
-            .env("CARGO_TARGET_DIR", workspace().join("target/bindings"));
-        run(
-            cmd,
-            Step::Build,
-            "node scripts/build.js (cargo build -p pressure-node)",
-        );
+        install_addon(&pkg);
         *ready = true;
     }
     pkg
+}
+
+/// Copies the addon that this `cargo test` built (pressure-node is a
+/// dev-dependency of this package, so cargo builds its library, the
+/// `cdylib` included, before this test) to `pressure-node.node`, through a
+/// temporary name as `scripts/build.js` does. No nested cargo build: one
+/// in its own target directory (the outer run holds the lock of this one)
+/// compiled every dependency a second time, a minute and a half of CI.
+fn install_addon(pkg: &Path) {
+    let exe = std::env::current_exe().expect("test executable path");
+    // <target>/<profile>/deps/bindings_node-<hash>, beside the addon.
+    let built = exe
+        .parent()
+        .expect("the test executable's directory")
+        .join("libpressure_node.so");
+    assert!(
+        built.is_file(),
+        "{} is missing: cargo builds it as a dev-dependency of pressure-cli",
+        built.display()
+    );
+    let dest = pkg.join("pressure-node.node");
+    let tmp = pkg.join(format!("pressure-node.node.{}.tmp", std::process::id()));
+    std::fs::copy(&built, &tmp)
+        .unwrap_or_else(|e| panic!("copy {} to {}: {e}", built.display(), tmp.display()));
+    std::fs::rename(&tmp, &dest)
+        .unwrap_or_else(|e| panic!("rename {} to {}: {e}", tmp.display(), dest.display()));
 }
 
 fn run(mut cmd: Command, step: Step, what: &str) {
