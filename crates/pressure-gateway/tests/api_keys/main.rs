@@ -5,9 +5,7 @@
 //! `invalid_api_key`; a JWT still works beside keys; and no log line,
 //! error body or upstream request ever carries a key.
 
-#[path = "../gateway/support.rs"]
-#[allow(dead_code)]
-mod support;
+use super::support;
 
 use axum::routing::get;
 use http::{header, HeaderMap, StatusCode};

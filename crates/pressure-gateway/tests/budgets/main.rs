@@ -14,9 +14,7 @@
 //! Each test starts its own `redis-server` (`pressure-testkit`) and mock
 //! provider on free loopback ports.
 
-#[path = "../gateway/support.rs"]
-#[allow(dead_code)]
-mod support;
+use super::support;
 
 use bytes::Bytes;
 use futures::future::join_all;

@@ -3,7 +3,7 @@
 //! `gateway.decisions.listen`), served beside the proxy and admin
 //! listeners, stopped by the test.
 
-use crate::support::{Reply, TestGateway};
+use super::support::{Reply, TestGateway};
 use bytes::Bytes;
 use http::Request;
 use http_body_util::Full;

@@ -10,11 +10,9 @@
 //! `Rejection`; reload applies `pressure.resources`; and the basic cases
 //! hold over Redis (the testkit's `redis-server`).
 
-#[path = "../gateway/support.rs"]
-#[allow(dead_code)]
-mod support;
+use super::support;
 
-mod harness;
+use super::harness;
 
 use harness::{permit_of, with_resources, Decisions};
 use serde_json::json;

@@ -7,9 +7,7 @@
 //! retried for an idempotent request only; unframeable answers are `502
 //! bad_response`; request bodies arrive with their length, large or not.
 
-#[path = "../gateway/support.rs"]
-#[allow(dead_code)]
-mod support;
+use super::support;
 
 use bytes::Bytes;
 use http::{Method, Request, StatusCode};

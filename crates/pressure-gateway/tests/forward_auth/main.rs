@@ -12,13 +12,9 @@
 //!   skip (`PRESSURE_REQUIRE_NGINX`, `PRESSURE_REQUIRE_CADDY`) when the
 //!   binary is missing (Debian packages `nginx`, `caddy`).
 
-#[path = "../gateway/support.rs"]
-#[allow(dead_code)]
-mod support;
+use super::support;
 
-#[path = "../decisions/harness.rs"]
-#[allow(dead_code)]
-mod harness;
+use super::harness;
 
 mod proxies;
 

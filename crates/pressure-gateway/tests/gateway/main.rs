@@ -7,7 +7,7 @@
 //! denial log, hostile input, and the admin listener. Every test stops its
 //! servers and is bounded in time.
 
-mod support;
+use super::support;
 
 use http::{header, StatusCode};
 use serde_json::{json, Value};

@@ -483,7 +483,7 @@ pub(crate) async fn dead_port() -> u16 {
 // ---------------------------------------------------------------- JWT
 
 /// The environment variable holding the HS256 secret of these tests (a
-/// name no other test binary uses).
+/// name no other suite uses).
 pub(crate) const JWT_SECRET_ENV: &str = "PRESSURE_GATEWAY_TESTS_GATEWAY_HS256_SECRET";
 const JWT_SECRET: &str = "gateway-integration-tests-secret-0123456789";
 

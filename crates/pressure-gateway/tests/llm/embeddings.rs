@@ -7,7 +7,7 @@
 //! embedding use cases refusing chat), the route limit, and the metrics.
 //! Also the inline mock provider's `/v1/embeddings` (see [`provider`]).
 
-use crate::{bounded, config, no_limits, Mock, MockState, TestGateway};
+use super::{bounded, config, no_limits, Mock, MockState, TestGateway};
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use axum::Json;

@@ -633,7 +633,7 @@ fn token(tenant: &str) -> String {
 #[tokio::test]
 async fn a_tenant_quota_is_charged_by_http_and_llm_traffic() {
     bounded(async {
-        // The only env var of this test binary, always set to the same value.
+        // A name no other suite uses, always set to the same value.
         std::env::set_var(SECRET_ENV, SECRET);
         let mock = Mock::start().await;
         let mut section = config(

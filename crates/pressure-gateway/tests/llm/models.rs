@@ -2,8 +2,8 @@
 //! shape, answered by the gateway without touching a provider or the
 //! upstream, and `404 model_not_found` for an unknown id.
 
-use crate::embeddings::with_embeddings;
-use crate::{bounded, config, no_limits, Mock, TestGateway};
+use super::embeddings::with_embeddings;
+use super::{bounded, config, no_limits, Mock, TestGateway};
 use bytes::Bytes;
 use http::{Request, StatusCode};
 use http_body_util::Full;

@@ -11,8 +11,8 @@
 //! `PRESSURE_REQUIRE_PYTHON_SDK=1` (set by `.ci/run`) that line is a
 //! failure instead.
 
-use crate::embeddings::with_embeddings;
-use crate::{bounded_for, config, no_limits, Mock, TestGateway};
+use super::embeddings::with_embeddings;
+use super::{bounded_for, config, no_limits, Mock, TestGateway};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 use tokio::process::Command;

@@ -7,9 +7,7 @@
 //! the tests wait for `/healthz` to say so, with a deadline that only
 //! catches a gateway that never comes back).
 
-#[path = "../gateway/support.rs"]
-#[allow(dead_code)]
-mod support;
+use super::support;
 
 use pressure_testkit::RedisServer;
 use serde_json::json;

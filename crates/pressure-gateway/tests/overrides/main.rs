@@ -13,9 +13,7 @@
 //!   token a `401`, a bad tenant id a `400`, a bad config override an
 //!   invalid config naming its path.
 
-#[path = "../gateway/support.rs"]
-#[allow(dead_code)]
-mod support;
+use super::support;
 
 use bytes::Bytes;
 use http::{Method, Request, StatusCode};

@@ -12,9 +12,7 @@
 //! Each test starts its own `redis-server` (`pressure-testkit`) on a free
 //! loopback port.
 
-#[path = "../gateway/support.rs"]
-#[allow(dead_code)]
-mod support;
+use super::support;
 
 use axum::extract::State;
 use axum::routing::get;

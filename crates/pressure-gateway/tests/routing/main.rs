@@ -4,9 +4,7 @@
 //! forwarded normalised; smuggled second headers, missing `Host`, malformed
 //! and stalled bodies get their 4xx (never a 5xx blamed on the upstream).
 
-#[path = "../gateway/support.rs"]
-#[allow(dead_code)]
-mod support;
+use super::support;
 
 use http::StatusCode;
 use serde_json::json;

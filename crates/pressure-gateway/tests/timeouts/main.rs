@@ -4,9 +4,7 @@
 //! closed; a client that stops reading a large response is dropped and its
 //! slot released. Short timeouts keep every test within a few seconds.
 
-#[path = "../gateway/support.rs"]
-#[allow(dead_code)]
-mod support;
+use super::support;
 
 use serde_json::json;
 use std::net::SocketAddr;

@@ -2,7 +2,7 @@
 //! upstream on the gateway's own server, a whole gateway loaded from a
 //! config file so that reloads read it again) and raw-TCP helpers.
 
-use crate::pki::Scratch;
+use super::pki::Scratch;
 use axum::routing::get;
 use axum::Router;
 use pressure_gateway::config;

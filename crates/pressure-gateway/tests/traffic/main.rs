@@ -4,9 +4,7 @@
 //! upstream, the access log's fields, and the optional `RateLimit` headers
 //! on successful responses.
 
-#[path = "../gateway/support.rs"]
-#[allow(dead_code)]
-mod support;
+use super::support;
 
 use http::StatusCode;
 use serde_json::{json, Value};

@@ -6,8 +6,7 @@
 
 #![allow(clippy::unwrap_used)]
 
-#[path = "../support/mod.rs"]
-mod support;
+use super::support;
 
 use pressure_core::{Dimension, Limits, MemoryBackend, ResourceHandle};
 use pressure_llm::pipeline::{Answer, Caller, Degradation, LlmClient, LlmConfig, LlmError};

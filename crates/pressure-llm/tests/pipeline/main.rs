@@ -3,8 +3,7 @@
 
 #![allow(clippy::unwrap_used)]
 
-#[path = "../support/mod.rs"]
-mod support;
+use super::support;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -4,8 +4,7 @@
 
 #![allow(clippy::unwrap_used)]
 
-#[path = "../support/mod.rs"]
-mod support;
+use super::support;
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
