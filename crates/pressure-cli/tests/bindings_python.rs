@@ -209,6 +209,23 @@ fn venv_with_tools(requirements: &Path) -> Result<PathBuf, String> {
 /// this one), compiled every dependency a second time.
 fn stage_binding(python: &Path) -> PathBuf {
     let ws = workspace();
+    // The layout staged below is the one the package declares.
+    let declared = |file: &str, line: &str| {
+        let text = std::fs::read_to_string(ws.join(file)).unwrap_or_else(|e| panic!("{file}: {e}"));
+        assert!(
+            text.lines().any(|l| l.trim() == line),
+            "{file} no longer has `{line}`: stage the binding as it now declares"
+        );
+    };
+    declared(
+        "bindings/python/pyproject.toml",
+        r#"module-name = "pressure._pressure""#,
+    );
+    declared(
+        "bindings/python/pyproject.toml",
+        r#"python-packages = ["pressure"]"#,
+    );
+    declared("bindings/python/Cargo.toml", r#"name = "_pressure""#);
     let exe = std::env::current_exe().expect("test executable path");
     // <target>/<profile>/deps/bindings_python-<hash>, beside the module.
     let built = exe
