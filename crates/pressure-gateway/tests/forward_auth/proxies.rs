@@ -67,10 +67,12 @@ pub(crate) struct FrontProxy {
 /// nginx: `auth_request` to the decision listener with the original
 /// method and URI, the service token, and `X-Pressure-Deny-Status: 403`;
 /// a `403` becomes a `429` with the `Retry-After` the subrequest answered.
+/// One process (`master_process off`): killing the child kills nginx, where
+/// a master killed outright left its worker running, orphaned, listening.
 fn nginx_conf(dir: &Path, port: u16, decisions: SocketAddr, upstream: SocketAddr, token: &str) -> String {
     let d = dir.display();
     format!(
-        r#"worker_processes 1;
+        r#"master_process off;
 pid {d}/nginx.pid;
 error_log {d}/error.log info;
 events {{ worker_connections 256; }}
