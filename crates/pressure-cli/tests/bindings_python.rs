@@ -207,7 +207,7 @@ fn venv_with_tools(requirements: &Path) -> Result<PathBuf, String> {
 /// `cdylib` included, before this test). No nested build: maturin's cargo
 /// build, in its own target directory (the outer run holds the lock of
 /// this one), compiled every dependency a second time.
-fn stage_binding(python: &Path) -> PathBuf {
+fn stage_binding(python: &Path) -> tempfile::TempDir {
     let ws = workspace();
     // The layout staged below is the one the package declares.
     let declared = |file: &str, line: &str| {
@@ -226,20 +226,13 @@ fn stage_binding(python: &Path) -> PathBuf {
         r#"python-packages = ["pressure"]"#,
     );
     declared("bindings/python/Cargo.toml", r#"name = "_pressure""#);
-    let exe = std::env::current_exe().expect("test executable path");
-    // <target>/<profile>/deps/bindings_python-<hash>, beside the module.
-    let built = exe
-        .parent()
-        .expect("the test executable's directory")
-        .join("lib_pressure.so");
-    assert!(
-        built.is_file(),
-        "{} is missing: cargo builds it as a dev-dependency of pressure-cli",
-        built.display()
-    );
-    let stage = target_dir().join(format!("python-binding-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&stage);
-    let package = stage.join("pressure");
+    let built = pressure_testkit::dev_dependency_library("lib_pressure.so");
+    // Removed when the test ends, also on a failure.
+    let stage = tempfile::Builder::new()
+        .prefix("python-binding-")
+        .tempdir_in(target_dir())
+        .expect("create the staging directory");
+    let package = stage.path().join("pressure");
     std::fs::create_dir_all(&package).expect("create the staging directory");
     let sources = ws.join("bindings/python/pressure");
     for entry in std::fs::read_dir(&sources).expect("bindings/python/pressure") {
@@ -252,7 +245,7 @@ fn stage_binding(python: &Path) -> PathBuf {
     let import = run(
         Command::new(python)
             .args(["-c", "import pressure"])
-            .env("PYTHONPATH", &stage),
+            .env("PYTHONPATH", stage.path()),
         VENV_TIMEOUT,
     )
     .unwrap_or_else(|e| panic!("running python: {e}"));
@@ -262,15 +255,6 @@ fn stage_binding(python: &Path) -> PathBuf {
         import.tail(30)
     );
     stage
-}
-
-/// Removes the staged binding when the test ends, also on a failure.
-struct Staged(PathBuf);
-
-impl Drop for Staged {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
 }
 
 #[test]
@@ -285,7 +269,7 @@ fn the_python_binding_passes_its_pytest_suite() {
         }
     };
     let python = venv.join("bin").join("python");
-    let stage = Staged(stage_binding(&python));
+    let stage = stage_binding(&python);
     let redis = pressure_testkit::redis_url();
     let cluster = pressure_testkit::cluster_nodes().join(",");
     let out = run(
@@ -295,7 +279,7 @@ fn the_python_binding_passes_its_pytest_suite() {
         Command::new(&python)
             .args(["-m", "pytest", "-q", "-p", "no:cacheprovider", "-rfEs", "."])
             .current_dir(binding.join("tests"))
-            .env("PYTHONPATH", &stage.0)
+            .env("PYTHONPATH", stage.path())
             .env("PRESSURE_TEST_REDIS_URL", &redis)
             .env("PRESSURE_TEST_REDIS_CLUSTER_URL", &cluster)
             // Inside this test a missing store is a failure, not a skip.

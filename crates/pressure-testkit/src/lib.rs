@@ -11,6 +11,8 @@
 //!   binary, likewise.
 //! * [`RedisServer`] / [`RedisCluster`]: servers of a test's own, to kill,
 //!   freeze or restart.
+//! * [`dev_dependency_library`]: a `cdylib` dev-dependency as this build
+//!   made it (the bindings' tests load them).
 //! * [`skip`]: how a test that cannot run here says so — one line on stderr
 //!   that shows on a pass, appended to `PRESSURE_SKIP_LOG`, and a failure
 //!   when the test's `PRESSURE_REQUIRE_*` variable is `1`.
@@ -36,6 +38,7 @@
 
 #![warn(unreachable_pub)]
 
+mod built;
 mod cluster;
 mod machine;
 mod process;
@@ -43,6 +46,7 @@ mod resp;
 mod server;
 mod skip;
 
+pub use built::dev_dependency_library;
 pub use cluster::RedisCluster;
 pub use machine::machine;
 pub use server::{RedisServer, TlsFiles};

@@ -105,17 +105,7 @@ pub(crate) fn binding() -> PathBuf {
 /// in its own target directory (the outer run holds the lock of this one)
 /// compiled every dependency a second time, a minute and a half of CI.
 fn install_addon(pkg: &Path) {
-    let exe = std::env::current_exe().expect("test executable path");
-    // <target>/<profile>/deps/bindings_node-<hash>, beside the addon.
-    let built = exe
-        .parent()
-        .expect("the test executable's directory")
-        .join("libpressure_node.so");
-    assert!(
-        built.is_file(),
-        "{} is missing: cargo builds it as a dev-dependency of pressure-cli",
-        built.display()
-    );
+    let built = pressure_testkit::dev_dependency_library("libpressure_node.so");
     let dest = pkg.join("pressure-node.node");
     let tmp = pkg.join(format!("pressure-node.node.{}.tmp", std::process::id()));
     std::fs::copy(&built, &tmp)

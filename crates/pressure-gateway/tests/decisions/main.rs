@@ -10,9 +10,7 @@
 //! `Rejection`; reload applies `pressure.resources`; and the basic cases
 //! hold over Redis (the testkit's `redis-server`).
 
-use super::support;
-
-use super::harness;
+use super::{harness, support};
 
 use harness::{permit_of, with_resources, Decisions};
 use serde_json::json;

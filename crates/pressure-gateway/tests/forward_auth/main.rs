@@ -12,9 +12,7 @@
 //!   skip (`PRESSURE_REQUIRE_NGINX`, `PRESSURE_REQUIRE_CADDY`) when the
 //!   binary is missing (Debian packages `nginx`, `caddy`).
 
-use super::support;
-
-use super::harness;
+use super::{harness, support};
 
 mod proxies;
 
