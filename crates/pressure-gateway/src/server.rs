@@ -43,6 +43,8 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 use tower::ServiceExt;
 
+mod h1;
+
 /// How a listener serves its connections.
 #[derive(Debug, Clone)]
 pub struct ServeOptions {
@@ -372,7 +374,11 @@ impl Connection {
             tls: self.options.tls.is_some(),
         };
         match self.options.tls.clone() {
-            None => self.serve(io, svc, &activity, peer).await,
+            None => {
+                if let Some(rest) = self.serve_in_place(io, &svc, &activity, peer).await {
+                    self.serve(rest, svc, &activity, peer).await;
+                }
+            }
             Some(tls) => {
                 if let Some(io) = tls.accept(io, self.options.header_read, peer).await {
                     if io.get_ref().1.alpn_protocol() == Some(b"h2") {
@@ -384,6 +390,37 @@ impl Connection {
         }
         if self.open.fetch_sub(1, Ordering::AcqRel) == 1 {
             self.all_closed.notify_waiters();
+        }
+    }
+
+    /// Serves the common HTTP/1.1 requests of a plaintext connection in
+    /// place ([`h1`]) until it ends, expires or drains (`None`), or until a
+    /// request needs hyper: then the socket, with the bytes read and not
+    /// consumed in front, for [`Connection::serve`].
+    async fn serve_in_place<S>(
+        &mut self,
+        io: Watched,
+        svc: &ConnService<S>,
+        activity: &Activity,
+        peer: SocketAddr,
+    ) -> Option<h1::Rewound<Watched>>
+    where
+        S: HttpService,
+    {
+        let mut stop = self.stop.clone();
+        let served = h1::serve(io, svc, &mut stop, self.options.max_header_bytes);
+        tokio::pin!(served);
+        let mut watchdog = WhenWoken::new(activity.expired(&self.options));
+        tokio::select! {
+            biased;
+            ended = served.as_mut() => match ended {
+                h1::Ended::Closed => None,
+                h1::Ended::HandOff(rest) => Some(rest),
+            },
+            reason = &mut watchdog => {
+                tracing::debug!(%peer, reason, "closing connection");
+                None
+            }
         }
     }
 
@@ -564,13 +601,22 @@ where
     fn call(&self, req: Request<hyper::body::Incoming>) -> Self::Future {
         // A request without a body (most) gets the empty body, which
         // boxes nothing.
-        let mut req = req.map(|body| {
+        self.call_body(req.map(|body| {
             if http_body::Body::is_end_stream(&body) {
                 Body::empty()
             } else {
                 Body::new(body)
             }
-        });
+        }))
+    }
+}
+
+impl<S: HttpService> ConnService<S> {
+    /// Calls the service with `req` (whoever parsed it: hyper, or [`h1`]).
+    fn call_body(
+        &self,
+        mut req: Request<Body>,
+    ) -> ConnFuture<futures::future::Either<S::Future, tower::util::Oneshot<S, Request<Body>>>> {
         let guard = self.activity.as_ref().map(|a| {
             req.extensions_mut().insert(ConnectInfo(self.peer));
             InFlight::new(Arc::clone(a))

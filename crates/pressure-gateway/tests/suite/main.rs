@@ -31,6 +31,8 @@ mod exchange;
 mod forward_auth;
 #[path = "../gateway/main.rs"]
 mod gateway;
+#[path = "../in_place/main.rs"]
+mod in_place;
 #[path = "../llm/main.rs"]
 mod llm;
 #[path = "../manual_queue/main.rs"]
