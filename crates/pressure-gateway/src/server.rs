@@ -596,7 +596,7 @@ where
 {
     type Response = Response<Body>;
     type Error = Infallible;
-    type Future = ConnFuture<futures::future::Either<S::Future, tower::util::Oneshot<S, Request<Body>>>>;
+    type Future = ConnCall<S>;
 
     fn call(&self, req: Request<hyper::body::Incoming>) -> Self::Future {
         // A request without a body (most) gets the empty body, which
@@ -613,10 +613,7 @@ where
 
 impl<S: HttpService> ConnService<S> {
     /// Calls the service with `req` (whoever parsed it: hyper, or [`h1`]).
-    fn call_body(
-        &self,
-        mut req: Request<Body>,
-    ) -> ConnFuture<futures::future::Either<S::Future, tower::util::Oneshot<S, Request<Body>>>> {
+    fn call_body(&self, mut req: Request<Body>) -> ConnCall<S> {
         let guard = self.activity.as_ref().map(|a| {
             req.extensions_mut().insert(ConnectInfo(self.peer));
             InFlight::new(Arc::clone(a))
@@ -636,6 +633,15 @@ impl<S: HttpService> ConnService<S> {
         ConnFuture { fut, guard }
     }
 }
+
+/// What a [`ConnService`] call returns: the service's own future when it was
+/// ready, a oneshot on a clone of it otherwise.
+type ConnCall<S> = ConnFuture<
+    futures::future::Either<
+        <S as tower::Service<Request<Body>>>::Future,
+        tower::util::Oneshot<S, Request<Body>>,
+    >,
+>;
 
 pin_project_lite::pin_project! {
     /// The answer of a [`ConnService`]: the service's own, its body
