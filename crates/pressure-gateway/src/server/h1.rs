@@ -71,12 +71,13 @@ where
 {
     let mut buf = BytesMut::with_capacity(8 * 1024);
     let mut out: Vec<u8> = Vec::with_capacity(4 * 1024);
+    let mut offsets = Offsets::with_capacity(32);
     let mut stopping = *stop.borrow();
     loop {
         // The next request's head, whole.
         let head = loop {
             if !buf.is_empty() {
-                match parse(&buf, max_head) {
+                match parse(&buf, max_head, &mut offsets) {
                     Parsed::Head(h) => break h,
                     Parsed::Partial => {}
                     Parsed::Hyper => return hand_off(io, buf),
@@ -107,7 +108,7 @@ where
             }
         };
         let raw = buf.split_to(head.len).freeze();
-        let (req, close) = head.request(raw, &mut buf);
+        let (req, close) = head.request(raw, &offsets, &mut buf);
         let is_head = req.method() == Method::HEAD;
         // While the answer is prepared the socket is watched: a client
         // that goes away drops the request, and with it its slots and its
@@ -159,21 +160,26 @@ enum Parsed {
     Hyper,
 }
 
+/// Where a part of the head is: its first byte and the one after its last.
+type Span = (u32, u32);
+
+/// Each header's name and value; one list per connection, reused.
+type Offsets = Vec<(Span, Span)>;
+
 /// A parsed head: where its parts are in the buffer, what it asks.
 struct Head {
     /// The head's length, its blank line included.
     len: usize,
     method: Method,
-    path: (usize, usize),
-    /// Each header's name and value, as offsets in the head.
-    headers: Vec<((usize, usize), (usize, usize))>,
+    path: Span,
     /// The body's length (already in the buffer behind the head).
     body: usize,
     /// The client asked to close after this request.
     close: bool,
 }
 
-fn parse(buf: &[u8], max_head: usize) -> Parsed {
+/// Looks at `buf` for a whole head; its headers' places go to `headers`.
+fn parse(buf: &[u8], max_head: usize, headers: &mut Offsets) -> Parsed {
     let mut slots = [httparse::EMPTY_HEADER; MAX_HEADERS];
     let mut req = httparse::Request::new(&mut slots);
     let len = match req.parse(buf) {
@@ -195,35 +201,41 @@ fn parse(buf: &[u8], max_head: usize) -> Parsed {
         return Parsed::Hyper;
     }
     let base = buf.as_ptr() as usize;
+    // Within the head, which `max_head` bounds; `u32` keeps the list small.
     let at = |s: &[u8]| {
         let start = s.as_ptr() as usize - base;
-        (start, start + s.len())
+        let start = u32::try_from(start).unwrap_or(u32::MAX);
+        (
+            start,
+            start.saturating_add(u32::try_from(s.len()).unwrap_or(u32::MAX)),
+        )
     };
     let mut body = None;
     let mut close = false;
-    let mut headers = Vec::with_capacity(req.headers.len());
+    headers.clear();
     for h in req.headers.iter() {
         let name = h.name.as_bytes();
-        if name.eq_ignore_ascii_case(b"transfer-encoding")
-            || name.eq_ignore_ascii_case(b"expect")
-            || name.eq_ignore_ascii_case(b"upgrade")
-        {
-            return Parsed::Hyper;
-        }
-        if name.eq_ignore_ascii_case(b"content-length") {
-            match (body, content_length(h.value)) {
+        // The names that decide, told apart by length first.
+        let is = |wanted: &[u8]| name.eq_ignore_ascii_case(wanted);
+        match name.len() {
+            17 if is(b"transfer-encoding") => return Parsed::Hyper,
+            6 if is(b"expect") => return Parsed::Hyper,
+            7 if is(b"upgrade") => return Parsed::Hyper,
+            14 if is(b"content-length") => match (body, content_length(h.value)) {
                 (None, Some(n)) => body = Some(n),
                 _ => return Parsed::Hyper,
-            }
-        } else if name.eq_ignore_ascii_case(b"connection") {
-            for token in h.value.split(|&b| b == b',') {
-                let token = token.trim_ascii();
-                if token.eq_ignore_ascii_case(b"close") {
-                    close = true;
-                } else if token.eq_ignore_ascii_case(b"upgrade") {
-                    return Parsed::Hyper;
+            },
+            10 if is(b"connection") => {
+                for token in h.value.split(|&b| b == b',') {
+                    let token = token.trim_ascii();
+                    if token.eq_ignore_ascii_case(b"close") {
+                        close = true;
+                    } else if token.eq_ignore_ascii_case(b"upgrade") {
+                        return Parsed::Hyper;
+                    }
                 }
             }
+            _ => {}
         }
         headers.push((at(name), at(h.value)));
     }
@@ -237,7 +249,6 @@ fn parse(buf: &[u8], max_head: usize) -> Parsed {
         len,
         method,
         path: at(path.as_bytes()),
-        headers,
         body: usize::try_from(body).unwrap_or(0),
         close,
     })
@@ -254,7 +265,7 @@ fn content_length(v: &[u8]) -> Option<u64> {
 impl Head {
     /// The request, its parts sharing `head`'s bytes; its body taken from
     /// the front of `rest`. `true` when the connection closes after it.
-    fn request(self, head: Bytes, rest: &mut BytesMut) -> (Request<Body>, bool) {
+    fn request(self, head: Bytes, headers: &Offsets, rest: &mut BytesMut) -> (Request<Body>, bool) {
         let body = if self.body == 0 {
             Body::empty()
         } else {
@@ -264,15 +275,16 @@ impl Head {
         *req.method_mut() = self.method;
         *req.version_mut() = Version::HTTP_11;
         // Checked by httparse; `Uri` checks again.
-        if let Ok(uri) = Uri::from_maybe_shared(head.slice(self.path.0..self.path.1)) {
+        let range = |(a, b): Span| a as usize..b as usize;
+        if let Ok(uri) = Uri::from_maybe_shared(head.slice(range(self.path))) {
             *req.uri_mut() = uri;
         }
         let map = req.headers_mut();
-        map.reserve(self.headers.len());
-        for ((n0, n1), (v0, v1)) in self.headers {
+        map.reserve(headers.len());
+        for &(name, value) in headers {
             if let (Ok(name), Ok(value)) = (
-                HeaderName::from_bytes(&head[n0..n1]),
-                HeaderValue::from_maybe_shared(head.slice(v0..v1)),
+                HeaderName::from_bytes(&head[range(name)]),
+                HeaderValue::from_maybe_shared(head.slice(range(value))),
             ) {
                 map.append(name, value);
             }
@@ -545,20 +557,22 @@ mod tests {
     use super::*;
 
     fn head(raw: &[u8]) -> Parsed {
-        parse(raw, 64 * 1024)
+        parse(raw, 64 * 1024, &mut Vec::new())
     }
 
     #[test]
     fn a_plain_request_is_served_in_place() {
-        let Parsed::Head(h) = head(b"GET /a?b=1 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n") else {
+        let mut offsets = Vec::new();
+        let raw = b"GET /a?b=1 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+        let Parsed::Head(h) = parse(raw, 1024, &mut offsets) else {
             panic!("served in place");
         };
         assert_eq!(h.method, Method::GET);
         assert!(h.close);
         assert_eq!(h.body, 0);
-        let raw = Bytes::from_static(b"GET /a?b=1 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+        let raw = Bytes::from_static(raw);
         let len = h.len;
-        let (req, close) = h.request(raw.slice(..len), &mut BytesMut::new());
+        let (req, close) = h.request(raw.slice(..len), &offsets, &mut BytesMut::new());
         assert!(close);
         assert_eq!(req.uri(), "/a?b=1");
         assert_eq!(req.headers()["host"], "x");
@@ -596,7 +610,7 @@ mod tests {
         assert!(matches!(head(b"GET / HTTP/1.1\r\nHost"), Parsed::Partial));
         // Longer than the bound, still partial: hyper's 431.
         assert!(matches!(
-            parse(b"GET / HTTP/1.1\r\nHost: xxxxxxxx", 16),
+            parse(b"GET / HTTP/1.1\r\nHost: xxxxxxxx", 16, &mut Vec::new()),
             Parsed::Hyper
         ));
     }
