@@ -1,8 +1,13 @@
 //! Serving: the accept loop and the life of each client connection.
 //!
-//! * hyper's HTTP/1 and HTTP/2 server, upgrades enabled, the request head
-//!   bounded by `limits.maxHeaderBytes` on both protocols (`431` on
-//!   HTTP/1; HTTP/2 refuses the stream);
+//! * a plaintext connection's common HTTP/1.1 requests served in place
+//!   ([`h1`]: one kept buffer, one parse, the answer in one write); the
+//!   first request that needs more (HTTP/2, HTTP/1.0, a chunked or
+//!   still-arriving body, `Expect`, an upgrade, a head that does not parse)
+//!   hands the connection to hyper with every unread byte;
+//! * hyper's HTTP/1 and HTTP/2 server for the rest and for TLS, upgrades
+//!   enabled, the request head bounded by `limits.maxHeaderBytes` on both
+//!   protocols (`431` on HTTP/1; HTTP/2 refuses the stream);
 //! * client-side timeouts (`gateway.timeouts`): a head must arrive within
 //!   `headerReadMs`; a connection with no request in flight and no bytes for
 //!   `idleMs` is closed (also one that never sent a byte, or an h2c

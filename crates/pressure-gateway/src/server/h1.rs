@@ -26,7 +26,7 @@ use super::HttpService;
 use axum::body::Body;
 use bytes::{Bytes, BytesMut};
 use futures::FutureExt;
-use http::header::{self, HeaderName, HeaderValue};
+use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{Method, Request, Response, StatusCode, Uri, Version};
 use http_body::Body as _;
 use http_body_util::BodyExt;
@@ -72,6 +72,9 @@ where
     let mut buf = BytesMut::with_capacity(8 * 1024);
     let mut out: Vec<u8> = Vec::with_capacity(4 * 1024);
     let mut offsets = Offsets::with_capacity(32);
+    // The last response's header map, cleared: the next request's (as
+    // hyper does), so a request allocates no map.
+    let mut spare: Option<HeaderMap> = None;
     let mut stopping = *stop.borrow();
     loop {
         // The next request's head, whole.
@@ -108,7 +111,7 @@ where
             }
         };
         let raw = buf.split_to(head.len).freeze();
-        let (req, close) = head.request(raw, &offsets, &mut buf);
+        let (req, close) = head.request(raw, &offsets, spare.take(), &mut buf);
         let is_head = req.method() == Method::HEAD;
         // While the answer is prepared the socket is watched: a client
         // that goes away drops the request, and with it its slots and its
@@ -134,7 +137,7 @@ where
             Err(never) => match never {},
         };
         let close = close || stopping || *stop.borrow();
-        if !write_response(&mut io, &mut out, resp, is_head, close).await || close {
+        if !write_response(&mut io, &mut out, resp, is_head, close, &mut spare).await || close {
             let _ = io.shutdown().await;
             return Ended::Closed;
         }
@@ -263,9 +266,16 @@ fn content_length(v: &[u8]) -> Option<u64> {
 }
 
 impl Head {
-    /// The request, its parts sharing `head`'s bytes; its body taken from
-    /// the front of `rest`. `true` when the connection closes after it.
-    fn request(self, head: Bytes, headers: &Offsets, rest: &mut BytesMut) -> (Request<Body>, bool) {
+    /// The request, its parts sharing `head`'s bytes, its headers in `map`
+    /// (an empty one, or a new one); its body taken from the front of
+    /// `rest`. `true` when the connection closes after it.
+    fn request(
+        self,
+        head: Bytes,
+        headers: &Offsets,
+        map: Option<HeaderMap>,
+        rest: &mut BytesMut,
+    ) -> (Request<Body>, bool) {
         let body = if self.body == 0 {
             Body::empty()
         } else {
@@ -279,7 +289,7 @@ impl Head {
         if let Ok(uri) = Uri::from_maybe_shared(head.slice(range(self.path))) {
             *req.uri_mut() = uri;
         }
-        let map = req.headers_mut();
+        let mut map = map.unwrap_or_default();
         map.reserve(headers.len());
         for &(name, value) in headers {
             if let (Ok(name), Ok(value)) = (
@@ -289,18 +299,21 @@ impl Head {
                 map.append(name, value);
             }
         }
+        *req.headers_mut() = map;
         (req, self.close)
     }
 }
 
-/// Writes `resp` on `io` (module docs for the framing); `false` when the
-/// connection cannot go on (a write failed, the body failed or came short).
+/// Writes `resp` on `io` (module docs for the framing), its header map left
+/// in `spare`, cleared; `false` when the connection cannot go on (a write
+/// failed, the body failed or came short).
 async fn write_response<I: AsyncWrite + Unpin>(
     io: &mut I,
     out: &mut Vec<u8>,
     resp: Response<Body>,
     is_head: bool,
     close: bool,
+    spare: &mut Option<HeaderMap>,
 ) -> bool {
     let (parts, mut body) = resp.into_parts();
     let status = parts.status;
@@ -334,6 +347,9 @@ async fn write_response<I: AsyncWrite + Unpin>(
         }
         header_line(out, name.as_str().as_bytes(), value.as_bytes());
     }
+    let mut headers = parts.headers;
+    headers.clear();
+    *spare = Some(headers);
     // How the body is framed: a length to count down, or chunked.
     let framing = match (bodiless, declared, exact) {
         (true, None, Some(n)) if is_head && n > 0 && status != StatusCode::NOT_MODIFIED => {
@@ -572,7 +588,7 @@ mod tests {
         assert_eq!(h.body, 0);
         let raw = Bytes::from_static(raw);
         let len = h.len;
-        let (req, close) = h.request(raw.slice(..len), &offsets, &mut BytesMut::new());
+        let (req, close) = h.request(raw.slice(..len), &offsets, None, &mut BytesMut::new());
         assert!(close);
         assert_eq!(req.uri(), "/a?b=1");
         assert_eq!(req.headers()["host"], "x");
