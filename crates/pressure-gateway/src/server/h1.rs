@@ -111,7 +111,17 @@ where
             }
         };
         let raw = buf.split_to(head.len).freeze();
-        let (req, close) = head.request(raw, &offsets, spare.take(), &mut buf);
+        let (req, close) = match head.request(&raw, &offsets, &mut spare, &mut buf) {
+            Some(r) => r,
+            // A target or header `http` refuses where httparse did not:
+            // hyper's answer, from the head's first byte.
+            None => {
+                let mut all = BytesMut::with_capacity(raw.len() + buf.len());
+                all.extend_from_slice(&raw);
+                all.extend_from_slice(&buf);
+                return hand_off(io, all);
+            }
+        };
         let is_head = req.method() == Method::HEAD;
         // While the answer is prepared the socket is watched: a client
         // that goes away drops the request, and with it its slots and its
@@ -266,16 +276,37 @@ fn content_length(v: &[u8]) -> Option<u64> {
 }
 
 impl Head {
-    /// The request, its parts sharing `head`'s bytes, its headers in `map`
-    /// (an empty one, or a new one); its body taken from the front of
-    /// `rest`. `true` when the connection closes after it.
+    /// The request, its parts sharing `head`'s bytes, its headers in the
+    /// map `spare` holds (or a new one); its body taken from the front of
+    /// `rest`; `true` when the connection closes after it. `None`, with
+    /// nothing taken, when `http` refuses its target or a header that
+    /// httparse let through.
     fn request(
         self,
-        head: Bytes,
+        head: &Bytes,
         headers: &Offsets,
-        map: Option<HeaderMap>,
+        spare: &mut Option<HeaderMap>,
         rest: &mut BytesMut,
-    ) -> (Request<Body>, bool) {
+    ) -> Option<(Request<Body>, bool)> {
+        let range = |(a, b): Span| a as usize..b as usize;
+        let uri = Uri::from_maybe_shared(head.slice(range(self.path))).ok()?;
+        let mut map = spare.take().unwrap_or_default();
+        map.reserve(headers.len());
+        for &(name, value) in headers {
+            match (
+                HeaderName::from_bytes(&head[range(name)]),
+                HeaderValue::from_maybe_shared(head.slice(range(value))),
+            ) {
+                (Ok(name), Ok(value)) => {
+                    map.append(name, value);
+                }
+                _ => {
+                    map.clear();
+                    *spare = Some(map);
+                    return None;
+                }
+            }
+        }
         let body = if self.body == 0 {
             Body::empty()
         } else {
@@ -284,23 +315,9 @@ impl Head {
         let mut req = Request::new(body);
         *req.method_mut() = self.method;
         *req.version_mut() = Version::HTTP_11;
-        // Checked by httparse; `Uri` checks again.
-        let range = |(a, b): Span| a as usize..b as usize;
-        if let Ok(uri) = Uri::from_maybe_shared(head.slice(range(self.path))) {
-            *req.uri_mut() = uri;
-        }
-        let mut map = map.unwrap_or_default();
-        map.reserve(headers.len());
-        for &(name, value) in headers {
-            if let (Ok(name), Ok(value)) = (
-                HeaderName::from_bytes(&head[range(name)]),
-                HeaderValue::from_maybe_shared(head.slice(range(value))),
-            ) {
-                map.append(name, value);
-            }
-        }
+        *req.uri_mut() = uri;
         *req.headers_mut() = map;
-        (req, self.close)
+        Some((req, self.close))
     }
 }
 
@@ -588,7 +605,9 @@ mod tests {
         assert_eq!(h.body, 0);
         let raw = Bytes::from_static(raw);
         let len = h.len;
-        let (req, close) = h.request(raw.slice(..len), &offsets, None, &mut BytesMut::new());
+        let (req, close) = h
+            .request(&raw.slice(..len), &offsets, &mut None, &mut BytesMut::new())
+            .expect("a request");
         assert!(close);
         assert_eq!(req.uri(), "/a?b=1");
         assert_eq!(req.headers()["host"], "x");
@@ -680,6 +699,35 @@ mod tests {
             serve(server, &svc, &mut stop, 1024).await,
             Ended::Closed
         ));
+    }
+
+    #[test]
+    fn a_target_http_refuses_is_left_to_hyper_with_nothing_taken() {
+        // Every visible byte in a target: whatever httparse lets through
+        // and `Uri` refuses must not become a request (hyper answers it).
+        let mut refused = 0;
+        for b in 0x21u8..0x7f {
+            let mut raw = b"GET /a".to_vec();
+            raw.push(b);
+            raw.extend_from_slice(b"b HTTP/1.1\r\nHost: x\r\n\r\n");
+            let mut offsets = Vec::new();
+            let Parsed::Head(h) = parse(&raw, 1024, &mut offsets) else {
+                continue;
+            };
+            let len = h.len;
+            let head = Bytes::from(raw).slice(..len);
+            let mut rest = BytesMut::from(&b"next"[..]);
+            let ok = Uri::from_maybe_shared(head.slice(4..len - 22)).is_ok();
+            match h.request(&head, &offsets, &mut None, &mut rest) {
+                Some((req, _)) => assert!(ok, "{:?} became {}", b as char, req.uri()),
+                None => {
+                    assert!(!ok, "{:?} refused", b as char);
+                    assert_eq!(&rest[..], b"next", "nothing taken");
+                    refused += 1;
+                }
+            }
+        }
+        assert!(refused > 0, "some byte is httparse's and not http's");
     }
 
     #[test]
