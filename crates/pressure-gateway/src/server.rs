@@ -30,6 +30,7 @@ use crate::watched_body::{FrameWatch, WatchedBody};
 use crate::when_woken::WhenWoken;
 use axum::body::Body;
 use axum::extract::ConnectInfo;
+use bytes::Bytes;
 use http::{Request, Response};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
@@ -366,6 +367,7 @@ impl Connection {
         let io = Watched {
             inner: stream,
             activity: Arc::clone(&activity),
+            unread: Bytes::new(),
         };
         let link = ConnLink {
             peer,
@@ -408,7 +410,7 @@ impl Connection {
         svc: &ConnService<S>,
         activity: &Activity,
         peer: SocketAddr,
-    ) -> Option<h1::Rewound<Watched>>
+    ) -> Option<Watched>
     where
         S: HttpService,
     {
@@ -420,7 +422,10 @@ impl Connection {
             biased;
             ended = served.as_mut() => match ended {
                 h1::Ended::Closed => None,
-                h1::Ended::HandOff(rest) => Some(rest),
+                h1::Ended::HandOff(mut io, unread) => {
+                    io.unread = unread;
+                    Some(io)
+                }
             },
             reason = &mut watchdog => {
                 tracing::debug!(%peer, reason, "closing connection");
@@ -697,6 +702,9 @@ impl FrameWatch for InFlight {}
 struct Watched {
     inner: TcpStream,
     activity: Arc<Activity>,
+    /// Bytes read (and noted) before hyper took the connection over from
+    /// [`h1`]: read again first.
+    unread: Bytes,
 }
 
 impl AsyncRead for Watched {
@@ -705,6 +713,11 @@ impl AsyncRead for Watched {
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
+        if !self.unread.is_empty() {
+            let n = self.unread.len().min(buf.remaining());
+            buf.put_slice(&self.unread.split_to(n));
+            return Poll::Ready(Ok(()));
+        }
         let before = buf.filled().len();
         let r = Pin::new(&mut self.inner).poll_read(cx, buf);
         if matches!(r, Poll::Ready(Ok(()))) && buf.filled().len() > before {

@@ -223,10 +223,7 @@ fn encode_request(
         if forwarding.replaces(name) {
             continue;
         }
-        out.extend_from_slice(name.as_str().as_bytes());
-        out.extend_from_slice(b": ");
-        out.extend_from_slice(value.as_bytes());
-        out.extend_from_slice(b"\r\n");
+        super::headers::write_line(out, name.as_str().as_bytes(), value.as_bytes());
     }
     forwarding.write(out);
     if !body.is_empty() || had_length || matches!(parts.method, Method::POST | Method::PUT | Method::PATCH) {

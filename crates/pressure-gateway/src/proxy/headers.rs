@@ -302,12 +302,7 @@ impl Forwarding {
 
     /// Writes them as header lines (`name: value\r\n`) into `out`.
     pub(crate) fn write(&self, out: &mut Vec<u8>) {
-        let mut line = |name: &str, value: &[u8]| {
-            out.extend_from_slice(name.as_bytes());
-            out.extend_from_slice(b": ");
-            out.extend_from_slice(value);
-            out.extend_from_slice(b"\r\n");
-        };
+        let mut line = |name: &str, value: &[u8]| write_line(out, name.as_bytes(), value);
         line("host", self.host.as_bytes());
         if let Some(client) = &self.client {
             line("x-forwarded-for", client.as_bytes());
@@ -342,6 +337,15 @@ pub(crate) fn test_map(pairs: &[(&str, &str)]) -> HeaderMap {
         );
     }
     headers
+}
+
+/// Writes one header line, `name: value\r\n`, into `out` (a request head
+/// for an upstream, a response head for a client).
+pub(crate) fn write_line(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
+    out.extend_from_slice(name);
+    out.extend_from_slice(b": ");
+    out.extend_from_slice(value);
+    out.extend_from_slice(b"\r\n");
 }
 
 #[cfg(test)]

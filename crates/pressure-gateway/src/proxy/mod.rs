@@ -78,6 +78,7 @@ pub(crate) use body::is_too_large;
 pub use client::Proxy;
 pub(crate) use deadline::ConnTimer;
 pub use error::ProxyError;
+pub(crate) use headers::write_line as write_header_line;
 pub use routing::{Upstream, Upstreams};
 pub(crate) use service::Forward;
 pub use service::ProxyService;

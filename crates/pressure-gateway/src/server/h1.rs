@@ -23,6 +23,7 @@
 
 use super::ConnService;
 use super::HttpService;
+use crate::proxy::write_header_line;
 use axum::body::Body;
 use bytes::{Bytes, BytesMut};
 use futures::FutureExt;
@@ -31,10 +32,8 @@ use http::{Method, Request, Response, StatusCode, Uri, Version};
 use http_body::Body as _;
 use http_body_util::BodyExt;
 use std::cell::RefCell;
-use std::io::{self, Write as _};
-use std::pin::Pin;
-use std::task::{Context, Poll};
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
+use std::io::Write as _;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::watch;
 
 /// Headers one request may have (hyper's default bound too).
@@ -49,9 +48,9 @@ const MAX_URI_LEN: usize = (u16::MAX - 1) as usize;
 pub(super) enum Ended<I> {
     /// The connection is done: closed by either side, failed, or drained.
     Closed,
-    /// hyper serves the rest: the socket, the bytes read and not consumed
-    /// in front.
-    HandOff(Rewound<I>),
+    /// hyper serves the rest: the socket, and the bytes read from it and
+    /// not consumed, which hyper must read first.
+    HandOff(I, Bytes),
 }
 
 /// Serves `io`'s requests with `svc` until the connection ends or a request
@@ -157,10 +156,7 @@ where
 
 /// hyper takes the connection with what is buffered.
 fn hand_off<I>(io: I, buf: BytesMut) -> Ended<I> {
-    Ended::HandOff(Rewound {
-        pre: buf.freeze(),
-        inner: io,
-    })
+    Ended::HandOff(io, buf.freeze())
 }
 
 /// What a look at the buffer found.
@@ -252,17 +248,16 @@ fn parse(buf: &[u8], max_head: usize, headers: &mut Offsets) -> Parsed {
         }
         headers.push((at(name), at(h.value)));
     }
-    let body = body.unwrap_or(0);
     // A body not read whole yet is hyper's to stream.
-    match usize::try_from(body) {
-        Ok(b) if buf.len() - len >= b => {}
+    let body = match usize::try_from(body.unwrap_or(0)) {
+        Ok(b) if buf.len() - len >= b => b,
         _ => return Parsed::Hyper,
-    }
+    };
     Parsed::Head(Head {
         len,
         method,
         path: at(path.as_bytes()),
-        body: usize::try_from(body).unwrap_or(0),
+        body,
         close,
     })
 }
@@ -362,7 +357,7 @@ async fn write_response<I: AsyncWrite + Unpin>(
         } else if *name == header::CONNECTION {
             has_connection = true;
         }
-        header_line(out, name.as_str().as_bytes(), value.as_bytes());
+        write_header_line(out, name.as_str().as_bytes(), value.as_bytes());
     }
     let mut headers = parts.headers;
     headers.clear();
@@ -380,26 +375,26 @@ async fn write_response<I: AsyncWrite + Unpin>(
             Framing::Length(n)
         }
         (false, None, None) => {
-            header_line(out, b"transfer-encoding", b"chunked");
+            write_header_line(out, b"transfer-encoding", b"chunked");
             Framing::Chunked
         }
     };
     if !has_date {
-        DATE.with(|d| header_line(out, b"date", d.borrow_mut().now()));
+        DATE.with(|d| write_header_line(out, b"date", d.borrow_mut().now()));
     }
     if close && !has_connection {
-        header_line(out, b"connection", b"close");
+        write_header_line(out, b"connection", b"close");
     }
     out.extend_from_slice(b"\r\n");
-    if matches!(framing, Framing::None) {
-        drop(body);
-        return io.write_all(out).await.is_ok();
-    }
+    // What a length-framed body has left to send; `None` when chunked.
     let mut left = match framing {
-        Framing::Length(n) => n,
-        _ => u64::MAX,
+        Framing::None => {
+            drop(body);
+            return io.write_all(out).await.is_ok();
+        }
+        Framing::Length(n) => Some(n),
+        Framing::Chunked => None,
     };
-    let chunked = matches!(framing, Framing::Chunked);
     loop {
         if body.is_end_stream() {
             break;
@@ -418,7 +413,7 @@ async fn write_response<I: AsyncWrite + Unpin>(
                 body.frame().await
             }
         };
-        let data = match next {
+        let mut data = match next {
             None => break,
             Some(Err(_)) => return false,
             Some(Ok(frame)) => match frame.into_data() {
@@ -430,20 +425,22 @@ async fn write_response<I: AsyncWrite + Unpin>(
         if data.is_empty() {
             continue;
         }
-        let mut data = data;
-        if !chunked {
-            let n = data.len() as u64;
-            if n > left {
-                // More than the length promised: the connection cannot
-                // carry on.
-                data.truncate(usize::try_from(left).unwrap_or(0));
-                let _ = io.write_all(out).await;
-                let _ = io.write_all(&data).await;
-                return false;
+        match &mut left {
+            Some(left) => {
+                let n = data.len() as u64;
+                if n > *left {
+                    // More than the length promised: the connection
+                    // cannot carry on.
+                    data.truncate(usize::try_from(*left).unwrap_or(0));
+                    let _ = io.write_all(out).await;
+                    let _ = io.write_all(&data).await;
+                    return false;
+                }
+                *left -= n;
             }
-            left -= n;
-        } else {
-            let _ = write!(out, "{:x}\r\n", data.len());
+            None => {
+                let _ = write!(out, "{:x}\r\n", data.len());
+            }
         }
         if data.len() <= COALESCE {
             out.extend_from_slice(&data);
@@ -456,17 +453,19 @@ async fn write_response<I: AsyncWrite + Unpin>(
                 return false;
             }
         }
-        if chunked {
+        if left.is_none() {
             out.extend_from_slice(b"\r\n");
         }
     }
     drop(body);
-    if chunked {
-        out.extend_from_slice(b"0\r\n\r\n");
-    } else if left != 0 {
-        // The body ended short of its length.
-        let _ = io.write_all(out).await;
-        return false;
+    match left {
+        None => out.extend_from_slice(b"0\r\n\r\n"),
+        Some(0) => {}
+        Some(_) => {
+            // The body ended short of its length.
+            let _ = io.write_all(out).await;
+            return false;
+        }
     }
     out.is_empty() || io.write_all(out).await.is_ok()
 }
@@ -497,16 +496,9 @@ fn status_line(out: &mut Vec<u8>, status: StatusCode, ext: &http::Extensions) {
     out.extend_from_slice(b"\r\n");
 }
 
-fn header_line(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
-    out.extend_from_slice(name);
-    out.extend_from_slice(b": ");
-    out.extend_from_slice(value);
-    out.extend_from_slice(b"\r\n");
-}
-
 fn length_line(out: &mut Vec<u8>, n: u64) {
     let mut digits = itoa::Buffer::new();
-    header_line(out, b"content-length", digits.format(n).as_bytes());
+    write_header_line(out, b"content-length", digits.format(n).as_bytes());
 }
 
 thread_local! {
@@ -534,54 +526,6 @@ impl CachedDate {
             self.value = httpdate::fmt_http_date(now).into_bytes();
         }
         &self.value
-    }
-}
-
-/// A socket with bytes already read from it in front: what hyper reads
-/// first when it takes a connection over.
-pub(super) struct Rewound<I> {
-    pre: Bytes,
-    inner: I,
-}
-
-impl<I: AsyncRead + Unpin> AsyncRead for Rewound<I> {
-    fn poll_read(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        if !self.pre.is_empty() {
-            let n = self.pre.len().min(buf.remaining());
-            buf.put_slice(&self.pre.split_to(n));
-            return Poll::Ready(Ok(()));
-        }
-        Pin::new(&mut self.inner).poll_read(cx, buf)
-    }
-}
-
-impl<I: AsyncWrite + Unpin> AsyncWrite for Rewound<I> {
-    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.inner).poll_write(cx, buf)
-    }
-
-    fn poll_write_vectored(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[io::IoSlice<'_>],
-    ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        self.inner.is_write_vectored()
-    }
-
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.inner).poll_flush(cx)
-    }
-
-    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.inner).poll_shutdown(cx)
     }
 }
 
@@ -670,11 +614,11 @@ mod tests {
         sent.extend_from_slice(chunked);
         client.write_all(&sent).await.expect("write");
         let (_tx, mut stop) = watch::channel(false);
-        let Ended::HandOff(rest) = serve(server, &svc, &mut stop, 64 * 1024).await else {
+        let Ended::HandOff(_, unread) = serve(server, &svc, &mut stop, 64 * 1024).await else {
             panic!("the chunked request is hyper's");
         };
         // hyper gets exactly the bytes of the request it must serve.
-        assert_eq!(&rest.pre[..], chunked);
+        assert_eq!(&unread[..], chunked);
         let mut answers = vec![0u8; 4096];
         let n = client.read(&mut answers).await.expect("read");
         let text = String::from_utf8_lossy(&answers[..n]);

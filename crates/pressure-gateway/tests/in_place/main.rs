@@ -133,6 +133,12 @@ impl Conn {
         raw
     }
 
+    /// `GET path`, answered by the demo upstream's echo of that path.
+    async fn echoes(&mut self, path: &str) {
+        self.send(get(path).as_bytes()).await;
+        assert_eq!(self.response(false).await.json()["path"], path);
+    }
+
     /// Whether the server closed the connection (within 5 s).
     async fn closed(&mut self) -> bool {
         let mut byte = [0u8; 1];
@@ -188,8 +194,7 @@ async fn pipelined_requests_are_answered_in_order_each_framed_and_dated() {
 async fn a_connection_handed_to_hyper_keeps_answering_on_the_same_socket() {
     with_gateway(json!({}), |gw| async move {
         let mut conn = Conn::open(&gw).await;
-        conn.send(get("/before").as_bytes()).await;
-        assert_eq!(conn.response(false).await.json()["path"], "/before");
+        conn.echoes("/before").await;
         // A chunked body: hyper's to read.
         conn.send(
             b"POST /collect HTTP/1.1\r\nHost: test\r\nTransfer-Encoding: chunked\r\n\r\n\
@@ -198,8 +203,7 @@ async fn a_connection_handed_to_hyper_keeps_answering_on_the_same_socket() {
         .await;
         let r = conn.response(false).await;
         assert_eq!((r.status, r.body.as_slice()), (200, &b"11 bytes"[..]), "{r:?}");
-        conn.send(get("/after").as_bytes()).await;
-        assert_eq!(conn.response(false).await.json()["path"], "/after");
+        conn.echoes("/after").await;
         gw
     })
     .await;
@@ -233,9 +237,7 @@ async fn head_is_answered_with_its_length_and_no_body() {
         let head = conn.response(true).await;
         assert_eq!(head.status, 200, "{head:?}");
         // No body bytes came: the next answer starts right after the head.
-        conn.send(get("/next").as_bytes()).await;
-        let next = conn.response(false).await;
-        assert_eq!(next.json()["path"], "/next");
+        conn.echoes("/next").await;
         gw
     })
     .await;
@@ -253,8 +255,7 @@ async fn a_body_of_unknown_length_is_chunked() {
         let text = String::from_utf8_lossy(&r.body);
         assert_eq!(text.matches("data: event").count(), 5, "{text}");
         // The connection goes on after the last chunk.
-        conn.send(get("/then").as_bytes()).await;
-        assert_eq!(conn.response(false).await.json()["path"], "/then");
+        conn.echoes("/then").await;
         gw
     })
     .await;
@@ -293,8 +294,7 @@ async fn a_refusal_is_framed_and_the_connection_goes_on() {
             refused.header("content-length"),
             Some(refused.body.len().to_string().as_str())
         );
-        conn.send(get("/other").as_bytes()).await;
-        assert_eq!(conn.response(false).await.json()["path"], "/other");
+        conn.echoes("/other").await;
         gw
     })
     .await;
