@@ -11,15 +11,15 @@
 //!   gateway is bounded by the system's limit, not by a shell's default.
 //! * One server thread per core, each with its own single-threaded runtime
 //!   and its own upstream pool, like nginx's workers; the plan, limits,
-//!   tenants and stats are shared. A server thread that runs out of work
-//!   yields its core before it waits for I/O (`server_runtime`).
+//!   tenants and stats are shared. A saturated server thread yields its core
+//!   each time it runs out of tasks (`server::core_share`).
 //! * `SIGTERM`/`SIGINT`: `/readyz` answers 503, the listener closes, requests
 //!   and streams in flight finish within `shutdownGraceMs`, then `run`
 //!   returns (exit 0).
 
 use crate::config::GatewayConfig;
 use crate::gateway::{Gateway, GatewayError};
-use crate::server::{distribute, serve_from, Source};
+use crate::server::{core_share, distribute, serve_from, Source};
 use crate::GatewayService;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
@@ -48,25 +48,14 @@ fn bind(addr: &str, what: &'static str) -> Result<std::net::TcpListener, Gateway
     Ok(listener)
 }
 
-/// A server thread's runtime: single-threaded, and it offers its core to
-/// any other thread waiting for it each time it runs out of work, before
-/// it waits for I/O.
-///
-/// A busy server thread rarely sleeps: when it runs out of tasks, the next
-/// requests are usually ready already, so it goes on without giving up
-/// its core, and a thread that shares the core (the client on a shared
-/// machine, an upstream, a sidecar) runs only when the kernel preempts the
-/// server, a full time slice later. Every connection of that server then
-/// waits out the slice: on a 2-core machine the 429 path's p99 was about
-/// 8 ms against a 0.2 ms median. Yielding at that point costs one system
-/// call per batch, not per request, and returns at once when nothing else
-/// is runnable; it hands the core over at the moment the server has
-/// nothing left to do, so the other side answers within a batch
-/// (docs/benchmarks.md, "Issue 22, eighth round").
+/// A server thread's runtime: single-threaded, and it yields its core to
+/// the threads waiting for it while it finds work at every poll
+/// (`server::core_share`).
 fn server_runtime() -> std::io::Result<tokio::runtime::Runtime> {
     tokio::runtime::Builder::new_current_thread()
         .enable_all()
-        .on_thread_park(std::thread::yield_now)
+        .on_thread_park(core_share::on_park)
+        .on_thread_unpark(core_share::on_unpark)
         .build()
 }
 
