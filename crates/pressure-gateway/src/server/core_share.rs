@@ -18,9 +18,9 @@
 //! saturated makes no extra system call. Alone on its cores, a yield
 //! returns at once.
 
+use crate::stamp::Stamp;
 use std::cell::Cell;
 use std::time::Duration;
-use tokio::time::Instant;
 
 /// A poll for I/O that lasted this long slept: the core was free for
 /// others meanwhile. A poll that finds events ready takes a few
@@ -32,8 +32,9 @@ const SLEPT: Duration = Duration::from_micros(20);
 struct CoreShare {
     /// Whether the last poll found work without sleeping.
     busy: Cell<bool>,
-    /// When the current poll began.
-    polled_at: Cell<Option<Instant>>,
+    /// When the current poll began (read twice per park, so the cheap
+    /// counter rather than the system clock).
+    polled_at: Cell<Option<Stamp>>,
 }
 
 impl CoreShare {
@@ -50,16 +51,21 @@ impl CoreShare {
         self.busy.get()
     }
 
-    /// The thread starts polling for I/O at `now` (after any yield).
-    fn polling(&self, now: Instant) {
-        self.polled_at.set(Some(now));
+    /// The thread starts polling for I/O at `at` (after any yield).
+    fn polling(&self, at: Stamp) {
+        self.polled_at.set(Some(at));
     }
 
-    /// The thread's poll for I/O returned at `now`.
-    fn polled(&self, now: Instant) {
+    /// The thread's poll for I/O returned.
+    fn polled(&self) {
         if let Some(at) = self.polled_at.take() {
-            self.busy.set(now.saturating_duration_since(at) < SLEPT);
+            self.record(at.elapsed());
         }
+    }
+
+    /// The last poll took `took`.
+    fn record(&self, took: Duration) {
+        self.busy.set(took < SLEPT);
     }
 }
 
@@ -74,36 +80,32 @@ pub(crate) fn on_park() {
         if s.should_yield() {
             std::thread::yield_now();
         }
-        s.polling(Instant::now());
+        s.polling(Stamp::now());
     });
 }
 
 /// A server runtime's `on_thread_unpark`.
 pub(crate) fn on_unpark() {
-    SHARE.with(|s| s.polled(Instant::now()));
+    SHARE.with(CoreShare::polled);
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    /// Runs out of tasks at `at`; the poll for I/O takes `took`. Whether
-    /// the thread yielded first.
-    fn park(s: &CoreShare, at: Instant, took: Duration) -> bool {
+    /// Runs out of tasks; the poll for I/O takes `took`. Whether the thread
+    /// yielded first.
+    fn park(s: &CoreShare, took: Duration) -> bool {
         let yielded = s.should_yield();
-        s.polling(at);
-        s.polled(at + took);
+        s.record(took);
         yielded
     }
 
     #[test]
     fn a_thread_whose_polls_find_work_at_once_yields_before_each_next_poll() {
         let s = CoreShare::new();
-        let t0 = Instant::now();
         let at_once = Duration::from_micros(3);
-        let yields: Vec<bool> = (0..4u32)
-            .map(|i| park(&s, t0 + Duration::from_micros(100) * i, at_once))
-            .collect();
+        let yields: Vec<bool> = (0..4).map(|_| park(&s, at_once)).collect();
         // The first poll has no last poll to go by.
         assert_eq!(yields, [false, true, true, true]);
     }
@@ -111,28 +113,27 @@ mod tests {
     #[test]
     fn a_thread_that_slept_in_its_last_poll_does_not_yield() {
         let s = CoreShare::new();
-        let t0 = Instant::now();
-        assert!(!park(&s, t0, Duration::from_millis(5)));
-        assert!(!park(&s, t0 + Duration::from_millis(6), SLEPT));
-        // A busy poll, then one that slept, then a busy one again.
-        assert!(!park(&s, t0 + Duration::from_millis(7), Duration::from_micros(1)));
-        assert!(park(
-            &s,
-            t0 + Duration::from_millis(8),
-            Duration::from_micros(500)
-        ));
-        assert!(!park(&s, t0 + Duration::from_millis(9), Duration::from_micros(1)));
-        assert!(park(&s, t0 + Duration::from_millis(10), Duration::from_micros(1)));
+        assert!(!park(&s, Duration::from_millis(5)));
+        assert!(!park(&s, SLEPT));
+        // A busy poll, then one that slept, then busy ones again.
+        assert!(!park(&s, Duration::from_micros(1)));
+        assert!(park(&s, Duration::from_micros(500)));
+        assert!(!park(&s, SLEPT - Duration::from_nanos(1)));
+        assert!(park(&s, Duration::from_micros(1)));
     }
 
     #[test]
-    fn an_unpark_without_a_park_changes_nothing() {
+    fn a_poll_is_timed_from_its_start_and_counted_once() {
         let s = CoreShare::new();
-        s.polled(Instant::now());
+        // An unpark without a park changes nothing.
+        s.polled();
         assert!(!s.should_yield());
-        let t0 = Instant::now();
-        park(&s, t0, Duration::from_micros(1));
-        s.polled(t0 + Duration::from_secs(1));
-        assert!(s.should_yield(), "the stray unpark must not count as a sleep");
+        s.polling(Stamp::now());
+        std::thread::sleep(SLEPT * 5);
+        s.polled();
+        assert!(!s.should_yield(), "a poll that slept");
+        s.record(Duration::from_micros(1));
+        s.polled();
+        assert!(s.should_yield(), "a second unpark must not count as a sleep");
     }
 }
