@@ -11,15 +11,14 @@
 //!   gateway is bounded by the system's limit, not by a shell's default.
 //! * One server thread per core, each with its own single-threaded runtime
 //!   and its own upstream pool, like nginx's workers; the plan, limits,
-//!   tenants and stats are shared. A saturated server thread yields its core
-//!   each time it runs out of tasks (`server::core_share`).
+//!   tenants and stats are shared.
 //! * `SIGTERM`/`SIGINT`: `/readyz` answers 503, the listener closes, requests
 //!   and streams in flight finish within `shutdownGraceMs`, then `run`
 //!   returns (exit 0).
 
 use crate::config::GatewayConfig;
 use crate::gateway::{Gateway, GatewayError};
-use crate::server::{core_share, distribute, serve_from, Source};
+use crate::server::{distribute, serve_from, Source};
 use crate::GatewayService;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
@@ -46,17 +45,6 @@ fn bind(addr: &str, what: &'static str) -> Result<std::net::TcpListener, Gateway
     let listener = std::net::TcpListener::bind(addr).map_err(bind_error(what, addr))?;
     listener.set_nonblocking(true).map_err(bind_error(what, addr))?;
     Ok(listener)
-}
-
-/// A server thread's runtime: single-threaded, and it yields its core to
-/// the threads waiting for it while it finds work at every poll
-/// (`server::core_share`).
-fn server_runtime() -> std::io::Result<tokio::runtime::Runtime> {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .on_thread_park(core_share::on_park)
-        .on_thread_unpark(core_share::on_unpark)
-        .build()
 }
 
 /// Raises the soft fd limit to the hard one.
@@ -111,7 +99,7 @@ pub async fn run(config: GatewayConfig, base_dir: &Path, options: RunOptions) ->
         let thread = std::thread::Builder::new()
             .name(format!("pressure-gw-{i}"))
             .spawn(move || {
-                let rt = match server_runtime() {
+                let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
                     Ok(rt) => rt,
                     Err(e) => {
                         tracing::error!(error = %e, "cannot start a server thread");
