@@ -49,6 +49,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 use tower::ServiceExt;
 
+pub(crate) mod core_share;
 mod h1;
 
 /// How a listener serves its connections.

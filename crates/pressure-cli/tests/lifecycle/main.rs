@@ -3,8 +3,9 @@
 //! SIGHUP, `POST /admin/pressure/reload` and `--watch` swap the limits live
 //! and keep the usage; an invalid file changes nothing; a second process on
 //! the same port fails with exit code 2; a flood that exhausts the file
-//! descriptors backs off and recovers. Every process is killed on drop;
-//! every wait is for an event, under a deadline that only bounds a hang.
+//! descriptors backs off and recovers; `--share-cores` changes no answer.
+//! Every process is killed on drop; every wait is for an event, under a
+//! deadline that only bounds a hang.
 
 mod drain;
 mod support;
@@ -99,6 +100,51 @@ async fn watch_reloads_an_edited_file_without_sighup() {
         "{}",
         gw.log_tail()
     );
+}
+
+/// `--share-cores` reaches the server threads (the start line says so) and
+/// changes no answer: of 48 concurrent requests to a route limited to 10
+/// per minute, exactly 10 pass and the rest are refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn share_cores_changes_no_answer() {
+    let up = upstream().await;
+    let dir = TempDir::new("share");
+    let (proxy, admin) = (free_port(), free_port());
+    let mut gw = Gateway::spawn(
+        "share",
+        dir.path(),
+        &config(&up.url, proxy, admin, 10),
+        &["--share-cores"],
+    );
+    gw.wait_ready().await;
+    let start = gw.wait_event("start", |m| m == "gateway listening").await;
+    assert_eq!(start["fields"]["share_cores"], true, "{start}");
+
+    let mut tasks = tokio::task::JoinSet::new();
+    for _ in 0..48 {
+        let url = format!("http://127.0.0.1:{proxy}/limited");
+        tasks.spawn(async move { reqwest::get(url).await.map(|r| r.status().as_u16()).unwrap_or(0) });
+    }
+    let all = tasks.join_all().await;
+    assert_eq!(
+        (count(&all, 200), count(&all, 429)),
+        (10, 38),
+        "{all:?}\n{}",
+        gw.log_tail()
+    );
+    assert_eq!(statuses(&gw, "/", 3).await, [200; 3], "{}", gw.log_tail());
+}
+
+/// Without the flag the start line says the cores are not shared.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cores_are_not_shared_by_default() {
+    let up = upstream().await;
+    let dir = TempDir::new("noshare");
+    let (proxy, admin) = (free_port(), free_port());
+    let mut gw = Gateway::spawn("noshare", dir.path(), &config(&up.url, proxy, admin, 10), &[]);
+    gw.wait_ready().await;
+    let start = gw.wait_event("start", |m| m == "gateway listening").await;
+    assert_eq!(start["fields"]["share_cores"], false, "{start}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
