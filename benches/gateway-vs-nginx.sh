@@ -30,6 +30,9 @@
 #   BENCH_TENANTS=100000   (0: skip the memory part and its example build)
 #   PRESSURE_BIN=path  benchmark this prebuilt `pressure` binary instead of
 #                      building one (to compare two builds back to back)
+#   BENCH_GATEWAY_ARGS="--share-cores"  extra arguments for `pressure gateway`
+#                      (split on spaces; e.g. the opt-in that yields a
+#                      saturated server thread's core, docs/cli.md)
 #
 # Needs wrk and nginx (Debian packages `wrk`, `nginx`); run as root, the
 # script installs them with apt-get when missing. Everything listens on
@@ -260,10 +263,11 @@ cat >"$tmp/gateway.json" <<EOF
 }
 EOF
 timeout 10 "$pressure_bin" check-config "$tmp/gateway.json" >/dev/null
-log "starting pressure gateway on 127.0.0.1:$gw_port (admin :$gw_admin_port)"
+log "starting pressure gateway on 127.0.0.1:$gw_port (admin :$gw_admin_port) ${BENCH_GATEWAY_ARGS:-}"
 # Its denial log lines (info level, JSON) go to a file, as nginx's limit_req
 # rejections go to its error log.
-"$pressure_bin" gateway --config "$tmp/gateway.json" >"$tmp/gateway.log" 2>&1 &
+read -r -a gateway_args <<<"${BENCH_GATEWAY_ARGS:-}"
+"$pressure_bin" gateway --config "$tmp/gateway.json" "${gateway_args[@]}" >"$tmp/gateway.log" 2>&1 &
 pids+=("$!")
 gw_pid=$!
 wait_port "$gw_port" "pressure gateway"
@@ -349,7 +353,7 @@ verdict() { # $1 ratio, $2 ">=" or "<=" 1.0
 }
 
 echo
-echo "gateway-vs-nginx: wrk -t$threads -c$conns -d${secs}s --latency, $cores cores, $(nginx -v 2>&1 | sed 's/.*: //'), $(wrk -v 2>&1 | head -n1 | awk '{ print $1, $2 }')"
+echo "gateway-vs-nginx: wrk -t$threads -c$conns -d${secs}s --latency, $cores cores, $(nginx -v 2>&1 | sed 's/.*: //'), $(wrk -v 2>&1 | head -n1 | awk '{ print $1, $2 }')${BENCH_GATEWAY_ARGS:+, pressure gateway $BENCH_GATEWAY_ARGS}"
 echo
 printf '%-16s %12s %10s %12s %10s  %s\n' run "requests/s" "p99 ms" requests non-2xx "socket errors"
 for name in direct nginx pressure nginx-reject pressure-reject; do
