@@ -84,12 +84,14 @@ for c in "${cases[@]}"; do
   echo "== $c: ${ipc[$c]}" >&2
 done
 
-# The governor case each row is compared with.
-reference() {
+# The governor cases each row is compared with (the issue's one-key
+# reference; for three dimensions also governor's parts for them).
+references() {
   case $1 in
     governor_*) echo "" ;;
     denied_*) echo governor_direct_denied ;;
     *_1000) echo governor_keyed ;;
+    multi_*) echo governor_direct governor_three ;;
     *) echo governor_direct ;;
   esac
 }
@@ -105,12 +107,14 @@ echo
 echo "| case | pressure | governor | ratio |"
 echo "|---|---:|---:|---:|"
 for c in "${cases[@]}"; do
-  r=$(reference "$c")
-  if [[ -z $r ]]; then
+  refs=$(references "$c")
+  if [[ -z $refs ]]; then
     echo "| $c | – | ${ipc[$c]} | – |"
-  else
+    continue
+  fi
+  for r in $refs; do
     g=$(ref_ipc "$r")
     echo "| $c | ${ipc[$c]} | $g ($r) | $(awk -v a="${ipc[$c]}" -v b="$g" 'BEGIN { printf "%.2f", a / b }')× |"
-  fi
+  done
 done
 machine_report after

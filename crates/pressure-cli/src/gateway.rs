@@ -25,10 +25,10 @@ pub(crate) struct GatewayArgs {
     access_log: bool,
     /// The server threads share their cores with other busy processes (a
     /// sidecar, an upstream, a load generator): a saturated server thread
-    /// yields its core each time it runs out of tasks, so a thread waiting
-    /// for that core waits a batch instead of a scheduler tick. Lower tail
-    /// latency beside busy neighbours, 10-15 % more CPU per request under
-    /// saturation; off by default.
+    /// yields its core each time it runs out of tasks, where by default it
+    /// does so once a millisecond, so a thread waiting for that core waits
+    /// a batch instead of up to a millisecond. 10-15 % more CPU per request
+    /// under saturation; off by default.
     #[arg(long)]
     share_cores: bool,
     /// Log line format on stderr: `json` (one JSON object per line) or

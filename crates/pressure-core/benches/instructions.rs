@@ -46,6 +46,10 @@ const CASES: &[(&str, &str)] = &[
     ),
     ("governor_keyed", "governor keyed check_key(), 1,000 keys in turn"),
     (
+        "governor_three",
+        "rpm + tpm + concurrency from governor's parts: two direct limiters, an owned tokio semaphore permit",
+    ),
+    (
         "gcra_backend_decision",
         "MemoryBackend::acquire_sync alone, 1 gcra key",
     ),
@@ -163,14 +167,18 @@ fn run(case: &str, n: usize) -> (bool, usize) {
     })
 }
 
-/// The governor case a pressure case is compared with.
-fn reference(case: &str) -> &'static str {
+/// The governor cases a pressure case is compared with: the issue's
+/// reference (one key), and for three dimensions also what a governor user
+/// would build for them.
+fn references(case: &str) -> &'static [&'static str] {
     if case.starts_with("denied_") {
-        "governor_direct_denied"
+        &["governor_direct_denied"]
     } else if case.ends_with("_1000") {
-        "governor_keyed"
+        &["governor_keyed"]
+    } else if case.starts_with("multi_") {
+        &["governor_direct", "governor_three"]
     } else {
-        "governor_direct"
+        &["governor_direct"]
     }
 }
 
@@ -190,8 +198,10 @@ fn paired(cases: &[&str]) {
     };
     println!("| case | pressure ns | governor ns | ratio (median of {ROUNDS} paired rounds) |");
     println!("|---|---:|---:|---:|");
-    for case in cases {
-        let reference = reference(case);
+    for (case, reference) in cases
+        .iter()
+        .flat_map(|c| references(c).iter().map(move |r| (*c, *r)))
+    {
         with_case(case, |_, ours| {
             with_case(reference, |_, theirs| {
                 warm_up(BLOCK, ours);
@@ -259,6 +269,15 @@ fn with_case<R>(case: &str, f: impl FnOnce(bool, &mut Check<'_>) -> R) -> R {
     let gov_free = RateLimiter::direct(governor_free_quota());
     let gov_denied = RateLimiter::direct(Quota::per_minute(NonZeroU32::new(1).expect("non-zero")));
     let gov_keyed = RateLimiter::keyed(governor_free_quota());
+    // Three dimensions from governor's parts (none reached in a run): a
+    // request rate, a token rate charged `INPUT_TOKENS + OUTPUT_TOKENS` per
+    // check, and a semaphore for concurrency whose permit, like ours, owns
+    // its reference. Not all-or-nothing: a refusal by the token limiter
+    // leaves the request counted.
+    let gov_rpm = RateLimiter::direct(Quota::per_minute(NonZeroU32::MAX));
+    let gov_tpm = RateLimiter::direct(Quota::per_minute(NonZeroU32::MAX));
+    let token_cells = NonZeroU32::new((INPUT_TOKENS + OUTPUT_TOKENS) as u32).expect("non-zero");
+    let gov_sem = Arc::new(tokio::sync::Semaphore::new(tokio::sync::Semaphore::MAX_PERMITS));
     let mem = MemoryBackend::new();
     let raw = mem
         .attach(
@@ -288,6 +307,18 @@ fn with_case<R>(case: &str, f: impl FnOnce(bool, &mut Check<'_>) -> R) -> R {
         "governor_keyed" => (
             true,
             Box::new(|i| black_box(gov_keyed.check_key(&keys[i % KEYS])).is_ok()),
+        ),
+        "governor_three" => (
+            true,
+            Box::new(|_| {
+                if gov_rpm.check().is_err() || !matches!(gov_tpm.check_n(token_cells), Ok(Ok(()))) {
+                    return false;
+                }
+                let permit = Arc::clone(&gov_sem).try_acquire_owned();
+                let ok = permit.is_ok();
+                drop(black_box(permit));
+                ok
+            }),
         ),
         "gcra_backend_decision" => (
             true,

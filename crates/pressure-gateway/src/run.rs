@@ -11,9 +11,9 @@
 //!   gateway is bounded by the system's limit, not by a shell's default.
 //! * One server thread per core, each with its own single-threaded runtime
 //!   and its own upstream pool, like nginx's workers; the plan, limits,
-//!   tenants and stats are shared. With `share_cores`, a saturated server
-//!   thread yields its core each time it runs out of tasks
-//!   (`server::core_share`).
+//!   tenants and stats are shared. A saturated server thread offers its
+//!   core to whatever waits for it once a millisecond, with `share_cores`
+//!   each time it runs out of tasks (`server::core_share`).
 //! * `SIGTERM`/`SIGINT`: `/readyz` answers 503, the listener closes, requests
 //!   and streams in flight finish within `shutdownGraceMs`, then `run`
 //!   returns (exit 0).
@@ -36,8 +36,9 @@ pub struct RunOptions {
     /// Write the access log whatever `gateway.accessLog.enabled` says.
     pub access_log: bool,
     /// A saturated server thread yields its core each time it runs out of
-    /// tasks, so the threads sharing its cores wait a batch instead of a
-    /// scheduler tick, at more CPU per request (`--share-cores`).
+    /// tasks instead of once a millisecond, so the threads sharing its
+    /// cores wait a batch instead of up to a millisecond, at more CPU per
+    /// request (`--share-cores`).
     pub share_cores: bool,
 }
 
@@ -53,16 +54,20 @@ fn bind(addr: &str, what: &'static str) -> Result<std::net::TcpListener, Gateway
     Ok(listener)
 }
 
-/// A server thread's runtime: single-threaded; with `share_cores`, it
-/// yields its core while it finds work at every poll (`core_share`).
+/// A server thread's runtime: single-threaded; while every poll finds
+/// work at once, it yields its core once a millisecond, with `share_cores`
+/// each time it runs out of tasks (`core_share`).
 fn server_runtime(share_cores: bool) -> std::io::Result<tokio::runtime::Runtime> {
-    let mut builder = tokio::runtime::Builder::new_current_thread();
-    if share_cores {
-        builder
-            .on_thread_park(core_share::on_park)
-            .on_thread_unpark(core_share::on_unpark);
-    }
-    builder.enable_all().build()
+    let pace = if share_cores {
+        Duration::ZERO
+    } else {
+        core_share::PACE
+    };
+    tokio::runtime::Builder::new_current_thread()
+        .on_thread_park(move || core_share::on_park(pace))
+        .on_thread_unpark(core_share::on_unpark)
+        .enable_all()
+        .build()
 }
 
 /// Raises the soft fd limit to the hard one.

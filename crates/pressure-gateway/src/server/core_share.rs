@@ -1,5 +1,6 @@
-//! `pressure gateway --share-cores`: a saturated server thread offers its
-//! core to the other threads waiting for it.
+//! A saturated server thread offers its core to the other threads waiting
+//! for it: every millisecond by default, each time it runs out of tasks
+//! with `pressure gateway --share-cores`.
 //!
 //! A busy server thread rarely sleeps: each time it runs out of tasks, the
 //! next requests are already waiting in the kernel, so its poll for I/O
@@ -11,135 +12,177 @@
 //! machine shared with its client, the 429 path's p99 was 8 ms (two ticks)
 //! against a 0.2 ms median.
 //!
-//! With `--share-cores`, a server thread whose last poll for I/O found work
-//! without waiting yields its core (`sched_yield`) the next time it runs out
-//! of tasks, before it polls again: it leaves nothing half done there, and
-//! a thread waiting for the core runs at once. A thread that slept in its
-//! last poll gave the core up anyway and does not yield, so a server that
-//! is not saturated makes no extra system call. That p99 fell to 0.9–4.3
-//! ms.
-//!
-//! It is not the default: under saturation every party on the box then
-//! wakes more often for fewer events, and the proxy's CPU per request rose
-//! by 10–15 % (docs/benchmarks.md, "Issue 22, eighth round"). Alone on its
-//! cores a server gains nothing from it.
+//! So a server thread whose polls have found work without waiting for a
+//! while yields its core (`sched_yield`) the next time it runs out of
+//! tasks, before it polls again: it leaves nothing half done there, and a
+//! thread waiting for the core runs at once. How long "a while" is, is the
+//! thread's *pace*: [`PACE`] by default, at most a thousand yields a second
+//! on a saturated thread (a yield with nobody waiting returns at once, a
+//! microsecond); zero with `--share-cores`, a yield each time it runs out
+//! of tasks, which cost 10–15 % more CPU per request under saturation
+//! (docs/benchmarks.md, "Issue 22, eighth round"). A thread that slept in
+//! a poll gave the core up anyway: it starts counting again, and a server
+//! that is not saturated makes no extra system call.
 
 use crate::stamp::Stamp;
 use std::cell::Cell;
 use std::time::Duration;
+
+/// How long a saturated server thread keeps its core, by default, before
+/// it offers it (below the scheduler's 4 ms tick at 250 Hz, and the time
+/// slice of a task that shares the core).
+pub(crate) const PACE: Duration = Duration::from_millis(1);
 
 /// A poll for I/O that lasted this long slept: the core was free for
 /// others meanwhile. A poll that finds events ready takes a few
 /// microseconds.
 const SLEPT: Duration = Duration::from_micros(20);
 
-/// One server thread's record of its last poll for I/O.
+/// One server thread's record of its polls for I/O, in nanoseconds of the
+/// thread's own counter (see [`now_ns`]).
 #[derive(Debug)]
 struct CoreShare {
-    /// Whether the last poll found work without sleeping.
-    busy: Cell<bool>,
-    /// When the current poll began (read twice per park, so the cheap
-    /// counter rather than the system clock).
-    polled_at: Cell<Option<Stamp>>,
+    /// When the current poll began.
+    polled_at: Cell<Option<u64>>,
+    /// Since when every poll found work without sleeping (the first such
+    /// poll's end, or the last yield); `None` while the last poll slept.
+    busy_since: Cell<Option<u64>>,
 }
 
 impl CoreShare {
     const fn new() -> Self {
         Self {
-            busy: Cell::new(false),
             polled_at: Cell::new(None),
+            busy_since: Cell::new(None),
         }
     }
 
-    /// The thread ran out of tasks: whether it should yield its core before
-    /// it polls for I/O.
-    fn should_yield(&self) -> bool {
-        self.busy.get()
-    }
-
-    /// The thread starts polling for I/O at `at` (after any yield).
-    fn polling(&self, at: Stamp) {
-        self.polled_at.set(Some(at));
-    }
-
-    /// The thread's poll for I/O returned.
-    fn polled(&self) {
-        if let Some(at) = self.polled_at.take() {
-            self.record(at.elapsed());
+    /// The thread ran out of tasks at `now`: whether it should yield its
+    /// core before it polls for I/O, at `pace`. The poll starts at `now`
+    /// (a yield takes a microsecond).
+    fn parking(&self, now: u64, pace: Duration) -> bool {
+        self.polled_at.set(Some(now));
+        let due = self
+            .busy_since
+            .get()
+            .is_some_and(|since| now.saturating_sub(since) >= pace.as_nanos() as u64);
+        if due {
+            self.busy_since.set(Some(now));
         }
+        due
     }
 
-    /// The last poll took `took`.
-    fn record(&self, took: Duration) {
-        self.busy.set(took < SLEPT);
+    /// The thread's poll for I/O returned at `now`.
+    fn polled(&self, now: u64) {
+        let Some(at) = self.polled_at.take() else {
+            return;
+        };
+        if now.saturating_sub(at) >= SLEPT.as_nanos() as u64 {
+            self.busy_since.set(None);
+        } else if self.busy_since.get().is_none() {
+            self.busy_since.set(Some(now));
+        }
     }
 }
 
 thread_local! {
     static SHARE: CoreShare = const { CoreShare::new() };
+    /// The thread's origin for [`now_ns`].
+    static ORIGIN: Stamp = Stamp::now();
 }
 
-/// A server runtime's `on_thread_park`: yields the core when the thread's
-/// last poll found work without waiting.
-pub(crate) fn on_park() {
-    SHARE.with(|s| {
-        if s.should_yield() {
-            std::thread::yield_now();
-        }
-        s.polling(Stamp::now());
-    });
+/// Nanoseconds since the thread's origin, by the cheap counter (read twice
+/// per park).
+fn now_ns() -> u64 {
+    ORIGIN.with(|o| o.elapsed().as_nanos() as u64)
+}
+
+/// A server runtime's `on_thread_park` at `pace`: yields the core when the
+/// thread's polls have found work at once for `pace`.
+pub(crate) fn on_park(pace: Duration) {
+    let now = now_ns();
+    if SHARE.with(|s| s.parking(now, pace)) {
+        std::thread::yield_now();
+    }
 }
 
 /// A server runtime's `on_thread_unpark`.
 pub(crate) fn on_unpark() {
-    SHARE.with(CoreShare::polled);
+    let now = now_ns();
+    SHARE.with(|s| s.polled(now));
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    /// Runs out of tasks; the poll for I/O takes `took`. Whether the thread
-    /// yielded first.
-    fn park(s: &CoreShare, took: Duration) -> bool {
-        let yielded = s.should_yield();
-        s.record(took);
+    const US: u64 = 1_000;
+    const MS: u64 = 1_000_000;
+
+    /// Runs out of tasks at `at`; the poll for I/O takes `took` ns. Whether
+    /// the thread yielded first.
+    fn park(s: &CoreShare, at: u64, took: u64, pace: Duration) -> bool {
+        let yielded = s.parking(at, pace);
+        s.polled(at + took);
         yielded
     }
 
     #[test]
-    fn a_thread_whose_polls_find_work_at_once_yields_before_each_next_poll() {
+    fn at_pace_zero_a_thread_whose_polls_find_work_at_once_yields_before_each_next_poll() {
         let s = CoreShare::new();
-        let at_once = Duration::from_micros(3);
-        let yields: Vec<bool> = (0..4).map(|_| park(&s, at_once)).collect();
+        let yields: Vec<bool> = (0..4)
+            .map(|i| park(&s, i * 10 * US, 3 * US, Duration::ZERO))
+            .collect();
         // The first poll has no last poll to go by.
         assert_eq!(yields, [false, true, true, true]);
     }
 
     #[test]
-    fn a_thread_that_slept_in_its_last_poll_does_not_yield() {
+    fn a_saturated_thread_yields_once_per_pace() {
         let s = CoreShare::new();
-        assert!(!park(&s, Duration::from_millis(5)));
-        assert!(!park(&s, SLEPT));
-        // A busy poll, then one that slept, then busy ones again.
-        assert!(!park(&s, Duration::from_micros(1)));
-        assert!(park(&s, Duration::from_micros(500)));
-        assert!(!park(&s, SLEPT - Duration::from_nanos(1)));
-        assert!(park(&s, Duration::from_micros(1)));
+        // Runs out of tasks every 50 µs for 10 ms, every poll finding work
+        // at once: the first poll ends at 3 µs, so yields at 1.05 ms, then
+        // every 1 ms after the last one.
+        let yielded_at: Vec<u64> = (0..200)
+            .map(|i| i * 50 * US)
+            .filter(|&at| park(&s, at, 3 * US, PACE))
+            .collect();
+        let want: Vec<u64> = (1..=9).map(|k| k * MS + 50 * US).collect();
+        assert_eq!(yielded_at, want);
     }
 
     #[test]
-    fn a_poll_is_timed_from_its_start_and_counted_once() {
+    fn a_thread_that_sleeps_in_a_poll_starts_counting_again() {
         let s = CoreShare::new();
-        // An unpark without a park changes nothing.
-        s.polled();
-        assert!(!s.should_yield());
-        s.polling(Stamp::now());
-        std::thread::sleep(SLEPT * 5);
-        s.polled();
-        assert!(!s.should_yield(), "a poll that slept");
-        s.record(Duration::from_micros(1));
-        s.polled();
-        assert!(s.should_yield(), "a second unpark must not count as a sleep");
+        assert!(!park(&s, 0, 3 * US, PACE));
+        assert!(!park(&s, 900 * US, 3 * US, PACE));
+        // Slept: no yield at 1.1 ms, the count starts at the next busy poll.
+        assert!(!park(&s, 950 * US, 5 * MS, PACE));
+        assert!(!park(&s, 6 * MS, 3 * US, PACE));
+        assert!(!park(&s, 6 * MS + 990 * US, 3 * US, PACE));
+        assert!(park(&s, 7 * MS + 10 * US, 3 * US, PACE));
+        // A poll just under the threshold is busy, one at it slept.
+        let s = CoreShare::new();
+        assert!(!park(&s, 0, SLEPT.as_nanos() as u64 - 1, Duration::ZERO));
+        assert!(park(&s, 100 * US, SLEPT.as_nanos() as u64, Duration::ZERO));
+        assert!(!park(&s, 200 * US, 3 * US, Duration::ZERO));
+    }
+
+    #[test]
+    fn an_unpark_without_a_park_changes_nothing() {
+        let s = CoreShare::new();
+        s.polled(MS);
+        assert!(!s.parking(2 * MS, Duration::ZERO));
+        s.polled(2 * MS + US);
+        // A second unpark must not count as a poll, or as a sleep.
+        s.polled(10 * MS);
+        assert!(s.parking(10 * MS, Duration::ZERO));
+    }
+
+    #[test]
+    fn the_threads_clock_moves_forward() {
+        let a = now_ns();
+        std::thread::sleep(Duration::from_millis(2));
+        assert!(now_ns() >= a + MS, "{a}");
     }
 }
