@@ -63,9 +63,10 @@ fn server_runtime(share_cores: bool) -> std::io::Result<tokio::runtime::Runtime>
     } else {
         core_share::PACE
     };
+    let (park, unpark) = core_share::hooks(pace);
     tokio::runtime::Builder::new_current_thread()
-        .on_thread_park(move || core_share::on_park(pace))
-        .on_thread_unpark(core_share::on_unpark)
+        .on_thread_park(park)
+        .on_thread_unpark(unpark)
         .enable_all()
         .build()
 }

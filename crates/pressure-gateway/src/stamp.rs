@@ -41,6 +41,27 @@ impl Stamp {
     fn elapsed_nanos(self) -> u64 {
         CLOCK.delta_as_nanos(self.0, CLOCK.raw())
     }
+
+    /// The counter's raw reading, for code that compares many readings
+    /// against a fixed span without scaling each one (see [`ticks`]).
+    #[inline]
+    pub(crate) fn raw(self) -> u64 {
+        self.0
+    }
+}
+
+/// How many counter ticks `span` lasts (at least 1 for a non-zero span):
+/// a span to compare differences of [`Stamp::raw`] readings with.
+pub(crate) fn ticks(span: Duration) -> u64 {
+    /// Nanoseconds in [`PROBE`] ticks, once per process.
+    static PROBE_NS: LazyLock<u64> = LazyLock::new(|| CLOCK.delta_as_nanos(0, PROBE).max(1));
+    const PROBE: u64 = 1 << 32;
+    if span.is_zero() {
+        return 0;
+    }
+    let ns = u128::from(span.as_nanos().min(u128::from(u64::MAX)) as u64);
+    let t = ns * u128::from(PROBE) / u128::from(*PROBE_NS);
+    (t.min(u128::from(u64::MAX)) as u64).max(1)
 }
 
 #[cfg(test)]
@@ -61,5 +82,19 @@ mod tests {
         );
         assert!(stamp.elapsed_ms() >= 19);
         assert!(Stamp::now() >= stamp);
+    }
+
+    #[test]
+    fn ticks_measure_spans_of_raw_readings() {
+        assert_eq!(ticks(Duration::ZERO), 0);
+        assert!(ticks(Duration::from_nanos(1)) >= 1);
+        let ms = ticks(Duration::from_millis(1));
+        // The counter runs at 1 GHz (the monotonic clock) or faster.
+        assert!(ms >= 900_000, "{ms}");
+        let ten = ticks(Duration::from_millis(10));
+        assert!(ten.abs_diff(10 * ms) <= 10, "{ten} vs {ms}");
+        let a = Stamp::now();
+        std::thread::sleep(Duration::from_millis(2));
+        assert!(Stamp::now().raw() - a.raw() >= 2 * ms - ms / 100, "{ms}");
     }
 }

@@ -24,8 +24,9 @@
 //! a poll gave the core up anyway: it starts counting again, and a server
 //! that is not saturated makes no extra system call.
 
-use crate::stamp::Stamp;
+use crate::stamp::{ticks, Stamp};
 use std::cell::Cell;
+use std::sync::LazyLock;
 use std::time::Duration;
 
 /// How long a saturated server thread keeps its core, by default, before
@@ -38,8 +39,11 @@ pub(crate) const PACE: Duration = Duration::from_millis(1);
 /// microseconds.
 const SLEPT: Duration = Duration::from_micros(20);
 
-/// One server thread's record of its polls for I/O, in nanoseconds of the
-/// thread's own counter (see [`now_ns`]).
+/// [`SLEPT`] in counter ticks.
+static SLEPT_TICKS: LazyLock<u64> = LazyLock::new(|| ticks(SLEPT));
+
+/// One server thread's record of its polls for I/O, in raw readings of the
+/// gateway's counter ([`Stamp::raw`]: two reads per park, nothing scaled).
 #[derive(Debug)]
 struct CoreShare {
     /// When the current poll began.
@@ -58,26 +62,27 @@ impl CoreShare {
     }
 
     /// The thread ran out of tasks at `now`: whether it should yield its
-    /// core before it polls for I/O, at `pace`. The poll starts at `now`
-    /// (a yield takes a microsecond).
-    fn parking(&self, now: u64, pace: Duration) -> bool {
+    /// core before it polls for I/O, at `pace` (ticks). The poll starts at
+    /// `now` (a yield takes a microsecond).
+    fn parking(&self, now: u64, pace: u64) -> bool {
         self.polled_at.set(Some(now));
         let due = self
             .busy_since
             .get()
-            .is_some_and(|since| now.saturating_sub(since) >= pace.as_nanos() as u64);
+            .is_some_and(|since| now.saturating_sub(since) >= pace);
         if due {
             self.busy_since.set(Some(now));
         }
         due
     }
 
-    /// The thread's poll for I/O returned at `now`.
-    fn polled(&self, now: u64) {
+    /// The thread's poll for I/O returned at `now`; a poll of `slept`
+    /// ticks or more slept.
+    fn polled(&self, now: u64, slept: u64) {
         let Some(at) = self.polled_at.take() else {
             return;
         };
-        if now.saturating_sub(at) >= SLEPT.as_nanos() as u64 {
+        if now.saturating_sub(at) >= slept {
             self.busy_since.set(None);
         } else if self.busy_since.get().is_none() {
             self.busy_since.set(Some(now));
@@ -87,52 +92,50 @@ impl CoreShare {
 
 thread_local! {
     static SHARE: CoreShare = const { CoreShare::new() };
-    /// The thread's origin for [`now_ns`].
-    static ORIGIN: Stamp = Stamp::now();
 }
 
-/// Nanoseconds since the thread's origin, by the cheap counter (read twice
-/// per park).
-fn now_ns() -> u64 {
-    ORIGIN.with(|o| o.elapsed().as_nanos() as u64)
-}
-
-/// A server runtime's `on_thread_park` at `pace`: yields the core when the
-/// thread's polls have found work at once for `pace`.
-pub(crate) fn on_park(pace: Duration) {
-    let now = now_ns();
-    if SHARE.with(|s| s.parking(now, pace)) {
-        std::thread::yield_now();
-    }
-}
-
-/// A server runtime's `on_thread_unpark`.
-pub(crate) fn on_unpark() {
-    let now = now_ns();
-    SHARE.with(|s| s.polled(now));
+/// A server thread's `on_thread_park` and `on_thread_unpark` hooks at
+/// `pace`: the thread yields its core when its polls have found work at
+/// once for `pace`.
+pub(crate) fn hooks(
+    pace: Duration,
+) -> (
+    impl Fn() + Send + Sync + 'static,
+    impl Fn() + Send + Sync + 'static,
+) {
+    let pace = ticks(pace);
+    let slept = *SLEPT_TICKS;
+    let park = move || {
+        if SHARE.with(|s| s.parking(Stamp::now().raw(), pace)) {
+            std::thread::yield_now();
+        }
+    };
+    let unpark = move || SHARE.with(|s| s.polled(Stamp::now().raw(), slept));
+    (park, unpark)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    // The tests count in nanoseconds (one tick each).
     const US: u64 = 1_000;
     const MS: u64 = 1_000_000;
+    const PACE_NS: u64 = PACE.as_nanos() as u64;
+    const SLEPT_NS: u64 = SLEPT.as_nanos() as u64;
 
-    /// Runs out of tasks at `at`; the poll for I/O takes `took` ns. Whether
+    /// Runs out of tasks at `at`; the poll for I/O takes `took`. Whether
     /// the thread yielded first.
-    fn park(s: &CoreShare, at: u64, took: u64, pace: Duration) -> bool {
+    fn park(s: &CoreShare, at: u64, took: u64, pace: u64) -> bool {
         let yielded = s.parking(at, pace);
-        s.polled(at + took);
+        s.polled(at + took, SLEPT_NS);
         yielded
     }
 
     #[test]
     fn at_pace_zero_a_thread_whose_polls_find_work_at_once_yields_before_each_next_poll() {
         let s = CoreShare::new();
-        let yields: Vec<bool> = (0..4)
-            .map(|i| park(&s, i * 10 * US, 3 * US, Duration::ZERO))
-            .collect();
+        let yields: Vec<bool> = (0..4).map(|i| park(&s, i * 10 * US, 3 * US, 0)).collect();
         // The first poll has no last poll to go by.
         assert_eq!(yields, [false, true, true, true]);
     }
@@ -145,7 +148,7 @@ mod tests {
         // every 1 ms after the last one.
         let yielded_at: Vec<u64> = (0..200)
             .map(|i| i * 50 * US)
-            .filter(|&at| park(&s, at, 3 * US, PACE))
+            .filter(|&at| park(&s, at, 3 * US, PACE_NS))
             .collect();
         let want: Vec<u64> = (1..=9).map(|k| k * MS + 50 * US).collect();
         assert_eq!(yielded_at, want);
@@ -154,35 +157,50 @@ mod tests {
     #[test]
     fn a_thread_that_sleeps_in_a_poll_starts_counting_again() {
         let s = CoreShare::new();
-        assert!(!park(&s, 0, 3 * US, PACE));
-        assert!(!park(&s, 900 * US, 3 * US, PACE));
+        assert!(!park(&s, 0, 3 * US, PACE_NS));
+        assert!(!park(&s, 900 * US, 3 * US, PACE_NS));
         // Slept: no yield at 1.1 ms, the count starts at the next busy poll.
-        assert!(!park(&s, 950 * US, 5 * MS, PACE));
-        assert!(!park(&s, 6 * MS, 3 * US, PACE));
-        assert!(!park(&s, 6 * MS + 990 * US, 3 * US, PACE));
-        assert!(park(&s, 7 * MS + 10 * US, 3 * US, PACE));
+        assert!(!park(&s, 950 * US, 5 * MS, PACE_NS));
+        assert!(!park(&s, 6 * MS, 3 * US, PACE_NS));
+        assert!(!park(&s, 6 * MS + 990 * US, 3 * US, PACE_NS));
+        assert!(park(&s, 7 * MS + 10 * US, 3 * US, PACE_NS));
         // A poll just under the threshold is busy, one at it slept.
         let s = CoreShare::new();
-        assert!(!park(&s, 0, SLEPT.as_nanos() as u64 - 1, Duration::ZERO));
-        assert!(park(&s, 100 * US, SLEPT.as_nanos() as u64, Duration::ZERO));
-        assert!(!park(&s, 200 * US, 3 * US, Duration::ZERO));
+        assert!(!park(&s, 0, SLEPT_NS - 1, 0));
+        assert!(park(&s, 100 * US, SLEPT_NS, 0));
+        assert!(!park(&s, 200 * US, 3 * US, 0));
     }
 
     #[test]
     fn an_unpark_without_a_park_changes_nothing() {
         let s = CoreShare::new();
-        s.polled(MS);
-        assert!(!s.parking(2 * MS, Duration::ZERO));
-        s.polled(2 * MS + US);
+        s.polled(MS, SLEPT_NS);
+        assert!(!s.parking(2 * MS, 0));
+        s.polled(2 * MS + US, SLEPT_NS);
         // A second unpark must not count as a poll, or as a sleep.
-        s.polled(10 * MS);
-        assert!(s.parking(10 * MS, Duration::ZERO));
+        s.polled(10 * MS, SLEPT_NS);
+        assert!(s.parking(10 * MS, 0));
     }
 
     #[test]
-    fn the_threads_clock_moves_forward() {
-        let a = now_ns();
-        std::thread::sleep(Duration::from_millis(2));
-        assert!(now_ns() >= a + MS, "{a}");
+    fn the_hooks_time_each_poll_on_their_thread() {
+        // On a thread of its own, whose record starts empty.
+        std::thread::spawn(|| {
+            let (park, unpark) = hooks(PACE);
+            park();
+            assert!(SHARE.with(|s| s.polled_at.get()).is_some(), "a poll began");
+            std::thread::sleep(SLEPT * 5);
+            unpark();
+            assert_eq!(
+                SHARE.with(|s| (s.polled_at.get(), s.busy_since.get())),
+                (None, None),
+                "a poll that slept"
+            );
+            park();
+            unpark();
+            assert!(SHARE.with(|s| s.polled_at.get()).is_none(), "the poll ended");
+        })
+        .join()
+        .expect("the hooks' thread");
     }
 }
