@@ -88,13 +88,16 @@ mod tests {
     fn ticks_measure_spans_of_raw_readings() {
         assert_eq!(ticks(Duration::ZERO), 0);
         assert!(ticks(Duration::from_nanos(1)) >= 1);
+        // Whatever the counter's rate (the TSC, the monotonic clock's
+        // nanoseconds, an ARM timer's tens of MHz), a millisecond is many
+        // ticks and ten are ten times as many.
         let ms = ticks(Duration::from_millis(1));
-        // The counter runs at 1 GHz (the monotonic clock) or faster.
-        assert!(ms >= 900_000, "{ms}");
+        assert!(ms >= 1_000, "{ms}");
         let ten = ticks(Duration::from_millis(10));
         assert!(ten.abs_diff(10 * ms) <= 10, "{ten} vs {ms}");
         let a = Stamp::now();
         std::thread::sleep(Duration::from_millis(2));
-        assert!(Stamp::now().raw() - a.raw() >= 2 * ms - ms / 100, "{ms}");
+        let passed = Stamp::now().raw().saturating_sub(a.raw());
+        assert!(passed >= 2 * ms - ms / 100, "{passed} ticks, {ms} per ms");
     }
 }
