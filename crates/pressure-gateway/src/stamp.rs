@@ -59,9 +59,8 @@ pub(crate) fn ticks(span: Duration) -> u64 {
     if span.is_zero() {
         return 0;
     }
-    let ns = u128::from(span.as_nanos().min(u128::from(u64::MAX)) as u64);
-    let t = ns * u128::from(PROBE) / u128::from(*PROBE_NS);
-    (t.min(u128::from(u64::MAX)) as u64).max(1)
+    let t = span.as_nanos().saturating_mul(u128::from(PROBE)) / u128::from(*PROBE_NS);
+    u64::try_from(t).unwrap_or(u64::MAX).max(1)
 }
 
 #[cfg(test)]

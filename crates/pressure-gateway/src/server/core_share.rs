@@ -26,7 +26,6 @@
 
 use crate::stamp::{ticks, Stamp};
 use std::cell::Cell;
-use std::sync::LazyLock;
 use std::time::Duration;
 
 /// How long a saturated server thread keeps its core, by default, before
@@ -38,9 +37,6 @@ pub(crate) const PACE: Duration = Duration::from_millis(1);
 /// others meanwhile. A poll that finds events ready takes a few
 /// microseconds.
 const SLEPT: Duration = Duration::from_micros(20);
-
-/// [`SLEPT`] in counter ticks.
-static SLEPT_TICKS: LazyLock<u64> = LazyLock::new(|| ticks(SLEPT));
 
 /// One server thread's record of its polls for I/O, in raw readings of the
 /// gateway's counter ([`Stamp::raw`]: two reads per park, nothing scaled).
@@ -104,7 +100,7 @@ pub(crate) fn hooks(
     impl Fn() + Send + Sync + 'static,
 ) {
     let pace = ticks(pace);
-    let slept = *SLEPT_TICKS;
+    let slept = ticks(SLEPT);
     let park = move || {
         if SHARE.with(|s| s.parking(Stamp::now().raw(), pace)) {
             std::thread::yield_now();
