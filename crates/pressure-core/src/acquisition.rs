@@ -234,8 +234,12 @@ impl<B: Backend> Permit<B> {
     }
 
     /// Corrects the reservation to what was actually used: the windows and
-    /// buckets are adjusted by the difference, up or down. A no-op on an
-    /// inert permit (its resource counts no tokens).
+    /// buckets are adjusted by the difference, up or down
+    /// ([`UnitsDelta`](crate::UnitsDelta), exact over the whole `u64`
+    /// range). An addition saturates (a count of `u64::MAX` fills the
+    /// limit, never wraps to a refund) and a refund never takes a count
+    /// below zero. A no-op on an inert permit (its resource counts no
+    /// tokens).
     pub async fn reconcile(&mut self, actual: ActualUsage) -> Result<(), Error> {
         let Some(e) = &self.entry else {
             return Ok(());
@@ -254,9 +258,12 @@ impl<B: Backend> Permit<B> {
             self.grant.reserved = before.reserved;
             return Err(err.into());
         }
+        // Capacity may be freed when any count went down (compared one by
+        // one: a sum of counts a caller gives may not fit a u64).
         let r = &before.reserved;
-        let freed = actual.input_tokens + actual.output_tokens + actual.requests
-            < r.input_tokens + r.output_tokens + r.requests
+        let freed = actual.input_tokens < r.input_tokens
+            || actual.output_tokens < r.output_tokens
+            || actual.requests < r.requests
             || actual.cost_micro_usd < r.cost_micro_usd;
         if freed {
             e.capacity_freed();

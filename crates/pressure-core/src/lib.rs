@@ -182,6 +182,7 @@ mod renewal;
 pub mod shared_breaker;
 mod stats;
 mod striped;
+mod units;
 
 pub use acquisition::{AcquireOptions, Acquisition, ActualUsage, Permit};
 pub use backend::{
@@ -202,3 +203,4 @@ pub use limits::{
 };
 pub use queue::{Attempt, Priority, QueueConfig, Request, Response, TaskError, UsageReport};
 pub use stats::{BrokerStats, ResourceKind, ResourceStats, WaitTimes};
+pub use units::UnitsDelta;

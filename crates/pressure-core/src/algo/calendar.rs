@@ -6,6 +6,7 @@
 //! injected clock), like the window and GCRA modules.
 
 use crate::calendar::{period_and_wait_ns, Calendar};
+use crate::units::UnitsDelta;
 
 /// Units counted in `period` (an index of [`Calendar::period`]).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -54,11 +55,19 @@ impl CalendarCount {
 
     /// Corrects the count by `delta` for a grant made at `granted_unix_ns`:
     /// only while its period is still the one counted (a grant of an ended
-    /// period never touches the next one's count). Never below zero.
-    pub(crate) fn adjust(&mut self, calendar: Calendar, granted_unix_ns: u64, delta: i64) {
+    /// period never touches the next one's count; a count of an earlier
+    /// period, left by a grant of nothing, is zero in the grant's). Never
+    /// below zero; an addition saturates at `u64::MAX`, and a count pinned
+    /// there has lost its exact figure, so it stays pinned for the period
+    /// (a refund cannot tell how much of it is still held).
+    pub(crate) fn adjust(&mut self, calendar: Calendar, granted_unix_ns: u64, delta: UnitsDelta) {
         let (period, _) = period_and_wait_ns(calendar, granted_unix_ns);
-        if self.period == period {
-            self.used = self.used.saturating_add_signed(delta);
+        if self.period < period {
+            self.period = period;
+            self.used = 0;
+        }
+        if self.period == period && self.used != u64::MAX {
+            self.used = delta.apply(self.used);
         }
     }
 
@@ -87,17 +96,17 @@ mod tests {
             "no units, nothing to refuse"
         );
         // Reconcile down frees, up takes more; never below zero.
-        c.adjust(Calendar::Day, t, -2);
+        c.adjust(Calendar::Day, t, UnitsDelta::Down(2));
         assert_eq!(c.used(Calendar::Day, t), 1);
-        c.adjust(Calendar::Day, t, -5);
+        c.adjust(Calendar::Day, t, UnitsDelta::Down(5));
         assert_eq!(c.used(Calendar::Day, t), 0);
-        c.adjust(Calendar::Day, t, 3);
+        c.adjust(Calendar::Day, t, UnitsDelta::Up(3));
         // The next day starts from zero; a reconcile of yesterday's grant
         // does not touch it.
         let next = t + 2_000_000_000;
         assert_eq!(c.used(Calendar::Day, next), 0);
         c.commit(Calendar::Day, next, 2);
-        c.adjust(Calendar::Day, t, 100);
+        c.adjust(Calendar::Day, t, UnitsDelta::Up(100));
         assert_eq!(c.used(Calendar::Day, next), 2);
         assert!(!c.is_empty(Calendar::Day, next));
         assert!(c.is_empty(Calendar::Day, next + DAY));

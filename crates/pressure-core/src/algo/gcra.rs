@@ -14,6 +14,7 @@
 //! traffic).
 
 use crate::limits::RateSpec;
+use crate::units::UnitsDelta;
 
 /// `n · T` in nanoseconds, saturating.
 #[inline]
@@ -59,15 +60,24 @@ pub(crate) fn book(spec: &RateSpec, tat: u64, start: u64, units: u64) -> u64 {
     tat.max(start).saturating_add(increment(spec, units))
 }
 
-/// Applies a correction of `delta` units (positive: more was used than
-/// reserved; negative: a refund).
+/// The highest `tat` a correction leaves: one below `u64::MAX`, which the
+/// memory backend's lock-free cell keeps for a retired state.
+pub(crate) const PINNED: u64 = u64::MAX - 1;
+
+/// Applies a correction of `delta` units (up: more was used than reserved;
+/// down: a refund). An addition saturates at [`PINNED`] ("full" for as long
+/// as time can tell, never wrapped); a `tat` pinned there has lost its exact
+/// figure, so a refund leaves it pinned rather than take back units that may
+/// still be held (a holder cannot erase its usage by overflowing it first).
+/// The units added were used at the grant, `at`: a bucket that had drained
+/// by then (a grant of nothing) counts them from `at`, as a grant would.
 #[inline]
-pub(crate) fn adjust(spec: &RateSpec, tat: u64, delta: i64) -> u64 {
-    let d = increment(spec, delta.unsigned_abs());
-    if delta >= 0 {
-        tat.saturating_add(d)
-    } else {
-        tat.saturating_sub(d)
+pub(crate) fn adjust(spec: &RateSpec, tat: u64, at: u64, delta: UnitsDelta) -> u64 {
+    let d = increment(spec, delta.magnitude());
+    match delta {
+        UnitsDelta::Up(_) => tat.max(at).saturating_add(d).min(PINNED),
+        UnitsDelta::Down(_) if tat >= PINNED => tat,
+        UnitsDelta::Down(_) => tat.saturating_sub(d),
     }
 }
 

@@ -30,6 +30,7 @@
 //! from the end of its sub-window.
 
 use crate::limits::RateSpec;
+use crate::units::UnitsDelta;
 use std::collections::VecDeque;
 
 /// Units admitted per sub-window, oldest first; only non-empty sub-windows
@@ -93,11 +94,24 @@ impl WindowState {
         }
         while let Some(&(idx, count)) = self.buckets.front() {
             if now >= self.departure(spec, idx) {
-                self.sum -= count;
                 self.buckets.pop_front();
+                self.took(count);
             } else {
                 break;
             }
+        }
+    }
+
+    /// Takes `units` just taken out of the buckets off the sum, which is
+    /// the buckets' total saturated at `u64::MAX`: exact below it, counted
+    /// again from the buckets when it was pinned there (only after a
+    /// reconcile of absurd size).
+    #[inline]
+    fn took(&mut self, units: u64) {
+        if self.sum == u64::MAX {
+            self.sum = self.buckets.iter().fold(0, |s, &(_, c)| s.saturating_add(c));
+        } else {
+            self.sum -= units;
         }
     }
 
@@ -127,10 +141,10 @@ impl WindowState {
         if units > limit {
             return Err(spec.window_ns);
         }
-        let need = self.sum + units - limit;
-        let mut freed = 0;
+        let need = self.sum.saturating_add(units) - limit;
+        let mut freed: u64 = 0;
         for &(idx, count) in &self.buckets {
-            freed += count;
+            freed = freed.saturating_add(count);
             if freed >= need {
                 let at = self.departure(spec, idx);
                 return Err(at.saturating_sub(now).clamp(1, spec.window_ns));
@@ -154,10 +168,10 @@ impl WindowState {
             return;
         }
         let k = self.index(spec, at);
-        self.sum += units;
+        self.sum = self.sum.saturating_add(units);
         self.last = self.last.max(by);
         match self.buckets.back_mut() {
-            Some((idx, count)) if *idx == k => *count += units,
+            Some((idx, count)) if *idx == k => *count = count.saturating_add(units),
             _ => {
                 if self.buckets.capacity() == 0 {
                     // Room for one sub-window, not the default four: a
@@ -174,32 +188,39 @@ impl WindowState {
     /// never takes more than the sub-window holds; a correction for units
     /// that have left the window (`now ≥ at + W`) changes nothing. An
     /// addition was admitted at `at`, so `last` stays at or after it.
-    pub(crate) fn adjust(&mut self, spec: &RateSpec, now: u64, at: u64, delta: i64) {
+    /// Additions saturate at `u64::MAX` (the window pinned "full" until the
+    /// sub-window leaves it, never wrapped); a sub-window pinned there has
+    /// lost its exact figure, so a refund leaves it pinned rather than take
+    /// back units that may still be held.
+    pub(crate) fn adjust(&mut self, spec: &RateSpec, now: u64, at: u64, delta: UnitsDelta) {
         self.evict(spec, now);
-        if now >= at.saturating_add(spec.window_ns) {
+        if delta.is_zero() || now >= at.saturating_add(spec.window_ns) {
             return;
         }
         let k_at = at / spec.sub_window_ns;
-        if delta > 0 {
-            self.last = self.last.max(at);
-        }
         let pos = self.buckets.iter().position(|&(idx, _)| idx >= k_at);
-        match pos {
-            Some(p) if self.buckets[p].0 == k_at => {
+        match (pos, delta) {
+            (Some(p), _) if self.buckets[p].0 == k_at => {
                 let c = &mut self.buckets[p].1;
-                if delta >= 0 {
-                    *c += delta.unsigned_abs();
-                    self.sum += delta.unsigned_abs();
-                } else {
-                    let take = (*c).min(delta.unsigned_abs());
-                    *c -= take;
-                    self.sum -= take;
+                match delta {
+                    UnitsDelta::Up(n) => {
+                        *c = c.saturating_add(n);
+                        self.sum = self.sum.saturating_add(n);
+                        self.last = self.last.max(at);
+                    }
+                    UnitsDelta::Down(_) if *c == u64::MAX => {}
+                    UnitsDelta::Down(n) => {
+                        let take = (*c).min(n);
+                        *c -= take;
+                        self.took(take);
+                    }
                 }
             }
-            _ if delta > 0 => {
+            (_, UnitsDelta::Up(n)) => {
                 let p = pos.unwrap_or(self.buckets.len());
-                self.buckets.insert(p, (k_at, delta.unsigned_abs()));
-                self.sum += delta.unsigned_abs();
+                self.buckets.insert(p, (k_at, n));
+                self.sum = self.sum.saturating_add(n);
+                self.last = self.last.max(at);
             }
             _ => {}
         }
@@ -318,7 +339,7 @@ mod tests {
         let s = spec(100);
         let mut st = WindowState::default();
         st.try_admit(&s, 1_000, 10, 100).expect("fits");
-        st.adjust(&s, 1_000 + s.window_ns, 1_000, 5);
+        st.adjust(&s, 1_000 + s.window_ns, 1_000, UnitsDelta::Up(5));
         assert_eq!(st.sum(), 0);
         assert!(st.is_empty());
     }
@@ -338,9 +359,9 @@ mod tests {
         let s = spec(100);
         let mut st = WindowState::default();
         st.try_admit(&s, 1_000, 10, 100).expect("fits");
-        st.adjust(&s, 2_000, 1_000, 5);
+        st.adjust(&s, 2_000, 1_000, UnitsDelta::Up(5));
         assert_eq!(st.sum(), 15);
-        st.adjust(&s, 2_000, 1_000, -20);
+        st.adjust(&s, 2_000, 1_000, UnitsDelta::Down(20));
         assert_eq!(st.sum(), 0);
     }
 

@@ -35,6 +35,7 @@ use crate::algo::{calendar::CalendarCount, gcra, leases::LeaseSet, window::Windo
 use crate::clock::{Clock, MonotonicClock};
 use crate::limits::{Algorithm, Demand, Dimension, LimitSpec, RateSpec, PPM};
 use crate::striped::Tally;
+use crate::units::UnitsDelta;
 use parking_lot::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -950,12 +951,12 @@ impl LockedState {
         let before = Demand::from(&grant.reserved);
         let after = Demand::from(actual);
         for (r, st) in self.spec.rates.iter().zip(self.dims.iter_mut()) {
-            let delta = r.units(&after) as i64 - r.units(&before) as i64;
-            if delta == 0 {
+            let delta = UnitsDelta::between(r.units(&before), r.units(&after));
+            if delta.is_zero() {
                 continue;
             }
             match st {
-                DimState::Gcra { tat, .. } => *tat = gcra::adjust(r, *tat, delta),
+                DimState::Gcra { tat, .. } => *tat = gcra::adjust(r, *tat, grant.at_ns, delta),
                 DimState::Window(w) => w.adjust(r, now, grant.at_ns, delta),
             }
         }
@@ -966,8 +967,8 @@ impl LockedState {
         // any more, and its correction must not touch the current one.
         let granted = self.wall(grant.at_ns);
         for (c, count) in self.spec.calendars.iter().zip(self.cals.iter_mut()) {
-            let delta = c.units(&after) as i64 - c.units(&before) as i64;
-            if delta != 0 {
+            let delta = UnitsDelta::between(c.units(&before), c.units(&after));
+            if !delta.is_zero() {
                 count.adjust(c.calendar, granted, delta);
             }
         }
@@ -1130,15 +1131,17 @@ impl MemoryBackend {
         match state {
             State::Fast(f) => {
                 let rate = &f.rate;
-                let delta = rate.units(&Demand::from(actual)) as i64
-                    - rate.units(&Demand::from(&grant.reserved)) as i64;
-                if delta == 0 {
+                let delta = UnitsDelta::between(
+                    rate.units(&Demand::from(&grant.reserved)),
+                    rate.units(&Demand::from(actual)),
+                );
+                if delta.is_zero() {
                     return;
                 }
                 let moved = f
                     .tat
                     .fetch_update(Ordering::AcqRel, Ordering::Acquire, |t| {
-                        (t != RETIRED).then(|| gcra::adjust(rate, t, delta).min(RETIRED - 1))
+                        (t != RETIRED).then(|| gcra::adjust(rate, t, grant.at_ns, delta).min(RETIRED - 1))
                     })
                     .is_err();
                 if moved {
@@ -1149,9 +1152,11 @@ impl MemoryBackend {
             State::Moved(next) => Self::reconcile_state(next, now, grant, actual),
             State::FastWindow(f) => {
                 let r = f.rate;
-                let delta =
-                    r.units(&Demand::from(actual)) as i64 - r.units(&Demand::from(&grant.reserved)) as i64;
-                if delta == 0 {
+                let delta = UnitsDelta::between(
+                    r.units(&Demand::from(&grant.reserved)),
+                    r.units(&Demand::from(actual)),
+                );
+                if delta.is_zero() {
                     return;
                 }
                 if f.with_folded(now, |w, t| w.adjust(&r, t, grant.at_ns, delta))
@@ -1753,3 +1758,6 @@ mod calendar_tests;
 
 #[cfg(test)]
 mod shape_tests;
+
+#[cfg(test)]
+mod reconcile_tests;

@@ -414,6 +414,59 @@ pub async fn reconcile_moves_usage_both_ways_gcra<H: Harness>(h: &H) {
     reconcile_both_ways(h, Limits::default().tokens_per_minute(1_000).gcra(None), "recg").await;
 }
 
+async fn huge_reconciles_fill<H: Harness>(h: &H, limits: Limits, name: &str) {
+    let b = h.broker().await;
+    let id = h.unique(name);
+    b.register_limit(&id, limits).expect("valid");
+    let mut held = Vec::new();
+    for n in [100, 100, 50] {
+        held.push(permit(&b, &id, AcquireOptions::default().tokens(n, 0)).await);
+    }
+    let tokens = |input: u64, output: u64| Reserved {
+        requests: 1,
+        input_tokens: input,
+        output_tokens: output,
+        cost_micro_usd: 0,
+    };
+    // `u64::MAX` once (read as −1 by `as i64`), `2^63` on two permits
+    // (wraps a signed sum), both counts at `u64::MAX` (overflows their
+    // sum), and another holder's refund while the count is pinned.
+    for (step, (i, actual)) in [
+        (0, tokens(u64::MAX, 0)),
+        (0, tokens(1 << 63, 0)),
+        (1, tokens(1 << 63, 0)),
+        (0, tokens(u64::MAX, u64::MAX)),
+        (2, tokens(0, 0)),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        held[i].reconcile(actual).await.expect("reconcile");
+        let used = usage(&b, &id, "tokensPerMinute").await;
+        assert!(
+            used >= 1_000,
+            "step {step}: usage {used} after reconciling {actual:?}"
+        );
+        assert!(
+            !admits(&b, &id, AcquireOptions::default().tokens(1, 0)).await,
+            "step {step}: a token admitted after reconciling {actual:?}"
+        );
+    }
+}
+
+/// Reconciling counts near `u64::MAX` fills a `window` (saturating, never
+/// wrapping to a refund), and a later refund of another holder leaves it
+/// full: no holder can erase the usage by overflowing it.
+pub async fn huge_reconcile_fills_never_wraps_window<H: Harness>(h: &H) {
+    huge_reconciles_fill(h, Limits::default().tokens_per_minute(1_000), "hugew").await;
+}
+
+/// Reconciling counts near `u64::MAX` fills a `gcra` bucket, as for a
+/// `window`.
+pub async fn huge_reconcile_fills_never_wraps_gcra<H: Harness>(h: &H) {
+    huge_reconciles_fill(h, Limits::default().tokens_per_minute(1_000).gcra(None), "hugeg").await;
+}
+
 /// A demand larger than a limit can ever admit is refused at once, in both
 /// strategies.
 pub async fn oversized_demand_is_refused_at_once<H: Harness>(h: &H) {

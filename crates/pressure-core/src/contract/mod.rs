@@ -84,6 +84,8 @@ macro_rules! contract_suite {
             held_permits_keep_their_slots_past_the_ttl,
             reconcile_moves_usage_both_ways_window,
             reconcile_moves_usage_both_ways_gcra,
+            huge_reconcile_fills_never_wraps_window,
+            huge_reconcile_fills_never_wraps_gcra,
             oversized_demand_is_refused_at_once,
             unknown_resource_is_an_error,
             batch_is_confined_below_headroom,
