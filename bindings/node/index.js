@@ -116,6 +116,16 @@ function isObject(v) {
   return v !== null && typeof v === 'object' && !Array.isArray(v);
 }
 
+/** What a value is, for a message (`NaN`, `-1`, `10n`, `"5"`, `function`);
+ * never throws (JSON.stringify would on a BigInt). */
+function shown(v) {
+  if (typeof v === 'bigint') return `${v}n`;
+  if (typeof v === 'number') return String(v);
+  if (typeof v === 'string') return JSON.stringify(v);
+  if (v === null) return 'null';
+  return typeof v;
+}
+
 function checkKeys(obj, allowed, where) {
   if (obj === undefined) return {};
   if (!isObject(obj)) throw new ConfigError(`${where}: must be an object`);
@@ -130,7 +140,7 @@ function checkKeys(obj, allowed, where) {
 function count(v, name, dflt) {
   if (v === undefined || v === null) return dflt;
   if (!Number.isSafeInteger(v) || v < 0) {
-    throw new ConfigError(`${name}: must be a non-negative integer, got ${JSON.stringify(v)}`, { field: name });
+    throw new ConfigError(`${name}: must be a non-negative integer, got ${shown(v)}`, { field: name });
   }
   return v;
 }
@@ -170,9 +180,40 @@ function redisConfig(redis) {
 
 function resourceId(resource, where) {
   if (typeof resource !== 'string' || resource.length === 0) {
-    throw new ConfigError(`${where}: resource must be a non-empty string`);
+    const got = typeof resource === 'string' ? '""' : resource === null ? 'null' : typeof resource;
+    throw new ConfigError(`${where}: resource must be a non-empty string, got ${got}`, { field: 'resource' });
   }
   return resource;
+}
+
+
+/**
+ * `value` (options or limits) as the JSON text the addon parses. Plain
+ * `JSON.stringify` would write NaN and ±Infinity as `null` — read as "not
+ * set", so a limit would be dropped without a word — leave out functions and
+ * symbols the same way, and throw a TypeError on a BigInt: each is a
+ * ConfigError here instead, naming the key (`field`, e.g.
+ * `limits.requestsPerSecond`). `undefined` stays "not set", as in TypeScript.
+ */
+function jsonOf(value, root, where) {
+  const ancestors = new Set();
+  const walk = (v, path) => {
+    const t = typeof v;
+    const bad =
+      (t === 'number' && !Number.isFinite(v)) || t === 'bigint' || t === 'function' || t === 'symbol';
+    if (bad) {
+      const what = t === 'number' ? 'a finite number' : 'a number, string, boolean, object or array';
+      throw new ConfigError(`${where}: ${path}: must be ${what}, got ${shown(v)}`, { field: path });
+    }
+    if (v === null || t !== 'object' || typeof v.toJSON === 'function') return;
+    if (ancestors.has(v)) throw new ConfigError(`${where}: ${path}: refers to itself`, { field: path });
+    ancestors.add(v);
+    if (Array.isArray(v)) v.forEach((x, i) => walk(x, `${path}[${i}]`));
+    else for (const k of Object.keys(v)) if (v[k] !== undefined) walk(v[k], path ? `${path}.${k}` : k);
+    ancestors.delete(v);
+  };
+  walk(value, root);
+  return JSON.stringify(value);
 }
 
 // ---------------------------------------------------------------- results
@@ -246,7 +287,7 @@ class LimitTemplate {
   constructor(limits) {
     if (!isObject(limits)) throw new ConfigError('LimitTemplate: limits must be an object');
     try {
-      this[NATIVE] = new native.NativeLimitTemplate(JSON.stringify(limits));
+      this[NATIVE] = new native.NativeLimitTemplate(jsonOf(limits, 'limits', 'LimitTemplate'));
     } catch (e) {
       rethrow(e);
     }
@@ -284,7 +325,7 @@ class ResourceBroker {
       this.#native = new native.NativeBroker();
       return;
     }
-    const json = JSON.stringify({ redis: redisConfig(o.redis), strict: false });
+    const json = jsonOf({ redis: redisConfig(o.redis), strict: false }, '', 'options');
     // Registrations made before the connection are checked at once on a
     // memory broker (same validation, same duplicate rule) and applied in
     // order when it is ready.
@@ -313,7 +354,7 @@ class ResourceBroker {
   static async connect(options) {
     const o = checkKeys(options, ['redis'], 'options');
     if (o.redis === undefined) return new ResourceBroker();
-    const json = JSON.stringify({ redis: redisConfig(o.redis), strict: true });
+    const json = jsonOf({ redis: redisConfig(o.redis), strict: true }, '', 'options');
     const n = await native.NativeBroker.connect(json).catch(rethrow);
     return new ResourceBroker(n);
   }
@@ -339,7 +380,7 @@ class ResourceBroker {
   register(resource, config) {
     resourceId(resource, 'register');
     checkKeys(config, ['limits', 'queue'], 'register options');
-    this.#registerNow('register', resource, JSON.stringify(config ?? {}));
+    this.#registerNow('register', resource, jsonOf(config ?? {}, '', 'register options'));
     return this;
   }
 
@@ -348,7 +389,7 @@ class ResourceBroker {
   registerLimit(resource, limits) {
     resourceId(resource, 'registerLimit');
     if (!isObject(limits)) throw new ConfigError('registerLimit: limits must be an object');
-    this.#registerNow('registerLimit', resource, JSON.stringify(limits));
+    this.#registerNow('registerLimit', resource, jsonOf(limits, 'limits', 'registerLimit'));
     return this;
   }
 
@@ -370,6 +411,7 @@ class ResourceBroker {
 
   /** Removes a resource; permits still held release normally. */
   unregister(resource) {
+    resourceId(resource, 'unregister');
     const target = this.#native ?? this.#shadow;
     this.#pending = this.#pending.filter((p) => p[1] !== resource);
     return target.unregister(resource);
@@ -378,6 +420,7 @@ class ResourceBroker {
   /** Check+reject: `{ allowed, waitTimeMs, release }` at once; a denial
    * consumes nothing. */
   async tryAcquire(resource, opts) {
+    resourceId(resource, 'tryAcquire');
     const o = checkKeys(opts, ACQUIRE_KEYS, 'tryAcquire options');
     let [input, output] = tokenPair(o.tokens, 'tryAcquire options');
     input = count(o.inputTokens, 'tryAcquire options.inputTokens', input);
@@ -417,7 +460,10 @@ class ResourceBroker {
     const maxWaitMs = r.maxWaitMs === undefined ? null : count(r.maxWaitMs, 'enqueue request.maxWaitMs');
     const execute = r.execute;
     let value;
+    // The last attempt's rejection, whatever it is (`undefined` and `null`
+    // too: `threw` says whether there was one), rethrown as is.
     let error;
+    let threw = false;
     const run = (attempt) => {
       let usage;
       const ctx = {
@@ -438,10 +484,12 @@ class ResourceBroker {
           (v) => {
             value = v;
             error = undefined;
+            threw = false;
             return JSON.stringify({ ok: true, usage });
           },
           (e) => {
             error = e;
+            threw = true;
             if (e instanceof RateLimitedError || (e && e.code === 'ERR_PRESSURE_RATE_LIMITED')) {
               const ms = typeof e.retryAfterMs === 'number' ? e.retryAfterMs : undefined;
               return JSON.stringify({ rateLimited: true, retryAfterMs: ms, usage });
@@ -456,10 +504,12 @@ class ResourceBroker {
       out = JSON.parse(await n.enqueue(r.resource, input, output, cost, batch, maxWaitMs, run));
     } catch (e) {
       const t = translate(e);
-      if (t && t.code === TASK_FAILED && error !== undefined) throw error;
-      if (t instanceof RateLimitedError && error !== undefined) {
+      if (t && t.code === TASK_FAILED && threw) throw error;
+      if (t instanceof RateLimitedError && threw) {
         t.cause = error;
-        if (typeof error.retryAfterMs === 'number') t.retryAfterMs = error.retryAfterMs;
+        if (error !== null && typeof error === 'object' && typeof error.retryAfterMs === 'number') {
+          t.retryAfterMs = error.retryAfterMs;
+        }
       }
       throw t;
     }

@@ -33,7 +33,9 @@ fn yes() -> bool {
     true
 }
 
-/// Parses `json` as `T`; the error names `what` and the JSON path.
+/// Parses `json` as `T`; the error names `what` and the JSON path, which is
+/// also its `field` (under `limits.` when `what` is the limits themselves,
+/// as the core's own limit errors say it).
 pub(crate) fn parse<T: DeserializeOwned>(what: &str, json: &str) -> napi::Result<T> {
     let de = &mut serde_json::Deserializer::from_str(json);
     serde_path_to_error::deserialize(de).map_err(|e| {
@@ -42,7 +44,16 @@ pub(crate) fn parse<T: DeserializeOwned>(what: &str, json: &str) -> napi::Result
         if path.is_empty() || path == "." {
             error::config(format!("{what}: {inner}"))
         } else {
-            error::config(format!("{what}.{path}: {inner}"))
+            let field = if what == "limits" {
+                format!("limits.{path}")
+            } else {
+                path.clone()
+            };
+            error::coded(
+                error::CONFIG,
+                format!("{what}.{path}: {inner}"),
+                serde_json::json!({ "field": field }),
+            )
         }
     })
 }
