@@ -100,10 +100,14 @@ impl PyAcquisition {
     fn reconcile<'py>(
         &self,
         py: Python<'py>,
-        input_tokens: Option<u64>,
-        output_tokens: Option<u64>,
-        cost_micro_usd: Option<u64>,
+        input_tokens: Option<&Bound<'py, PyAny>>,
+        output_tokens: Option<&Bound<'py, PyAny>>,
+        cost_micro_usd: Option<&Bound<'py, PyAny>>,
     ) -> PyResult<Bound<'py, PyAny>> {
+        // Checked here, before anything starts: a ConfigError naming the count.
+        let input_tokens = crate::config::opt_count("input_tokens", input_tokens)?;
+        let output_tokens = crate::config::opt_count("output_tokens", output_tokens)?;
+        let cost_micro_usd = crate::config::opt_count("cost_micro_usd", cost_micro_usd)?;
         let held = Arc::clone(&self.held);
         now_or_later(py, async move {
             let mut guard = held.permit.lock().await;

@@ -113,19 +113,27 @@ impl PyBroker {
     /// for an `Acquisition`, or `async with` it to release on exit.
     /// `cost_micro_usd` reserves money on the calendar budgets
     /// (`costMicroUsdPerDay`, `costMicroUsdPerMonth`).
-    #[pyo3(signature = (resource, requests=1, tokens=None, input_tokens=None, output_tokens=None, priority="interactive", cost_micro_usd=0))]
+    /// Counts are checked by [`config::count`]: a float, a negative or a
+    /// too large number is a `ConfigError`, never truncated or wrapped.
+    #[pyo3(signature = (resource, requests=None, tokens=None, input_tokens=None, output_tokens=None, priority="interactive", cost_micro_usd=None))]
     #[allow(clippy::too_many_arguments)]
     fn try_acquire(
         &self,
         resource: String,
-        requests: u64,
-        tokens: Option<u64>,
-        input_tokens: Option<u64>,
-        output_tokens: Option<u64>,
+        requests: Option<&Bound<'_, PyAny>>,
+        tokens: Option<&Bound<'_, PyAny>>,
+        input_tokens: Option<&Bound<'_, PyAny>>,
+        output_tokens: Option<&Bound<'_, PyAny>>,
         priority: &str,
-        cost_micro_usd: u64,
+        cost_micro_usd: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<AcquireCall> {
-        let (input, output) = token_split(tokens, input_tokens, output_tokens)?;
+        let requests = config::opt_count("requests", requests)?.unwrap_or(1);
+        let cost_micro_usd = config::opt_count("cost_micro_usd", cost_micro_usd)?.unwrap_or(0);
+        let (input, output) = token_split(
+            config::opt_count("tokens", tokens)?,
+            config::opt_count("input_tokens", input_tokens)?,
+            config::opt_count("output_tokens", output_tokens)?,
+        )?;
         let opts = AcquireOptions::default()
             .requests(requests)
             .tokens(input, output)
@@ -138,21 +146,27 @@ impl PyBroker {
     /// awaits `execute()` (or `execute(attempt)` when it takes an argument);
     /// a `RateLimitedError` it raises is retried after its `retry_after_ms`.
     /// Returns a `Response` (`result`, `wait_time_ms`, `attempts`).
-    #[pyo3(signature = (resource, execute, *, tokens=None, input_tokens=None, output_tokens=None, priority="interactive", max_wait_ms=None, cost_micro_usd=0))]
+    #[pyo3(signature = (resource, execute, *, tokens=None, input_tokens=None, output_tokens=None, priority="interactive", max_wait_ms=None, cost_micro_usd=None))]
     #[allow(clippy::too_many_arguments)]
     fn enqueue<'py>(
         &self,
         py: Python<'py>,
         resource: String,
         execute: Py<PyAny>,
-        tokens: Option<u64>,
-        input_tokens: Option<u64>,
-        output_tokens: Option<u64>,
+        tokens: Option<&Bound<'py, PyAny>>,
+        input_tokens: Option<&Bound<'py, PyAny>>,
+        output_tokens: Option<&Bound<'py, PyAny>>,
         priority: &str,
-        max_wait_ms: Option<u64>,
-        cost_micro_usd: u64,
+        max_wait_ms: Option<&Bound<'py, PyAny>>,
+        cost_micro_usd: Option<&Bound<'py, PyAny>>,
     ) -> PyResult<Bound<'py, PyAny>> {
-        let (input, output) = token_split(tokens, input_tokens, output_tokens)?;
+        let max_wait_ms = config::opt_count("max_wait_ms", max_wait_ms)?;
+        let cost_micro_usd = config::opt_count("cost_micro_usd", cost_micro_usd)?.unwrap_or(0);
+        let (input, output) = token_split(
+            config::opt_count("tokens", tokens)?,
+            config::opt_count("input_tokens", input_tokens)?,
+            config::opt_count("output_tokens", output_tokens)?,
+        )?;
         let job = crate::enqueue::Job {
             resource,
             execute,

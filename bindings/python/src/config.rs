@@ -6,8 +6,63 @@ use crate::errors::ConfigError;
 use pressure_core::{Limits, Priority, QueueConfig};
 use pressure_redis::RedisConfig;
 use pyo3::prelude::*;
-use pyo3::types::PyMapping;
+use pyo3::types::{PyBool, PyDict, PyFloat, PyList, PyMapping, PyTuple};
 use serde::de::DeserializeOwned;
+
+/// Refuses a NaN or an infinity anywhere in `value` (dicts, lists, tuples):
+/// converted to JSON it would become `null`, which reads as "not set" — a
+/// limit dropped without a word. The message names the key's path.
+fn reject_non_finite(value: &Bound<'_, PyAny>, path: &str) -> PyResult<()> {
+    if let Ok(f) = value.cast::<PyFloat>() {
+        if !f.value().is_finite() {
+            return Err(ConfigError::new_err(format!(
+                "{path}: must be a finite number, got {}",
+                value.repr()?
+            )));
+        }
+    } else if let Ok(d) = value.cast::<PyDict>() {
+        for (k, v) in d.iter() {
+            reject_non_finite(&v, &format!("{path}.{}", k.str()?))?;
+        }
+    } else if value.is_instance_of::<PyList>() || value.is_instance_of::<PyTuple>() {
+        for (i, v) in value.try_iter()?.enumerate() {
+            reject_non_finite(&v?, &format!("{path}[{i}]"))?;
+        }
+    } else if let Ok(m) = value.cast::<PyMapping>() {
+        for item in m.items()?.iter() {
+            let (k, v): (Bound<'_, PyAny>, Bound<'_, PyAny>) = item.extract()?;
+            reject_non_finite(&v, &format!("{path}.{}", k.str()?))?;
+        }
+    }
+    Ok(())
+}
+
+/// One count argument (`requests`, `input_tokens`, `cost_micro_usd`, …): a
+/// non-negative `int` below 2**64. A float (NaN, an infinity, a fraction,
+/// even `5.0`), a bool, a negative or too large int, or anything else is a
+/// `ConfigError` naming the argument: never truncated or wrapped.
+pub(crate) fn count(name: &str, value: &Bound<'_, PyAny>) -> PyResult<u64> {
+    let exact = if value.is_instance_of::<PyBool>() || value.is_instance_of::<PyFloat>() {
+        None
+    } else {
+        value.extract::<u64>().ok()
+    };
+    match exact {
+        Some(n) => Ok(n),
+        None => Err(ConfigError::new_err(format!(
+            "{name}: must be a non-negative integer below 2**64, got {}",
+            value.repr()?
+        ))),
+    }
+}
+
+/// [`count`] of an optional argument: `None` when absent or `None`.
+pub(crate) fn opt_count(name: &str, value: Option<&Bound<'_, PyAny>>) -> PyResult<Option<u64>> {
+    match value {
+        Some(v) if !v.is_none() => count(name, v).map(Some),
+        _ => Ok(None),
+    }
+}
 
 /// Deserializes `value` (a dict) into `T`; the message starts with `what`
 /// and the path of the offending key (`limits.requestsPerMinute: invalid
@@ -20,9 +75,11 @@ fn from_py<T: DeserializeOwned>(value: &Bound<'_, PyAny>, what: &str) -> PyResul
             value.get_type().name()?
         )));
     }
-    let json: serde_json::Value =
-        pythonize::depythonize(value).map_err(|e| ConfigError::new_err(format!("{what}: {e}")))?;
-    serde_path_to_error::deserialize(json).map_err(|e| {
+    reject_non_finite(value, what)?;
+    // Straight from the Python objects (no JSON value in between), so an
+    // int beyond u64 is an error at its key, not an unnamed "out of range".
+    let mut de = pythonize::Depythonizer::from_object(value);
+    serde_path_to_error::deserialize(&mut de).map_err(|e| {
         let path = e.path().to_string();
         let inner = e.into_inner();
         if path == "." {
@@ -68,8 +125,11 @@ pub(crate) fn redis(
     options: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<RedisConfig> {
     let mut value = match options {
-        Some(o) if !o.is_none() => pythonize::depythonize::<serde_json::Value>(o)
-            .map_err(|e| ConfigError::new_err(format!("options: {e}")))?,
+        Some(o) if !o.is_none() => {
+            reject_non_finite(o, "options")?;
+            pythonize::depythonize::<serde_json::Value>(o)
+                .map_err(|e| ConfigError::new_err(format!("options: {e}")))?
+        }
         _ => serde_json::Value::Object(serde_json::Map::new()),
     };
     let Some(map) = value.as_object_mut() else {
