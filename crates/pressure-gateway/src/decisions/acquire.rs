@@ -4,6 +4,10 @@
 //! `register_limit` has no priority queue to wait in). A client that goes
 //! away while waiting drops the handler's future: nothing was reserved yet,
 //! or the grant is dropped with it and its lease released.
+//!
+//! An acquisition that would hold a permit reserves its place in the permit
+//! store first: a full store is a `503 too_many_permits` that consumed
+//! nothing, and the place goes back with a denial or a dropped future.
 
 use super::{resolve, DecisionState};
 use crate::metrics::Layer;
@@ -26,21 +30,65 @@ pub(crate) const MAX_WAIT_MS: u64 = 300_000;
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 struct AcquireBody {
     resource: String,
-    #[serde(default = "one")]
+    #[serde(default = "one", deserialize_with = "count")]
     requests: u64,
     /// Tokens whose split is unknown: counted as input tokens.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "optional_count")]
     tokens: Option<u64>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "optional_count")]
     input_tokens: Option<u64>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "count")]
     output_tokens: u64,
     #[serde(default)]
     lease: bool,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "count")]
     wait_ms: u64,
     #[serde(default)]
     priority: Priority,
+}
+
+/// The largest count a body may carry: 2^53 − 1, the largest integer a
+/// JSON number carries exactly in every client (and in a Redis script's
+/// arithmetic); anything larger is no real count.
+pub(super) const MAX_COUNT: u64 = (1 << 53) - 1;
+
+/// What a count must be, in the message of a `400`.
+const COUNT: &str = "a whole number from 0 to 9007199254740991";
+
+/// A count of a body: a JSON integer from 0 to [`MAX_COUNT`]; a negative,
+/// fractional, huge or non-numeric value is an error naming what a count
+/// is (never a wrapped or truncated number).
+pub(super) fn count<'de, D: serde::Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
+    struct Count;
+    impl serde::de::Visitor<'_> for Count {
+        type Value = u64;
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str(COUNT)
+        }
+        fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<u64, E> {
+            if v > MAX_COUNT {
+                return Err(E::invalid_value(serde::de::Unexpected::Unsigned(v), &self));
+            }
+            Ok(v)
+        }
+        fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<u64, E> {
+            match u64::try_from(v) {
+                Ok(v) => self.visit_u64(v),
+                Err(_) => Err(E::invalid_value(serde::de::Unexpected::Signed(v), &self)),
+            }
+        }
+        fn visit_f64<E: serde::de::Error>(self, v: f64) -> Result<u64, E> {
+            Err(E::invalid_value(serde::de::Unexpected::Float(v), &self))
+        }
+    }
+    d.deserialize_u64(Count)
+}
+
+/// An optional [`count`]: absent or `null` is `None`.
+pub(super) fn optional_count<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
+    #[derive(Deserialize)]
+    struct Wrapped(#[serde(deserialize_with = "count")] u64);
+    Ok(Option::<Wrapped>::deserialize(d)?.map(|Wrapped(n)| n))
 }
 
 fn one() -> u64 {
@@ -56,18 +104,27 @@ struct Granted {
     lease_ttl_ms: Option<u64>,
 }
 
-/// Parses a JSON body of type `T`; a problem names its JSON path.
+/// Parses a JSON body of type `T`, which must be one JSON object (serde
+/// would take a struct from an array too: `["jobs"]`, `[7, 3]`) and
+/// nothing after it; a problem names its JSON path.
 pub(super) fn parse<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, Rejection> {
+    let first = body.iter().find(|b| !matches!(b, b' ' | b'\t' | b'\n' | b'\r'));
+    if first != Some(&b'{') {
+        return Err(Rejection::BadRequest("body: must be a JSON object".into()));
+    }
     let mut de = serde_json::Deserializer::from_slice(body);
-    serde_path_to_error::deserialize(&mut de).map_err(|e| {
-        let path = e.path().to_string();
-        let at = if path == "." || path == "?" {
+    let at = |path: String| {
+        if path == "." || path == "?" {
             "body".to_owned()
         } else {
             path
-        };
-        Rejection::BadRequest(format!("{at}: {}", e.inner()).into())
-    })
+        }
+    };
+    let value = serde_path_to_error::deserialize(&mut de)
+        .map_err(|e| Rejection::BadRequest(format!("{}: {}", at(e.path().to_string()), e.inner()).into()))?;
+    de.end()
+        .map_err(|e| Rejection::BadRequest(format!("body: {e}").into()))?;
+    Ok(value)
 }
 
 fn millis(d: Duration) -> u64 {
@@ -98,6 +155,19 @@ async fn decide(state: &DecisionState, body: &[u8]) -> Result<Granted, Rejection
     }
     let plan = state.plan.load_full();
     let handle = resolve(&plan, &state.broker, &req.resource)?;
+    // A permit is held for the caller when it asked for one or the
+    // resource limits concurrency (a slot must be given back); a
+    // rate-only grant has nothing to give back. Its place in the store is
+    // reserved before anything is acquired: a full store refuses with
+    // nothing consumed, and a denial or a caller gone mid-request drops
+    // the reservation.
+    let slot = if req.lease || handle.spec().concurrency.is_some() {
+        Some(state.permits.reserve().map_err(|_| Rejection::TooManyPermits {
+            max: state.permits.max(),
+        })?)
+    } else {
+        None
+    };
     let opts = AcquireOptions::default()
         .requests(req.requests)
         .tokens(input, req.output_tokens)
@@ -126,7 +196,7 @@ async fn decide(state: &DecisionState, body: &[u8]) -> Result<Granted, Rejection
         Err(e) => return Err(core_error(&req.resource, e)),
     };
     state.metrics.allowed(Layer::Decision);
-    if !(req.lease || handle.spec().concurrency.is_some()) {
+    let Some(slot) = slot else {
         // Nothing to give back or correct later: the permit is inert
         // (rate limits only) or the caller did not ask for it.
         return Ok(Granted {
@@ -134,25 +204,16 @@ async fn decide(state: &DecisionState, body: &[u8]) -> Result<Granted, Rejection
             permit: None,
             lease_ttl_ms: None,
         });
-    }
+    };
     let ttl = match permit.lease_ttl() {
         Duration::ZERO => Duration::from_nanos(handle.spec().lease_ttl_ns),
         ttl => ttl,
     };
-    match state.permits.insert(permit, ttl) {
-        Ok(id) => Ok(Granted {
-            allowed: true,
-            permit: Some(id),
-            lease_ttl_ms: Some(millis(ttl)),
-        }),
-        // The permit comes back and is dropped here: its slot is free again.
-        Err((_, permit)) => {
-            drop(permit);
-            Err(Rejection::TooManyPermits {
-                max: state.permits.max(),
-            })
-        }
-    }
+    Ok(Granted {
+        allowed: true,
+        permit: Some(slot.fill(permit, ttl)),
+        lease_ttl_ms: Some(millis(ttl)),
+    })
 }
 
 /// A denial as the decision dialect's 429 (or a 503 for an outage).

@@ -9,7 +9,7 @@
 //! * `reconcile`: corrects the permit's token reservation to the actual
 //!   usage (`{"inputTokens","outputTokens"}`), `204`; `410` when gone.
 
-use super::acquire::{core_error, parse};
+use super::acquire::{core_error, count, parse};
 use super::DecisionState;
 use crate::rejection::{Dialect, Rejection};
 use axum::body::Bytes;
@@ -27,13 +27,14 @@ struct Renewed {
     lease_ttl_ms: u64,
 }
 
-/// The body of `reconcile`: the actual usage.
+/// The body of `reconcile`: the actual usage (a JSON object; each count a
+/// whole number from 0 to 2^53 − 1).
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 struct Usage {
-    #[serde(default)]
+    #[serde(default, deserialize_with = "count")]
     input_tokens: u64,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "count")]
     output_tokens: u64,
 }
 

@@ -4,7 +4,11 @@
 //! * An id is 128 random bits in lower-case hex: unguessable, so a client
 //!   can only release or renew the permits it was given.
 //! * The store is bounded (`gateway.decisions.maxPermits`): a client that
-//!   acquires without ever releasing cannot grow it without end.
+//!   acquires without ever releasing cannot grow it without end. A place is
+//!   reserved ([`PermitStore::reserve`]) before the capacity is acquired,
+//!   so a full store refuses before anything is consumed, and a
+//!   reservation dropped unfilled (a denial, a client gone mid-request)
+//!   gives its place back.
 //! * The core renews a concurrency lease for as long as its [`Permit`]
 //!   lives, so the store must not keep a permit alive for a client that
 //!   died: each permit expires its lease TTL after its acquisition or its
@@ -41,6 +45,56 @@ struct Held {
 struct State {
     by_id: HashMap<String, Held>,
     by_expiry: BTreeSet<(Instant, String)>,
+    /// Places reserved by acquisitions under way ([`Slot`]s not filled or
+    /// dropped yet); they count against the bound with the held permits.
+    reserved: usize,
+}
+
+/// A place in the [`PermitStore`] reserved for a permit not acquired yet:
+/// [`Slot::fill`] holds the permit in it; dropped unfilled, the place is
+/// free again.
+#[must_use = "a slot is given back when dropped"]
+pub(crate) struct Slot {
+    store: Arc<PermitStore>,
+    filled: bool,
+}
+
+impl Slot {
+    /// Holds `permit` for `ttl` in the reserved place and returns its new
+    /// id (never refused: the place was counted when it was reserved).
+    pub(crate) fn fill(mut self, permit: Permit<AnyBackend>, ttl: Duration) -> String {
+        let id = format!("{:032x}", rand::random::<u128>());
+        let expires = Instant::now() + ttl;
+        let mut state = self.store.state.lock();
+        state.reserved -= 1;
+        // The place now holds the permit: nothing to give back on drop.
+        self.filled = true;
+        state.by_expiry.insert((expires, id.clone()));
+        state.by_id.insert(
+            id.clone(),
+            Held {
+                permit: Arc::new(tokio::sync::Mutex::new(permit)),
+                ttl,
+                expires,
+            },
+        );
+        drop(state);
+        id
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        if !self.filled {
+            self.store.state.lock().reserved -= 1;
+        }
+    }
+}
+
+impl std::fmt::Debug for Slot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Slot")
+    }
 }
 
 /// The permits held for decision API clients (module docs).
@@ -90,30 +144,25 @@ impl PermitStore {
         self.state.lock().by_id.len()
     }
 
-    /// Holds `permit` for `ttl` and returns its new id; [`Full`] (and the
-    /// permit back, to be dropped by the caller) when the store is full.
-    pub(crate) fn insert(
-        &self,
-        permit: Permit<AnyBackend>,
-        ttl: Duration,
-    ) -> Result<String, (Full, Permit<AnyBackend>)> {
+    /// Places reserved now by acquisitions under way.
+    #[cfg(test)]
+    fn reserved(&self) -> usize {
+        self.state.lock().reserved
+    }
+
+    /// Reserves a place for a permit about to be acquired; [`Full`] when
+    /// the held permits and the places already reserved reach the bound.
+    /// Call it before acquiring, so a full store consumes nothing.
+    pub(crate) fn reserve(self: &Arc<Self>) -> Result<Slot, Full> {
         let mut state = self.state.lock();
-        if state.by_id.len() >= self.max {
-            drop(state);
-            return Err((Full, permit));
+        if state.by_id.len() + state.reserved >= self.max {
+            return Err(Full);
         }
-        let id = format!("{:032x}", rand::random::<u128>());
-        let expires = Instant::now() + ttl;
-        state.by_expiry.insert((expires, id.clone()));
-        state.by_id.insert(
-            id.clone(),
-            Held {
-                permit: Arc::new(tokio::sync::Mutex::new(permit)),
-                ttl,
-                expires,
-            },
-        );
-        Ok(id)
+        state.reserved += 1;
+        Ok(Slot {
+            store: Arc::clone(self),
+            filled: false,
+        })
     }
 
     /// Takes the permit `id` out of the store (to release it); `None` when
@@ -199,15 +248,16 @@ mod tests {
             .expect("register");
         let store = PermitStore::start(2);
         let a = store
-            .insert(permit(&broker).await, Duration::from_secs(60))
-            .expect("a");
-        let b = store.insert(permit(&broker).await, Duration::ZERO).expect("b");
+            .reserve()
+            .expect("a")
+            .fill(permit(&broker).await, Duration::from_secs(60));
+        let b = store
+            .reserve()
+            .expect("b")
+            .fill(permit(&broker).await, Duration::ZERO);
         assert_ne!(a, b);
         assert_eq!(a.len(), 32);
-        let (Full, refused) = store
-            .insert(permit(&broker).await, Duration::from_secs(60))
-            .expect_err("full");
-        drop(refused);
+        assert_eq!(store.reserve().expect_err("full"), Full);
         assert_eq!(store.renew(&a), Some(Duration::from_secs(60)));
         // `b` expired at once: gone for renew and get, swept out.
         assert_eq!(store.renew(&b), None);
@@ -217,5 +267,28 @@ mod tests {
         assert!(store.remove(&a).is_some());
         assert!(store.remove(&a).is_none());
         assert_eq!(store.len(), 0);
+    }
+
+    /// A reservation counts against the bound until it is filled or
+    /// dropped; a dropped one gives its place back.
+    #[tokio::test]
+    async fn reservations_count_until_filled_or_dropped() {
+        let broker: Broker = ResourceBroker::builder(AnyBackend::Memory(MemoryBackend::new())).build();
+        broker
+            .register_limit("slots", Limits::default().max_concurrent_requests(3))
+            .expect("register");
+        let store = PermitStore::start(2);
+        let one = store.reserve().expect("one");
+        let two = store.reserve().expect("two");
+        assert_eq!(store.reserve().expect_err("both places reserved"), Full);
+        drop(one);
+        assert_eq!(store.reserved(), 1);
+        let id = two.fill(permit(&broker).await, Duration::from_secs(60));
+        assert_eq!((store.len(), store.reserved()), (1, 0));
+        let three = store.reserve().expect("the dropped place is free");
+        assert_eq!(store.reserve().expect_err("full"), Full);
+        drop(three);
+        assert!(store.remove(&id).is_some());
+        assert_eq!((store.len(), store.reserved()), (0, 0));
     }
 }

@@ -454,3 +454,216 @@ async fn over_redis_exhaustion_and_leases_behave_the_same() {
     })
     .await;
 }
+
+/// A full permit store refuses before anything is acquired: sixty `503
+/// too_many_permits` on a 60/min resource consume none of its rate, and the
+/// places of refused, denied and vanished acquisitions all come back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_permit_store_refuses_without_consuming_and_leaks_no_place() {
+    bounded(async {
+        let mut section = with_resources(json!({
+            "jobs": { "requestsPerMinute": 60 },
+            "slots": { "maxConcurrentRequests": 1 },
+            "other": { "requestsPerMinute": 60 },
+        }));
+        section["decisions"] = json!({ "maxPermits": 2 });
+        let d = Decisions::start(section).await;
+        let held = permit_of(&d.acquire(json!({ "resource": "slots" })).await);
+        let jobs = permit_of(&d.acquire(json!({ "resource": "jobs", "lease": true })).await);
+        for i in 0..60 {
+            let r = d.acquire(json!({ "resource": "jobs", "lease": true })).await;
+            assert_eq!(r.status, 503, "{i}: {:?}", r.json());
+            assert_eq!(r.json()["error"]["type"], "too_many_permits");
+        }
+        let s = d.gw.stats("jobs").await;
+        assert_eq!(s.usage.get("requestsPerMinute"), Some(&1), "{s:?}");
+        assert_eq!(s.allowed, 1);
+        // The 58 left are all there.
+        for i in 0..59 {
+            let r = d.acquire(json!({ "resource": "jobs" })).await;
+            assert_eq!(r.status, 200, "{i}: {:?}", r.json());
+        }
+        assert_eq!(d.acquire(json!({ "resource": "jobs" })).await.status, 429);
+        assert_eq!(d.permit(&jobs, "release").await.status, 204);
+
+        // A waiter holds its place while it waits, and gives it back when
+        // its client goes away.
+        let body = json!({ "resource": "slots", "waitMs": 20000 }).to_string();
+        let mut tcp = tokio::net::TcpStream::connect(d.addr).await.expect("connect");
+        tcp.write_all(
+            format!(
+                "POST /v1/acquire HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+                body.len()
+            )
+            .as_bytes(),
+        )
+        .await
+        .expect("send");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let full = d.acquire(json!({ "resource": "slots", "waitMs": 1000 })).await;
+        assert_eq!(full.status, 503, "{:?}", full.json());
+        drop(tcp);
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        // A denial gives its place back too.
+        assert_eq!(d.acquire(json!({ "resource": "slots" })).await.status, 429);
+        assert_eq!(d.permit(&held, "release").await.status, 204);
+        let a = permit_of(&d.acquire(json!({ "resource": "slots" })).await);
+        let b = permit_of(&d.acquire(json!({ "resource": "other", "lease": true })).await);
+        assert_eq!(d.gw.gateway().decision_permits(), 2);
+        assert_eq!(d.permit(&a, "release").await.status, 204);
+        assert_eq!(d.permit(&b, "release").await.status, 204);
+        d.stop().await;
+    })
+    .await;
+}
+
+/// Every body of the decision API is one JSON object: an array (which
+/// serde would read as the struct's fields in order), a scalar, or an
+/// object with something after it is a `400` that consumed nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bodies_must_be_json_objects() {
+    bounded(async {
+        let d = Decisions::start(with_resources(
+            json!({ "llm-budget": { "tokensPerMinute": 100 } }),
+        ))
+        .await;
+        let p = permit_of(
+            &d.acquire(json!({ "resource": "llm-budget", "inputTokens": 10, "lease": true }))
+                .await,
+        );
+        let reconcile = format!("/v1/permits/{p}/reconcile");
+        let not_objects = [
+            r#"["llm-budget"]"#,
+            r#"["llm-budget", 1, 5]"#,
+            r#" [7, 3]"#,
+            r#""llm-budget""#,
+            "7",
+            "null",
+            "true",
+            "",
+        ];
+        let trailing = [
+            (
+                "/v1/acquire",
+                r#"{"resource": "llm-budget"} {"resource": "llm-budget"}"#,
+            ),
+            ("/v1/acquire", r#"{"resource": "llm-budget"} []"#),
+            (reconcile.as_str(), r#"{"inputTokens": 1} {"inputTokens": 2}"#),
+            (reconcile.as_str(), r#"{"inputTokens": 1}]"#),
+        ];
+        let cases = not_objects
+            .into_iter()
+            .flat_map(|body| [("/v1/acquire", body), (reconcile.as_str(), body)])
+            .chain(trailing);
+        for (path, body) in cases {
+            let r = d.post(path, &json!(body), &[]).await;
+            assert_eq!(r.status, 400, "{path} {body:?}: {:?}", r.json());
+            assert_eq!(r.json()["error"]["type"], "bad_request");
+            let message = r.json()["error"]["message"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned();
+            assert!(message.starts_with("body: "), "{path} {body:?}: {message}");
+        }
+        let s = d.gw.stats("llm-budget").await;
+        assert_eq!(s.allowed, 1);
+        assert_eq!(s.usage.get("tokensPerMinute"), Some(&10), "nothing reconciled");
+        // An object with whitespace around it is a body.
+        let ok = d
+            .post(&reconcile, &json!(" \n{\"inputTokens\": 7}\r\n "), &[])
+            .await;
+        assert_eq!(ok.status, 204);
+        assert_eq!(
+            d.gw.stats("llm-budget").await.usage.get("tokensPerMinute"),
+            Some(&7)
+        );
+        d.stop().await;
+    })
+    .await;
+}
+
+/// Every count of a body is a whole number from 0 to 2^53 − 1: negative,
+/// fractional, huge and non-numeric counts are a `400` naming the field,
+/// never a wrapped number; a reconcile of `u64::MAX` tokens no longer
+/// reaches the limiter.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn counts_out_of_range_are_400_naming_the_field() {
+    bounded(async {
+        let d = Decisions::start(with_resources(
+            json!({ "llm-budget": { "tokensPerMinute": 100, "requestsPerMinute": 100 } }),
+        ))
+        .await;
+        let p = permit_of(
+            &d.acquire(json!({ "resource": "llm-budget", "inputTokens": 10, "lease": true }))
+                .await,
+        );
+        let reconcile = format!("/v1/permits/{p}/reconcile");
+        for field in ["requests", "tokens", "inputTokens", "outputTokens", "waitMs"] {
+            for value in [
+                "-1",
+                "-9223372036854775808",
+                "1.5",
+                "1.0",
+                "1e3",
+                "\"5\"",
+                "true",
+                "[1]",
+                "{}",
+                "9007199254740992",
+                "18446744073709551615",
+                "18446744073709551616",
+                "1e400",
+            ] {
+                let body = format!(r#"{{"resource": "llm-budget", "{field}": {value}}}"#);
+                let r = d.post("/v1/acquire", &json!(body), &[]).await;
+                assert_eq!(r.status, 400, "{body}: {:?}", r.json());
+                let message = r.json()["error"]["message"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_owned();
+                assert!(message.starts_with(&format!("{field}: ")), "{body}: {message}");
+            }
+        }
+        for field in ["inputTokens", "outputTokens"] {
+            for value in [
+                "-1",
+                "2.5",
+                "\"7\"",
+                "null",
+                "9007199254740992",
+                "18446744073709551615",
+                "1e19",
+            ] {
+                let body = format!(r#"{{"{field}": {value}}}"#);
+                let r = d.post(&reconcile, &json!(body), &[]).await;
+                assert_eq!(r.status, 400, "{body}: {:?}", r.json());
+                let message = r.json()["error"]["message"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_owned();
+                assert!(message.starts_with(&format!("{field}: ")), "{body}: {message}");
+                assert!(message.contains("9007199254740991"), "{body}: {message}");
+            }
+        }
+        let s = d.gw.stats("llm-budget").await;
+        assert_eq!(s.allowed, 1);
+        assert_eq!(s.usage.get("tokensPerMinute"), Some(&10), "nothing reconciled");
+        // The largest count is accepted: a reconcile that fills the limit.
+        let max = d
+            .post(
+                &reconcile,
+                &json!({ "inputTokens": 9_007_199_254_740_991_u64 }),
+                &[],
+            )
+            .await;
+        assert_eq!(max.status, 204);
+        assert_eq!(
+            d.acquire(json!({ "resource": "llm-budget", "tokens": 1 }))
+                .await
+                .status,
+            429
+        );
+        d.stop().await;
+    })
+    .await;
+}
