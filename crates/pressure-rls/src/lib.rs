@@ -25,6 +25,7 @@
 #![warn(unreachable_pub)]
 
 mod config;
+mod counters;
 mod error;
 mod grpc;
 mod headers;
@@ -38,7 +39,7 @@ mod service;
 pub use config::Plan;
 pub use error::{ConfigError, RlsError};
 pub use grpc::{RateLimitClient, RateLimitServiceServer};
-pub use id::resource_id;
+pub use id::{resource_id, MAX_ID_BYTES, MAX_LABEL_BYTES};
 pub use metrics::Metrics;
 pub use server::{admin_router, serve_grpc, Server, ServerOptions, DEFAULT_LISTEN};
 pub use service::{DecisionError, RateLimiter};

@@ -34,7 +34,9 @@ pub struct ServerOptions {
     pub redis: Option<RedisConfig>,
     /// Poll the files for changes this often; `None`: SIGHUP only.
     pub watch: Option<Duration>,
-    /// Most descriptor counters kept at once (the broker's lazy bound).
+    /// Most descriptor counters kept at once; in memory only counters whose
+    /// windows have passed are dropped, and past it new values share their
+    /// rule's overflow counter ([`RateLimiter::max_counters`]).
     pub max_counters: usize,
 }
 
@@ -72,10 +74,31 @@ impl Server {
         // Redis down at start is not fatal: the failure mode applies and
         // the backend reconnects by itself.
         let (backend, redis) = AnyBackend::start(opts.redis.as_ref()).await?;
+        // In memory the service bounds its counters itself, never dropping
+        // a live one (`counters.rs`); the broker only needs room for them
+        // and the overflow counters. In Redis the count stays in the store
+        // and the broker's bound evicts idle handles.
+        let in_store = redis.is_some();
+        let broker_bound = if in_store {
+            opts.max_counters
+        } else {
+            opts.max_counters
+                .saturating_add(RateLimiter::<AnyBackend>::MAX_OVERFLOW_COUNTERS)
+        };
+        let clock = match &backend {
+            AnyBackend::Memory(m) => Some(Arc::clone(m.clock())),
+            AnyBackend::Redis(_) => None,
+        };
         let broker = ResourceBroker::builder(backend)
-            .max_lazy_resources(opts.max_counters)
+            .max_lazy_resources(broker_bound)
             .build();
-        let limiter = Arc::new(RateLimiter::new(broker, plan));
+        let mut limiter = RateLimiter::new(broker, plan)
+            .max_counters(opts.max_counters)
+            .store_keeps_state(in_store);
+        if let Some(clock) = clock {
+            limiter = limiter.clock(clock);
+        }
+        let limiter = Arc::new(limiter);
         let reloader = Arc::new(Reloader::new(opts.files.clone(), Arc::clone(&limiter), texts));
         let grpc = bind(&opts.listen).await?;
         let admin = match &opts.admin {

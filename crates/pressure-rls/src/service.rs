@@ -31,19 +31,33 @@
 //! 500, or let the request through), which is the knob Envoy users already
 //! set for an unreachable rate limit service. Failure modes `open` and
 //! `local` answer as they do everywhere in pressure (allow; count locally).
+//! Only an undecided call is `UNAVAILABLE`: when the store fails on one
+//! descriptor the others are still asked, and when one of them is over its
+//! limit (or blocked, or asks more than its limit) the answer is
+//! `OVER_LIMIT` all the same (the undecided statuses `UNKNOWN`); a
+//! shadow-mode descriptor the store cannot decide changes nothing.
+//!
+//! `hits_addend` is any `u64` Envoy sends: a demand above the rule's limit
+//! is over without asking the store (it can never fit), and every metric
+//! adds with saturation, so no value wraps a counter or reaches the store
+//! as a number it cannot hold.
+//!
+//! Descriptor counters are bounded without forgetting live ones (see
+//! `counters.rs`): past `--max-counters` live counters, new values share
+//! their rule's overflow counter.
 
 use crate::config::{Plan, Quota, Rule, TimeUnit};
+use crate::counters::{Counter, Counters, Found};
 use crate::headers::{self, HeaderQuota};
-use crate::id::resource_id;
-use crate::metrics::{Metrics, Series};
+use crate::id::{overflow_id, resource_id};
+use crate::metrics::{add, Metrics, Series};
 use crate::proto::{self, Code, DescriptorStatus, RateLimitRequest, RateLimitResponse};
 use arc_swap::ArcSwap;
+use pressure_core::clock::Clock;
 use pressure_core::{
-    AcquireOptions, Acquisition, Backend, Dimension, Error as CoreError, Grant, LimitTemplate,
-    ResourceBroker, ResourceHandle,
+    AcquireOptions, Acquisition, Backend, Dimension, Error as CoreError, Grant, LimitTemplate, ResourceBroker,
 };
 use std::collections::HashSet;
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -78,6 +92,7 @@ pub struct RateLimiter<B: Backend> {
     broker: ResourceBroker<B>,
     plan: ArcSwap<Plan>,
     metrics: Arc<Metrics>,
+    counters: Counters<B>,
 }
 
 /// One descriptor on its way through a decision.
@@ -90,27 +105,72 @@ enum Slot<B: Backend> {
     Counted {
         rule: Arc<Rule>,
         series: Arc<Series>,
-        handle: ResourceHandle<B>,
         hits: u64,
-        outcome: Outcome,
+        outcome: Outcome<B>,
     },
 }
 
-enum Outcome {
-    Granted(Grant),
+enum Outcome<B: Backend> {
+    /// Counted on this counter.
+    Granted(Grant, Arc<Counter<B>>),
     Refused(Duration),
-    /// Never fits (`hits_addend` above the limit).
+    /// Never fits (`hits_addend` above the limit): not asked.
     TooLarge,
+    /// The store could not decide (or was not asked after it failed on an
+    /// earlier descriptor).
+    Undecided,
 }
 
 impl<B: Backend> RateLimiter<B> {
     /// A service answering by `plan` on `broker`.
+    /// At most [`pressure_core::DEFAULT_MAX_LAZY_RESOURCES`] descriptor
+    /// counters, kept in this process ([`RateLimiter::max_counters`],
+    /// [`RateLimiter::store_keeps_state`]).
     pub fn new(broker: ResourceBroker<B>, plan: Plan) -> Self {
         Self {
             broker,
             plan: ArcSwap::from_pointee(plan),
             metrics: Arc::new(Metrics::default()),
+            counters: Counters::new(pressure_core::DEFAULT_MAX_LAZY_RESOURCES),
         }
+    }
+
+    /// Keeps at most `n` descriptor counters (`--max-counters`). Only a
+    /// counter whose windows have passed is dropped to make room; when all
+    /// are live, a new value is counted on its rule's shared overflow
+    /// counter (`counters.rs`). Give the broker room for `n` +
+    /// [`RateLimiter::MAX_OVERFLOW_COUNTERS`] lazy resources.
+    #[must_use]
+    pub fn max_counters(mut self, n: usize) -> Self {
+        self.counters.set_max(n);
+        self
+    }
+
+    /// Overflow counters kept at most, besides [`RateLimiter::max_counters`].
+    pub const MAX_OVERFLOW_COUNTERS: usize = crate::counters::MAX_OVERFLOW;
+
+    /// `true` when the broker's backend keeps every count in a shared
+    /// store (Redis): a local handle may then be dropped at any time (the
+    /// count stays in the store), so no bound of this service applies and
+    /// the broker's own lazy bound evicts idle handles.
+    #[must_use]
+    pub fn store_keeps_state(mut self, yes: bool) -> Self {
+        self.counters.set_store_keeps_state(yes);
+        self
+    }
+
+    /// The clock telling when a counter's windows have passed: the memory
+    /// backend's (default: a monotonic clock).
+    #[must_use]
+    pub fn clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.counters.set_clock(clock);
+        self
+    }
+
+    /// Descriptor counters held now (overflow counters not included; none
+    /// with [`RateLimiter::store_keeps_state`]).
+    pub fn counters(&self) -> usize {
+        self.counters.len()
     }
 
     /// Replaces the plan (a reload). Calls in flight finish on the plan
@@ -151,7 +211,7 @@ impl<B: Backend> RateLimiter<B> {
                 "rate limit descriptor list must not be empty".into(),
             ));
         }
-        self.metrics.requests.fetch_add(1, Ordering::Relaxed);
+        add(&self.metrics.requests, 1);
         let plan = self.plan.load();
         let domain = plan.domain(&req.domain);
         // 1. Rules.
@@ -174,6 +234,9 @@ impl<B: Backend> RateLimiter<B> {
         // 3. Charge.
         let request_hits = u64::from(req.hits_addend.max(1));
         let mut slots: Vec<Slot<B>> = Vec::with_capacity(rules.len());
+        // The first store failure.
+        let mut failure: Option<String> = None;
+        let mut undecided = false;
         for (d, rule) in req.descriptors.iter().zip(rules) {
             let Some((rule, is_override)) = rule else {
                 slots.push(Slot::Free);
@@ -192,56 +255,112 @@ impl<B: Backend> RateLimiter<B> {
                 }
             };
             let hits = d.hits_addend.map_or(request_hits, |h| h.value.max(1));
-            let id = resource_id(&req.domain, &d.entries, is_override);
-            let handle = match self.handle(&id, template) {
-                Ok(h) => h,
-                Err(e) => {
-                    self.give_back(&slots).await;
-                    return Err(self.unavailable(e));
+            let outcome = if hits > u64::from(rule.requests_per_unit) {
+                // Can never fit in one unit: over, and nothing to ask.
+                Outcome::TooLarge
+            } else {
+                // Asked even after a failure on an earlier descriptor: this
+                // one may refuse (a local deny cache needs no store), and
+                // one refusal decides the call.
+                match self
+                    .charge(&req.domain, d, &rule, is_override, template, hits)
+                    .await
+                {
+                    Ok(o) => o,
+                    Err(e) => {
+                        failure.get_or_insert(e);
+                        Outcome::Undecided
+                    }
                 }
             };
-            let outcome = match handle.try_acquire(AcquireOptions::default().requests(hits)).await {
-                Ok(Acquisition::Granted(permit)) => Outcome::Granted(*permit.grant()),
-                Ok(Acquisition::Denied(denial)) if denial.is_unavailable() => {
-                    self.give_back(&slots).await;
-                    return Err(self.unavailable("the store cannot be reached (failure mode closed)"));
-                }
-                Ok(Acquisition::Denied(denial)) => Outcome::Refused(denial.wait),
-                Err(CoreError::DemandTooLarge { .. }) => Outcome::TooLarge,
-                Err(e) => {
-                    self.give_back(&slots).await;
-                    return Err(self.unavailable(e));
-                }
-            };
+            if matches!(outcome, Outcome::Undecided) && !rule.shadow {
+                undecided = true;
+            }
             slots.push(Slot::Counted {
                 rule,
                 series,
-                handle,
                 hits,
                 outcome,
             });
         }
-        // 4. All must pass.
+        // 4. All must pass: one descriptor over decides, whatever the store
+        // said of the others.
         let over = slots.iter().any(|s| match s {
             Slot::Free => false,
             Slot::Fixed(rule, _) => !rule.shadow && matches!(rule.quota, Quota::Blocked),
-            Slot::Counted { rule, outcome, .. } => !rule.shadow && !matches!(outcome, Outcome::Granted(_)),
+            Slot::Counted { rule, outcome, .. } => {
+                !rule.shadow && matches!(outcome, Outcome::Refused(_) | Outcome::TooLarge)
+            }
         });
-        if over {
+        if over || undecided {
             self.give_back(&slots).await;
+        }
+        if !over && undecided {
+            let why = failure.unwrap_or_else(|| "the store could not decide".into());
+            return Err(self.unavailable(why));
+        }
+        if let Some(why) = &failure {
+            tracing::debug!(error = %why, over, "store failure on a descriptor that did not decide the answer");
         }
         Ok(self.answer(&slots, over, request_hits).await)
     }
 
-    /// The handle of `id`, registering it on first use; a rule whose
-    /// limits changed in a reload changes them on the resource (usage
-    /// kept).
-    fn handle(&self, id: &str, template: &LimitTemplate) -> Result<ResourceHandle<B>, CoreError> {
-        let h = self.broker.lazy_limit(id, template)?;
-        if h.limits() != template.limits() {
-            self.broker.set_limits(id, template.limits().clone())?;
+    /// Counts `hits` of descriptor `d` on its counter: the outcome, or why
+    /// the store could not decide.
+    async fn charge(
+        &self,
+        domain: &str,
+        d: &proto::RateLimitDescriptor,
+        rule: &Rule,
+        is_override: bool,
+        template: &LimitTemplate,
+        hits: u64,
+    ) -> Result<Outcome<B>, String> {
+        let id = resource_id(domain, &d.entries, is_override);
+        let overflow = || {
+            let name = if is_override {
+                format!(
+                    "override/{}s/{}",
+                    rule.unit.map_or(0, |u| u.length().as_secs()),
+                    rule.requests_per_unit
+                )
+            } else {
+                format!("rule/{}", rule.metric)
+            };
+            overflow_id(domain, &name)
+        };
+        let counter = match self.counters.get(&self.broker, &id, template, overflow) {
+            Ok(Found::Counter(c)) => c,
+            Ok(Found::Full) => {
+                add(&self.metrics.overflow, 1);
+                return Ok(Outcome::Refused(
+                    rule.unit.map_or(Duration::ZERO, TimeUnit::length),
+                ));
+            }
+            Err(e) => return Err(e.to_string()),
+        };
+        if counter.overflow {
+            add(&self.metrics.overflow, 1);
         }
-        Ok(h)
+        let handle = &counter.handle;
+        if handle.limits() != template.limits() {
+            // A reload changed the rule's limits: change them in place.
+            self.broker
+                .set_limits(handle.id(), template.limits().clone())
+                .map_err(|e| e.to_string())?;
+        }
+        match handle.try_acquire(AcquireOptions::default().requests(hits)).await {
+            Ok(Acquisition::Granted(permit)) => {
+                counter.touch(self.counters.now());
+                Ok(Outcome::Granted(*permit.grant(), counter))
+            }
+            Ok(Acquisition::Denied(denial)) if denial.is_unavailable() => {
+                Err("the store cannot be reached (failure mode closed)".into())
+            }
+            Ok(Acquisition::Denied(denial)) => Ok(Outcome::Refused(denial.wait)),
+            Err(CoreError::DemandTooLarge { .. }) => Ok(Outcome::TooLarge),
+            Err(e) => Err(e.to_string()),
+        }
     }
 
     fn series(&self, domain: &str, rule: &Rule, entries: &[proto::Entry]) -> Arc<Series> {
@@ -257,7 +376,7 @@ impl<B: Backend> RateLimiter<B> {
     }
 
     fn unavailable(&self, e: impl std::fmt::Display) -> DecisionError {
-        self.metrics.unavailable.fetch_add(1, Ordering::Relaxed);
+        add(&self.metrics.unavailable, 1);
         DecisionError::Unavailable(e.to_string())
     }
 
@@ -265,14 +384,15 @@ impl<B: Backend> RateLimiter<B> {
     async fn give_back(&self, slots: &[Slot<B>]) {
         for s in slots {
             if let Slot::Counted {
-                handle,
-                outcome: Outcome::Granted(grant),
+                outcome: Outcome::Granted(grant, counter),
                 ..
             } = s
             {
-                if let Err(e) = handle.refund(grant).await {
-                    self.metrics.refund_errors.fetch_add(1, Ordering::Relaxed);
-                    tracing::warn!(resource = handle.id(), error = %e, "could not give back a grant of a refused request");
+                if let Err(e) = counter.handle.refund(grant).await {
+                    add(&self.metrics.refund_errors, 1);
+                    // The id is bounded (`id.rs`): no request string makes
+                    // this line long.
+                    tracing::warn!(resource = counter.handle.id(), error = %e, "could not give back a grant of a refused request");
                 }
             }
         }
@@ -294,13 +414,12 @@ impl<B: Backend> RateLimiter<B> {
                 Slot::Counted {
                     rule,
                     series,
-                    handle,
                     hits,
                     outcome,
                 } => {
                     let (status, quota) =
-                        counted_status(rule, series, handle, *hits, outcome, over, &mut retry).await;
-                    quotas.push(quota);
+                        counted_status(rule, series, *hits, outcome, over, &mut retry).await;
+                    quotas.extend(quota);
                     status
                 }
             };
@@ -320,14 +439,14 @@ impl<B: Backend> RateLimiter<B> {
 /// `retry`.
 fn fixed_status(rule: &Rule, series: &Series, retry: &mut Option<Duration>) -> DescriptorStatus {
     let blocked = matches!(rule.quota, Quota::Blocked);
-    series.total_hits.fetch_add(1, Ordering::Relaxed);
+    add(&series.total_hits, 1);
     if blocked {
-        series.over_limit.fetch_add(1, Ordering::Relaxed);
+        add(&series.over_limit, 1);
         if rule.shadow {
-            series.shadow_mode.fetch_add(1, Ordering::Relaxed);
+            add(&series.shadow_mode, 1);
         }
     } else {
-        series.within_limit.fetch_add(1, Ordering::Relaxed);
+        add(&series.within_limit, 1);
     }
     let length = rule.unit.map(TimeUnit::length);
     if blocked && !rule.shadow {
@@ -348,32 +467,32 @@ fn fixed_status(rule: &Rule, series: &Series, retry: &mut Option<Duration>) -> D
 
 /// The status and the `RateLimit` header quota of a counted descriptor,
 /// counted in its series (`over`: the request as a whole is refused); a
-/// refusal's wait goes into `retry`.
+/// refusal's wait goes into `retry`. An undecided descriptor (the store
+/// failed, yet another one refused the call) is `UNKNOWN`, without quota.
 async fn counted_status<B: Backend>(
     rule: &Rule,
     series: &Series,
-    handle: &ResourceHandle<B>,
     hits: u64,
-    outcome: &Outcome,
+    outcome: &Outcome<B>,
     over: bool,
     retry: &mut Option<Duration>,
-) -> (DescriptorStatus, HeaderQuota) {
-    series.total_hits.fetch_add(hits, Ordering::Relaxed);
+) -> (DescriptorStatus, Option<HeaderQuota>) {
+    add(&series.total_hits, hits);
     let limit = u64::from(rule.requests_per_unit);
     let window = rule.unit.map_or(Duration::ZERO, TimeUnit::length);
     let (code, remaining, reset) = match outcome {
-        Outcome::Granted(_) => {
+        Outcome::Granted(_, counter) => {
             // Read after the grant (and any refund): one read of the
             // backend's state.
-            let used = match handle.usage().await {
+            let used = match counter.handle.usage().await {
                 Ok(u) => u.dimensions.first().map_or(0, |(_, n)| *n),
                 Err(_) => 0,
             };
             let remaining = limit.saturating_sub(used);
             if !over {
-                series.within_limit.fetch_add(hits, Ordering::Relaxed);
-                if used * 100 >= limit * NEAR_LIMIT_PERCENT {
-                    series.near_limit.fetch_add(hits, Ordering::Relaxed);
+                add(&series.within_limit, hits);
+                if u128::from(used) * 100 >= u128::from(limit) * u128::from(NEAR_LIMIT_PERCENT) {
+                    add(&series.near_limit, hits);
                 }
             }
             (
@@ -384,6 +503,15 @@ async fn counted_status<B: Backend>(
         }
         Outcome::Refused(wait) => refusal(rule, series, hits, *wait, retry),
         Outcome::TooLarge => refusal(rule, series, hits, window, retry),
+        Outcome::Undecided => {
+            let status = DescriptorStatus {
+                code: Code::Unknown.into(),
+                current_limit: Some(current_limit(rule)),
+                limit_remaining: 0,
+                duration_until_reset: None,
+            };
+            return (status, None);
+        }
     };
     let quota = HeaderQuota {
         name: dimension_name(rule.unit),
@@ -398,7 +526,7 @@ async fn counted_status<B: Backend>(
         limit_remaining: u32::try_from(remaining).unwrap_or(u32::MAX),
         duration_until_reset: Some(reset.into()),
     };
-    (status, quota)
+    (status, Some(quota))
 }
 
 /// A refusal of `hits` counted in `series`: `(code, remaining, reset)`,
@@ -410,9 +538,9 @@ fn refusal(
     wait: Duration,
     retry: &mut Option<Duration>,
 ) -> (Code, u64, Duration) {
-    series.over_limit.fetch_add(hits, Ordering::Relaxed);
+    add(&series.over_limit, hits);
     if rule.shadow {
-        series.shadow_mode.fetch_add(hits, Ordering::Relaxed);
+        add(&series.shadow_mode, hits);
         return (Code::Ok, 0, wait);
     }
     *retry = (*retry).max(Some(wait));

@@ -4,8 +4,10 @@
 //! denial, hits, headers, overrides; `edge`: no 2N at a window edge, on an
 //! injected clock; `outage`: Redis down and the failure modes; `reload`:
 //! a file edit applies live and keeps the counters; `cluster`: two services
-//! on one Redis Cluster share one limit.
+//! on one Redis Cluster share one limit; `bounds`: long values, floods of
+//! values and huge `hits_addend`s stay bounded and never reset a count.
 
+mod bounds;
 mod cluster;
 mod decisions;
 mod edge;

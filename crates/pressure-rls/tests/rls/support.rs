@@ -34,6 +34,16 @@ pub(crate) async fn start(yamls: &[&str]) -> Rls {
 /// Starts the service on `yamls`, on `redis` if given, with an admin
 /// listener when `admin`.
 pub(crate) async fn start_with(yamls: &[&str], redis: Option<RedisConfig>, admin: bool) -> Rls {
+    start_counters(yamls, redis, admin, pressure_core::DEFAULT_MAX_LAZY_RESOURCES).await
+}
+
+/// [`start_with`] keeping at most `max_counters` descriptor counters.
+pub(crate) async fn start_counters(
+    yamls: &[&str],
+    redis: Option<RedisConfig>,
+    admin: bool,
+    max_counters: usize,
+) -> Rls {
     let dir = tempfile::tempdir().expect("temp dir");
     let files: Vec<PathBuf> = yamls
         .iter()
@@ -49,6 +59,7 @@ pub(crate) async fn start_with(yamls: &[&str], redis: Option<RedisConfig>, admin
     opts.admin = admin.then(|| "127.0.0.1:0".to_owned());
     opts.redis = redis;
     opts.watch = Some(Duration::from_millis(50));
+    opts.max_counters = max_counters;
     let server = Server::bind(opts).await.expect("bind");
     let grpc = server.grpc_addr().expect("grpc addr");
     let admin = server.admin_addr().map(|a| format!("http://{a}"));
