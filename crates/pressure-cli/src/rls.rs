@@ -42,7 +42,10 @@ pub(crate) struct RlsArgs {
     #[arg(long)]
     no_watch: bool,
     /// Most descriptor counters held at once (distinct values of key-only
-    /// descriptors, e.g. client IPs); past it idle ones are evicted.
+    /// descriptors, e.g. client IPs). In memory only counters whose windows
+    /// have passed are dropped; while all are live, new values share one
+    /// overflow counter per rule (docs/envoy.md). In Redis each value keeps
+    /// its count in the store.
     #[arg(long, default_value_t = pressure_core::DEFAULT_MAX_LAZY_RESOURCES)]
     max_counters: usize,
 }
