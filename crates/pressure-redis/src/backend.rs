@@ -53,7 +53,7 @@ use pressure_core::{
     Algorithm, Backend, BackendError, CalendarSpec, Counts, Decision, Demand, Denial, Dimension, Grant,
     LeaseId, LimitSpec, Limits, MemoryBackend, RateSpec, Reserved, SyncBackend,
 };
-use pressure_core::{MemoryHandle, Usage};
+use pressure_core::{MemoryHandle, UnitsDelta, Usage};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -96,8 +96,16 @@ impl std::fmt::Debug for RedisBackend {
 /// log line.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct RedisStatus {
-    /// Whether the last call reached Redis.
+    /// Whether every shard answers: the last call to each reached Redis
+    /// and was not refused (OOM, READONLY, BUSY, ...).
     pub healthy: bool,
+    /// The shards in failure mode now: the single Redis's address, or the
+    /// `host:port` of each cluster master that is out (its slots' limits
+    /// follow the failure mode; the other masters' keep counting).
+    pub unhealthy_shards: Vec<String>,
+    /// Shards known: 1 for a single Redis; a cluster's masters once its
+    /// slot map is read (1 until then).
+    pub shards: usize,
     /// Calls that failed or timed out.
     pub failures: u64,
     /// Acquisitions answered by the failure mode.
@@ -373,13 +381,26 @@ impl RedisBackend {
         }
         let address = conn::display_address(&config);
         let error = if pool.is_connected() { None } else { error };
+        let connections = if config.cluster_nodes.is_empty() {
+            config.connections.max(1)
+        } else {
+            4
+        };
+        let turns = crate::store::IN_FLIGHT_PER_CONNECTION.saturating_mul(connections);
         let store = Arc::new(Store {
             pool,
-            health: Health::new(config.failure_mode, address, error),
+            health: Health::new(
+                config.failure_mode,
+                address,
+                !config.cluster_nodes.is_empty(),
+                error,
+            ),
             local: MemoryBackend::new(),
             clock: MonotonicClock::new(),
             config,
             lost: Mutex::new(Vec::new()),
+            replays: Mutex::new(Vec::new()),
+            turns: Arc::new(tokio::sync::Semaphore::new(turns)),
             wake: Arc::new(tokio::sync::Notify::new()),
             shapes: Mutex::new(HashMap::new()),
             cancelled_calls: AtomicU64::new(0),
@@ -416,6 +437,8 @@ impl RedisBackend {
         let h = &self.store.health;
         RedisStatus {
             healthy: h.is_healthy(),
+            unhealthy_shards: h.unhealthy(),
+            shards: h.shards().len(),
             failures: h.failures.load(Ordering::Relaxed),
             fallbacks: h.fallbacks.load(Ordering::Relaxed),
             transitions: h.transitions.load(Ordering::Relaxed),
@@ -468,8 +491,12 @@ impl RedisBackend {
     }
 
     /// Runs one script invocation with the call timeout, updating health.
-    async fn call<T: redis::FromRedisValue>(&self, inv: redis::ScriptInvocation<'_>) -> Result<T, Failure> {
-        self.store.call(inv).await
+    async fn call<T: redis::FromRedisValue>(
+        &self,
+        key: &str,
+        inv: redis::ScriptInvocation<'_>,
+    ) -> Result<T, Failure> {
+        self.store.call(key, inv).await
     }
 
     /// Queues the background release of `lease` (`kind` says whether its
@@ -536,7 +563,7 @@ impl RedisBackend {
                 for a in &args {
                     inv.arg(a);
                 }
-                store.call_untimed::<Vec<i64>>(inv).await
+                store.call_untimed::<Vec<i64>>(&key, inv).await
             }
         };
         let lost = LostAcquisition {
@@ -550,7 +577,7 @@ impl RedisBackend {
         };
         let v = self
             .store
-            .call_settled(call, move |answer| lost.settle(answer))
+            .call_settled(&h.keys.state, call, move |answer| lost.settle(answer))
             .await?;
         self.decide(h, demand, lease, &v)
     }
@@ -731,7 +758,11 @@ impl Backend for RedisBackend {
             d
         } else if let Some(d) = h.leases.as_ref().and_then(|b| b.serve(demand)) {
             d
-        } else if !self.store.health.should_try() {
+        } else if !self
+            .store
+            .health
+            .should_try(&self.store.health.shard(&h.keys.state))
+        {
             self.fallback(h, demand)
         } else {
             let lease = (demand.lease && h.spec.concurrency.is_some()).then(rand::random::<u64>);
@@ -740,7 +771,15 @@ impl Backend for RedisBackend {
                 None => self.acquire_remote(h, demand, lease).await,
             };
             match remote {
-                Ok(d) => d,
+                Ok(d) => {
+                    if matches!(d, Decision::Granted(_)) {
+                        // A grant is a write the store accepted: a shard
+                        // out for refusing writes is back.
+                        let health = &self.store.health;
+                        health.written(&health.shard(&h.keys.state));
+                    }
+                    d
+                }
                 Err(f) => {
                     if let (true, false, Some(lease)) = (f.sent, f.owned, lease) {
                         // The script may still run: give its lease back.
@@ -785,20 +824,26 @@ impl Backend for RedisBackend {
             let members = [member(lease.0)];
             async move {
                 store
-                    .call_untimed::<i64>(release_invocation(&key, 0, &members))
+                    .call_untimed::<i64>(&key, release_invocation(&key, 0, &members))
                     .await
             }
         };
         let answer = self
             .store
-            .call_settled(call, move |answer| {
-                if !matches!(answer, Some(Ok(_))) {
+            .call_settled(&h.keys.state, call, move |answer| {
+                if matches!(answer, Some(Ok(_))) {
+                    // Answered past its caller's timeout: around an outage.
+                    store.replay_later(&key, member(lease.0), true);
+                } else {
                     store.lose(key, lease.0, ttl, LostKind::Release);
                 }
             })
             .await;
         match answer {
-            Ok(_) => Ok(()),
+            Ok(_) => {
+                self.store.replay_later(&h.keys.state, member(lease.0), false);
+                Ok(())
+            }
             Err(f) if f.owned => Err(f.error),
             Err(f) => {
                 // Retried in the background until Redis answers.
@@ -845,7 +890,7 @@ impl Backend for RedisBackend {
         for (_, m) in &remote {
             inv.arg(m);
         }
-        let kept: Vec<i64> = self.call(inv).await?;
+        let kept: Vec<i64> = self.call(&h.keys.state, inv).await?;
         if kept.len() != remote.len() {
             return Err(BackendError::Protocol(format!("renew returned {kept:?}")));
         }
@@ -864,9 +909,7 @@ impl Backend for RedisBackend {
         }
         let before = Demand::from(&grant.reserved);
         let after = Demand::from(actual);
-        let changes = changes(&h.dims, &h.spec, |units| {
-            units(&after) as i64 - units(&before) as i64
-        });
+        let changes = changes(&h.dims, &h.spec, |units| (units(&before), units(&after)));
         if changes.is_empty() {
             return Ok(());
         }
@@ -879,10 +922,10 @@ impl Backend for RedisBackend {
         let offset_us = self.offset_us();
         let call = async move {
             store
-                .call_untimed::<i64>(reconcile_invocation(&key, at_us, &changes, offset_us))
+                .call_untimed::<i64>(&key, reconcile_invocation(&key, at_us, &changes, offset_us))
                 .await
         };
-        match self.store.call_settled(call, |_| {}).await {
+        match self.store.call_settled(&h.keys.state, call, |_| {}).await {
             // Past the timeout the correction is the backend's to deliver
             // (when Redis answers): the permit counts it as made.
             Ok(_) | Err(Failure { owned: true, .. }) => Ok(()),
@@ -904,7 +947,7 @@ impl Backend for RedisBackend {
         for c in cals {
             inv.arg(calendar_kind(c.calendar)).arg(c.dimension.index());
         }
-        let v: Vec<i64> = self.call(inv).await?;
+        let v: Vec<i64> = self.call(&h.keys.state, inv).await?;
         let n = h.dims.len();
         if v.len() != n + 2 * cals.len() + 1 {
             return Err(BackendError::Protocol(format!("usage returned {v:?}")));
@@ -965,35 +1008,61 @@ pub(crate) struct Change {
 }
 
 impl Change {
-    fn of(d: &Dim, delta: i64) -> Self {
+    fn of(d: &Dim, (before, after): (u64, u64)) -> Self {
+        // A gcra TAT moves by delta × T (µs): bounded so the product stays
+        // exact in the script's doubles.
+        let bound = if d.gcra {
+            MAX_SCRIPT_UNITS / d.step_us.max(1)
+        } else {
+            MAX_SCRIPT_UNITS
+        };
         Self {
             kind: u8::from(d.gcra),
             dimension: d.rate.dimension.index(),
-            delta,
+            delta: bounded_delta(before, after, bound),
             step_us: d.step_us,
             window_us: d.window_us,
         }
     }
 
-    fn calendar(c: &CalendarSpec, delta: i64) -> Self {
+    fn calendar(c: &CalendarSpec, (before, after): (u64, u64)) -> Self {
         Self {
             kind: 1 + calendar_kind(c.calendar),
             dimension: c.dimension.index(),
-            delta,
+            delta: bounded_delta(before, after, MAX_SCRIPT_UNITS),
             step_us: 0,
             window_us: 0,
         }
     }
 }
 
+/// The most units a script counts for one grant (2^52: exact in the
+/// scripts' doubles, and far past any limit): a count above it is counted
+/// as this many, so it fills the limit, and a correction between two such
+/// counts moves nothing (a count pinned full is not refunded).
+const MAX_SCRIPT_UNITS: u64 = 1 << 52;
+
+/// The correction from `before` to `after` units, each counted as at most
+/// `bound`, as the script's signed argument: never a wrapped number, never
+/// a change of sign.
+fn bounded_delta(before: u64, after: u64, bound: u64) -> i64 {
+    let bound = bound.max(1);
+    UnitsDelta::between(before.min(bound), after.min(bound)).saturating_i64()
+}
+
 /// The non-zero corrections of every dimension, rate and calendar, where
-/// `delta` gives a dimension's delta from its units function.
-fn changes(dims: &[Dim], spec: &LimitSpec, delta: impl Fn(&dyn Fn(&Demand) -> u64) -> i64) -> Vec<Change> {
-    let rates = dims.iter().map(|d| Change::of(d, delta(&|x| d.rate.units(x))));
+/// `counts` gives a dimension's units (before, after) from its units
+/// function.
+fn changes(
+    dims: &[Dim],
+    spec: &LimitSpec,
+    counts: impl Fn(&dyn Fn(&Demand) -> u64) -> (u64, u64),
+) -> Vec<Change> {
+    let rates = dims.iter().map(|d| Change::of(d, counts(&|x| d.rate.units(x))));
     let calendars = spec
         .calendars
         .iter()
-        .map(|c| Change::calendar(c, delta(&|x| c.units(x))));
+        .map(|c| Change::calendar(c, counts(&|x| c.units(x))));
     rates.chain(calendars).filter(|c| c.delta != 0).collect()
 }
 
@@ -1034,7 +1103,7 @@ impl LostAcquisition {
         };
         store.cancel_releases.fetch_add(1, Ordering::Relaxed);
         let demand = self.demand;
-        let refund = changes(&self.dims, &self.spec, |units| -(units(&demand) as i64));
+        let refund = changes(&self.dims, &self.spec, |units| (units(&demand), 0));
         if let Some(lease) = self.lease {
             store.release_detached(self.key.clone(), lease, self.lease_ttl_ns);
         }
@@ -1082,7 +1151,9 @@ impl Store {
             Ok(rt) => {
                 let store = Arc::clone(self);
                 rt.spawn(async move {
-                    if store.release_remote(&key, 0, &[member(lease)]).await.is_err() {
+                    if store.release_remote(&key, 0, &[member(lease)]).await.is_ok() {
+                        store.replay_later(&key, member(lease), false);
+                    } else {
                         store.lose(key, lease, lease_ttl_ns, LostKind::Release);
                     }
                 });
@@ -1101,7 +1172,7 @@ impl Store {
         changes: &[Change],
         offset_us: i64,
     ) -> Result<i64, Failure> {
-        self.call(reconcile_invocation(key, at_us, changes, offset_us))
+        self.call(key, reconcile_invocation(key, at_us, changes, offset_us))
             .await
     }
 
@@ -1115,7 +1186,12 @@ impl Store {
     /// call goes on in a task that waits up to [`ORPHAN_WAIT`] for the
     /// answer and gives it to `orphan` (`None`: none came), counted in
     /// [`RedisStatus::cancelled_calls`].
-    pub(crate) async fn call_settled<T, F, O>(self: &Arc<Self>, call: F, orphan: O) -> Result<T, Failure>
+    pub(crate) async fn call_settled<T, F, O>(
+        self: &Arc<Self>,
+        key: &str,
+        call: F,
+        orphan: O,
+    ) -> Result<T, Failure>
     where
         T: Send + 'static,
         F: std::future::Future<Output = Result<T, Failure>> + Send + 'static,
@@ -1126,10 +1202,19 @@ impl Store {
             store.cancelled_calls.fetch_add(1, Ordering::Relaxed);
             orphan(answer)
         };
+        let shard = self.health.shard(key);
+        let turn = self.turn(&shard).await?;
+        // The turn goes with the call, to the task that settles it if the
+        // caller goes away.
+        let call = async move {
+            let answer = call.await;
+            drop(turn);
+            answer
+        };
         let settled = Settled::new(call, orphan).orphan_wait(ORPHAN_WAIT);
-        match tokio::time::timeout(self.config.timeout(), settled).await {
-            Ok(answer) => answer,
-            Err(_) => Err(self.timed_out().handed_on()),
+        match self.bounded(&shard, settled).await {
+            Some(answer) => answer,
+            None => Err(self.timed_out(&shard, key).handed_on()),
         }
     }
 }

@@ -325,12 +325,7 @@ fn masters(reply: Value) -> Result<Vec<Master>, String> {
             return Err(bad("a range without start slot and master"));
         };
         let slot = u16::try_from(*start).map_err(|_| bad("slot out of range"))?;
-        let text = |v: Option<&Value>| match v {
-            Some(Value::BulkString(b)) => Some(String::from_utf8_lossy(b).into_owned()),
-            Some(Value::SimpleString(s)) => Some(s.clone()),
-            Some(Value::Int(i)) => Some(i.to_string()),
-            _ => None,
-        };
+        let text = crate::slot_map::text;
         let host = text(node.first()).ok_or_else(|| bad("a master without host"))?;
         let port = text(node.get(1)).ok_or_else(|| bad("a master without port"))?;
         let address = format!("{host}:{port}");

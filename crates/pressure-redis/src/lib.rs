@@ -129,6 +129,7 @@ mod settle;
 mod shape;
 mod shared_breaker;
 mod shared_hash;
+mod slot_map;
 mod store;
 
 pub use any::{AnyBackend, AnyHandle};

@@ -114,7 +114,7 @@ fn a_calendar_count_expires_with_its_period() {
         // 30 s to the period's end, plus a margin of at most 10 s.
         assert!(ttl > 25_000 && ttl <= 40_001, "{name}: PTTL {ttl} ms");
         let _: () = con.del(&key).expect("DEL");
-        let up = changes(&dims, &spec, |units| units(&demand) as i64);
+        let up = changes(&dims, &spec, |units| (0, units(&demand)));
         let _: i64 = reconcile_invocation(&key, now_us, &up, offset)
             .invoke(&mut con)
             .expect("reconcile");

@@ -87,7 +87,7 @@ impl RedisBackend {
                 inv.arg(epoch).arg(code);
             }
         }
-        let v: Vec<i64> = self.store.call(inv).await?;
+        let v: Vec<i64> = self.store.call(&keys.state, inv).await?;
         let [state, epoch, retry_ms, granted_probes, granted] = v[..] else {
             return Err(BackendError::Protocol(format!("breaker.lua returned {v:?}")));
         };

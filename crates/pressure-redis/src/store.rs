@@ -7,21 +7,27 @@
 
 use crate::config::RedisConfig;
 use crate::conn::{self, Pool};
-use crate::health::Health;
+use crate::health::{is_refusal, Health, Shard};
 use crate::scripts;
 use crate::shape::{self, Shape};
 use parking_lot::Mutex;
-use pressure_core::clock::{MonotonicClock, WallShift};
+use pressure_core::clock::{Clock, MonotonicClock, WallShift};
 use pressure_core::{BackendError, MemoryBackend};
 use std::collections::HashMap;
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
+use std::time::Duration;
 
 /// Distinct limit shapes that get a script of their own; past this, new
 /// shapes use the generic `lua/acquire.lua` (each script is kept in Redis's
 /// script cache for good, so their number must stay bounded whatever the
 /// configuration holds).
 const MAX_SHAPES: usize = 256;
+
+/// Calls in flight at most per pooled connection (a cluster's one
+/// connection counts as four). The rest wait for a turn in the process,
+/// outside the call timeout (see [`Store::turn`]).
+pub(crate) const IN_FLIGHT_PER_CONNECTION: usize = 256;
 
 /// Undelivered releases kept at most (oldest dropped past it: their leases
 /// expire by their TTL anyway).
@@ -42,6 +48,10 @@ pub(crate) struct Store {
     /// Releases to deliver in the background (lost acquisitions, failed
     /// releases).
     pub(crate) lost: Mutex<Vec<Lost>>,
+    /// Turns on the connections ([`IN_FLIGHT_PER_CONNECTION`] each).
+    pub(crate) turns: Arc<tokio::sync::Semaphore>,
+    /// Releases to deliver again for a while (`background::REPLAY_WINDOW`).
+    pub(crate) replays: Mutex<Vec<Replay>>,
     /// Wakes the background task (a connection broke, a lease was lost).
     pub(crate) wake: Arc<tokio::sync::Notify>,
     /// The acquire script of every limit shape registered so far, shared by
@@ -92,7 +102,8 @@ impl From<Failure> for BackendError {
 }
 
 /// Whether an error means the store is out (I/O, connection, cluster down)
-/// rather than a bad answer.
+/// or cannot decide now (an error reply such as OOM, READONLY or BUSY:
+/// [`crate::health::is_refusal`]) rather than a bad answer.
 pub(crate) fn is_store_failure(e: &redis::RedisError) -> bool {
     e.is_io_error()
         || e.is_connection_dropped()
@@ -101,6 +112,7 @@ pub(crate) fn is_store_failure(e: &redis::RedisError) -> bool {
         || e.is_unrecoverable_error()
         || e.is_cluster_error()
         || conn::is_auth_failure(e)
+        || is_refusal(e)
 }
 
 /// Why a lease release is pending.
@@ -126,25 +138,140 @@ pub(crate) struct Lost {
     pub(crate) give_up_ns: u64,
 }
 
+/// A delivered release to deliver again until `until_ns` (backend clock).
+#[derive(Debug, Clone)]
+pub(crate) struct Replay {
+    pub(crate) key: String,
+    pub(crate) member: String,
+    pub(crate) next_ns: u64,
+    pub(crate) until_ns: u64,
+}
+
 impl Store {
-    /// Runs one script invocation with the call timeout on a pooled
-    /// connection, updating health; a broken connection leaves the pool.
+    /// Remembers the delivered release of `member` of `key` for
+    /// `background::REPLAY_WINDOW`, when it was made around an outage:
+    /// `late` (delivered after failing, or answered past its caller's
+    /// timeout) or its shard failed less than the window ago.
+    pub(crate) fn replay_later(&self, key: &str, member: String, late: bool) {
+        let window = pressure_core::clock::duration_to_nanos(crate::background::REPLAY_WINDOW);
+        let now = self.clock.now_nanos();
+        if !late {
+            let failed = self.health.shard(key).last_failure_ns();
+            if failed == 0 || self.health.now_nanos().saturating_sub(failed) >= window {
+                return;
+            }
+        }
+        {
+            let mut r = self.replays.lock();
+            if r.len() >= MAX_LOST {
+                r.remove(0);
+            }
+            r.push(Replay {
+                key: key.to_owned(),
+                member,
+                next_ns: now,
+                until_ns: now.saturating_add(window),
+            });
+        }
+        self.wake.notify_one();
+    }
+
+    /// Runs one script invocation on `key` with the call timeout on a
+    /// pooled connection, updating the health of `key`'s shard; a broken
+    /// connection leaves the pool.
     pub(crate) async fn call<T: redis::FromRedisValue>(
         &self,
+        key: &str,
         inv: redis::ScriptInvocation<'_>,
     ) -> Result<T, Failure> {
-        match tokio::time::timeout(self.config.timeout(), self.call_untimed(inv)).await {
-            Ok(answer) => answer,
-            Err(_) => Err(self.timed_out()),
+        let shard = self.health.shard(key);
+        let turn = self.turn(&shard).await?;
+        let call = std::pin::pin!(self.call_on(&shard, key, inv));
+        let answer = match self.bounded(&shard, call).await {
+            Some(answer) => answer,
+            None => Err(self.timed_out(&shard, key)),
+        };
+        drop(turn);
+        answer
+    }
+
+    /// Waits for a turn to send a call to `shard`: at most
+    /// [`IN_FLIGHT_PER_CONNECTION`] calls per connection are in flight, the
+    /// others wait here, back-pressured, before their call timeout starts.
+    /// So a burst of thousands of calls is a short queue in the process,
+    /// not thousands of replies that each wait behind the others against
+    /// their own timeout; and when the shard fails while a call waits, the
+    /// call is not sent at all (the failure mode answers it at once).
+    pub(crate) async fn turn(&self, shard: &Shard) -> Result<tokio::sync::OwnedSemaphorePermit, Failure> {
+        let queued = self.health.now_nanos();
+        let unavailable = |why: String| Failure {
+            error: BackendError::Unavailable(format!("{}: {why}", shard.address)),
+            sent: false,
+            owned: false,
+        };
+        let turn = match Arc::clone(&self.turns).try_acquire_owned() {
+            Ok(turn) => return Ok(turn),
+            Err(_) => Arc::clone(&self.turns)
+                .acquire_owned()
+                .await
+                .map_err(|_| unavailable("the backend is shutting down".into()))?,
+        };
+        if shard.last_failure_ns() > queued {
+            return Err(unavailable("failed while this call waited for its turn".into()));
+        }
+        Ok(turn)
+    }
+
+    /// Awaits `call` on `shard` for the call timeout — measured from the
+    /// shard's last answer, not from the start: while the shard answers
+    /// other calls, this one is queued behind them in the process (a burst
+    /// on one connection, a busy machine) and the store is not slow. So a
+    /// burst never puts a healthy store in failure mode; a store that
+    /// answers nobody for the timeout does. Bounded in all by the
+    /// connection's own response timeout (four times the call timeout, at
+    /// least a second), which fails the call itself past it. `None`: no
+    /// answer in time.
+    pub(crate) async fn bounded<F: std::future::Future + Unpin>(
+        &self,
+        shard: &Shard,
+        mut call: F,
+    ) -> Option<F::Output> {
+        let timeout_ns = pressure_core::clock::duration_to_nanos(self.config.timeout());
+        let started = self.health.now_nanos();
+        let cap = started.saturating_add(timeout_ns.saturating_mul(4).max(1_000_000_000));
+        let mut since = started;
+        loop {
+            let wait = since
+                .saturating_add(timeout_ns)
+                .saturating_sub(self.health.now_nanos());
+            if let Ok(answer) = tokio::time::timeout(Duration::from_nanos(wait), &mut call).await {
+                return Some(answer);
+            }
+            // One turn for the connection's task: a reply that a busy
+            // process has not read yet is not a silent store.
+            tokio::task::yield_now().await;
+            if let std::task::Poll::Ready(answer) = futures::poll!(&mut call) {
+                return Some(answer);
+            }
+            let heard = shard.last_answer_ns();
+            if heard <= since || self.health.now_nanos() >= cap {
+                return None;
+            }
+            since = heard;
         }
     }
 
-    /// The failure of a call that got no answer within the call timeout
-    /// (its command was sent: it may still run), counted in the health.
-    pub(crate) fn timed_out(&self) -> Failure {
+    /// The failure of a call on `key` that got no answer within the call
+    /// timeout (its command was sent: it may still run), counted in the
+    /// health of its shard.
+    pub(crate) fn timed_out(&self, shard: &Shard, key: &str) -> Failure {
         let timeout = self.config.timeout();
-        self.health
-            .failed(&format!("no answer within {} ms", timeout.as_millis()));
+        self.health.failed(
+            shard,
+            Some(key),
+            &format!("no answer within {} ms", timeout.as_millis()),
+            false,
+        );
         Failure {
             error: BackendError::Timeout(timeout),
             sent: true,
@@ -156,12 +283,23 @@ impl Store {
     /// the wait itself and hands the call on when it gives up (`settle.rs`).
     pub(crate) async fn call_untimed<T: redis::FromRedisValue>(
         &self,
+        key: &str,
+        inv: redis::ScriptInvocation<'_>,
+    ) -> Result<T, Failure> {
+        let shard = self.health.shard(key);
+        self.call_on(&shard, key, inv).await
+    }
+
+    async fn call_on<T: redis::FromRedisValue>(
+        &self,
+        shard: &Shard,
+        key: &str,
         inv: redis::ScriptInvocation<'_>,
     ) -> Result<T, Failure> {
         let timeout = self.config.timeout();
         let Some(mut pooled) = self.pool.get() else {
             let cause = self.health.last_error().unwrap_or_else(|| "connecting".into());
-            self.health.unreachable();
+            self.health.unreachable(shard);
             return Err(Failure {
                 error: BackendError::Unavailable(format!(
                     "not connected to {}: {cause}",
@@ -173,7 +311,7 @@ impl Store {
         };
         match inv.invoke_async(&mut pooled.conn).await {
             Ok(v) => {
-                self.health.ok();
+                self.health.answered(shard);
                 Ok(v)
             }
             Err(e) if is_store_failure(&e) => {
@@ -181,16 +319,18 @@ impl Store {
                     self.pool.discard(&pooled);
                     self.wake.notify_one();
                 }
+                let refusal = is_refusal(&e);
                 let cause = conn::describe(&e, timeout);
-                self.health.failed(&cause);
+                self.health.failed(shard, Some(key), &cause, refusal);
+                self.wake.notify_one();
                 Err(Failure {
-                    error: BackendError::Unavailable(format!("{}: {cause}", self.health.address)),
+                    error: BackendError::Unavailable(format!("{}: {cause}", shard.address)),
                     sent: true,
                     owned: false,
                 })
             }
             Err(e) => {
-                self.health.ok();
+                self.health.answered(shard);
                 Err(Failure {
                     error: BackendError::Protocol(e.to_string()),
                     sent: true,
@@ -208,7 +348,8 @@ impl Store {
         tombstone_us: u64,
         members: &[String],
     ) -> Result<i64, Failure> {
-        self.call(release_invocation(key, tombstone_us, members)).await
+        self.call(key, release_invocation(key, tombstone_us, members))
+            .await
     }
 
     /// Queues a release for the background task and wakes it.

@@ -79,7 +79,11 @@ fn usage(con: &mut redis::Connection, key: &str, now: u64) -> i64 {
 }
 
 fn reconcile(con: &mut redis::Connection, key: &str, at: u64, delta: i64, now: u64) {
-    let c = Change::of(&two_per_minute().1, delta);
+    let counts = match u64::try_from(delta) {
+        Ok(up) => (0, up),
+        Err(_) => (delta.unsigned_abs(), 0),
+    };
+    let c = Change::of(&two_per_minute().1, counts);
     let script = redis::Script::new(&with_fake_clock(scripts::RECONCILE_LUA));
     let _: i64 = script
         .key(key)

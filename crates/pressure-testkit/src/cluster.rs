@@ -87,6 +87,12 @@ impl RedisCluster {
         }
     }
 
+    /// Node `i` (0-based, in slot order: node `i` of `n` serves slots
+    /// `i·16384/n ..< (i+1)·16384/n`), to freeze or query one master alone.
+    pub fn node(&self, i: usize) -> Option<&RedisServer> {
+        self.nodes.get(i)
+    }
+
     /// The nodes' URLs, `redis://127.0.0.1:<port>` each.
     pub fn urls(&self) -> Vec<String> {
         self.nodes.iter().map(RedisServer::url).collect()

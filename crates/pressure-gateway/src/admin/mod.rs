@@ -184,6 +184,7 @@ async fn healthz(State(state): State<AdminState>) -> Response {
             "redis": "unavailable",
             "url": s.url,
             "error": s.last_error,
+            "unavailableShards": s.unhealthy_shards,
         }),
         _ => serde_json::json!({ "status": "ok" }),
     };

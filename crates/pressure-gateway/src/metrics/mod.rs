@@ -21,6 +21,7 @@
 //! | `pressure_backend_errors_total` | counter | `resource` |
 //! | `pressure_queue_queued` | gauge | `resource` |
 //! | `pressure_redis_healthy` | gauge | |
+//! | `pressure_redis_unhealthy_shards` | gauge | |
 //! | `pressure_redis_failures_total` | counter | |
 //! | `pressure_redis_fallbacks_total` | counter | |
 //! | `pressure_redis_transitions_total` | counter | |

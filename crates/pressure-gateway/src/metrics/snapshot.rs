@@ -77,8 +77,14 @@ pub(super) fn encode(out: &mut String, stats: &[ResourceStats], redis: Option<Re
             (
                 "pressure_redis_healthy",
                 "gauge",
-                "Whether the last call reached Redis (1) or not (0).",
+                "Whether every shard of the store answers and decides (1) or one is in failure mode (0): no connection, no answer within the timeout, or an error reply such as OOM, READONLY or BUSY.",
                 u64::from(r.healthy),
+            ),
+            (
+                "pressure_redis_unhealthy_shards",
+                "gauge",
+                "Shards in failure mode now (the single Redis, or each Redis Cluster master that is out).",
+                u64::try_from(r.unhealthy_shards.len()).unwrap_or(u64::MAX),
             ),
             (
                 "pressure_redis_failures_total",

@@ -40,7 +40,11 @@ impl<'a> Refill<'a> {
         store.leasing.calls.fetch_add(1, Ordering::Relaxed);
         let call = {
             let (store, key) = (Arc::clone(store), book.key.clone());
-            async move { store.call_untimed::<Vec<i64>>(invocation(&key, &args)).await }
+            async move {
+                store
+                    .call_untimed::<Vec<i64>>(&key, invocation(&key, &args))
+                    .await
+            }
         };
         let orphan = {
             let (store, key, args) = (Arc::clone(store), book.key.clone(), book.args.clone());
@@ -65,7 +69,7 @@ impl<'a> Refill<'a> {
                 }
             }
         };
-        let v = match store.call_settled(call, orphan).await {
+        let v = match store.call_settled(&book.key, call, orphan).await {
             Ok(v) => v,
             Err(f) => {
                 if let (false, Some(old)) = (f.sent, self.old) {
@@ -132,7 +136,7 @@ fn spawn_give_back(store: Arc<Store>, key: String, base: &[String], held: Held) 
     let args = lease_args(base, 0, 0, 0, 0, Some(&held));
     store.leasing.calls.fetch_add(1, Ordering::Relaxed);
     rt.spawn(async move {
-        let _ = store.call::<Vec<i64>>(invocation(&key, &args)).await;
+        let _ = store.call::<Vec<i64>>(&key, invocation(&key, &args)).await;
     });
 }
 

@@ -110,3 +110,92 @@ async fn one_slot_per_resource_and_distinct_slots_across_resources() {
     }
     assert_eq!(slots.len(), ids.len());
 }
+
+/// One master of a cluster of the test's own frozen: only the resources
+/// whose slots it serves follow the failure mode; a resource on another
+/// master keeps counting in Redis, and the status names the one shard out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_frozen_master_lifts_only_its_own_slots() {
+    use pressure_core::{AcquireOptions, Limits};
+    use pressure_redis::FailureMode;
+    use std::time::Duration;
+    let cluster = tokio::task::spawn_blocking(support::RedisCluster::start)
+        .await
+        .expect("cluster starts");
+    let b = support::broker_with(RedisConfig {
+        cluster_nodes: cluster.urls(),
+        failure_mode: FailureMode::Closed,
+        timeout_ms: support::TIMEOUT_MS,
+        connect_timeout_ms: support::CONNECT_TIMEOUT_MS,
+        ..RedisConfig::default()
+    })
+    .await;
+    // A resource on the first master (slots 0..5461) and one on the last
+    // (10923..16384).
+    let client = redis::Client::open(cluster.urls()[0].as_str()).expect("url");
+    let mut conn = client.get_multiplexed_async_connection().await.expect("connects");
+    let prefix = b.backend().config().key_prefix.clone();
+    let (mut first, mut last) = (None, None);
+    for i in 0..1_000 {
+        let id = format!("shard-{i}");
+        let slot = keyslot(&mut conn, &ResourceKeys::new(&prefix, &id).state).await;
+        if slot < 5_461 && first.is_none() {
+            first = Some(id);
+        } else if slot >= 10_923 && last.is_none() {
+            last = Some(id);
+        }
+    }
+    let (first, last) = (
+        first.expect("a key on the first"),
+        last.expect("a key on the last"),
+    );
+    for id in [&first, &last] {
+        b.register_limit(id, Limits::default().requests_per_minute(1_000))
+            .expect("valid");
+    }
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while b.backend().status().shards != 3 {
+        assert!(tokio::time::Instant::now() < deadline, "slot map never read");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // Traffic before the freeze: each master has the acquire script (a
+    // first EVALSHA's NOSCRIPT makes the client load it on every master,
+    // the frozen one too, and wait for all).
+    for id in [&first, &last] {
+        let a = b
+            .try_acquire(id, AcquireOptions::default())
+            .await
+            .expect("answers");
+        assert!(a.allowed());
+    }
+    let node = cluster.node(0).expect("first master");
+    node.pause(true);
+    // The frozen master's resource: one timeout, then the failure mode.
+    let a = b
+        .try_acquire(&first, AcquireOptions::default())
+        .await
+        .expect("answers");
+    assert!(!a.allowed(), "closed refuses on the frozen shard");
+    // The other's: counted in Redis, every call.
+    for n in 2..=21u64 {
+        let a = b
+            .try_acquire(&last, AcquireOptions::default())
+            .await
+            .expect("answers");
+        assert!(
+            a.allowed(),
+            "call {n} on a healthy shard: {:?}",
+            b.backend().status()
+        );
+    }
+    let st = b.backend().status();
+    node.pause(false);
+    assert_eq!(
+        st.unhealthy_shards,
+        vec![format!("127.0.0.1:{}", node.port())],
+        "{st:?}"
+    );
+    assert!(!st.healthy && st.transitions == 1, "{st:?}");
+    let s = b.resource_stats(&last).await.expect("stats");
+    assert_eq!(s.usage.get("requestsPerMinute").copied(), Some(21), "{s:?}");
+}

@@ -234,3 +234,257 @@ async fn pending_releases_reach(b: &ResourceBroker<RedisBackend>, ok: impl Fn(u6
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
+
+/// How a reachable Redis refuses to decide: each answers every call with an
+/// error reply (not a timeout, not a closed socket).
+#[derive(Debug, Clone, Copy)]
+enum Refusal {
+    /// `maxmemory` reached under `noeviction`: writes get `OOM`.
+    Oom,
+    /// Demoted to a replica (`REPLICAOF`): writes get `READONLY`.
+    ReadOnly,
+    /// A script past the busy threshold: everything gets `BUSY`.
+    Busy,
+}
+
+/// Starts `refusal` on `srv` (`other`: a second server to replicate from);
+/// returns what ends it.
+fn refuse(refusal: Refusal, srv: &RedisServer, other: &RedisServer) -> Box<dyn FnOnce() + Send> {
+    let mut c = support::conn(srv);
+    match refusal {
+        Refusal::Oom => {
+            let _: () = redis::cmd("CONFIG")
+                .arg("SET")
+                .arg("maxmemory-policy")
+                .arg("noeviction")
+                .query(&mut c)
+                .expect("policy");
+            let _: () = redis::cmd("CONFIG")
+                .arg("SET")
+                .arg("maxmemory")
+                .arg(1)
+                .query(&mut c)
+                .expect("maxmemory");
+            Box::new(move || {
+                let _: () = redis::cmd("CONFIG")
+                    .arg("SET")
+                    .arg("maxmemory")
+                    .arg(0)
+                    .query(&mut c)
+                    .expect("maxmemory off");
+            })
+        }
+        Refusal::ReadOnly => {
+            let _: () = redis::cmd("REPLICAOF")
+                .arg("127.0.0.1")
+                .arg(other.port())
+                .query(&mut c)
+                .expect("replicaof");
+            Box::new(move || {
+                let _: () = redis::cmd("REPLICAOF")
+                    .arg("NO")
+                    .arg("ONE")
+                    .query(&mut c)
+                    .expect("replicaof no one");
+            })
+        }
+        Refusal::Busy => {
+            let _: () = redis::cmd("CONFIG")
+                .arg("SET")
+                .arg("busy-reply-threshold")
+                .arg(20)
+                .query(&mut c)
+                .expect("threshold");
+            let mut spinner = support::conn(srv);
+            let spin = std::thread::spawn(move || {
+                // Runs until SCRIPT KILL: read-only, so it can be killed.
+                let _ = redis::cmd("EVAL")
+                    .arg("local i = 0 while true do i = i + 1 end")
+                    .arg(0)
+                    .query::<redis::Value>(&mut spinner);
+            });
+            // Past the threshold, every other client gets BUSY.
+            // Up to 10 s in 5 ms steps.
+            let busy = (0..2_000).any(|_| {
+                std::thread::sleep(Duration::from_millis(5));
+                matches!(redis::cmd("PING").query::<String>(&mut c), Err(e) if e.code() == Some("BUSY"))
+            });
+            assert!(busy, "never busy");
+            Box::new(move || {
+                let _ = redis::cmd("SCRIPT").arg("KILL").query::<()>(&mut c);
+                spin.join().expect("the spinning client ends");
+            })
+        }
+    }
+}
+
+/// A Redis that answers with an error reply that says it cannot decide
+/// follows the failure mode exactly as a Redis that is down does: `open`
+/// admits, `closed` refuses, `local` counts its share in memory; the health
+/// flips to unavailable and back once each way (one log line each), and
+/// counting returns to Redis once the refusal ends, with no traffic.
+async fn refused(refusal: Refusal, mode: FailureMode, expect_allowed: impl Fn(usize) -> bool) {
+    let srv = RedisServer::start();
+    let other = RedisServer::start();
+    let b = broker(&srv, mode).await;
+    assert_eq!(burst(&b, 5).await.0, 5, "healthy: counted in redis");
+    let end = refuse(refusal, &srv, &other);
+    let (allowed, _) = burst(&b, 40).await;
+    assert!(
+        expect_allowed(allowed),
+        "{refusal:?} {mode:?}: {allowed} of 40 allowed"
+    );
+    let st = b.backend().status();
+    assert!(
+        !st.healthy && st.failures > 0 && st.transitions == 1 && st.fallbacks > 0,
+        "{refusal:?}: the store's refusal is an outage: {st:?}"
+    );
+    assert_eq!(st.unhealthy_shards.len(), 1, "{st:?}");
+    assert!(
+        st.last_error
+            .as_deref()
+            .is_some_and(|e| e.to_ascii_uppercase().contains(match refusal {
+                Refusal::Oom => "OOM",
+                Refusal::ReadOnly => "READONLY",
+                Refusal::Busy => "BUSY",
+            })),
+        "the cause is named: {st:?}"
+    );
+    tokio::task::spawn_blocking(end).await.expect("ended");
+    // No traffic: the background task's write probe finds it back.
+    let deadline = Instant::now() + RECOVERY;
+    while !b.backend().status().healthy {
+        assert!(
+            Instant::now() < deadline,
+            "no recovery: {:?}",
+            b.backend().status()
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let st = b.backend().status();
+    assert_eq!(st.transitions, 2, "one transition each way: {st:?}");
+    assert!(st.unhealthy_shards.is_empty(), "{st:?}");
+    // Counting in Redis again, from where it was (a replica resync may
+    // have emptied it: then from zero).
+    let (allowed, _) = burst(&b, 3).await;
+    assert_eq!(allowed, 3);
+    assert_eq!(b.backend().status().transitions, 2, "no flapping");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn oom_follows_each_failure_mode() {
+    refused(Refusal::Oom, FailureMode::Open, |n| n == 40).await;
+    refused(Refusal::Oom, FailureMode::Closed, |n| n == 0).await;
+    refused(Refusal::Oom, FailureMode::Local, |n| n == 10).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readonly_follows_each_failure_mode() {
+    refused(Refusal::ReadOnly, FailureMode::Open, |n| n == 40).await;
+    refused(Refusal::ReadOnly, FailureMode::Closed, |n| n == 0).await;
+    refused(Refusal::ReadOnly, FailureMode::Local, |n| n == 10).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn busy_follows_each_failure_mode() {
+    refused(Refusal::Busy, FailureMode::Open, |n| n == 40).await;
+    refused(Refusal::Busy, FailureMode::Closed, |n| n == 0).await;
+    refused(Refusal::Busy, FailureMode::Local, |n| n == 10).await;
+}
+
+/// Many calls at once on one connection wait in the process for their
+/// turn; that wait is not the store being slow. With the product's default
+/// 50 ms timeout, 5,000 concurrent decisions take Redis itself longer than
+/// the timeout to answer in turn: each is still answered by Redis, exactly
+/// the limit is granted, and the store stays healthy.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_on_one_connection_is_not_an_outage() {
+    const CALLS: usize = 5_000;
+    let srv = RedisServer::start();
+    let b = support::broker_with(RedisConfig {
+        url: srv.url(),
+        failure_mode: FailureMode::Open,
+        connections: 1,
+        timeout_ms: 50,
+        ..support::config(srv.url())
+    })
+    .await;
+    b.register_limit("burst", Limits::default().requests_per_minute(1_000))
+        .expect("valid");
+    let b = std::sync::Arc::new(b);
+    let calls = (0..CALLS).map(|_| {
+        let b = std::sync::Arc::clone(&b);
+        tokio::spawn(async move {
+            let a = b
+                .try_acquire("burst", AcquireOptions::default())
+                .await
+                .expect("answers");
+            a.allowed()
+        })
+    });
+    let allowed = futures::future::join_all(calls)
+        .await
+        .into_iter()
+        .filter(|r| *r.as_ref().expect("joined"))
+        .count();
+    let st = b.backend().status();
+    assert_eq!(
+        (allowed, st.fallbacks, st.failures, st.transitions),
+        (1_000, 0, 0, 0),
+        "exactly the limit, every decision from redis: {st:?}"
+    );
+}
+
+/// A release that a master acknowledged and then lost (it stalled past
+/// the cluster's node timeout, woke, answered what was queued for it, and
+/// resynced as a replica of its promoted replica) is delivered again: the
+/// slot comes back within a second of the store answering, not after the
+/// lease TTL. The lost write is made by hand here — the lease put back
+/// into the hash after its delivery — which is what the resync does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_lost_after_an_outage_is_delivered_again() {
+    let srv = RedisServer::start();
+    let b = broker(&srv, FailureMode::Closed).await;
+    let mut held = b
+        .try_acquire("f", AcquireOptions::default())
+        .await
+        .expect("answers");
+    assert!(held.allowed());
+    let key = pressure_redis::keys::ResourceKeys::new(&b.backend().config().key_prefix, "f").state;
+    let mut c = support::conn(&srv);
+    let fields: Vec<(String, String)> = redis::cmd("HGETALL").arg(&key).query(&mut c).expect("state");
+    let leases: Vec<(String, String)> = fields.into_iter().filter(|(f, _)| f.starts_with("l:")).collect();
+    assert_eq!(leases.len(), 1, "one lease held");
+    srv.pause(true);
+    // Its release gets no answer in time: handed on, delivered later.
+    let _ = held.release().await;
+    srv.pause(false);
+    recovery(&b).await;
+    pending_releases_reach(&b, |n| n == 0, "the release delivered").await;
+    let active = || async {
+        let s = b.resource_stats("f").await.expect("stats");
+        s.usage.get("maxConcurrentRequests").copied()
+    };
+    let deadline = Instant::now() + RECOVERY;
+    while active().await != Some(0) {
+        assert!(Instant::now() < deadline, "the release never landed");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // The resync: the lease is back in the hash as if never released.
+    let _: () = redis::cmd("HSET")
+        .arg(&key)
+        .arg(&leases[0].0)
+        .arg(&leases[0].1)
+        .query(&mut c)
+        .expect("put back");
+    assert_eq!(active().await, Some(1), "the lost write holds the slot");
+    let deadline = Instant::now() + Duration::from_secs(3);
+    while active().await != Some(0) {
+        assert!(
+            Instant::now() < deadline,
+            "the slot is still taken 3 s later (lease TTL 30 s): {:?}",
+            b.backend().status()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
