@@ -20,14 +20,19 @@ pub(crate) struct PyBroker {
     backend: &'static str,
 }
 
-/// Requests and tokens of one demand: `tokens` is a shorthand for input
-/// tokens when `input_tokens` / `output_tokens` are not given.
+/// The input and output tokens of one demand, each argument a count
+/// ([`config::opt_count`]): `tokens` is a shorthand for input tokens when
+/// `input_tokens` / `output_tokens` are not given.
 fn token_split(
-    tokens: Option<u64>,
-    input_tokens: Option<u64>,
-    output_tokens: Option<u64>,
+    tokens: Option<&Bound<'_, PyAny>>,
+    input_tokens: Option<&Bound<'_, PyAny>>,
+    output_tokens: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<(u64, u64)> {
-    match (tokens, input_tokens, output_tokens) {
+    match (
+        config::opt_count("tokens", tokens)?,
+        config::opt_count("input_tokens", input_tokens)?,
+        config::opt_count("output_tokens", output_tokens)?,
+    ) {
         (Some(_), Some(_), _) | (Some(_), _, Some(_)) => Err(ConfigError::new_err(
             "give either `tokens` or `input_tokens`/`output_tokens`, not both",
         )),
@@ -129,11 +134,7 @@ impl PyBroker {
     ) -> PyResult<AcquireCall> {
         let requests = config::opt_count("requests", requests)?.unwrap_or(1);
         let cost_micro_usd = config::opt_count("cost_micro_usd", cost_micro_usd)?.unwrap_or(0);
-        let (input, output) = token_split(
-            config::opt_count("tokens", tokens)?,
-            config::opt_count("input_tokens", input_tokens)?,
-            config::opt_count("output_tokens", output_tokens)?,
-        )?;
+        let (input, output) = token_split(tokens, input_tokens, output_tokens)?;
         let opts = AcquireOptions::default()
             .requests(requests)
             .tokens(input, output)
@@ -162,11 +163,7 @@ impl PyBroker {
     ) -> PyResult<Bound<'py, PyAny>> {
         let max_wait_ms = config::opt_count("max_wait_ms", max_wait_ms)?;
         let cost_micro_usd = config::opt_count("cost_micro_usd", cost_micro_usd)?.unwrap_or(0);
-        let (input, output) = token_split(
-            config::opt_count("tokens", tokens)?,
-            config::opt_count("input_tokens", input_tokens)?,
-            config::opt_count("output_tokens", output_tokens)?,
-        )?;
+        let (input, output) = token_split(tokens, input_tokens, output_tokens)?;
         let job = crate::enqueue::Job {
             resource,
             execute,

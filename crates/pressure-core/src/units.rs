@@ -4,9 +4,9 @@
 /// `after − before` of two unit counts (`u64` each): the correction a
 /// reconcile applies to one dimension, as a direction and a magnitude.
 ///
-/// The difference of two `u64` does not fit an `i64`, and
-/// `after as i64 - before as i64` does not compute it (`u64::MAX as i64` is
-/// `−1`, so a reconcile of `u64::MAX` would read as a refund, and one of
+/// The difference of two `u64` does not fit an `i64`, and subtracting the
+/// two counts cast to `i64` does not compute it (`u64::MAX` cast to `i64`
+/// is `−1`, so a reconcile of `u64::MAX` would read as a refund, and one of
 /// `2^63` wraps): every backend computes its correction here. Applying it
 /// saturates both ways — an addition stops at the type's maximum (the count
 /// pinned at "full", never wrapped), a refund at zero.
@@ -87,10 +87,10 @@ mod tests {
 
     #[test]
     fn the_attack_values_keep_their_sign() {
-        // `u64::MAX as i64 - 5 as i64` was −6: a refund.
+        // Cast to i64 and subtracted, `u64::MAX` − 5 was −6: a refund.
         assert_eq!(UnitsDelta::between(5, u64::MAX), UnitsDelta::Up(u64::MAX - 5));
         assert_eq!(UnitsDelta::between(5, u64::MAX).saturating_i64(), i64::MAX);
-        // `2^63 as i64` is i64::MIN.
+        // 2^63 cast to i64 is i64::MIN.
         assert_eq!(UnitsDelta::between(0, 1 << 63).saturating_i64(), i64::MAX);
         assert_eq!(UnitsDelta::between(1 << 63, 0).saturating_i64(), i64::MIN);
         assert_eq!(UnitsDelta::between(7, 7), UnitsDelta::ZERO);

@@ -506,6 +506,42 @@ impl RedisBackend {
             .lose(h.keys.state.clone(), lease, h.spec.lease_ttl_ns, kind);
     }
 
+    /// The store's decision on `demand` (through quota leasing when it is
+    /// on), or the failure mode's while the key's shard is out (one caller
+    /// per probe interval still asks it) or when the call fails.
+    async fn acquire_in_store(&self, h: &RedisHandle, demand: &Demand) -> Result<Decision, BackendError> {
+        let health = &self.store.health;
+        let shard = health.shard(&h.keys.state);
+        if !health.should_try(&shard) {
+            return Ok(self.fallback(h, demand));
+        }
+        let lease = (demand.lease && h.spec.concurrency.is_some()).then(rand::random::<u64>);
+        let remote = match h.leases.as_ref().and_then(|b| b.refill(demand)) {
+            Some(refill) => refill.run(self, h, demand).await,
+            None => self.acquire_remote(h, demand, lease).await,
+        };
+        match remote {
+            Ok(d) => {
+                if matches!(d, Decision::Granted(_)) {
+                    // A grant is a write the store accepted: a shard out
+                    // for refusing writes is back.
+                    health.written(&shard);
+                }
+                Ok(d)
+            }
+            Err(f) => {
+                if let (true, false, Some(lease)) = (f.sent, f.owned, lease) {
+                    // The script may still run: give its lease back.
+                    self.lose(h, lease, LostKind::Acquisition);
+                }
+                match f.error {
+                    BackendError::Protocol(e) => Err(BackendError::Protocol(e)),
+                    _ => Ok(self.fallback(h, demand)),
+                }
+            }
+        }
+    }
+
     fn fallback(&self, h: &RedisHandle, demand: &Demand) -> Decision {
         self.store.health.fallbacks.fetch_add(1, Ordering::Relaxed);
         match (self.store.config.failure_mode, &h.local) {
@@ -758,39 +794,8 @@ impl Backend for RedisBackend {
             d
         } else if let Some(d) = h.leases.as_ref().and_then(|b| b.serve(demand)) {
             d
-        } else if !self
-            .store
-            .health
-            .should_try(&self.store.health.shard(&h.keys.state))
-        {
-            self.fallback(h, demand)
         } else {
-            let lease = (demand.lease && h.spec.concurrency.is_some()).then(rand::random::<u64>);
-            let remote = match h.leases.as_ref().and_then(|b| b.refill(demand)) {
-                Some(refill) => refill.run(self, h, demand).await,
-                None => self.acquire_remote(h, demand, lease).await,
-            };
-            match remote {
-                Ok(d) => {
-                    if matches!(d, Decision::Granted(_)) {
-                        // A grant is a write the store accepted: a shard
-                        // out for refusing writes is back.
-                        let health = &self.store.health;
-                        health.written(&health.shard(&h.keys.state));
-                    }
-                    d
-                }
-                Err(f) => {
-                    if let (true, false, Some(lease)) = (f.sent, f.owned, lease) {
-                        // The script may still run: give its lease back.
-                        self.lose(h, lease, LostKind::Acquisition);
-                    }
-                    match f.error {
-                        BackendError::Protocol(e) => return Err(BackendError::Protocol(e)),
-                        _ => self.fallback(h, demand),
-                    }
-                }
-            }
+            self.acquire_in_store(h, demand).await?
         };
         match decision {
             Decision::Granted(_) => h.tally.allowed.fetch_add(1, Ordering::Relaxed),

@@ -4,7 +4,7 @@
 //! is out with a write so recovery needs no traffic, delivers the lease
 //! releases that could not be delivered when they were due (an acquisition
 //! whose reply was lost, a release that failed), and delivers again, for a
-//! few seconds, the releases made around an outage ([`REPLAY_WINDOW`]).
+//! few seconds, the releases made around an outage (`store::REPLAY_WINDOW`).
 //!
 //! The task holds only a weak reference to the backend and ends with it.
 //! Every store call here has the backend's call timeout.
@@ -14,7 +14,7 @@ use crate::conn::{self, Conn};
 use crate::health::{is_refusal, PROBE_INTERVAL_NS};
 use crate::scripts;
 use crate::slot_map;
-use crate::store::Store;
+use crate::store::{Store, REPLAY_EVERY};
 use pressure_core::clock::Clock;
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Weak};
@@ -33,20 +33,6 @@ const RELEASE_BATCH: usize = 256;
 /// How often a cluster's slot map is read while every shard is healthy
 /// (while one is out: every round).
 const SLOT_MAP_EVERY: Duration = Duration::from_secs(5);
-
-/// A release made around an outage (delivered late, or answered by a
-/// shard that failed less than this ago) is delivered again every
-/// [`REPLAY_EVERY`] for this long. A master that stalls past the cluster's
-/// node timeout wakes as a master, answers what was queued for it, and then
-/// resyncs as a replica of its promoted replica, losing those writes: a
-/// release among them would leave its slot taken until the lease TTL.
-/// Releasing is idempotent, so delivering it again is harmless, and once
-/// the clients follow the new slot map it reaches the new master.
-pub(crate) const REPLAY_WINDOW: Duration = Duration::from_secs(5);
-
-/// The pace of [`REPLAY_WINDOW`]'s deliveries: a slot lost with a failover
-/// is back within this of the cluster answering with its new map.
-const REPLAY_EVERY: Duration = Duration::from_millis(250);
 
 /// What the task remembers between rounds.
 #[derive(Debug)]
@@ -92,7 +78,7 @@ impl Store {
         !l.is_empty()
     }
 
-    /// Delivers again the releases of [`REPLAY_WINDOW`] that are due;
+    /// Delivers again the releases of [`REPLAY_WINDOW`](crate::store::REPLAY_WINDOW) that are due;
     /// returns whether any remain.
     async fn replay(&self) -> bool {
         let now = self.clock.now_nanos();

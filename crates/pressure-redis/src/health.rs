@@ -411,11 +411,19 @@ mod tests {
     #[test]
     fn slots_match_redis_cluster_keyslot() {
         // Values from `CLUSTER KEYSLOT` on Redis 7.
-        assert_eq!(slot("foo"), 12_182);
-        assert_eq!(slot("{user1000}.following"), slot("user1000"));
-        assert_eq!(slot("a{}b"), slot("a{}b"));
-        assert_eq!(slot("123456789"), 12_739);
-        assert_eq!(slot(""), 0);
+        for (key, keyslot) in [
+            ("foo", 12_182),
+            ("123456789", 12_739),
+            ("{user1000}.following", 3_443),
+            ("user1000", 3_443),
+            // An empty tag hashes the whole key; only the first tag counts.
+            ("a{}b", 13_694),
+            ("{}x{y}", 2_166),
+            ("x{y}{z}", 12_222),
+            ("", 0),
+        ] {
+            assert_eq!(slot(key), keyslot, "{key}");
+        }
     }
 
     #[test]

@@ -29,6 +29,20 @@ const MAX_SHAPES: usize = 256;
 /// outside the call timeout (see [`Store::turn`]).
 pub(crate) const IN_FLIGHT_PER_CONNECTION: usize = 256;
 
+/// A release made around an outage (delivered late, or answered by a
+/// shard that failed less than this ago) is delivered again every
+/// [`REPLAY_EVERY`] for this long. A master that stalls past the cluster's
+/// node timeout wakes as a master, answers what was queued for it, and then
+/// resyncs as a replica of its promoted replica, losing those writes: a
+/// release among them would leave its slot taken until the lease TTL.
+/// Releasing is idempotent, so delivering it again is harmless, and once
+/// the clients follow the new slot map it reaches the new master.
+pub(crate) const REPLAY_WINDOW: Duration = Duration::from_secs(5);
+
+/// The pace of [`REPLAY_WINDOW`]'s deliveries: a slot lost with a failover
+/// is back within this of the cluster answering with its new map.
+pub(crate) const REPLAY_EVERY: Duration = Duration::from_millis(250);
+
 /// Undelivered releases kept at most (oldest dropped past it: their leases
 /// expire by their TTL anyway).
 const MAX_LOST: usize = 100_000;
@@ -50,7 +64,7 @@ pub(crate) struct Store {
     pub(crate) lost: Mutex<Vec<Lost>>,
     /// Turns on the connections ([`IN_FLIGHT_PER_CONNECTION`] each).
     pub(crate) turns: Arc<tokio::sync::Semaphore>,
-    /// Releases to deliver again for a while (`background::REPLAY_WINDOW`).
+    /// Releases to deliver again for a while ([`REPLAY_WINDOW`]).
     pub(crate) replays: Mutex<Vec<Replay>>,
     /// Wakes the background task (a connection broke, a lease was lost).
     pub(crate) wake: Arc<tokio::sync::Notify>,
@@ -149,11 +163,11 @@ pub(crate) struct Replay {
 
 impl Store {
     /// Remembers the delivered release of `member` of `key` for
-    /// `background::REPLAY_WINDOW`, when it was made around an outage:
+    /// [`REPLAY_WINDOW`], when it was made around an outage:
     /// `late` (delivered after failing, or answered past its caller's
     /// timeout) or its shard failed less than the window ago.
     pub(crate) fn replay_later(&self, key: &str, member: String, late: bool) {
-        let window = pressure_core::clock::duration_to_nanos(crate::background::REPLAY_WINDOW);
+        let window = pressure_core::clock::duration_to_nanos(REPLAY_WINDOW);
         let now = self.clock.now_nanos();
         if !late {
             let failed = self.health.shard(key).last_failure_ns();
@@ -317,11 +331,12 @@ impl Store {
             Err(e) if is_store_failure(&e) => {
                 if conn::is_broken(&e) {
                     self.pool.discard(&pooled);
-                    self.wake.notify_one();
                 }
                 let refusal = is_refusal(&e);
                 let cause = conn::describe(&e, timeout);
                 self.health.failed(shard, Some(key), &cause, refusal);
+                // The background task refills the pool, reads the slot map
+                // and probes the shard now, not at its next idle round.
                 self.wake.notify_one();
                 Err(Failure {
                     error: BackendError::Unavailable(format!("{}: {cause}", shard.address)),

@@ -428,7 +428,7 @@ async fn huge_reconciles_fill<H: Harness>(h: &H, limits: Limits, name: &str) {
         output_tokens: output,
         cost_micro_usd: 0,
     };
-    // `u64::MAX` once (read as −1 by `as i64`), `2^63` on two permits
+    // `u64::MAX` once (read as −1 when cast to i64), `2^63` on two permits
     // (wraps a signed sum), both counts at `u64::MAX` (overflows their
     // sum), and another holder's refund while the count is pinned.
     for (step, (i, actual)) in [

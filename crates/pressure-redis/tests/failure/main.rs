@@ -247,32 +247,25 @@ enum Refusal {
     Busy,
 }
 
+/// `CONFIG SET name value` on `c`.
+fn config_set(c: &mut redis::Connection, name: &str, value: &str) {
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg(name)
+        .arg(value)
+        .query(c)
+        .unwrap_or_else(|e| panic!("CONFIG SET {name} {value}: {e}"));
+}
+
 /// Starts `refusal` on `srv` (`other`: a second server to replicate from);
 /// returns what ends it.
 fn refuse(refusal: Refusal, srv: &RedisServer, other: &RedisServer) -> Box<dyn FnOnce() + Send> {
     let mut c = support::conn(srv);
     match refusal {
         Refusal::Oom => {
-            let _: () = redis::cmd("CONFIG")
-                .arg("SET")
-                .arg("maxmemory-policy")
-                .arg("noeviction")
-                .query(&mut c)
-                .expect("policy");
-            let _: () = redis::cmd("CONFIG")
-                .arg("SET")
-                .arg("maxmemory")
-                .arg(1)
-                .query(&mut c)
-                .expect("maxmemory");
-            Box::new(move || {
-                let _: () = redis::cmd("CONFIG")
-                    .arg("SET")
-                    .arg("maxmemory")
-                    .arg(0)
-                    .query(&mut c)
-                    .expect("maxmemory off");
-            })
+            config_set(&mut c, "maxmemory-policy", "noeviction");
+            config_set(&mut c, "maxmemory", "1");
+            Box::new(move || config_set(&mut c, "maxmemory", "0"))
         }
         Refusal::ReadOnly => {
             let _: () = redis::cmd("REPLICAOF")
@@ -289,12 +282,7 @@ fn refuse(refusal: Refusal, srv: &RedisServer, other: &RedisServer) -> Box<dyn F
             })
         }
         Refusal::Busy => {
-            let _: () = redis::cmd("CONFIG")
-                .arg("SET")
-                .arg("busy-reply-threshold")
-                .arg(20)
-                .query(&mut c)
-                .expect("threshold");
+            config_set(&mut c, "busy-reply-threshold", "20");
             let mut spinner = support::conn(srv);
             let spin = std::thread::spawn(move || {
                 // Runs until SCRIPT KILL: read-only, so it can be killed.

@@ -4,7 +4,7 @@
 //! difference of two counts ([`UnitsDelta`]), additions saturate ("full",
 //! never wrapped) and a count pinned at its ceiling is not refunded, so no
 //! holder can lower the usage below what it holds — in particular not by
-//! reconciling `u64::MAX` (read as `−1` by `as i64`) or `2^63` twice.
+//! reconciling `u64::MAX` (read as `−1` when cast to `i64`) or `2^63` twice.
 
 use super::*;
 use crate::clock::ManualClock;
