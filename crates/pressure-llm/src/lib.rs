@@ -76,6 +76,7 @@
 #![warn(unreachable_pub)]
 
 pub mod breaker;
+pub mod ingress;
 pub mod pipeline;
 pub mod price;
 pub mod provider;

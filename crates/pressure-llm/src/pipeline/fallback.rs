@@ -146,6 +146,7 @@ pub fn queued_response(model: &str, ticket: &str) -> ChatResponse {
             extra: Map::new(),
         }),
         extra,
+        native: None,
     }
 }
 
@@ -310,5 +311,6 @@ pub(crate) fn offline_answer(
         }],
         usage: None,
         extra,
+        native: None,
     }
 }

@@ -50,6 +50,7 @@ mod embeddings;
 mod error;
 mod local;
 pub mod ratelimit;
+mod responses;
 mod sse;
 mod stream;
 mod tag;
@@ -68,5 +69,5 @@ pub use stream::ChatStream;
 pub use tag::{CallTag, ATTEMPT_HEADER, PROBE_HEADER, REQUEST_ID_HEADER};
 pub use types::{
     ChatChunk, ChatRequest, ChatResponse, Choice, ChunkChoice, CompletionHeader, Delta, Message,
-    MessageContent, StreamOptions, Usage,
+    MessageContent, NativeRequest, NativeWire, StreamOptions, Usage, NATIVE_FIELD,
 };

@@ -5,8 +5,51 @@
 //! `extra` map (`#[serde(flatten)]`) so it passes through unchanged in both
 //! directions.
 
+use std::sync::Arc;
+
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
+
+/// The field of an internal stream chunk that carries one provider event
+/// verbatim (`{"event": <name or null>, "data": <the data line>}`), so an
+/// ingress of the provider's own dialect can pass it on unchanged. Only
+/// chunks of a request that came with a [`NativeRequest`] carry it; the
+/// chunk has no choices and says nothing to the chat path.
+pub const NATIVE_FIELD: &str = "pressure_native";
+
+/// The wire of an agent's ingress dialect, when it is also a provider wire.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum NativeWire {
+    /// Anthropic's Messages API (`POST /v1/messages`).
+    Messages,
+    /// OpenAI's Responses API (`POST /v1/responses`).
+    Responses,
+}
+
+impl NativeWire {
+    /// `messages` or `responses`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Messages => "messages",
+            Self::Responses => "responses",
+        }
+    }
+}
+
+/// The request as the agent sent it, kept beside its chat translation: a
+/// provider of the same wire is sent this body (its `model` and `stream`
+/// set by the gateway) and these headers, so unknown fields, thinking
+/// signatures and betas reach it unchanged (DESIGN §12 "native first").
+#[derive(Debug, Clone, PartialEq)]
+pub struct NativeRequest {
+    /// The dialect the body is in.
+    pub wire: NativeWire,
+    /// The body as received (a JSON object).
+    pub body: Map<String, Value>,
+    /// Headers passed to a provider of the same wire (`anthropic-beta`,
+    /// `anthropic-version`); never a credential.
+    pub headers: Vec<(String, String)>,
+}
 
 /// A chat completion request (`POST {baseUrl}/chat/completions`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -30,6 +73,10 @@ pub struct ChatRequest {
     /// Every other field, passed through unchanged.
     #[serde(flatten)]
     pub extra: Map<String, Value>,
+    /// The agent's own request, when it came in a provider's dialect
+    /// (never on the wire of the chat translation).
+    #[serde(skip)]
+    pub native: Option<Arc<NativeRequest>>,
 }
 
 impl ChatRequest {
@@ -42,6 +89,7 @@ impl ChatRequest {
             stream: None,
             stream_options: None,
             extra: Map::new(),
+            native: None,
         }
     }
 
@@ -167,6 +215,10 @@ pub struct ChatResponse {
     /// Every other field, passed through.
     #[serde(flatten)]
     pub extra: Map<String, Value>,
+    /// The provider's answer as it came, when the request was sent
+    /// natively ([`NativeRequest`]): what an ingress of that wire answers.
+    #[serde(skip)]
+    pub native: Option<(NativeWire, Arc<Value>)>,
 }
 
 /// One answer of a [`ChatResponse`].

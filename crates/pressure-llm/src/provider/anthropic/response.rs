@@ -137,6 +137,7 @@ pub(crate) fn to_chat_response(body: &[u8]) -> Result<ChatResponse, String> {
         }],
         usage: v.get("usage").map(to_usage),
         extra: Map::new(),
+        native: None,
     })
 }
 

@@ -1,0 +1,1 @@
+//! Anthropic Messages ingress (to be written).

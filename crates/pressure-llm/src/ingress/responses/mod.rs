@@ -1,0 +1,1 @@
+//! OpenAI Responses ingress (to be written).

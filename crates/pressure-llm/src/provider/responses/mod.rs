@@ -1,0 +1,1 @@
+//! OpenAI Responses provider wire (to be written).
