@@ -144,10 +144,7 @@ async fn run_eval(args: EvalArgs) -> anyhow::Result<()> {
         api_key_env: args.api_key_env,
         timeout_ms: args.timeout_ms,
         context_tokens: args.context_tokens,
-        price: ModelPrice {
-            input_micro_usd_per_1m: args.input_price,
-            output_micro_usd_per_1m: args.output_price,
-        },
+        price: ModelPrice::new(args.input_price, args.output_price),
         ..Endpoint::new(base_url, args.model)
     });
     if let Some(endpoint) = &endpoint {

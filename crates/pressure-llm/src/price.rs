@@ -79,6 +79,13 @@ impl fmt::Display for Money {
 }
 
 /// The price of one model, integer micro-dollars per million tokens.
+///
+/// Prompt-cache classes (DESIGN §12): agents cache nearly every prompt, and
+/// providers bill a cache write above and a cache read far below the input
+/// price (Anthropic: 1.25× and 0.1×; OpenAI: cached input at a discount).
+/// Without `cacheWriteMicroUsdPer1M` / `cacheReadMicroUsdPer1M` those tokens
+/// are priced as plain input: never under-charged, but a tenant of an agent
+/// would be refused long before its budget is really spent.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ModelPrice {
@@ -89,6 +96,57 @@ pub struct ModelPrice {
     /// embedding model has no output tokens).
     #[serde(rename = "outputMicroUsdPer1M", default)]
     pub output_micro_usd_per_1m: u64,
+    /// Micro-dollars per 1M input tokens written to the provider's prompt
+    /// cache (Anthropic's `cache_creation_input_tokens`); absent: the input
+    /// price.
+    #[serde(
+        rename = "cacheWriteMicroUsdPer1M",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub cache_write_micro_usd_per_1m: Option<u64>,
+    /// Micro-dollars per 1M input tokens read from the prompt cache
+    /// (Anthropic's `cache_read_input_tokens`, OpenAI's `cached_tokens`);
+    /// absent: the input price.
+    #[serde(
+        rename = "cacheReadMicroUsdPer1M",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub cache_read_micro_usd_per_1m: Option<u64>,
+}
+
+/// The tokens of one call by price class, as the provider reports them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TokenUse {
+    /// Every input token, cached or not (what the limiter counts).
+    pub input: u64,
+    /// Of `input`, the tokens written to the prompt cache.
+    pub cache_write: u64,
+    /// Of `input`, the tokens read from the prompt cache.
+    pub cache_read: u64,
+    /// Output tokens.
+    pub output: u64,
+}
+
+impl TokenUse {
+    /// `input` tokens in and `output` out, none of them cached.
+    pub const fn plain(input: u64, output: u64) -> Self {
+        Self {
+            input,
+            cache_write: 0,
+            cache_read: 0,
+            output,
+        }
+    }
+
+    /// Input tokens billed at the plain input price: `input` less the cache
+    /// classes (never below zero, whatever a provider reports).
+    pub fn uncached_input(&self) -> u64 {
+        self.input
+            .saturating_sub(self.cache_write)
+            .saturating_sub(self.cache_read)
+    }
 }
 
 impl ModelPrice {
@@ -97,14 +155,35 @@ impl ModelPrice {
         Self {
             input_micro_usd_per_1m,
             output_micro_usd_per_1m,
+            cache_write_micro_usd_per_1m: None,
+            cache_read_micro_usd_per_1m: None,
         }
+    }
+
+    /// The price with its prompt-cache classes; builder style.
+    pub const fn with_cache(mut self, write_micro_usd_per_1m: u64, read_micro_usd_per_1m: u64) -> Self {
+        self.cache_write_micro_usd_per_1m = Some(write_micro_usd_per_1m);
+        self.cache_read_micro_usd_per_1m = Some(read_micro_usd_per_1m);
+        self
     }
 
     /// The cost of `input_tokens` in and `output_tokens` out, rounded up to
     /// the whole micro-dollar (saturating at `u64::MAX`).
     pub fn cost(&self, input_tokens: u64, output_tokens: u64) -> Money {
-        let total = u128::from(input_tokens) * u128::from(self.input_micro_usd_per_1m)
-            + u128::from(output_tokens) * u128::from(self.output_micro_usd_per_1m);
+        self.cost_of(&TokenUse::plain(input_tokens, output_tokens))
+    }
+
+    /// The cost of a call's tokens by class — uncached input, cache writes,
+    /// cache reads and output each at its price — summed exactly and rounded
+    /// up to the whole micro-dollar once (saturating at `u64::MAX`).
+    pub fn cost_of(&self, used: &TokenUse) -> Money {
+        let input = self.input_micro_usd_per_1m;
+        let write = self.cache_write_micro_usd_per_1m.unwrap_or(input);
+        let read = self.cache_read_micro_usd_per_1m.unwrap_or(input);
+        let total = u128::from(used.uncached_input()) * u128::from(input)
+            + u128::from(used.cache_write.min(used.input)) * u128::from(write)
+            + u128::from(used.cache_read.min(used.input.saturating_sub(used.cache_write))) * u128::from(read)
+            + u128::from(used.output) * u128::from(self.output_micro_usd_per_1m);
         let micro = total.div_ceil(1_000_000);
         Money(u64::try_from(micro).unwrap_or(u64::MAX))
     }
@@ -187,6 +266,87 @@ mod tests {
         assert_eq!(p.cost(1, 1), Money::from_micro_usd(13));
         assert_eq!(p.cost(0, 0), Money::ZERO);
         assert_eq!(p.cost(u64::MAX, u64::MAX), Money::from_micro_usd(u64::MAX));
+    }
+
+    #[test]
+    fn cache_classes_are_priced_apart_and_never_above_the_input() {
+        // Anthropic's Sonnet: $3 in, $3.75 cache write, $0.30 cache read, $15 out.
+        let p = ModelPrice::new(3_000_000, 15_000_000).with_cache(3_750_000, 300_000);
+        let used = TokenUse {
+            input: 10_000,
+            cache_write: 2_000,
+            cache_read: 7_000,
+            output: 100,
+        };
+        // 1,000 × 3 + 2,000 × 3.75 + 7,000 × 0.3 + 100 × 15 = 3,000 + 7,500 + 2,100 + 1,500.
+        assert_eq!(p.cost_of(&used), Money::from_micro_usd(14_100));
+        // Without cache prices every input token is plain input.
+        let plain = ModelPrice::new(3_000_000, 15_000_000);
+        assert_eq!(plain.cost_of(&used), plain.cost(10_000, 100));
+        // A provider reporting more cached than input tokens is not believed.
+        let odd = TokenUse {
+            input: 10,
+            cache_write: 8,
+            cache_read: u64::MAX,
+            output: 0,
+        };
+        assert_eq!(odd.uncached_input(), 0);
+        assert!(p.cost_of(&odd) <= plain.cost(10, 0));
+        let max = TokenUse {
+            input: u64::MAX,
+            cache_write: u64::MAX,
+            cache_read: u64::MAX,
+            output: u64::MAX,
+        };
+        assert_eq!(p.cost_of(&max), Money::from_micro_usd(u64::MAX));
+    }
+
+    proptest::proptest! {
+        /// Splitting input into cache classes priced at or below the input
+        /// price never costs more than plain input, and never less than the
+        /// classes' exact sum rounded up.
+        #[test]
+        fn the_cache_classes_split_the_input_exactly(
+            input in 0u64..=u64::from(u32::MAX),
+            write in 0u64..=u64::from(u32::MAX),
+            read in 0u64..=u64::from(u32::MAX),
+            output in 0u64..=u64::from(u32::MAX),
+            price in 0u64..=100_000_000,
+            write_price_pct in 0u64..=100,
+            read_price_pct in 0u64..=100,
+        ) {
+            let write_price = price * write_price_pct / 100;
+            let read_price = price * read_price_pct / 100;
+            let p = ModelPrice::new(price, price).with_cache(write_price, read_price);
+            let used = TokenUse { input, cache_write: write, cache_read: read, output };
+            let cost = p.cost_of(&used);
+            proptest::prop_assert!(cost <= ModelPrice::new(price, price).cost(input, output));
+            let w = write.min(input);
+            let r = read.min(input - w);
+            let exact = u128::from(input - w - r) * u128::from(price)
+                + u128::from(w) * u128::from(write_price)
+                + u128::from(r) * u128::from(read_price)
+                + u128::from(output) * u128::from(price);
+            proptest::prop_assert_eq!(u128::from(cost.micro_usd()), exact.div_ceil(1_000_000));
+        }
+    }
+
+    #[test]
+    fn cache_prices_are_optional_in_the_json() {
+        let p: ModelPrice = serde_json::from_str(
+            r#"{"inputMicroUsdPer1M":3000000,"outputMicroUsdPer1M":15000000,"cacheWriteMicroUsdPer1M":3750000,"cacheReadMicroUsdPer1M":300000}"#,
+        )
+        .expect("a price");
+        assert_eq!(
+            p,
+            ModelPrice::new(3_000_000, 15_000_000).with_cache(3_750_000, 300_000)
+        );
+        let p: ModelPrice = serde_json::from_str(r#"{"inputMicroUsdPer1M":1}"#).expect("a price");
+        assert_eq!(p.cache_read_micro_usd_per_1m, None);
+        assert_eq!(
+            serde_json::to_string(&p).expect("encodes"),
+            r#"{"inputMicroUsdPer1M":1,"outputMicroUsdPer1M":0}"#
+        );
     }
 
     #[test]

@@ -200,10 +200,7 @@ mod tests {
         let mut c = config();
         let mut e = Endpoint::new("http://127.0.0.1:8000/v1", vec!["a".into(), "b".into()]);
         e.api_key_env = Some("KEY".into());
-        e.price = ModelPrice {
-            input_micro_usd_per_1m: 5,
-            output_micro_usd_per_1m: 7,
-        };
+        e.price = ModelPrice::new(5, 7);
         use_endpoint(&mut c, "triage", &e).unwrap();
         c.validate().unwrap();
         assert_eq!(c.providers.keys().collect::<Vec<_>>(), [PROVIDER, "mock"]);

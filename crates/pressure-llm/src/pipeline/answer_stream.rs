@@ -20,7 +20,7 @@ use super::engine::{Served, Settlement};
 use super::error::LlmError;
 use super::fallback::{queued_response, QUEUED_MODEL};
 use super::metrics::Metrics;
-use crate::price::Money;
+use crate::price::{Money, TokenUse};
 use crate::provider::{ChatChunk, ChatResponse, ChunkChoice, CompletionHeader, Delta, Usage};
 use crate::taxonomy::ErrorKind;
 use crate::tokens::TokenCounter;
@@ -223,14 +223,14 @@ impl<B: Backend> AnswerStream<B> {
             other => other,
         };
         let used = match stream.usage() {
-            Some(u) => (u.prompt_tokens, u.completion_tokens),
+            Some(u) => u.token_use(),
             None => {
                 let text = stream.output_text();
                 let generated = self
                     .counter
                     .count_text(ledger.model(), text)
                     .unwrap_or_else(|_| u64::try_from(text.len().div_ceil(4)).unwrap_or(u64::MAX));
-                (ledger.reservation().input_tokens, generated)
+                TokenUse::plain(ledger.reservation().input_tokens, generated)
             }
         };
         let how = match end {

@@ -183,6 +183,32 @@ pub struct Usage {
     pub extra: Map<String, Value>,
 }
 
+impl Usage {
+    /// The tokens by price class: every prompt token as input, of them the
+    /// cache reads (`prompt_tokens_details.cached_tokens`, OpenAI's and the
+    /// Anthropic translation's) and the cache writes
+    /// (`cache_creation_input_tokens`, kept by the Anthropic translation).
+    pub fn token_use(&self) -> crate::price::TokenUse {
+        let read = self
+            .extra
+            .get("prompt_tokens_details")
+            .and_then(|d| d.get("cached_tokens"))
+            .and_then(Value::as_u64)
+            .unwrap_or(0);
+        let write = self
+            .extra
+            .get("cache_creation_input_tokens")
+            .and_then(Value::as_u64)
+            .unwrap_or(0);
+        crate::price::TokenUse {
+            input: self.prompt_tokens,
+            cache_write: write,
+            cache_read: read,
+            output: self.completion_tokens,
+        }
+    }
+}
+
 /// The fields a chat completion and each of its stream chunks start
 /// with, flattened into both on the wire.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]

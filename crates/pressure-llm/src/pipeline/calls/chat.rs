@@ -8,9 +8,10 @@ use crate::pipeline::answer::LlmReply;
 use crate::pipeline::config::{ChainLevel, ModelKind};
 use crate::pipeline::engine::{Call, Engine, Ledger, ModelEntry, Request, Target};
 use crate::pipeline::error::LlmError;
-use crate::price::Money;
+use crate::price::{Money, TokenUse};
 use crate::provider::{
     CallError, ChatRequest, ChatResponse, Completion, Message, ProviderClient, ProviderKind, RateLimitHints,
+    Usage,
 };
 use crate::reservation::Reservation;
 
@@ -111,9 +112,7 @@ impl<B: Backend> Call<B> for Complete {
         let used = done
             .usage
             .as_ref()
-            .map_or((r.input_tokens, r.output_tokens), |u| {
-                (u.prompt_tokens, u.completion_tokens)
-            });
+            .map_or(TokenUse::plain(r.input_tokens, r.output_tokens), Usage::token_use);
         let cost = ledger.answered(done.ttft, done.total, used).await;
         (LlmReply::Completion(done.response), cost)
     }

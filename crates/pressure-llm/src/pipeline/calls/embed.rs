@@ -21,7 +21,7 @@ use pressure_core::Backend;
 use crate::pipeline::config::{ChainLevel, ModelKind};
 use crate::pipeline::engine::{Call, Engine, Ledger, ModelEntry, Request, Target};
 use crate::pipeline::error::LlmError;
-use crate::price::Money;
+use crate::price::{Money, TokenUse};
 use crate::provider::{
     CallError, EmbeddingCompletion, EmbeddingRequest, EmbeddingResponse, InputItem, ProviderClient,
     RateLimitHints,
@@ -107,7 +107,9 @@ impl<B: Backend> Call<B> for Embed {
     async fn finish(&self, done: EmbeddingCompletion, ledger: Ledger<B>) -> (EmbeddingResponse, Money) {
         let input = ledger.reservation().input_tokens;
         let prompt = done.response.usage.as_ref().map_or(input, |u| u.prompt_tokens);
-        let cost = ledger.answered(done.ttft, done.total, (prompt, 0)).await;
+        let cost = ledger
+            .answered(done.ttft, done.total, TokenUse::plain(prompt, 0))
+            .await;
         (done.response, cost)
     }
 

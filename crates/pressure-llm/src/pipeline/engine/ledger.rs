@@ -32,7 +32,7 @@ use super::models::ModelEntry;
 use crate::breaker::CallPermit;
 use crate::pipeline::config::ModelKind;
 use crate::pipeline::metrics::Metrics;
-use crate::price::{ModelPrice, Money};
+use crate::price::{ModelPrice, Money, TokenUse};
 use crate::reservation::Reservation;
 use crate::taxonomy::{ErrorKind, TimeoutPhase};
 
@@ -107,15 +107,15 @@ impl<B: Backend> Ledger<B> {
     }
 
     /// Settles the attempt: the breaker outcome, the metrics and the spend
-    /// of `used` (prompt, completion) tokens now; returns the attempt's cost
-    /// and the reconciliation of the limiter reservation to `used` (then its
-    /// release), to await or to spawn.
-    pub(crate) fn close(self, how: Settlement, used: (u64, u64)) -> (Money, BoxFuture<'static, ()>) {
-        self.close_billed(how, used, used)
+    /// of `used` tokens (each cache class at its price) now; returns the
+    /// attempt's cost and the reconciliation of the limiter reservation to
+    /// `used` (then its release), to await or to spawn.
+    pub(crate) fn close(self, how: Settlement, used: TokenUse) -> (Money, BoxFuture<'static, ()>) {
+        self.close_billed(how, (used.input, used.output), used)
     }
 
     /// [`close`](Self::close), awaiting the reconciliation.
-    pub(crate) async fn settle(self, how: Settlement, used: (u64, u64)) -> Money {
+    pub(crate) async fn settle(self, how: Settlement, used: TokenUse) -> Money {
         let (cost, reconcile) = self.close(how, used);
         reconcile.await;
         cost
@@ -123,7 +123,7 @@ impl<B: Backend> Ledger<B> {
 
     /// Settles an attempt answered whole after `ttft` (the response head)
     /// and `total`, to `used` tokens; returns its cost.
-    pub(crate) async fn answered(self, ttft: Duration, total: Duration, used: (u64, u64)) -> Money {
+    pub(crate) async fn answered(self, ttft: Duration, total: Duration, used: TokenUse) -> Money {
         let how = Settlement::Answered {
             ttft: Some(ttft),
             total: Some(total),
@@ -136,7 +136,7 @@ impl<B: Backend> Ledger<B> {
     /// the input plus what the provider bills ([`billed_output`]).
     pub(crate) async fn fail(self, kind: ErrorKind) -> Money {
         let input = self.reservation.input_tokens;
-        let billed = (input, billed_output(&kind, &self.reservation));
+        let billed = TokenUse::plain(input, billed_output(&kind, &self.reservation));
         let (cost, reconcile) = self.close_billed(Settlement::Failed(kind), (input, 0), billed);
         reconcile.await;
         cost
@@ -146,7 +146,7 @@ impl<B: Backend> Ledger<B> {
         self,
         how: Settlement,
         used: (u64, u64),
-        billed: (u64, u64),
+        billed: TokenUse,
     ) -> (Money, BoxFuture<'static, ()>) {
         let Self {
             breaker,
@@ -159,7 +159,7 @@ impl<B: Backend> Ledger<B> {
             metrics,
             ..
         } = self;
-        let cost = price.cost(billed.0, billed.1);
+        let cost = price.cost_of(&billed);
         Metrics::add(&metrics.spent_micro_usd, cost.micro_usd());
         if kind == ModelKind::Embedding {
             Metrics::add(&metrics.embedding_spent_micro_usd, cost.micro_usd());
@@ -183,7 +183,7 @@ impl<B: Backend> Ledger<B> {
             Settlement::Cancelled => breaker.ignore(),
         }
         let actual = Reservation::actual(used);
-        let bill = super::payer::billed(billed, cost.micro_usd());
+        let bill = super::payer::billed((billed.input, billed.output), cost.micro_usd());
         let reconcile = async move {
             if let Some(mut permit) = permit {
                 if let Err(e) = permit.reconcile(actual).await {

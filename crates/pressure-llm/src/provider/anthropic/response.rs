@@ -39,7 +39,9 @@ pub(crate) fn finish_reason(stop_reason: &str) -> &'static str {
 pub(crate) fn to_usage(u: &Value) -> Usage {
     let n = |k: &str| u.get(k).and_then(Value::as_u64).unwrap_or(0);
     let cache_read = n("cache_read_input_tokens");
-    let prompt = n("input_tokens") + n("cache_creation_input_tokens") + cache_read;
+    let prompt = n("input_tokens")
+        .saturating_add(n("cache_creation_input_tokens"))
+        .saturating_add(cache_read);
     let completion = n("output_tokens");
     let mut extra = Map::new();
     if cache_read > 0 {
@@ -48,10 +50,14 @@ pub(crate) fn to_usage(u: &Value) -> Usage {
             json!({"cached_tokens": cache_read}),
         );
     }
+    let cache_write = n("cache_creation_input_tokens");
+    if cache_write > 0 {
+        extra.insert("cache_creation_input_tokens".into(), json!(cache_write));
+    }
     Usage {
         prompt_tokens: prompt,
         completion_tokens: completion,
-        total_tokens: prompt + completion,
+        total_tokens: prompt.saturating_add(completion),
         extra,
     }
 }
