@@ -291,7 +291,8 @@ mod tests {
             output: 0,
         };
         assert_eq!(odd.uncached_input(), 0);
-        assert!(p.cost_of(&odd) <= plain.cost(10, 0));
+        // Its 10 input tokens: 8 written (3.75 each), the other 2 read (0.3).
+        assert_eq!(p.cost_of(&odd), Money::from_micro_usd(31));
         let max = TokenUse {
             input: u64::MAX,
             cache_write: u64::MAX,

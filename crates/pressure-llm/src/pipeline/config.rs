@@ -270,6 +270,42 @@ pub struct UseCaseConfig {
     /// Retry policy per model level (the money budget covers the whole event).
     #[serde(default)]
     pub retry: RetryPolicy,
+    /// Provider model ids that name this use case too (DESIGN §12: agents
+    /// send `claude-sonnet-4-5-20250929` or `gpt-5-codex`, not a use case):
+    /// exact ids, or patterns where `*` stands for any run of characters
+    /// (`claude-*`). See [`LlmConfig::resolve_use_case`].
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub aliases: Vec<String>,
+}
+
+/// The longest model id or alias that is looked up: a longer one names no
+/// use case (a hostile id costs a bounded match).
+pub const MAX_MODEL_ID_BYTES: usize = 256;
+
+/// Whether `text` matches `pattern`, where `*` matches any run of
+/// characters (none included) and every other character itself. Linear in
+/// `text` per literal piece of the pattern: the pieces are found greedily
+/// left to right, which is exact for `*`-only globs.
+pub fn alias_matches(pattern: &str, text: &str) -> bool {
+    let mut pieces = pattern.split('*');
+    let Some(first) = pieces.next() else {
+        return text.is_empty();
+    };
+    let Some(mut rest) = text.strip_prefix(first) else {
+        return false;
+    };
+    let pieces: Vec<&str> = pieces.collect();
+    let Some((last, middle)) = pieces.split_last() else {
+        // No `*`: the whole text must be the pattern.
+        return rest.is_empty();
+    };
+    for piece in middle {
+        match rest.find(piece) {
+            Some(at) => rest = &rest[at + piece.len()..],
+            None => return false,
+        }
+    }
+    rest.len() >= last.len() && rest.ends_with(last)
 }
 
 impl UseCaseConfig {
@@ -394,6 +430,36 @@ impl LlmConfig {
                 }
             }
             self.check_chain_kind(name, uc)?;
+            for (i, alias) in uc.aliases.iter().enumerate() {
+                let ap = format!("{path}.aliases[{i}]");
+                if alias.is_empty() || alias.len() > MAX_MODEL_ID_BYTES {
+                    return Err(ConfigError::new(
+                        ap,
+                        format!("must be 1 to {MAX_MODEL_ID_BYTES} bytes"),
+                    ));
+                }
+                if alias.chars().any(char::is_whitespace) {
+                    return Err(ConfigError::new(ap, "must not contain whitespace"));
+                }
+                if !alias.contains('*') {
+                    if self.use_cases.contains_key(alias) {
+                        return Err(ConfigError::new(
+                            ap,
+                            format!("{alias:?} is a use case's own name"),
+                        ));
+                    }
+                    let other = self
+                        .use_cases
+                        .iter()
+                        .find(|(n, u)| *n != name && u.aliases.contains(alias));
+                    if let Some((other, _)) = other {
+                        return Err(ConfigError::new(
+                            ap,
+                            format!("{alias:?} is also an alias of use case {other:?}"),
+                        ));
+                    }
+                }
+            }
             if uc.total_ms == Some(0) {
                 return Err(ConfigError::new(format!("{path}.totalMs"), "must be > 0"));
             }
@@ -402,6 +468,36 @@ impl LlmConfig {
             }
         }
         self.breaker.validate().map_err(|e| e.under("breaker"))
+    }
+
+    /// The use case a request's `model` names: a use case of that name;
+    /// else the one listing it as an exact alias; else the one whose `*`
+    /// pattern matching it is the most specific (the most characters besides
+    /// `*`; on a tie, the first use case by name). `None`: no use case (the
+    /// dialect's 404), also for an id longer than [`MAX_MODEL_ID_BYTES`].
+    pub fn resolve_use_case<'a>(&'a self, model: &'a str) -> Option<&'a str> {
+        if let Some((name, _)) = self.use_cases.get_key_value(model) {
+            return Some(name);
+        }
+        if model.len() > MAX_MODEL_ID_BYTES {
+            return None;
+        }
+        let mut best: Option<(&str, usize)> = None;
+        for (name, uc) in &self.use_cases {
+            for alias in &uc.aliases {
+                if !alias.contains('*') {
+                    if alias == model {
+                        return Some(name);
+                    }
+                    continue;
+                }
+                let specificity = alias.chars().filter(|c| *c != '*').count();
+                if alias_matches(alias, model) && best.is_none_or(|(_, s)| specificity > s) {
+                    best = Some((name, specificity));
+                }
+            }
+        }
+        best.map(|(name, _)| name)
     }
 
     /// The configured model `provider/model`, if any.
@@ -634,6 +730,73 @@ mod tests {
             serde_json::json!({ "m": { "chain": [ {"model": "p/emb"}, {"manualQueue": true} ] } }),
         );
         assert_eq!(problem(&queued).as_deref(), Some("useCases.m.chain[1]"));
+    }
+
+    #[test]
+    fn aliases_name_use_cases_exactly_then_by_the_most_specific_pattern() {
+        let cfg = config(
+            models(),
+            serde_json::json!({
+                "coding": { "chain": [ {"model": "p/chat"} ], "aliases": ["claude-*", "gpt-5*", "*codex*"] },
+                "haiku": { "chain": [ {"model": "p/chat"} ], "aliases": ["claude-haiku-*", "claude-3-5-haiku-20241022"] },
+                "claude-sonnet-4-5": { "chain": [ {"model": "p/chat"} ] }
+            }),
+        );
+        assert_eq!(problem(&cfg), None);
+        let r = |m: &'static str| cfg.resolve_use_case(m);
+        assert_eq!(r("coding"), Some("coding"));
+        assert_eq!(
+            r("claude-sonnet-4-5"),
+            Some("claude-sonnet-4-5"),
+            "a use case's own name first"
+        );
+        assert_eq!(r("claude-sonnet-4-5-20250929"), Some("coding"));
+        assert_eq!(r("claude-haiku-4-5"), Some("haiku"), "the more specific pattern");
+        assert_eq!(r("claude-3-5-haiku-20241022"), Some("haiku"), "an exact alias");
+        assert_eq!(r("gpt-5-codex"), Some("coding"));
+        assert_eq!(r("o3-codex-mini"), Some("coding"));
+        assert_eq!(r("gpt-4o"), None);
+        assert_eq!(r(""), None);
+        let long = format!("claude-{}", "x".repeat(MAX_MODEL_ID_BYTES));
+        assert_eq!(cfg.resolve_use_case(&long), None, "a hostile id names nothing");
+
+        for (aliases, path) in [
+            (serde_json::json!([""]), "useCases.a.aliases[0]"),
+            (serde_json::json!(["ok", "has space"]), "useCases.a.aliases[1]"),
+            (serde_json::json!(["b"]), "useCases.a.aliases[0]"),
+            (serde_json::json!(["same"]), "useCases.a.aliases[0]"),
+        ] {
+            let bad = config(
+                models(),
+                serde_json::json!({
+                    "a": { "chain": [ {"model": "p/chat"} ], "aliases": aliases },
+                    "b": { "chain": [ {"model": "p/chat"} ], "aliases": ["same"] }
+                }),
+            );
+            assert_eq!(problem(&bad).as_deref(), Some(path), "{aliases}");
+        }
+    }
+
+    #[test]
+    fn star_patterns_match_like_globs() {
+        for (p, t, want) in [
+            ("*", "", true),
+            ("*", "anything", true),
+            ("a*", "a", true),
+            ("a*b", "ab", true),
+            ("a*b", "axxb", true),
+            ("a*b", "axxbc", false),
+            ("*b*b", "bb", true),
+            ("*b*b", "b", false),
+            ("a**c", "ac", true),
+            ("abc", "abc", true),
+            ("abc", "abcd", false),
+            ("*codex*", "gpt-5-codex", true),
+            ("x*y*z", "xyz", true),
+            ("x*y*z", "xzy", false),
+        ] {
+            assert_eq!(alias_matches(p, t), want, "{p:?} vs {t:?}");
+        }
     }
 
     #[test]
