@@ -1,0 +1,280 @@
+//! [`StreamEncoder`]: a chat chunk stream as Anthropic's Messages events.
+
+use std::collections::HashSet;
+
+use serde_json::{json, Map, Value};
+
+use super::answer::{reasoning, tool_id};
+use super::{error_body, message_id, stop_reason, Tokens};
+use crate::provider::{ChatChunk, Usage};
+
+/// The content block open in the stream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Open {
+    Thinking,
+    Text,
+    /// A tool call, by its chat `index`.
+    Tool(u64),
+}
+
+/// Renders a chat chunk stream as Anthropic's server-sent events, in the
+/// order Anthropic publishes:
+///
+/// 1. `message_start` (`id` = `msg_` + the first chunk's id, the asked
+///    model, empty `content`, `usage` with the input estimate and
+///    `output_tokens: 1`, as Anthropic sends a small number there);
+/// 2. per content block, `content_block_start` (`thinking` / `text` /
+///    `tool_use` with `input: {}`), its `content_block_delta`s
+///    (`thinking_delta` / `text_delta` / `input_json_delta`), and
+///    `content_block_stop`; blocks are never interleaved: output of another
+///    kind (or another tool call) closes the open block and starts the next
+///    index;
+/// 3. `message_delta` (`stop_reason`, `stop_sequence`, `usage`: the chat
+///    stream's final usage, or the input estimate and 0 output tokens when
+///    the provider sent none) and `message_stop`.
+///
+/// Chat deltas read: `reasoning_content` (or `reasoning`), `content`,
+/// `refusal` (as text) and `tool_calls` (`[{"index","id"?,"function":
+/// {"name"?,"arguments"}}]`, a call starting a block when its index is new;
+/// arguments arriving for a call whose block was already closed — no
+/// provider known to pressure sends them so — are left out, as Anthropic
+/// cannot reopen a block). Only choice 0 is rendered.
+#[derive(Debug, Clone)]
+pub struct StreamEncoder {
+    model: String,
+    input_estimate: u64,
+    /// The message id, once `message_start` is sent.
+    id: Option<String>,
+    /// `message_stop` or `error` sent: nothing more is written.
+    done: bool,
+    open: Option<Open>,
+    /// The index of the next content block.
+    next_index: u64,
+    /// The chat indexes of the tool calls that got a block.
+    tools: HashSet<u64>,
+    finish: Option<String>,
+    /// The finishing choice's other fields (a vLLM `stop_reason`).
+    finish_extra: Map<String, Value>,
+    usage: Option<Usage>,
+}
+
+impl StreamEncoder {
+    /// An encoder for one answer, named `model` (the model the client
+    /// asked for), `input_tokens_estimate` being the prompt tokens the
+    /// gateway counted (what `message_start` reports: the provider's count
+    /// only comes at the end).
+    pub fn new(model: &str, input_tokens_estimate: u64) -> Self {
+        Self {
+            model: model.to_owned(),
+            input_estimate: input_tokens_estimate,
+            id: None,
+            done: false,
+            open: None,
+            next_index: 0,
+            tools: HashSet::new(),
+            finish: None,
+            finish_extra: Map::new(),
+            usage: None,
+        }
+    }
+
+    /// Writes the events of one chat chunk to `out`: `message_start` on the
+    /// first call, then the blocks its deltas open, extend or close. A chunk
+    /// with `usage` records it (for `message_delta`); a `finish_reason`
+    /// records the stop reason. Nothing is written after [`finish`](Self::finish)
+    /// or [`fail`](Self::fail).
+    pub fn chunk(&mut self, chunk: &ChatChunk, out: &mut Vec<u8>) {
+        if self.done {
+            return;
+        }
+        if let Some(u) = &chunk.usage {
+            self.usage = Some(u.clone());
+        }
+        self.start(&chunk.header.id, out);
+        let Some(choice) = chunk.choices.iter().find(|c| c.index == 0) else {
+            return;
+        };
+        let d = &choice.delta;
+        if let Some(t) = reasoning(&d.extra) {
+            self.open_block(Open::Thinking, out);
+            self.delta(json!({"type": "thinking_delta", "thinking": t}), out);
+        }
+        let refusal = d.extra.get("refusal").and_then(Value::as_str);
+        for text in [d.content.as_deref(), refusal].into_iter().flatten() {
+            if !text.is_empty() {
+                self.open_block(Open::Text, out);
+                self.delta(json!({"type": "text_delta", "text": text}), out);
+            }
+        }
+        if let Some(calls) = d.extra.get("tool_calls").and_then(Value::as_array) {
+            for (pos, call) in calls.iter().enumerate() {
+                self.tool_call(call, pos, out);
+            }
+        }
+        if let Some(f) = &choice.finish_reason {
+            self.finish = Some(f.clone());
+            self.finish_extra = choice.extra.clone();
+        }
+    }
+
+    /// Ends the answer: closes the open block, writes `message_delta` and
+    /// `message_stop` (after a `message_start` when no chunk came).
+    pub fn finish(&mut self, out: &mut Vec<u8>) {
+        if self.done {
+            return;
+        }
+        self.start("", out);
+        self.close(out);
+        let (reason, sequence) =
+            stop_reason(self.finish.as_deref(), !self.tools.is_empty(), &self.finish_extra);
+        let usage = match &self.usage {
+            Some(u) => Tokens::of(u),
+            None => Tokens {
+                input: self.input_estimate,
+                ..Tokens::default()
+            },
+        };
+        event(
+            out,
+            "message_delta",
+            &json!({
+                "type": "message_delta",
+                "delta": {"stop_reason": reason, "stop_sequence": sequence},
+                "usage": usage.to_json(),
+            }),
+        );
+        event(out, "message_stop", &json!({"type": "message_stop"}));
+        self.done = true;
+    }
+
+    /// Ends the answer with an `error` event (`{"type":"error","error":
+    /// {"type","message"}}`), as Anthropic reports a failure inside a stream
+    /// that already answered 200: after `message_start` if it was sent, the
+    /// open block left open, no `message_stop`.
+    pub fn fail(&mut self, error_type: &str, message: &str, out: &mut Vec<u8>) {
+        if self.done {
+            return;
+        }
+        event(out, "error", &error_body(error_type, message));
+        self.done = true;
+    }
+
+    /// Writes a keep-alive `ping` event, as Anthropic sends between events.
+    pub fn ping(out: &mut Vec<u8>) {
+        event(out, "ping", &json!({"type": "ping"}));
+    }
+
+    /// `message_start`, once; `chunk_id` names the message.
+    fn start(&mut self, chunk_id: &str, out: &mut Vec<u8>) {
+        if self.id.is_some() {
+            return;
+        }
+        let id = message_id(chunk_id);
+        let mut usage = match &self.usage {
+            Some(u) => Tokens::of(u),
+            None => Tokens {
+                input: self.input_estimate,
+                ..Tokens::default()
+            },
+        };
+        usage.output = 1;
+        let message = json!({
+            "id": id,
+            "type": "message",
+            "role": "assistant",
+            "model": self.model,
+            "content": [],
+            "stop_reason": null,
+            "stop_sequence": null,
+            "usage": usage.to_json(),
+        });
+        event(
+            out,
+            "message_start",
+            &json!({"type": "message_start", "message": message}),
+        );
+        self.id = Some(id);
+    }
+
+    /// One chat tool-call delta: a new call index starts a `tool_use`
+    /// block; its arguments are `input_json_delta`s.
+    fn tool_call(&mut self, call: &Value, pos: usize, out: &mut Vec<u8>) {
+        let index = call
+            .get("index")
+            .and_then(Value::as_u64)
+            .unwrap_or_else(|| u64::try_from(pos).unwrap_or(u64::MAX));
+        if self.open != Some(Open::Tool(index)) {
+            if self.tools.contains(&index) {
+                return;
+            }
+            self.close(out);
+            let msg_id = self.id.as_deref().unwrap_or("");
+            let block = json!({
+                "type": "tool_use",
+                "id": tool_id(call.get("id").and_then(Value::as_str), msg_id, index),
+                "name": call.pointer("/function/name").and_then(Value::as_str).unwrap_or(""),
+                "input": {},
+            });
+            self.begin(Open::Tool(index), block, out);
+            self.tools.insert(index);
+        }
+        if let Some(args) = call.pointer("/function/arguments").and_then(Value::as_str) {
+            if !args.is_empty() {
+                self.delta(json!({"type": "input_json_delta", "partial_json": args}), out);
+            }
+        }
+    }
+
+    /// Makes `kind` (a thinking or text block) the open block.
+    fn open_block(&mut self, kind: Open, out: &mut Vec<u8>) {
+        if self.open == Some(kind) {
+            return;
+        }
+        self.close(out);
+        let block = match kind {
+            Open::Thinking => json!({"type": "thinking", "thinking": ""}),
+            _ => json!({"type": "text", "text": ""}),
+        };
+        self.begin(kind, block, out);
+    }
+
+    /// `content_block_start` of `block` at the next index.
+    fn begin(&mut self, kind: Open, block: Value, out: &mut Vec<u8>) {
+        event(
+            out,
+            "content_block_start",
+            &json!({"type": "content_block_start", "index": self.next_index, "content_block": block}),
+        );
+        self.open = Some(kind);
+    }
+
+    /// A `content_block_delta` of the open block.
+    fn delta(&self, delta: Value, out: &mut Vec<u8>) {
+        event(
+            out,
+            "content_block_delta",
+            &json!({"type": "content_block_delta", "index": self.next_index, "delta": delta}),
+        );
+    }
+
+    /// `content_block_stop` of the open block, if one is open.
+    fn close(&mut self, out: &mut Vec<u8>) {
+        if self.open.take().is_some() {
+            event(
+                out,
+                "content_block_stop",
+                &json!({"type": "content_block_stop", "index": self.next_index}),
+            );
+            self.next_index = self.next_index.saturating_add(1);
+        }
+    }
+}
+
+/// One server-sent event: `event: <name>`, `data: <json>`, a blank line.
+fn event(out: &mut Vec<u8>, name: &str, data: &Value) {
+    out.extend_from_slice(b"event: ");
+    out.extend_from_slice(name.as_bytes());
+    out.extend_from_slice(b"\ndata: ");
+    out.extend_from_slice(data.to_string().as_bytes());
+    out.extend_from_slice(b"\n\n");
+}
