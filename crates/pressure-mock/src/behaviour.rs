@@ -103,6 +103,14 @@ pub struct Phase {
     /// chunk (a stream) or the first bytes (a JSON body), then hang.
     #[serde(default)]
     pub stall_share: f64,
+    /// Share (0..=1) of streamed requests that fail midway: the head and
+    /// the first content event, then the dialect's error event (OpenAI's
+    /// `data: {"error": ...}`, Anthropic's `event: error`, the Responses
+    /// API's `response.failed`) and the end of the stream; input billed, no
+    /// output. A JSON request that draws it is answered `500` at once, like
+    /// `errorShare`.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub stream_error_share: f64,
     /// Output tokens of an answer when the request's `max_tokens` allows.
     #[serde(default = "default_output_tokens")]
     pub output_tokens: u32,
@@ -129,6 +137,7 @@ impl Phase {
             overload_share: 0.0,
             hang_share: 0.0,
             stall_share: 0.0,
+            stream_error_share: 0.0,
             output_tokens: default_output_tokens(),
         }
     }
@@ -145,13 +154,15 @@ impl Phase {
         self
     }
 
-    /// Whether this phase injects any fault (a quota, 500s, hangs or stalls).
+    /// Whether this phase injects any fault (a quota, 500s, hangs, stalls or
+    /// failing streams).
     pub fn has_fault(&self) -> bool {
         self.rate_limit.is_some()
             || self.error_share > 0.0
             || self.overload_share > 0.0
             || self.hang_share > 0.0
             || self.stall_share > 0.0
+            || self.stream_error_share > 0.0
     }
 
     /// Whether the faults of this phase apply to `model`.
@@ -268,15 +279,18 @@ impl Behaviour {
                 ("overloadShare", p.overload_share),
                 ("hangShare", p.hang_share),
                 ("stallShare", p.stall_share),
+                ("streamErrorShare", p.stream_error_share),
                 ("latency.tailShare", p.latency.tail_share),
             ] {
                 if !(0.0..=1.0).contains(&v) {
                     return Err(format!("{path}.{field}: must be between 0 and 1"));
                 }
             }
-            if p.error_share + p.overload_share + p.hang_share + p.stall_share > 1.0 + 1e-9 {
+            let shares =
+                p.error_share + p.overload_share + p.hang_share + p.stall_share + p.stream_error_share;
+            if shares > 1.0 + 1e-9 {
                 return Err(format!(
-                    "{path}: errorShare + overloadShare + hangShare + stallShare must be at most 1"
+                    "{path}: errorShare + overloadShare + hangShare + stallShare + streamErrorShare must be at most 1"
                 ));
             }
             if p.latency.min_ms > p.latency.max_ms {

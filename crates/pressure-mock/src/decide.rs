@@ -19,7 +19,16 @@
 //!    the first bytes (a JSON body), then silence (input billed, the full
 //!    output billed when generation would have finished); else a normal
 //!    answer after the latency draw (a stream spreads it over its events,
-//!    the first content event after 20 % of it).
+//!    the first content event after 20 % of it); `streamErrorShare` → a
+//!    stream's head and first content event, then at the end of the
+//!    latency the endpoint's error event and the end of the stream (input
+//!    billed, no output; recorded `server_error` with status 200), a JSON
+//!    request → 500 at once like `errorShare`.
+//!
+//! The input of an accepted request (answered, stalled, failed midway or
+//! hanging) is billed by its prompt-cache classes: the endpoint's
+//! cacheable prefix is looked up in the mock's prompt cache (`cache.rs`)
+//! when the request is accepted.
 //!
 //! The output is the responder's text cut to `min(outputTokens, cap)`
 //! tokens; the answer says it was cut (`length`, `max_tokens`) only when
@@ -42,6 +51,7 @@ use crate::quota::Verdict;
 use crate::record::Outcome;
 use crate::state::{Draft, Fault, OutputBill, Shared, Tracker};
 use crate::text::cut_text;
+use crate::tokens::count_text;
 
 /// A stalled JSON answer sends this many bytes of its body.
 const STALL_JSON_BYTES: usize = 16;
@@ -90,10 +100,12 @@ pub(crate) async fn decide<E: Endpoint>(
     };
 
     // 4. The fault draw.
-    let fault = if hit {
-        shared.draw_fault(&phase)
-    } else {
-        Fault::None
+    let fault = match (hit, call.stream) {
+        (false, _) => Fault::None,
+        (true, stream) => match shared.draw_fault(&phase) {
+            Fault::StreamError if !stream => Fault::Error,
+            f => f,
+        },
     };
     match fault {
         Fault::Error | Fault::Overload => {
@@ -101,16 +113,18 @@ pub(crate) async fn decide<E: Endpoint>(
             refuse(draft, Outcome::ServerError, status, answer)
         }
         Fault::Hang => {
-            let at = shared.record(draft, Outcome::Hung, 0, call.input);
+            let cache = shared.cache.lock().use_of(call.cache);
+            let at = shared.record_cached(draft, Outcome::Hung, 0, call.input, cache);
             tracker.attach(at);
             shared.shutdown_signal().await;
             dialect.shutting_down()
         }
-        Fault::Stall | Fault::None => {
+        Fault::Stall | Fault::StreamError | Fault::None => {
             let plan = Playout {
                 now,
                 latency: shared.draw_latency(&phase.latency),
                 stall: fault == Fault::Stall,
+                fail: fault == Fault::StreamError,
                 headers: quota_headers,
             };
             answer::<E>(&shared, &phase, draft, tracker, &call, plan).await
@@ -157,13 +171,14 @@ fn quota<R>(
     }
 }
 
-/// How an answer is played: from `now`, over `latency`, stalling or not,
-/// with the quota's headers.
+/// How an answer is played: from `now`, over `latency`, stalling, failing
+/// midway (a stream) or not, with the quota's headers.
 #[derive(Debug)]
 struct Playout {
     now: Instant,
     latency: Duration,
     stall: bool,
+    fail: bool,
     headers: HeaderMap,
 }
 
@@ -184,7 +199,10 @@ impl Playout {
             Due::Start => self.now,
             Due::Content { index, of } if of > 1 => {
                 let span = self.due().saturating_duration_since(self.first_at());
-                self.first_at() + span.mul_f64(index as f64 / (of - 1) as f64)
+                // Both are at most MAX_CONTENT_CHUNKS: exact as f64.
+                let share = f64::from(u32::try_from(index).unwrap_or(u32::MAX))
+                    / f64::from(u32::try_from(of - 1).unwrap_or(u32::MAX));
+                self.first_at() + span.mul_f64(share.min(1.0))
             }
             Due::Content { .. } => self.first_at(),
             Due::End => self.due(),
@@ -194,6 +212,9 @@ impl Playout {
 
 /// The generated text of `call`, cut to its budget: (text, tokens, capped).
 fn generate<R>(shared: &Shared, phase: &Phase, call: &Call<R>) -> (String, u64, bool) {
+    if let Some(fixed) = &call.fixed_output {
+        return (fixed.clone(), count_text(&call.model, fixed), false);
+    }
     let Some(turns) = &call.turns else {
         return (String::new(), 0, false);
     };
@@ -216,19 +237,39 @@ async fn answer<E: Endpoint>(
     plan: Playout,
 ) -> Response {
     let (text, tokens, capped) = generate(shared, phase, call);
-    let outcome = if plan.stall { Outcome::Stalled } else { Outcome::Ok };
-    let at = shared.record(draft, outcome, 200, call.input);
+    let outcome = match (plan.stall, plan.fail) {
+        (true, _) => Outcome::Stalled,
+        (false, true) => Outcome::ServerError,
+        (false, false) => Outcome::Ok,
+    };
+    let cache = shared.cache.lock().use_of(call.cache);
+    let at = shared.record_cached(draft, outcome, 200, call.input, cache);
     tracker.attach(at);
     let mut bill = OutputBill::new(shared.clone(), at, tokens, plan.due());
     let output = Output {
         seq: at.seq(),
         created: shared.ms_since_start(plan.now) / 1_000,
         input: call.input,
+        cache,
         text,
         tokens,
         capped,
     };
     let Reply { json, mut events } = E::answer(call, &output);
+    if plan.fail && call.stream {
+        // The head and the first content event, then the error event.
+        bill.forgo();
+        let first = events.iter().position(|e| matches!(e.at, Due::Content { .. }));
+        events.truncate(first.map_or(events.len(), |i| i + 1));
+        let error = E::stream_error(call, &output, events.len());
+        let mut pieces: std::collections::VecDeque<Piece> = events
+            .into_iter()
+            .map(|e| piece(&plan, e.at, e.bytes, false))
+            .collect();
+        pieces.push_back(piece(&plan, Due::End, error, false));
+        let timed = TimedBody::new(shared, pieces, false, tracker, None);
+        return streamed(plan.headers, true, timed);
+    }
     if plan.stall {
         // Generation goes on without anyone listening: billed when it would have finished.
         drop(bill);

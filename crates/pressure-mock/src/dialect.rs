@@ -205,7 +205,7 @@ fn openai_rate_limit_message(
 
 /// Unix time in milliseconds: an HTTP `date` is wall-clock time by
 /// definition; nothing is timed by it.
-fn unix_ms() -> u64 {
+pub(crate) fn unix_ms() -> u64 {
     #[allow(clippy::disallowed_methods)]
     let now = std::time::SystemTime::now();
     now.duration_since(std::time::UNIX_EPOCH)

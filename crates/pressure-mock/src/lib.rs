@@ -38,6 +38,7 @@
 
 mod behaviour;
 mod body;
+mod cache;
 mod dates;
 mod decide;
 mod dialect;

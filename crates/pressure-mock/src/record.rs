@@ -45,7 +45,8 @@ pub struct Arrival {
     pub at_ms: f64,
     /// The request's `model`.
     pub model: String,
-    /// The path called: `/v1/chat/completions` or `/v1/messages`.
+    /// The path called: `/v1/chat/completions`, `/v1/embeddings`,
+    /// `/v1/responses`, `/v1/messages` or `/v1/messages/count_tokens`.
     #[serde(default)]
     pub endpoint: String,
     /// `x-pressure-request-id`, when sent.
@@ -62,12 +63,14 @@ pub struct Arrival {
     pub outcome: Outcome,
     /// The status sent (0 when nothing was sent: a hang).
     pub status: u16,
-    /// Input tokens billed (0 when not billed).
+    /// Input tokens billed (0 when not billed), every cache class included.
     pub input_tokens: u64,
     /// Output tokens billed, counted when the mock finished generating them
     /// (even if the client had gone); 0 until then.
     pub output_tokens: u64,
-    /// What those tokens cost at the mock's price table, in micro-dollars.
+    /// What those tokens cost at the mock's price table, in micro-dollars
+    /// (the part of the input served by or written to the prompt cache at
+    /// the cache prices).
     pub micro_usd: u64,
     /// Whether the client went away before the answer was complete.
     pub client_gone: bool,
@@ -79,11 +82,21 @@ pub struct Arrival {
 pub struct ModelBill {
     /// Requests received.
     pub requests: u64,
-    /// Input tokens billed.
+    /// Input tokens billed (every class: uncached, cache writes, cache reads).
     pub input_tokens: u64,
     /// Output tokens billed.
     pub output_tokens: u64,
-    /// The bill at the mock's price table, in micro-dollars.
+    /// Of `input_tokens`, those written to the prompt cache (billed at the
+    /// model's cache-write price).
+    #[serde(default)]
+    pub cache_write_input_tokens: u64,
+    /// Of `input_tokens`, those read from the prompt cache (billed at the
+    /// model's cache-read price).
+    #[serde(default)]
+    pub cache_read_input_tokens: u64,
+    /// The bill at the mock's price table, in micro-dollars: uncached input
+    /// × input price + cache writes × write price + cache reads × read
+    /// price + output × output price, rounded up once.
     pub micro_usd: u64,
 }
 
@@ -97,7 +110,8 @@ pub struct MockStats {
     pub by_status: BTreeMap<String, u64>,
     /// Requests by [`Outcome`].
     pub by_outcome: BTreeMap<Outcome, u64>,
-    /// Requests by the path called (`/v1/chat/completions`, `/v1/messages`).
+    /// Requests by the path called (`/v1/chat/completions`, `/v1/responses`,
+    /// `/v1/messages`, ...).
     #[serde(default)]
     pub by_endpoint: BTreeMap<String, u64>,
     /// Billing per model.
@@ -106,6 +120,12 @@ pub struct MockStats {
     pub billed_input_tokens: u64,
     /// Output tokens billed, all models.
     pub billed_output_tokens: u64,
+    /// Of the input tokens billed, those written to the prompt cache, all models.
+    #[serde(default)]
+    pub billed_cache_write_input_tokens: u64,
+    /// Of the input tokens billed, those read from the prompt cache, all models.
+    #[serde(default)]
+    pub billed_cache_read_input_tokens: u64,
     /// The whole bill, in micro-dollars.
     pub billed_micro_usd: u64,
     /// Requests being answered (or hanging) now.

@@ -20,7 +20,7 @@ use crate::behaviour::{Behaviour, Phase, PRESETS};
 use crate::decide::decide;
 use crate::endpoint::chat::Chat;
 use crate::endpoint::embeddings::Embeddings;
-use crate::endpoint::messages::Messages;
+use crate::endpoint::messages::{count_tokens, Messages, COUNT_TOKENS_PATH};
 use crate::endpoint::Endpoint;
 use crate::price::Price;
 use crate::record::{Arrival, MockStats};
@@ -215,6 +215,7 @@ fn router(shared: Arc<Shared>) -> Router {
         .route(Chat::ROUTE.path, post(decide::<Chat>))
         .route(Embeddings::ROUTE.path, post(decide::<Embeddings>))
         .route(Messages::ROUTE.path, post(decide::<Messages>))
+        .route(COUNT_TOKENS_PATH, post(count_tokens))
         .route("/mock/stats", get(stats))
         .route("/mock/arrivals", get(arrivals))
         .route("/mock/behaviour", get(get_behaviour).put(put_behaviour))

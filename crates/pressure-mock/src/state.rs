@@ -24,7 +24,8 @@ use tokio::sync::watch;
 use tokio::time::{Duration, Instant};
 
 use crate::behaviour::{Behaviour, Latency, Phase};
-use crate::price::Price;
+use crate::cache::{CacheUse, PromptCache};
+use crate::price::{Billed, Price};
 use crate::quota::QuotaBook;
 use crate::record::{
     Arrival, MockStats, ModelBill, Outcome, ATTEMPT_HEADER, PROBE_HEADER, REQUEST_ID_HEADER,
@@ -53,8 +54,7 @@ pub(crate) struct Current {
 #[derive(Debug, Clone, Copy, Default)]
 struct Tokens {
     requests: u64,
-    input: u64,
-    output: u64,
+    billed: Billed,
 }
 
 /// Arrivals and counters since start or the last reset.
@@ -63,6 +63,9 @@ struct Records {
     /// Bumped by every reset, so late billing of an older request is dropped.
     generation: u64,
     arrivals: Vec<Arrival>,
+    /// The cache classes of each arrival's input, beside `arrivals` (an
+    /// [`Arrival`] keeps its JSON shape; its `micro_usd` uses these).
+    caches: Vec<CacheUse>,
     by_status: BTreeMap<u16, u64>,
     by_outcome: BTreeMap<Outcome, u64>,
     by_endpoint: BTreeMap<&'static str, u64>,
@@ -135,6 +138,7 @@ pub(crate) enum Fault {
     Overload,
     Hang,
     Stall,
+    StreamError,
 }
 
 /// The state shared by the handlers and the [`MockProvider`](crate::MockProvider) handle.
@@ -143,6 +147,8 @@ pub(crate) struct Shared {
     pub(crate) started: Instant,
     current: RwLock<Current>,
     pub(crate) quota: Mutex<QuotaBook>,
+    /// The prompt-cache prefixes seen (cleared by a reset).
+    pub(crate) cache: Mutex<PromptCache>,
     records: Mutex<Records>,
     in_flight: AtomicU64,
     max_in_flight: AtomicU64,
@@ -173,6 +179,7 @@ impl Shared {
                 set_at: started,
             }),
             quota: Mutex::new(QuotaBook::default()),
+            cache: Mutex::new(PromptCache::default()),
             records: Mutex::new(Records::default()),
             in_flight: AtomicU64::new(0),
             max_in_flight: AtomicU64::new(0),
@@ -213,12 +220,14 @@ impl Shared {
     }
 
     /// One uniform draw decides the fault: `errorShare`, then
-    /// `overloadShare`, then `hangShare`, then `stallShare`, else none.
+    /// `overloadShare`, then `hangShare`, then `stallShare`, then
+    /// `streamErrorShare`, else none.
     pub(crate) fn draw_fault(&self, phase: &Phase) -> Fault {
         if phase.error_share <= 0.0
             && phase.overload_share <= 0.0
             && phase.hang_share <= 0.0
             && phase.stall_share <= 0.0
+            && phase.stream_error_share <= 0.0
         {
             return Fault::None;
         }
@@ -232,6 +241,8 @@ impl Shared {
             Fault::Hang
         } else if u < over + phase.hang_share + phase.stall_share {
             Fault::Stall
+        } else if u < over + phase.hang_share + phase.stall_share + phase.stream_error_share {
+            Fault::StreamError
         } else {
             Fault::None
         }
@@ -256,6 +267,19 @@ impl Shared {
 
     /// Records one request; its input tokens are billed (0 when not).
     pub(crate) fn record(&self, d: Draft, outcome: Outcome, status: u16, input_tokens: u64) -> ArrivalRef {
+        self.record_cached(d, outcome, status, input_tokens, CacheUse::default())
+    }
+
+    /// Records one request whose `input_tokens` are billed, `cache` of
+    /// them at the prompt-cache prices.
+    pub(crate) fn record_cached(
+        &self,
+        d: Draft,
+        outcome: Outcome,
+        status: u16,
+        input_tokens: u64,
+        cache: CacheUse,
+    ) -> ArrivalRef {
         let at_ms = d.at.saturating_duration_since(self.started).as_secs_f64() * 1_000.0;
         let mut r = self.records.lock();
         let index = r.arrivals.len();
@@ -265,10 +289,13 @@ impl Shared {
         if !d.model.is_empty() {
             let m = r.models.entry(d.model.clone()).or_default();
             m.requests += 1;
-            m.input += input_tokens;
+            m.billed.input = m.billed.input.saturating_add(input_tokens);
+            m.billed.cache.write = m.billed.cache.write.saturating_add(cache.write);
+            m.billed.cache.read = m.billed.cache.read.saturating_add(cache.read);
         }
+        r.caches.push(cache);
         r.arrivals.push(Arrival {
-            seq: index as u64,
+            seq: u64::try_from(index).unwrap_or(u64::MAX),
             at_ms,
             model: d.model,
             endpoint: d.endpoint.to_owned(),
@@ -301,7 +328,8 @@ impl Shared {
         };
         a.output_tokens += tokens;
         let model = a.model.clone();
-        r.models.entry(model).or_default().output += tokens;
+        let m = r.models.entry(model).or_default();
+        m.billed.output = m.billed.output.saturating_add(tokens);
     }
 
     /// Marks the arrival's client as gone.
@@ -323,7 +351,7 @@ impl Shared {
         let phase = self.phase_at(Instant::now()).name;
         let r = self.records.lock();
         let mut s = MockStats {
-            requests: r.arrivals.len() as u64,
+            requests: u64::try_from(r.arrivals.len()).unwrap_or(u64::MAX),
             by_status: r.by_status.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
             by_outcome: r.by_outcome.clone(),
             by_endpoint: r.by_endpoint.iter().map(|(k, v)| ((*k).to_owned(), *v)).collect(),
@@ -333,16 +361,22 @@ impl Shared {
             ..MockStats::default()
         };
         for (model, t) in &r.models {
-            let micro_usd = self.price(model).micro_usd(t.input, t.output);
-            s.billed_input_tokens += t.input;
-            s.billed_output_tokens += t.output;
+            let b = &t.billed;
+            let micro_usd = self.price(model).of(b);
+            s.billed_input_tokens = s.billed_input_tokens.saturating_add(b.input);
+            s.billed_output_tokens = s.billed_output_tokens.saturating_add(b.output);
+            s.billed_cache_write_input_tokens =
+                s.billed_cache_write_input_tokens.saturating_add(b.cache.write);
+            s.billed_cache_read_input_tokens = s.billed_cache_read_input_tokens.saturating_add(b.cache.read);
             s.billed_micro_usd = s.billed_micro_usd.saturating_add(micro_usd);
             s.by_model.insert(
                 model.clone(),
                 ModelBill {
                     requests: t.requests,
-                    input_tokens: t.input,
-                    output_tokens: t.output,
+                    input_tokens: b.input,
+                    output_tokens: b.output,
+                    cache_write_input_tokens: b.cache.write,
+                    cache_read_input_tokens: b.cache.read,
                     micro_usd,
                 },
             );
@@ -352,14 +386,21 @@ impl Shared {
 
     /// Every arrival since start or the last reset, in order.
     pub(crate) fn arrivals(&self) -> Vec<Arrival> {
-        let mut arrivals = self.records.lock().arrivals.clone();
-        for a in &mut arrivals {
-            a.micro_usd = self.price(&a.model).micro_usd(a.input_tokens, a.output_tokens);
+        let (mut arrivals, caches) = {
+            let r = self.records.lock();
+            (r.arrivals.clone(), r.caches.clone())
+        };
+        for (a, cache) in arrivals.iter_mut().zip(caches) {
+            a.micro_usd = self.price(&a.model).of(&Billed {
+                input: a.input_tokens,
+                cache,
+                output: a.output_tokens,
+            });
         }
         arrivals
     }
 
-    /// Clears arrivals, counters and the quota logs; the highest in-flight
+    /// Clears arrivals, counters, the quota logs and the prompt cache; the highest in-flight
     /// count restarts from the requests in flight now.
     pub(crate) fn reset(&self) {
         {
@@ -371,6 +412,7 @@ impl Shared {
             };
         }
         self.quota.lock().clear();
+        self.cache.lock().clear();
         self.max_in_flight
             .store(self.in_flight.load(Ordering::Relaxed), Ordering::Relaxed);
     }
@@ -457,6 +499,11 @@ impl OutputBill {
             due,
             billed: false,
         }
+    }
+
+    /// Bills nothing: generation failed (a stream that ends in an error).
+    pub(crate) fn forgo(mut self) {
+        self.billed = true;
     }
 
     /// Bills now (generation finished as the answer was sent).

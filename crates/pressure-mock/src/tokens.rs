@@ -18,7 +18,7 @@ const PER_MESSAGE: u64 = 3;
 /// Extra tokens of a message that carries a `name`.
 const PER_NAME: u64 = 1;
 /// Tokens priming the reply, once per prompt.
-const REPLY_PRIMING: u64 = 3;
+pub(crate) const REPLY_PRIMING: u64 = 3;
 
 /// One message of a chat prompt, as counted.
 #[derive(Debug, Clone, Copy)]
@@ -63,6 +63,30 @@ pub(crate) fn count_text(model: &str, text: &str) -> u64 {
         Some(bpe) => encoded(bpe, text),
         None => (text.len() as u64).div_ceil(4),
     }
+}
+
+/// A key of the first `n` tokens of a prompt's messages (each message's
+/// role and text, in order, as one text): two prompts that begin with the
+/// same `n` tokens share it. Without a tokenizer, the first `4 n` bytes.
+pub(crate) fn prefix_key(model: &str, messages: &[Counted<'_>], n: u64) -> u64 {
+    let mut text = String::new();
+    for m in messages {
+        text.push_str(m.role);
+        text.push('\n');
+        text.push_str(m.text);
+        text.push('\n');
+    }
+    let take = usize::try_from(n).unwrap_or(usize::MAX);
+    let ids: Vec<u8> = match bpe(model) {
+        Some(bpe) => catch_unwind(AssertUnwindSafe(|| bpe.encode_ordinary(&text)))
+            .unwrap_or_default()
+            .into_iter()
+            .take(take)
+            .flat_map(|id| id.to_le_bytes())
+            .collect(),
+        None => text.bytes().take(take.saturating_mul(4)).collect(),
+    };
+    crate::cache::key_of([model.as_bytes(), b"prefix", &n.to_le_bytes(), &ids])
 }
 
 /// Prompt tokens of a chat prompt, framing included.

@@ -9,14 +9,15 @@
 use bytes::Bytes;
 
 use super::{content_events, Call, Due, Endpoint, Event, Output, Reply, Route};
+use crate::cache::automatic_probe;
 use crate::dialect::Dialect;
 use crate::record::BAD_REQUEST_MARKER;
 use crate::responder::Turn;
 use crate::tokens::{count_prompt, Counted};
 use crate::wire::json_bytes;
 use crate::wire::openai::{
-    read_request, sse, AssistantMessage, ChatCompletion, ChatCompletionChunk, ChatCompletionRequest, Choice,
-    ChunkChoice, CompletionHead, Delta, Usage, DONE,
+    read_request, sse, sse_error, AssistantMessage, ChatCompletion, ChatCompletionChunk,
+    ChatCompletionRequest, Choice, ChunkChoice, CompletionHead, Delta, Usage, DONE, STREAM_ERROR_MESSAGE,
 };
 
 /// The chat-completions endpoint.
@@ -54,6 +55,7 @@ impl Endpoint for Chat {
             })
             .collect();
         let input = count_prompt(&req.model, &counted);
+        let cache = automatic_probe(&req.model, &counted, input, req.prompt_cache_key.as_deref());
         Ok(Call {
             model: req.model.clone(),
             stream: req.stream == Some(true),
@@ -61,6 +63,8 @@ impl Endpoint for Chat {
             input,
             max_output: req.max_output().map(u64::from),
             turns: Some(turns),
+            fixed_output: None,
+            cache,
             request: req,
         })
     }
@@ -68,7 +72,7 @@ impl Endpoint for Chat {
     fn answer(call: &Call<ChatCompletionRequest>, out: &Output) -> Reply {
         let id = format!("chatcmpl-mock-{}", out.seq);
         let finish = if out.capped { "length" } else { "stop" };
-        let usage = Usage::of(out.input, out.tokens);
+        let usage = Usage::of(out.input, out.tokens, out.cache.read);
         let head = |object| CompletionHead {
             id: &id,
             object,
@@ -133,6 +137,10 @@ impl Endpoint for Chat {
         }
         events.push(Event::new(Due::End, Bytes::from_static(DONE)));
         Reply { json, events }
+    }
+
+    fn stream_error(_call: &Call<ChatCompletionRequest>, _out: &Output, _sent: usize) -> Bytes {
+        sse_error(STREAM_ERROR_MESSAGE)
     }
 }
 

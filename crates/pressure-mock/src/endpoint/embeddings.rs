@@ -19,6 +19,8 @@
 
 use base64::Engine as _;
 
+use bytes::Bytes;
+
 use super::{Call, Endpoint, Output, Reply, Route};
 use crate::dialect::Dialect;
 use crate::record::BAD_REQUEST_MARKER;
@@ -173,7 +175,7 @@ impl Endpoint for Embeddings {
             .iter()
             .map(|i| match i {
                 InputItem::Text(t) => count_text(&req.model, t),
-                InputItem::Tokens(ids) => ids.len() as u64,
+                InputItem::Tokens(ids) => u64::try_from(ids.len()).unwrap_or(u64::MAX),
             })
             .sum();
         Ok(Call {
@@ -183,6 +185,8 @@ impl Endpoint for Embeddings {
             input,
             max_output: Some(0),
             turns: None,
+            fixed_output: None,
+            cache: None,
             request: req,
         })
     }
@@ -213,6 +217,11 @@ impl Endpoint for Embeddings {
             json,
             events: Vec::new(),
         }
+    }
+
+    /// Never called: an embeddings answer is no stream.
+    fn stream_error(_call: &Call<EmbeddingsRequest>, _out: &Output, _sent: usize) -> Bytes {
+        Bytes::new()
     }
 }
 

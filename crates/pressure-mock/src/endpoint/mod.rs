@@ -4,8 +4,12 @@
 //! and recording) is the one step in `decide.rs`, alike for all of them.
 //!
 //! * [`chat::Chat`]: OpenAI's `POST /v1/chat/completions` (JSON and SSE);
+//! * [`responses::Responses`]: OpenAI's `POST /v1/responses` (JSON and SSE events);
 //! * [`messages::Messages`]: Anthropic's `POST /v1/messages` (JSON and SSE events);
 //! * [`embeddings::Embeddings`]: OpenAI's `POST /v1/embeddings`.
+//!
+//! Anthropic's `POST /v1/messages/count_tokens` ([`messages::count_tokens`])
+//! is no [`Endpoint`]: it is neither billed nor limited, only recorded.
 
 pub(crate) mod chat;
 pub(crate) mod embeddings;
@@ -13,6 +17,7 @@ pub(crate) mod messages;
 
 use bytes::Bytes;
 
+use crate::cache::{CacheProbe, CacheUse};
 use crate::dialect::Dialect;
 use crate::responder::Turn;
 use crate::text::split_even;
@@ -33,6 +38,10 @@ pub(crate) trait Endpoint: 'static {
 
     /// The answer to a request that gets one.
     fn answer(call: &Call<Self::Request>, out: &Output) -> Reply;
+
+    /// The event that ends a stream failing midway (the phase's
+    /// `streamErrorShare`), after `sent` events of the reply.
+    fn stream_error(call: &Call<Self::Request>, out: &Output, sent: usize) -> Bytes;
 }
 
 /// An endpoint's path and dialect.
@@ -68,6 +77,11 @@ pub(crate) struct Call<R> {
     /// The conversation, for an endpoint that generates text (the
     /// [`Responder`](crate::Responder) answers it); `None` for embeddings.
     pub(crate) turns: Option<Vec<Turn>>,
+    /// The output decided by the endpoint instead of the responder's text
+    /// (a tool call's arguments), billed in full.
+    pub(crate) fixed_output: Option<String>,
+    /// The request's cacheable prompt prefix, if any.
+    pub(crate) cache: Option<CacheProbe>,
     /// The request itself.
     pub(crate) request: R,
 }
@@ -79,8 +93,10 @@ pub(crate) struct Output {
     pub(crate) seq: usize,
     /// Seconds since the mock started (OpenAI's `created`).
     pub(crate) created: u64,
-    /// Input tokens.
+    /// Input tokens (every cache class).
     pub(crate) input: u64,
+    /// Of `input`, what was written to and read from the prompt cache.
+    pub(crate) cache: CacheUse,
     /// The generated text, cut to the request's budget.
     pub(crate) text: String,
     /// Its tokens.

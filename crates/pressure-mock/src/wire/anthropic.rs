@@ -10,8 +10,9 @@ use super::json_bytes;
 
 /// A Messages request. Every field is optional here so that a missing one
 /// is refused with Anthropic's own wording (`model: Field required`);
-/// fields the mock does not read (`temperature`, `tools`, `metadata`,
-/// `thinking`, ...) are ignored.
+/// fields the mock does not read (`temperature`, `metadata`, `thinking`,
+/// ...) are ignored; `tools` are kept as JSON (counted as input, and a
+/// prompt-cache prefix may end in them).
 #[derive(Debug, Clone, Deserialize)]
 pub(crate) struct MessagesRequest {
     pub(crate) model: Option<String>,
@@ -21,6 +22,7 @@ pub(crate) struct MessagesRequest {
     /// A string, or an array of text blocks.
     pub(crate) system: Option<Content>,
     pub(crate) stream: Option<bool>,
+    pub(crate) tools: Option<Vec<Value>>,
 }
 
 /// One turn of `messages`.
@@ -78,10 +80,14 @@ pub(crate) enum Block {
     Other,
 }
 
-/// `usage` of a `message`.
+/// `usage` of a `message` (and of a stream's `message_delta`):
+/// `input_tokens` are the input tokens neither written to nor read from
+/// the prompt cache.
 #[derive(Debug, Clone, Copy, Serialize)]
 pub(crate) struct MessageUsage {
     pub(crate) input_tokens: u64,
+    pub(crate) cache_creation_input_tokens: u64,
+    pub(crate) cache_read_input_tokens: u64,
     pub(crate) output_tokens: u64,
 }
 
@@ -130,12 +136,6 @@ pub(crate) struct StopDelta<'a> {
     pub(crate) stop_sequence: Option<&'a str>,
 }
 
-/// `usage` of a `message_delta` event: the output so far.
-#[derive(Debug, Clone, Copy, Serialize)]
-pub(crate) struct OutputUsage {
-    pub(crate) output_tokens: u64,
-}
-
 /// One event of a stream; its `type` is also the SSE event name.
 #[derive(Debug, Serialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
@@ -157,9 +157,13 @@ pub(crate) enum StreamEvent<'a> {
     },
     MessageDelta {
         delta: StopDelta<'a>,
-        usage: OutputUsage,
+        usage: MessageUsage,
     },
     MessageStop,
+    /// A stream failing midway.
+    Error {
+        error: AnthropicErrorDetail<'a>,
+    },
 }
 
 impl StreamEvent<'_> {
@@ -172,6 +176,7 @@ impl StreamEvent<'_> {
             Self::ContentBlockStop { .. } => "content_block_stop",
             Self::MessageDelta { .. } => "message_delta",
             Self::MessageStop => "message_stop",
+            Self::Error { .. } => "error",
         }
     }
 

@@ -31,6 +31,8 @@ pub(crate) struct ChatCompletionRequest {
     pub(crate) max_completion_tokens: Option<u32>,
     pub(crate) stream: Option<bool>,
     pub(crate) stream_options: Option<StreamOptions>,
+    /// The key OpenAI routes its prompt cache by.
+    pub(crate) prompt_cache_key: Option<String>,
 }
 
 impl ChatCompletionRequest {
@@ -130,14 +132,26 @@ pub(crate) struct Usage {
     pub(crate) prompt_tokens: u64,
     pub(crate) completion_tokens: u64,
     pub(crate) total_tokens: u64,
+    pub(crate) prompt_tokens_details: CachedTokens,
+}
+
+/// `prompt_tokens_details` (chat) and `input_tokens_details` (responses):
+/// the prompt tokens served by the prompt cache.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub(crate) struct CachedTokens {
+    pub(crate) cached_tokens: u64,
 }
 
 impl Usage {
-    pub(crate) fn of(input: u64, output: u64) -> Self {
+    /// `input` prompt tokens (`cached` of them from the cache), `output` completion tokens.
+    pub(crate) fn of(input: u64, output: u64, cached: u64) -> Self {
         Self {
             prompt_tokens: input,
             completion_tokens: output,
-            total_tokens: input + output,
+            total_tokens: input.saturating_add(output),
+            prompt_tokens_details: CachedTokens {
+                cached_tokens: cached,
+            },
         }
     }
 }
@@ -216,6 +230,28 @@ pub(crate) fn sse(chunk: &ChatCompletionChunk<'_>) -> Bytes {
 
 /// The stream's last event.
 pub(crate) const DONE: &[u8] = b"data: [DONE]\n\n";
+
+/// The `data:` event that ends a chat stream failing midway, as OpenAI
+/// sends it: an error body instead of a chunk.
+pub(crate) fn sse_error(message: &str) -> Bytes {
+    let json = json_bytes(&OpenAiErrorBody {
+        error: OpenAiErrorDetail {
+            message,
+            kind: "server_error",
+            param: None,
+            code: Some("server_error"),
+        },
+    });
+    let mut out = Vec::with_capacity(json.len() + 8);
+    out.extend_from_slice(b"data: ");
+    out.extend_from_slice(&json);
+    out.extend_from_slice(b"\n\n");
+    Bytes::from(out)
+}
+
+/// What a stream failing midway says.
+pub(crate) const STREAM_ERROR_MESSAGE: &str =
+    "The server had an error while processing your request (pressure mock: stream failed midway).";
 
 /// An embeddings answer (`object: "list"`).
 #[derive(Debug, Serialize)]
