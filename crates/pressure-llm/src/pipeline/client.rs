@@ -11,6 +11,7 @@ use super::answer::{Answer, EmbeddingAnswer};
 use super::answer_stream::AnswerStream;
 use super::caller::Caller;
 use super::calls::{Complete, Embed, Open};
+use super::config::ChainLevel;
 use super::config::LlmConfig;
 use super::engine::Engine;
 use super::error::{EmbeddingError, LlmError};
@@ -117,6 +118,29 @@ impl<B: Backend> LlmClient<B> {
 
     fn metrics(&self) -> &Metrics {
         &self.engine.metrics
+    }
+
+    /// The prompt tokens of `req` as the first model level of `use_case`
+    /// counts them (its tokenizer; DESIGN §12's `count_tokens`), without a
+    /// call, a reservation or a charge.
+    pub fn count_prompt(&self, use_case: &str, req: &ChatRequest) -> Result<u64, LlmError> {
+        let uc = self
+            .engine
+            .config
+            .use_cases
+            .get(use_case)
+            .ok_or_else(|| LlmError::UnknownUseCase(use_case.to_owned()))?;
+        let model = uc
+            .chain
+            .iter()
+            .find_map(|level| match level {
+                ChainLevel::Model(key) => self.engine.models.get(key).map(|m| m.model.as_str()),
+                _ => None,
+            })
+            .unwrap_or("");
+        let messages: Vec<(String, String)> =
+            req.messages.iter().map(|m| (m.role.clone(), m.text())).collect();
+        Ok(self.engine.counter.count_chat(model, &messages)?)
     }
 
     /// Runs one event of `use_case`: see the [module docs](super).

@@ -286,7 +286,7 @@ pub const MAX_MODEL_ID_BYTES: usize = 256;
 /// characters (none included) and every other character itself. Linear in
 /// `text` per literal piece of the pattern: the pieces are found greedily
 /// left to right, which is exact for `*`-only globs.
-pub fn alias_matches(pattern: &str, text: &str) -> bool {
+pub(crate) fn alias_matches(pattern: &str, text: &str) -> bool {
     let mut pieces = pattern.split('*');
     let Some(first) = pieces.next() else {
         return text.is_empty();

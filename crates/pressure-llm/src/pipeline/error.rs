@@ -22,6 +22,18 @@ pub enum LlmError {
     /// The request fits no model of the chain.
     #[error(transparent)]
     ContextLength(ContextError),
+    /// The request carries content that only its own wire can carry, and
+    /// no level of the chain speaks that wire (DESIGN §12): refused before
+    /// any provider call.
+    #[error(
+        "{param}: this content can only be sent to a provider of the {wire} wire, and no level of the chain takes it"
+    )]
+    NativeOnly {
+        /// The request field at fault, as a JSON path.
+        param: String,
+        /// The wire that could carry it (`messages`, `responses`).
+        wire: &'static str,
+    },
     /// The use case serves the other endpoint (chat vs embeddings).
     #[error("use case {use_case:?} serves {}; {}", serves_what(*.serves), call_instead(*.serves))]
     WrongKind {
@@ -137,6 +149,7 @@ impl LlmError {
         match self {
             Self::UnknownUseCase(_) => "unknown_use_case",
             Self::ContextLength(_) => "context_length",
+            Self::NativeOnly { .. } => "native_only",
             Self::WrongKind { .. } => "wrong_kind",
             Self::InvalidEmbedding(_) => "invalid_request",
             Self::InputTooLong { .. } => "context_length",
@@ -151,6 +164,15 @@ impl LlmError {
             Self::Limiter(_) => "limiter",
             Self::Config(_) => "config",
             Self::Provider(_) => "provider",
+        }
+    }
+
+    /// The request field at fault as a JSON path, when it is not one of
+    /// [`ErrorDescription::param`]'s fixed names.
+    pub fn param_path(&self) -> Option<&str> {
+        match self {
+            Self::NativeOnly { param, .. } => Some(param),
+            _ => None,
         }
     }
 
@@ -228,6 +250,7 @@ impl LlmError {
                 Some("model"),
             ),
             Self::ContextLength(e) => d(400, e.error_type(), Some(e.code()), Some(e.param())),
+            Self::NativeOnly { .. } => d(400, "invalid_request_error", Some("unsupported_content"), None),
             Self::WrongKind { .. } => d(
                 400,
                 "invalid_request_error",

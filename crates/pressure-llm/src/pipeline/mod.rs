@@ -89,7 +89,7 @@ pub use client::LlmClient;
 pub use config::{
     ChainLevel, ConfigError, KnnLevel, LlmConfig, ModelConfig, ModelKind, ProviderSettings, UseCaseConfig,
     UseCasePriority, DEFAULT_BATCH_HEADROOM, DEFAULT_BATCH_TOTAL_MS, DEFAULT_INTERACTIVE_TOTAL_MS,
-    DEFAULT_KNN_K,
+    DEFAULT_KNN_K, MAX_MODEL_ID_BYTES,
 };
 pub use error::{EmbeddingError, ErrorDescription, LlmError};
 pub use fallback::{

@@ -82,7 +82,7 @@ use super::local::LocalModel;
 use super::ratelimit::{header_pairs, RateLimitHints};
 use super::stream::ChatStream;
 use super::tag::CallTag;
-use super::types::{ChatRequest, ChatResponse, Message, StreamOptions, Usage};
+use super::types::{ChatRequest, ChatResponse, Message, NativeRequest, NativeWire, StreamOptions, Usage};
 use crate::taxonomy::{self, ErrorKind, TimeoutPhase};
 
 /// A client for one OpenAI-compatible provider. Cheap to clone (shared pool).
@@ -552,6 +552,10 @@ impl ProviderClient {
     /// `BadRequest` naming the field at fault when there is one (nothing
     /// is sent).
     fn encode(&self, req: &ChatRequest, streaming: bool) -> Result<Vec<u8>, Box<CallError>> {
+        if let Some(native) = self.native_of(req) {
+            return native_body(native, &req.model, streaming)
+                .map_err(|e| Box::new(CallError::refused(None, format!("serialising the request: {e}"))));
+        }
         match self.endpoint.kind {
             ProviderKind::OpenAi => serde_json::to_vec(&Wire::new(req, streaming))
                 .map_err(|e| Box::new(CallError::refused(None, format!("serialising the request: {e}")))),
@@ -567,12 +571,35 @@ impl ProviderClient {
         }
     }
 
-    /// A non-streamed answer body as a chat completion.
-    fn decode(&self, body: &[u8]) -> Result<ChatResponse, String> {
+    /// A non-streamed answer body as a chat completion; for a request sent
+    /// natively, with the provider's own answer kept beside it.
+    fn decode(&self, body: &[u8], native: Option<NativeWire>) -> Result<ChatResponse, String> {
+        let mut response = match self.endpoint.kind {
+            ProviderKind::OpenAi => {
+                serde_json::from_slice::<ChatResponse>(body).map_err(|e| e.to_string())?
+            }
+            ProviderKind::Anthropic => anthropic::to_chat_response(body)?,
+            ProviderKind::Local => return Err("a local provider sends no chat completions".to_owned()),
+        };
+        if let Some(wire) = native {
+            let raw: Value = serde_json::from_slice(body).map_err(|e| e.to_string())?;
+            response.native = Some((wire, Arc::new(raw)));
+        }
+        Ok(response)
+    }
+
+    /// The agent's own request, when this provider speaks its wire: it is
+    /// sent as it came ([`native_body`]), and answered as it comes.
+    fn native_of<'r>(&self, req: &'r ChatRequest) -> Option<&'r NativeRequest> {
+        let native = req.native.as_deref()?;
+        (self.native_wire() == Some(native.wire)).then_some(native)
+    }
+
+    /// The agent dialect this provider speaks natively, if any.
+    pub fn native_wire(&self) -> Option<NativeWire> {
         match self.endpoint.kind {
-            ProviderKind::OpenAi => serde_json::from_slice::<ChatResponse>(body).map_err(|e| e.to_string()),
-            ProviderKind::Anthropic => anthropic::to_chat_response(body),
-            ProviderKind::Local => Err("a local provider sends no chat completions".to_owned()),
+            ProviderKind::Anthropic => Some(NativeWire::Messages),
+            ProviderKind::OpenAi | ProviderKind::Local => None,
         }
     }
 
@@ -611,12 +638,13 @@ impl ProviderClient {
         tag: &CallTag,
     ) -> Result<Completion, CallError> {
         let body = self.encode(req, false).map_err(|e| *e)?;
+        let native = self.native_of(req);
         let done = self
-            .send(body, false, deadline, tag)
+            .send(body, false, deadline, tag, native)
             .await?
             .read_all(self.endpoint.timeouts.read(), deadline)
             .await?;
-        match self.decode(&done.bytes) {
+        match self.decode(&done.bytes, native.map(|n| n.wire)) {
             Ok(response) => Ok(Completion {
                 usage: response.usage.clone(),
                 response,
@@ -644,9 +672,10 @@ impl ProviderClient {
         tag: &CallTag,
     ) -> Result<ChatStream, CallError> {
         let body = self.encode(req, true).map_err(|e| *e)?;
-        let mut sent = self.send(body, true, deadline, tag).await?;
+        let native = self.native_of(req);
+        let mut sent = self.send(body, true, deadline, tag, native).await?;
         if self.endpoint.kind == ProviderKind::Anthropic {
-            sent.body = anthropic::stream::translate_body(sent.body);
+            sent.body = anthropic::stream::translate_body(sent.body, native.is_some());
         }
         Ok(ChatStream::new(sent, self.endpoint.timeouts.read(), deadline))
     }
@@ -658,9 +687,11 @@ impl ProviderClient {
         streaming: bool,
         deadline: Instant,
         tag: &CallTag,
+        native: Option<&NativeRequest>,
     ) -> Result<ResponseHead, CallError> {
         let chat = &self.remote().map_err(|e| *e)?.chat;
-        self.send_to(chat, body, streaming, deadline, tag).await
+        let passed = native.map_or(&[][..], |n| n.headers.as_slice());
+        self.send_with(chat, body, streaming, deadline, tag, passed).await
     }
 
     /// A connection slot, within `poolWaitMs` and the deadline.
@@ -702,6 +733,7 @@ impl ProviderClient {
         body: Vec<u8>,
         streaming: bool,
         tag: &CallTag,
+        passed: &[(String, String)],
     ) -> (Request<TrackedBody>, oneshot::Receiver<()>, oneshot::Receiver<()>) {
         let (started_tx, started_rx) = oneshot::channel();
         let (written_tx, written_rx) = oneshot::channel();
@@ -729,6 +761,11 @@ impl ProviderClient {
         for (name, value) in tag.headers() {
             headers.insert(name, value);
         }
+        for (name, value) in passed {
+            if let Some((name, value)) = passed_header(name, value) {
+                headers.insert(name, value);
+            }
+        }
         (request, started_rx, written_rx)
     }
 
@@ -742,6 +779,20 @@ impl ProviderClient {
         deadline: Instant,
         tag: &CallTag,
     ) -> Result<ResponseHead, CallError> {
+        self.send_with(uri, body, streaming, deadline, tag, &[]).await
+    }
+
+    /// [`send_to`](Self::send_to) with the headers an agent's native
+    /// request passes on ([`passed_header`]).
+    async fn send_with(
+        &self,
+        uri: &Uri,
+        body: Vec<u8>,
+        streaming: bool,
+        deadline: Instant,
+        tag: &CallTag,
+        passed: &[(String, String)],
+    ) -> Result<ResponseHead, CallError> {
         let started = Instant::now();
         let t = &self.endpoint.timeouts;
 
@@ -749,7 +800,7 @@ impl ProviderClient {
         let permit = self.slot(started, deadline).await?;
 
         let len = body.len();
-        let (request, started_rx, written_rx) = Self::request(remote, uri, body, streaming, tag);
+        let (request, started_rx, written_rx) = Self::request(remote, uri, body, streaming, tag, passed);
         let fut = remote.http.request(request);
         tokio::pin!(fut);
 
@@ -830,6 +881,32 @@ impl ProviderClient {
             first_byte,
         })
     }
+}
+
+/// The headers of an agent's request that reach a provider of its own wire:
+/// Anthropic's `anthropic-version` and `anthropic-beta` (the features a
+/// request relies on), valid as HTTP; never a credential or anything else.
+pub(crate) const PASSED_HEADERS: [&str; 2] = ["anthropic-version", "anthropic-beta"];
+
+/// `name: value` as a header to pass on, if it is one of
+/// [`PASSED_HEADERS`] and valid.
+fn passed_header(name: &str, value: &str) -> Option<(HeaderName, HeaderValue)> {
+    let known = PASSED_HEADERS.iter().find(|h| h.eq_ignore_ascii_case(name))?;
+    let value = HeaderValue::from_str(value).ok()?;
+    Some((HeaderName::from_static(known), value))
+}
+
+/// The agent's own body with the provider's `model` and the call's
+/// `stream` set; every other field as it came.
+fn native_body(native: &NativeRequest, model: &str, streaming: bool) -> serde_json::Result<Vec<u8>> {
+    let mut body = native.body.clone();
+    body.insert("model".into(), Value::String(model.to_owned()));
+    if streaming {
+        body.insert("stream".into(), Value::Bool(true));
+    } else {
+        body.remove("stream");
+    }
+    serde_json::to_vec(&body)
 }
 
 /// Maps a failure of sending the request (before any response head).

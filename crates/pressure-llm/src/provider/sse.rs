@@ -6,6 +6,22 @@
 //! is a comment (a keep-alive), an empty line dispatches the event. The
 //! bytes of an unfinished line are kept for the next chunk.
 
+/// The chat-completions SSE text of an internal chunk carrying one
+/// provider event verbatim ([`NATIVE_FIELD`](super::types::NATIVE_FIELD)):
+/// no choices, so the chat path sees nothing in it; an ingress of the
+/// provider's own dialect passes the event on unchanged.
+pub(crate) fn native_event_chunk(name: Option<&str>, data: &str) -> String {
+    let chunk = serde_json::json!({
+        "id": "",
+        "object": "chat.completion.chunk",
+        "created": 0,
+        "model": "",
+        "choices": [],
+        super::types::NATIVE_FIELD: { "event": name, "data": data },
+    });
+    format!("data: {chunk}\n\n")
+}
+
 /// One event: its `event:` name, if any, and its data.
 pub(crate) type SseEvent = (Option<String>, String);
 

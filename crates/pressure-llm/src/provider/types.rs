@@ -49,6 +49,10 @@ pub struct NativeRequest {
     /// Headers passed to a provider of the same wire (`anthropic-beta`,
     /// `anthropic-version`); never a credential.
     pub headers: Vec<(String, String)>,
+    /// The first piece of content only this wire can carry (a document, a
+    /// server tool's result), by its JSON path: a chain level of another
+    /// wire cannot take the request and is skipped.
+    pub native_only: Option<String>,
 }
 
 /// A chat completion request (`POST {baseUrl}/chat/completions`).

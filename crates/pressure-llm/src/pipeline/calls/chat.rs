@@ -23,8 +23,24 @@ impl<B: Backend> Request<B> for ChatRequest {
 
     /// The prompt counted with the model's tokenizer, the output cap (else
     /// the model's default); a request that overflows the context window
-    /// does not fit the level.
+    /// does not fit the level, nor one carrying content only its own wire
+    /// can carry ([`NativeRequest::native_only`](crate::provider::NativeRequest))
+    /// to a provider of another wire.
     fn plan(&self, engine: &Engine<B>, m: &ModelEntry) -> Result<Result<Reservation, LlmError>, LlmError> {
+        if let Some(native) = self.native.as_deref() {
+            if let Some(param) = &native.native_only {
+                let wire = engine
+                    .providers
+                    .get(&m.provider)
+                    .and_then(ProviderClient::native_wire);
+                if wire != Some(native.wire) {
+                    return Ok(Err(LlmError::NativeOnly {
+                        param: param.clone(),
+                        wire: native.wire.as_str(),
+                    }));
+                }
+            }
+        }
         let messages: Vec<(String, String)> =
             self.messages.iter().map(|m| (m.role.clone(), m.text())).collect();
         let input = engine.counter.count_chat(&m.model, &messages)?;

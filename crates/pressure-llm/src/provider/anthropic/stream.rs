@@ -41,7 +41,7 @@ use serde_json::{json, Map, Value};
 use super::response::{finish_reason, to_usage};
 use super::ANSWER_TOOL;
 use crate::provider::body::{BodyError, BodyStream};
-use crate::provider::sse::{SseEvent, SseParser};
+use crate::provider::sse::{native_event_chunk, SseEvent, SseParser};
 
 /// What a content block of the answer is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -65,6 +65,9 @@ pub(crate) struct EventTranslator {
     tools: u32,
     /// Anthropic's usage figures so far (`message_start`, then `message_delta`).
     usage: Map<String, Value>,
+    /// Also pass each event on verbatim, before its translation
+    /// ([`native_event_chunk`]), except errors.
+    keep_native: bool,
 }
 
 impl Default for EventTranslator {
@@ -82,12 +85,35 @@ impl EventTranslator {
             blocks: HashMap::new(),
             tools: 0,
             usage: Map::new(),
+            keep_native: false,
+        }
+    }
+
+    /// A translator that also passes every event but `error` on verbatim
+    /// (for a request sent natively: the Messages ingress answers with the
+    /// provider's own events).
+    pub(crate) fn keeping_native() -> Self {
+        Self {
+            keep_native: true,
+            ..Self::new()
         }
     }
 
     /// The chat-completions SSE text for one Anthropic event (`event:` name
     /// and `data:`), empty when it stands for nothing.
     pub(crate) fn event(&mut self, name: Option<&str>, data: &str) -> String {
+        let translated = self.translate(name, data);
+        let error = translated.starts_with("event: error");
+        if self.keep_native && !error {
+            let mut out = native_event_chunk(name, data);
+            out.push_str(&translated);
+            return out;
+        }
+        translated
+    }
+
+    /// [`event`](Self::event) without the verbatim copy.
+    fn translate(&mut self, name: Option<&str>, data: &str) -> String {
         let Ok(v) = serde_json::from_str::<Value>(data) else {
             return format!("data: {data}\n\n");
         };
@@ -285,12 +311,19 @@ impl Stream for Translated {
     }
 }
 
-/// `body` (Anthropic events) as chat-completions events.
-pub(crate) fn translate_body(body: BodyStream) -> BodyStream {
+/// `body` (Anthropic events) as chat-completions events; with
+/// `keep_native`, each event but `error` also verbatim before its
+/// translation.
+pub(crate) fn translate_body(body: BodyStream, keep_native: bool) -> BodyStream {
+    let translator = if keep_native {
+        EventTranslator::keeping_native()
+    } else {
+        EventTranslator::new()
+    };
     Box::pin(Translated {
         body,
         parser: SseParser::default(),
-        translator: EventTranslator::new(),
+        translator,
         ended: false,
     })
 }
