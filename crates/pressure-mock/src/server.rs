@@ -21,6 +21,7 @@ use crate::decide::decide;
 use crate::endpoint::chat::Chat;
 use crate::endpoint::embeddings::Embeddings;
 use crate::endpoint::messages::{count_tokens, Messages, COUNT_TOKENS_PATH};
+use crate::endpoint::responses::Responses;
 use crate::endpoint::Endpoint;
 use crate::price::Price;
 use crate::record::{Arrival, MockStats};
@@ -216,6 +217,7 @@ fn router(shared: Arc<Shared>) -> Router {
         .route(Embeddings::ROUTE.path, post(decide::<Embeddings>))
         .route(Messages::ROUTE.path, post(decide::<Messages>))
         .route(COUNT_TOKENS_PATH, post(count_tokens))
+        .route(Responses::ROUTE.path, post(decide::<Responses>))
         .route("/mock/stats", get(stats))
         .route("/mock/arrivals", get(arrivals))
         .route("/mock/behaviour", get(get_behaviour).put(put_behaviour))

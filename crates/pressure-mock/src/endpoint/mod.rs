@@ -14,6 +14,7 @@
 pub(crate) mod chat;
 pub(crate) mod embeddings;
 pub(crate) mod messages;
+pub(crate) mod responses;
 
 use bytes::Bytes;
 
