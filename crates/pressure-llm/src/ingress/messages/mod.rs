@@ -30,7 +30,8 @@
 //! **Dropped** (the request still runs on the chat wire; each is named in
 //! [`Parsed::dropped`](super::Parsed), in the order the walk meets it — the
 //! body's fields in the map's key order, a field's nested paths at that
-//! field — and never twice):
+//! field, `tool_choice` last as it is read once the tools are known — and
+//! never twice):
 //!
 //! * top-level fields by name: `thinking` (enabled or adaptive; `disabled`
 //!   is the default and loses nothing), `metadata` (when not empty),
@@ -118,13 +119,7 @@ fn stop_reason(finish: Option<&str>, tools: bool, choice: &Map<String, Value>) -
     }
 }
 
-/// Anthropic's usage figures for a chat usage, the inverse of the anthropic
-/// provider's `to_usage` (which sets prompt tokens = input + cache creation
-/// + cache reads, and `prompt_tokens_details.cached_tokens` = cache reads):
-/// cache reads = `cache_read_input_tokens` of the usage's extra fields if
-/// present, else `prompt_tokens_details.cached_tokens`; cache creation =
-/// the extra `cache_creation_input_tokens` (0 when absent: the chat wire
-/// has no such figure); input = prompt tokens − both, never below 0.
+/// The four figures of a Messages `usage`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 struct Tokens {
     input: u64,
@@ -134,6 +129,15 @@ struct Tokens {
 }
 
 impl Tokens {
+    /// The figures of a chat usage, inverting the anthropic provider's
+    /// `to_usage` (which sets prompt tokens to input plus cache creation
+    /// plus cache reads, and `prompt_tokens_details.cached_tokens` to the
+    /// cache reads): cache reads are the usage's extra
+    /// `cache_read_input_tokens` if present, else
+    /// `prompt_tokens_details.cached_tokens`; cache creation is the extra
+    /// `cache_creation_input_tokens` (0 when absent: the chat wire has no
+    /// such figure); input is the prompt tokens less both, never below 0;
+    /// output is the completion tokens.
     fn of(u: &Usage) -> Self {
         let extra = |k: &str| u.extra.get(k).and_then(Value::as_u64);
         let cache_read = extra("cache_read_input_tokens")

@@ -776,3 +776,466 @@ fn assistant_turn(
     });
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn body(v: Value) -> Map<String, Value> {
+        match v {
+            Value::Object(m) => m,
+            other => panic!("fixture is not an object: {other}"),
+        }
+    }
+
+    fn ok(v: Value) -> Parsed {
+        parse(body(v), Vec::new()).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// The chat messages of a parsed request, as on the wire.
+    fn wire(p: &Parsed) -> Value {
+        serde_json::to_value(&p.chat).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// The param of the error `v` is refused with.
+    fn param(v: Value) -> String {
+        match parse(body(v), Vec::new()) {
+            Ok(p) => panic!("accepted: {:?}", p.chat),
+            Err(e) => {
+                assert!(e.message.starts_with(&e.param), "{e:?}");
+                e.param
+            }
+        }
+    }
+
+    /// A minimal valid request with `field` set to `value` (`null` removes it).
+    fn with(field: &str, value: Value) -> Value {
+        let mut v = json!({"model": "claude-x", "max_tokens": 100,
+                           "messages": [{"role": "user", "content": "Hi"}]});
+        if let Some(o) = v.as_object_mut() {
+            if value.is_null() {
+                o.remove(field);
+            } else {
+                o.insert(field.into(), value);
+            }
+        }
+        v
+    }
+
+    /// A Claude Code request, shaped as Claude Code sends it: system blocks
+    /// with cache_control, 24 tools (one a server tool), thinking, metadata,
+    /// context management, a history with thinking, tool_use and tool_result.
+    fn claude_code() -> Value {
+        let names = [
+            "Task",
+            "Bash",
+            "Glob",
+            "Grep",
+            "ExitPlanMode",
+            "Read",
+            "Edit",
+            "MultiEdit",
+            "Write",
+            "NotebookEdit",
+            "WebFetch",
+            "TodoWrite",
+            "BashOutput",
+            "KillShell",
+            "SlashCommand",
+            "ListMcpResources",
+            "ReadMcpResource",
+            "mcp__ide__getDiagnostics",
+            "mcp__ide__executeCode",
+            "AskUserQuestion",
+            "Skill",
+            "EnterPlanMode",
+            "LSP",
+        ];
+        let mut tools: Vec<Value> = names
+            .iter()
+            .map(|n| {
+                json!({"name": n, "description": format!("The {n} tool."), "input_schema": {
+                    "type": "object", "properties": {"x": {"type": "string"}}, "required": ["x"],
+                    "additionalProperties": false, "$schema": "http://json-schema.org/draft-07/schema#"}})
+            })
+            .collect();
+        tools.insert(
+            12,
+            json!({"type": "web_search_20250305", "name": "web_search", "max_uses": 5}),
+        );
+        if let Some(last) = tools.last_mut() {
+            last["cache_control"] = json!({"type": "ephemeral"});
+        }
+        json!({
+            "model": "claude-sonnet-4-5-20250929",
+            "max_tokens": 32000,
+            "stream": true,
+            "temperature": 1,
+            "system": [
+                {"type": "text", "text": "You are Claude Code, Anthropic's official CLI for Claude.",
+                 "cache_control": {"type": "ephemeral"}},
+                {"type": "text", "text": "You are an interactive CLI tool that helps users with software engineering tasks.",
+                 "cache_control": {"type": "ephemeral"}}
+            ],
+            "messages": [
+                {"role": "user", "content": [
+                    {"type": "text", "text": "<system-reminder>CLAUDE.md says: run cargo test.</system-reminder>"},
+                    {"type": "text", "text": "fix the failing test", "cache_control": {"type": "ephemeral"}}
+                ]},
+                {"role": "assistant", "content": [
+                    {"type": "thinking", "thinking": "Read the test first.", "signature": "EqQBCkYIBxgCKkBx0sig=="},
+                    {"type": "text", "text": "I'll read the file."},
+                    {"type": "tool_use", "id": "toolu_01A", "name": "Read", "input": {"file_path": "/repo/src/lib.rs"}}
+                ]},
+                {"role": "user", "content": [
+                    {"type": "tool_result", "tool_use_id": "toolu_01A", "content": "     1\u{2192}fn add() {}\n"},
+                    {"type": "text", "text": "<system-reminder>The todo list is empty.</system-reminder>"}
+                ]},
+                {"role": "assistant", "content": [
+                    {"type": "thinking", "thinking": "Run it.", "signature": "EqQBCkYIBxgCKkBy1sig=="},
+                    {"type": "tool_use", "id": "toolu_01B", "name": "Bash",
+                     "input": {"command": "cargo test", "description": "Run the tests"}}
+                ]},
+                {"role": "user", "content": [
+                    {"type": "tool_result", "tool_use_id": "toolu_01B", "is_error": true,
+                     "content": [{"type": "text", "text": "test result: FAILED. 0 passed; 1 failed"}],
+                     "cache_control": {"type": "ephemeral"}}
+                ]}
+            ],
+            "tools": tools,
+            "metadata": {"user_id": "user_2f1c_account_9a7e_session_41b0"},
+            "thinking": {"type": "enabled", "budget_tokens": 31999},
+            "context_management": {"edits": [{"type": "clear_thinking_20251015", "keep": "all"}]}
+        })
+    }
+
+    #[test]
+    fn a_claude_code_request() {
+        let raw = claude_code();
+        let headers = vec![(
+            "anthropic-beta".to_owned(),
+            "interleaved-thinking-2025-05-14".to_owned(),
+        )];
+        let p = parse(body(raw.clone()), headers.clone()).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(p.model, "claude-sonnet-4-5-20250929");
+        assert!(p.stream);
+        assert_eq!(p.native_only, None);
+        assert_eq!(
+            p.dropped,
+            [
+                "context_management",
+                "cache_control",
+                "messages.1.content.0",
+                "messages.3.content.0",
+                "messages.4.content.0.is_error",
+                "metadata",
+                "thinking",
+                "tools.12"
+            ]
+        );
+        let native = p.chat.native.as_deref().unwrap_or_else(|| panic!("native set"));
+        assert_eq!(native.wire, NativeWire::Messages);
+        assert_eq!(Value::Object(native.body.clone()), raw, "the body as received");
+        assert_eq!(native.headers, headers);
+
+        let w = wire(&p);
+        assert_eq!(w["model"], "claude-sonnet-4-5-20250929");
+        assert_eq!(w["max_tokens"], 32000);
+        assert_eq!(w["stream"], true);
+        assert_eq!(w["stream_options"], json!({"include_usage": true}));
+        assert_eq!(w["temperature"], 1);
+        assert!(w.get("tool_choice").is_none() && w.get("parallel_tool_calls").is_none());
+        for absent in ["thinking", "metadata", "system", "context_management", "stop"] {
+            assert!(w.get(absent).is_none(), "{absent}");
+        }
+        assert_eq!(
+            w["messages"],
+            json!([
+                {"role": "system", "content": "You are Claude Code, Anthropic's official CLI for Claude.\nYou are an interactive CLI tool that helps users with software engineering tasks."},
+                {"role": "user", "content": "<system-reminder>CLAUDE.md says: run cargo test.</system-reminder>\nfix the failing test"},
+                {"role": "assistant", "content": "I'll read the file.", "tool_calls": [
+                    {"id": "toolu_01A", "type": "function",
+                     "function": {"name": "Read", "arguments": "{\"file_path\":\"/repo/src/lib.rs\"}"}}]},
+                {"role": "tool", "tool_call_id": "toolu_01A", "content": "     1\u{2192}fn add() {}\n"},
+                {"role": "user", "content": "<system-reminder>The todo list is empty.</system-reminder>"},
+                {"role": "assistant", "tool_calls": [
+                    {"id": "toolu_01B", "type": "function",
+                     "function": {"name": "Bash", "arguments": "{\"command\":\"cargo test\",\"description\":\"Run the tests\"}"}}]},
+                {"role": "tool", "tool_call_id": "toolu_01B", "content": "test result: FAILED. 0 passed; 1 failed"}
+            ])
+        );
+        let tools = w["tools"].as_array().map(Vec::as_slice).unwrap_or_default();
+        assert_eq!(tools.len(), 23, "the server tool is left out");
+        assert_eq!(
+            tools.first(),
+            Some(
+                &json!({"type": "function", "function": {"name": "Task", "description": "The Task tool.",
+                "parameters": {"type": "object", "properties": {"x": {"type": "string"}}, "required": ["x"],
+                               "additionalProperties": false, "$schema": "http://json-schema.org/draft-07/schema#"}}})
+            )
+        );
+        assert_eq!(
+            tools.get(12).map(|t| t["function"]["name"].clone()),
+            Some(json!("BashOutput"))
+        );
+    }
+
+    #[test]
+    fn sampling_stop_and_tool_choice() {
+        let mut v = with("stop_sequences", json!(["\n\nHuman:", "END"]));
+        v["top_p"] = json!(0.9);
+        v["top_k"] = json!(40);
+        v["service_tier"] = json!("auto");
+        v["some_future_field"] = json!({"x": 1});
+        v["metadata"] = json!({});
+        v["thinking"] = json!({"type": "disabled"});
+        v["tools"] = json!([{"name": "f", "input_schema": {"type": "object"}, "strict": true, "defer_loading": true},
+                            {"type": "bash_20250124", "name": "bash"}]);
+        v["tool_choice"] = json!({"type": "any", "disable_parallel_tool_use": true});
+        let p = ok(v.clone());
+        let w = wire(&p);
+        assert_eq!(w["stop"], json!(["\n\nHuman:", "END"]));
+        assert_eq!(w["top_p"], 0.9);
+        assert_eq!(w["stream"], false);
+        assert!(
+            w.get("stream_options").is_none(),
+            "only a stream asks for usage chunks"
+        );
+        assert_eq!(w["tool_choice"], "required");
+        assert_eq!(w["parallel_tool_calls"], false);
+        assert_eq!(
+            w["tools"],
+            json!([{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}, "strict": true}}])
+        );
+        assert_eq!(
+            p.dropped,
+            [
+                "service_tier",
+                "some_future_field",
+                "tools.0.defer_loading",
+                "tools.1",
+                "top_k"
+            ]
+        );
+        let choice = |c: Value| {
+            let mut v = v.clone();
+            v["tool_choice"] = c;
+            let p = ok(v);
+            (
+                wire(&p).get("tool_choice").cloned(),
+                p.dropped.contains(&"tool_choice".to_owned()),
+            )
+        };
+        assert_eq!(choice(json!({"type": "auto"})), (Some(json!("auto")), false));
+        assert_eq!(choice(json!({"type": "none"})), (Some(json!("none")), false));
+        assert_eq!(
+            choice(json!({"type": "tool", "name": "f"})),
+            (
+                Some(json!({"type": "function", "function": {"name": "f"}})),
+                false
+            )
+        );
+        assert_eq!(
+            choice(json!({"type": "tool", "name": "bash"})),
+            (None, true),
+            "a server tool cannot be forced"
+        );
+        let mut only_server = with(
+            "tools",
+            json!([{"type": "web_search_20250305", "name": "web_search"}]),
+        );
+        only_server["tool_choice"] = json!({"type": "any"});
+        let p = ok(only_server);
+        assert!(wire(&p).get("tools").is_none() && wire(&p).get("tool_choice").is_none());
+        assert_eq!(
+            p.dropped,
+            ["tools.0", "tool_choice"],
+            "tool_choice is read after the tools"
+        );
+    }
+
+    #[test]
+    fn images_and_tool_result_images() {
+        let p = ok(with(
+            "messages",
+            json!([
+                {"role": "user", "content": [
+                    {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "iVBORw0KGgo="}},
+                    {"type": "text", "text": "What is this?"}
+                ]},
+                {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "shot", "input": {}}]},
+                {"role": "user", "content": [
+                    {"type": "tool_result", "tool_use_id": "t1", "content": [
+                        {"type": "text", "text": "a screenshot"},
+                        {"type": "image", "source": {"type": "url", "url": "https://example.com/s.png"}}
+                    ]}
+                ]},
+                {"role": "assistant", "content": ""}
+            ]),
+        ));
+        assert_eq!(
+            wire(&p)["messages"],
+            json!([
+                {"role": "user", "content": [
+                    {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}},
+                    {"type": "text", "text": "What is this?"}
+                ]},
+                {"role": "assistant", "tool_calls": [{"id": "t1", "type": "function", "function": {"name": "shot", "arguments": "{}"}}]},
+                {"role": "tool", "tool_call_id": "t1", "content": "a screenshot"},
+                {"role": "user", "content": [{"type": "image_url", "image_url": {"url": "https://example.com/s.png"}}]}
+            ]),
+            "an empty final assistant turn (a prefill) is allowed and left out"
+        );
+        assert!(p.dropped.is_empty() && p.native_only.is_none());
+    }
+
+    #[test]
+    fn content_only_the_messages_wire_carries() {
+        let doc = json!({"type": "document", "source": {"type": "base64", "media_type": "application/pdf", "data": "JVBERi0="}});
+        let p = ok(with(
+            "messages",
+            json!([{"role": "user", "content": [{"type": "text", "text": "Summarise"}, doc]}]),
+        ));
+        assert_eq!(p.native_only.as_deref(), Some("messages.0.content.1"));
+        assert_eq!(
+            wire(&p)["messages"],
+            json!([{"role": "user", "content": "Summarise"}])
+        );
+
+        let history = json!([
+            {"role": "user", "content": "Search the news"},
+            {"role": "assistant", "content": [
+                {"type": "server_tool_use", "id": "srvtoolu_1", "name": "web_search", "input": {"query": "news"}},
+                {"type": "web_search_tool_result", "tool_use_id": "srvtoolu_1", "content": []},
+                {"type": "text", "text": "Here is the news."}
+            ]},
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "x", "content": [
+                {"type": "search_result", "source": "s", "title": "t", "content": []}]}]}
+        ]);
+        let p = ok(with("messages", history.clone()));
+        assert_eq!(
+            p.native_only.as_deref(),
+            Some("messages.1.content.0"),
+            "the first one"
+        );
+        let mut v = with("messages", history);
+        v["mcp_servers"] = json!([{"type": "url", "url": "https://mcp.example.com", "name": "x"}]);
+        assert_eq!(
+            ok(v).native_only.as_deref(),
+            Some("mcp_servers"),
+            "met before messages"
+        );
+        assert_eq!(ok(with("mcp_servers", json!([]))).native_only, None);
+        let file = json!([{"role": "user", "content": [{"type": "image", "source": {"type": "file", "file_id": "file_1"}}]}]);
+        assert_eq!(
+            ok(with("messages", file)).native_only.as_deref(),
+            Some("messages.0.content.0")
+        );
+    }
+
+    #[test]
+    fn bad_requests_name_the_field() {
+        let msgs = |m: Value| with("messages", m);
+        let user = |content: Value| msgs(json!([{"role": "user", "content": content}]));
+        let cases = [
+            (with("max_tokens", Value::Null), "max_tokens"),
+            (with("max_tokens", json!(0)), "max_tokens"),
+            (with("max_tokens", json!(-5)), "max_tokens"),
+            (with("max_tokens", json!(1.5)), "max_tokens"),
+            (with("max_tokens", json!(u64::MAX)), "max_tokens"),
+            (with("model", Value::Null), "model"),
+            (with("model", json!("")), "model"),
+            (with("messages", Value::Null), "messages"),
+            (msgs(json!([])), "messages"),
+            (msgs(json!("Hi")), "messages"),
+            (
+                msgs(json!([{"role": "system", "content": "Be brief."}])),
+                "messages.0.role",
+            ),
+            (msgs(json!([{"role": "user"}])), "messages.0.content"),
+            (user(json!(5)), "messages.0.content"),
+            (user(json!("")), "messages.0.content"),
+            (user(json!([])), "messages.0.content"),
+            (
+                user(json!([{"type": "text", "text": "a"}, {"type": "video", "url": "x"}])),
+                "messages.0.content.1.type",
+            ),
+            (user(json!([{"text": "a"}])), "messages.0.content.0.type"),
+            (
+                user(json!([{"type": "text", "text": 7}])),
+                "messages.0.content.0.text",
+            ),
+            (
+                user(json!([{"type": "image", "source": {"type": "gif", "data": ""}}])),
+                "messages.0.content.0.source.type",
+            ),
+            (
+                user(json!([{"type": "tool_result", "content": "x"}])),
+                "messages.0.content.0.tool_use_id",
+            ),
+            (
+                user(json!([{"type": "tool_result", "tool_use_id": "t", "is_error": "yes"}])),
+                "messages.0.content.0.is_error",
+            ),
+            (
+                msgs(json!([{"role": "user", "content": "Hi"},
+                            {"role": "assistant", "content": [{"type": "tool_use", "name": "f", "input": {}}]}])),
+                "messages.1.content.0.id",
+            ),
+            (
+                msgs(json!([{"role": "user", "content": "Hi"},
+                            {"role": "assistant", "content": [{"type": "tool_use", "id": "t", "name": "f", "input": "{}"}]}])),
+                "messages.1.content.0.input",
+            ),
+            (
+                msgs(json!([{"role": "user", "content": "Hi"},
+                            {"role": "assistant", "content": [{"type": "thinking", "thinking": "x"}]}])),
+                "messages.1.content.0.signature",
+            ),
+            (with("tools", json!({"name": "f"})), "tools"),
+            (with("tools", json!([{"name": "f"}])), "tools.0.input_schema"),
+            (with("tools", json!([{"input_schema": {}}])), "tools.0.name"),
+            (with("temperature", json!(2)), "temperature"),
+            (with("temperature", json!("hot")), "temperature"),
+            (with("top_p", json!(1.5)), "top_p"),
+            (with("top_k", json!(-1)), "top_k"),
+            (with("stop_sequences", json!(["a", 5])), "stop_sequences.1"),
+            (with("stop_sequences", json!("a")), "stop_sequences"),
+            (with("stream", json!("yes")), "stream"),
+            (with("system", json!(3)), "system"),
+            (
+                with("system", json!([{"type": "image", "text": "x"}])),
+                "system.0.type",
+            ),
+            (with("tool_choice", json!({"type": "tool"})), "tool_choice.name"),
+            (
+                with("tool_choice", json!({"type": "sometimes"})),
+                "tool_choice.type",
+            ),
+            (with("tool_choice", json!("auto")), "tool_choice"),
+            (with("metadata", json!("x")), "metadata"),
+            (
+                with("thinking", json!({"type": "enabled", "budget_tokens": 100})),
+                "thinking.budget_tokens",
+            ),
+            (
+                with("thinking", json!({"type": "enabled"})),
+                "thinking.budget_tokens",
+            ),
+            (with("thinking", json!({"type": "on"})), "thinking.type"),
+        ];
+        for (v, want) in cases {
+            assert_eq!(param(v.clone()), want, "{v}");
+        }
+    }
+
+    #[test]
+    fn large_strings_are_the_callers_to_bound() {
+        let big = "x".repeat(10 * 1024 * 1024);
+        let p = ok(with("messages", json!([{"role": "user", "content": big}])));
+        assert_eq!(
+            p.chat.messages.first().map(|m| m.text().len()),
+            Some(10 * 1024 * 1024)
+        );
+    }
+}

@@ -278,3 +278,282 @@ fn event(out: &mut Vec<u8>, name: &str, data: &Value) {
     out.extend_from_slice(data.to_string().as_bytes());
     out.extend_from_slice(b"\n\n");
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn chunk(v: Value) -> ChatChunk {
+        serde_json::from_value(v).unwrap_or_else(|e| panic!("fixture: {e}"))
+    }
+
+    /// A chunk of completion `c1` whose choice 0 has `delta` and `finish`.
+    fn delta(delta: Value, finish: Option<&str>) -> ChatChunk {
+        chunk(
+            json!({"id": "c1", "object": "chat.completion.chunk", "created": 0, "model": "gpt-x",
+                     "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}),
+        )
+    }
+
+    fn usage_chunk(prompt: u64, completion: u64) -> ChatChunk {
+        chunk(
+            json!({"id": "c1", "object": "chat.completion.chunk", "choices": [],
+                     "usage": {"prompt_tokens": prompt, "completion_tokens": completion,
+                               "total_tokens": prompt + completion}}),
+        )
+    }
+
+    /// The events of SSE text as (name, data), checking the framing: each
+    /// event is `event:` then `data:` with JSON whose `type` is the name.
+    fn events(out: &[u8]) -> Vec<(String, Value)> {
+        let text = std::str::from_utf8(out).unwrap_or_else(|e| panic!("utf-8: {e}"));
+        assert!(text.ends_with("\n\n"), "events end with a blank line: {text:?}");
+        text.split_terminator("\n\n")
+            .map(|e| {
+                let mut lines = e.lines();
+                let name = lines.next().and_then(|l| l.strip_prefix("event: "));
+                let data = lines.next().and_then(|l| l.strip_prefix("data: "));
+                assert!(lines.next().is_none(), "one data line: {e:?}");
+                let (Some(name), Some(data)) = (name, data) else {
+                    panic!("not an event: {e:?}")
+                };
+                let data: Value = serde_json::from_str(data).unwrap_or_else(|err| panic!("{data}: {err}"));
+                assert_eq!(data["type"], name, "{e}");
+                (name.to_owned(), data)
+            })
+            .collect()
+    }
+
+    fn names(ev: &[(String, Value)]) -> Vec<&str> {
+        ev.iter().map(|(n, _)| n.as_str()).collect()
+    }
+
+    #[test]
+    fn a_text_answer() {
+        let mut enc = StreamEncoder::new("claude-sonnet-4-5", 42);
+        let mut out = Vec::new();
+        enc.chunk(
+            &delta(json!({"role": "assistant", "content": ""}), None),
+            &mut out,
+        );
+        enc.chunk(&delta(json!({"content": "Hel"}), None), &mut out);
+        enc.chunk(&delta(json!({"content": "lo"}), None), &mut out);
+        enc.chunk(&delta(json!({}), Some("stop")), &mut out);
+        StreamEncoder::ping(&mut out);
+        enc.chunk(&usage_chunk(40, 2), &mut out);
+        enc.finish(&mut out);
+        enc.finish(&mut out);
+        enc.chunk(&delta(json!({"content": "late"}), None), &mut out);
+        let ev = events(&out);
+        assert_eq!(
+            names(&ev),
+            [
+                "message_start",
+                "content_block_start",
+                "content_block_delta",
+                "content_block_delta",
+                "ping",
+                "content_block_stop",
+                "message_delta",
+                "message_stop"
+            ]
+        );
+        assert_eq!(
+            ev[0].1["message"],
+            json!({"id": "msg_c1", "type": "message", "role": "assistant", "model": "claude-sonnet-4-5",
+                   "content": [], "stop_reason": null, "stop_sequence": null,
+                   "usage": {"input_tokens": 42, "output_tokens": 1,
+                             "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}})
+        );
+        assert_eq!(ev[1].1["content_block"], json!({"type": "text", "text": ""}));
+        assert_eq!(ev[2].1["delta"], json!({"type": "text_delta", "text": "Hel"}));
+        assert_eq!(ev[3].1["index"], 0);
+        assert_eq!(
+            ev[6].1,
+            json!({"type": "message_delta", "delta": {"stop_reason": "end_turn", "stop_sequence": null},
+                   "usage": {"input_tokens": 40, "output_tokens": 2,
+                             "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}})
+        );
+    }
+
+    #[test]
+    fn text_then_tool_calls() {
+        let mut enc = StreamEncoder::new("claude-x", 10);
+        let mut out = Vec::new();
+        enc.chunk(
+            &delta(json!({"role": "assistant", "content": "Checking."}), None),
+            &mut out,
+        );
+        let call = |index: u64, id: Option<&str>, name: Option<&str>, args: &str| {
+            let mut f = json!({"arguments": args});
+            if let Some(n) = name {
+                f["name"] = json!(n);
+            }
+            let mut c = json!({"index": index, "function": f});
+            if let Some(id) = id {
+                c["id"] = json!(id);
+                c["type"] = json!("function");
+            }
+            delta(json!({"tool_calls": [c]}), None)
+        };
+        enc.chunk(&call(0, Some("call_a"), Some("get_weather"), ""), &mut out);
+        enc.chunk(&call(0, None, None, "{\"city\":"), &mut out);
+        enc.chunk(&call(0, None, None, "\"Paris\"}"), &mut out);
+        enc.chunk(&call(1, None, Some("get_time"), "{}"), &mut out);
+        enc.chunk(&delta(json!({}), Some("tool_calls")), &mut out);
+        enc.finish(&mut out);
+        let ev = events(&out);
+        assert_eq!(
+            names(&ev),
+            [
+                "message_start",
+                "content_block_start",
+                "content_block_delta",
+                "content_block_stop",
+                "content_block_start",
+                "content_block_delta",
+                "content_block_delta",
+                "content_block_stop",
+                "content_block_start",
+                "content_block_delta",
+                "content_block_stop",
+                "message_delta",
+                "message_stop"
+            ]
+        );
+        assert_eq!(
+            ev[4].1,
+            json!({"type": "content_block_start", "index": 1,
+                   "content_block": {"type": "tool_use", "id": "call_a", "name": "get_weather", "input": {}}})
+        );
+        let args: String = ev[5..7]
+            .iter()
+            .map(|(_, d)| {
+                assert_eq!(d["index"], 1);
+                assert_eq!(d["delta"]["type"], "input_json_delta");
+                d["delta"]["partial_json"].as_str().unwrap_or_default().to_owned()
+            })
+            .collect();
+        assert_eq!(
+            serde_json::from_str::<Value>(&args).ok(),
+            Some(json!({"city": "Paris"}))
+        );
+        assert_eq!(
+            ev[8].1["content_block"],
+            json!({"type": "tool_use", "id": "toolu_c1_1", "name": "get_time", "input": {}}),
+            "a call without an id gets one"
+        );
+        assert_eq!(ev[10].1["index"], 2);
+        assert_eq!(ev[11].1["delta"]["stop_reason"], "tool_use");
+        assert_eq!(
+            ev[11].1["usage"]["input_tokens"], 10,
+            "the estimate when no usage came"
+        );
+    }
+
+    #[test]
+    fn thinking_then_text() {
+        let mut enc = StreamEncoder::new("claude-x", 0);
+        let mut out = Vec::new();
+        enc.chunk(
+            &delta(json!({"role": "assistant", "reasoning_content": "Hmm,"}), None),
+            &mut out,
+        );
+        enc.chunk(&delta(json!({"reasoning_content": " 2+2."}), None), &mut out);
+        enc.chunk(&delta(json!({"content": "4"}), Some("length")), &mut out);
+        enc.finish(&mut out);
+        let ev = events(&out);
+        assert_eq!(
+            names(&ev),
+            [
+                "message_start",
+                "content_block_start",
+                "content_block_delta",
+                "content_block_delta",
+                "content_block_stop",
+                "content_block_start",
+                "content_block_delta",
+                "content_block_stop",
+                "message_delta",
+                "message_stop"
+            ]
+        );
+        assert_eq!(
+            ev[1].1["content_block"],
+            json!({"type": "thinking", "thinking": ""})
+        );
+        assert_eq!(
+            ev[2].1["delta"],
+            json!({"type": "thinking_delta", "thinking": "Hmm,"})
+        );
+        assert_eq!(ev[5].1["index"], 1);
+        assert_eq!(ev[5].1["content_block"], json!({"type": "text", "text": ""}));
+        assert_eq!(ev[6].1["delta"], json!({"type": "text_delta", "text": "4"}));
+        assert_eq!(ev[8].1["delta"]["stop_reason"], "max_tokens");
+    }
+
+    #[test]
+    fn an_error_after_the_start() {
+        let mut enc = StreamEncoder::new("claude-x", 5);
+        let mut out = Vec::new();
+        enc.chunk(&delta(json!({"content": "Par"}), None), &mut out);
+        enc.fail("overloaded_error", "Overloaded", &mut out);
+        enc.finish(&mut out);
+        enc.fail("api_error", "again", &mut out);
+        let ev = events(&out);
+        assert_eq!(
+            names(&ev),
+            [
+                "message_start",
+                "content_block_start",
+                "content_block_delta",
+                "error"
+            ]
+        );
+        assert_eq!(
+            ev[3].1,
+            json!({"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}})
+        );
+    }
+
+    #[test]
+    fn an_error_before_any_chunk_and_an_empty_answer() {
+        let mut out = Vec::new();
+        StreamEncoder::new("m", 1).fail("api_error", "boom", &mut out);
+        assert_eq!(names(&events(&out)), ["error"]);
+        let mut out = Vec::new();
+        StreamEncoder::new("m", 1).finish(&mut out);
+        let ev = events(&out);
+        assert_eq!(names(&ev), ["message_start", "message_delta", "message_stop"]);
+        assert!(ev[0].1["message"]["id"]
+            .as_str()
+            .is_some_and(|id| id.starts_with("msg_")));
+        assert_eq!(ev[1].1["delta"]["stop_reason"], "end_turn");
+    }
+
+    #[test]
+    fn cache_usage_in_the_final_delta() {
+        let mut enc = StreamEncoder::new("m", 9);
+        let mut out = Vec::new();
+        enc.chunk(&delta(json!({"content": "ok"}), Some("stop")), &mut out);
+        enc.chunk(
+            &chunk(
+                json!({"id": "c1", "choices": [], "usage": {"prompt_tokens": 900, "completion_tokens": 3,
+                "total_tokens": 903, "prompt_tokens_details": {"cached_tokens": 800}}}),
+            ),
+            &mut out,
+        );
+        enc.finish(&mut out);
+        let ev = events(&out);
+        let last_delta = ev
+            .iter()
+            .rev()
+            .find(|(n, _)| n == "message_delta")
+            .map(|(_, d)| d.clone());
+        assert_eq!(
+            last_delta.map(|d| d["usage"].clone()),
+            Some(json!({"input_tokens": 100, "output_tokens": 3,
+                        "cache_creation_input_tokens": 0, "cache_read_input_tokens": 800}))
+        );
+    }
+}
