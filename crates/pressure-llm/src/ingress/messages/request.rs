@@ -104,7 +104,7 @@ struct Walk {
 
 impl Walk {
     /// Names a dropped field or path, once.
-    fn drop(&mut self, name: impl Into<String>) {
+    fn name(&mut self, name: impl Into<String>) {
         let name = name.into();
         if self.seen.insert(name.clone()) {
             self.dropped.push(name);
@@ -121,7 +121,7 @@ impl Walk {
     /// Names `cache_control` if `o` carries one (see the module docs).
     fn cache_control(&mut self, o: &Map<String, Value>) {
         if given(o.get("cache_control")).is_some() {
-            self.drop("cache_control");
+            self.name("cache_control");
         }
     }
 }
@@ -203,7 +203,7 @@ pub fn parse(body: Map<String, Value>, headers: Vec<(String, String)>) -> Result
                 if v.as_u64().is_none() {
                     return Err(err("top_k", "Input should be a non-negative integer"));
                 }
-                walk.drop("top_k");
+                walk.name("top_k");
             }
             "stream" => {
                 build.stream = v
@@ -220,30 +220,30 @@ pub fn parse(body: Map<String, Value>, headers: Vec<(String, String)>) -> Result
                     }
                 }
                 if !m.is_empty() {
-                    walk.drop("metadata");
+                    walk.name("metadata");
                 }
             }
             "thinking" => {
                 if thinking(v)? {
-                    walk.drop("thinking");
+                    walk.name("thinking");
                 }
             }
             "service_tier" => {
                 if !v.is_string() {
                     return Err(err("service_tier", "Input should be a valid string"));
                 }
-                walk.drop("service_tier");
+                walk.name("service_tier");
             }
             "context_management" => {
                 as_obj(v, "context_management")?;
-                walk.drop("context_management");
+                walk.name("context_management");
             }
             "mcp_servers" => {
                 if !as_arr(v, "mcp_servers")?.is_empty() {
                     walk.native("mcp_servers");
                 }
             }
-            _ => walk.drop(key.clone()),
+            _ => walk.name(key.clone()),
         }
     }
     if !has_messages {
@@ -304,7 +304,7 @@ fn system(v: &Value, walk: &mut Walk) -> Result<Option<String>, IngressError> {
                 let text = req_str(b, "text", &at)?;
                 walk.cache_control(b);
                 if given(b.get("citations")).is_some() {
-                    walk.drop(format!("{at}.citations"));
+                    walk.name(format!("{at}.citations"));
                 }
                 if !text.is_empty() {
                     texts.push(text);
@@ -355,7 +355,7 @@ fn tools(v: &Value, walk: &mut Walk, build: &mut Build) -> Result<(), IngressErr
             None => {}
             Some(Value::String(ty)) if ty == "custom" => {}
             Some(Value::String(ty)) if !ty.is_empty() => {
-                walk.drop(at);
+                walk.name(at);
                 continue;
             }
             Some(_) => {
@@ -398,7 +398,7 @@ fn tools(v: &Value, walk: &mut Walk, build: &mut Build) -> Result<(), IngressErr
         walk.cache_control(t);
         for (k, v) in t {
             if !TOOL_FIELDS.contains(&k.as_str()) && !v.is_null() {
-                walk.drop(format!("{at}.{k}"));
+                walk.name(format!("{at}.{k}"));
             }
         }
         build.tool_names.push(name.to_owned());
@@ -433,7 +433,7 @@ fn apply_tool_choice(v: &Value, walk: &mut Walk, build: &mut Build) -> Result<()
         "tool" => {
             let name = req_str(o, "name", "tool_choice")?;
             if !build.tool_names.iter().any(|n| n == name) {
-                walk.drop("tool_choice");
+                walk.name("tool_choice");
                 return Ok(());
             }
             json!({"type": "function", "function": {"name": name}})
@@ -449,7 +449,7 @@ fn apply_tool_choice(v: &Value, walk: &mut Walk, build: &mut Build) -> Result<()
     };
     if build.tool_names.is_empty() {
         if ty != "auto" && ty != "none" {
-            walk.drop("tool_choice");
+            walk.name("tool_choice");
         }
         return Ok(());
     }
@@ -482,7 +482,7 @@ fn messages(v: &Value, walk: &mut Walk, build: &mut Build) -> Result<(), Ingress
         };
         for (k, v) in m {
             if k != "role" && k != "content" && !v.is_null() {
-                walk.drop(format!("{at}.{k}"));
+                walk.name(format!("{at}.{k}"));
             }
         }
         // Only a final assistant turn (a prefill) may be empty.
@@ -542,7 +542,7 @@ fn unknown_block(at: &str, ty: &str) -> IngressError {
 fn text_block<'a>(b: &'a Map<String, Value>, at: &str, walk: &mut Walk) -> Result<&'a str, IngressError> {
     let text = req_str(b, "text", at)?;
     if given(b.get("citations")).is_some() {
-        walk.drop(format!("{at}.citations"));
+        walk.name(format!("{at}.citations"));
     }
     Ok(text)
 }
@@ -607,7 +607,7 @@ fn user_turn(
             }
             "thinking" | "redacted_thinking" => {
                 thinking_block(b, ty, &at)?;
-                walk.drop(at);
+                walk.name(at);
             }
             t if NATIVE_BLOCKS.contains(&t) => walk.native(at),
             t => return Err(unknown_block(&at, t)),
@@ -684,7 +684,7 @@ fn tool_result(
     };
     match given(b.get("is_error")) {
         None | Some(Value::Bool(false)) => {}
-        Some(Value::Bool(true)) => walk.drop(format!("{at}.is_error")),
+        Some(Value::Bool(true)) => walk.name(format!("{at}.is_error")),
         Some(_) => return Err(err(&format!("{at}.is_error"), "Input should be a valid boolean")),
     }
     let mut extra = Map::new();
@@ -754,7 +754,7 @@ fn assistant_turn(
             }
             "thinking" | "redacted_thinking" => {
                 thinking_block(b, ty, &at)?;
-                walk.drop(at);
+                walk.name(at);
             }
             // The chat wire has no image or document in an assistant turn.
             "image" | "document" => walk.native(at),

@@ -556,4 +556,53 @@ mod tests {
                         "cache_creation_input_tokens": 0, "cache_read_input_tokens": 800}))
         );
     }
+
+    #[test]
+    fn late_arguments_of_a_closed_call_and_a_stop_sequence() {
+        let mut enc = StreamEncoder::new("m", 1);
+        let mut out = Vec::new();
+        let call = |index: u64, args: &str| {
+            delta(
+                json!({"tool_calls": [{"index": index, "id": format!("call_{index}"),
+                                          "function": {"name": "f", "arguments": args}}]}),
+                None,
+            )
+        };
+        enc.chunk(&call(0, "{}"), &mut out);
+        enc.chunk(&call(1, "{}"), &mut out);
+        enc.chunk(&call(0, "{\"late\":1}"), &mut out);
+        let mut end = delta(json!({}), Some("stop"));
+        if let Some(c) = end.choices.first_mut() {
+            c.extra.insert("stop_reason".into(), json!("###"));
+        }
+        enc.chunk(&end, &mut out);
+        enc.finish(&mut out);
+        let ev = events(&out);
+        let starts = ev.iter().filter(|(n, _)| n == "content_block_start").count();
+        let deltas = ev.iter().filter(|(n, _)| n == "content_block_delta").count();
+        assert_eq!((starts, deltas), (2, 2), "a closed block is never reopened");
+        let md = ev
+            .iter()
+            .find(|(n, _)| n == "message_delta")
+            .map(|(_, d)| d["delta"].clone());
+        // Tool calls came, so the answer stops for them whatever the finish said.
+        assert_eq!(
+            md,
+            Some(json!({"stop_reason": "tool_use", "stop_sequence": null}))
+        );
+
+        let mut enc = StreamEncoder::new("m", 1);
+        let mut out = Vec::new();
+        enc.chunk(&delta(json!({"content": "a"}), None), &mut out);
+        enc.chunk(&end, &mut out);
+        enc.finish(&mut out);
+        let md = events(&out)
+            .into_iter()
+            .find(|(n, _)| n == "message_delta")
+            .map(|(_, d)| d["delta"].clone());
+        assert_eq!(
+            md,
+            Some(json!({"stop_reason": "stop_sequence", "stop_sequence": "###"}))
+        );
+    }
 }
