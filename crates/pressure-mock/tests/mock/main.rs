@@ -6,6 +6,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod embeddings;
+mod responses;
 mod wire_shapes;
 
 use std::collections::BTreeMap;
