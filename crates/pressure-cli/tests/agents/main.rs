@@ -1,0 +1,250 @@
+//! The coding agents and the vendors' Python SDKs through the gateway, for
+//! real: Claude Code (`claude -p`) and the `anthropic` SDK on
+//! `POST /v1/messages`, Codex CLI (`codex exec`) and the `openai` SDK's
+//! `responses` on `POST /v1/responses`, all against pressure's mock
+//! provider, each charged to its tenant's budget.
+//!
+//! One stack per test: the mock provider in this process (`pressure_mock`,
+//! one price for every model so its bill and the gateway's price table
+//! agree, prompt-cache classes included), and the `pressure gateway` binary
+//! on a config written to a temporary directory ([`Stack`]), with
+//!
+//! * providers `anthropic` (kind `anthropic`) and `openai` (kind `openai`),
+//!   both at the mock;
+//! * one use case `coding`, named by the agents' model ids through
+//!   `aliases` `["claude-*", "gpt-5*", "*codex*"]`;
+//! * API keys `dev-alice` and `dev-bob` naming the tenants of those names,
+//!   each with a daily money budget (`costMicroUsdPerDay`), changed live
+//!   through `PUT /admin/pressure/tenants/{id}/limits` for the spent-budget
+//!   tests and read back from `GET` of the same path.
+//!
+//! The agents come from `tools/agents` (`npm ci` there; `.ci/run` does it
+//! and exports `PRESSURE_AGENT_BIN_DIR`); the SDKs from a venv cached under
+//! the cargo target directory (`agents-sdk-venv`, built once from the
+//! package index). When either cannot be had the test says so in one
+//! SKIPPED line ([`pressure_testkit::skip`]); with
+//! `PRESSURE_REQUIRE_AGENTS=1` (set by `.ci/run`) that is a failure.
+//!
+//! What the agents send and how they react to a 429 is recorded in
+//! `crates/pressure-llm/tests/fixtures/agents/README.md`.
+
+mod sdk;
+mod stack;
+
+use stack::{agent_bin, Stack, CLAUDE_MODEL, CODEX_MODEL};
+use std::time::Duration;
+
+/// Set to `1` to make a missing agent, Node.js or SDK venv a failure.
+pub(crate) const REQUIRE: &str = "PRESSURE_REQUIRE_AGENTS";
+
+/// A budget no test's traffic reaches: 100 dollars a day.
+const ROOMY_BUDGET: u64 = 100_000_000;
+
+/// A budget no call fits in: one micro-dollar a day.
+const SPENT_BUDGET: u64 = 1;
+
+/// Runs `fut`, failing the test after `limit` (a bound on a hang).
+async fn bounded<F: std::future::Future<Output = ()>>(limit: Duration, fut: F) {
+    tokio::time::timeout(limit, fut)
+        .await
+        .unwrap_or_else(|_| panic!("the test did not finish within {limit:?}"));
+}
+
+/// Checks that the tenant's spend on the gateway is what the mock billed.
+async fn assert_spend_is_the_bill(stack: &Stack, tenant: &str) {
+    let billed = stack.mock.stats().billed_micro_usd;
+    assert!(billed > 0, "the mock billed nothing: {:?}", stack.mock.stats());
+    let spent = stack.tenant_spend(tenant).await;
+    assert_eq!(
+        spent,
+        billed,
+        "{tenant}'s costMicroUsdPerDay spend on the gateway against the mock's bill\n{}",
+        stack.log_tail()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claude_code_answers_through_the_gateway_and_its_tenant_pays_the_bill() {
+    const TEST: &str = "agents::claude_code_answers_through_the_gateway_and_its_tenant_pays_the_bill";
+    let Some(claude) = agent_bin(TEST, "claude") else {
+        return;
+    };
+    bounded(Duration::from_secs(180), async {
+        let stack = Stack::start(ROOMY_BUDGET).await;
+        let run = stack.claude(&claude, "dev-alice", "say ok").await;
+        assert_eq!(run.code, Some(0), "claude -p failed\n{run}\n{}", stack.log_tail());
+        assert!(!run.stdout.trim().is_empty(), "claude printed no answer\n{run}");
+        let stats = stack.mock.stats();
+        assert!(
+            stats.by_endpoint.get("/v1/messages").copied().unwrap_or(0) >= 1,
+            "Claude Code's turn reached the mock's /v1/messages: {stats:?}"
+        );
+        assert_spend_is_the_bill(&stack, "dev-alice").await;
+        assert_eq!(stack.tenant_spend("dev-bob").await, 0, "dev-bob paid nothing");
+        stack.stop().await;
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn codex_answers_through_the_gateway_and_its_tenant_pays_the_bill() {
+    const TEST: &str = "agents::codex_answers_through_the_gateway_and_its_tenant_pays_the_bill";
+    let Some(codex) = agent_bin(TEST, "codex") else {
+        return;
+    };
+    bounded(Duration::from_secs(180), async {
+        let stack = Stack::start(ROOMY_BUDGET).await;
+        let run = stack.codex(&codex, "dev-bob", "say ok").await;
+        assert_eq!(
+            run.code,
+            Some(0),
+            "codex exec failed\n{run}\n{}",
+            stack.log_tail()
+        );
+        assert!(!run.stdout.trim().is_empty(), "codex printed no answer\n{run}");
+        assert!(stack.mock.stats().requests >= 1, "codex's turn reached the mock");
+        assert_spend_is_the_bill(&stack, "dev-bob").await;
+        assert_eq!(stack.tenant_spend("dev-alice").await, 0, "dev-alice paid nothing");
+        stack.stop().await;
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claude_code_stops_at_once_on_a_spent_budget_with_the_gateways_message() {
+    const TEST: &str = "agents::claude_code_stops_at_once_on_a_spent_budget_with_the_gateways_message";
+    let Some(claude) = agent_bin(TEST, "claude") else {
+        return;
+    };
+    bounded(Duration::from_secs(180), async {
+        let stack = Stack::start(ROOMY_BUDGET).await;
+        stack.set_budget("dev-alice", SPENT_BUDGET).await;
+        let run = stack.claude(&claude, "dev-alice", "say ok").await;
+        assert_ne!(
+            run.code,
+            Some(0),
+            "claude -p succeeded over a spent budget\n{run}"
+        );
+        // The gateway's own message ("… costMicroUsdPerDay budget of 1 …"),
+        // which Claude Code prints after "API Error: Request rejected (429)".
+        assert!(
+            run.all().contains("costMicroUsdPerDay"),
+            "the gateway's message is not in Claude Code's output\n{run}"
+        );
+        // Refused before any provider call; and one refusal, no retries
+        // (x-should-retry: false): the gateway counted one request.
+        assert_eq!(stack.mock.stats().requests, 0, "no call reached the provider");
+        assert_eq!(
+            stack.gateway_requests_of("dev-alice").await,
+            1,
+            "one request, no retry storm\n{}",
+            stack.log_tail()
+        );
+        stack.stop().await;
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn codex_stops_at_once_on_a_spent_budget() {
+    const TEST: &str = "agents::codex_stops_at_once_on_a_spent_budget";
+    let Some(codex) = agent_bin(TEST, "codex") else {
+        return;
+    };
+    bounded(Duration::from_secs(180), async {
+        let stack = Stack::start(ROOMY_BUDGET).await;
+        stack.set_budget("dev-bob", SPENT_BUDGET).await;
+        let run = stack.codex(&codex, "dev-bob", "say ok").await;
+        assert_ne!(
+            run.code,
+            Some(0),
+            "codex exec succeeded over a spent budget\n{run}"
+        );
+        // Codex prints its own text for `insufficient_quota`, not the
+        // gateway's message (fixtures/agents/README.md); anything else it
+        // retries five times.
+        assert!(
+            run.all().contains("Quota exceeded"),
+            "codex did not take the refusal for a spent quota\n{run}"
+        );
+        assert_eq!(stack.mock.stats().requests, 0, "no call reached the provider");
+        assert_eq!(
+            stack.gateway_requests_of("dev-bob").await,
+            1,
+            "one request, no retry storm\n{}",
+            stack.log_tail()
+        );
+        stack.stop().await;
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_anthropic_python_sdk_creates_streams_and_uses_tools_through_the_gateway() {
+    const TEST: &str = "agents::the_anthropic_python_sdk_creates_streams_and_uses_tools_through_the_gateway";
+    // Building the venv downloads from the package index: a longer bound.
+    bounded(Duration::from_secs(400), async {
+        let Some(python) = sdk::python(TEST).await else {
+            return;
+        };
+        let stack = Stack::start(ROOMY_BUDGET).await;
+        let out = sdk::run_script(
+            &python,
+            "anthropic_sdk.py",
+            &stack.proxy,
+            "dev-alice",
+            CLAUDE_MODEL,
+        )
+        .await;
+        assert!(out.ok(), "anthropic_sdk.py failed\n{out}\n{}", stack.log_tail());
+        // Non-streamed, streamed, and the two calls of the tool round trip.
+        assert_eq!(stack.mock.stats().requests, 4, "{:?}", stack.mock.stats());
+        assert_spend_is_the_bill(&stack, "dev-alice").await;
+        stack.stop().await;
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_openai_python_sdk_responses_create_streams_and_calls_functions_through_the_gateway() {
+    const TEST: &str =
+        "agents::the_openai_python_sdk_responses_create_streams_and_calls_functions_through_the_gateway";
+    bounded(Duration::from_secs(400), async {
+        let Some(python) = sdk::python(TEST).await else {
+            return;
+        };
+        let stack = Stack::start(ROOMY_BUDGET).await;
+        let out = sdk::run_script(
+            &python,
+            "openai_responses_sdk.py",
+            &stack.proxy,
+            "dev-bob",
+            CODEX_MODEL,
+        )
+        .await;
+        assert!(
+            out.ok(),
+            "openai_responses_sdk.py failed\n{out}\n{}",
+            stack.log_tail()
+        );
+        assert_eq!(stack.mock.stats().requests, 4, "{:?}", stack.mock.stats());
+        assert_spend_is_the_bill(&stack, "dev-bob").await;
+        stack.stop().await;
+    })
+    .await;
+}
+
+/// The parts that need no agent endpoint: the mock and the gateway start
+/// on this config, the tenants' keys are accepted and their budgets read.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_stack_starts_and_reads_the_tenants_budgets() {
+    bounded(Duration::from_secs(60), async {
+        let stack = Stack::start(ROOMY_BUDGET).await;
+        assert_eq!(stack.tenant_spend("dev-alice").await, 0);
+        stack.set_budget("dev-bob", SPENT_BUDGET).await;
+        assert_eq!(stack.tenant_budget("dev-bob").await, Some(SPENT_BUDGET));
+        assert_eq!(stack.tenant_budget("dev-alice").await, Some(ROOMY_BUDGET));
+        stack.stop().await;
+    })
+    .await;
+}
