@@ -605,3 +605,35 @@ fn an_error_after_the_start_fails_the_response() {
     assert_eq!(ev[0].1["response"]["id"], ev[2].1["response"]["id"]);
     assert!(ev[0].1["response"]["id"].as_str().unwrap().starts_with("resp_"));
 }
+
+#[test]
+fn a_recorded_codex_request_parses() {
+    let body: Value = serde_json::from_str(include_str!(
+        "../../../tests/fixtures/agents/codex_responses.json"
+    ))
+    .unwrap();
+    let p = parse(obj(body)).unwrap();
+    assert_eq!(p.model, "gpt-5-codex");
+    assert!(p.stream);
+    assert_eq!(p.native_only, None);
+    assert_eq!(
+        p.dropped,
+        [
+            "tools.4",
+            "tools.8",
+            "reasoning.summary",
+            "include",
+            "store",
+            "prompt_cache_key",
+            "client_metadata"
+        ]
+    );
+    let roles: Vec<&str> = p.chat.messages.iter().map(|m| m.role.as_str()).collect();
+    assert_eq!(roles, ["system", "system", "user", "user"]);
+    let tools = p.chat.extra["tools"].as_array().unwrap();
+    assert_eq!(tools.len(), 7, "the function tools");
+    assert!(tools
+        .iter()
+        .all(|t| t["type"] == "function" && t["function"]["name"].is_string()));
+    assert!(p.chat.extra.get("reasoning_effort").is_none());
+}
