@@ -25,6 +25,7 @@
 
 mod access_log;
 mod admin;
+mod agents;
 pub mod backend;
 mod charged;
 pub mod config;

@@ -43,6 +43,36 @@ pub enum Dialect {
     /// The decision API's `POST /v1/acquire`: a 429 is `{"allowed":false,
     /// "waitTimeMs","resource","dimension"}`; the rest as [`Dialect::Gateway`].
     Decision,
+    /// Anthropic's Messages API: `{"type":"error","error":{"type",
+    /// "message"}}`, the type from the status (`overloaded_error` is a 529,
+    /// as Anthropic answers it).
+    Anthropic,
+    /// OpenAI's Responses API: OpenAI's shape, and a spent budget is
+    /// `insufficient_quota` in `code` too (what Codex CLI stops on; it waits
+    /// out a rate limit's `retry-after`, however long).
+    Responses,
+}
+
+impl Dialect {
+    /// Whether it is one of the LLM dialects (OpenAI's, Anthropic's,
+    /// Responses'), whose SDKs read `retry-after-ms`.
+    fn is_llm(self) -> bool {
+        matches!(self, Self::OpenAi | Self::Anthropic | Self::Responses)
+    }
+}
+
+/// Anthropic's error `type` for an answer of `status`.
+fn anthropic_error_type(status: StatusCode) -> &'static str {
+    match status.as_u16() {
+        400 | 408 | 409 | 422 => "invalid_request_error",
+        401 => "authentication_error",
+        403 => "permission_error",
+        404 | 405 => "not_found_error",
+        413 => "request_too_large",
+        429 => "rate_limit_error",
+        503 | 529 => "overloaded_error",
+        _ => "api_error",
+    }
 }
 
 /// `Retry-After: n` without an allocation for the waits most 429s carry
@@ -567,6 +597,8 @@ impl Rejection {
     /// last event (`crate::openai::sse`).
     pub fn body(&self, dialect: Dialect) -> String {
         match (dialect, self) {
+            (Dialect::Anthropic, _) => self.anthropic_body().to_string(),
+            (Dialect::Responses, _) => self.responses_body().to_string(),
             // The flood path: written directly, the same bytes as below.
             (Dialect::Gateway, Self::RateLimited(r)) if r.budget.is_none() => flood::rate_limited_body(r),
             (Dialect::Decision, Self::RateLimited(r)) => decision_denied_body(r).to_string(),
@@ -581,7 +613,9 @@ impl Rejection {
         let (body, head) = match self {
             // A plain 429 outside the OpenAI dialect: made of the flood's
             // parts (`flood.rs`).
-            Self::RateLimited(r) if dialect != Dialect::OpenAi && r.budget.is_none() => {
+            Self::RateLimited(r)
+                if matches!(dialect, Dialect::Gateway | Dialect::Decision) && r.budget.is_none() =>
+            {
                 let (head, body) = flood::parts(r, dialect, |h| self.head(dialect, h), || self.body(dialect));
                 (body, Some(head))
             }
@@ -592,7 +626,7 @@ impl Rejection {
         // allocation.
         let body = bytes::Bytes::from(body.into_bytes().into_boxed_slice());
         let mut resp = Response::new(Body::from(body));
-        *resp.status_mut() = self.status();
+        *resp.status_mut() = self.status_in(dialect);
         match head {
             Some(head) => *resp.headers_mut() = head,
             None => self.head(dialect, resp.headers_mut()),
@@ -605,8 +639,9 @@ impl Rejection {
         h.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
         if let Some(wait) = self.retry_after() {
             h.insert(header::RETRY_AFTER, seconds_value(retry_after_secs(wait)));
-            if dialect == Dialect::OpenAi {
-                // What OpenAI's SDKs read first; whole milliseconds, at least 1.
+            if dialect.is_llm() {
+                // What OpenAI's and Anthropic's SDKs read first; whole
+                // milliseconds, at least 1.
                 let ms = u64::try_from(wait.as_millis()).unwrap_or(u64::MAX).max(1);
                 h.insert("retry-after-ms", HeaderValue::from(ms));
             }
@@ -686,6 +721,62 @@ impl Rejection {
             _ => {}
         }
         json!({ "error": error })
+    }
+
+    /// The status in `dialect`: Anthropic answers an overload (every
+    /// `503` of ours) with `529`, which its clients retry as such.
+    pub fn status_in(&self, dialect: Dialect) -> StatusCode {
+        let status = self.status();
+        if dialect == Dialect::Anthropic && status == StatusCode::SERVICE_UNAVAILABLE {
+            return StatusCode::from_u16(529).unwrap_or(status);
+        }
+        status
+    }
+
+    /// Anthropic's error shape: `{"type":"error","error":{"type","message"}}`
+    /// (a field at fault is named in the message, as Anthropic does).
+    fn anthropic_body(&self) -> Value {
+        let ty = anthropic_error_type(self.status_in(Dialect::Anthropic));
+        let message = match self {
+            Self::InvalidRequest {
+                param: Some(param),
+                message,
+                ..
+            } if !message.starts_with(param.as_str()) => format!("{param}: {message}"),
+            Self::Llm(e) if let Some(param) = e.param_path() => {
+                let message = e.to_string();
+                if message.starts_with(param) {
+                    message
+                } else {
+                    format!("{param}: {message}")
+                }
+            }
+            _ => self.message(),
+        };
+        json!({"type": "error", "error": {"type": ty, "message": message}})
+    }
+
+    /// OpenAI's shape, with a spent budget's `code` `insufficient_quota`
+    /// (see [`Dialect::Responses`]) and a JSON-path `param` where the
+    /// request had one.
+    fn responses_body(&self) -> Value {
+        let mut body = self.openai_body();
+        let spent = match self {
+            Self::Llm(e) => e.describe().error_type == "insufficient_quota",
+            Self::RateLimited(r) => r.budget.is_some(),
+            _ => false,
+        };
+        if let Some(error) = body.get_mut("error").and_then(Value::as_object_mut) {
+            if spent {
+                error.insert("code".into(), Value::from("insufficient_quota"));
+            }
+            if let Self::Llm(e) = self {
+                if let Some(param) = e.param_path() {
+                    error.insert("param".into(), Value::from(param));
+                }
+            }
+        }
+        body
     }
 
     fn openai_body(&self) -> Value {

@@ -34,8 +34,8 @@ pub(crate) const CLIENT_CLOSED: u16 = 499;
 pub(crate) fn labels(route: &Route) -> (&str, &str) {
     let name = route.resource.as_ref().map_or(NONE, |r| r.id());
     let upstream = match route.endpoint {
-        Endpoint::ChatCompletions | Endpoint::Embeddings | Endpoint::Models | Endpoint::Model => "llm",
         Endpoint::Proxy => route.upstream.as_ref().map_or(NONE, |u| u.name()),
+        _ => "llm",
     };
     (name, upstream)
 }

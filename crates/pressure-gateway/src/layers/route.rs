@@ -243,7 +243,7 @@ where
         }
         let proxied = match route.endpoint {
             Endpoint::Proxy => route.upstream.clone(),
-            Endpoint::ChatCompletions | Endpoint::Embeddings | Endpoint::Models | Endpoint::Model => None,
+            _ => None,
         };
         // The observation settles with the response body: it then gives
         // the request's permits back (the release layer leaves them to it)

@@ -41,13 +41,13 @@ fn caller_of<B>(req: &Request<B>, request_id: &str) -> Caller<AnyBackend> {
 }
 
 /// One event of an endpoint: its id, when it started, and who pays.
-pub(super) struct Event {
+pub(crate) struct Event {
     /// The caller's `x-request-id` when it is a safe id, else a new one.
-    pub(super) request_id: String,
+    pub(crate) request_id: String,
     /// When the gateway took the call.
-    pub(super) started: tokio::time::Instant,
+    pub(crate) started: tokio::time::Instant,
     /// The event under `request_id`, paid for by its tenant if any.
-    pub(super) caller: Caller<AnyBackend>,
+    pub(crate) caller: Caller<AnyBackend>,
 }
 
 /// Answers one call of an endpoint: `handle` runs its [`Event`]; the
@@ -61,6 +61,19 @@ pub(super) async fn respond<Fut>(
 where
     Fut: std::future::Future<Output = Outcome>,
 {
+    respond_in(llm, req, Dialect::OpenAi, handle).await
+}
+
+/// [`respond`], refusals rendered in `dialect`.
+pub(crate) async fn respond_in<Fut>(
+    llm: &LlmClient<AnyBackend>,
+    req: Request<Body>,
+    dialect: Dialect,
+    handle: impl FnOnce(Request<Body>, Event) -> Fut,
+) -> Response<Body>
+where
+    Fut: std::future::Future<Output = Outcome>,
+{
     let request_id = caller_request_id(&req).unwrap_or_else(|| llm.new_request_id());
     let started = tokio::time::Instant::now();
     let id = HeaderValue::from_str(&request_id).ok();
@@ -69,9 +82,7 @@ where
         request_id,
         started,
     };
-    let mut resp = handle(req, event)
-        .await
-        .unwrap_or_else(|r| r.render(Dialect::OpenAi));
+    let mut resp = handle(req, event).await.unwrap_or_else(|r| r.render(dialect));
     if let Some(v) = id {
         resp.headers_mut().insert(REQUEST_ID_HEADER, v);
     }

@@ -39,8 +39,10 @@ mod models;
 mod sse;
 mod validate;
 
+pub(crate) use body::read_object;
 use handler::chat_completions;
 pub use handler::REQUEST_ID_HEADER;
+pub(crate) use handler::{respond_in, Event};
 
 use crate::layers::{routed, step_layer, RejectingService, Step, StepFuture};
 use crate::plan::Endpoint;
@@ -86,6 +88,15 @@ impl Step for OpenAiLayer {
             Some((Endpoint::Embeddings, llm)) => {
                 StepFuture::boxed(async move { embeddings::embeddings(&llm, req).await })
             }
+            Some((Endpoint::Messages, llm)) => StepFuture::boxed(async move {
+                Ok(crate::agents::serve::<crate::agents::Messages>(&llm, req).await)
+            }),
+            Some((Endpoint::CountTokens, llm)) => {
+                StepFuture::boxed(async move { Ok(crate::agents::count_tokens(&llm, req).await) })
+            }
+            Some((Endpoint::Responses, llm)) => StepFuture::boxed(async move {
+                Ok(crate::agents::serve::<crate::agents::Responses>(&llm, req).await)
+            }),
             Some((Endpoint::Models, llm)) => StepFuture::ready(models::list(&llm)),
             Some((Endpoint::Model, llm)) => StepFuture::ready(models::retrieve(&llm, req.uri().path())),
             _ => StepFuture::next(next.call(req)),

@@ -31,6 +31,21 @@ pub enum Endpoint {
     Models,
     /// `GET /v1/models/{id}` (the id is `model_id` of the path).
     Model,
+    /// `POST /v1/messages`: Anthropic's Messages API (Claude Code, the
+    /// anthropic SDK), answered by the LLM pipeline.
+    Messages,
+    /// `POST /v1/messages/count_tokens`: a Messages request's input tokens.
+    CountTokens,
+    /// `POST /v1/responses`: OpenAI's Responses API (Codex CLI, the openai
+    /// SDK's `responses`), answered by the LLM pipeline.
+    Responses,
+}
+
+impl Endpoint {
+    /// Whether the gateway answers it through its LLM client.
+    pub fn is_llm(self) -> bool {
+        !matches!(self, Self::Proxy)
+    }
 }
 
 /// The decision for one request.
@@ -46,14 +61,17 @@ pub struct Route {
 }
 
 impl Route {
-    /// The error shape of the route: OpenAI on the gateway's own LLM
-    /// endpoints, the gateway's elsewhere.
+    /// The error shape of the route: Anthropic's on the Messages
+    /// endpoints, OpenAI's on the gateway's other LLM endpoints, the
+    /// gateway's elsewhere.
     pub fn dialect(&self) -> Dialect {
         match self.endpoint {
             Endpoint::Proxy => Dialect::Gateway,
             Endpoint::ChatCompletions | Endpoint::Embeddings | Endpoint::Models | Endpoint::Model => {
                 Dialect::OpenAi
             }
+            Endpoint::Responses => Dialect::Responses,
+            Endpoint::Messages | Endpoint::CountTokens => Dialect::Anthropic,
         }
     }
 }
@@ -62,6 +80,12 @@ impl Route {
 pub(crate) const CHAT_COMPLETIONS_PATH: &str = "/v1/chat/completions";
 /// The path of the OpenAI embeddings endpoint.
 pub(crate) const EMBEDDINGS_PATH: &str = "/v1/embeddings";
+/// The path of Anthropic's Messages endpoint.
+pub(crate) const MESSAGES_PATH: &str = "/v1/messages";
+/// The path of Anthropic's token counting endpoint.
+pub(crate) const COUNT_TOKENS_PATH: &str = "/v1/messages/count_tokens";
+/// The path of OpenAI's Responses endpoint.
+pub(crate) const RESPONSES_PATH: &str = "/v1/responses";
 /// The path of the OpenAI model list; `/v1/models/{id}` retrieves one.
 pub(crate) const MODELS_PATH: &str = "/v1/models";
 
@@ -78,6 +102,9 @@ fn llm_endpoint(method: &Method, path: &str) -> Option<Endpoint> {
     match (method, path) {
         (&Method::POST, CHAT_COMPLETIONS_PATH) => Some(Endpoint::ChatCompletions),
         (&Method::POST, EMBEDDINGS_PATH) => Some(Endpoint::Embeddings),
+        (&Method::POST, MESSAGES_PATH) => Some(Endpoint::Messages),
+        (&Method::POST, COUNT_TOKENS_PATH) => Some(Endpoint::CountTokens),
+        (&Method::POST, RESPONSES_PATH) => Some(Endpoint::Responses),
         (&Method::GET, MODELS_PATH) => Some(Endpoint::Models),
         (&Method::GET, p) if model_id(p).is_some() => Some(Endpoint::Model),
         _ => None,

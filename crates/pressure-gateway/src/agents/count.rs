@@ -1,0 +1,38 @@
+//! `POST /v1/messages/count_tokens`: `{"input_tokens": N}` for a Messages
+//! request, counted by the tokenizer of the use case's first model (no
+//! provider call, no reservation, no charge; Anthropic's own endpoint is
+//! free too). Its refusals speak Anthropic's dialect.
+
+use super::dialect::{Dialect, Messages};
+use super::invalid_at;
+use crate::backend::AnyBackend;
+use crate::layers::Outcome;
+use crate::openai::respond_in;
+use crate::rejection::Rejection;
+use axum::body::Body;
+use http::{HeaderValue, Request, Response};
+use pressure_llm::pipeline::{LlmClient, LlmError};
+use serde_json::{json, Value};
+
+/// Answers one call ([`respond_in`], Anthropic's dialect).
+pub(crate) async fn count_tokens(llm: &LlmClient<AnyBackend>, req: Request<Body>) -> Response<Body> {
+    respond_in(llm, req, Messages::REJECTIONS, |req, _event| count(llm, req)).await
+}
+
+async fn count(llm: &LlmClient<AnyBackend>, req: Request<Body>) -> Outcome {
+    let headers = Messages::passed_headers(req.headers());
+    let mut object = crate::openai::read_object(req).await?;
+    // A count has no output: Anthropic takes it without `max_tokens`.
+    object.entry("max_tokens").or_insert(Value::from(1));
+    let parsed = Messages::parse(object, headers).map_err(invalid_at)?;
+    let Some(use_case) = llm.config().resolve_use_case(&parsed.model) else {
+        return Err(Rejection::Llm(LlmError::UnknownUseCase(parsed.model)));
+    };
+    let n = llm.count_prompt(use_case, &parsed.chat).map_err(Rejection::Llm)?;
+    let mut resp = Response::new(Body::from(json!({ "input_tokens": n }).to_string()));
+    resp.headers_mut().insert(
+        http::header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    Ok(resp)
+}

@@ -1,0 +1,193 @@
+//! [`Dialect`]: what differs between the agents' two APIs — how a body is
+//! read, which headers reach a provider of the same wire, how an answer,
+//! a stream and a failure are written — so one handler serves both
+//! ([`Messages`], [`Responses`]).
+
+use crate::rejection::{self, Rejection};
+use http::HeaderMap;
+use pressure_llm::ingress::{messages, responses, IngressError, Parsed};
+use pressure_llm::provider::{ChatChunk, ChatResponse, NativeWire};
+use serde_json::{json, Map, Value};
+
+/// One agent API at the gateway's door.
+pub(crate) trait Dialect: Send + Sync + 'static {
+    /// `messages` or `responses`, for the logs.
+    const NAME: &'static str;
+    /// The error shape of its refusals.
+    const REJECTIONS: rejection::Dialect;
+    /// The provider wire that speaks it natively.
+    const WIRE: NativeWire;
+    /// Writes a chat chunk stream as the dialect's events.
+    type Encoder: Send + 'static;
+
+    /// The request headers a provider of the same wire gets too.
+    fn passed_headers(headers: &HeaderMap) -> Vec<(String, String)>;
+    /// The body, checked and translated.
+    fn parse(body: Map<String, Value>, headers: Vec<(String, String)>) -> Result<Parsed, IngressError>;
+    /// A whole chat answer in the dialect (`request`: the body as received).
+    fn render(resp: &ChatResponse, model: &str, request: &Map<String, Value>) -> Value;
+    /// The encoder of one stream.
+    fn encoder(model: &str, request: &Map<String, Value>, input_estimate: u64) -> Self::Encoder;
+    /// One chunk of a translated stream.
+    fn chunk(enc: &mut Self::Encoder, chunk: &ChatChunk, out: &mut Vec<u8>);
+    /// The end of a translated stream.
+    fn finish(enc: &mut Self::Encoder, out: &mut Vec<u8>);
+    /// A failure after a translated stream started.
+    fn fail(enc: &mut Self::Encoder, rejection: &Rejection, out: &mut Vec<u8>);
+    /// A failure after the provider's own stream started (the encoder wrote
+    /// nothing: the provider's events did).
+    fn fail_native(rejection: &Rejection, out: &mut Vec<u8>);
+    /// What keeps an idle connection open between events.
+    fn keep_alive(out: &mut Vec<u8>);
+}
+
+/// Anthropic's Messages API.
+pub(crate) struct Messages;
+
+/// OpenAI's Responses API.
+pub(crate) struct Responses;
+
+/// An SSE event `name` with `data`.
+fn event(out: &mut Vec<u8>, name: &str, data: &Value) {
+    out.extend_from_slice(b"event: ");
+    out.extend_from_slice(name.as_bytes());
+    out.extend_from_slice(b"\ndata: ");
+    out.extend_from_slice(data.to_string().as_bytes());
+    out.extend_from_slice(b"\n\n");
+}
+
+/// Anthropic's error type and message for a failure.
+fn anthropic_error(r: &Rejection) -> (&'static str, String) {
+    let body: Value = serde_json::from_str(&r.body(rejection::Dialect::Anthropic)).unwrap_or(Value::Null);
+    let ty = match body.pointer("/error/type").and_then(Value::as_str) {
+        Some("overloaded_error") => "overloaded_error",
+        Some("rate_limit_error") => "rate_limit_error",
+        Some("invalid_request_error") => "invalid_request_error",
+        Some("request_too_large") => "request_too_large",
+        _ => "api_error",
+    };
+    let message = body
+        .pointer("/error/message")
+        .and_then(Value::as_str)
+        .map_or_else(|| r.message(), str::to_owned);
+    (ty, message)
+}
+
+/// OpenAI's error code for a failure inside a Responses stream.
+fn responses_code(r: &Rejection) -> String {
+    let body: Value = serde_json::from_str(&r.body(rejection::Dialect::Responses)).unwrap_or(Value::Null);
+    body.pointer("/error/code")
+        .and_then(Value::as_str)
+        .unwrap_or("server_error")
+        .to_owned()
+}
+
+impl Dialect for Messages {
+    const NAME: &'static str = "messages";
+    const REJECTIONS: rejection::Dialect = rejection::Dialect::Anthropic;
+    const WIRE: NativeWire = NativeWire::Messages;
+    type Encoder = messages::StreamEncoder;
+
+    /// `anthropic-version` and `anthropic-beta` (each value as sent; a
+    /// value that is not text is left out).
+    fn passed_headers(headers: &HeaderMap) -> Vec<(String, String)> {
+        ["anthropic-version", "anthropic-beta"]
+            .into_iter()
+            .flat_map(|name| {
+                headers
+                    .get_all(name)
+                    .iter()
+                    .filter_map(|v| v.to_str().ok())
+                    .map(move |v| (name.to_owned(), v.to_owned()))
+            })
+            .take(8)
+            .collect()
+    }
+
+    fn parse(body: Map<String, Value>, headers: Vec<(String, String)>) -> Result<Parsed, IngressError> {
+        messages::parse(body, headers)
+    }
+
+    fn render(resp: &ChatResponse, model: &str, _request: &Map<String, Value>) -> Value {
+        messages::render(resp, model)
+    }
+
+    fn encoder(model: &str, _request: &Map<String, Value>, input_estimate: u64) -> Self::Encoder {
+        messages::StreamEncoder::new(model, input_estimate)
+    }
+
+    fn chunk(enc: &mut Self::Encoder, chunk: &ChatChunk, out: &mut Vec<u8>) {
+        enc.chunk(chunk, out);
+    }
+
+    fn finish(enc: &mut Self::Encoder, out: &mut Vec<u8>) {
+        enc.finish(out);
+    }
+
+    fn fail(enc: &mut Self::Encoder, rejection: &Rejection, out: &mut Vec<u8>) {
+        let (ty, message) = anthropic_error(rejection);
+        enc.fail(ty, &message, out);
+    }
+
+    fn fail_native(rejection: &Rejection, out: &mut Vec<u8>) {
+        let (ty, message) = anthropic_error(rejection);
+        event(out, "error", &messages::error_body(ty, &message));
+    }
+
+    fn keep_alive(out: &mut Vec<u8>) {
+        messages::StreamEncoder::ping(out);
+    }
+}
+
+impl Dialect for Responses {
+    const NAME: &'static str = "responses";
+    const REJECTIONS: rejection::Dialect = rejection::Dialect::Responses;
+    const WIRE: NativeWire = NativeWire::Responses;
+    type Encoder = responses::StreamEncoder;
+
+    /// None: OpenAI's wire has no feature headers to pass.
+    fn passed_headers(_headers: &HeaderMap) -> Vec<(String, String)> {
+        Vec::new()
+    }
+
+    fn parse(body: Map<String, Value>, _headers: Vec<(String, String)>) -> Result<Parsed, IngressError> {
+        responses::parse(body)
+    }
+
+    fn render(resp: &ChatResponse, model: &str, request: &Map<String, Value>) -> Value {
+        responses::render(resp, model, request)
+    }
+
+    fn encoder(model: &str, request: &Map<String, Value>, _input_estimate: u64) -> Self::Encoder {
+        responses::StreamEncoder::new(model, request)
+    }
+
+    fn chunk(enc: &mut Self::Encoder, chunk: &ChatChunk, out: &mut Vec<u8>) {
+        enc.chunk(chunk, out);
+    }
+
+    fn finish(enc: &mut Self::Encoder, out: &mut Vec<u8>) {
+        enc.finish(out);
+    }
+
+    fn fail(enc: &mut Self::Encoder, rejection: &Rejection, out: &mut Vec<u8>) {
+        enc.fail(&responses_code(rejection), &rejection.message(), out);
+    }
+
+    /// An `error` event (the provider's own events numbered the stream, so
+    /// no `response.failed` of ours is spliced into its sequence).
+    fn fail_native(rejection: &Rejection, out: &mut Vec<u8>) {
+        let data = json!({
+            "type": "error",
+            "code": responses_code(rejection),
+            "message": rejection.message(),
+            "param": null,
+        });
+        event(out, "error", &data);
+    }
+
+    /// An SSE comment: the Responses API has no ping event.
+    fn keep_alive(out: &mut Vec<u8>) {
+        out.extend_from_slice(b": keep-alive\n\n");
+    }
+}

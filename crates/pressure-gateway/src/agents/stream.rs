@@ -1,0 +1,180 @@
+//! A streamed answer in the agent's dialect, as server-sent events.
+//!
+//! The pipeline's stream is committed at its first output (a failure
+//! before it fell back or was refused as a whole); its first chunk says
+//! which way it is written:
+//!
+//! * a level of the agent's own wire: the provider's events verbatim
+//!   (each chunk carries one in [`NATIVE_FIELD`]; the chat translation
+//!   beside it is the pipeline's, not the client's);
+//! * any other level: the chat chunks through the dialect's encoder
+//!   (Anthropic's `message_start` … `message_stop`, or the Responses
+//!   events), with `x-pressure-dropped` naming what was left out.
+//!
+//! A failure after the head is the dialect's error event and the end; a
+//! pause of [`KEEP_ALIVE`] between events writes a keep-alive (`ping`, or
+//! an SSE comment), so an idle proxy does not cut a long thinking pause.
+//! (The pipeline's read timeout bounds the pause between the provider's
+//! chunks, not the answer.) A client that goes away drops the stream: the
+//! pipeline settles the attempt to what was generated.
+
+use super::dialect::Dialect;
+use super::dropped_header;
+use crate::backend::AnyBackend;
+use crate::openai::DEGRADATION_HEADER;
+use crate::rejection::Rejection;
+use axum::body::Body;
+use bytes::Bytes;
+use futures::StreamExt;
+use http::{HeaderValue, Response, StatusCode};
+use pressure_llm::pipeline::{AnswerStream, LlmError};
+use pressure_llm::provider::{ChatChunk, NativeRequest, NATIVE_FIELD};
+use serde_json::{Map, Value};
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// The longest silence on a stream before a keep-alive is written.
+pub(crate) const KEEP_ALIVE: Duration = Duration::from_secs(10);
+
+type Item = Option<Result<ChatChunk, LlmError>>;
+
+/// Where one stream is.
+struct State<D: Dialect> {
+    stream: AnswerStream<AnyBackend>,
+    encoder: D::Encoder,
+    /// The provider's own events are passed on.
+    native: bool,
+    /// The item read before the head, not yet written.
+    pending: Option<Item>,
+    ended: bool,
+}
+
+impl<D: Dialect> State<D> {
+    /// The next bytes to write, `None` at the end.
+    async fn next_bytes(&mut self) -> Option<Bytes> {
+        loop {
+            if self.ended {
+                return None;
+            }
+            let item = match self.pending.take() {
+                Some(item) => item,
+                None => match tokio::time::timeout(KEEP_ALIVE, self.stream.next()).await {
+                    Ok(item) => item,
+                    Err(_) => {
+                        let mut out = Vec::new();
+                        D::keep_alive(&mut out);
+                        return Some(Bytes::from(out));
+                    }
+                },
+            };
+            let mut out = Vec::new();
+            match item {
+                Some(Ok(chunk)) if self.native => {
+                    if let Some(event) = chunk.extra.get(NATIVE_FIELD) {
+                        write_native(event, &mut out);
+                    }
+                }
+                Some(Ok(chunk)) => D::chunk(&mut self.encoder, &chunk, &mut out),
+                Some(Err(e)) => {
+                    let rejection = Rejection::Llm(e);
+                    if self.native {
+                        D::fail_native(&rejection, &mut out);
+                    } else {
+                        D::fail(&mut self.encoder, &rejection, &mut out);
+                    }
+                    self.ended = true;
+                }
+                None => {
+                    if !self.native {
+                        D::finish(&mut self.encoder, &mut out);
+                    }
+                    self.ended = true;
+                }
+            }
+            if !out.is_empty() {
+                return Some(Bytes::from(out));
+            }
+        }
+    }
+}
+
+/// One provider event as it came: its `event:` name, if any, and its data
+/// (one `data:` line per line).
+fn write_native(event: &Value, out: &mut Vec<u8>) {
+    if let Some(name) = event.get("event").and_then(Value::as_str) {
+        out.extend_from_slice(b"event: ");
+        out.extend_from_slice(name.as_bytes());
+        out.push(b'\n');
+    }
+    let data = event.get("data").and_then(Value::as_str).unwrap_or("");
+    for line in data.split('\n') {
+        out.extend_from_slice(b"data: ");
+        out.extend_from_slice(line.as_bytes());
+        out.push(b'\n');
+    }
+    out.push(b'\n');
+}
+
+/// The streamed response of a request for `model`.
+pub(super) async fn respond<D: Dialect>(
+    mut stream: AnswerStream<AnyBackend>,
+    model: &str,
+    native: Option<Arc<NativeRequest>>,
+    dropped: &[String],
+    input_estimate: u64,
+    request_id: &str,
+) -> Response<Body> {
+    // Ready at once: the pipeline held the stream's first output back.
+    let first = stream.next().await;
+    let is_native = matches!(&first, Some(Ok(c)) if c.extra.contains_key(NATIVE_FIELD));
+    let empty = Map::new();
+    let request = native.as_deref().map_or(&empty, |n| &n.body);
+    let status = stream.http_status();
+    let degradation = stream.degradation().as_str();
+    let state = State::<D> {
+        encoder: D::encoder(model, request, input_estimate),
+        stream,
+        native: is_native,
+        pending: Some(first),
+        ended: false,
+    };
+    let events = futures::stream::unfold(state, |mut st| async move {
+        let bytes = st.next_bytes().await?;
+        Some((Ok::<_, Infallible>(bytes), st))
+    });
+    let mut resp = Response::new(Body::from_stream(events));
+    *resp.status_mut() = StatusCode::from_u16(status).unwrap_or(StatusCode::OK);
+    let h = resp.headers_mut();
+    h.insert(
+        http::header::CONTENT_TYPE,
+        HeaderValue::from_static("text/event-stream"),
+    );
+    h.insert(http::header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    h.insert(DEGRADATION_HEADER, HeaderValue::from_static(degradation));
+    if !is_native {
+        if let Some(v) = dropped_header(dropped, request_id) {
+            h.insert(super::DROPPED_HEADER, v);
+        }
+    }
+    resp
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_native_event_is_written_as_it_came() {
+        let mut out = Vec::new();
+        write_native(
+            &serde_json::json!({"event": "message_start", "data": "{\"type\":\"message_start\"}"}),
+            &mut out,
+        );
+        write_native(&serde_json::json!({"event": null, "data": "a\nb"}), &mut out);
+        assert_eq!(
+            String::from_utf8(out).expect("utf-8"),
+            "event: message_start\ndata: {\"type\":\"message_start\"}\n\ndata: a\ndata: b\n\n"
+        );
+    }
+}
