@@ -1,12 +1,22 @@
 //! # pressure-mock
 //!
-//! The mock provider: OpenAI-compatible `POST /v1/chat/completions` (JSON
-//! and SSE, `usage` included), `POST /v1/embeddings` (deterministic unit
-//! vectors, see [`embedding_vector`]) and Anthropic's `POST /v1/messages`
-//! (JSON and SSE events, Anthropic-shaped errors and `anthropic-ratelimit-*`
-//! headers), whose [`Behaviour`] is set at start and switched at run time
-//! through its admin endpoints (every endpoint plays the same phases, shares
-//! the per-model quota and is billed and recorded alike; [`Arrival::endpoint`]
+//! The mock provider. Its endpoints:
+//!
+//! * OpenAI `POST /v1/chat/completions` (JSON and SSE, `usage` with
+//!   `prompt_tokens_details.cached_tokens`);
+//! * OpenAI `POST /v1/responses` (the Responses API: JSON and its event
+//!   stream with sequence numbers; a function call when function tools are
+//!   offered after a user turn, text after a `function_call_output`);
+//! * OpenAI `POST /v1/embeddings` (deterministic unit vectors, see
+//!   [`embedding_vector`]);
+//! * Anthropic `POST /v1/messages` (JSON and SSE events, Anthropic-shaped
+//!   errors and `anthropic-ratelimit-*` headers, prompt-cache usage);
+//! * Anthropic `POST /v1/messages/count_tokens` (`{"input_tokens": N}`,
+//!   counted as `/v1/messages` counts; recorded, never billed nor limited).
+//!
+//! Its [`Behaviour`] is set at start and switched at run time through its
+//! admin endpoints (every billed endpoint plays the same phases, shares the
+//! per-model quota and is billed and recorded alike; [`Arrival::endpoint`]
 //! and [`MockStats::by_endpoint`] tell them apart):
 //!
 //! * `GET /mock/stats` → [`MockStats`]
@@ -14,10 +24,17 @@
 //! * `GET /mock/behaviour` / `PUT /mock/behaviour` (a [`Behaviour`] as JSON;
 //!   400 naming the JSON path when invalid) — restarts the phase clock
 //! * `PUT /mock/scenario/{name}` — a preset ([`PRESETS`])
-//! * `POST /mock/reset` — clears counters and arrivals
+//! * `POST /mock/reset` — clears counters, arrivals and the prompt cache
 //!
 //! It bills like a provider: input tokens for every accepted request,
 //! output tokens when generation finishes even if the client has gone.
+//! It plays prompt caching too, so a gateway can be tested on cache
+//! pricing: Anthropic's `cache_control` prefixes (first sight
+//! `cache_creation_input_tokens`, later `cache_read_input_tokens`) and
+//! OpenAI's automatic caching of prompts of 1024 tokens and more (whole
+//! 128-token steps, `cached_tokens` from the second sight), in a bounded
+//! set of prefixes per model; those tokens are billed at the [`Price`]'s
+//! cache-write and cache-read prices ([`ModelBill`] counts them apart).
 //!
 //! Start one with [`MockProvider::start`] (a [`MockConfig`]: behaviour,
 //! [`Price`]s, [`Responder`], seed) and point an OpenAI or Anthropic client

@@ -126,8 +126,9 @@ impl MockProvider {
         self.addr
     }
 
-    /// The API root for an OpenAI client (`{base_url}/chat/completions`) and
-    /// an Anthropic client (`{base_url}/messages`): `http://{addr}/v1`.
+    /// The API root for an OpenAI client (`{base_url}/chat/completions`,
+    /// `{base_url}/responses`) and an Anthropic client (`{base_url}/messages`):
+    /// `http://{addr}/v1`.
     pub fn base_url(&self) -> String {
         format!("http://{}/v1", self.addr)
     }
@@ -165,7 +166,7 @@ impl MockProvider {
         self.shared.arrivals()
     }
 
-    /// Clears counters, arrivals and the quota logs (the behaviour and its
+    /// Clears counters, arrivals, the quota logs and the prompt cache (the behaviour and its
     /// phase clock stay). Output billed later for a request received before
     /// the reset is dropped.
     pub fn reset(&self) {

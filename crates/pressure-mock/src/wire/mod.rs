@@ -3,7 +3,8 @@
 //! a wire bug on one side shows on the other):
 //!
 //! * [`openai`]: chat completions (request, `chat.completion`,
-//!   `chat.completion.chunk`), embeddings, the error body;
+//!   `chat.completion.chunk`), embeddings, the error body (the Responses
+//!   API is read and written as JSON values in `endpoint/responses.rs`);
 //! * [`anthropic`]: the Messages API (request, `message`, the stream's
 //!   events), the error body.
 //!

@@ -110,7 +110,13 @@ async fn anthropic_messages_with_system_blocks_and_tool_blocks_are_parsed_and_bi
                 ],
             )
             .unwrap();
-        assert_eq!(answer["usage"]["input_tokens"], expected);
+        // The system blocks carry cache_control: Anthropic's `input_tokens`
+        // are what the cache did not write (first sight) nor read.
+        let usage = &answer["usage"];
+        let created = usage["cache_creation_input_tokens"].as_u64().unwrap();
+        assert!(created > 0, "{usage}");
+        assert_eq!(usage["cache_read_input_tokens"], 0);
+        assert_eq!(usage["input_tokens"].as_u64().unwrap() + created, expected);
         assert_eq!(answer["usage"]["output_tokens"], 4);
         assert_eq!(answer["stop_reason"], "max_tokens");
         let s = mock.stats();
