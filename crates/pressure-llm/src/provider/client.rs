@@ -80,6 +80,7 @@ use super::config::{ProviderConfig, ProviderKind, TimeoutsConfig};
 use super::error::{CallError, ProviderError};
 use super::local::LocalModel;
 use super::ratelimit::{header_pairs, RateLimitHints};
+use super::responses;
 use super::stream::ChatStream;
 use super::tag::CallTag;
 use super::types::{ChatRequest, ChatResponse, Message, NativeRequest, NativeWire, StreamOptions, Usage};
@@ -222,6 +223,7 @@ impl ProviderClient {
         let endpoint = match cfg.settings.kind {
             ProviderKind::OpenAi | ProviderKind::Local => "chat/completions",
             ProviderKind::Anthropic => "messages",
+            ProviderKind::OpenAiResponses => "responses",
         };
         let url = format!("{base}/{endpoint}");
         let chat: Uri = url
@@ -251,7 +253,7 @@ impl ProviderClient {
             };
             let key = std::env::var(var).map_err(|_| missing())?;
             let (name, text) = match cfg.settings.kind {
-                ProviderKind::OpenAi | ProviderKind::Local => {
+                ProviderKind::OpenAi | ProviderKind::OpenAiResponses | ProviderKind::Local => {
                     (AUTHORIZATION, format!("Bearer {}", key.trim()))
                 }
                 ProviderKind::Anthropic => (
@@ -561,6 +563,8 @@ impl ProviderClient {
                 .map_err(|e| Box::new(CallError::refused(None, format!("serialising the request: {e}")))),
             ProviderKind::Anthropic => anthropic::request::encode(req, streaming)
                 .map_err(|e| Box::new(CallError::refused(e.param, e.to_string()))),
+            ProviderKind::OpenAiResponses => responses::request::encode(req, streaming)
+                .map_err(|e| Box::new(CallError::refused(e.param, e.to_string()))),
             ProviderKind::Local => Err(Box::new(CallError::refused(
                 None,
                 format!(
@@ -579,6 +583,7 @@ impl ProviderClient {
                 serde_json::from_slice::<ChatResponse>(body).map_err(|e| e.to_string())?
             }
             ProviderKind::Anthropic => anthropic::to_chat_response(body)?,
+            ProviderKind::OpenAiResponses => responses::response::to_chat_response(body)?,
             ProviderKind::Local => return Err("a local provider sends no chat completions".to_owned()),
         };
         if let Some(wire) = native {
@@ -599,6 +604,7 @@ impl ProviderClient {
     pub fn native_wire(&self) -> Option<NativeWire> {
         match self.endpoint.kind {
             ProviderKind::Anthropic => Some(NativeWire::Messages),
+            ProviderKind::OpenAiResponses => Some(NativeWire::Responses),
             ProviderKind::OpenAi | ProviderKind::Local => None,
         }
     }
@@ -674,8 +680,14 @@ impl ProviderClient {
         let body = self.encode(req, true).map_err(|e| *e)?;
         let native = self.native_of(req);
         let mut sent = self.send(body, true, deadline, tag, native).await?;
-        if self.endpoint.kind == ProviderKind::Anthropic {
-            sent.body = anthropic::stream::translate_body(sent.body, native.is_some());
+        match self.endpoint.kind {
+            ProviderKind::Anthropic => {
+                sent.body = anthropic::stream::translate_body(sent.body, native.is_some());
+            }
+            ProviderKind::OpenAiResponses => {
+                sent.body = responses::stream::translate_body(sent.body, native.is_some());
+            }
+            ProviderKind::OpenAi | ProviderKind::Local => {}
         }
         Ok(ChatStream::new(sent, self.endpoint.timeouts.read(), deadline))
     }
@@ -1002,6 +1014,7 @@ impl Drop for TrackedBody {
 pub(super) fn embeddings_url(chat_url: &str) -> Result<http::Uri, String> {
     let base = chat_url
         .strip_suffix("/chat/completions")
+        .or_else(|| chat_url.strip_suffix("/responses"))
         .ok_or_else(|| format!("the provider at {chat_url} has no OpenAI embeddings endpoint"))?;
     format!("{base}/embeddings")
         .parse()

@@ -19,6 +19,12 @@ pub enum ProviderKind {
     /// from and to the chat-completions shape by
     /// `provider::anthropic`.
     Anthropic,
+    /// OpenAI's Responses API (`POST {baseUrl}/responses`, `Authorization:
+    /// Bearer <key>`, embeddings at `{baseUrl}/embeddings`): requests and
+    /// answers translated from and to the chat-completions shape, and an
+    /// agent's own Responses request passed through unchanged (DESIGN §12).
+    #[serde(rename = "openai-responses")]
+    OpenAiResponses,
     /// A sentence-transformers embedding model run in process (`modelDir`;
     /// no `baseUrl`, no key): it serves embedding models only, behind the
     /// same limiter, breaker, retries and metrics as a remote provider.
@@ -27,11 +33,12 @@ pub enum ProviderKind {
 }
 
 impl ProviderKind {
-    /// `openai`, `anthropic` or `local`, as in the configuration.
+    /// `openai`, `anthropic`, `openai-responses` or `local`, as in the configuration.
     pub fn as_str(self) -> &'static str {
         match self {
             Self::OpenAi => "openai",
             Self::Anthropic => "anthropic",
+            Self::OpenAiResponses => "openai-responses",
             Self::Local => "local",
         }
     }
