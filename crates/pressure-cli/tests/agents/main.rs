@@ -52,8 +52,8 @@ async fn bounded<F: std::future::Future<Output = ()>>(limit: Duration, fut: F) {
 
 /// Checks that the tenant's spend on the gateway is what the mock billed.
 async fn assert_spend_is_the_bill(stack: &Stack, tenant: &str) {
-    let billed = stack.mock.stats().billed_micro_usd;
-    assert!(billed > 0, "the mock billed nothing: {:?}", stack.mock.stats());
+    let billed = stack.mock().stats().billed_micro_usd;
+    assert!(billed > 0, "the mock billed nothing: {:?}", stack.mock().stats());
     let spent = stack.tenant_spend(tenant).await;
     assert_eq!(
         spent,
@@ -74,7 +74,7 @@ async fn claude_code_answers_through_the_gateway_and_its_tenant_pays_the_bill() 
         let run = stack.claude(&claude, "dev-alice", "say ok").await;
         assert_eq!(run.code, Some(0), "claude -p failed\n{run}\n{}", stack.log_tail());
         assert!(!run.stdout.trim().is_empty(), "claude printed no answer\n{run}");
-        let stats = stack.mock.stats();
+        let stats = stack.mock().stats();
         assert!(
             stats.by_endpoint.get("/v1/messages").copied().unwrap_or(0) >= 1,
             "Claude Code's turn reached the mock's /v1/messages: {stats:?}"
@@ -102,7 +102,10 @@ async fn codex_answers_through_the_gateway_and_its_tenant_pays_the_bill() {
             stack.log_tail()
         );
         assert!(!run.stdout.trim().is_empty(), "codex printed no answer\n{run}");
-        assert!(stack.mock.stats().requests >= 1, "codex's turn reached the mock");
+        assert!(
+            stack.mock().stats().requests >= 1,
+            "codex's turn reached the mock"
+        );
         assert_spend_is_the_bill(&stack, "dev-bob").await;
         assert_eq!(stack.tenant_spend("dev-alice").await, 0, "dev-alice paid nothing");
         stack.stop().await;
@@ -133,7 +136,7 @@ async fn claude_code_stops_at_once_on_a_spent_budget_with_the_gateways_message()
         );
         // Refused before any provider call; and one refusal, no retries
         // (x-should-retry: false): the gateway counted one request.
-        assert_eq!(stack.mock.stats().requests, 0, "no call reached the provider");
+        assert_eq!(stack.mock().stats().requests, 0, "no call reached the provider");
         assert_eq!(
             stack.gateway_requests_of("dev-alice").await,
             1,
@@ -167,7 +170,7 @@ async fn codex_stops_at_once_on_a_spent_budget() {
             run.all().contains("Quota exceeded"),
             "codex did not take the refusal for a spent quota\n{run}"
         );
-        assert_eq!(stack.mock.stats().requests, 0, "no call reached the provider");
+        assert_eq!(stack.mock().stats().requests, 0, "no call reached the provider");
         assert_eq!(
             stack.gateway_requests_of("dev-bob").await,
             1,
@@ -198,7 +201,7 @@ async fn the_anthropic_python_sdk_creates_streams_and_uses_tools_through_the_gat
         .await;
         assert!(out.ok(), "anthropic_sdk.py failed\n{out}\n{}", stack.log_tail());
         // Non-streamed, streamed, and the two calls of the tool round trip.
-        assert_eq!(stack.mock.stats().requests, 4, "{:?}", stack.mock.stats());
+        assert_eq!(stack.mock().stats().requests, 4, "{:?}", stack.mock().stats());
         assert_spend_is_the_bill(&stack, "dev-alice").await;
         stack.stop().await;
     })
@@ -227,7 +230,7 @@ async fn the_openai_python_sdk_responses_create_streams_and_calls_functions_thro
             "openai_responses_sdk.py failed\n{out}\n{}",
             stack.log_tail()
         );
-        assert_eq!(stack.mock.stats().requests, 4, "{:?}", stack.mock.stats());
+        assert_eq!(stack.mock().stats().requests, 4, "{:?}", stack.mock().stats());
         assert_spend_is_the_bill(&stack, "dev-bob").await;
         stack.stop().await;
     })

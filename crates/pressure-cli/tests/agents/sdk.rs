@@ -9,8 +9,8 @@
 
 use crate::stack::{run, Run};
 use std::path::{Path, PathBuf};
+use std::process::Command;
 use std::time::Duration;
-use tokio::process::Command;
 
 /// The packages the scripts import.
 const PACKAGES: [&str; 2] = ["anthropic", "openai"];
@@ -89,6 +89,10 @@ async fn build(venv: &Path) -> Result<(), String> {
 
 /// The venv's python with both SDKs, or `None` after a skip.
 pub(crate) async fn python(test: &str) -> Option<PathBuf> {
+    // The tests of this binary run in parallel in one process: one builds,
+    // the others wait and find the venv built.
+    static BUILDING: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+    let _one_at_a_time = BUILDING.lock().await;
     let venv = venv_dir();
     let python = venv.join("bin").join("python");
     if imports(&python).await {

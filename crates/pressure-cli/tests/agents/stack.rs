@@ -7,9 +7,8 @@ use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
+use std::process::{Child, Command, Stdio};
 use std::time::Duration;
-use tokio::process::{Child, Command};
 use tokio::time::Instant;
 
 /// The model Claude Code is run with (its default in the pinned version).
@@ -106,21 +105,39 @@ fn tail(text: &str, n: usize) -> String {
     lines[lines.len().saturating_sub(n)..].join("\n")
 }
 
-/// Runs `cmd` with no stdin and both outputs captured, killed after
-/// `limit` (`kill_on_drop`).
+/// Runs `cmd` with no stdin and both outputs captured (in files, read at
+/// the end), polling for its exit; killed after `limit`, a failure.
 pub(crate) async fn run(cmd: &mut Command, limit: Duration) -> Run {
-    cmd.stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true);
-    let out = tokio::time::timeout(limit, cmd.output())
-        .await
-        .unwrap_or_else(|_| panic!("{cmd:?} did not end within {limit:?}"))
+    static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let dir = TempDir::new(&format!("run{n}"));
+    let (out, err) = (dir.0.join("stdout"), dir.0.join("stderr"));
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(std::fs::File::create(&out).expect("stdout file"))
+        .stderr(std::fs::File::create(&err).expect("stderr file"))
+        .spawn()
         .unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e}"));
+    let deadline = Instant::now() + limit;
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait") {
+            break status;
+        }
+        if Instant::now() >= deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!(
+                "{cmd:?} did not end within {limit:?}\n--- stdout\n{}\n--- stderr\n{}",
+                std::fs::read_to_string(&out).unwrap_or_default(),
+                tail(&std::fs::read_to_string(&err).unwrap_or_default(), 40)
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
     Run {
-        code: out.status.code(),
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        code: status.code(),
+        stdout: String::from_utf8_lossy(&std::fs::read(&out).unwrap_or_default()).into_owned(),
+        stderr: String::from_utf8_lossy(&std::fs::read(&err).unwrap_or_default()).into_owned(),
     }
 }
 
@@ -129,11 +146,12 @@ struct TempDir(PathBuf);
 
 impl TempDir {
     /// A new directory under the system's temporary directory, named by
-    /// this process and a counter (tests of this binary run in parallel).
-    fn new() -> Self {
+    /// this process, `name` and a counter (tests of this binary run in
+    /// parallel).
+    fn new(name: &str) -> Self {
         static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
         let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let dir = std::env::temp_dir().join(format!("pressure-agents-{}-{n}", std::process::id()));
+        let dir = std::env::temp_dir().join(format!("pressure-agents-{}-{name}-{n}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).expect("create the temp dir");
         Self(dir)
@@ -154,7 +172,8 @@ fn free_port() -> u16 {
 
 /// The mock provider and a gateway in front of it.
 pub(crate) struct Stack {
-    pub(crate) mock: MockProvider,
+    /// `None` only once [`stop`](Self::stop) took it.
+    mock: Option<MockProvider>,
     gateway: Child,
     /// The gateway's proxy root, `http://127.0.0.1:<port>`.
     pub(crate) proxy: String,
@@ -228,7 +247,7 @@ impl Stack {
         )
         .await
         .expect("start the mock provider");
-        let dir = TempDir::new();
+        let dir = TempDir::new("stack");
         let (listen, admin) = (free_port(), free_port());
         let path = dir.0.join("gateway.json");
         let cfg = config(listen, admin, &mock.base_url(), budget);
@@ -242,11 +261,10 @@ impl Stack {
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&log).expect("log file"))
-            .kill_on_drop(true)
             .spawn()
             .expect("spawn the pressure binary");
         let mut stack = Self {
-            mock,
+            mock: Some(mock),
             gateway,
             proxy: format!("http://127.0.0.1:{listen}"),
             admin: format!("http://127.0.0.1:{admin}"),
@@ -400,7 +418,28 @@ impl Stack {
 
     /// Stops the gateway (killed and reaped) and the mock.
     pub(crate) async fn stop(mut self) {
-        let _ = self.gateway.kill().await;
-        self.mock.shutdown().await;
+        self.kill_gateway();
+        if let Some(mock) = self.mock.take() {
+            mock.shutdown().await;
+        }
+    }
+
+    /// Kills and reaps the gateway.
+    fn kill_gateway(&mut self) {
+        let _ = self.gateway.kill();
+        let _ = self.gateway.wait();
+    }
+
+    /// The mock provider.
+    pub(crate) fn mock(&self) -> &MockProvider {
+        self.mock.as_ref().expect("the mock runs until stop")
+    }
+}
+
+impl Drop for Stack {
+    /// A failed test's stack goes too: the gateway is killed and reaped
+    /// (the mock stops when dropped).
+    fn drop(&mut self) {
+        self.kill_gateway();
     }
 }
