@@ -270,10 +270,12 @@ pub struct UseCaseConfig {
     /// Retry policy per model level (the money budget covers the whole event).
     #[serde(default)]
     pub retry: RetryPolicy,
-    /// Provider model ids that name this use case too (DESIGN §12: agents
-    /// send `claude-sonnet-4-5-20250929` or `gpt-5-codex`, not a use case):
+    /// Provider model ids that name this use case too (coding agents send
+    /// `claude-sonnet-4-5-20250929` or `gpt-5-codex`, not a use case):
     /// exact ids, or patterns where `*` stands for any run of characters
-    /// (`claude-*`). See [`LlmConfig::resolve_use_case`].
+    /// (`claude-*`). A use case's own name wins, then an exact alias, then
+    /// the pattern with the most characters besides `*`; an id matching
+    /// none is the dialect's 404.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub aliases: Vec<String>,
 }

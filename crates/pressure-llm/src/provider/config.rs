@@ -66,8 +66,11 @@ pub struct ProviderConfig {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ProviderSettings {
-    /// The wire format: `openai` (default) or `anthropic`; or `local`, a
-    /// model run in process.
+    /// The wire format: `openai` (chat completions, the default),
+    /// `anthropic` (Messages) or `openai-responses` (Responses); or `local`,
+    /// a model run in process. An agent's request in the provider's own
+    /// wire (`/v1/messages` to `anthropic`, `/v1/responses` to
+    /// `openai-responses`) is passed through unchanged.
     #[serde(default, skip_serializing_if = "ProviderKind::is_openai")]
     pub kind: ProviderKind,
     /// The API root, e.g. `https://api.openai.com/v1` or
