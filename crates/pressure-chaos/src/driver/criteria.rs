@@ -63,7 +63,7 @@ pub(super) struct RunData {
     pub end_ms: f64,
 }
 
-fn criterion(name: &str, passed: bool, detail: String) -> Criterion {
+pub(super) fn criterion(name: &str, passed: bool, detail: String) -> Criterion {
     Criterion {
         name: name.to_owned(),
         passed,
@@ -338,7 +338,7 @@ fn stall(run: &RunData) -> Vec<Criterion> {
     ]
 }
 
-fn storm_window(run: &RunData) -> (f64, f64) {
+pub(super) fn storm_window(run: &RunData) -> (f64, f64) {
     let (a, b) = run.scenario.fault_window.unwrap_or((0, 0));
     (a as f64, b as f64)
 }
@@ -394,14 +394,33 @@ fn rate_limit_storm(run: &RunData) -> Vec<Criterion> {
 }
 
 fn server_error_storm(run: &RunData) -> Vec<Criterion> {
+    let mut out = breaker_criteria(run, &format!("mock/{PRIMARY}"), PRIMARY, None);
+    out.push(all_answered(run));
+    out
+}
+
+/// The storm's breaker criteria for `model` (its breaker `breaker`,
+/// `provider/model`): it opens within its window after the storm began,
+/// while not closed the model sees only half-open probes (beyond the
+/// [`OPEN_GRACE_MS`] after opening), and it closes after the storm. With a
+/// `label`, each criterion's name ends with it in parentheses.
+pub(super) fn breaker_criteria(
+    run: &RunData,
+    breaker: &str,
+    model: &str,
+    label: Option<&str>,
+) -> Vec<Criterion> {
+    let named = |base: &str| match label {
+        Some(l) => format!("{base} ({l})"),
+        None => base.to_owned(),
+    };
     let (start, end) = storm_window(run);
-    let name = format!("mock/{PRIMARY}");
-    let mut ts: Vec<&TransitionAt> = run.transitions.iter().filter(|t| t.breaker == name).collect();
+    let mut ts: Vec<&TransitionAt> = run.transitions.iter().filter(|t| t.breaker == breaker).collect();
     ts.sort_by(|a, b| a.at_ms.total_cmp(&b.at_ms));
     let window = run.settings.breaker_window_ms as f64;
     let first_open = ts.iter().find(|t| t.to == State::Open).map(|t| t.at_ms);
     let opened = criterion(
-        "The breaker opens within its window",
+        &named("The breaker opens within its window"),
         first_open.is_some_and(|t| t >= start && t <= start + window),
         match first_open {
             Some(t) => format!(
@@ -419,10 +438,10 @@ fn server_error_storm(run: &RunData) -> Vec<Criterion> {
             spans.push((t.at_ms, until, t.to));
         }
     }
-    let primary: Vec<&Arrival> = run.arrivals.iter().filter(|a| a.model == PRIMARY).collect();
+    let calls: Vec<&Arrival> = run.arrivals.iter().filter(|a| a.model == model).collect();
     let mut non_probe = 0usize;
     let mut probes = 0usize;
-    for a in &primary {
+    for a in &calls {
         let inside = spans
             .iter()
             .find(|(from, to, _)| a.at_ms >= *from && a.at_ms < *to);
@@ -437,7 +456,7 @@ fn server_error_storm(run: &RunData) -> Vec<Criterion> {
     let half_opens = ts.iter().filter(|t| t.to == State::HalfOpen).count();
     let max_probes = half_opens * run.settings.half_open_probes as usize;
     let only_probes = criterion(
-        "While open, the provider sees only half-open probes",
+        &named("While open, the provider sees only half-open probes"),
         first_open.is_some() && non_probe == 0 && probes <= max_probes,
         format!(
             "{probes} probes in {half_opens} half-open periods (at most {max_probes}), {non_probe} other calls while not closed"
@@ -446,7 +465,7 @@ fn server_error_storm(run: &RunData) -> Vec<Criterion> {
     let last = ts.last();
     let closed_at = last.filter(|t| t.to == State::Closed).map(|t| t.at_ms);
     let closes = criterion(
-        "The breaker closes after the provider recovers",
+        &named("The breaker closes after the provider recovers"),
         closed_at.is_some_and(|t| t >= end),
         match closed_at {
             Some(t) => format!("closed {:.0} ms after the storm ended", t - end),
@@ -456,7 +475,7 @@ fn server_error_storm(run: &RunData) -> Vec<Criterion> {
             ),
         },
     );
-    vec![opened, only_probes, closes, all_answered(run)]
+    vec![opened, only_probes, closes]
 }
 
 #[cfg(test)]

@@ -23,7 +23,7 @@ pub(super) const CLIENT_TIMEOUT: Duration = Duration::from_secs(15);
 
 /// Support-ticket prompts (about 100 tokens each), two of which the keyword
 /// rules can answer.
-const PROMPTS: &[&str] = &[
+pub(super) const PROMPTS: &[&str] = &[
     "Hello, I was charged twice for my subscription this month and I would like a refund for the second charge. The invoice number is INV-20931 and the payment went through on my company card ending 4411. Could you please look into it and let me know how long the refund usually takes? Thanks a lot.",
     "Since this morning the export to CSV button does nothing in the reports section. I tried Chrome and Firefox, cleared the cache and logged out and in again, but nothing happens and there is no error message either. Our weekly review is tomorrow, so any workaround would help.",
     "My parcel was supposed to arrive on Tuesday but the tracking page has said 'in transit' for five days now without any update. The order number is 55-1832. Can you tell me where it is, or send a replacement if it is lost? I need the cables for an installation next week.",
@@ -135,7 +135,7 @@ pub(super) async fn drive(load: &Load, t0: Instant, done: Arc<AtomicU64>) -> Vec
     out
 }
 
-fn ms_since(t0: Instant) -> f64 {
+pub(super) fn ms_since(t0: Instant) -> f64 {
     Instant::now().saturating_duration_since(t0).as_secs_f64() * 1_000.0
 }
 

@@ -12,6 +12,7 @@
 //! machine's speed drifts between runs on a shared machine, and the
 //! criterion is about the stack, not the machine).
 
+mod agents;
 mod analysis;
 mod criteria;
 mod load;
@@ -19,7 +20,7 @@ mod scenario;
 mod stack;
 
 pub use criteria::OPEN_GRACE_MS;
-pub use scenario::{BACKUP, PRIMARY, SCENARIOS};
+pub use scenario::{BACKUP, CLAUDE_BACKUP, CLAUDE_PRIMARY, GPT_BACKUP, GPT_PRIMARY, PRIMARY, SCENARIOS};
 pub use stack::{gateway_config, StackSettings, USE_CASE};
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -161,6 +162,18 @@ pub async fn run(opts: &ChaosOptions, progress: &dyn Progress) -> Result<Report,
     for name in names {
         let scenario =
             Scenario::named(name, opts.duration).ok_or_else(|| ChaosError::UnknownScenario(name.into()))?;
+        if name == agents::NAME {
+            let label = format!("{name} (messages and responses)");
+            progress.run_started(&label, report.duration_ms);
+            let run = agents::run(&scenario, &settings, opts, &session, progress).await?;
+            let mut criteria = agents::criteria(&run);
+            criteria.extend(criteria::common(&run.data));
+            progress.run_finished(&label, criteria.iter().all(|c| c.passed));
+            let mut section = scenario_report(&run.data, criteria);
+            section.results = agents::results(&run.samples);
+            report.scenarios.push(section);
+            continue;
+        }
         let label = format!("{name} (with budget)");
         progress.run_started(&label, report.duration_ms);
         let with = run_once(
@@ -307,7 +320,7 @@ async fn run_once(
         tag: format!("{run_tag}-warm"),
     };
     drive(&warm, Instant::now(), Arc::new(AtomicU64::new(0))).await;
-    settle(&stack, Duration::from_secs(2)).await;
+    settle(&stack, ROUTE_RESOURCE, Duration::from_secs(2)).await;
     stack.mock.reset();
 
     stack
@@ -344,7 +357,7 @@ async fn run_once(
     let load_ms = ms(opts.duration);
     // Hung calls are noticed when the gateway gives up; stalled ones are
     // billed when the mock would have finished generating them.
-    settle(&stack, Duration::from_secs(5)).await;
+    settle(&stack, ROUTE_RESOURCE, Duration::from_secs(5)).await;
     tokio::time::sleep(Duration::from_millis(300)).await;
 
     let end_ms = ms(t0.elapsed());
@@ -389,9 +402,9 @@ async fn run_once(
     })
 }
 
-/// Waits until the mock has nothing in flight and the chat route holds no
-/// slot, at most `bound`.
-async fn settle(stack: &Stack, bound: Duration) {
+/// Waits until the mock has nothing in flight and the route `resource`
+/// holds no slot, at most `bound`.
+async fn settle(stack: &Stack, resource: &str, bound: Duration) {
     let until = Instant::now() + bound;
     while Instant::now() < until {
         let open = stack.mock.stats().in_flight;
@@ -399,7 +412,7 @@ async fn settle(stack: &Stack, bound: Duration) {
             .broker
             .local_stats()
             .iter()
-            .find(|s| s.resource == ROUTE_RESOURCE)
+            .find(|s| s.resource == resource)
             .and_then(|s| s.active)
             .unwrap_or(0);
         if open == 0 && held == 0 {

@@ -13,7 +13,25 @@ pub const BACKUP: &str = "backup";
 
 /// The scenarios, in the order `--scenario all` runs them (`normal` first:
 /// the others compare with its latency).
-pub const SCENARIOS: &[&str] = &["normal", "hang", "stall", "rate-limit-storm", "500-storm"];
+pub const SCENARIOS: &[&str] = &[
+    "normal",
+    "hang",
+    "stall",
+    "rate-limit-storm",
+    "500-storm",
+    "agents",
+];
+
+/// The `agents` scenario's Anthropic primary (use case `claude-agents`,
+/// named by `claude-*` on `POST /v1/messages`).
+pub const CLAUDE_PRIMARY: &str = "claude-sonnet-4-5";
+/// Its backup: an OpenAI chat-completions model (the other vendor).
+pub const GPT_BACKUP: &str = "gpt-4.1";
+/// The `agents` scenario's OpenAI Responses primary (use case
+/// `codex-agents`, named by `gpt-5*` on `POST /v1/responses`).
+pub const GPT_PRIMARY: &str = "gpt-5-codex";
+/// Its backup: an Anthropic model (the other vendor).
+pub const CLAUDE_BACKUP: &str = "claude-haiku-4-5";
 
 /// The provider's healthy answer time in every scenario: 100–150 ms. Long
 /// enough that the gateway's own share of a request's time is small, so
@@ -136,6 +154,24 @@ impl Scenario {
                 },
                 fault_window: Some((third, 2 * third)),
             },
+            "agents" => Self {
+                name: "agents",
+                description: "Agents on POST /v1/messages (claude-*: Anthropic primary, OpenAI chat backup) and POST /v1/responses (gpt-5*: OpenAI Responses primary, Anthropic backup), half of them streaming, from three tenants; for the middle third both primaries refuse every call as overloaded (Anthropic's 529 overloaded_error, the Responses API's 503), the backups stay healthy; then the primaries recover.",
+                streaming: Streaming::Half,
+                behaviour: Behaviour {
+                    phases: vec![
+                        healthy("calm").lasting(third),
+                        Phase {
+                            overload_share: 1.0,
+                            ..healthy("529-storm")
+                        }
+                        .on_models(&[CLAUDE_PRIMARY, GPT_PRIMARY])
+                        .lasting(third),
+                        healthy("recovery"),
+                    ],
+                },
+                fault_window: Some((third, 2 * third)),
+            },
             _ => return None,
         };
         Some(s)
@@ -164,5 +200,16 @@ mod tests {
         assert_eq!(s.behaviour.phase_at(3_000).1.name, "500-storm");
         assert!(!s.behaviour.phase_at(3_000).1.hits(BACKUP));
         assert_eq!(s.behaviour.phase_at(6_000).1.name, "after");
+    }
+
+    #[test]
+    fn the_agents_storm_hits_only_the_primaries() {
+        let s = Scenario::named("agents", Duration::from_secs(9)).unwrap();
+        assert_eq!(s.fault_window, Some((3_000, 6_000)));
+        let (_, storm) = s.behaviour.phase_at(3_000);
+        assert_eq!(storm.overload_share, 1.0);
+        assert!(storm.hits(CLAUDE_PRIMARY) && storm.hits(GPT_PRIMARY));
+        assert!(!storm.hits(CLAUDE_BACKUP) && !storm.hits(GPT_BACKUP));
+        assert!(!s.behaviour.phase_at(6_000).1.has_fault());
     }
 }

@@ -198,6 +198,20 @@ impl Stack {
             (BACKUP.to_owned(), price(BACKUP_PRICE)),
         ]
         .into();
+        Self::launch(scenario, prices, seed, |base_url| {
+            gateway_config(base_url, settings, budget, redis)
+        })
+        .await
+    }
+
+    /// Starts the mock (playing `scenario`'s behaviour, billing at `prices`)
+    /// and a gateway whose section `section` makes for the mock's base URL.
+    pub(super) async fn launch(
+        scenario: &Scenario,
+        prices: BTreeMap<String, Price>,
+        seed: Option<u64>,
+        section: impl FnOnce(&str) -> Value,
+    ) -> Result<Self, ChaosError> {
         let config = MockConfig {
             behaviour: scenario.behaviour.clone(),
             prices,
@@ -208,7 +222,7 @@ impl Stack {
         let mock = MockProvider::start(loopback, config)
             .await
             .map_err(|e| ChaosError::Start(format!("mock provider: {e}")))?;
-        let section = gateway_config(&mock.base_url(), settings, budget, redis);
+        let section = section(&mock.base_url());
         let text = json!({ "gateway": section }).to_string();
         let config = pressure_gateway::config::parse_in(&text, Path::new("."))
             .map_err(|e| ChaosError::Start(format!("gateway config: {e}")))?;

@@ -190,3 +190,76 @@ async fn the_500_storm_passes_on_the_redis_backend() {
     assert!(failed.is_empty(), "failed criteria:\n{}", failed.join("\n"));
     assert_eq!(storm.criteria.len(), 7, "{:?}", storm.criteria);
 }
+
+/// The agents scenario alone, short: Messages and Responses traffic from
+/// three tenants through a 529 storm on both primaries, each served by the
+/// other vendor's backup meanwhile; every criterion must pass (they are
+/// all counts and states).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_agents_scenario_passes_in_short_mode() {
+    let _turn = ONE_AT_A_TIME.lock().await;
+    let opts = ChaosOptions {
+        scenarios: vec!["agents".into()],
+        concurrency: 32,
+        duration: Duration::from_secs(6),
+        money: false,
+        seed: Some(29),
+        ..ChaosOptions::short()
+    };
+    let mut rep = tokio::time::timeout(Duration::from_secs(120), driver::run(&opts, &Quiet))
+        .await
+        .expect("the run ends within 2 minutes")
+        .expect("the stack starts");
+    let agents = &rep.scenarios[0];
+    assert_eq!(agents.name, "agents");
+    for c in &agents.criteria {
+        inform(&format!(
+            "chaos agents: {} — {}: {}",
+            if c.passed { "pass" } else { "FAIL" },
+            c.name,
+            c.detail
+        ));
+    }
+    inform(&format!("chaos agents results: {:?}", agents.results));
+    let failed: Vec<String> = agents
+        .criteria
+        .iter()
+        .filter(|c| !c.passed)
+        .map(|c| format!("{} — {}", c.name, c.detail))
+        .collect();
+    assert!(failed.is_empty(), "failed criteria:\n{}", failed.join("\n"));
+    assert_eq!(agents.criteria.len(), 15, "{:?}", agents.criteria);
+    // Both dialects, primary and backup, appear in the results.
+    for label in [
+        "messages:primary",
+        "messages:backup",
+        "responses:primary",
+        "responses:backup",
+        "messages:error:400",
+        "responses:error:400",
+    ] {
+        assert!(
+            agents.results.get(label).is_some_and(|n| *n > 0),
+            "{label}: {:?}",
+            agents.results
+        );
+    }
+    // The mock saw the stormed primaries refuse (529 on /v1/messages, 503 on /v1/responses).
+    for status in ["529", "503"] {
+        assert!(
+            agents.mock.by_status.get(status).is_some_and(|n| *n > 0),
+            "{status}: {:?}",
+            agents.mock.by_status
+        );
+    }
+    assert!(
+        rep.money.is_empty(),
+        "the agents scenario has no money comparison"
+    );
+    let dir = std::env::temp_dir().join(format!("pressure-chaos-agents-{}", std::process::id()));
+    report::write_report(&mut rep, &dir).expect("report written");
+    let md = std::fs::read_to_string(dir.join("report.md")).expect("report.md");
+    assert!(md.contains("## agents"), "{md}");
+    assert!(md.contains("Each tenant's spend equals the mock's bill"), "{md}");
+    std::fs::remove_dir_all(&dir).expect("clean up");
+}
