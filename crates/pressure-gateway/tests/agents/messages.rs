@@ -373,8 +373,10 @@ async fn a_document_skips_the_chat_level_of_a_fallback_chain() {
         let mut body = with_document();
         body["model"] = json!("claude-haiku-4-5");
         let r = messages(&gw, &body).await;
-        assert_ne!(r.status, 200, "{:?}", r.body);
+        // The level that could carry it failed: its overload, as Anthropic's.
+        assert_eq!(r.status, 529, "{:?}", r.body);
         assert_eq!(r.json()["type"], "error", "{:?}", r.body);
+        assert_eq!(r.json()["error"]["type"], "overloaded_error", "{:?}", r.body);
         assert_eq!(
             mock_calls_of(&mock, "gpt-m"),
             0,
@@ -382,6 +384,48 @@ async fn a_document_skips_the_chat_level_of_a_fallback_chain() {
         );
         gw.stop().await;
         mock.shutdown().await;
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_clients_own_anthropic_key_never_reaches_the_provider() {
+    bounded(async {
+        // No `apiKeys`: the gateway does not read `x-api-key` at all.
+        let fake = Fake::start().await;
+        let mut s = section(
+            json!({ "anth": provider("anthropic", &fake.base_url()) }),
+            vec![model("anth", "claude-m")],
+            json!({ "claude": use_case(&["anth/claude-m"], &["claude-*"]) }),
+            roomy(),
+        );
+        let object = s.as_object_mut().expect("section");
+        object.remove("auth");
+        object.remove("pressure");
+        let gw = TestGateway::start(s).await;
+        let client_key = "sk-ant-api03-the-clients-own-key";
+        let headers = [
+            ("x-api-key", client_key),
+            ("anthropic-version", "2023-06-01"),
+            ("authorization", "Bearer sk-ant-oauth-the-clients-token"),
+        ];
+        for stream in [false, true] {
+            let r = post_raw(&gw, "/v1/messages", hello(stream).to_string(), &headers).await;
+            assert_eq!(r.status, 200, "{:?}", r.body);
+        }
+        let seen = fake.seen();
+        assert_eq!(seen.len(), 2);
+        for call in &seen {
+            assert_eq!(call.header("x-api-key"), Some(PROVIDER_KEY), "the configured key");
+            for (name, value) in &call.headers {
+                let value = value.to_str().unwrap_or_default();
+                assert!(
+                    !value.contains("the-clients-own-key") && !value.contains("the-clients-token"),
+                    "a client credential reached the provider in {name}: {value}"
+                );
+            }
+        }
+        gw.stop().await;
     })
     .await;
 }
