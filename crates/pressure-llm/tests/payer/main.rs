@@ -7,6 +7,7 @@
 #![allow(clippy::unwrap_used)]
 
 use super::support;
+use std::time::Duration;
 
 use pressure_core::{Dimension, Limits, MemoryBackend, ResourceHandle};
 use pressure_llm::pipeline::{Answer, Caller, Degradation, LlmClient, LlmConfig, LlmError};
@@ -159,6 +160,41 @@ async fn a_payer_that_refuses_sends_the_chain_to_the_levels_that_cost_nothing() 
         // An event without a payer is not limited by one.
         let free = c.complete("direct", request("hello")).await.unwrap();
         assert_eq!(free.degradation, Degradation::Primary);
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_call_larger_than_a_whole_days_budget_is_a_spent_budget_not_a_rate_limit() {
+    bounded(async {
+        let p = mock(vec![]).await;
+        let c = setup(&p, json!({}));
+        // One micro-dollar a day: no estimate can ever fit.
+        let t = payer(&c, "e", Limits::default().cost_micro_usd_per_day(1));
+        let e = paid(&c, "direct", "hello", &t).await.unwrap_err();
+        match &e {
+            LlmError::BudgetExceeded {
+                resource,
+                dimension,
+                budget,
+                needed,
+                retry_after,
+                beyond_deadline,
+                ..
+            } => {
+                assert_eq!(resource, "tenant:e");
+                assert_eq!(*dimension, Dimension::CostMicroUsdPerDay);
+                assert_eq!(*budget, 1);
+                assert!(*needed > 1, "{needed}");
+                assert!(!retry_after.is_zero() && *retry_after <= Duration::from_secs(86_400));
+                assert!(*beyond_deadline);
+            }
+            other => panic!("expected a spent budget, got {other:?}"),
+        }
+        // What the agents' clients stop on: no retry, a 429.
+        assert_eq!(e.should_retry(), Some(false));
+        assert_eq!(e.describe().status, 429);
+        assert_eq!(p.hits(), 0, "no call");
     })
     .await;
 }

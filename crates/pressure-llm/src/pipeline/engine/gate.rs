@@ -76,14 +76,16 @@ impl<B: Backend> Engine<B> {
         };
         let paid = match payer {
             None => None,
-            Some(payer) => match payer::charge(payer, m, reservation, deadline).await {
-                Ok(p) => Some(p),
-                Err(e) => {
-                    bp.ignore();
-                    Metrics::add(&self.metrics.budget_rejections, 1);
-                    return Gate::Refused(e);
+            Some(payer) => {
+                match payer::charge(payer, m, reservation, deadline, self.clock.unix_nanos()).await {
+                    Ok(p) => Some(p),
+                    Err(e) => {
+                        bp.ignore();
+                        Metrics::add(&self.metrics.budget_rejections, 1);
+                        return Gate::Refused(e);
+                    }
                 }
-            },
+            }
         };
         let permit = match &m.resource {
             None => None,

@@ -47,11 +47,33 @@ pub(super) async fn charge<B: Backend>(
     m: &ModelEntry,
     reservation: &Reservation,
     deadline: Instant,
+    unix_nanos: u64,
 ) -> Result<Permit<B>, LlmError> {
     let opts = estimate(m, reservation);
     match payer.try_acquire(opts).await {
         Ok(Acquisition::Granted(p)) => Ok(p),
         Ok(Acquisition::Denied(d)) => Err(refusal(payer, &opts, &d, deadline).await),
+        // A call larger than a whole period's budget: no period can take
+        // it, so it is a spent budget that asking again does not mend (a
+        // rate limit here would send agents into hours of retries).
+        Err(pressure_core::Error::DemandTooLarge {
+            dimension,
+            demand,
+            max,
+            ..
+        }) if let Some(calendar) = dimension.calendar() => {
+            let unix_ms = unix_nanos / 1_000_000;
+            let reset_ms = calendar.next_reset(unix_ms).saturating_sub(unix_ms);
+            Err(LlmError::BudgetExceeded {
+                resource: payer.id().to_owned(),
+                dimension,
+                spent: spent_of(payer, dimension, max).await,
+                budget: max,
+                needed: demand,
+                retry_after: std::time::Duration::from_millis(reset_ms.max(1)),
+                beyond_deadline: true,
+            })
+        }
         Err(pressure_core::Error::DemandTooLarge { .. }) => Err(LlmError::NoCapacity {
             resource: payer.id().to_owned(),
             retry_after: None,
@@ -76,14 +98,7 @@ async fn refusal<B: Backend>(
         };
     }
     let budget = payer.limits().get(d.dimension).unwrap_or(0);
-    let spent = match payer.usage().await {
-        Ok(u) => u
-            .dimensions
-            .iter()
-            .find(|(dim, _)| *dim == d.dimension)
-            .map_or(budget, |(_, n)| *n),
-        Err(_) => budget,
-    };
+    let spent = spent_of(payer, d.dimension, budget).await;
     LlmError::BudgetExceeded {
         resource,
         dimension: d.dimension,
@@ -98,6 +113,23 @@ async fn refusal<B: Backend>(
         }),
         retry_after: d.wait,
         beyond_deadline: Instant::now() + d.wait > deadline,
+    }
+}
+
+/// What the store counts as spent on `dimension` of `payer` now (`or`
+/// when it cannot say).
+async fn spent_of<B: Backend>(
+    payer: &ResourceHandle<B>,
+    dimension: pressure_core::Dimension,
+    or: u64,
+) -> u64 {
+    match payer.usage().await {
+        Ok(u) => u
+            .dimensions
+            .iter()
+            .find(|(dim, _)| *dim == dimension)
+            .map_or(or, |(_, n)| *n),
+        Err(_) => or,
     }
 }
 
