@@ -74,6 +74,14 @@ pub(super) const TENANTS: [(&str, &str); 3] = [
     ),
 ];
 
+/// The tenant of the invalid requests (the mock refuses them 400): kept
+/// apart, since the gateway charges a failed attempt its prompt by its own
+/// count, which the mock's bill cannot tell for a prompt it refused.
+pub(super) const INVALID_TENANT: (&str, &str) = (
+    "agents-eve",
+    "3d99aa34eb587f06419693158d006a2446e0adf5810bd65b652180ca2badb5ae",
+);
+
 /// The models' prices, the same on the mock and the gateway.
 const PRICES: [(&str, ModelPrice); 4] = [
     (CLAUDE_PRIMARY, ModelPrice::new(3_000_000, 15_000_000)),
@@ -156,6 +164,8 @@ pub(super) struct AgentSample {
     pub shape: Result<(), String>,
     /// Whether the answer carried `retry-after`.
     pub retry_after: bool,
+    /// The index of its prompt in [`PROMPTS`].
+    pub prompt: usize,
 }
 
 impl AgentSample {
@@ -213,6 +223,7 @@ pub(super) fn gateway_config(base_url: &str, settings: &StackSettings, redis: Op
         .collect();
     let keys: Vec<Value> = TENANTS
         .iter()
+        .chain([&INVALID_TENANT])
         .map(|(key, sha)| json!({ "sha256": sha, "tenant": key, "name": key }))
         .collect();
     let retry = json!({ "maxAttempts": settings.max_attempts, "baseDelayMs": 100, "maxDelayMs": 1_000 });
@@ -322,15 +333,16 @@ async fn drive(load: &Load, t0: Instant, done: Arc<AtomicU64>) -> Vec<AgentSampl
                 tokio::time::sleep_until(next).await;
                 next = Instant::now() + PACE;
                 let bad = (n + w as u64) % BAD_REQUEST_EVERY == BAD_REQUEST_EVERY - 1;
-                let prompt = PROMPTS[(n as usize + w) % PROMPTS.len()];
+                let index = (n as usize + w) % PROMPTS.len();
                 let id = format!("{}-{tenant}-{w}-{n}", load.tag);
                 let call = Call {
                     dialect,
-                    tenant,
+                    tenant: if bad { INVALID_TENANT.0 } else { tenant },
                     stream,
                     bad,
+                    prompt: index,
                 };
-                samples.push(one(&client, &load.root, t0, id, prompt, call).await);
+                samples.push(one(&client, &load.root, t0, id, call).await);
                 done.fetch_add(1, Ordering::Relaxed);
                 n += 1;
             }
@@ -351,10 +363,12 @@ struct Call {
     tenant: &'static str,
     stream: bool,
     bad: bool,
+    prompt: usize,
 }
 
 /// The request body of `call`.
-fn body(call: Call, prompt: &str) -> Value {
+fn body(call: Call) -> Value {
+    let prompt = PROMPTS[call.prompt % PROMPTS.len()];
     let text = if call.bad {
         format!("{prompt} {BAD_REQUEST_MARKER}")
     } else {
@@ -384,14 +398,7 @@ fn body(call: Call, prompt: &str) -> Value {
 /// The most bytes of an answer kept for its checks.
 const MAX_BODY: usize = 1 << 20;
 
-async fn one(
-    client: &reqwest::Client,
-    root: &str,
-    t0: Instant,
-    id: String,
-    prompt: &str,
-    call: Call,
-) -> AgentSample {
+async fn one(client: &reqwest::Client, root: &str, t0: Instant, id: String, call: Call) -> AgentSample {
     let start_ms = ms_since(t0);
     let mut out = AgentSample {
         sample: Sample {
@@ -408,11 +415,12 @@ async fn one(
         tenant: call.tenant,
         shape: Err("no answer".into()),
         retry_after: false,
+        prompt: call.prompt,
     };
     let mut req = client
         .post(format!("{root}{}", call.dialect.path()))
         .header("x-request-id", &id)
-        .json(&body(call, prompt));
+        .json(&body(call));
     req = match call.dialect {
         Dialect::Messages => req
             .header("x-api-key", call.tenant)
@@ -1087,8 +1095,25 @@ fn recovery(run: &AgentRun) -> Criterion {
     )
 }
 
+/// The gateway's rule for a failed attempt (`pressure_llm`'s ledger): the
+/// payer is charged the attempt's input at the model's input price (the
+/// provider may bill it), while the mock bills nothing for a call it
+/// refuses at once (500 / 503 / 529). The input of such a call is the
+/// input the mock billed for the same prompt on the same model when it
+/// answered.
+fn refused_charge(
+    a: &Arrival,
+    prompt_of: &HashMap<&str, usize>,
+    input_of: &HashMap<(&str, usize), u64>,
+) -> Option<u64> {
+    let prompt = *prompt_of.get(a.request_id.as_deref()?)?;
+    let tokens = *input_of.get(&(a.model.as_str(), prompt))?;
+    let price = PRICES.iter().find(|(m, _)| *m == a.model)?.1;
+    Some((u128::from(tokens) * u128::from(price.input_micro_usd_per_1m)).div_ceil(1_000_000) as u64)
+}
+
 fn money(run: &AgentRun) -> Criterion {
-    const NAME: &str = "Each tenant's spend equals the mock's bill for its traffic (±0)";
+    const NAME: &str = "Each tenant's spend equals the mock's bill for its traffic, plus each refused attempt's prompt (the gateway's rule)";
     let spent = match &run.spend {
         Ok(s) => s,
         Err(e) => return criterion(NAME, false, format!("the tenants' spend could not be read: {e}")),
@@ -1098,26 +1123,54 @@ fn money(run: &AgentRun) -> Criterion {
         .iter()
         .map(|s| (s.sample.id.as_str(), s.tenant))
         .collect();
-    let mut billed: BTreeMap<&str, u64> = TENANTS.iter().map(|(t, _)| (*t, 0)).collect();
+    let prompt_of: HashMap<&str, usize> = run
+        .samples
+        .iter()
+        .filter(|s| !s.sample.bad)
+        .map(|s| (s.sample.id.as_str(), s.prompt))
+        .collect();
+    let mut input_of: HashMap<(&str, usize), u64> = HashMap::new();
+    for a in run.data.arrivals.iter().filter(|a| a.outcome == Outcome::Ok) {
+        if let Some(p) = a.request_id.as_deref().and_then(|id| prompt_of.get(id)) {
+            input_of.insert((a.model.as_str(), *p), a.input_tokens);
+        }
+    }
+    // Per tenant: (the mock's bill, refused calls, their prompts' charge).
+    let mut per: BTreeMap<&str, (u64, u64, u64)> = TENANTS.iter().map(|(t, _)| (*t, (0, 0, 0))).collect();
     let mut unattributed = 0u64;
+    let mut unknown = 0u64;
     for a in &run.data.arrivals {
         match a.request_id.as_deref().and_then(|id| tenant_of.get(id)) {
-            Some(t) => *billed.entry(t).or_default() += a.micro_usd,
+            Some(t) if *t == INVALID_TENANT.0 => {}
+            Some(t) => {
+                let row = per.entry(t).or_default();
+                row.0 += a.micro_usd;
+                if a.outcome == Outcome::ServerError {
+                    row.1 += 1;
+                    match refused_charge(a, &prompt_of, &input_of) {
+                        Some(c) => row.2 += c,
+                        None => unknown += 1,
+                    }
+                }
+            }
             None => unattributed += a.micro_usd,
         }
     }
-    let mut passed = unattributed == 0;
+    let mut passed = unattributed == 0 && unknown == 0;
     let mut parts = Vec::new();
-    for (t, bill) in &billed {
+    for (t, (bill, refused, charge)) in &per {
         let s = spent.get(*t).copied().unwrap_or(0);
-        passed &= *bill > 0 && s == *bill;
-        parts.push(format!("{t} spent {s} µ$, billed {bill} µ$"));
+        passed &= *bill > 0 && s == bill + charge;
+        parts.push(format!(
+            "{t} spent {s} µ$ = billed {bill} µ$ + {charge} µ$ for the prompts of its {refused} refused attempts ({})",
+            if s == bill + charge { "exact" } else { "MISMATCH" }
+        ));
     }
     criterion(
         NAME,
         passed,
         format!(
-            "{}; {unattributed} µ$ billed for no tenant's request",
+            "{}; {unattributed} µ$ billed for no tenant's request; {unknown} refused attempts whose prompt was never answered on their model",
             parts.join("; ")
         ),
     )

@@ -228,7 +228,7 @@ async fn the_agents_scenario_passes_in_short_mode() {
         .map(|c| format!("{} — {}", c.name, c.detail))
         .collect();
     assert!(failed.is_empty(), "failed criteria:\n{}", failed.join("\n"));
-    assert_eq!(agents.criteria.len(), 15, "{:?}", agents.criteria);
+    assert_eq!(agents.criteria.len(), 17, "{:?}", agents.criteria);
     // Both dialects, primary and backup, appear in the results.
     for label in [
         "messages:primary",
