@@ -72,11 +72,17 @@ enum Phase<B: Backend> {
 ///   money spent on failed attempts, the "errors by type" and the failed
 ///   attempts by kind).
 ///
-/// Dropping the stream early (the client went away) releases both permits:
-/// the breaker records nothing (a cancelled call says nothing about the
-/// provider), the reservation is reconciled to the output generated so far
-/// (the provider bills it) and then released, on a spawned task when a tokio
-/// runtime is around (otherwise it is released without the correction).
+/// Dropping the stream early (the client went away) does not stop the
+/// provider, which goes on generating and billing: on a spawned task the
+/// provider's answer is read to its end (bounded by the read timeout
+/// between chunks and the event's deadline), so the reservation and the
+/// payer are reconciled to what the provider billed — its final usage, or
+/// without one the input plus the output it sent — and the limiter holds
+/// the call while the provider works on it. Then both permits are
+/// released; the breaker records a completed answer as a success and
+/// anything else as nothing (a cancelled call says nothing about the
+/// provider). Without a tokio runtime it is settled at once, to the output
+/// read so far.
 ///
 /// A `rules` level answers as a one-chunk stream (the answer's text as one
 /// delta); a `manualQueue` level likewise with [`queued_text`](super::fallback::queued_text)
@@ -216,44 +222,70 @@ impl<B: Backend> AnswerStream<B> {
     /// attempt's [`Ledger`](super::engine::Ledger)); returns the
     /// reconciliation (and release) of the limiter permit.
     fn settle(&mut self, live: Live<B>, end: End) -> BoxFuture<'static, ()> {
-        let Live { stream, ledger, .. } = live;
-        let end = match end {
-            // The provider had finished; only the caller stopped reading.
-            End::Dropped if stream.is_done() && stream.error().is_none() => End::Completed,
-            other => other,
-        };
-        let used = match stream.usage() {
-            Some(u) => u.token_use(),
-            None => {
-                let text = stream.output_text();
-                let generated = self
-                    .counter
-                    .count_text(ledger.model(), text)
-                    .unwrap_or_else(|_| u64::try_from(text.len().div_ceil(4)).unwrap_or(u64::MAX));
-                TokenUse::plain(ledger.reservation().input_tokens, generated)
-            }
-        };
-        let how = match end {
-            End::Completed => Settlement::Answered {
-                ttft: stream.ttft(),
-                total: stream.total(),
-            },
-            End::Failed(kind) => {
-                self.metrics.error(kind.label());
-                Settlement::Failed(kind)
-            }
-            // A cancelled call says nothing about the provider's health.
-            End::Dropped => Settlement::Cancelled,
-        };
-        let failed = matches!(how, Settlement::Failed(_));
-        drop(stream);
-        let (cost, reconcile) = ledger.close(how, used);
+        let failed = matches!(end, End::Failed(_));
+        let (cost, reconcile) = settle(&self.counter, &self.metrics, live, end);
         self.spent = self.spent + cost;
         if failed {
             self.failed_spent = self.failed_spent + cost;
         }
         reconcile
     }
+}
+
+/// Settles a live stream that ended: breaker, metrics, money (the attempt's
+/// [`Ledger`](super::engine::Ledger)); returns the attempt's cost and the
+/// reconciliation (and release) of the limiter permit.
+fn settle<B: Backend>(
+    counter: &TokenCounter,
+    metrics: &Metrics,
+    live: Live<B>,
+    end: End,
+) -> (Money, BoxFuture<'static, ()>) {
+    let Live { stream, ledger, .. } = live;
+    let end = match end {
+        // The provider had finished; only the caller stopped reading.
+        End::Dropped if stream.is_done() && stream.error().is_none() => End::Completed,
+        other => other,
+    };
+    let used = match stream.usage() {
+        Some(u) => u.token_use(),
+        None => {
+            let text = stream.output_text();
+            let generated = counter
+                .count_text(ledger.model(), text)
+                .unwrap_or_else(|_| u64::try_from(text.len().div_ceil(4)).unwrap_or(u64::MAX));
+            TokenUse::plain(ledger.reservation().input_tokens, generated)
+        }
+    };
+    let how = match end {
+        End::Completed => Settlement::Answered {
+            ttft: stream.ttft(),
+            total: stream.total(),
+        },
+        End::Failed(kind) => {
+            metrics.error(kind.label());
+            Settlement::Failed(kind)
+        }
+        // A cancelled call says nothing about the provider's health.
+        End::Dropped => Settlement::Cancelled,
+    };
+    drop(stream);
+    ledger.close(how, used)
+}
+
+/// A stream whose caller went away: the provider's answer is read to its
+/// end (bounded by the read timeout between chunks and the event's
+/// deadline, as any stream), so the attempt settles to what the provider
+/// billed — its final usage — and the limiter holds the call for as long
+/// as the provider works on it. Then it settles as [`settle`] does.
+async fn settle_abandoned<B: Backend>(counter: TokenCounter, metrics: Arc<Metrics>, mut live: Live<B>) {
+    while let Some(item) = live.stream.next().await {
+        if item.is_err() {
+            break;
+        }
+    }
+    let (_, reconcile) = settle(&counter, &metrics, live, End::Dropped);
+    reconcile.await;
 }
 
 impl<B: Backend> Stream for AnswerStream<B> {
@@ -323,7 +355,14 @@ impl<B: Backend> Stream for AnswerStream<B> {
 impl<B: Backend> Drop for AnswerStream<B> {
     fn drop(&mut self) {
         let reconcile = match std::mem::replace(&mut self.phase, Phase::Done) {
-            Phase::Live(live) => self.settle(*live, End::Dropped),
+            Phase::Live(live) => match tokio::runtime::Handle::try_current() {
+                Ok(handle) => {
+                    let abandoned = settle_abandoned(self.counter.clone(), Arc::clone(&self.metrics), *live);
+                    handle.spawn(abandoned);
+                    return;
+                }
+                Err(_) => self.settle(*live, End::Dropped),
+            },
             Phase::Settling { reconcile, .. } => reconcile,
             Phase::Ready(_) | Phase::Done => return,
         };

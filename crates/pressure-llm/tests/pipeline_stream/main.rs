@@ -38,6 +38,9 @@ enum Step {
     RateLimited { retry_after_ms: u64 },
     /// The role chunk and one content chunk, then silence.
     HangAfterFirst,
+    /// [`Step::Stream`] with 20 ms between events: a provider still
+    /// generating when its caller goes away.
+    SlowStream(usize),
 }
 
 struct MockState {
@@ -87,7 +90,8 @@ async fn handler(State(state): State<Arc<Shared<MockState>>>, Json(body): Json<V
     let step = state.script.next();
     let model = body["model"].clone();
     match step {
-        Step::Stream(n) => {
+        Step::Stream(n) | Step::SlowStream(n) => {
+            let slow = matches!(step, Step::SlowStream(_));
             let mut events = vec![event(chunk(&model, json!({"role": "assistant"}), None))];
             for i in 0..n {
                 events.push(event(chunk(&model, json!({"content": word(i)}), None)));
@@ -100,6 +104,13 @@ async fn handler(State(state): State<Arc<Shared<MockState>>>, Json(body): Json<V
                           "total_tokens": PROMPT_TOKENS + COMPLETION_TOKENS}}),
             ));
             events.push(Ok(Bytes::from_static(b"data: [DONE]\n\n")));
+            if slow {
+                let paced = futures::stream::iter(events).then(|e| async move {
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                    e
+                });
+                return sse(Body::from_stream(paced));
+            }
             sse(Body::from_stream(futures::stream::iter(events)))
         }
         Step::HangAfterFirst => {
@@ -332,7 +343,9 @@ async fn dropping_mid_stream_releases_limiter_and_breaker_permits() {
         let limits = json!({"requestsPerMinute": 100, "inputTokensPerMinute": 100000,
                             "outputTokensPerMinute": 100000, "maxConcurrentRequests": 1});
         let cfg = {
-            let mut cfg = config(&p, &b, chain_pb(fast_retry(1)), limits, 30_000);
+            // The abandoned stream is read on until the provider's silence
+            // passes the read timeout.
+            let mut cfg = config(&p, &b, chain_pb(fast_retry(1)), limits, 300);
             cfg.breaker.half_open_probes = 1;
             cfg
         };
@@ -354,7 +367,7 @@ async fn dropping_mid_stream_releases_limiter_and_breaker_permits() {
         drop(s);
 
         let mut active = None;
-        for _ in 0..100 {
+        for _ in 0..300 {
             active = c.broker().resource_stats("llm:p:m").await.unwrap().active;
             if active == Some(0) {
                 break;
@@ -364,7 +377,8 @@ async fn dropping_mid_stream_releases_limiter_and_breaker_permits() {
         assert_eq!(active, Some(0), "the limiter slot was released");
         let probe = breaker.try_acquire().expect("the probe slot was released");
         probe.ignore();
-        // The output generated before the drop is billed (input + "w0 ").
+        // The provider generated nothing more: the output before the drop
+        // is billed (input + "w0 ").
         let counter = TokenCounter::new();
         let input = counter
             .count_chat("m", &[("user".to_owned(), "hello".to_owned())])
@@ -381,6 +395,40 @@ async fn dropping_mid_stream_releases_limiter_and_breaker_permits() {
         let mut s = c.stream("chat", request("hello")).await.unwrap();
         assert_eq!(s.degradation(), Degradation::Primary);
         assert!(drain(&mut s).await.iter().all(Result::is_ok));
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn an_abandoned_stream_settles_to_what_the_provider_billed() {
+    bounded(async {
+        let p = Mock::start(vec![], Step::SlowStream(20)).await;
+        let b = Mock::start(vec![], Step::Stream(1)).await;
+        let limits = json!({"requestsPerMinute": 100, "inputTokensPerMinute": 100000,
+                            "outputTokensPerMinute": 100000, "maxConcurrentRequests": 1});
+        let c = client(config(&p, &b, chain_pb(fast_retry(1)), limits, 5_000));
+        let mut s = c.stream("chat", request("hello")).await.unwrap();
+        s.next().await.unwrap().unwrap();
+        drop(s);
+        // The provider goes on: the call holds its slot until it ends.
+        assert_eq!(
+            c.broker().resource_stats("llm:p:m").await.unwrap().active,
+            Some(1)
+        );
+        let mut active = None;
+        for _ in 0..300 {
+            active = c.broker().resource_stats("llm:p:m").await.unwrap().active;
+            if active == Some(0) {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(active, Some(0), "released once the provider finished");
+        // Settled to the provider's final usage, not to the output the
+        // caller had read (one word) nor to the reservation.
+        let m = c.snapshot();
+        assert_eq!(m.spent_micro_usd, PROMPT_TOKENS + COMPLETION_TOKENS, "{m:?}");
+        assert_eq!(m.failed_spent_micro_usd, 0);
     })
     .await;
 }
