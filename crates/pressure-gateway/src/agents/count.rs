@@ -1,7 +1,8 @@
 //! `POST /v1/messages/count_tokens`: `{"input_tokens": N}` for a Messages
-//! request, counted by the tokenizer of the use case's first model (no
-//! provider call, no reservation, no charge; Anthropic's own endpoint is
-//! free too). Its refusals speak Anthropic's dialect.
+//! request — counted by the use case's first model's provider when it is
+//! an Anthropic one (its own `count_tokens`, which is free), else (or when
+//! that call fails) by the gateway's tokenizer; no reservation, no charge.
+//! Its refusals speak Anthropic's dialect.
 
 use super::dialect::{Dialect, Messages};
 use super::invalid_at;
@@ -28,7 +29,10 @@ async fn count(llm: &LlmClient<AnyBackend>, req: Request<Body>) -> Outcome {
     let Some(use_case) = llm.config().resolve_use_case(&parsed.model) else {
         return Err(Rejection::Llm(LlmError::UnknownUseCase(parsed.model)));
     };
-    let n = llm.count_prompt(use_case, &parsed.chat).map_err(Rejection::Llm)?;
+    let n = llm
+        .count_tokens(use_case, &parsed.chat)
+        .await
+        .map_err(Rejection::Llm)?;
     let mut resp = Response::new(Body::from(json!({ "input_tokens": n }).to_string()));
     resp.headers_mut().insert(
         http::header::CONTENT_TYPE,

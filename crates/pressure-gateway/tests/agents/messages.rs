@@ -297,6 +297,62 @@ async fn count_tokens_counts_without_a_provider_call() {
     .await;
 }
 
+#[tokio::test]
+async fn count_tokens_asks_an_anthropic_first_model_its_own_count() {
+    bounded(async {
+        let mock = mock().await;
+        let gw = gateway_of(
+            json!({ "anth": provider("anthropic", &mock.base_url()) }),
+            vec![model("anth", "claude-m")],
+            &["anth/claude-m"],
+        )
+        .await;
+        let body = json!({
+            "model": "claude-sonnet-4-5-20250929",
+            "system": "You are terse.",
+            "messages": [ { "role": "user", "content": "Count the tokens of this sentence, please." } ]
+        });
+        let r = post_raw(
+            &gw,
+            "/v1/messages/count_tokens",
+            body.to_string(),
+            ANTHROPIC_HEADERS,
+        )
+        .await;
+        assert_eq!(r.status, 200, "{:?}", r.body);
+        let counted = r.json()["input_tokens"].as_u64().expect("input_tokens");
+        // The mock's own count of the same request, asked directly.
+        let mut direct = body.clone();
+        direct["model"] = json!("claude-m");
+        let own: Value = post_json(&format!("{}/messages/count_tokens", mock.base_url()), &direct).await;
+        assert_eq!(Some(counted), own["input_tokens"].as_u64(), "{own}");
+        let stats = mock.stats();
+        assert_eq!(
+            stats.by_endpoint.get("/v1/messages/count_tokens").copied(),
+            Some(2),
+            "the gateway's count and ours: {stats:?}"
+        );
+        assert_eq!(stats.billed_micro_usd, 0, "counting is free");
+        gw.stop().await;
+        mock.shutdown().await;
+    })
+    .await;
+}
+
+/// `body` POSTed as JSON to `url` with a plain hyper client; the answer as JSON.
+async fn post_json(url: &str, body: &Value) -> Value {
+    use http_body_util::BodyExt;
+    let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+        .build_http::<http_body_util::Full<bytes::Bytes>>();
+    let req = http::Request::post(url)
+        .header("content-type", "application/json")
+        .body(http_body_util::Full::new(bytes::Bytes::from(body.to_string())))
+        .expect("request");
+    let resp = client.request(req).await.expect("the mock answers");
+    let bytes = resp.into_body().collect().await.expect("body").to_bytes();
+    serde_json::from_slice(&bytes).expect("json")
+}
+
 /// A request with a PDF `document` block first.
 fn with_document() -> Value {
     json!({

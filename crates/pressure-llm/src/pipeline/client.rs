@@ -120,9 +120,43 @@ impl<B: Backend> LlmClient<B> {
         &self.engine.metrics
     }
 
+    /// The input tokens of an agent's request for `use_case` (Anthropic's
+    /// `count_tokens`): counted by the provider of the use case's first
+    /// model when it speaks the request's own wire (an Anthropic provider
+    /// for a Messages request; the call is free, and neither reserved nor
+    /// charged), else — and when that call fails — by the gateway's
+    /// tokenizer ([`count_prompt`](Self::count_prompt)).
+    pub async fn count_tokens(&self, use_case: &str, req: &ChatRequest) -> Result<u64, LlmError> {
+        let uc = self
+            .engine
+            .config
+            .use_cases
+            .get(use_case)
+            .ok_or_else(|| LlmError::UnknownUseCase(use_case.to_owned()))?;
+        let first = uc.chain.iter().find_map(|level| match level {
+            ChainLevel::Model(key) => self.engine.models.get(key),
+            _ => None,
+        });
+        if let Some(m) = first {
+            if let Some(provider) = self.engine.providers.get(&m.provider) {
+                let mut asked = req.clone();
+                asked.model = m.model.clone();
+                let deadline = tokio::time::Instant::now() + uc.total();
+                match provider.count_tokens(&asked, deadline).await {
+                    Some(Ok(n)) => return Ok(n),
+                    Some(Err(e)) => {
+                        tracing::warn!(provider = %m.provider, error = %e.message, "count_tokens failed; the tokenizer counts");
+                    }
+                    None => {}
+                }
+            }
+        }
+        self.count_prompt(use_case, req)
+    }
+
     /// The prompt tokens of `req` as the first model level of `use_case`
-    /// counts them (its tokenizer; DESIGN §12's `count_tokens`), without a
-    /// call, a reservation or a charge.
+    /// counts them (its tokenizer), without a call, a reservation or a
+    /// charge.
     pub fn count_prompt(&self, use_case: &str, req: &ChatRequest) -> Result<u64, LlmError> {
         let uc = self
             .engine

@@ -118,6 +118,8 @@ struct Remote {
     chat: Uri,
     /// `{baseUrl}/embeddings`, or why the provider has none.
     embeddings: Result<Uri, String>,
+    /// `{baseUrl}/messages/count_tokens` of an Anthropic provider.
+    count_tokens: Option<Uri>,
     /// The headers of every call: `content-type`, the key header
     /// (`Authorization: Bearer <key>` or `x-api-key: <key>`), Anthropic's
     /// `anthropic-version`, and `Host` for an `http://` provider (only
@@ -282,6 +284,10 @@ impl ProviderClient {
             headers.push((HOST, value));
         }
         let embeddings = embeddings_url(&url);
+        let count_tokens = match cfg.settings.kind {
+            ProviderKind::Anthropic => format!("{url}/count_tokens").parse().ok(),
+            _ => None,
+        };
         let t = cfg.settings.timeouts;
         let http = http_client(&name, &t, route_for(&name, &chat))?;
         Ok(Self {
@@ -293,6 +299,7 @@ impl ProviderClient {
                     http,
                     chat,
                     embeddings,
+                    count_tokens,
                     headers,
                 }),
                 timeouts: t,
@@ -607,6 +614,50 @@ impl ProviderClient {
             ProviderKind::OpenAiResponses => Some(NativeWire::Responses),
             ProviderKind::OpenAi | ProviderKind::Local => None,
         }
+    }
+
+    /// The input tokens of an agent's Messages request as an Anthropic
+    /// provider counts them (`POST {baseUrl}/messages/count_tokens`, the
+    /// request's body with `model` set and the fields a count does not
+    /// take left out; its `anthropic-version`/`-beta` passed); `None` when
+    /// this provider cannot count it (another wire, no native request).
+    pub async fn count_tokens(&self, req: &ChatRequest, deadline: Instant) -> Option<Result<u64, CallError>> {
+        let native = self.native_of(req)?;
+        let uri = self.remote().ok()?.count_tokens.as_ref()?;
+        let mut body = native.body.clone();
+        for field in [
+            "max_tokens",
+            "stream",
+            "temperature",
+            "top_p",
+            "top_k",
+            "stop_sequences",
+            "metadata",
+        ] {
+            body.remove(field);
+        }
+        body.insert("model".into(), Value::String(req.model.clone()));
+        let body = match serde_json::to_vec(&body) {
+            Ok(b) => b,
+            Err(e) => {
+                return Some(Err(CallError::refused(
+                    None,
+                    format!("serialising the request: {e}"),
+                )))
+            }
+        };
+        let counted = async {
+            let done = self
+                .send_with(uri, body, false, deadline, &CallTag::default(), &native.headers)
+                .await?
+                .read_all(self.endpoint.timeouts.read(), deadline)
+                .await?;
+            serde_json::from_slice::<Value>(&done.bytes)
+                .ok()
+                .and_then(|v| v.get("input_tokens").and_then(Value::as_u64))
+                .ok_or_else(|| done.undecodable("malformed count", "no input_tokens".to_owned()))
+        };
+        Some(counted.await)
     }
 
     /// The configured timeouts.
