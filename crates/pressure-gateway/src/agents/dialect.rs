@@ -34,9 +34,11 @@ pub(crate) trait Dialect: Send + Sync + 'static {
     fn finish(enc: &mut Self::Encoder, out: &mut Vec<u8>);
     /// A failure after a translated stream started.
     fn fail(enc: &mut Self::Encoder, rejection: &Rejection, out: &mut Vec<u8>);
-    /// A failure after the provider's own stream started (the encoder wrote
-    /// nothing: the provider's events did).
-    fn fail_native(rejection: &Rejection, out: &mut Vec<u8>);
+    /// A failure after the provider's own stream started and before it sent
+    /// a failure of its own (a cut connection, a read timeout): the encoder
+    /// wrote nothing, the provider's events did; `seen` is the data of the
+    /// first and the last of them.
+    fn fail_native(rejection: &Rejection, seen: (Option<&str>, Option<&str>), out: &mut Vec<u8>);
     /// What keeps an idle connection open between events.
     fn keep_alive(out: &mut Vec<u8>);
 }
@@ -129,7 +131,7 @@ impl Dialect for Messages {
         enc.fail(ty, &message, out);
     }
 
-    fn fail_native(rejection: &Rejection, out: &mut Vec<u8>) {
+    fn fail_native(rejection: &Rejection, _seen: (Option<&str>, Option<&str>), out: &mut Vec<u8>) {
         let (ty, message) = anthropic_error(rejection);
         event(out, "error", &messages::error_body(ty, &message));
     }
@@ -174,16 +176,30 @@ impl Dialect for Responses {
         enc.fail(&responses_code(rejection), &rejection.message(), out);
     }
 
-    /// An `error` event (the provider's own events numbered the stream, so
-    /// no `response.failed` of ours is spliced into its sequence).
-    fn fail_native(rejection: &Rejection, out: &mut Vec<u8>) {
-        let data = json!({
-            "type": "error",
-            "code": responses_code(rejection),
-            "message": rejection.message(),
-            "param": null,
-        });
-        event(out, "error", &data);
+    /// `response.failed`, numbered after the provider's last event, for the
+    /// response its `response.created` named.
+    fn fail_native(rejection: &Rejection, seen: (Option<&str>, Option<&str>), out: &mut Vec<u8>) {
+        let parse = |d: Option<&str>| d.and_then(|d| serde_json::from_str::<Value>(d).ok());
+        let (first, last) = (parse(seen.0), parse(seen.1));
+        let mut response = first
+            .as_ref()
+            .and_then(|f| f.get("response"))
+            .cloned()
+            .unwrap_or_else(|| json!({"object": "response"}));
+        if let Some(r) = response.as_object_mut() {
+            r.insert("status".into(), Value::from("failed"));
+            r.insert(
+                "error".into(),
+                json!({"code": responses_code(rejection), "message": rejection.message()}),
+            );
+        }
+        let sequence = last
+            .as_ref()
+            .and_then(|l| l.get("sequence_number"))
+            .and_then(Value::as_u64)
+            .map_or(0, |n| n.saturating_add(1));
+        let data = json!({"type": "response.failed", "sequence_number": sequence, "response": response});
+        event(out, "response.failed", &data);
     }
 
     /// An SSE comment: the Responses API has no ping event.

@@ -11,7 +11,8 @@
 //!   (Anthropic's `message_start` … `message_stop`, or the Responses
 //!   events), with `x-pressure-dropped` naming what was left out.
 //!
-//! A failure after the head is the dialect's error event and the end; a
+//! A failure after the head is the dialect's error event and the end (the
+//! provider's own one, when its events are passed on); a
 //! pause of [`KEEP_ALIVE`] between events writes a keep-alive (`ping`, or
 //! an SSE comment), so an idle proxy does not cut a long thinking pause.
 //! (The pipeline's read timeout bounds the pause between the provider's
@@ -47,6 +48,13 @@ struct State<D: Dialect> {
     native: bool,
     /// The item read before the head, not yet written.
     pending: Option<Item>,
+    /// The provider's own failure event was passed on: the stream's error
+    /// that follows says nothing more.
+    failed_natively: bool,
+    /// The data of the first and the last provider event passed on (what a
+    /// failure of ours continues from: the response's id, its numbering).
+    first_native: Option<String>,
+    last_native: Option<String>,
     ended: bool,
 }
 
@@ -72,14 +80,22 @@ impl<D: Dialect> State<D> {
             match item {
                 Some(Ok(chunk)) if self.native => {
                     if let Some(event) = chunk.extra.get(NATIVE_FIELD) {
+                        self.failed_natively |= is_failure(event);
                         write_native(event, &mut out);
+                        let data = event.get("data").and_then(Value::as_str).map(str::to_owned);
+                        if self.first_native.is_none() {
+                            self.first_native.clone_from(&data);
+                        }
+                        self.last_native = data;
                     }
                 }
                 Some(Ok(chunk)) => D::chunk(&mut self.encoder, &chunk, &mut out),
+                Some(Err(_)) if self.failed_natively => self.ended = true,
                 Some(Err(e)) => {
                     let rejection = Rejection::Llm(e);
                     if self.native {
-                        D::fail_native(&rejection, &mut out);
+                        let seen = (self.first_native.as_deref(), self.last_native.as_deref());
+                        D::fail_native(&rejection, seen, &mut out);
                     } else {
                         D::fail(&mut self.encoder, &rejection, &mut out);
                     }
@@ -97,6 +113,15 @@ impl<D: Dialect> State<D> {
             }
         }
     }
+}
+
+/// Whether a provider event ends its stream as a failure (Anthropic's
+/// `error`, the Responses API's `error` and `response.failed`).
+fn is_failure(event: &Value) -> bool {
+    matches!(
+        event.get("event").and_then(Value::as_str),
+        Some("error" | "response.failed")
+    )
 }
 
 /// One provider event as it came: its `event:` name, if any, and its data
@@ -137,6 +162,9 @@ pub(super) async fn respond<D: Dialect>(
         stream,
         native: is_native,
         pending: Some(first),
+        failed_natively: false,
+        first_native: None,
+        last_native: None,
         ended: false,
     };
     let events = futures::stream::unfold(state, |mut st| async move {

@@ -34,7 +34,9 @@ pub(crate) fn finish_reason(stop_reason: &str) -> &'static str {
 /// `input_tokens` + `cache_creation_input_tokens` + `cache_read_input_tokens`
 /// (what the call read, like OpenAI's `prompt_tokens`, which includes cached
 /// tokens; the cache reads are also given as
-/// `prompt_tokens_details.cached_tokens`), completion tokens =
+/// `prompt_tokens_details.cached_tokens` and the cache writes as
+/// `cache_creation_input_tokens`, each when not zero, so the pipeline
+/// prices every class apart), completion tokens =
 /// `output_tokens`, total = both.
 pub(crate) fn to_usage(u: &Value) -> Usage {
     let n = |k: &str| u.get(k).and_then(Value::as_u64).unwrap_or(0);
@@ -205,7 +207,8 @@ mod tests {
         assert_eq!(
             wire["usage"],
             json!({"prompt_tokens": 480, "completion_tokens": 91, "total_tokens": 571,
-                   "prompt_tokens_details": {"cached_tokens": 300}})
+                   "prompt_tokens_details": {"cached_tokens": 300},
+                   "cache_creation_input_tokens": 30})
         );
     }
 

@@ -66,7 +66,7 @@ pub(crate) struct EventTranslator {
     /// Anthropic's usage figures so far (`message_start`, then `message_delta`).
     usage: Map<String, Value>,
     /// Also pass each event on verbatim, before its translation
-    /// ([`native_event_chunk`]), except errors.
+    /// ([`native_event_chunk`]).
     keep_native: bool,
 }
 
@@ -89,9 +89,9 @@ impl EventTranslator {
         }
     }
 
-    /// A translator that also passes every event but `error` on verbatim
-    /// (for a request sent natively: the Messages ingress answers with the
-    /// provider's own events).
+    /// A translator that also passes every event on verbatim, an `error`
+    /// included (for a request sent natively: the Messages ingress answers
+    /// with the provider's own events).
     pub(crate) fn keeping_native() -> Self {
         Self {
             keep_native: true,
@@ -103,8 +103,7 @@ impl EventTranslator {
     /// and `data:`), empty when it stands for nothing.
     pub(crate) fn event(&mut self, name: Option<&str>, data: &str) -> String {
         let translated = self.translate(name, data);
-        let error = translated.starts_with("event: error");
-        if self.keep_native && !error {
+        if self.keep_native {
             let mut out = native_event_chunk(name, data);
             out.push_str(&translated);
             return out;
@@ -312,8 +311,7 @@ impl Stream for Translated {
 }
 
 /// `body` (Anthropic events) as chat-completions events; with
-/// `keep_native`, each event but `error` also verbatim before its
-/// translation.
+/// `keep_native`, each event also verbatim before its translation.
 pub(crate) fn translate_body(body: BodyStream, keep_native: bool) -> BodyStream {
     let translator = if keep_native {
         EventTranslator::keeping_native()

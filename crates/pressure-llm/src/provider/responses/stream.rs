@@ -17,12 +17,12 @@
 //! | `response.failed`, `error` | `event: error` ([`error_data`]): `ChatStream` fails with the error classified by [`taxonomy::classify`](crate::taxonomy::classify) |
 //! | anything else (`response.in_progress`, `*.done`, `response.content_part.*`, hosted tools' events, ...) | nothing |
 //!
-//! With `keep_native`, every provider event but the failures is also
-//! passed on verbatim, before its translation, as a chunk with no choices
-//! carrying `{"event", "data"}` in [`NATIVE_FIELD`] (an ingress of the
-//! Responses dialect forwards those; the chat path ignores them). The
-//! failures are not: `ChatStream` ends on them, and the ingress renders
-//! its own `response.failed`.
+//! With `keep_native`, every provider event is also passed on verbatim,
+//! before its translation, as a chunk with no choices carrying
+//! `{"event", "data"}` in [`NATIVE_FIELD`] (an ingress of the Responses
+//! dialect forwards those; the chat path ignores them). A failure too: the
+//! agent gets the provider's own `response.failed`, and `ChatStream` then
+//! ends on its translation.
 //!
 //! Data that is not JSON is passed on as it came, so `ChatStream` fails on
 //! it as on any malformed event. Every body chunk from the provider yields
@@ -135,7 +135,7 @@ impl EventTranslator {
             self.remember(r);
         }
         let mut out = String::new();
-        if self.keep_native && !matches!(ty.as_str(), "error" | "response.failed") {
+        if self.keep_native {
             out.push_str(&self.native_chunk(name, data));
         }
         match parsed {
@@ -536,12 +536,14 @@ mod tests {
         );
         let translated: Vec<Value> = p.into_iter().filter(|c| c.get(NATIVE_FIELD).is_none()).collect();
         assert_eq!(translated, payloads(&translate_all(&input, false)));
-        // Failures are not passed on natively.
+        // Failures are passed on natively too, before the error event.
         let failed = translate_all(
             &sse(&[json!({"type": "error", "code": "server_error", "message": "boom", "param": null})]),
             true,
         );
-        assert!(!failed.contains(NATIVE_FIELD), "{failed}");
+        let (native, error) = failed.split_once("event: error").expect("an error event");
+        assert!(native.contains(NATIVE_FIELD), "{failed}");
+        assert!(!error.contains(NATIVE_FIELD), "{failed}");
     }
 
     #[test]
