@@ -473,10 +473,16 @@ fn messages(v: &Value, walk: &mut Walk, build: &mut Build) -> Result<(), Ingress
         let user = match req_str(m, "role", &at)? {
             "user" => true,
             "assistant" => false,
+            // Claude Code (2.1) sends system text inside the conversation
+            // too: a system message where it stands.
+            "system" => {
+                system_turn(m, &at, walk, &mut build.messages)?;
+                continue;
+            }
             other => {
                 return Err(err(
                     &format!("{at}.role"),
-                    format!("Input should be 'user' or 'assistant', not {other:?}"),
+                    format!("Input should be 'user', 'assistant' or 'system', not {other:?}"),
                 ))
             }
         };
@@ -522,6 +528,58 @@ fn messages(v: &Value, walk: &mut Walk, build: &mut Build) -> Result<(), Ingress
             }
         }
     }
+    Ok(())
+}
+
+/// A `system` turn inside `messages`: a string or text blocks (their
+/// `cache_control` named as dropped), as one chat system message.
+fn system_turn(
+    m: &Map<String, Value>,
+    at: &str,
+    walk: &mut Walk,
+    out: &mut Vec<Message>,
+) -> Result<(), IngressError> {
+    for (k, v) in m {
+        if k != "role" && k != "content" && !v.is_null() {
+            walk.name(format!("{at}.{k}"));
+        }
+    }
+    let text = match m.get("content") {
+        Some(Value::String(s)) => s.clone(),
+        Some(Value::Array(blocks)) => {
+            let mut texts = Vec::with_capacity(blocks.len());
+            for (j, b) in blocks.iter().enumerate() {
+                let bat = format!("{at}.content.{j}");
+                let b = as_obj(b, &bat)?;
+                match block_type(b, &bat)? {
+                    "text" => {}
+                    other => {
+                        return Err(err(
+                            &format!("{bat}.type"),
+                            format!("a system message takes text blocks, not {other:?}"),
+                        ))
+                    }
+                }
+                walk.cache_control(b);
+                texts.push(text_block(b, &bat, walk)?);
+            }
+            texts.join("\n")
+        }
+        None | Some(Value::Null) => return Err(err(&format!("{at}.content"), "Field required")),
+        Some(_) => {
+            return Err(err(
+                &format!("{at}.content"),
+                "Input should be a valid string or a list of text blocks",
+            ))
+        }
+    };
+    if text.is_empty() {
+        return Err(err(
+            &format!("{at}.content"),
+            "all messages must have non-empty content except for the optional final assistant message",
+        ));
+    }
+    out.push(Message::new("system", text));
     Ok(())
 }
 
@@ -779,6 +837,28 @@ fn assistant_turn(
 
 #[cfg(test)]
 mod tests {
+    /// Claude Code's own request, as recorded (tests/fixtures/agents).
+    #[test]
+    fn claude_codes_recorded_request_is_taken() {
+        let text = include_str!("../../../tests/fixtures/agents/claude_code_messages.json");
+        let body: serde_json::Map<String, Value> = serde_json::from_str(text).expect("a JSON object");
+        let parsed = super::parse(body, Vec::new()).unwrap_or_else(|e| panic!("{}: {}", e.param, e.message));
+        assert!(parsed.stream);
+        assert_eq!(parsed.native_only, None);
+        // Its system blocks first, then its turns in order: a system turn
+        // stays where it stands.
+        let roles: Vec<&str> = parsed.chat.messages.iter().map(|m| m.role.as_str()).collect();
+        assert_eq!(roles, ["system", "user", "system"]);
+        assert!(parsed.chat.messages[2].text().starts_with("# Environment"));
+        for hint in ["thinking", "metadata", "context_management", "cache_control"] {
+            assert!(
+                parsed.dropped.iter().any(|d| d == hint),
+                "{hint}: {:?}",
+                parsed.dropped
+            );
+        }
+    }
+
     use super::*;
 
     fn body(v: Value) -> Map<String, Value> {
@@ -1149,8 +1229,16 @@ mod tests {
             (msgs(json!([])), "messages"),
             (msgs(json!("Hi")), "messages"),
             (
-                msgs(json!([{"role": "system", "content": "Be brief."}])),
+                msgs(json!([{"role": "tool", "content": "Be brief."}])),
                 "messages.0.role",
+            ),
+            (
+                msgs(json!([{"role": "system", "content": [{"type": "image", "source": {}}]}])),
+                "messages.0.content.0.type",
+            ),
+            (
+                msgs(json!([{"role": "system", "content": ""}])),
+                "messages.0.content",
             ),
             (msgs(json!([{"role": "user"}])), "messages.0.content"),
             (user(json!(5)), "messages.0.content"),
