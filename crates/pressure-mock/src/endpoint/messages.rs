@@ -245,9 +245,10 @@ fn parse(body: &[u8], need_max_tokens: bool) -> Result<Checked, String> {
     }
     for (i, m) in messages.iter().enumerate() {
         let role = m.role.as_deref().unwrap_or("");
-        if !matches!(role, "user" | "assistant") {
+        // Claude Code (2.1) sends system turns inside the conversation.
+        if !matches!(role, "user" | "assistant" | "system") {
             return Err(format!(
-                "messages.{i}.role: Input should be 'user' or 'assistant'"
+                "messages.{i}.role: Input should be 'user', 'assistant' or 'system'"
             ));
         }
         let content = m
@@ -436,7 +437,7 @@ mod tests {
             ),
             (br#"{"model":"m","max_tokens":5,"messages":[]}"#, "at least one"),
             (
-                br#"{"model":"m","max_tokens":5,"messages":[{"role":"system","content":"x"}]}"#,
+                br#"{"model":"m","max_tokens":5,"messages":[{"role":"tool","content":"x"}]}"#,
                 "role",
             ),
         ] {
