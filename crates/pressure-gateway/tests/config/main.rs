@@ -183,6 +183,24 @@ fn shipped_llm_examples_parse() {
     let llm = openai.llm.expect("gateway-llm.json has gateway.llm");
     assert!(llm.providers.values().all(|p| p.kind == ProviderKind::OpenAi));
 
+    let agents = load(&examples_dir().join("gateway-agents.json"))
+        .unwrap_or_else(|e| panic!("gateway-agents.json: {e}"));
+    let llm = agents.llm.expect("gateway-agents.json has gateway.llm");
+    assert_eq!(llm.providers["anthropic"].kind, ProviderKind::Anthropic);
+    assert_eq!(
+        llm.providers["openai-responses"].kind,
+        ProviderKind::OpenAiResponses
+    );
+    for (id, use_case) in [
+        ("claude-sonnet-4-5-20250929", "claude-code"),
+        ("claude-haiku-4-5", "claude-code"),
+        ("gpt-5-codex", "codex"),
+        ("gpt-5.1", "codex"),
+    ] {
+        assert_eq!(llm.resolve_use_case(id), Some(use_case), "{id}");
+    }
+    assert_eq!(llm.resolve_use_case("gemini-2.5-pro"), None);
+
     let path = examples_dir().join("gateway-llm-anthropic.json");
     let cfg = load(&path).unwrap_or_else(|e| panic!("gateway-llm-anthropic.json: {e}"));
     let llm = cfg.llm.expect("gateway-llm-anthropic.json has gateway.llm");
