@@ -13,7 +13,7 @@ use pressure_chaos::report;
 /// Arguments of `pressure chaos`.
 #[derive(Debug, clap::Args)]
 pub(crate) struct ChaosArgs {
-    /// A scenario (normal, hang, stall, rate-limit-storm, 500-storm) or `all`;
+    /// A scenario (normal, hang, stall, rate-limit-storm, 500-storm, agents) or `all`;
     /// may be repeated.
     #[arg(long, default_value = "all")]
     scenario: Vec<String>,
