@@ -12,7 +12,7 @@
 //! machine's speed drifts between runs on a shared machine, and the
 //! criterion is about the stack, not the machine).
 //!
-//! `agents` runs once, on a stack of its own ([`agents`]): agents' traffic
+//! `agents` runs once, on a stack of its own (`agents.rs`): agents' traffic
 //! on `/v1/messages` and `/v1/responses`, no retry money budget to compare.
 
 mod agents;

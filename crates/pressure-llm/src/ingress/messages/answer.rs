@@ -20,7 +20,7 @@ use crate::provider::{ChatResponse, MessageContent};
 ///   model had meant it, and the `stop_reason` (`max_tokens`) already tells
 ///   the client the call is incomplete;
 /// * `stop_reason` / `stop_sequence` from `finish_reason` (module docs);
-/// * `usage` ([`Tokens`]): zero when the completion has none.
+/// * `usage` (`Tokens`): zero when the completion has none.
 ///
 /// Only the first choice is rendered (a Messages request asks for one).
 pub fn render(resp: &ChatResponse, model: &str) -> Value {
