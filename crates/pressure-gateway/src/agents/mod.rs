@@ -78,7 +78,6 @@ async fn handle<D: Dialect>(llm: &LlmClient<AnyBackend>, req: Request<Body>, eve
     let model = parsed.model.clone();
     let dropped = parsed.dropped;
     if parsed.stream {
-        let estimate = llm.count_prompt(&use_case, &parsed.chat).unwrap_or(0);
         return match llm.stream_as(&use_case, parsed.chat, caller).await {
             Ok(s) => {
                 tracing::info!(
@@ -89,7 +88,7 @@ async fn handle<D: Dialect>(llm: &LlmClient<AnyBackend>, req: Request<Body>, eve
                     degradation = s.degradation().as_str(),
                     "llm stream started"
                 );
-                Ok(stream::respond::<D>(s, &model, native, &dropped, estimate, &request_id).await)
+                Ok(stream::respond::<D>(s, &model, native, &dropped, &request_id).await)
             }
             Err(e) => {
                 log_failure::<D>(&request_id, &use_case, &e);

@@ -43,9 +43,9 @@ type Item = Option<Result<ChatChunk, LlmError>>;
 /// Where one stream is.
 struct State<D: Dialect> {
     stream: AnswerStream<AnyBackend>,
-    encoder: D::Encoder,
-    /// The provider's own events are passed on.
-    native: bool,
+    /// The dialect's encoder, for a translated stream only (a native one
+    /// passes the provider's events on).
+    encoder: Option<D::Encoder>,
     /// The item read before the head, not yet written.
     pending: Option<Item>,
     /// The provider's own failure event was passed on: the stream's error
@@ -77,33 +77,35 @@ impl<D: Dialect> State<D> {
                 },
             };
             let mut out = Vec::new();
-            match item {
-                Some(Ok(chunk)) if self.native => {
-                    if let Some(event) = chunk.extra.get(NATIVE_FIELD) {
-                        self.failed_natively |= is_failure(event);
-                        write_native(event, &mut out);
-                        let data = event.get("data").and_then(Value::as_str).map(str::to_owned);
+            match (item, &mut self.encoder) {
+                (Some(Ok(mut chunk)), None) => {
+                    if let Some(event) = chunk.extra.remove(NATIVE_FIELD) {
+                        self.failed_natively |= is_failure(&event);
+                        let data = write_native(event, &mut out);
                         if self.first_native.is_none() {
-                            self.first_native.clone_from(&data);
+                            self.first_native = data;
+                        } else {
+                            self.last_native = data;
                         }
-                        self.last_native = data;
                     }
                 }
-                Some(Ok(chunk)) => D::chunk(&mut self.encoder, &chunk, &mut out),
-                Some(Err(_)) if self.failed_natively => self.ended = true,
-                Some(Err(e)) => {
+                (Some(Ok(chunk)), Some(encoder)) => D::chunk(encoder, &chunk, &mut out),
+                (Some(Err(_)), _) if self.failed_natively => self.ended = true,
+                (Some(Err(e)), encoder) => {
                     let rejection = Rejection::Llm(e);
-                    if self.native {
-                        let seen = (self.first_native.as_deref(), self.last_native.as_deref());
-                        D::fail_native(&rejection, seen, &mut out);
-                    } else {
-                        D::fail(&mut self.encoder, &rejection, &mut out);
+                    match encoder {
+                        Some(encoder) => D::fail(encoder, &rejection, &mut out),
+                        None => {
+                            let first = self.first_native.as_deref();
+                            let seen = (first, self.last_native.as_deref().or(first));
+                            D::fail_native(&rejection, seen, &mut out);
+                        }
                     }
                     self.ended = true;
                 }
-                None => {
-                    if !self.native {
-                        D::finish(&mut self.encoder, &mut out);
+                (None, encoder) => {
+                    if let Some(encoder) = encoder {
+                        D::finish(encoder, &mut out);
                     }
                     self.ended = true;
                 }
@@ -125,20 +127,27 @@ fn is_failure(event: &Value) -> bool {
 }
 
 /// One provider event as it came: its `event:` name, if any, and its data
-/// (one `data:` line per line).
-fn write_native(event: &Value, out: &mut Vec<u8>) {
+/// (one `data:` line per line); returns the data, moved out of the event.
+fn write_native(event: Value, out: &mut Vec<u8>) -> Option<String> {
+    let Value::Object(mut event) = event else {
+        return None;
+    };
     if let Some(name) = event.get("event").and_then(Value::as_str) {
         out.extend_from_slice(b"event: ");
         out.extend_from_slice(name.as_bytes());
         out.push(b'\n');
     }
-    let data = event.get("data").and_then(Value::as_str).unwrap_or("");
+    let data = match event.remove("data") {
+        Some(Value::String(data)) => data,
+        _ => String::new(),
+    };
     for line in data.split('\n') {
         out.extend_from_slice(b"data: ");
         out.extend_from_slice(line.as_bytes());
         out.push(b'\n');
     }
     out.push(b'\n');
+    Some(data)
 }
 
 /// The streamed response of a request for `model`.
@@ -147,20 +156,23 @@ pub(super) async fn respond<D: Dialect>(
     model: &str,
     native: Option<Arc<NativeRequest>>,
     dropped: &[String],
-    input_estimate: u64,
     request_id: &str,
 ) -> Response<Body> {
+    // The prompt as the attempt counted it (no second count).
+    let input_estimate = stream.reserved_input_tokens().unwrap_or(0);
     // Ready at once: the pipeline held the stream's first output back.
     let first = stream.next().await;
     let is_native = matches!(&first, Some(Ok(c)) if c.extra.contains_key(NATIVE_FIELD));
-    let empty = Map::new();
-    let request = native.as_deref().map_or(&empty, |n| &n.body);
     let status = stream.http_status();
     let degradation = stream.degradation().as_str();
+    let encoder = (!is_native).then(|| {
+        let empty = Map::new();
+        let request = native.as_deref().map_or(&empty, |n| &n.body);
+        D::encoder(model, request, input_estimate)
+    });
     let state = State::<D> {
-        encoder: D::encoder(model, request, input_estimate),
+        encoder,
         stream,
-        native: is_native,
         pending: Some(first),
         failed_natively: false,
         first_native: None,
@@ -195,11 +207,12 @@ mod tests {
     #[test]
     fn a_native_event_is_written_as_it_came() {
         let mut out = Vec::new();
-        write_native(
-            &serde_json::json!({"event": "message_start", "data": "{\"type\":\"message_start\"}"}),
+        let data = write_native(
+            serde_json::json!({"event": "message_start", "data": "{\"type\":\"message_start\"}"}),
             &mut out,
         );
-        write_native(&serde_json::json!({"event": null, "data": "a\nb"}), &mut out);
+        assert_eq!(data.as_deref(), Some("{\"type\":\"message_start\"}"));
+        write_native(serde_json::json!({"event": null, "data": "a\nb"}), &mut out);
         assert_eq!(
             String::from_utf8(out).expect("utf-8"),
             "event: message_start\ndata: {\"type\":\"message_start\"}\n\ndata: a\ndata: b\n\n"

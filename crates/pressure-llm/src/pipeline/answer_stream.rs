@@ -210,6 +210,16 @@ impl<B: Backend> AnswerStream<B> {
         }
     }
 
+    /// The prompt tokens the live attempt reserved (counted with its
+    /// model's tokenizer), while it is live: what a dialect that announces
+    /// the input before the answer (Anthropic's `message_start`) shows.
+    pub fn reserved_input_tokens(&self) -> Option<u64> {
+        match &self.phase {
+            Phase::Live(live) => Some(live.ledger.reservation().input_tokens),
+            _ => None,
+        }
+    }
+
     /// Time to first token of the model stream, while it is live.
     pub fn ttft(&self) -> Option<Duration> {
         match &self.phase {

@@ -962,14 +962,36 @@ fn passed_header(name: &str, value: &str) -> Option<(HeaderName, HeaderValue)> {
 /// The agent's own body with the provider's `model` and the call's
 /// `stream` set; every other field as it came.
 fn native_body(native: &NativeRequest, model: &str, streaming: bool) -> serde_json::Result<Vec<u8>> {
-    let mut body = native.body.clone();
-    body.insert("model".into(), Value::String(model.to_owned()));
-    if streaming {
-        body.insert("stream".into(), Value::Bool(true));
-    } else {
-        body.remove("stream");
+    serde_json::to_vec(&NativeBody {
+        body: &native.body,
+        model,
+        streaming,
+    })
+}
+
+/// The agent's body as [`native_body`] writes it, serialised in place (no
+/// copy of a prompt that may be megabytes).
+struct NativeBody<'a> {
+    body: &'a Map<String, Value>,
+    model: &'a str,
+    streaming: bool,
+}
+
+impl Serialize for NativeBody<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut map = s.serialize_map(None)?;
+        map.serialize_entry("model", self.model)?;
+        if self.streaming {
+            map.serialize_entry("stream", &true)?;
+        }
+        for (k, v) in self.body {
+            if k != "model" && k != "stream" {
+                map.serialize_entry(k, v)?;
+            }
+        }
+        map.end()
     }
-    serde_json::to_vec(&body)
 }
 
 /// Maps a failure of sending the request (before any response head).

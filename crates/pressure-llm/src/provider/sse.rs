@@ -11,15 +11,15 @@
 /// no choices, so the chat path sees nothing in it; an ingress of the
 /// provider's own dialect passes the event on unchanged.
 pub(crate) fn native_event_chunk(name: Option<&str>, data: &str) -> String {
-    let chunk = serde_json::json!({
-        "id": "",
-        "object": "chat.completion.chunk",
-        "created": 0,
-        "model": "",
-        "choices": [],
-        super::types::NATIVE_FIELD: { "event": name, "data": data },
-    });
-    format!("data: {chunk}\n\n")
+    // Written directly (the name and data escaped as JSON strings): one
+    // event's copy costs one pass over its bytes, no JSON tree.
+    let quoted = |t: &str| serde_json::to_string(t).unwrap_or_else(|_| "\"\"".to_owned());
+    let name = name.map_or_else(|| "null".to_owned(), quoted);
+    format!(
+        "data: {{\"id\":\"\",\"object\":\"chat.completion.chunk\",\"created\":0,\"model\":\"\",\"choices\":[],\"{}\":{{\"event\":{name},\"data\":{}}}}}\n\n",
+        super::types::NATIVE_FIELD,
+        quoted(data)
+    )
 }
 
 /// One event: its `event:` name, if any, and its data.

@@ -39,8 +39,8 @@ use serde_json::{json, Value};
 
 use super::response::{finish_reason, to_usage};
 use crate::provider::body::{BodyError, BodyStream};
+use crate::provider::sse::native_event_chunk;
 use crate::provider::sse::{SseEvent, SseParser};
-use crate::provider::types::NATIVE_FIELD;
 
 /// The error `type` [`taxonomy::classify`](crate::taxonomy::classify)
 /// reads for a Responses error `code` inside a 200 stream (where the
@@ -255,17 +255,10 @@ impl EventTranslator {
         out
     }
 
-    /// The provider's event as it came, in a chunk without choices.
+    /// The provider's event as it came, in a chunk without choices (the
+    /// one writer of such chunks, [`native_event_chunk`]).
     fn native_chunk(&self, name: Option<&str>, data: &str) -> String {
-        let mut c = json!({
-            "id": self.id,
-            "object": "chat.completion.chunk",
-            "created": 0,
-            "model": "",
-            "choices": [],
-        });
-        c[NATIVE_FIELD] = json!({"event": name, "data": data});
-        format!("data: {c}\n\n")
+        native_event_chunk(name, data)
     }
 
     /// The chunk whose delta `delta` makes of a piece of text; nothing for
@@ -353,6 +346,7 @@ pub(crate) fn translate_body(body: BodyStream, keep_native: bool) -> BodyStream 
 mod tests {
     use super::*;
     use crate::provider::types::ChatChunk;
+    use crate::provider::types::NATIVE_FIELD;
     use crate::taxonomy::{classify, ErrorKind};
 
     /// The chat-completions SSE text of a whole Responses event stream.
@@ -527,7 +521,8 @@ mod tests {
             let chunk: ChatChunk = serde_json::from_value((*native).clone()).unwrap();
             assert!(!chunk.has_output());
         }
-        assert_eq!(natives[0]["id"], "resp_1", "the id is known from the first event");
+        // The native copy names nothing of its own: the event carries it.
+        assert_eq!(natives[0]["id"], "");
         // Each native chunk comes right before its translation.
         assert!(p[0].get(NATIVE_FIELD).is_some());
         assert_eq!(
