@@ -9,10 +9,12 @@
 //! agree, prompt-cache classes included), and the `pressure gateway` binary
 //! on a config written to a temporary directory ([`Stack`]), with
 //!
-//! * providers `anthropic` (kind `anthropic`) and `openai` (kind `openai`),
-//!   both at the mock;
-//! * one use case `coding`, named by the agents' model ids through
-//!   `aliases` `["claude-*", "gpt-5*", "*codex*"]`;
+//! * providers `anthropic` (kind `anthropic`), `responses` (kind
+//!   `openai-responses`) and `openai` (kind `openai`), all at the mock;
+//! * use case `claude` (`aliases` `["claude-*"]`): the Anthropic provider,
+//!   then OpenAI's chat completions as backup; use case `codex` (`aliases`
+//!   `["gpt-5*", "*codex*"]`): the Responses provider, then the Anthropic
+//!   one — each agent natively first, the other vendor in a storm;
 //! * API keys `dev-alice` and `dev-bob` naming the tenants of those names,
 //!   each with a daily money budget (`costMicroUsdPerDay`), changed live
 //!   through `PUT /admin/pressure/tenants/{id}/limits` for the spent-budget
@@ -86,6 +88,83 @@ async fn claude_code_answers_through_the_gateway_and_its_tenant_pays_the_bill() 
     .await;
 }
 
+/// A mock phase in which `model` refuses every call at once: `529
+/// overloaded_error` (Anthropic's wire) or `503` (OpenAI's).
+fn storm_on(model: &str) -> pressure_mock::Behaviour {
+    let mut phase = pressure_mock::Phase::normal("storm").on_models(&[model]);
+    phase.overload_share = 1.0;
+    pressure_mock::Behaviour { phases: vec![phase] }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claude_code_is_answered_by_the_openai_backup_in_a_529_storm() {
+    const TEST: &str = "agents::claude_code_is_answered_by_the_openai_backup_in_a_529_storm";
+    let Some(claude) = agent_bin(TEST, "claude") else {
+        return;
+    };
+    bounded(Duration::from_secs(180), async {
+        let stack = Stack::start(ROOMY_BUDGET).await;
+        stack
+            .mock()
+            .set_behaviour(storm_on(CLAUDE_MODEL))
+            .expect("a storm");
+        let run = stack.claude(&claude, "dev-alice", "say ok").await;
+        assert_eq!(run.code, Some(0), "claude -p failed\n{run}\n{}", stack.log_tail());
+        assert!(
+            run.stdout.contains(CODEX_MODEL),
+            "the answer is the backup's (the mock names its model)\n{run}"
+        );
+        let stats = stack.mock().stats();
+        let chat = stats
+            .by_endpoint
+            .get("/v1/chat/completions")
+            .copied()
+            .unwrap_or(0);
+        let messages = stats.by_endpoint.get("/v1/messages").copied().unwrap_or(0);
+        assert!(chat >= 1, "the OpenAI backup answered: {stats:?}");
+        assert!(messages >= 1, "the Anthropic primary was tried: {stats:?}");
+        // One attempt per level and turn (retry.maxAttempts 1): no storm of
+        // retries on the overloaded primary.
+        assert!(messages <= chat, "{stats:?}");
+        stack.stop().await;
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn codex_is_answered_by_the_anthropic_backup_in_a_storm() {
+    const TEST: &str = "agents::codex_is_answered_by_the_anthropic_backup_in_a_storm";
+    let Some(codex) = agent_bin(TEST, "codex") else {
+        return;
+    };
+    bounded(Duration::from_secs(180), async {
+        let stack = Stack::start(ROOMY_BUDGET).await;
+        stack
+            .mock()
+            .set_behaviour(storm_on(CODEX_MODEL))
+            .expect("a storm");
+        let run = stack.codex(&codex, "dev-bob", "say ok").await;
+        assert_eq!(
+            run.code,
+            Some(0),
+            "codex exec failed\n{run}\n{}",
+            stack.log_tail()
+        );
+        assert!(
+            run.stdout.contains(CLAUDE_MODEL),
+            "the answer is the backup's (the mock names its model)\n{run}"
+        );
+        let stats = stack.mock().stats();
+        let messages = stats.by_endpoint.get("/v1/messages").copied().unwrap_or(0);
+        let responses = stats.by_endpoint.get("/v1/responses").copied().unwrap_or(0);
+        assert!(messages >= 1, "the Anthropic backup answered: {stats:?}");
+        assert!(responses >= 1, "the Responses primary was tried: {stats:?}");
+        assert!(responses <= messages, "{stats:?}");
+        stack.stop().await;
+    })
+    .await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn codex_answers_through_the_gateway_and_its_tenant_pays_the_bill() {
     const TEST: &str = "agents::codex_answers_through_the_gateway_and_its_tenant_pays_the_bill";
@@ -102,9 +181,10 @@ async fn codex_answers_through_the_gateway_and_its_tenant_pays_the_bill() {
             stack.log_tail()
         );
         assert!(!run.stdout.trim().is_empty(), "codex printed no answer\n{run}");
+        let stats = stack.mock().stats();
         assert!(
-            stack.mock().stats().requests >= 1,
-            "codex's turn reached the mock"
+            stats.by_endpoint.get("/v1/responses").copied().unwrap_or(0) >= 1,
+            "Codex's turn reached the mock's /v1/responses: {stats:?}"
         );
         assert_spend_is_the_bill(&stack, "dev-bob").await;
         assert_eq!(stack.tenant_spend("dev-alice").await, 0, "dev-alice paid nothing");

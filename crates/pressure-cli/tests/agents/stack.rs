@@ -212,21 +212,41 @@ fn config(listen: u16, admin: u16, mock: &str, budget: u64) -> Value {
         "pressure": { "perTenant": { "enabled": true, "limits": {
             "requestsPerDay": REQUESTS_PER_DAY, "costMicroUsdPerDay": budget
         } } },
+        // Claude Code's ids go to the Anthropic provider with an OpenAI
+        // (chat completions) backup; Codex's to the OpenAI Responses
+        // provider with the Anthropic one as backup: each agent's own wire
+        // first, the other vendor's on a storm.
         "llm": {
             "providers": {
                 "anthropic": { "kind": "anthropic", "baseUrl": mock },
-                "openai": { "kind": "openai", "baseUrl": mock }
+                "openai": { "kind": "openai", "baseUrl": mock },
+                "responses": { "kind": "openai-responses", "baseUrl": mock }
             },
-            "models": [model("anthropic", CLAUDE_MODEL), model("openai", CODEX_MODEL)],
-            "useCases": { "coding": {
-                "chain": [
-                    { "model": format!("anthropic/{CLAUDE_MODEL}") },
-                    { "model": format!("openai/{CODEX_MODEL}") }
-                ],
-                "aliases": ["claude-*", "gpt-5*", "*codex*"],
-                "retry": { "maxAttempts": 1 },
-                "totalMs": 60_000
-            } }
+            "models": [
+                model("anthropic", CLAUDE_MODEL),
+                model("openai", CODEX_MODEL),
+                model("responses", CODEX_MODEL)
+            ],
+            "useCases": {
+                "claude": {
+                    "chain": [
+                        { "model": format!("anthropic/{CLAUDE_MODEL}") },
+                        { "model": format!("openai/{CODEX_MODEL}") }
+                    ],
+                    "aliases": ["claude-*"],
+                    "retry": { "maxAttempts": 1 },
+                    "totalMs": 60_000
+                },
+                "codex": {
+                    "chain": [
+                        { "model": format!("responses/{CODEX_MODEL}") },
+                        { "model": format!("anthropic/{CLAUDE_MODEL}") }
+                    ],
+                    "aliases": ["gpt-5*", "*codex*"],
+                    "retry": { "maxAttempts": 1 },
+                    "totalMs": 60_000
+                }
+            }
         }
     } })
 }
