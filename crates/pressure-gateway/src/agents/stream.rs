@@ -26,7 +26,7 @@ use crate::openai::DEGRADATION_HEADER;
 use crate::rejection::Rejection;
 use axum::body::Body;
 use bytes::Bytes;
-use futures::StreamExt;
+use futures::{FutureExt, StreamExt};
 use http::{HeaderValue, Response, StatusCode};
 use pressure_llm::pipeline::{AnswerStream, LlmError};
 use pressure_llm::provider::{ChatChunk, NativeRequest, NATIVE_FIELD};
@@ -37,6 +37,10 @@ use std::time::Duration;
 
 /// The longest silence on a stream before a keep-alive is written.
 pub(crate) const KEEP_ALIVE: Duration = Duration::from_secs(10);
+
+/// The most bytes gathered into one frame from events that are ready
+/// together.
+const BATCH_BYTES: usize = 64 * 1024;
 
 type Item = Option<Result<ChatChunk, LlmError>>;
 
@@ -59,59 +63,70 @@ struct State<D: Dialect> {
 }
 
 impl<D: Dialect> State<D> {
-    /// The next bytes to write, `None` at the end.
+    /// The next bytes to write, `None` at the end: every item the stream
+    /// has ready, written as one frame (a burst of provider events is one
+    /// write to the client, not one per event).
     async fn next_bytes(&mut self) -> Option<Bytes> {
+        let mut out = Vec::new();
         loop {
             if self.ended {
-                return None;
+                break;
             }
             let item = match self.pending.take() {
                 Some(item) => item,
+                None if !out.is_empty() => match self.stream.next().now_or_never() {
+                    Some(item) => item,
+                    None => break,
+                },
                 None => match tokio::time::timeout(KEEP_ALIVE, self.stream.next()).await {
                     Ok(item) => item,
                     Err(_) => {
-                        let mut out = Vec::new();
                         D::keep_alive(&mut out);
-                        return Some(Bytes::from(out));
+                        break;
                     }
                 },
             };
-            let mut out = Vec::new();
-            match (item, &mut self.encoder) {
-                (Some(Ok(mut chunk)), None) => {
-                    if let Some(event) = chunk.extra.remove(NATIVE_FIELD) {
-                        self.failed_natively |= is_failure(&event);
-                        let data = write_native(event, &mut out);
-                        if self.first_native.is_none() {
-                            self.first_native = data;
-                        } else {
-                            self.last_native = data;
-                        }
+            self.write(item, &mut out);
+            if out.len() >= BATCH_BYTES {
+                break;
+            }
+        }
+        (!out.is_empty()).then(|| Bytes::from(out))
+    }
+
+    /// Writes one item of the stream to `out`.
+    fn write(&mut self, item: Item, out: &mut Vec<u8>) {
+        match (item, &mut self.encoder) {
+            (Some(Ok(mut chunk)), None) => {
+                if let Some(event) = chunk.extra.remove(NATIVE_FIELD) {
+                    self.failed_natively |= is_failure(&event);
+                    let data = write_native(event, out);
+                    if self.first_native.is_none() {
+                        self.first_native = data;
+                    } else {
+                        self.last_native = data;
                     }
-                }
-                (Some(Ok(chunk)), Some(encoder)) => D::chunk(encoder, &chunk, &mut out),
-                (Some(Err(_)), _) if self.failed_natively => self.ended = true,
-                (Some(Err(e)), encoder) => {
-                    let rejection = Rejection::Llm(e);
-                    match encoder {
-                        Some(encoder) => D::fail(encoder, &rejection, &mut out),
-                        None => {
-                            let first = self.first_native.as_deref();
-                            let seen = (first, self.last_native.as_deref().or(first));
-                            D::fail_native(&rejection, seen, &mut out);
-                        }
-                    }
-                    self.ended = true;
-                }
-                (None, encoder) => {
-                    if let Some(encoder) = encoder {
-                        D::finish(encoder, &mut out);
-                    }
-                    self.ended = true;
                 }
             }
-            if !out.is_empty() {
-                return Some(Bytes::from(out));
+            (Some(Ok(chunk)), Some(encoder)) => D::chunk(encoder, &chunk, out),
+            (Some(Err(_)), _) if self.failed_natively => self.ended = true,
+            (Some(Err(e)), encoder) => {
+                let rejection = Rejection::Llm(e);
+                match encoder {
+                    Some(encoder) => D::fail(encoder, &rejection, out),
+                    None => {
+                        let first = self.first_native.as_deref();
+                        let seen = (first, self.last_native.as_deref().or(first));
+                        D::fail_native(&rejection, seen, out);
+                    }
+                }
+                self.ended = true;
+            }
+            (None, encoder) => {
+                if let Some(encoder) = encoder {
+                    D::finish(encoder, out);
+                }
+                self.ended = true;
             }
         }
     }
