@@ -5,7 +5,7 @@
 
 use crate::rejection::{self, Rejection};
 use http::HeaderMap;
-use pressure_llm::ingress::{messages, responses, IngressError, Parsed};
+use pressure_llm::ingress::{messages, responses, write_event as event, IngressError, Parsed};
 use pressure_llm::provider::{ChatChunk, ChatResponse, NativeWire};
 use serde_json::{json, Map, Value};
 
@@ -48,15 +48,6 @@ pub(crate) struct Messages;
 
 /// OpenAI's Responses API.
 pub(crate) struct Responses;
-
-/// An SSE event `name` with `data`.
-fn event(out: &mut Vec<u8>, name: &str, data: &Value) {
-    out.extend_from_slice(b"event: ");
-    out.extend_from_slice(name.as_bytes());
-    out.extend_from_slice(b"\ndata: ");
-    out.extend_from_slice(data.to_string().as_bytes());
-    out.extend_from_slice(b"\n\n");
-}
 
 /// Anthropic's error type and message for a failure.
 fn anthropic_error(r: &Rejection) -> (&'static str, String) {

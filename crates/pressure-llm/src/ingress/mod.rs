@@ -16,6 +16,19 @@ pub mod messages;
 pub mod responses;
 
 use crate::provider::ChatRequest;
+use serde_json::Value;
+
+/// Writes one server-sent event of an agent's dialect to `out`:
+/// `event: <name>`, `data: <json>`, a blank line (both APIs name every
+/// event; the one writer of their events).
+pub fn write_event(out: &mut Vec<u8>, name: &str, data: &Value) {
+    out.extend_from_slice(b"event: ");
+    out.extend_from_slice(name.as_bytes());
+    out.extend_from_slice(b"\ndata: ");
+    // A `Value` always serialises; into the buffer, without a String between.
+    let _ = serde_json::to_writer(&mut *out, data);
+    out.extend_from_slice(b"\n\n");
+}
 
 /// An agent's request, read and checked.
 #[derive(Debug, Clone)]

@@ -11,9 +11,9 @@ use super::answer::{Answer, EmbeddingAnswer};
 use super::answer_stream::AnswerStream;
 use super::caller::Caller;
 use super::calls::{Complete, Embed, Open};
-use super::config::ChainLevel;
 use super::config::LlmConfig;
-use super::engine::Engine;
+use super::config::{ChainLevel, UseCaseConfig};
+use super::engine::{Engine, ModelEntry};
 use super::error::{EmbeddingError, LlmError};
 use super::fallback::{FallbackHandler, ManualQueue};
 use super::metrics::{Metrics, MetricsSnapshot};
@@ -127,22 +127,11 @@ impl<B: Backend> LlmClient<B> {
     /// charged), else — and when that call fails — by the gateway's
     /// tokenizer ([`count_prompt`](Self::count_prompt)).
     pub async fn count_tokens(&self, use_case: &str, req: &ChatRequest) -> Result<u64, LlmError> {
-        let uc = self
-            .engine
-            .config
-            .use_cases
-            .get(use_case)
-            .ok_or_else(|| LlmError::UnknownUseCase(use_case.to_owned()))?;
-        let first = uc.chain.iter().find_map(|level| match level {
-            ChainLevel::Model(key) => self.engine.models.get(key),
-            _ => None,
-        });
+        let (uc, first) = self.first_model(use_case)?;
         if let Some(m) = first {
             if let Some(provider) = self.engine.providers.get(&m.provider) {
-                let mut asked = req.clone();
-                asked.model = m.model.clone();
                 let deadline = tokio::time::Instant::now() + uc.total();
-                match provider.count_tokens(&asked, deadline).await {
+                match provider.count_tokens(req, &m.model, deadline).await {
                     Some(Ok(n)) => return Ok(n),
                     Some(Err(e)) => {
                         tracing::warn!(provider = %m.provider, error = %e.message, "count_tokens failed; the tokenizer counts");
@@ -158,23 +147,25 @@ impl<B: Backend> LlmClient<B> {
     /// counts them (its tokenizer), without a call, a reservation or a
     /// charge.
     pub fn count_prompt(&self, use_case: &str, req: &ChatRequest) -> Result<u64, LlmError> {
+        let model = self.first_model(use_case)?.1.map_or("", |m| m.model.as_str());
+        let messages: Vec<(String, String)> =
+            req.messages.iter().map(|m| (m.role.clone(), m.text())).collect();
+        Ok(self.engine.counter.count_chat(model, &messages)?)
+    }
+
+    /// The use case `use_case` and its first model level, if it has one.
+    fn first_model(&self, use_case: &str) -> Result<(&UseCaseConfig, Option<&ModelEntry>), LlmError> {
         let uc = self
             .engine
             .config
             .use_cases
             .get(use_case)
             .ok_or_else(|| LlmError::UnknownUseCase(use_case.to_owned()))?;
-        let model = uc
-            .chain
-            .iter()
-            .find_map(|level| match level {
-                ChainLevel::Model(key) => self.engine.models.get(key).map(|m| m.model.as_str()),
-                _ => None,
-            })
-            .unwrap_or("");
-        let messages: Vec<(String, String)> =
-            req.messages.iter().map(|m| (m.role.clone(), m.text())).collect();
-        Ok(self.engine.counter.count_chat(model, &messages)?)
+        let first = uc.chain.iter().find_map(|level| match level {
+            ChainLevel::Model(key) => self.engine.models.get(key),
+            _ => None,
+        });
+        Ok((uc, first))
     }
 
     /// Runs one event of `use_case`: see the [module docs](super).

@@ -618,10 +618,16 @@ impl ProviderClient {
 
     /// The input tokens of an agent's Messages request as an Anthropic
     /// provider counts them (`POST {baseUrl}/messages/count_tokens`, the
-    /// request's body with `model` set and the fields a count does not
-    /// take left out; its `anthropic-version`/`-beta` passed); `None` when
-    /// this provider cannot count it (another wire, no native request).
-    pub async fn count_tokens(&self, req: &ChatRequest, deadline: Instant) -> Option<Result<u64, CallError>> {
+    /// request's body with `model` (the provider's) set and the fields a
+    /// count does not take left out; its `anthropic-version`/`-beta`
+    /// passed); `None` when this provider cannot count it (another wire, no
+    /// native request).
+    pub async fn count_tokens(
+        &self,
+        req: &ChatRequest,
+        model: &str,
+        deadline: Instant,
+    ) -> Option<Result<u64, CallError>> {
         let native = self.native_of(req)?;
         let uri = self.remote().ok()?.count_tokens.as_ref()?;
         let mut body = native.body.clone();
@@ -636,7 +642,7 @@ impl ProviderClient {
         ] {
             body.remove(field);
         }
-        body.insert("model".into(), Value::String(req.model.clone()));
+        body.insert("model".into(), Value::String(model.to_owned()));
         let body = match serde_json::to_vec(&body) {
             Ok(b) => b,
             Err(e) => {

@@ -54,6 +54,7 @@ mod responses;
 mod sse;
 mod stream;
 mod tag;
+mod translate_error;
 mod types;
 
 pub use client::{Completion, PoolStats, ProviderClient};

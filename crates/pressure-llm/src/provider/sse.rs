@@ -6,6 +6,14 @@
 //! is a comment (a keep-alive), an empty line dispatches the event. The
 //! bytes of an unfinished line are kept for the next chunk.
 
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use futures::Stream;
+
+use super::body::{BodyError, BodyStream};
+
 /// The chat-completions SSE text of an internal chunk carrying one
 /// provider event verbatim ([`NATIVE_FIELD`](super::types::NATIVE_FIELD)):
 /// no choices, so the chat path sees nothing in it; an ingress of the
@@ -20,6 +28,74 @@ pub(crate) fn native_event_chunk(name: Option<&str>, data: &str) -> String {
         super::types::NATIVE_FIELD,
         quoted(data)
     )
+}
+
+/// A provider's events, one at a time and in order, as the
+/// chat-completions SSE text they stand for (empty when nothing).
+pub(crate) trait EventTranslate: Send + 'static {
+    /// The SSE text for one event (`event:` name and `data:`).
+    fn event(&mut self, name: Option<&str>, data: &str) -> String;
+}
+
+/// A response body of a provider's events, translated on the fly by `T`:
+/// every body chunk from the provider yields one translated chunk (possibly
+/// empty), so the read timeout between chunks measures the provider's
+/// silence, not the translation's.
+struct Translated<T> {
+    body: BodyStream,
+    parser: SseParser,
+    translator: T,
+    ended: bool,
+}
+
+impl<T: EventTranslate> Translated<T> {
+    /// The chat-completions SSE text of `events`.
+    fn translate(&mut self, events: Vec<SseEvent>) -> String {
+        events
+            .iter()
+            .map(|(name, data)| self.translator.event(name.as_deref(), data))
+            .collect()
+    }
+}
+
+impl<T: EventTranslate + Unpin> Stream for Translated<T> {
+    type Item = Result<Bytes, BodyError>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let this = &mut *self;
+        if this.ended {
+            return Poll::Ready(None);
+        }
+        match this.body.as_mut().poll_next(cx) {
+            Poll::Ready(Some(Ok(bytes))) => {
+                let events = this.parser.feed(&bytes);
+                let out = this.translate(events);
+                Poll::Ready(Some(Ok(Bytes::from(out))))
+            }
+            Poll::Ready(Some(Err(e))) => Poll::Ready(Some(Err(e))),
+            Poll::Ready(None) => {
+                this.ended = true;
+                let events = this.parser.finish();
+                let out = this.translate(events);
+                if out.is_empty() {
+                    Poll::Ready(None)
+                } else {
+                    Poll::Ready(Some(Ok(Bytes::from(out))))
+                }
+            }
+            Poll::Pending => Poll::Pending,
+        }
+    }
+}
+
+/// `body` (a provider's events) as chat-completions events, by `translator`.
+pub(crate) fn translate_body_with<T: EventTranslate + Unpin>(body: BodyStream, translator: T) -> BodyStream {
+    Box::pin(Translated {
+        body,
+        parser: SseParser::default(),
+        translator,
+        ended: false,
+    })
 }
 
 /// One event: its `event:` name, if any, and its data.

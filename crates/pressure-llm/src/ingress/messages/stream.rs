@@ -270,13 +270,9 @@ impl StreamEncoder {
     }
 }
 
-/// One server-sent event: `event: <name>`, `data: <json>`, a blank line.
+/// One server-sent event ([`write_event`](crate::ingress::write_event)).
 fn event(out: &mut Vec<u8>, name: &str, data: &Value) {
-    out.extend_from_slice(b"event: ");
-    out.extend_from_slice(name.as_bytes());
-    out.extend_from_slice(b"\ndata: ");
-    out.extend_from_slice(data.to_string().as_bytes());
-    out.extend_from_slice(b"\n\n");
+    crate::ingress::write_event(out, name, data);
 }
 
 #[cfg(test)]

@@ -385,7 +385,7 @@ impl StreamEncoder {
             data.extend(fields);
         }
         self.sequence = self.sequence.saturating_add(1);
-        out.extend_from_slice(format!("event: {ty}\ndata: {}\n\n", Value::Object(data)).as_bytes());
+        crate::ingress::write_event(out, ty, &Value::Object(data));
     }
 }
 

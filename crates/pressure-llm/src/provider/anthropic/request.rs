@@ -35,6 +35,7 @@
 //! unknown role, a content part or tool type Anthropic has no block for, a
 //! tool call whose `arguments` are not a JSON object.
 
+use crate::provider::translate_error::TranslateError;
 use serde_json::{json, Map, Value};
 
 use super::ANSWER_TOOL;
@@ -45,29 +46,13 @@ use crate::provider::types::{ChatRequest, Message, MessageContent};
 /// for the call (the model's `defaultMaxTokens` or `maxOutputTokens`).
 pub(crate) const DEFAULT_MAX_TOKENS: u32 = 4096;
 
-/// A chat request that has no Messages-API equivalent.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("cannot translate the request for an anthropic provider: {message}")]
-pub(crate) struct TranslateError {
-    /// What cannot be expressed.
-    pub message: String,
-    /// The request field at fault, for the 400's `param`, when one is.
-    pub param: Option<&'static str>,
-}
-
 fn bad(message: impl Into<String>) -> TranslateError {
-    TranslateError {
-        message: message.into(),
-        param: None,
-    }
+    TranslateError::bad("anthropic", message)
 }
 
 /// A refusal of the request field `param`.
 fn refuse(param: &'static str, message: impl Into<String>) -> TranslateError {
-    TranslateError {
-        message: message.into(),
-        param: Some(param),
-    }
+    TranslateError::refuse("anthropic", param, message)
 }
 
 /// Anthropic's highest `temperature` (OpenAI's is 2).

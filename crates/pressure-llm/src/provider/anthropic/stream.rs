@@ -31,17 +31,13 @@
 //! provider's silence, not the translation's.
 
 use std::collections::HashMap;
-use std::pin::Pin;
-use std::task::{Context, Poll};
 
-use bytes::Bytes;
-use futures::Stream;
 use serde_json::{json, Map, Value};
 
 use super::response::{finish_reason, to_usage};
 use super::ANSWER_TOOL;
-use crate::provider::body::{BodyError, BodyStream};
-use crate::provider::sse::{native_event_chunk, SseEvent, SseParser};
+use crate::provider::body::BodyStream;
+use crate::provider::sse::{native_event_chunk, translate_body_with, EventTranslate};
 
 /// What a content block of the answer is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -262,74 +258,25 @@ impl EventTranslator {
     }
 }
 
-/// A response body of Anthropic events, translated on the fly; see the module docs.
-struct Translated {
-    body: BodyStream,
-    parser: SseParser,
-    translator: EventTranslator,
-    ended: bool,
-}
-
-impl Translated {
-    /// The chat-completions SSE text of Anthropic `events`.
-    fn translate(&mut self, events: Vec<SseEvent>) -> String {
-        events
-            .iter()
-            .map(|(name, data)| self.translator.event(name.as_deref(), data))
-            .collect()
+impl EventTranslate for EventTranslator {
+    fn event(&mut self, name: Option<&str>, data: &str) -> String {
+        EventTranslator::event(self, name, data)
     }
 }
 
-impl Stream for Translated {
-    type Item = Result<Bytes, BodyError>;
-
-    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
-        let this = &mut *self;
-        if this.ended {
-            return Poll::Ready(None);
-        }
-        match this.body.as_mut().poll_next(cx) {
-            Poll::Ready(Some(Ok(bytes))) => {
-                let events = this.parser.feed(&bytes);
-                let out = this.translate(events);
-                Poll::Ready(Some(Ok(Bytes::from(out))))
-            }
-            Poll::Ready(Some(Err(e))) => Poll::Ready(Some(Err(e))),
-            Poll::Ready(None) => {
-                this.ended = true;
-                let events = this.parser.finish();
-                let out = this.translate(events);
-                if out.is_empty() {
-                    Poll::Ready(None)
-                } else {
-                    Poll::Ready(Some(Ok(Bytes::from(out))))
-                }
-            }
-            Poll::Pending => Poll::Pending,
-        }
-    }
-}
-
-/// `body` (Anthropic events) as chat-completions events; with
-/// `keep_native`, each event also verbatim before its translation.
 pub(crate) fn translate_body(body: BodyStream, keep_native: bool) -> BodyStream {
     let translator = if keep_native {
         EventTranslator::keeping_native()
     } else {
         EventTranslator::new()
     };
-    Box::pin(Translated {
-        body,
-        parser: SseParser::default(),
-        translator,
-        ended: false,
-    })
+    translate_body_with(body, translator)
 }
 
 /// The chat-completions SSE text of a whole Anthropic event stream (for tests).
 #[cfg(test)]
 pub(crate) fn translate_all(sse: &str) -> String {
-    let mut parser = SseParser::default();
+    let mut parser = crate::provider::sse::SseParser::default();
     let mut tr = EventTranslator::new();
     let mut events = parser.feed(sse.as_bytes());
     events.extend(parser.finish());
@@ -342,6 +289,7 @@ pub(crate) fn translate_all(sse: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::provider::sse::{SseEvent, SseParser};
 
     /// The `data:` payloads of translated SSE text, `[DONE]` as a string, comments left out.
     fn events(sse: &str) -> Vec<Value> {

@@ -11,33 +11,18 @@
 //! `input_audio`), a tool type other than `function`, a tool message
 //! without `tool_call_id`, a malformed `tool_choice` or `response_format`.
 
+use crate::provider::translate_error::TranslateError;
 use serde_json::{json, Map, Value};
 
 use crate::provider::types::{ChatRequest, Message, MessageContent, NativeWire};
 
-/// A chat request that has no Responses-API equivalent.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("cannot translate the request for an openai-responses provider: {message}")]
-pub(crate) struct TranslateError {
-    /// What cannot be expressed.
-    pub message: String,
-    /// The request field at fault, for the 400's `param`, when one is.
-    pub param: Option<&'static str>,
-}
-
 fn bad(message: impl Into<String>) -> TranslateError {
-    TranslateError {
-        message: message.into(),
-        param: None,
-    }
+    TranslateError::bad("openai-responses", message)
 }
 
 /// A refusal of the request field `param`.
 fn refuse(param: &'static str, message: impl Into<String>) -> TranslateError {
-    TranslateError {
-        message: message.into(),
-        param: Some(param),
-    }
+    TranslateError::refuse("openai-responses", param, message)
 }
 
 /// Chat fields sent under the same name and meaning.

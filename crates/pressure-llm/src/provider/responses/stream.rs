@@ -30,17 +30,12 @@
 //! between chunks measures the provider's silence, not the translation's.
 
 use std::collections::HashMap;
-use std::pin::Pin;
-use std::task::{Context, Poll};
 
-use bytes::Bytes;
-use futures::Stream;
 use serde_json::{json, Value};
 
 use super::response::{finish_reason, to_usage};
-use crate::provider::body::{BodyError, BodyStream};
-use crate::provider::sse::native_event_chunk;
-use crate::provider::sse::{SseEvent, SseParser};
+use crate::provider::body::BodyStream;
+use crate::provider::sse::{native_event_chunk, translate_body_with, EventTranslate};
 
 /// The error `type` [`taxonomy::classify`](crate::taxonomy::classify)
 /// reads for a Responses error `code` inside a 200 stream (where the
@@ -283,68 +278,20 @@ impl EventTranslator {
     }
 }
 
-/// A response body of Responses events, translated on the fly; see the module docs.
-struct Translated {
-    body: BodyStream,
-    parser: SseParser,
-    translator: EventTranslator,
-    ended: bool,
-}
-
-impl Translated {
-    /// The chat-completions SSE text of Responses `events`.
-    fn translate(&mut self, events: Vec<SseEvent>) -> String {
-        events
-            .iter()
-            .map(|(name, data)| self.translator.event(name.as_deref(), data))
-            .collect()
+impl EventTranslate for EventTranslator {
+    fn event(&mut self, name: Option<&str>, data: &str) -> String {
+        EventTranslator::event(self, name, data)
     }
 }
 
-impl Stream for Translated {
-    type Item = Result<Bytes, BodyError>;
-
-    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
-        let this = &mut *self;
-        if this.ended {
-            return Poll::Ready(None);
-        }
-        match this.body.as_mut().poll_next(cx) {
-            Poll::Ready(Some(Ok(bytes))) => {
-                let events = this.parser.feed(&bytes);
-                let out = this.translate(events);
-                Poll::Ready(Some(Ok(Bytes::from(out))))
-            }
-            Poll::Ready(Some(Err(e))) => Poll::Ready(Some(Err(e))),
-            Poll::Ready(None) => {
-                this.ended = true;
-                let events = this.parser.finish();
-                let out = this.translate(events);
-                if out.is_empty() {
-                    Poll::Ready(None)
-                } else {
-                    Poll::Ready(Some(Ok(Bytes::from(out))))
-                }
-            }
-            Poll::Pending => Poll::Pending,
-        }
-    }
-}
-
-/// `body` (Responses events) as chat-completions events; with
-/// `keep_native`, each event also passed on verbatim (see the module docs).
 pub(crate) fn translate_body(body: BodyStream, keep_native: bool) -> BodyStream {
-    Box::pin(Translated {
-        body,
-        parser: SseParser::default(),
-        translator: EventTranslator::new(keep_native),
-        ended: false,
-    })
+    translate_body_with(body, EventTranslator::new(keep_native))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::provider::sse::SseParser;
     use crate::provider::types::ChatChunk;
     use crate::provider::types::NATIVE_FIELD;
     use crate::taxonomy::{classify, ErrorKind};
