@@ -97,75 +97,6 @@ fn storm_on(model: &str) -> pressure_mock::Behaviour {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn claude_code_is_answered_by_the_openai_backup_in_a_529_storm() {
-    const TEST: &str = "agents::claude_code_is_answered_by_the_openai_backup_in_a_529_storm";
-    let Some(claude) = agent_bin(TEST, "claude") else {
-        return;
-    };
-    bounded(Duration::from_secs(180), async {
-        let stack = Stack::start(ROOMY_BUDGET).await;
-        stack
-            .mock()
-            .set_behaviour(storm_on(CLAUDE_MODEL))
-            .expect("a storm");
-        let run = stack.claude(&claude, "dev-alice", "say ok").await;
-        assert_eq!(run.code, Some(0), "claude -p failed\n{run}\n{}", stack.log_tail());
-        assert!(
-            run.stdout.contains(CODEX_MODEL),
-            "the answer is the backup's (the mock names its model)\n{run}"
-        );
-        let stats = stack.mock().stats();
-        let chat = stats
-            .by_endpoint
-            .get("/v1/chat/completions")
-            .copied()
-            .unwrap_or(0);
-        let messages = stats.by_endpoint.get("/v1/messages").copied().unwrap_or(0);
-        assert!(chat >= 1, "the OpenAI backup answered: {stats:?}");
-        assert!(messages >= 1, "the Anthropic primary was tried: {stats:?}");
-        // One attempt per level and turn (retry.maxAttempts 1): no storm of
-        // retries on the overloaded primary.
-        assert!(messages <= chat, "{stats:?}");
-        stack.stop().await;
-    })
-    .await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn codex_is_answered_by_the_anthropic_backup_in_a_storm() {
-    const TEST: &str = "agents::codex_is_answered_by_the_anthropic_backup_in_a_storm";
-    let Some(codex) = agent_bin(TEST, "codex") else {
-        return;
-    };
-    bounded(Duration::from_secs(180), async {
-        let stack = Stack::start(ROOMY_BUDGET).await;
-        stack
-            .mock()
-            .set_behaviour(storm_on(CODEX_MODEL))
-            .expect("a storm");
-        let run = stack.codex(&codex, "dev-bob", "say ok").await;
-        assert_eq!(
-            run.code,
-            Some(0),
-            "codex exec failed\n{run}\n{}",
-            stack.log_tail()
-        );
-        assert!(
-            run.stdout.contains(CLAUDE_MODEL),
-            "the answer is the backup's (the mock names its model)\n{run}"
-        );
-        let stats = stack.mock().stats();
-        let messages = stats.by_endpoint.get("/v1/messages").copied().unwrap_or(0);
-        let responses = stats.by_endpoint.get("/v1/responses").copied().unwrap_or(0);
-        assert!(messages >= 1, "the Anthropic backup answered: {stats:?}");
-        assert!(responses >= 1, "the Responses primary was tried: {stats:?}");
-        assert!(responses <= messages, "{stats:?}");
-        stack.stop().await;
-    })
-    .await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn codex_answers_through_the_gateway_and_its_tenant_pays_the_bill() {
     const TEST: &str = "agents::codex_answers_through_the_gateway_and_its_tenant_pays_the_bill";
     let Some(codex) = agent_bin(TEST, "codex") else {
@@ -193,32 +124,100 @@ async fn codex_answers_through_the_gateway_and_its_tenant_pays_the_bill() {
     .await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn claude_code_stops_at_once_on_a_spent_budget_with_the_gateways_message() {
-    const TEST: &str = "agents::claude_code_stops_at_once_on_a_spent_budget_with_the_gateways_message";
-    let Some(claude) = agent_bin(TEST, "claude") else {
+/// The agent a test runs, its developer's key, and the mock endpoints of
+/// its own wire and of its backup's.
+#[derive(Debug, Clone, Copy)]
+enum Agent {
+    /// Claude Code: Anthropic first, OpenAI's chat completions as backup.
+    Claude,
+    /// Codex CLI: OpenAI's Responses first, Anthropic as backup.
+    Codex,
+}
+
+impl Agent {
+    /// The binary's name in `tools/agents`.
+    fn bin(self) -> &'static str {
+        match self {
+            Self::Claude => "claude",
+            Self::Codex => "codex",
+        }
+    }
+
+    /// The developer's API key (and tenant).
+    fn key(self) -> &'static str {
+        match self {
+            Self::Claude => "dev-alice",
+            Self::Codex => "dev-bob",
+        }
+    }
+
+    /// The model of its primary, the mock endpoint of its primary and of
+    /// its backup, and the model its backup answers as.
+    fn chain(self) -> (&'static str, &'static str, &'static str, &'static str) {
+        match self {
+            Self::Claude => (CLAUDE_MODEL, "/v1/messages", "/v1/chat/completions", CODEX_MODEL),
+            Self::Codex => (CODEX_MODEL, "/v1/responses", "/v1/messages", CLAUDE_MODEL),
+        }
+    }
+
+    /// One run of the agent on `prompt` through `stack`.
+    async fn run(self, stack: &Stack, bin: &std::path::Path, prompt: &str) -> stack::Run {
+        match self {
+            Self::Claude => stack.claude(bin, self.key(), prompt).await,
+            Self::Codex => stack.codex(bin, self.key(), prompt).await,
+        }
+    }
+}
+
+/// `agent` in a storm on its primary (529 on Anthropic's wire, 503 on
+/// OpenAI's): answered by the other vendor's backup, the primary tried no
+/// more often than the backup answered (no retry storm).
+async fn answered_by_the_backup_in_a_storm(test: &str, agent: Agent) {
+    let Some(bin) = agent_bin(test, agent.bin()) else {
+        return;
+    };
+    let (primary_model, primary, backup, backup_model) = agent.chain();
+    bounded(Duration::from_secs(180), async {
+        let stack = Stack::start(ROOMY_BUDGET).await;
+        stack
+            .mock()
+            .set_behaviour(storm_on(primary_model))
+            .expect("a storm");
+        let run = agent.run(&stack, &bin, "say ok").await;
+        assert_eq!(run.code, Some(0), "{agent:?} failed\n{run}\n{}", stack.log_tail());
+        assert!(
+            run.stdout.contains(backup_model),
+            "the answer is the backup's (the mock names its model)\n{run}"
+        );
+        let stats = stack.mock().stats();
+        let at = |endpoint: &str| stats.by_endpoint.get(endpoint).copied().unwrap_or(0);
+        assert!(at(backup) >= 1, "the backup answered: {stats:?}");
+        assert!(at(primary) >= 1, "the primary was tried: {stats:?}");
+        assert!(at(primary) <= at(backup), "{stats:?}");
+        stack.stop().await;
+    })
+    .await;
+}
+
+/// `agent` over a spent budget: it exits non-zero at once, `says` in its
+/// output, after one request that reached no provider (no retry storm).
+async fn stops_at_once_on_a_spent_budget(test: &str, agent: Agent, says: &str) {
+    let Some(bin) = agent_bin(test, agent.bin()) else {
         return;
     };
     bounded(Duration::from_secs(180), async {
         let stack = Stack::start(ROOMY_BUDGET).await;
-        stack.set_budget("dev-alice", SPENT_BUDGET).await;
-        let run = stack.claude(&claude, "dev-alice", "say ok").await;
+        stack.set_budget(agent.key(), SPENT_BUDGET).await;
+        let run = agent.run(&stack, &bin, "say ok").await;
         assert_ne!(
             run.code,
             Some(0),
-            "claude -p succeeded over a spent budget\n{run}"
+            "{agent:?} succeeded over a spent budget\n{run}"
         );
-        // The gateway's own message ("… costMicroUsdPerDay budget of 1 …"),
-        // which Claude Code prints after "API Error: Request rejected (429)".
-        assert!(
-            run.all().contains("costMicroUsdPerDay"),
-            "the gateway's message is not in Claude Code's output\n{run}"
-        );
-        // Refused before any provider call; and one refusal, no retries
-        // (x-should-retry: false): the gateway counted one request.
+        assert!(run.all().contains(says), "{agent:?} did not say {says:?}\n{run}");
         assert_eq!(stack.mock().stats().requests, 0, "no call reached the provider");
         assert_eq!(
-            stack.gateway_requests_of("dev-alice").await,
+            stack.gateway_requests_of(agent.key()).await,
             1,
             "one request, no retry storm\n{}",
             stack.log_tail()
@@ -229,37 +228,32 @@ async fn claude_code_stops_at_once_on_a_spent_budget_with_the_gateways_message()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claude_code_is_answered_by_the_openai_backup_in_a_529_storm() {
+    const TEST: &str = "agents::claude_code_is_answered_by_the_openai_backup_in_a_529_storm";
+    answered_by_the_backup_in_a_storm(TEST, Agent::Claude).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn codex_is_answered_by_the_anthropic_backup_in_a_storm() {
+    const TEST: &str = "agents::codex_is_answered_by_the_anthropic_backup_in_a_storm";
+    answered_by_the_backup_in_a_storm(TEST, Agent::Codex).await;
+}
+
+/// Claude Code obeys `x-should-retry: false` and prints the gateway's own
+/// message after "API Error: Request rejected (429)".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claude_code_stops_at_once_on_a_spent_budget_with_the_gateways_message() {
+    const TEST: &str = "agents::claude_code_stops_at_once_on_a_spent_budget_with_the_gateways_message";
+    stops_at_once_on_a_spent_budget(TEST, Agent::Claude, "costMicroUsdPerDay").await;
+}
+
+/// Codex stops only on `insufficient_quota`, and prints its own text for
+/// it, not the gateway's message (fixtures/agents/README.md); anything else
+/// it retries five times.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn codex_stops_at_once_on_a_spent_budget() {
     const TEST: &str = "agents::codex_stops_at_once_on_a_spent_budget";
-    let Some(codex) = agent_bin(TEST, "codex") else {
-        return;
-    };
-    bounded(Duration::from_secs(180), async {
-        let stack = Stack::start(ROOMY_BUDGET).await;
-        stack.set_budget("dev-bob", SPENT_BUDGET).await;
-        let run = stack.codex(&codex, "dev-bob", "say ok").await;
-        assert_ne!(
-            run.code,
-            Some(0),
-            "codex exec succeeded over a spent budget\n{run}"
-        );
-        // Codex prints its own text for `insufficient_quota`, not the
-        // gateway's message (fixtures/agents/README.md); anything else it
-        // retries five times.
-        assert!(
-            run.all().contains("Quota exceeded"),
-            "codex did not take the refusal for a spent quota\n{run}"
-        );
-        assert_eq!(stack.mock().stats().requests, 0, "no call reached the provider");
-        assert_eq!(
-            stack.gateway_requests_of("dev-bob").await,
-            1,
-            "one request, no retry storm\n{}",
-            stack.log_tail()
-        );
-        stack.stop().await;
-    })
-    .await;
+    stops_at_once_on_a_spent_budget(TEST, Agent::Codex, "Quota exceeded").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
