@@ -27,10 +27,22 @@ impl Drop for TempDir {
     }
 }
 
-/// A port that was free on loopback a moment ago.
+/// A port that was free on loopback a moment ago, and not one this test
+/// process was given before.
 pub(crate) fn free_port() -> u16 {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind a free port");
-    listener.local_addr().expect("local addr").port()
+    // The kernel may hand the same port out again once its listener is
+    // closed: two calls of one test (the proxy's and the admin's port)
+    // must never get the same one.
+    static GIVEN: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
+    loop {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind a free port");
+        let port = listener.local_addr().expect("local addr").port();
+        let mut given = GIVEN.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if !given.contains(&port) {
+            given.push(port);
+            return port;
+        }
+    }
 }
 
 /// An upstream on `127.0.0.1:0`: `/hold` tells the test it arrived (see

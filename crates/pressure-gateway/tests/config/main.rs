@@ -769,7 +769,7 @@ const CASES: &[Case] = &[
                 }
             })
         },
-        "gateway.llm.providers.claude.kind: unknown value `gemini` (expected one of `openai`, `anthropic`, `local`)",
+        "gateway.llm.providers.claude.kind: unknown value `gemini` (expected one of `openai`, `anthropic`, `openai-responses`, `local`)",
     ),
     (
         "llm: a local provider without its model directory",
