@@ -19,6 +19,7 @@ mod support;
 
 mod failures;
 mod fake;
+mod keep_alive;
 mod messages;
 mod money;
 mod refusals;
