@@ -15,9 +15,10 @@ use crate::layers::release::{ReleaseFuture, ReleaseService};
 use crate::layers::route::{PlanCell, RouteFuture, RouteLayer, RouteService};
 use crate::layers::tenant::TenantLayer;
 use crate::layers::{Outcome, StepFuture, Stepped};
+use crate::llm_layer::LlmLayer;
 use crate::manual_queue::RedisManualQueue;
 use crate::metrics::GatewayMetrics;
-use crate::openai::{Llm, OpenAiLayer};
+use crate::openai::Llm;
 use crate::overrides::store::Overrides;
 use crate::overrides::LiveOverrides;
 use crate::plan::Plan;
@@ -45,7 +46,7 @@ use tower::ServiceBuilder;
 type Stack = RouteService<
     Stepped<
         BodyLimitLayer,
-        ReleaseService<Stepped<PreAuthLayer, Stepped<TenantLayer, Stepped<OpenAiLayer, Forward>>>>,
+        ReleaseService<Stepped<PreAuthLayer, Stepped<TenantLayer, Stepped<LlmLayer, Forward>>>>,
     >,
 >;
 
@@ -331,7 +332,7 @@ impl Gateway {
                 .layer(ReleaseLayer::new(Arc::clone(&metrics)))
                 .layer(PreAuthLayer::new(Arc::clone(&metrics)))
                 .layer(TenantLayer::new(self.inner.broker.clone(), metrics))
-                .layer(OpenAiLayer)
+                .layer(LlmLayer)
                 .service(Forward::new(proxy)),
         )
     }

@@ -34,6 +34,7 @@ pub mod demo_upstream;
 mod denial_log;
 mod gateway;
 mod layers;
+mod llm_layer;
 pub mod manual_queue;
 mod metrics;
 pub mod openai;

@@ -60,6 +60,7 @@ mod dates;
 mod decide;
 mod dialect;
 mod endpoint;
+mod key;
 mod price;
 mod quota;
 mod record;

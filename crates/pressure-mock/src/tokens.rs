@@ -86,7 +86,7 @@ pub(crate) fn prefix_key(model: &str, messages: &[Counted<'_>], n: u64) -> u64 {
             .collect(),
         None => text.bytes().take(take.saturating_mul(4)).collect(),
     };
-    crate::cache::key_of([model.as_bytes(), b"prefix", &n.to_le_bytes(), &ids])
+    crate::key::key_of([model.as_bytes(), b"prefix", &n.to_le_bytes(), &ids])
 }
 
 /// Prompt tokens of a chat prompt, framing included.

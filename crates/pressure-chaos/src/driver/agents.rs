@@ -30,14 +30,13 @@ use pressure_mock::{Arrival, Behaviour, Outcome, Phase, Price, BAD_REQUEST_MARKE
 use serde_json::{json, Value};
 use tokio::time::Instant;
 
-use super::analysis::TransitionAt;
 use super::criteria::{
     breaker_criteria, criterion, storm_window, RunData, RECOVERY_GRACE_MS, RECOVERY_SHARE,
 };
-use super::load::{ms_since, Sample, BAD_REQUEST_EVERY, CLIENT_TIMEOUT, PROMPTS};
+use super::load::{ms_since, request_shape, Sample, CLIENT_TIMEOUT, PROMPTS};
 use super::scenario::{Scenario, CLAUDE_BACKUP, CLAUDE_PRIMARY, GPT_BACKUP, GPT_PRIMARY};
 use super::stack::{Stack, StackSettings, STORE_TIMEOUT_MS};
-use super::{settle, ChaosError, ChaosOptions, Progress};
+use super::{observe, settle, ChaosError, ChaosOptions, Observed, Progress};
 use crate::report::Criterion;
 
 /// The scenario's name.
@@ -327,13 +326,12 @@ async fn drive(load: &Load, t0: Instant, done: Arc<AtomicU64>) -> Vec<AgentSampl
         tokio::spawn(async move {
             let (dialect, tenant, stream) = worker(w, load.streaming);
             let mut samples = Vec::new();
-            let mut n: u64 = 0;
+            let mut n: usize = 0;
             let mut next = Instant::now();
             while next < end {
                 tokio::time::sleep_until(next).await;
                 next = Instant::now() + PACE;
-                let bad = (n + w as u64) % BAD_REQUEST_EVERY == BAD_REQUEST_EVERY - 1;
-                let index = (n as usize + w) % PROMPTS.len();
+                let (bad, index) = request_shape(n, w);
                 let id = format!("{}-{tenant}-{w}-{n}", load.tag);
                 let call = Call {
                     dialect,
@@ -798,29 +796,11 @@ pub(super) async fn run(
     let after = spend(&http, stack.admin).await;
 
     let end_ms = t0.elapsed().as_secs_f64() * 1_000.0;
-    let offset_ms = t0.saturating_duration_since(stack.mock.started()).as_secs_f64() * 1_000.0;
-    let mut arrivals = stack.mock.arrivals();
-    for a in &mut arrivals {
-        a.at_ms -= offset_ms;
-    }
-    let transitions = registry
-        .recent_transitions()
-        .into_iter()
-        .filter(|t| t.at_nanos >= t0_nanos)
-        .map(|t| TransitionAt {
-            at_ms: (t.at_nanos - t0_nanos) as f64 / 1e6,
-            breaker: t.name.to_string(),
-            from: t.from,
-            to: t.to,
-        })
-        .collect();
-    let leaks = stack
-        .broker
-        .local_stats()
-        .into_iter()
-        .filter(|s| s.active.unwrap_or(0) > 0)
-        .map(|s| format!("{}: {}", s.resource, s.active.unwrap_or(0)))
-        .collect();
+    let Observed {
+        arrivals,
+        transitions,
+        leaks,
+    } = observe(&stack, t0, t0_nanos);
     let mock = stack.mock.stats();
     stack.stop().await;
     let spend = match (before, after) {
@@ -1109,7 +1089,7 @@ fn refused_charge(
     let prompt = *prompt_of.get(a.request_id.as_deref()?)?;
     let tokens = *input_of.get(&(a.model.as_str(), prompt))?;
     let price = PRICES.iter().find(|(m, _)| *m == a.model)?.1;
-    Some((u128::from(tokens) * u128::from(price.input_micro_usd_per_1m)).div_ceil(1_000_000) as u64)
+    Some(price.cost(tokens, 0).micro_usd())
 }
 
 fn money(run: &AgentRun) -> Criterion {

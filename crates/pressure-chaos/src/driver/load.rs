@@ -16,10 +16,19 @@ use pressure_mock::BAD_REQUEST_MARKER;
 
 /// Every this many requests a worker sends one the provider must refuse
 /// (400), to check that no 400 is ever retried.
-pub(super) const BAD_REQUEST_EVERY: u64 = 30;
+pub(super) const BAD_REQUEST_EVERY: usize = 30;
 /// The longest a client waits for one answer (the use case's deadline is
 /// shorter; this only bounds the run if something is broken).
 pub(super) const CLIENT_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// The `n`-th request of worker `w`: whether it is one of the marked bad
+/// ones (every [`BAD_REQUEST_EVERY`]-th, staggered by worker), and the
+/// index of its prompt in [`PROMPTS`].
+pub(super) fn request_shape(n: usize, w: usize) -> (bool, usize) {
+    // Counters of one run, far from the top: wrapping keeps it total.
+    let k = n.wrapping_add(w);
+    (k % BAD_REQUEST_EVERY == BAD_REQUEST_EVERY - 1, k % PROMPTS.len())
+}
 
 /// Support-ticket prompts (about 100 tokens each), two of which the keyword
 /// rules can answer.
@@ -114,10 +123,10 @@ pub(super) async fn drive(load: &Load, t0: Instant, done: Arc<AtomicU64>) -> Vec
         let done = Arc::clone(&done);
         tokio::spawn(async move {
             let mut samples = Vec::new();
-            let mut n: u64 = 0;
+            let mut n: usize = 0;
             while Instant::now() < end {
-                let bad = (n + w as u64) % BAD_REQUEST_EVERY == BAD_REQUEST_EVERY - 1;
-                let prompt = PROMPTS[(n as usize + w) % PROMPTS.len()];
+                let (bad, index) = request_shape(n, w);
+                let prompt = PROMPTS[index];
                 let id = format!("{}-{w}-{n}", load.tag);
                 let stream = load.streaming.for_worker(w);
                 samples.push(one(&client, &load.url, t0, id, prompt, bad, stream).await);

@@ -264,6 +264,51 @@ fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1_000.0
 }
 
+/// What a run left behind, on the clock of its start.
+struct Observed {
+    /// The mock's arrivals, `at_ms` from the run's start.
+    arrivals: Vec<pressure_mock::Arrival>,
+    /// The breakers' transitions since the start.
+    transitions: Vec<TransitionAt>,
+    /// The broker resources still holding permits (`resource: n`).
+    leaks: Vec<String>,
+}
+
+/// The arrivals, breaker transitions and held permits of a run that
+/// started at `t0` (`t0_nanos` on the LLM client's clock).
+fn observe(stack: &Stack, t0: Instant, t0_nanos: u64) -> Observed {
+    let offset_ms = ms(t0.saturating_duration_since(stack.mock.started()));
+    let mut arrivals = stack.mock.arrivals();
+    for a in &mut arrivals {
+        a.at_ms -= offset_ms;
+    }
+    let transitions = stack
+        .llm
+        .breakers()
+        .recent_transitions()
+        .into_iter()
+        .filter(|t| t.at_nanos >= t0_nanos)
+        .map(|t| TransitionAt {
+            at_ms: ms(Duration::from_nanos(t.at_nanos.saturating_sub(t0_nanos))),
+            breaker: t.name.to_string(),
+            from: t.from,
+            to: t.to,
+        })
+        .collect();
+    let leaks = stack
+        .broker
+        .local_stats()
+        .into_iter()
+        .filter(|s| s.active.unwrap_or(0) > 0)
+        .map(|s| format!("{}: {}", s.resource, s.active.unwrap_or(0)))
+        .collect();
+    Observed {
+        arrivals,
+        transitions,
+        leaks,
+    }
+}
+
 /// One run of `scenario`: start, warm up, load, settle, observe, stop.
 /// The healthy p95 of one more `normal` run (with the budget, like the
 /// first), right after `hang`.
@@ -364,29 +409,11 @@ async fn run_once(
     tokio::time::sleep(Duration::from_millis(300)).await;
 
     let end_ms = ms(t0.elapsed());
-    let offset_ms = ms(t0.saturating_duration_since(stack.mock.started()));
-    let mut arrivals = stack.mock.arrivals();
-    for a in &mut arrivals {
-        a.at_ms -= offset_ms;
-    }
-    let transitions = registry
-        .recent_transitions()
-        .into_iter()
-        .filter(|t| t.at_nanos >= t0_nanos)
-        .map(|t| TransitionAt {
-            at_ms: (t.at_nanos - t0_nanos) as f64 / 1e6,
-            breaker: t.name.to_string(),
-            from: t.from,
-            to: t.to,
-        })
-        .collect();
-    let leaks = stack
-        .broker
-        .local_stats()
-        .into_iter()
-        .filter(|s| s.active.unwrap_or(0) > 0)
-        .map(|s| format!("{}: {}", s.resource, s.active.unwrap_or(0)))
-        .collect();
+    let Observed {
+        arrivals,
+        transitions,
+        leaks,
+    } = observe(&stack, t0, t0_nanos);
     let mock = stack.mock.stats();
     let pool = stack.llm.provider_pools().remove("mock").unwrap_or_default();
     stack.stop().await;

@@ -33,7 +33,7 @@ use pressure_llm::provider::EmbeddingRequest;
 use serde_json::{json, Map, Value};
 
 /// Handles one call of the endpoint ([`respond`]).
-pub(super) async fn embeddings(llm: &LlmClient<AnyBackend>, req: Request<Body>) -> Outcome {
+pub(crate) async fn embeddings(llm: &LlmClient<AnyBackend>, req: Request<Body>) -> Outcome {
     Ok(respond(llm, req, |req, event| handle(llm, req, event)).await)
 }
 

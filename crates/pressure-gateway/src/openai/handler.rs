@@ -90,7 +90,7 @@ where
 }
 
 /// Handles one call of the endpoint ([`respond`]).
-pub(super) async fn chat_completions(llm: &LlmClient<AnyBackend>, req: Request<Body>) -> Response<Body> {
+pub(crate) async fn chat_completions(llm: &LlmClient<AnyBackend>, req: Request<Body>) -> Response<Body> {
     respond(llm, req, |req, event| handle(llm, req, event)).await
 }
 

@@ -3,7 +3,7 @@
 //! (`models`), served by the gateway itself through the LLM pipeline
 //! ([`LlmClient`](pressure_llm::LlmClient)) when `gateway.llm` is configured.
 //!
-//! `OpenAiLayer` sits where the proxy sits, *inside* the release, pre-auth
+//! `crate::llm_layer::LlmLayer`, which hands them their requests, sits where the proxy sits, *inside* the release, pre-auth
 //! and tenant layers: a request to the endpoint is limited like any other
 //! (a `perRoute` entry on `/v1/chat/completions` floors it, and a tenant's
 //! `gateway:tenant:<id>` quota is charged by its LLM and its HTTP traffic
@@ -40,14 +40,14 @@ mod sse;
 mod validate;
 
 pub(crate) use body::read_object;
-use handler::chat_completions;
+pub(crate) use embeddings::embeddings;
+pub(crate) use handler::chat_completions;
 pub use handler::REQUEST_ID_HEADER;
 pub(crate) use handler::{respond_in, Event};
+pub(crate) use models::{list as list_models, retrieve as retrieve_model};
 
-use crate::layers::{routed, step_layer, RejectingService, Step, StepFuture};
-use crate::plan::Endpoint;
 use axum::body::Body;
-use http::{Request, Response};
+use http::Response;
 
 /// The header naming the chain level that answered.
 pub const DEGRADATION_HEADER: &str = "x-pressure-degradation";
@@ -69,37 +69,4 @@ fn json_answer(body: impl Into<Body>, degradation: &'static str) -> Response<Bod
     );
     h.insert(DEGRADATION_HEADER, http::HeaderValue::from_static(degradation));
     resp
-}
-
-/// Serves the OpenAI endpoints of the request's plan; every other request
-/// goes to the inner service.
-#[derive(Debug, Clone, Copy, Default)]
-pub(crate) struct OpenAiLayer;
-
-step_layer!(OpenAiLayer);
-
-impl Step for OpenAiLayer {
-    fn step<S: RejectingService>(&self, next: &mut S, req: Request<Body>) -> StepFuture<S::Future> {
-        let served = routed(&req).and_then(|r| Some((r.route.endpoint, r.plan.llm().cloned()?)));
-        match served {
-            Some((Endpoint::ChatCompletions, llm)) => {
-                StepFuture::boxed(async move { Ok(chat_completions(&llm, req).await) })
-            }
-            Some((Endpoint::Embeddings, llm)) => {
-                StepFuture::boxed(async move { embeddings::embeddings(&llm, req).await })
-            }
-            Some((Endpoint::Messages, llm)) => StepFuture::boxed(async move {
-                Ok(crate::agents::serve::<crate::agents::Messages>(&llm, req).await)
-            }),
-            Some((Endpoint::CountTokens, llm)) => {
-                StepFuture::boxed(async move { Ok(crate::agents::count_tokens(&llm, req).await) })
-            }
-            Some((Endpoint::Responses, llm)) => StepFuture::boxed(async move {
-                Ok(crate::agents::serve::<crate::agents::Responses>(&llm, req).await)
-            }),
-            Some((Endpoint::Models, llm)) => StepFuture::ready(models::list(&llm)),
-            Some((Endpoint::Model, llm)) => StepFuture::ready(models::retrieve(&llm, req.uri().path())),
-            _ => StepFuture::next(next.call(req)),
-        }
-    }
 }

@@ -42,7 +42,7 @@ fn json_response(body: &Value) -> Response<Body> {
 }
 
 /// `GET /v1/models`: every use case, sorted by name.
-pub(super) fn list(llm: &LlmClient<AnyBackend>) -> Outcome {
+pub(crate) fn list(llm: &LlmClient<AnyBackend>) -> Outcome {
     let data: Vec<Value> = llm
         .config()
         .use_cases
@@ -53,7 +53,7 @@ pub(super) fn list(llm: &LlmClient<AnyBackend>) -> Outcome {
 }
 
 /// `GET /v1/models/{id}`: one use case, or `404 model_not_found`.
-pub(super) fn retrieve(llm: &LlmClient<AnyBackend>, path: &str) -> Outcome {
+pub(crate) fn retrieve(llm: &LlmClient<AnyBackend>, path: &str) -> Outcome {
     let id = crate::plan::model_id(path).unwrap_or_default();
     match model_object(llm, id) {
         Some(model) => Ok(json_response(&model)),

@@ -54,8 +54,9 @@ use serde_json::Value;
 use tokio::time::Instant;
 
 use super::{content_events, Call, Due, Endpoint, Event, Output, Reply, Route};
-use crate::cache::{key_of, CacheKind, CacheProbe};
+use crate::cache::{CacheKind, CacheProbe};
 use crate::dialect::Dialect;
+use crate::key::key_of;
 use crate::record::{Outcome, BAD_REQUEST_MARKER};
 use crate::responder::Turn;
 use crate::state::{Draft, Shared, Tracker};
