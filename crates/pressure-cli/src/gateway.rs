@@ -128,7 +128,7 @@ pub(crate) async fn run(args: GatewayArgs) -> anyhow::Result<()> {
             .await
             .with_context(|| format!("demo upstream cannot listen on {addr}"))?;
         eprintln!("demo upstream on http://{addr}");
-        tokio::spawn(pressure_gateway::demo_upstream::serve(listener));
+        tokio::spawn(pressure_mock::demo_upstream::serve(listener));
     }
     let scheme = |tls: bool| if tls { "https" } else { "http" };
     eprintln!(

@@ -18,8 +18,7 @@
 //! out (its [`Plan`], [`Broker`], [`GatewayMetrics`], admin router, serve
 //! options), the proxy on its own ([`ProxyService`]), the servers
 //! ([`serve`], [`serve_with`]), the manual queue in Redis
-//! ([`manual_queue`]), the OpenAI endpoint's headers ([`openai`]) and the
-//! demo upstream ([`demo_upstream`]).
+//! ([`manual_queue`]) and the OpenAI endpoint's headers ([`openai`]).
 
 #![warn(unreachable_pub)]
 
@@ -30,7 +29,6 @@ pub mod backend;
 mod charged;
 pub mod config;
 mod decisions;
-pub mod demo_upstream;
 mod denial_log;
 mod gateway;
 mod layers;

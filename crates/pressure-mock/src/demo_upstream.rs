@@ -5,9 +5,15 @@
 //! answers like an OpenAI-compatible provider (a canned reply with usage), so
 //! the gateway's LLM endpoint can be tried too; `POST /v1/embeddings`
 //! answers small deterministic vectors (`embed`).
+//!
+//! It lives beside the mock provider rather than in the gateway: it is a
+//! stand-in for what the gateway sits in front of, and the CLI and the
+//! gateway's tests serve it without the gateway carrying a demo.
 
 use axum::body::Body;
 use axum::extract::Request;
+use axum::http::header::CONTENT_TYPE;
+use axum::http::Method;
 use axum::response::Response;
 use axum::Router;
 use bytes::Bytes;
@@ -22,8 +28,8 @@ pub fn router() -> Router {
 async fn handle(req: Request) -> Response {
     let path = req.uri().path().to_owned();
     match path.as_str() {
-        "/v1/chat/completions" if req.method() == http::Method::POST => chat(req).await,
-        "/v1/embeddings" if req.method() == http::Method::POST => embed(req).await,
+        "/v1/chat/completions" if req.method() == Method::POST => chat(req).await,
+        "/v1/embeddings" if req.method() == Method::POST => embed(req).await,
         "/slow" => stream("application/octet-stream", |i| format!("chunk {i}\n")),
         "/events" => stream("text/event-stream", |i| format!("data: event {i}\n\n")),
         _ => {
@@ -49,7 +55,7 @@ async fn read_json(req: Request) -> serde_json::Value {
 /// `body` as an `application/json` response.
 fn json_response(body: &serde_json::Value) -> Response {
     Response::builder()
-        .header(http::header::CONTENT_TYPE, "application/json")
+        .header(CONTENT_TYPE, "application/json")
         .body(Body::from(body.to_string()))
         .unwrap_or_default()
 }
@@ -65,7 +71,7 @@ async fn chat(req: Request) -> Response {
         .and_then(|m| m["content"].as_str())
         .unwrap_or("")
         .to_owned();
-    let prompt_tokens = (last.len() / 4 + 8) as u64;
+    let prompt_tokens = u64::try_from(last.len() / 4 + 8).unwrap_or(u64::MAX);
     let answer = format!(
         "Demo answer from {model}: you said {} characters.",
         last.chars().count()
@@ -112,7 +118,7 @@ async fn embed(req: Request) -> Response {
         .iter()
         .enumerate()
         .map(|(index, text)| {
-            prompt_tokens += (text.len() as u64).div_ceil(4).max(1);
+            prompt_tokens += u64::try_from(text.len()).unwrap_or(u64::MAX).div_ceil(4).max(1);
             let mut h = text.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
                 (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
             });
@@ -176,7 +182,7 @@ fn chat_stream(model: String, answer: String, prompt_tokens: u64) -> Response {
             .map(|e| Ok::<_, std::convert::Infallible>(Bytes::from(e))),
     );
     Response::builder()
-        .header(http::header::CONTENT_TYPE, "text/event-stream")
+        .header(CONTENT_TYPE, "text/event-stream")
         .body(Body::from_stream(s))
         .unwrap_or_default()
 }
@@ -192,7 +198,7 @@ fn stream(content_type: &'static str, chunk: fn(u32) -> String) -> Response {
         Some((Ok::<_, std::convert::Infallible>(Bytes::from(chunk(i))), i + 1))
     });
     Response::builder()
-        .header(http::header::CONTENT_TYPE, content_type)
+        .header(CONTENT_TYPE, content_type)
         .body(Body::from_stream(s))
         .unwrap_or_default()
 }

@@ -50,6 +50,11 @@
 //! written from the providers' API references and read requests as
 //! leniently as the providers do, and it counts tokens with `tiktoken-rs`
 //! itself, so that a wire bug in pressure's client shows against it.
+//!
+//! Beside it, [`demo_upstream`]: the small upstream `pressure gateway
+//! --demo-upstream` serves (a JSON echo, slow and event streams, canned
+//! chat completions and embeddings) for trying the gateway with nothing
+//! else running.
 
 #![warn(unreachable_pub)]
 
@@ -58,6 +63,7 @@ mod body;
 mod cache;
 mod dates;
 mod decide;
+pub mod demo_upstream;
 mod dialect;
 mod endpoint;
 mod key;

@@ -234,7 +234,7 @@ impl Gw {
         let up_addr = up_listener.local_addr().expect("upstream addr");
         let (up_stop, up_stopped) = oneshot::channel::<()>();
         let up_handle = tokio::spawn(async move {
-            axum::serve(up_listener, pressure_gateway::demo_upstream::router())
+            axum::serve(up_listener, pressure_mock::demo_upstream::router())
                 .with_graceful_shutdown(async {
                     let _ = up_stopped.await;
                 })

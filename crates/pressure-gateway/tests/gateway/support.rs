@@ -106,7 +106,7 @@ impl Drop for TestUpstream {
     }
 }
 
-/// [`pressure_gateway::demo_upstream::router`] (JSON echo, `/slow`,
+/// [`pressure_mock::demo_upstream::router`] (JSON echo, `/slow`,
 /// `/events`) plus routes that end only when the client goes away:
 ///
 /// * `/forever`: an octet stream, one chunk every 50 ms, without end;
@@ -143,7 +143,7 @@ pub(crate) fn test_routes() -> Router {
                 "late"
             }),
         )
-        .fallback_service(pressure_gateway::demo_upstream::router())
+        .fallback_service(pressure_mock::demo_upstream::router())
 }
 
 async fn ws_echo(mut req: axum::extract::Request) -> Response {
