@@ -42,8 +42,8 @@ use futures::FutureExt;
 use governor::{Quota, RateLimiter};
 use pressure_core::clock::{Clock, MonotonicClock};
 use pressure_core::{
-    AcquireOptions, Acquisition, Attempt, Backend, Decision, Demand, Limits, MemoryBackend, Request,
-    ResourceBroker, ResourceConfig, ResourceHandle, SyncBackend, TaskError, UsageReport, MAX_LIMIT,
+    AcquireOptions, Acquisition, Attempt, Backend, Decision, Demand, Limits, LocalBackend, MemoryBackend,
+    Request, ResourceBroker, ResourceConfig, ResourceHandle, TaskError, UsageReport, MAX_LIMIT,
 };
 use std::num::NonZeroU32;
 use std::sync::Barrier;
@@ -186,7 +186,7 @@ fn free_one_key(c: &mut Criterion) {
     let raw = mem.attach("raw", spec).expect("attaches");
     let demand = Demand::default();
     g.bench_function("gcra_backend_decision", |bn| {
-        bn.iter(|| matches!(black_box(mem.acquire_sync(&raw, &demand)), Decision::Granted(_)))
+        bn.iter(|| matches!(black_box(mem.acquire_now(&raw, &demand)), Decision::Granted(_)))
     });
 
     let h = handle(&b, "gcra");

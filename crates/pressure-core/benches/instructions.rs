@@ -26,8 +26,8 @@
 use futures::FutureExt;
 use governor::{Quota, RateLimiter};
 use pressure_core::{
-    AcquireOptions, Backend, Decision, Demand, Limits, MemoryBackend, ResourceBroker, ResourceHandle,
-    SyncBackend, MAX_LIMIT,
+    AcquireOptions, Backend, Decision, Demand, Limits, LocalBackend, MemoryBackend, ResourceBroker,
+    ResourceHandle, MAX_LIMIT,
 };
 use std::hint::black_box;
 use std::num::NonZeroU32;
@@ -51,7 +51,7 @@ const CASES: &[(&str, &str)] = &[
     ),
     (
         "gcra_backend_decision",
-        "MemoryBackend::acquire_sync alone, 1 gcra key",
+        "MemoryBackend::acquire_now alone, 1 gcra key",
     ),
     ("gcra_handle", "gcra, handle, try_acquire_now"),
     ("gcra_handle_check", "gcra, handle, check_now (yes/no, no permit)"),
@@ -322,7 +322,7 @@ fn with_case<R>(case: &str, f: impl FnOnce(bool, &mut Check<'_>) -> R) -> R {
         ),
         "gcra_backend_decision" => (
             true,
-            Box::new(|_| matches!(black_box(mem.acquire_sync(&raw, &demand)), Decision::Granted(_))),
+            Box::new(|_| matches!(black_box(mem.acquire_now(&raw, &demand)), Decision::Granted(_))),
         ),
         "gcra_handle" => {
             let h = handle(&b, "gcra");

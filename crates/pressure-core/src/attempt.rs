@@ -4,7 +4,9 @@
 //! queue's dispatcher and `acquire_within` all come through here.
 
 use crate::acquisition::{AcquireOptions, Acquisition, Permit};
-use crate::backend::{Backend, BackendError, Decision, Denial, Grant, QuickDecision, Reserved, SyncBackend};
+use crate::backend::{
+    Backend, BackendError, CompactDecision, Decision, Denial, Grant, LocalBackend, Reserved,
+};
 use crate::entry::Entry;
 use crate::error::Error;
 use crate::limits::{Demand, PPM};
@@ -36,7 +38,7 @@ impl<B: Backend> Entry<B> {
     #[inline]
     pub(crate) async fn attempt(self: &Arc<Self>, demand: &Demand) -> Result<Acquisition<B>, Error> {
         let e = self.current();
-        let decision = match e.backend.acquire_now(&e.handle, demand) {
+        let decision = match e.backend.acquire_now_if_local(&e.handle, demand) {
             Some(d) => d,
             None => e.backend.acquire(&e.handle, demand).await,
         };
@@ -82,7 +84,7 @@ impl<B: Backend> Entry<B> {
         Permit::new(Some(Arc::clone(self)), grant, ticket)
     }
 
-    /// `try_acquire` when [`Entry::try_acquire_now`] could not answer: one
+    /// `try_acquire` when [`Entry::try_acquire_now_if_local`] could not answer: one
     /// attempt on the newest version, the backend awaited (it counts a
     /// denial).
     pub(crate) async fn try_acquire_awaited(
@@ -99,7 +101,7 @@ impl<B: Backend> Entry<B> {
     /// `try_acquire` answered at once, or `None` when the backend must be
     /// awaited.
     #[inline]
-    pub(crate) fn try_acquire_now(
+    pub(crate) fn try_acquire_now_if_local(
         self: &Arc<Self>,
         opts: &AcquireOptions,
     ) -> Option<Result<Acquisition<B>, Error>> {
@@ -108,44 +110,46 @@ impl<B: Backend> Entry<B> {
         if let Err(err) = e.check_size(&demand) {
             return Some(Err(err));
         }
-        Some(match e.backend.acquire_now_quick(&e.handle, &demand)? {
-            Ok(QuickDecision::Granted { at_ns }) => Ok(e.plain_grant(at_ns, &demand)),
-            Ok(QuickDecision::Full(d)) => e.finish_full(d),
-            Err(err) => e.finish_error(err),
-        })
+        Some(
+            match e.backend.acquire_now_compact_if_local(&e.handle, &demand)? {
+                Ok(CompactDecision::Granted { at_ns }) => Ok(e.plain_grant(at_ns, &demand)),
+                Ok(CompactDecision::Full(d)) => e.finish_full(d),
+                Err(err) => e.finish_error(err),
+            },
+        )
     }
 
     /// The newest version and its answer to `opts`, from a backend that
     /// always answers at once (after the size check).
     #[inline(always)]
-    fn decide_sync(
+    fn decide_now(
         self: &Arc<Self>,
         opts: &AcquireOptions,
-    ) -> Result<(&Arc<Self>, Demand, QuickDecision), Error>
+    ) -> Result<(&Arc<Self>, Demand, CompactDecision), Error>
     where
-        B: SyncBackend,
+        B: LocalBackend,
     {
         let e = self.current();
         let demand = e.demand(opts);
         e.check_size(&demand)?;
-        Ok((e, demand, e.backend.acquire_quick(&e.handle, &demand)))
+        Ok((e, demand, e.backend.acquire_now_compact(&e.handle, &demand)))
     }
 
     /// `try_acquire` on a backend that always answers at once.
     #[inline(always)]
-    pub(crate) fn try_acquire_sync(self: &Arc<Self>, opts: &AcquireOptions) -> Result<Acquisition<B>, Error>
+    pub(crate) fn try_acquire_now(self: &Arc<Self>, opts: &AcquireOptions) -> Result<Acquisition<B>, Error>
     where
-        B: SyncBackend,
+        B: LocalBackend,
     {
-        match self.decide_sync(opts)? {
-            (e, demand, QuickDecision::Granted { at_ns }) => Ok(e.plain_grant(at_ns, &demand)),
-            (_, _, QuickDecision::Full(Decision::Denied(d))) => Ok(Acquisition::Denied(d)),
-            (e, demand, QuickDecision::Full(Decision::Granted(g)))
+        match self.decide_now(opts)? {
+            (e, demand, CompactDecision::Granted { at_ns }) => Ok(e.plain_grant(at_ns, &demand)),
+            (_, _, CompactDecision::Full(Decision::Denied(d))) => Ok(Acquisition::Denied(d)),
+            (e, demand, CompactDecision::Full(Decision::Granted(g)))
                 if e.backend_keeps_leases() && g.lease.is_some() =>
             {
                 Ok(e.held_grant(&g, &demand))
             }
-            (e, _, QuickDecision::Full(d)) => e.finish_full(d),
+            (e, _, CompactDecision::Full(d)) => e.finish_full(d),
         }
     }
 
@@ -185,16 +189,16 @@ impl<B: Backend> Entry<B> {
         self.finish(Err(err))
     }
 
-    /// [`Entry::try_acquire_sync`] as a yes/no: a plain grant is answered
+    /// [`Entry::try_acquire_now`] as a yes/no: a plain grant is answered
     /// without building a permit (its permit would be inert).
     #[inline(always)]
-    pub(crate) fn check_sync(self: &Arc<Self>, opts: &AcquireOptions) -> Result<Result<(), Denial>, Error>
+    pub(crate) fn check_now(self: &Arc<Self>, opts: &AcquireOptions) -> Result<Result<(), Denial>, Error>
     where
-        B: SyncBackend,
+        B: LocalBackend,
     {
-        match self.decide_sync(opts)? {
-            (_, _, QuickDecision::Granted { .. }) => Ok(Ok(())),
-            (e, _, QuickDecision::Full(d)) => e.check_full(d),
+        match self.decide_now(opts)? {
+            (_, _, CompactDecision::Granted { .. }) => Ok(Ok(())),
+            (e, _, CompactDecision::Full(d)) => e.check_full(d),
         }
     }
 

@@ -2,7 +2,7 @@
 //! top of one [`Backend`].
 
 use crate::acquisition::{AcquireOptions, Acquisition, Permit};
-use crate::backend::{Backend, Denial, SyncBackend};
+use crate::backend::{Backend, Denial, LocalBackend};
 use crate::clock::{Clock, MonotonicClock};
 use crate::entry::{Counters, Entry, Fits};
 use crate::error::{Error, QueueError};
@@ -469,7 +469,7 @@ impl<B: Backend> ResourceBroker<B> {
             // A backend that answers at once is asked under the map's read
             // guard, so a grant that holds nothing costs no reference count.
             let e = self.lookup(resource)?;
-            if let Some(out) = e.value().try_acquire_now(&opts) {
+            if let Some(out) = e.value().try_acquire_now_if_local(&opts) {
                 return out;
             }
         }
@@ -482,9 +482,9 @@ impl<B: Backend> ResourceBroker<B> {
     #[inline]
     pub fn try_acquire_now(&self, resource: &str, opts: AcquireOptions) -> Result<Acquisition<B>, Error>
     where
-        B: SyncBackend,
+        B: LocalBackend,
     {
-        self.lookup(resource)?.value().try_acquire_sync(&opts)
+        self.lookup(resource)?.value().try_acquire_now(&opts)
     }
 
     /// [`ResourceBroker::try_acquire_now`] as a yes/no, without building a
@@ -492,9 +492,9 @@ impl<B: Backend> ResourceBroker<B> {
     #[inline]
     pub fn check_now(&self, resource: &str, opts: AcquireOptions) -> Result<Result<(), Denial>, Error>
     where
-        B: SyncBackend,
+        B: LocalBackend,
     {
-        self.lookup(resource)?.value().check_sync(&opts)
+        self.lookup(resource)?.value().check_now(&opts)
     }
 
     #[inline]

@@ -2,7 +2,7 @@
 //! resource, for callers that acquire on the same resource again and again.
 
 use crate::acquisition::{AcquireOptions, Acquisition};
-use crate::backend::{Backend, Denial, Grant, Reserved, SyncBackend, Usage};
+use crate::backend::{Backend, Denial, Grant, LocalBackend, Reserved, Usage};
 use crate::entry::Entry;
 use crate::error::Error;
 use crate::limits::{LimitSpec, Limits};
@@ -77,7 +77,7 @@ impl<B: Backend> ResourceHandle<B> {
     pub async fn try_acquire(&self, opts: AcquireOptions) -> Result<Acquisition<B>, Error> {
         // Answered in the first poll without a nested future when the
         // backend can (the result is moved once, not through every layer).
-        if let Some(out) = self.entry.try_acquire_now(&opts) {
+        if let Some(out) = self.entry.try_acquire_now_if_local(&opts) {
             return out;
         }
         self.entry.try_acquire_awaited(&opts).await
@@ -89,8 +89,8 @@ impl<B: Backend> ResourceHandle<B> {
     /// any backend that saves its future on the in-process one, such as a
     /// request path that would otherwise box one per request.
     #[inline]
-    pub fn try_acquire_if_ready(&self, opts: &AcquireOptions) -> Option<Result<Acquisition<B>, Error>> {
-        self.entry.try_acquire_now(opts)
+    pub fn try_acquire_now_if_local(&self, opts: &AcquireOptions) -> Option<Result<Acquisition<B>, Error>> {
+        self.entry.try_acquire_now_if_local(opts)
     }
 
     /// Check+reject without a future, on a backend whose state is in this
@@ -98,9 +98,9 @@ impl<B: Backend> ResourceHandle<B> {
     #[inline]
     pub fn try_acquire_now(&self, opts: AcquireOptions) -> Result<Acquisition<B>, Error>
     where
-        B: SyncBackend,
+        B: LocalBackend,
     {
-        self.entry.try_acquire_sync(&opts)
+        self.entry.try_acquire_now(&opts)
     }
 
     /// [`ResourceHandle::try_acquire_now`] as a yes/no, for callers that
@@ -113,8 +113,8 @@ impl<B: Backend> ResourceHandle<B> {
     #[inline]
     pub fn check_now(&self, opts: AcquireOptions) -> Result<Result<(), Denial>, Error>
     where
-        B: SyncBackend,
+        B: LocalBackend,
     {
-        self.entry.check_sync(&opts)
+        self.entry.check_now(&opts)
     }
 }

@@ -186,8 +186,8 @@ mod units;
 
 pub use acquisition::{AcquireOptions, Acquisition, ActualUsage, Permit};
 pub use backend::{
-    Backend, BackendError, Counts, Decision, Denial, DenialCause, Grant, LeaseId, MemoryBackend,
-    MemoryHandle, QuickDecision, Reserved, SyncBackend, Usage,
+    Backend, BackendError, CompactDecision, Counts, Decision, Denial, DenialCause, Grant, LeaseId,
+    LocalBackend, MemoryBackend, MemoryHandle, Reserved, Usage,
 };
 pub use broker::{
     BrokerBuilder, LimitChange, LimitTemplate, ResourceBroker, ResourceConfig, DEFAULT_MAX_LAZY_RESOURCES,

@@ -4,7 +4,8 @@
 
 use crate::{RedisBackend, RedisConfig, RedisHandle};
 use pressure_core::{
-    Backend, BackendError, Counts, Decision, Demand, Grant, LimitSpec, MemoryBackend, QuickDecision, Reserved,
+    Backend, BackendError, CompactDecision, Counts, Decision, Demand, Grant, LimitSpec, MemoryBackend,
+    Reserved,
 };
 use pressure_core::{MemoryHandle, Usage};
 use std::sync::Arc;
@@ -85,23 +86,27 @@ impl Backend for AnyBackend {
     }
 
     #[inline]
-    fn acquire_now(&self, handle: &AnyHandle, demand: &Demand) -> Option<Result<Decision, BackendError>> {
+    fn acquire_now_if_local(
+        &self,
+        handle: &AnyHandle,
+        demand: &Demand,
+    ) -> Option<Result<Decision, BackendError>> {
         match (self, handle) {
-            (AnyBackend::Memory(b), AnyHandle::Memory(h)) => b.acquire_now(h, demand),
+            (AnyBackend::Memory(b), AnyHandle::Memory(h)) => b.acquire_now_if_local(h, demand),
             _ => None,
         }
     }
 
     #[inline]
-    fn acquire_now_quick(
+    fn acquire_now_compact_if_local(
         &self,
         handle: &AnyHandle,
         demand: &Demand,
-    ) -> Option<Result<QuickDecision, BackendError>> {
+    ) -> Option<Result<CompactDecision, BackendError>> {
         // The memory backend's quick path (no `Grant` built for a plain
         // grant); Redis has no synchronous answer.
         match (self, handle) {
-            (AnyBackend::Memory(b), AnyHandle::Memory(h)) => b.acquire_now_quick(h, demand),
+            (AnyBackend::Memory(b), AnyHandle::Memory(h)) => b.acquire_now_compact_if_local(h, demand),
             _ => None,
         }
     }

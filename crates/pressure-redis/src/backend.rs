@@ -51,7 +51,7 @@ use parking_lot::Mutex;
 use pressure_core::clock::{Clock, MonotonicClock, WallShift};
 use pressure_core::{
     Algorithm, Backend, BackendError, CalendarSpec, Counts, Decision, Demand, Denial, Dimension, Grant,
-    LeaseId, LimitSpec, Limits, MemoryBackend, RateSpec, Reserved, SyncBackend,
+    LeaseId, LimitSpec, Limits, LocalBackend, MemoryBackend, RateSpec, Reserved,
 };
 use pressure_core::{MemoryHandle, UnitsDelta, Usage};
 use std::collections::HashMap;
@@ -545,7 +545,7 @@ impl RedisBackend {
     fn fallback(&self, h: &RedisHandle, demand: &Demand) -> Decision {
         self.store.health.fallbacks.fetch_add(1, Ordering::Relaxed);
         match (self.store.config.failure_mode, &h.local) {
-            (FailureMode::Local, Some(local)) => match self.store.local.acquire_sync(local, demand) {
+            (FailureMode::Local, Some(local)) => match self.store.local.acquire_now(local, demand) {
                 Decision::Granted(mut g) => {
                     g.fallback = true;
                     Decision::Granted(g)

@@ -28,7 +28,7 @@
 //! move. Nothing is ever counted against a layout it does not match.
 
 use super::{
-    Backend, BackendError, Counts, Decision, Denial, Grant, LeaseId, QuickDecision, Reserved, SyncBackend,
+    Backend, BackendError, CompactDecision, Counts, Decision, Denial, Grant, LeaseId, LocalBackend, Reserved,
     Usage,
 };
 use crate::algo::{calendar::CalendarCount, gcra, leases::LeaseSet, window::WindowState};
@@ -92,7 +92,7 @@ impl MemoryBackend {
     }
 
     #[inline]
-    fn release_sync(&self, h: &MemoryHandle, grant: &Grant) {
+    fn release_now(&self, h: &MemoryHandle, grant: &Grant) {
         if let Some(lease) = grant.lease {
             // A locked state directly (the only one with leases), moves
             // followed otherwise.
@@ -288,7 +288,7 @@ struct LockedState {
 
 /// What [`LockedState::decide`] did, before it is dressed as a [`Decision`].
 enum Verdict {
-    /// Immediate, no lease: [`QuickDecision::Granted`].
+    /// Immediate, no lease: [`CompactDecision::Granted`].
     Plain,
     /// Granted with a booked delay or a lease.
     Granted {
@@ -712,7 +712,7 @@ impl LockedState {
         }
     }
 
-    /// [`LockedState::acquire`] for [`SyncBackend::acquire_quick`]: the
+    /// [`LockedState::acquire`] for [`LocalBackend::acquire_now_compact`]: the
     /// specialised grant ([`LockedState::grant_at_once`]) in line, every
     /// other decision out of line.
     #[inline(always)]
@@ -746,10 +746,10 @@ impl LockedState {
         }
     }
 
-    /// [`LockedState::acquire`] for [`SyncBackend::acquire_quick`].
+    /// [`LockedState::acquire`] for [`LocalBackend::acquire_now_compact`].
     #[cfg(test)]
-    fn acquire_quick(&mut self, now: u64, demand: &Demand) -> QuickDecision {
-        self.acquire_held(now, demand).into_quick(demand)
+    fn acquire_compact(&mut self, now: u64, demand: &Demand) -> CompactDecision {
+        self.acquire_held(now, demand).into_compact(demand)
     }
 
     #[inline(always)]
@@ -1057,9 +1057,9 @@ impl MemoryBackend {
                 Some(Err(denial)) => Held::Full(Decision::Denied(denial)),
                 None => Self::acquire_held_slow(f.successor(), now, demand),
             },
-            State::Fast(_) => match QuickDecision::of(Self::acquire_slow(state, now, demand), demand) {
-                QuickDecision::Granted { at_ns } => Held::Plain { at_ns },
-                QuickDecision::Full(d) => Held::Full(d),
+            State::Fast(_) => match CompactDecision::of(Self::acquire_slow(state, now, demand), demand) {
+                CompactDecision::Granted { at_ns } => Held::Plain { at_ns },
+                CompactDecision::Full(d) => Held::Full(d),
             },
         }
     }
@@ -1304,17 +1304,21 @@ impl Backend for MemoryBackend {
     }
 
     #[inline]
-    fn acquire_now(&self, handle: &MemoryHandle, demand: &Demand) -> Option<Result<Decision, BackendError>> {
-        Some(Ok(self.acquire_sync(handle, demand)))
-    }
-
-    #[inline(always)]
-    fn acquire_now_quick(
+    fn acquire_now_if_local(
         &self,
         handle: &MemoryHandle,
         demand: &Demand,
-    ) -> Option<Result<QuickDecision, BackendError>> {
-        Some(Ok(self.acquire_quick(handle, demand)))
+    ) -> Option<Result<Decision, BackendError>> {
+        Some(Ok(self.acquire_now(handle, demand)))
+    }
+
+    #[inline(always)]
+    fn acquire_now_compact_if_local(
+        &self,
+        handle: &MemoryHandle,
+        demand: &Demand,
+    ) -> Option<Result<CompactDecision, BackendError>> {
+        Some(Ok(self.acquire_now_compact(handle, demand)))
     }
 
     fn counts(&self, handle: &MemoryHandle) -> Counts {
@@ -1327,7 +1331,7 @@ impl Backend for MemoryBackend {
         handle: &MemoryHandle,
         demand: &Demand,
     ) -> impl std::future::Future<Output = Result<Decision, BackendError>> + Send {
-        std::future::ready(Ok(self.acquire_sync(handle, demand)))
+        std::future::ready(Ok(self.acquire_now(handle, demand)))
     }
 
     fn release(
@@ -1335,13 +1339,13 @@ impl Backend for MemoryBackend {
         handle: &MemoryHandle,
         grant: &Grant,
     ) -> impl std::future::Future<Output = Result<(), BackendError>> + Send {
-        self.release_sync(handle, grant);
+        self.release_now(handle, grant);
         std::future::ready(Ok(()))
     }
 
     #[inline]
     fn release_detached(&self, handle: &MemoryHandle, grant: Grant) {
-        self.release_sync(handle, &grant);
+        self.release_now(handle, &grant);
     }
 
     fn renew(
@@ -1410,44 +1414,44 @@ impl Backend for MemoryBackend {
     }
 }
 
-impl SyncBackend for MemoryBackend {
+impl LocalBackend for MemoryBackend {
     /// Inlined into the caller, so the decision is built where the caller
     /// keeps it (a copy through memory stalls on store forwarding).
     #[inline(always)]
-    fn acquire_sync(&self, h: &MemoryHandle, demand: &Demand) -> Decision {
-        self.acquire_quick(h, demand).into_decision(demand)
+    fn acquire_now(&self, h: &MemoryHandle, demand: &Demand) -> Decision {
+        self.acquire_now_compact(h, demand).into_decision(demand)
     }
 
     /// The lock-free word answers in place; everything else (a retired
     /// word, a locked resource, a booking) goes out of line.
     #[inline(always)]
-    fn acquire_quick(&self, h: &MemoryHandle, demand: &Demand) -> QuickDecision {
+    fn acquire_now_compact(&self, h: &MemoryHandle, demand: &Demand) -> CompactDecision {
         let now = self.now();
         match &h.state {
             State::Fast(f) if demand.book_within_ns == 0 => match fast_plain(f, now, demand) {
-                Some(Ok(())) => return QuickDecision::Granted { at_ns: now },
-                Some(Err(denial)) => return QuickDecision::Full(Decision::Denied(denial)),
+                Some(Ok(())) => return CompactDecision::Granted { at_ns: now },
+                Some(Err(denial)) => return CompactDecision::Full(Decision::Denied(denial)),
                 None => {}
             },
             State::FastWindow(f) => match f.try_fast(now, demand) {
-                Ok(()) => return QuickDecision::Granted { at_ns: now },
-                Err(Slow::Denied(d)) => return QuickDecision::Full(Decision::Denied(d)),
+                Ok(()) => return CompactDecision::Granted { at_ns: now },
+                Err(Slow::Denied(d)) => return CompactDecision::Full(Decision::Denied(d)),
                 Err(_) => {}
             },
             _ => {}
         }
         // Converted here, in line: the caller reads the two words of a
         // leased grant straight from the slow path's answer.
-        Self::acquire_held_slow(&h.state, now, demand).into_quick(demand)
+        Self::acquire_held_slow(&h.state, now, demand).into_compact(demand)
     }
 }
 
 /// What a locked state's acquisition answers ([`LockedState::acquire_held`]):
-/// [`QuickDecision`] with the common leased grant as a case of its own, so
+/// [`CompactDecision`] with the common leased grant as a case of its own, so
 /// the small function that decides it writes two words, not a [`Grant`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Held {
-    /// Granted, plainly ([`QuickDecision::Granted`]).
+    /// Granted, plainly ([`CompactDecision::Granted`]).
     Plain {
         /// Backend time at which the units were counted.
         at_ns: u64,
@@ -1466,13 +1470,13 @@ pub(crate) enum Held {
 }
 
 impl Held {
-    /// The same answer as a [`QuickDecision`].
+    /// The same answer as a [`CompactDecision`].
     #[inline(always)]
-    pub(crate) fn into_quick(self, demand: &Demand) -> QuickDecision {
+    pub(crate) fn into_compact(self, demand: &Demand) -> CompactDecision {
         match self {
-            Held::Plain { at_ns } => QuickDecision::Granted { at_ns },
-            Held::Leased { at_ns, lease } => QuickDecision::Full(granted(at_ns, 0, Some(lease), demand)),
-            Held::Full(d) => QuickDecision::Full(d),
+            Held::Plain { at_ns } => CompactDecision::Granted { at_ns },
+            Held::Leased { at_ns, lease } => CompactDecision::Full(granted(at_ns, 0, Some(lease), demand)),
+            Held::Full(d) => CompactDecision::Full(d),
         }
     }
 }
@@ -1492,16 +1496,16 @@ mod tests {
         let w = spec.rates[0].window_ns;
         let mut st = LockedState::new(Arc::new(spec), Arc::new(MonotonicClock::new()));
         let one = Demand::default();
-        let granted_at = |q: QuickDecision| match q {
-            QuickDecision::Granted { at_ns } => Some(at_ns),
+        let granted_at = |q: CompactDecision| match q {
+            CompactDecision::Granted { at_ns } => Some(at_ns),
             _ => None,
         };
-        assert_eq!(granted_at(st.acquire_quick(20, &one)), Some(20));
-        assert_eq!(granted_at(st.acquire_quick(20, &one)), Some(20));
+        assert_eq!(granted_at(st.acquire_compact(20, &one)), Some(20));
+        assert_eq!(granted_at(st.acquire_compact(20, &one)), Some(20));
         assert_eq!(st.usage(20 + w).dimensions[0].1, 0, "both left at last + W");
         // Read its clock just before that, got the lock just after.
         let stale = 20 + w - 1;
-        assert_eq!(granted_at(st.acquire_quick(stale, &one)), Some(20 + w));
+        assert_eq!(granted_at(st.acquire_compact(stale, &one)), Some(20 + w));
     }
     use crate::clock::ManualClock;
     use crate::limits::Limits;
@@ -1574,9 +1578,7 @@ mod tests {
                 let run = || {
                     s.spawn(|| {
                         (0..EACH)
-                            .filter(|_| {
-                                matches!(b.acquire_sync(&h, &Demand::default()), Decision::Granted(_))
-                            })
+                            .filter(|_| matches!(b.acquire_now(&h, &Demand::default()), Decision::Granted(_)))
                             .count() as u64
                     })
                 };
@@ -1631,7 +1633,7 @@ mod tests {
                     while !done.load(Ordering::SeqCst) {
                         n += 1;
                         tries.fetch_add(1, Ordering::SeqCst);
-                        if let Decision::Granted(gr) = b.acquire_sync(&h, &Demand::default()) {
+                        if let Decision::Granted(gr) = b.acquire_now(&h, &Demand::default()) {
                             at.push(gr.at_ns);
                         }
                     }

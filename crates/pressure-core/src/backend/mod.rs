@@ -230,27 +230,36 @@ pub trait Backend: Send + Sync + Sized + std::fmt::Debug + 'static {
     ) -> Result<Self::Handle, BackendError>;
 
     /// Checks and reserves every dimension of `demand`, or nothing, and
-    /// answers at once when the backend can do so without waiting (state in
+    /// answers now (without awaiting) when the backend's state is local (in
     /// this process); `None` means "use [`Backend::acquire`]".
+    ///
+    /// Naming, the same on every entry point: `now` answers without
+    /// awaiting; `_if_local` may decline (`None`) where the state is not in
+    /// this process, while the plain `_now` form requires a
+    /// [`LocalBackend`]; `_compact` answers as a [`CompactDecision`].
     #[inline]
-    fn acquire_now(&self, handle: &Self::Handle, demand: &Demand) -> Option<Result<Decision, BackendError>> {
+    fn acquire_now_if_local(
+        &self,
+        handle: &Self::Handle,
+        demand: &Demand,
+    ) -> Option<Result<Decision, BackendError>> {
         let _ = (handle, demand);
         None
     }
 
-    /// [`Backend::acquire_now`] answered as a [`QuickDecision`] (see
-    /// [`SyncBackend::acquire_quick`]) for the broker's hot path, so a plain
+    /// [`Backend::acquire_now_if_local`] answered as a [`CompactDecision`] (see
+    /// [`LocalBackend::acquire_now_compact`]) for the broker's hot path, so a plain
     /// grant is built where the caller keeps it. The default classifies
-    /// `acquire_now`'s decision; a backend with in-process state overrides
+    /// `acquire_now_if_local`'s decision; a backend with in-process state overrides
     /// it to skip building a `Grant` it would not need.
     #[inline]
-    fn acquire_now_quick(
+    fn acquire_now_compact_if_local(
         &self,
         handle: &Self::Handle,
         demand: &Demand,
-    ) -> Option<Result<QuickDecision, BackendError>> {
-        self.acquire_now(handle, demand)
-            .map(|r| r.map(|d| QuickDecision::of(d, demand)))
+    ) -> Option<Result<CompactDecision, BackendError>> {
+        self.acquire_now_if_local(handle, demand)
+            .map(|r| r.map(|d| CompactDecision::of(d, demand)))
     }
 
     /// Acquisitions counted for this resource by this process.
@@ -333,29 +342,30 @@ pub trait Backend: Send + Sync + Sized + std::fmt::Debug + 'static {
     }
 }
 
-/// A backend that always answers at once (its state is in this process), so
-/// the broker offers synchronous `try_acquire_now` on it — usable where no
-/// `.await` is possible, and the cheapest check there is.
-pub trait SyncBackend: Backend {
-    /// [`Backend::acquire`] without a future.
-    fn acquire_sync(&self, handle: &Self::Handle, demand: &Demand) -> Decision;
+/// A backend whose state is local (in this process), so it always answers
+/// now, without awaiting: the broker offers `try_acquire_now` and
+/// `check_now` on it — usable where no `.await` is possible, and the
+/// cheapest check there is.
+pub trait LocalBackend: Backend {
+    /// [`Backend::acquire`] answered now, without a future.
+    fn acquire_now(&self, handle: &Self::Handle, demand: &Demand) -> Decision;
 
-    /// [`SyncBackend::acquire_sync`] for the broker's hot path: the same
-    /// reservation, answered as [`QuickDecision::Granted`] when the grant is
+    /// [`LocalBackend::acquire_now`] for the broker's hot path: the same
+    /// reservation, answered as [`CompactDecision::Granted`] when the grant is
     /// *plain* — immediate, no lease, not a fallback, reserving exactly the
     /// demand — so the caller builds the [`Grant`] where it keeps it (a
     /// decision copied through memory costs more than the decision itself).
-    /// The default asks `acquire_sync` and classifies its answer; a backend
+    /// The default asks `acquire_now` and classifies its answer; a backend
     /// overrides it to skip building a `Grant` it would not need.
     #[inline]
-    fn acquire_quick(&self, handle: &Self::Handle, demand: &Demand) -> QuickDecision {
-        QuickDecision::of(self.acquire_sync(handle, demand), demand)
+    fn acquire_now_compact(&self, handle: &Self::Handle, demand: &Demand) -> CompactDecision {
+        CompactDecision::of(self.acquire_now(handle, demand), demand)
     }
 }
 
-/// The answer of [`SyncBackend::acquire_quick`].
+/// The answer of [`LocalBackend::acquire_now_compact`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum QuickDecision {
+pub enum CompactDecision {
     /// Granted, plainly: the grant is `Grant { at_ns, delay_ns: 0, lease:
     /// None, reserved: Reserved::from(demand), fallback: false }`.
     Granted {
@@ -366,7 +376,7 @@ pub enum QuickDecision {
     Full(Decision),
 }
 
-impl QuickDecision {
+impl CompactDecision {
     /// Classifies a full decision made for `demand`.
     #[inline]
     pub fn of(decision: Decision, demand: &Demand) -> Self {
@@ -377,9 +387,9 @@ impl QuickDecision {
                     && !g.fallback
                     && g.reserved == Reserved::from(demand) =>
             {
-                QuickDecision::Granted { at_ns: g.at_ns }
+                CompactDecision::Granted { at_ns: g.at_ns }
             }
-            d => QuickDecision::Full(d),
+            d => CompactDecision::Full(d),
         }
     }
 
@@ -387,8 +397,8 @@ impl QuickDecision {
     #[inline]
     pub fn into_decision(self, demand: &Demand) -> Decision {
         match self {
-            QuickDecision::Granted { at_ns } => Decision::Granted(Grant::plain(at_ns, demand)),
-            QuickDecision::Full(d) => d,
+            CompactDecision::Granted { at_ns } => Decision::Granted(Grant::plain(at_ns, demand)),
+            CompactDecision::Full(d) => d,
         }
     }
 }

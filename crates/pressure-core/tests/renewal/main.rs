@@ -36,8 +36,8 @@ impl Backend for Counting {
     ) -> Result<MemoryHandle, BackendError> {
         self.inner.reattach(resource, old, spec)
     }
-    fn acquire_now(&self, h: &MemoryHandle, d: &Demand) -> Option<Result<Decision, BackendError>> {
-        self.inner.acquire_now(h, d)
+    fn acquire_now_if_local(&self, h: &MemoryHandle, d: &Demand) -> Option<Result<Decision, BackendError>> {
+        self.inner.acquire_now_if_local(h, d)
     }
     fn counts(&self, h: &MemoryHandle) -> Counts {
         self.inner.counts(h)

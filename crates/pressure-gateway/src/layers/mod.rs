@@ -293,7 +293,7 @@ pub(crate) fn acquire_if_ready(
     layer: Layer,
     metrics: &GatewayMetrics,
 ) -> Option<Result<Permit<AnyBackend>, Rejection>> {
-    let answer = handle.try_acquire_if_ready(&options_of(req))?;
+    let answer = handle.try_acquire_now_if_local(&options_of(req))?;
     Some(settle(handle, req, layer, None, metrics, answer))
 }
 

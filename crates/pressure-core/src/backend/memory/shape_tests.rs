@@ -62,7 +62,7 @@ impl LockedState {
 
 /// The grant a [`Held`] answer stands for (what a permit keeps).
 fn grant_of(held: Held, demand: &Demand) -> Option<Grant> {
-    match held.into_quick(demand).into_decision(demand) {
+    match held.into_compact(demand).into_decision(demand) {
         Decision::Granted(g) => Some(g),
         Decision::Denied(_) => None,
     }
@@ -239,7 +239,7 @@ fn the_specialised_grant_is_exact_under_threads() {
                 s.spawn(|| {
                     let mut n = 0;
                     for _ in 0..EACH {
-                        if let Decision::Granted(g) = b.acquire_sync(&h, &demand) {
+                        if let Decision::Granted(g) = b.acquire_now(&h, &demand) {
                             let held = holders.fetch_add(1, Ordering::SeqCst) + 1;
                             assert!(held <= CONCURRENT, "{held} holders");
                             n += 1;
