@@ -25,9 +25,6 @@ use tokio::time::Instant;
 /// The length of one budget window.
 pub(crate) const WINDOW: Duration = Duration::from_secs(1);
 
-/// The default `gateway.denialLog.linesPerResourcePerSecond`.
-pub(crate) const DEFAULT_LINES_PER_SECOND: u32 = 20;
-
 /// Above this many tracked resources, windows that ended with nothing
 /// suppressed are swept on the next refusal (a tenant flood cannot grow
 /// the map past the live resources).

@@ -5,7 +5,7 @@
 
 use crate::admin::{self, AdminState};
 use crate::backend::{AnyBackend, Broker};
-use crate::config::{BackendConfig, ConfigError, GatewayConfig, DEFAULT_MAX_PERMITS};
+use crate::settings::{BackendConfig, ConfigError, GatewayConfig, DEFAULT_MAX_PERMITS};
 use crate::decisions::permits::PermitStore;
 use crate::decisions::{self, DecisionState};
 use crate::layers::body_limit::BodyLimitLayer;
@@ -22,10 +22,11 @@ use crate::openai::Llm;
 use crate::overrides::store::Overrides;
 use crate::overrides::LiveOverrides;
 use crate::plan::Plan;
-use crate::proxy::{Forward, Proxy};
+use crate::http::proxy::Proxy;
+use crate::layers::forward::Forward;
 use crate::reload::{self, ReloadOutcome};
-use crate::server::{serve_from, serve_with, AcceptFailures, ConnLink, ServeOptions, Source};
-use crate::tls::{Listeners, LoadedTls};
+use crate::http::server::{serve_from, serve_with, AcceptFailures, ConnLink, ServeOptions, Source};
+use crate::plan::{Listeners, LoadedTls};
 use arc_swap::ArcSwap;
 use axum::body::Body;
 use http::{Request, Response};
@@ -58,7 +59,7 @@ type Stack = RouteService<
 pub struct GatewayService(Stack);
 
 impl GatewayService {
-    /// Attaches a copy to one client connection (see `crate::server::Attach`).
+    /// Attaches a copy to one client connection (see `crate::http::server::Attach`).
     pub(crate) fn attach(&mut self, link: &ConnLink) -> bool {
         self.0.attach(link.clone());
         true
@@ -342,7 +343,7 @@ impl Gateway {
     /// `pressure_config_reloads_total{result}` and logged either way.
     pub fn reload(&self) -> Result<ReloadOutcome, ConfigError> {
         let result = match self.source() {
-            Some(path) => crate::config::load(path).and_then(|c| self.apply(c)),
+            Some(path) => crate::plan::load(path).and_then(|c| self.apply(c)),
             None => Err(ConfigError::new(
                 "(reload)",
                 "the gateway was not started from a config file",
@@ -500,7 +501,7 @@ impl Gateway {
         &self,
         listener: TcpListener,
         mut stop: tokio::sync::watch::Receiver<bool>,
-    ) -> tokio::task::JoinHandle<crate::server::Drained> {
+    ) -> tokio::task::JoinHandle<crate::http::server::Drained> {
         let router = self.admin_router();
         let options = self.admin_serve_options();
         tokio::spawn(async move {

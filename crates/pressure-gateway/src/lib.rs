@@ -27,10 +27,17 @@ mod admin;
 mod agents;
 pub mod backend;
 mod charged;
-pub mod config;
+/// The gateway config: its types, schema and reference (the data, in
+/// `settings/`), and its loading, which is its validation: a config loads
+/// when its plan builds (`plan/load.rs`).
+pub mod config {
+    pub use crate::plan::{load, parse, parse_in, validate};
+    pub use crate::settings::*;
+}
 mod decisions;
 mod denial_log;
 mod gateway;
+mod http;
 mod layers;
 mod llm_layer;
 pub mod manual_queue;
@@ -40,17 +47,13 @@ mod overrides;
 mod path;
 mod permits;
 mod plan;
-mod proxy;
+mod proxy_service;
 mod rejection;
 mod reload;
 mod resources;
 mod rls;
+mod settings;
 mod run;
-mod server;
-mod stamp;
-mod tls;
-mod watched_body;
-mod when_woken;
 
 pub use admin::{router as admin_router, AdminState};
 pub use backend::{AnyBackend, Broker};
@@ -66,9 +69,12 @@ pub use layers::{
 pub use metrics::{GatewayMetrics, Layer};
 pub use openai::Llm;
 pub use plan::{Endpoint, Plan, Route, Router, TenantPolicy};
-pub use proxy::{Proxy, ProxyError, ProxyService, Upstream, Upstreams};
+pub use http::proxy::{
+    BodyPolicy, ForwardRequest, Proxy, ProxyError, ProxyFailure, Upstream, UpstreamFailure, Upstreams,
+};
+pub use proxy_service::ProxyService;
 pub use rejection::{Dialect, Rejection};
 pub use reload::ReloadOutcome;
 pub use run::{run, RunOptions};
-pub use server::{serve, serve_with, Drained, HttpService, ServeOptions};
-pub use tls::ServerTls;
+pub use http::server::{serve, serve_with, Drained, HttpService, ServeOptions};
+pub use http::tls::ServerTls;

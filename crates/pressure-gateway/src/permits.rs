@@ -3,7 +3,7 @@
 //! dropped first (the client went away).
 
 use crate::backend::AnyBackend;
-use crate::watched_body::{FrameWatch, Seen, WatchedBody};
+use crate::http::watched_body::{FrameWatch, Seen, WatchedBody};
 use parking_lot::Mutex;
 use pressure_core::Permit;
 use smallvec::SmallVec;

@@ -19,7 +19,7 @@
 //! many permits held 503, upstream unreachable or failed 502, upstream too
 //! slow 504) — never the other way round.
 
-use crate::config::ConfigError;
+use crate::settings::ConfigError;
 use crate::layers::tenant::jwt::AuthError;
 use crate::metrics::{GatewayMetrics, Layer};
 use axum::body::Body;
@@ -314,42 +314,7 @@ pub enum Rejection {
     InvalidConfig(ConfigError),
 }
 
-/// Why an upstream exchange failed, as counted in
-/// `pressure_gateway_upstream_failures_total{upstream,kind}`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum UpstreamFailure {
-    /// Nothing listens there (`ECONNREFUSED`).
-    ConnectRefused,
-    /// Connecting took longer than `timeouts.connectMs`.
-    ConnectTimeout,
-    /// Any other connect failure (unreachable, DNS, …).
-    ConnectError,
-    /// No response head within `timeouts.totalMs` (a `504`).
-    Timeout,
-    /// The upstream closed or reset the connection before its response
-    /// head was complete.
-    Reset,
-    /// The upstream answered something that is not a valid HTTP/1.1
-    /// response (or an unasked-for `101`).
-    BadResponse,
-    /// Anything else.
-    Error,
-}
-
-impl UpstreamFailure {
-    /// The label value.
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            Self::ConnectRefused => "connect_refused",
-            Self::ConnectTimeout => "connect_timeout",
-            Self::ConnectError => "connect_error",
-            Self::Timeout => "timeout",
-            Self::Reset => "reset",
-            Self::BadResponse => "bad_response",
-            Self::Error => "error",
-        }
-    }
-}
+pub(crate) use crate::http::proxy::UpstreamFailure;
 
 /// How loudly a rejection is logged.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

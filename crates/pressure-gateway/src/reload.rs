@@ -11,7 +11,7 @@
 //! of them is refused, naming it, and changes nothing.
 
 use crate::backend::Broker;
-use crate::config::{ConfigError, GatewayConfig};
+use crate::settings::{ConfigError, GatewayConfig};
 use crate::plan::Plan;
 use crate::resources;
 use pressure_core::Limits;

@@ -18,9 +18,9 @@
 //!   and streams in flight finish within `shutdownGraceMs`, then `run`
 //!   returns (exit 0).
 
-use crate::config::GatewayConfig;
+use crate::settings::GatewayConfig;
 use crate::gateway::{Gateway, GatewayError};
-use crate::server::{core_share, distribute, serve_from, Source};
+use crate::http::server::{core_share, distribute, serve_from, Source};
 use crate::GatewayService;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
@@ -250,7 +250,7 @@ async fn wait_for_stop(gateway: &Gateway, options: &RunOptions) {
 /// too.
 fn stamps(gateway: &Gateway, options: &RunOptions) -> Vec<Option<SystemTime>> {
     let plan = gateway.plan();
-    let tls = crate::tls::watched_files(plan.config());
+    let tls = crate::settings::watched_files(plan.config());
     std::iter::once(options.config_path.as_deref().and_then(modified))
         .chain(tls.into_iter().map(|f| modified(Path::new(f))))
         .collect()

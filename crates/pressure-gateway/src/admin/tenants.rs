@@ -23,7 +23,7 @@
 //! store unreachable: `503` (`limiter_unavailable`), nothing changed here.
 
 use super::AdminState;
-use crate::config::ConfigError;
+use crate::settings::ConfigError;
 use crate::metrics::Layer;
 use crate::overrides::{check_tenant, compile, Source};
 use crate::rejection::Rejection;

@@ -19,15 +19,16 @@
 //! place.
 
 pub(crate) mod body_limit;
+pub(crate) mod forward;
 pub(crate) mod observe;
 pub(crate) mod pre_auth;
 pub(crate) mod ratelimit_headers;
 pub(crate) mod release;
 pub(crate) mod route;
-pub(crate) mod spare;
 pub(crate) mod tenant;
 
 use crate::backend::AnyBackend;
+pub use crate::http::server::BodyService;
 use crate::metrics::{GatewayMetrics, Layer};
 use crate::permits::PermitSlot;
 use crate::plan::{Plan, Route};
@@ -44,26 +45,6 @@ use std::time::Duration;
 
 /// What the inner layers answer: a response, or a refusal to render.
 pub type Outcome = Result<Response<Body>, Rejection>;
-
-/// A service over whole requests that answers a response or fails with
-/// `E`, cloned per request or connection, with futures that may move
-/// between threads: a [`RejectingService`] under the route layer, an
-/// [`HttpService`](crate::HttpService) where a server serves it.
-pub trait BodyService<E>:
-    tower::Service<Request<Body>, Response = Response<Body>, Error = E, Future: Send + 'static>
-    + Clone
-    + Send
-    + 'static
-{
-}
-
-impl<S, E> BodyService<E> for S where
-    S: tower::Service<Request<Body>, Response = Response<Body>, Error = E, Future: Send + 'static>
-        + Clone
-        + Send
-        + 'static
-{
-}
 
 /// A service under the route layer: it answers a response or a
 /// [`Rejection`].
@@ -125,7 +106,7 @@ impl<F> StepFuture<F> {
     /// `req` refused at once: it goes no further, and its extension map
     /// is kept for the next request (`layers/spare.rs`).
     pub fn refuse(mut req: Request<Body>, rejection: Rejection) -> Self {
-        spare::give_back(std::mem::take(req.extensions_mut()));
+        crate::http::spare::give_back(std::mem::take(req.extensions_mut()));
         Self::ready(Err(rejection))
     }
 
@@ -220,7 +201,7 @@ pub(crate) struct Routed {
     /// The connection's upstream timer, when the connection attached
     /// itself to the route layer (the proxy then lends it for the
     /// request's `totalMs`).
-    pub timer: Option<crate::proxy::ConnTimer>,
+    pub timer: Option<crate::http::proxy::ConnTimer>,
 }
 
 /// The [`Routed`] of a request that went through the route layer.

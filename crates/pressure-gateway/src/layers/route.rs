@@ -26,7 +26,7 @@ use crate::path::normalize;
 use crate::permits::PermitSlot;
 use crate::plan::{Endpoint, Plan};
 use crate::rejection::{Dialect, Rejection};
-use crate::server::ConnLink;
+use crate::http::server::ConnLink;
 use arc_swap::ArcSwap;
 use axum::body::Body;
 use futures::future::BoxFuture;
@@ -106,14 +106,14 @@ pub struct RouteService<S> {
     force_access_log: bool,
     force_rate_limit_headers: bool,
     /// The client connection this copy serves, when the server attached it
-    /// (`crate::server::Attach`): the peer goes into [`Routed`], and the
+    /// (`crate::http::server::Attach`): the peer goes into [`Routed`], and the
     /// request's in-flight count rides in its observation, so the
     /// connection wraps nothing of its own.
     conn: Option<ConnLink>,
     /// The permit slot of this connection's last request (attached only).
     last_slot: Option<PermitSlot>,
     /// The attached connection's upstream timer.
-    timer: Option<crate::proxy::ConnTimer>,
+    timer: Option<crate::http::proxy::ConnTimer>,
     /// The traffic series of the last request.
     series: LastSeries,
 }
@@ -122,7 +122,7 @@ impl<S> RouteService<S> {
     /// Serves the one connection `link` from now on.
     pub(crate) fn attach(&mut self, link: ConnLink) {
         self.conn = Some(link);
-        self.timer = Some(crate::proxy::ConnTimer::default());
+        self.timer = Some(crate::http::proxy::ConnTimer::default());
     }
 
     /// A permit slot for the next request: on an attached connection the
@@ -203,7 +203,7 @@ where
     }
 
     fn call(&mut self, mut req: Request<Body>) -> Self::Future {
-        let arrived = crate::stamp::Stamp::now();
+        let arrived = crate::http::stamp::Stamp::now();
         let in_flight = self.conn.as_ref().map(ConnLink::in_flight);
         let metrics = Arc::clone(&self.metrics);
         let plan = self.plan.load_full();
@@ -233,7 +233,7 @@ where
             };
         }
         let route = plan.router().route(req.method(), req.uri().path());
-        let dialect = route.dialect();
+        let dialect = dialect_of(route.endpoint);
         let (name, upstream) = labels(&route);
         let rate_limit_headers = self.force_rate_limit_headers || plan.rate_limit_headers();
         let charged = (access_log || rate_limit_headers).then(Charged::default);
@@ -256,7 +256,7 @@ where
         let headers = charged.clone().filter(|_| rate_limit_headers);
         let concurrency = req.extensions().get::<super::NoLease>().is_none();
         let denial_lines = plan.denial_lines();
-        super::spare::lend(req.extensions_mut());
+        crate::http::spare::lend(req.extensions_mut());
         if let Some(c) = charged {
             req.extensions_mut().insert(c);
         }
@@ -357,6 +357,18 @@ impl<F: Future<Output = Outcome>> Future for RouteFuture<F> {
         } else {
             obs.respond(resp)
         }))
+    }
+}
+
+/// The error shape of a route's endpoint: Anthropic's on the Messages
+/// endpoints, Responses' on `/v1/responses`, OpenAI's on the gateway's
+/// other LLM endpoints, the gateway's elsewhere.
+pub(crate) fn dialect_of(endpoint: Endpoint) -> Dialect {
+    match endpoint {
+        Endpoint::Proxy => Dialect::Gateway,
+        Endpoint::ChatCompletions | Endpoint::Embeddings | Endpoint::Models | Endpoint::Model => Dialect::OpenAi,
+        Endpoint::Responses => Dialect::Responses,
+        Endpoint::Messages | Endpoint::CountTokens => Dialect::Anthropic,
     }
 }
 

@@ -1,7 +1,7 @@
 //! Reading an OpenAI request body: the bytes within the body limit, then a
 //! JSON object; the 400/413 refusals in the shape every endpoint shares.
 
-use crate::proxy::is_too_large;
+use crate::http::proxy::is_too_large;
 use crate::rejection::Rejection;
 use axum::body::Body;
 use http::Request;

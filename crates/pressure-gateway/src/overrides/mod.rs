@@ -26,7 +26,7 @@
 
 pub(crate) mod store;
 
-use crate::config::ConfigError;
+use crate::settings::ConfigError;
 use crate::layers::tenant::jwt::MAX_TENANT_LEN;
 use arc_swap::ArcSwap;
 use pressure_core::{LimitTemplate, Limits};

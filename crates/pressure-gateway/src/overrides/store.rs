@@ -21,7 +21,7 @@
 
 use super::{compile, LiveOverrides};
 use crate::backend::Broker;
-use crate::config::BackendConfig;
+use crate::settings::BackendConfig;
 use crate::layers::route::PlanCell;
 use futures::future::BoxFuture;
 use pressure_core::{BackendError, LimitTemplate, Limits};

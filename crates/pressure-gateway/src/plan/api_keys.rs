@@ -7,7 +7,7 @@
 
 use super::checks::check_limits;
 use crate::backend::AnyBackend;
-use crate::config::{ConfigError, GatewayConfig};
+use crate::settings::{ConfigError, GatewayConfig};
 use crate::layers::tenant::api_key::{ApiKey, ApiKeys, KeyDigest};
 use crate::layers::tenant::jwt::MAX_TENANT_LEN;
 use crate::resources;

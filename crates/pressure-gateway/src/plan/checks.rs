@@ -1,9 +1,9 @@
 //! The small checks the plan's builders share with the plugin manifests
-//! (`crate::config::manifest`): limits that compile, route resource ids
+//! (`crate::settings::manifest`): limits that compile, route resource ids
 //! that name no other resource, socket addresses, environment variables.
 //! Each failure names the JSON path of the offending value.
 
-use crate::config::{ConfigError, GatewayConfig};
+use crate::settings::{ConfigError, GatewayConfig};
 use crate::resources::{API_KEY_PREFIX, TENANT_PREFIX};
 use pressure_core::Limits;
 use std::ffi::OsString;

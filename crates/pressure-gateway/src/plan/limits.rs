@@ -3,7 +3,7 @@
 //! step into what the plan registers on the broker.
 
 use super::checks::{check_limits, check_route_resource};
-use crate::config::{ConfigError, GatewayConfig, PressureConfig};
+use crate::settings::{ConfigError, GatewayConfig, PressureConfig};
 use crate::resources;
 use pressure_core::{LimitTemplate, Limits};
 use std::collections::BTreeMap;

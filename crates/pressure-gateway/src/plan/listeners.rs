@@ -4,7 +4,7 @@
 //! from outside the host.
 
 use super::checks::{env_value, parse_addr};
-use crate::config::{AdminConfig, ConfigError, GatewayConfig};
+use crate::settings::{AdminConfig, ConfigError, GatewayConfig};
 use std::net::SocketAddr;
 
 /// `gateway.listen`.

@@ -12,8 +12,7 @@
 //!   else none.
 
 use crate::backend::AnyBackend;
-use crate::proxy::Upstream;
-use crate::rejection::Dialect;
+use crate::http::proxy::{prefix_matches, Upstream};
 use http::Method;
 use pressure_core::ResourceHandle;
 use std::sync::Arc;
@@ -60,22 +59,6 @@ pub struct Route {
     pub endpoint: Endpoint,
 }
 
-impl Route {
-    /// The error shape of the route: Anthropic's on the Messages
-    /// endpoints, OpenAI's on the gateway's other LLM endpoints, the
-    /// gateway's elsewhere.
-    pub fn dialect(&self) -> Dialect {
-        match self.endpoint {
-            Endpoint::Proxy => Dialect::Gateway,
-            Endpoint::ChatCompletions | Endpoint::Embeddings | Endpoint::Models | Endpoint::Model => {
-                Dialect::OpenAi
-            }
-            Endpoint::Responses => Dialect::Responses,
-            Endpoint::Messages | Endpoint::CountTokens => Dialect::Anthropic,
-        }
-    }
-}
-
 /// The path of the OpenAI chat endpoint.
 pub(crate) const CHAT_COMPLETIONS_PATH: &str = "/v1/chat/completions";
 /// The path of the OpenAI embeddings endpoint.
@@ -109,14 +92,6 @@ fn llm_endpoint(method: &Method, path: &str) -> Option<Endpoint> {
         (&Method::GET, p) if model_id(p).is_some() => Some(Endpoint::Model),
         _ => None,
     }
-}
-
-/// Whether `prefix` covers `path` on a segment boundary.
-pub(crate) fn prefix_matches(prefix: &str, path: &str) -> bool {
-    if prefix == "/" || path == prefix {
-        return true;
-    }
-    path.starts_with(prefix) && (prefix.ends_with('/') || path.as_bytes().get(prefix.len()) == Some(&b'/'))
 }
 
 /// One upstream and its `perService` resource.
@@ -210,7 +185,7 @@ impl Router {
 mod tests {
     use super::*;
     use crate::backend::Broker;
-    use crate::config::UpstreamConfig;
+    use crate::settings::UpstreamConfig;
     use pressure_core::{Limits, MemoryBackend, ResourceBroker};
 
     fn upstream(name: &str, prefix: &str) -> Arc<Upstream> {
@@ -293,7 +268,6 @@ mod tests {
         let router = router.with_llm(true);
         let r = router.route(&Method::POST, CHAT_COMPLETIONS_PATH);
         assert_eq!(r.endpoint, Endpoint::ChatCompletions);
-        assert_eq!(r.dialect(), Dialect::OpenAi);
         assert_eq!(
             router.route(&Method::GET, CHAT_COMPLETIONS_PATH).endpoint,
             Endpoint::Proxy
@@ -321,7 +295,6 @@ mod tests {
                 "{method} {path}"
             );
         }
-        assert_eq!(llm.route(&Method::GET, "/v1/models").dialect(), Dialect::OpenAi);
         assert_eq!(model_id("/v1/models/a/b"), Some("a/b"));
         assert_eq!(model_id("/v1/models"), None);
     }

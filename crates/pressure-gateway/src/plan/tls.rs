@@ -2,7 +2,7 @@
 //! `gateway.upstreams.<name>.tls`), loaded when the plan is built, so that
 //! what would fail a handshake fails here, naming the JSON path.
 
-use crate::config::{ConfigError, GatewayConfig, UpstreamTlsConfig};
+use crate::settings::{ConfigError, GatewayConfig, UpstreamTlsConfig};
 use std::collections::BTreeMap;
 use std::path::Path;
 
@@ -11,10 +11,10 @@ use std::path::Path;
 /// JSON path.
 pub(super) fn check(cfg: &GatewayConfig, base_dir: &Path) -> Result<(), ConfigError> {
     if let Some(tls) = &cfg.tls {
-        crate::tls::server_config(tls, base_dir, "gateway.tls")?;
+        crate::http::tls::server_config(tls, base_dir, "gateway.tls")?;
     }
     if let Some(tls) = &cfg.admin.tls {
-        crate::tls::server_config(tls, base_dir, "gateway.admin.tls")?;
+        crate::http::tls::server_config(tls, base_dir, "gateway.admin.tls")?;
     }
     check_upstreams(cfg, base_dir)
 }
@@ -32,7 +32,7 @@ fn check_upstreams(cfg: &GatewayConfig, base_dir: &Path) -> Result<(), ConfigErr
                 return Err(ConfigError::new(path, "requires an https:// url"));
             }
             if let Some(ca) = &tls.ca_file {
-                crate::tls::load_roots(ca, base_dir, &format!("{path}.caFile"))?;
+                crate::http::tls::load_roots(ca, base_dir, &format!("{path}.caFile"))?;
             }
         }
         if !https {

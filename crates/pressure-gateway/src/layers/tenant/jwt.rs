@@ -1,7 +1,7 @@
 //! JWT verification with algorithms pinned by config (`none` is never
 //! accepted), `exp` required, `nbf` checked, optional `aud` / `iss`.
 
-use crate::config::{ConfigError, JwtConfig};
+use crate::settings::{ConfigError, JwtConfig};
 use crate::plan::checks::env_value;
 use jsonwebtoken::{Algorithm, DecodingKey, Validation};
 use std::path::Path;
@@ -121,7 +121,7 @@ fn public_key(
     if file.is_empty() {
         return Err(ConfigError::new(path, "must not be empty"));
     }
-    let resolved = crate::config::resolve(base, file);
+    let resolved = crate::settings::resolve(base, file);
     let pem = std::fs::read(&resolved).map_err(|e| {
         ConfigError::new(&path, format!("cannot read {}: {e}", resolved.display())).with_file(&resolved)
     })?;

@@ -1,0 +1,26 @@
+//! The gateway config as data: its types, its shape parsed with JSON-path
+//! errors, its schema and reference, and the plugin manifests' files. What
+//! the values mean is checked where the plan is built (`crate::plan`): the
+//! public [`crate::config`] joins the two.
+
+mod decisions;
+mod error;
+mod files;
+mod parse;
+pub mod manifest;
+pub mod reference;
+mod rls;
+pub mod schema;
+mod shape;
+mod tls;
+mod types;
+
+pub use decisions::{DecisionsConfig, DEFAULT_MAX_PERMITS};
+pub use error::{ConfigError, ConfigErrors};
+pub(crate) use files::{base_dir_of, resolve, resolve_llm_files};
+pub use parse::parse_shape;
+pub use manifest::{LoadedManifest, PluginManifest};
+pub use rls::RlsConfig;
+pub use tls::{ListenerTlsConfig, UpstreamTlsConfig};
+pub(crate) use tls::{resolve_files, watched_files};
+pub use types::*;
