@@ -41,8 +41,16 @@ pub(crate) fn check(spec: &RateSpec, tat: u64, now: u64, units: u64, capacity: u
     if units == 0 {
         return Ok(tat);
     }
-    let inc = increment(spec, units);
-    let tol = tolerance(spec, capacity);
+    admit(tat, now, increment(spec, units), tolerance(spec, capacity))
+}
+
+/// The GCRA test itself, with the increment `n·T` ([`increment`], `n > 0`)
+/// and the tolerance `C·T` ([`tolerance`]) already computed:
+/// `Ok(new_tat)` to store, or `Err(wait_ns)`. The one place of this
+/// arithmetic: [`check`] and the memory backend's hot paths, which hoist
+/// or precompute `inc` and `tol`, all call it.
+#[inline(always)]
+pub(crate) fn admit(tat: u64, now: u64, inc: u64, tol: u64) -> Result<u64, u64> {
     let new_tat = tat.max(now).saturating_add(inc);
     if new_tat - now <= tol {
         Ok(new_tat)

@@ -3,6 +3,7 @@
 //! boundary.
 use super::*;
 use crate::clock::ManualClock;
+use crate::limits::Dimension;
 use crate::limits::Limits;
 use futures::FutureExt;
 

@@ -8,6 +8,7 @@
 
 use super::*;
 use crate::clock::ManualClock;
+use crate::limits::Dimension;
 use crate::limits::Limits;
 use futures::FutureExt;
 use proptest::prelude::*;

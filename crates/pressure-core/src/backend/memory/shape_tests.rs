@@ -5,9 +5,11 @@
 //! (buckets, windows, leases, counts) after every step — acquisitions,
 //! releases, reconciles, usage reads and changes of limits included.
 
+use super::locked::DimState;
 use super::*;
 use crate::clock::ManualClock;
 use crate::limits::Limits;
+use crate::limits::{Dimension, PPM};
 use futures::FutureExt;
 use proptest::prelude::*;
 
