@@ -502,8 +502,8 @@ mod tests {
 
     #[test]
     fn the_url_is_next_to_chat_completions() {
-        let u = super::super::client::embeddings_url("http://h:1/v1/chat/completions").expect("url");
+        let u = super::super::remote::embeddings_url("http://h:1/v1/chat/completions").expect("url");
         assert_eq!(u.to_string(), "http://h:1/v1/embeddings");
-        assert!(super::super::client::embeddings_url("http://h:1/v1/messages").is_err());
+        assert!(super::super::remote::embeddings_url("http://h:1/v1/messages").is_err());
     }
 }

@@ -6,7 +6,16 @@
 //!
 //! * `types` — the wire format (`ChatRequest`, `ChatResponse`, `ChatChunk`).
 //! * `config` — `ProviderConfig`, its `ProviderKind` and `TimeoutsConfig`.
-//! * `anthropic` — the translation to and from Anthropic's Messages API.
+//! * `wire` — `Wire`: what differs between the wire formats of remote
+//!   providers (endpoint path, key and fixed headers, request encoder,
+//!   answer and stream decoders); one implementation per wire, beside its
+//!   translation:
+//! * `openai` — chat completions, sent as they are (`OpenAi`);
+//! * `anthropic` — the translation to and from Anthropic's Messages API
+//!   (`Anthropic`);
+//! * `responses` — the translation to and from OpenAI's Responses API
+//!   (`Responses`).
+//! * `native` — an agent's own request passed to a provider of its wire.
 //! * `client` — `ProviderClient`: `complete`
 //!   and [`stream`](ProviderClient::stream), each bounded per phase (pool
 //!   wait, connect, write, first byte, read between chunks) and by the
@@ -27,8 +36,13 @@
 //! * `error` — `CallError` (classified by `crate::taxonomy`) and
 //!   [`ProviderError`] (configuration).
 //!
+//! * `remote` — `Remote`: what a remote provider builds once (its wire,
+//!   endpoint URIs, constant headers and pooled client).
+//! * `transport` — how its connections are opened: TLS, `CONNECT`
+//!   tunnels through an HTTP proxy, the connect timeout.
+//!
 //! The HTTP client is hyper 1 (hyper-util's pooling client) with rustls:
-//! HTTP/1.1, and HTTP/2 via ALPN for `https://` providers; see `client`.
+//! HTTP/1.1, and HTTP/2 via ALPN for `https://` providers; see `transport`.
 //!
 //! # How the timeouts agree along the chain
 //! The use case's total budget (`totalMs`: 15 s interactive, 120 s batch by
@@ -49,13 +63,18 @@ mod config;
 mod embeddings;
 mod error;
 mod local;
+mod native;
+mod openai;
 pub mod ratelimit;
+mod remote;
 mod responses;
 mod sse;
 mod stream;
 mod tag;
 mod translate_error;
+mod transport;
 mod types;
+mod wire;
 
 pub use client::{Completion, PoolStats, ProviderClient};
 pub use config::{ProviderConfig, ProviderKind, ProviderSettings, TimeoutsConfig};

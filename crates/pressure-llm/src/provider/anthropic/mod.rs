@@ -25,6 +25,9 @@
 //!   timeout between chunks, the final usage and the output so far work
 //!   unchanged, and so does the pipeline's rule that a stream falls back
 //!   only before its first output chunk.
+//! * [`wire`] — [`Anthropic`], the [`Wire`](super::wire::Wire) the
+//!   provider client calls: the endpoint, the key and version headers, and
+//!   the three translations above.
 //! * [`error`] — Anthropic's error types and statuses, and how
 //!   [`taxonomy::classify`](crate::taxonomy::classify) files them.
 //!
@@ -67,8 +70,9 @@ pub(super) mod error;
 pub(super) mod request;
 pub(super) mod response;
 pub(super) mod stream;
+mod wire;
 
-pub(super) use response::to_chat_response;
+pub(crate) use wire::Anthropic;
 
 /// The tool through which a `response_format` of type `json_schema` is
 /// asked of an Anthropic model (which has no JSON mode): the request

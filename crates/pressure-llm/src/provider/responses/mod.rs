@@ -8,7 +8,8 @@
 //! a `chat.completion`) and [`stream::translate_body`] (Responses events to
 //! `chat.completion.chunk` events in front of the ordinary
 //! [`ChatStream`](super::ChatStream), optionally passing each event on
-//! verbatim for a Responses ingress).
+//! verbatim for a Responses ingress), called through [`Responses`], the
+//! [`Wire`](super::wire::Wire) of this API.
 //!
 //! | chat completions | Responses API |
 //! |---|---|
@@ -48,3 +49,6 @@
 pub(super) mod request;
 pub(super) mod response;
 pub(super) mod stream;
+mod wire;
+
+pub(crate) use wire::Responses;
