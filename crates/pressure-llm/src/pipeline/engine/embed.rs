@@ -1,6 +1,10 @@
 //! [`Embed`]: an embeddings event, through the same layers as a chat
 //! completion (DESIGN §6.1).
 //!
+//! It lives with the engine rather than beside the chat calls
+//! (`pipeline::calls`) because the engine makes embeddings calls of its
+//! own: a `knn` level embeds the request's text through it (`knn`).
+//!
 //! * the request is checked first ([`EmbeddingRequest::validate`]): a
 //!   request OpenAI would refuse fails with a 400 before any call;
 //! * each level reserves **one request and the input tokens** (no output
@@ -18,8 +22,8 @@ use std::convert::Infallible;
 
 use pressure_core::Backend;
 
+use super::{Call, Engine, Ledger, ModelEntry, Request, Target};
 use crate::pipeline::config::{ChainLevel, ModelKind};
-use crate::pipeline::engine::{Call, Engine, Ledger, ModelEntry, Request, Target};
 use crate::pipeline::error::LlmError;
 use crate::price::{Money, TokenUse};
 use crate::provider::{

@@ -7,9 +7,9 @@ use pressure_core::{Backend, Priority};
 use tokio::time::Instant;
 
 use super::call::Request;
+use super::embed::Embed;
 use super::level::{Event, LevelEnd};
 use super::Engine;
-use crate::pipeline::calls::Embed;
 use crate::pipeline::config::KnnLevel;
 use crate::pipeline::error::LlmError;
 use crate::pipeline::knn::{index_key, knn_response, KNN_MIN_TIME};

@@ -21,8 +21,14 @@
 //!   reserved before the call, refunded when the call does not go out.
 //! * `models` — [`ModelEntry`], one configured model, and the provider
 //!   hold its rate-limit headers impose (`hold_for`).
+//! * `embed` — [`Embed`], an embeddings event: the one kind of call the
+//!   engine makes itself (a `knn` level embeds the request's text), so it
+//!   lives here rather than with the chat calls of `pipeline::calls`.
+//! * `knn` — a `knn` level: the text embedded by the level's local model,
+//!   then the vote of the nearest examples.
 
 mod call;
+mod embed;
 mod gate;
 mod hint;
 mod knn;
@@ -39,6 +45,7 @@ use pressure_core::clock::{Clock, TokioClock};
 use pressure_core::{Backend, ResourceBroker};
 
 pub(crate) use call::{Call, Request, Target};
+pub(crate) use embed::Embed;
 pub(crate) use ledger::{Ledger, Settlement};
 pub(crate) use models::ModelEntry;
 pub(crate) use walk::Served;
