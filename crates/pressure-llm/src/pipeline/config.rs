@@ -341,55 +341,7 @@ impl LlmConfig {
         }
         let mut keys = BTreeSet::new();
         for (i, m) in self.models.iter().enumerate() {
-            let path = format!("models[{i}]");
-            if !self.providers.contains_key(&m.provider) {
-                return Err(ConfigError::new(
-                    format!("{path}.provider"),
-                    format!("unknown provider {:?}", m.provider),
-                ));
-            }
-            if m.model.is_empty() {
-                return Err(ConfigError::new(format!("{path}.model"), "must not be empty"));
-            }
-            if !keys.insert(m.key()) {
-                return Err(ConfigError::new(path, format!("duplicate model {:?}", m.key())));
-            }
-            if let Some(Err(e)) = m.limits.as_ref().map(Limits::compile) {
-                let field = match e.field {
-                    "limits" => format!("{path}.limits"),
-                    f => format!("{path}.limits.{f}"),
-                };
-                return Err(ConfigError::new(field, e.problem));
-            }
-            if !(0.0..1.0).contains(&m.batch_headroom()) {
-                return Err(ConfigError::new(
-                    format!("{path}.batchHeadroom"),
-                    "must be at least 0 and below 1",
-                ));
-            }
-            match m.kind {
-                ModelKind::Chat => check_chat_model(m, &path)?,
-                ModelKind::Embedding => check_embedding_model(m, &path)?,
-            }
-            let provider_kind = self.providers.get(&m.provider).map(|p| p.kind);
-            if m.kind != ModelKind::Embedding && provider_kind == Some(ProviderKind::Local) {
-                return Err(ConfigError::new(
-                    format!("{path}.kind"),
-                    format!(
-                        "provider {:?} runs a local embedding model: its models must be \"kind\": \"embedding\"",
-                        m.provider
-                    ),
-                ));
-            }
-            if m.kind == ModelKind::Embedding && provider_kind == Some(ProviderKind::Anthropic) {
-                return Err(ConfigError::new(
-                    format!("{path}.kind"),
-                    format!(
-                        "provider {:?} speaks Anthropic's Messages API, which has no embeddings endpoint",
-                        m.provider
-                    ),
-                ));
-            }
+            self.check_model(m, &format!("models[{i}]"), &mut keys)?;
         }
         for (name, rules) in &self.rules {
             for (i, r) in rules.iter().enumerate() {
@@ -402,74 +354,156 @@ impl LlmConfig {
             }
         }
         for (name, uc) in &self.use_cases {
-            let path = format!("useCases.{name}");
-            if uc.chain.is_empty() {
-                return Err(ConfigError::new(format!("{path}.chain"), "must not be empty"));
-            }
-            for (i, level) in uc.chain.iter().enumerate() {
-                let lp = format!("{path}.chain[{i}]");
-                match level {
-                    ChainLevel::Model(key) if !keys.contains(key) => {
-                        return Err(ConfigError::new(
-                            format!("{lp}.model"),
-                            format!("unknown model {key:?} (expected \"provider/model\" of `models`)"),
-                        ));
-                    }
-                    ChainLevel::Knn(knn) => self.check_knn(knn, &format!("{lp}.knn"))?,
-                    ChainLevel::Rules(r) if r.is_empty() => {
-                        return Err(ConfigError::new(format!("{lp}.rules"), "must not be empty"));
-                    }
-                    ChainLevel::ManualQueue(false) => {
-                        return Err(ConfigError::new(format!("{lp}.manualQueue"), "must be true"));
-                    }
-                    ChainLevel::ManualQueue(true) if i + 1 != uc.chain.len() => {
-                        return Err(ConfigError::new(
-                            format!("{lp}.manualQueue"),
-                            "the manual queue always answers: it must be the last level",
-                        ));
-                    }
-                    _ => {}
-                }
-            }
-            self.check_chain_kind(name, uc)?;
-            for (i, alias) in uc.aliases.iter().enumerate() {
-                let ap = format!("{path}.aliases[{i}]");
-                if alias.is_empty() || alias.len() > MAX_MODEL_ID_BYTES {
-                    return Err(ConfigError::new(
-                        ap,
-                        format!("must be 1 to {MAX_MODEL_ID_BYTES} bytes"),
-                    ));
-                }
-                if alias.chars().any(char::is_whitespace) {
-                    return Err(ConfigError::new(ap, "must not contain whitespace"));
-                }
-                if !alias.contains('*') {
-                    if self.use_cases.contains_key(alias) {
-                        return Err(ConfigError::new(
-                            ap,
-                            format!("{alias:?} is a use case's own name"),
-                        ));
-                    }
-                    let other = self
-                        .use_cases
-                        .iter()
-                        .find(|(n, u)| *n != name && u.aliases.contains(alias));
-                    if let Some((other, _)) = other {
-                        return Err(ConfigError::new(
-                            ap,
-                            format!("{alias:?} is also an alias of use case {other:?}"),
-                        ));
-                    }
-                }
-            }
-            if uc.total_ms == Some(0) {
-                return Err(ConfigError::new(format!("{path}.totalMs"), "must be > 0"));
-            }
-            if let Err(e) = uc.retry.validate() {
-                return Err(ConfigError::new(format!("{path}.retry"), e.to_string()));
-            }
+            self.check_use_case(name, uc, &keys)?;
         }
         self.breaker.validate().map_err(|e| e.under("breaker"))
+    }
+
+    /// Checks the model `m` at `path` (`models[i]`) and adds its key to
+    /// `keys` (the models before it): a known provider, a name, no
+    /// duplicate, valid limits and headroom, the fields of its kind, and a
+    /// kind its provider serves.
+    fn check_model(
+        &self,
+        m: &ModelConfig,
+        path: &str,
+        keys: &mut BTreeSet<String>,
+    ) -> Result<(), ConfigError> {
+        if !self.providers.contains_key(&m.provider) {
+            return Err(ConfigError::new(
+                format!("{path}.provider"),
+                format!("unknown provider {:?}", m.provider),
+            ));
+        }
+        if m.model.is_empty() {
+            return Err(ConfigError::new(format!("{path}.model"), "must not be empty"));
+        }
+        if !keys.insert(m.key()) {
+            return Err(ConfigError::new(path, format!("duplicate model {:?}", m.key())));
+        }
+        if let Some(Err(e)) = m.limits.as_ref().map(Limits::compile) {
+            let field = match e.field {
+                "limits" => format!("{path}.limits"),
+                f => format!("{path}.limits.{f}"),
+            };
+            return Err(ConfigError::new(field, e.problem));
+        }
+        if !(0.0..1.0).contains(&m.batch_headroom()) {
+            return Err(ConfigError::new(
+                format!("{path}.batchHeadroom"),
+                "must be at least 0 and below 1",
+            ));
+        }
+        match m.kind {
+            ModelKind::Chat => check_chat_model(m, path)?,
+            ModelKind::Embedding => check_embedding_model(m, path)?,
+        }
+        let provider_kind = self.providers.get(&m.provider).map(|p| p.kind);
+        if m.kind != ModelKind::Embedding && provider_kind == Some(ProviderKind::Local) {
+            return Err(ConfigError::new(
+                format!("{path}.kind"),
+                format!(
+                    "provider {:?} runs a local embedding model: its models must be \"kind\": \"embedding\"",
+                    m.provider
+                ),
+            ));
+        }
+        if m.kind == ModelKind::Embedding && provider_kind == Some(ProviderKind::Anthropic) {
+            return Err(ConfigError::new(
+                format!("{path}.kind"),
+                format!(
+                    "provider {:?} speaks Anthropic's Messages API, which has no embeddings endpoint",
+                    m.provider
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Checks the use case `name`: a chain whose levels name what exists
+    /// (`keys`: the models) and end with the manual queue if they hold it,
+    /// of one kind of model, its aliases, its budget and its retry policy.
+    fn check_use_case(
+        &self,
+        name: &str,
+        uc: &UseCaseConfig,
+        keys: &BTreeSet<String>,
+    ) -> Result<(), ConfigError> {
+        let path = format!("useCases.{name}");
+        if uc.chain.is_empty() {
+            return Err(ConfigError::new(format!("{path}.chain"), "must not be empty"));
+        }
+        for (i, level) in uc.chain.iter().enumerate() {
+            let lp = format!("{path}.chain[{i}]");
+            match level {
+                ChainLevel::Model(key) if !keys.contains(key) => {
+                    return Err(ConfigError::new(
+                        format!("{lp}.model"),
+                        format!("unknown model {key:?} (expected \"provider/model\" of `models`)"),
+                    ));
+                }
+                ChainLevel::Knn(knn) => self.check_knn(knn, &format!("{lp}.knn"))?,
+                ChainLevel::Rules(r) if r.is_empty() => {
+                    return Err(ConfigError::new(format!("{lp}.rules"), "must not be empty"));
+                }
+                ChainLevel::ManualQueue(false) => {
+                    return Err(ConfigError::new(format!("{lp}.manualQueue"), "must be true"));
+                }
+                ChainLevel::ManualQueue(true) if i + 1 != uc.chain.len() => {
+                    return Err(ConfigError::new(
+                        format!("{lp}.manualQueue"),
+                        "the manual queue always answers: it must be the last level",
+                    ));
+                }
+                _ => {}
+            }
+        }
+        self.check_chain_kind(name, uc)?;
+        self.check_aliases(name, uc, &path)?;
+        if uc.total_ms == Some(0) {
+            return Err(ConfigError::new(format!("{path}.totalMs"), "must be > 0"));
+        }
+        if let Err(e) = uc.retry.validate() {
+            return Err(ConfigError::new(format!("{path}.retry"), e.to_string()));
+        }
+        Ok(())
+    }
+
+    /// Checks the aliases of the use case `name` (at `path`): 1 to
+    /// [`MAX_MODEL_ID_BYTES`] bytes without whitespace, and an exact alias
+    /// neither a use case's own name nor another use case's alias.
+    fn check_aliases(&self, name: &str, uc: &UseCaseConfig, path: &str) -> Result<(), ConfigError> {
+        for (i, alias) in uc.aliases.iter().enumerate() {
+            let ap = format!("{path}.aliases[{i}]");
+            if alias.is_empty() || alias.len() > MAX_MODEL_ID_BYTES {
+                return Err(ConfigError::new(
+                    ap,
+                    format!("must be 1 to {MAX_MODEL_ID_BYTES} bytes"),
+                ));
+            }
+            if alias.chars().any(char::is_whitespace) {
+                return Err(ConfigError::new(ap, "must not contain whitespace"));
+            }
+            if !alias.contains('*') {
+                if self.use_cases.contains_key(alias) {
+                    return Err(ConfigError::new(
+                        ap,
+                        format!("{alias:?} is a use case's own name"),
+                    ));
+                }
+                let other = self
+                    .use_cases
+                    .iter()
+                    .find(|(n, u)| *n != name && u.aliases.contains(alias));
+                if let Some((other, _)) = other {
+                    return Err(ConfigError::new(
+                        ap,
+                        format!("{alias:?} is also an alias of use case {other:?}"),
+                    ));
+                }
+            }
+        }
+        Ok(())
     }
 
     /// The use case a request's `model` names: a use case of that name;

@@ -21,6 +21,8 @@
 //! * when every level gave up, the last error says when to ask again
 //!   ([`RetryHint`](super::hint::RetryHint)).
 
+use std::time::Duration;
+
 use pressure_core::clock::{duration_to_millis, duration_to_nanos};
 use pressure_core::Backend;
 use tokio::time::Instant;
@@ -36,6 +38,29 @@ use crate::pipeline::error::LlmError;
 use crate::price::Money;
 use crate::reservation::Reservation;
 use crate::retry::RetryState;
+
+/// What one level of the chain came to.
+enum Step<O> {
+    /// It answered: the output, how degraded, and the `provider/model` of
+    /// a model level.
+    Answered(O, Degradation, Option<String>),
+    /// It had no answer; the walk goes on, remembering the error, if any,
+    /// for when no later level answers either.
+    Passed(Option<LlmError>),
+}
+
+/// A model level of the chain, as the walk reaches it.
+struct ModelLevel<'a> {
+    /// Its `provider/model`.
+    key: &'a str,
+    /// Its place among the chain's model levels (0: the primary).
+    ordinal: usize,
+    /// What it reserves per attempt; `None`: the request does not fit it.
+    reservation: Option<Reservation>,
+    /// The model levels the request fits from this one on, this one
+    /// included (at least 1): the level gets that share of the time left.
+    levels_left: usize,
+}
 
 /// What served an event, with the event's totals.
 #[derive(Debug)]
@@ -115,11 +140,73 @@ impl<B: Backend> Engine<B> {
         req.validate()?;
         let total = uc.total();
         let deadline = Instant::now() + total;
-        let deadline_nanos = self.clock.now_nanos().saturating_add(duration_to_nanos(total));
-
         let plans = self.plans(uc, req)?;
+        let mut event = self.start_event(uc, caller, total);
 
-        let mut event = Event {
+        let mut last_error: Option<LlmError> = None;
+        let mut ordinal = 0usize;
+        for (i, level) in uc.chain.iter().enumerate() {
+            let step = match level {
+                ChainLevel::Knn(knn) => {
+                    let priority = uc.priority.broker_priority();
+                    match self.knn_level(knn, req, priority, deadline, &mut event).await {
+                        Ok(Some(answer)) => Step::Answered(C::degraded(answer), Degradation::Knn, None),
+                        Ok(None) => Step::Passed(None),
+                        Err(e) => {
+                            tracing::debug!(use_case, level = i, error = %e, "knn level gave no answer");
+                            Step::Passed(Some(e))
+                        }
+                    }
+                }
+                ChainLevel::Model(key) => {
+                    let this = ordinal;
+                    ordinal += 1;
+                    let level = ModelLevel {
+                        key,
+                        ordinal: this,
+                        reservation: plans[i],
+                        levels_left: plans[i..].iter().filter(|p| p.is_some()).count().max(1),
+                    };
+                    self.model_level(call, uc, &level, deadline, &mut event).await?
+                }
+                _ => match req.degraded(self, use_case, level).await? {
+                    Some(answer) => {
+                        let degradation = match level {
+                            ChainLevel::ManualQueue(_) => Degradation::ManualQueue,
+                            _ => Degradation::Rules,
+                        };
+                        Step::Answered(C::degraded(answer), degradation, None)
+                    }
+                    None => Step::Passed(None),
+                },
+            };
+            match step {
+                Step::Answered(output, degradation, model) => {
+                    return Ok(Served {
+                        level: i,
+                        degradation,
+                        model,
+                        attempts: event.attempts,
+                        spent: event.spent,
+                        failed_spent: event.failed_spent,
+                        output,
+                    });
+                }
+                Step::Passed(Some(e)) => last_error = Some(e),
+                Step::Passed(None) => {}
+            }
+        }
+        // Given up: the error says when the soonest level could answer.
+        Err(last_error.map_or(LlmError::NoAnswer, |e| {
+            e.with_retry_after(event.hint.at(Instant::now()))
+        }))
+    }
+
+    /// The running totals of a new event of `uc` for `caller`, whose
+    /// deadline is `total` from now.
+    fn start_event(&self, uc: &UseCaseConfig, caller: Caller<B>, total: Duration) -> Event<B> {
+        let deadline_nanos = self.clock.now_nanos().saturating_add(duration_to_nanos(total));
+        Event {
             request_id: caller.request_id,
             payer: caller.payer,
             retry: RetryState::new(&uc.retry, Some(deadline_nanos)),
@@ -128,84 +215,55 @@ impl<B: Backend> Engine<B> {
             failed_spent: Money::ZERO,
             hint: RetryHint::default(),
             total_ms: duration_to_millis(total),
-        };
-        let backoff = uc.retry.backoff();
-        let mut last_error: Option<LlmError> = None;
-        let mut ordinal = 0usize;
-        for (i, level) in uc.chain.iter().enumerate() {
-            let served = |output, degradation, model, event: &Event<B>| Served {
-                level: i,
-                degradation,
-                model,
-                attempts: event.attempts,
-                spent: event.spent,
-                failed_spent: event.failed_spent,
-                output,
-            };
-            if let ChainLevel::Knn(knn) = level {
-                let priority = uc.priority.broker_priority();
-                match self.knn_level(knn, req, priority, deadline, &mut event).await {
-                    Ok(Some(answer)) => {
-                        return Ok(served(C::degraded(answer), Degradation::Knn, None, &event));
-                    }
-                    Ok(None) => {}
-                    Err(e) => {
-                        tracing::debug!(use_case, level = i, error = %e, "knn level gave no answer");
-                        last_error = Some(e);
-                    }
-                }
-                continue;
-            }
-            let ChainLevel::Model(key) = level else {
-                if let Some(answer) = req.degraded(self, use_case, level).await? {
-                    let degradation = match level {
-                        ChainLevel::ManualQueue(_) => Degradation::ManualQueue,
-                        _ => Degradation::Rules,
-                    };
-                    return Ok(served(C::degraded(answer), degradation, None, &event));
-                }
-                continue;
-            };
-            let this = ordinal;
-            ordinal += 1;
-            let (Some(m), Some(reservation)) = (self.models.get(key), plans[i]) else {
-                continue;
-            };
-            let now = Instant::now();
-            if now >= deadline {
-                last_error = Some(event.deadline_error());
-                continue;
-            }
-            let levels_left = plans[i..].iter().filter(|p| p.is_some()).count().max(1);
-            let share_end = now + deadline.saturating_duration_since(now) / levels_left as u32;
-            event.retry.start_fallback_level();
-            match self
-                .run_level(call, m, reservation, share_end, deadline, &mut event)
-                .await
-            {
-                Ok(output) => {
-                    let degradation = if this == 0 {
-                        Degradation::Primary
-                    } else {
-                        Degradation::Backup(this)
-                    };
-                    return Ok(served(output, degradation, Some(m.key.clone()), &event));
-                }
-                Err(LevelEnd::Next(e)) => {
-                    if let Some(wait) = e.retry_after() {
-                        // The chain's own backoff before it would try this
-                        // level again, after the attempts it made there.
-                        let tried = event.retry.attempts().max(1);
-                        event.hint.note(Instant::now(), wait, backoff.ceiling(tried - 1));
-                    }
-                    last_error = Some(e);
-                }
-                Err(LevelEnd::Fail(e)) => return Err(e),
-            }
         }
-        // Given up: the error says when the soonest level could answer.
-        Err(last_error.map_or(LlmError::NoAnswer, |e| {
-            e.with_retry_after(event.hint.at(Instant::now()))
-        }))
+    }
+
+    /// One model level of the walk: its retry loop within its share of the
+    /// time left (see the module docs). A level the request does not fit,
+    /// or whose model is unknown, is passed; once the deadline has passed,
+    /// it is passed with the deadline's error. A level that gives up
+    /// notes when it could answer again in the event's hint.
+    async fn model_level<C: Call<B>>(
+        &self,
+        call: &C,
+        uc: &UseCaseConfig,
+        level: &ModelLevel<'_>,
+        deadline: Instant,
+        event: &mut Event<B>,
+    ) -> Result<Step<C::Output>, LlmError> {
+        let (Some(m), Some(reservation)) = (self.models.get(level.key), level.reservation) else {
+            return Ok(Step::Passed(None));
+        };
+        let now = Instant::now();
+        if now >= deadline {
+            return Ok(Step::Passed(Some(event.deadline_error())));
+        }
+        let levels_left = u32::try_from(level.levels_left).unwrap_or(u32::MAX);
+        let share_end = now + deadline.saturating_duration_since(now) / levels_left;
+        event.retry.start_fallback_level();
+        match self
+            .run_level(call, m, reservation, share_end, deadline, event)
+            .await
+        {
+            Ok(output) => {
+                let degradation = if level.ordinal == 0 {
+                    Degradation::Primary
+                } else {
+                    Degradation::Backup(level.ordinal)
+                };
+                Ok(Step::Answered(output, degradation, Some(m.key.clone())))
+            }
+            Err(LevelEnd::Next(e)) => {
+                if let Some(wait) = e.retry_after() {
+                    // The chain's own backoff before it would try this
+                    // level again, after the attempts it made there.
+                    let tried = event.retry.attempts().max(1);
+                    let backoff = uc.retry.backoff();
+                    event.hint.note(Instant::now(), wait, backoff.ceiling(tried - 1));
+                }
+                Ok(Step::Passed(Some(e)))
+            }
+            Err(LevelEnd::Fail(e)) => Err(e),
+        }
     }
 }
