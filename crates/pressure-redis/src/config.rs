@@ -1,6 +1,15 @@
 //! Configuration of the Redis backend (JSON names in camelCase, as under the
-//! gateway's `backend` key).
+//! gateway's `backend` key) and its checks.
+//!
+//! TLS to Redis (`rediss://` URLs, `tls.caFile`) is refused here, at
+//! `check-config` time, when it cannot work: `tls` with a `redis://` URL, a
+//! cluster mixing `redis://` and `rediss://` seeds, a `#insecure` URL
+//! (certificate checks cannot be turned off in this build), and a CA file
+//! that does not parse. The clients are made from it in `client.rs`.
 
+use pressure_core::FieldError;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::CertificateDer;
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
 
@@ -43,7 +52,7 @@ pub struct RedisConfig {
     pub deny_cache: bool,
     /// TLS for `rediss://` URLs (a private CA); absent: the public roots.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub tls: Option<crate::RedisTlsConfig>,
+    pub tls: Option<RedisTlsConfig>,
 }
 
 impl Default for RedisConfig {
@@ -106,6 +115,87 @@ impl RedisConfig {
                 "must be non-empty and contain no braces",
             ));
         }
-        crate::tls::check(self)
+        check_tls(self)
     }
+}
+
+/// `backend.tls`: how a `rediss://` server is verified.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RedisTlsConfig {
+    /// PEM file with the CA certificate(s) the server's certificate must
+    /// chain to, instead of the public roots.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ca_file: Option<String>,
+}
+
+/// The URLs of `config` with their JSON field names.
+fn urls(config: &RedisConfig) -> Vec<(&str, String)> {
+    if config.cluster_nodes.is_empty() {
+        vec![(config.url.as_str(), "url".to_owned())]
+    } else {
+        config
+            .cluster_nodes
+            .iter()
+            .enumerate()
+            .map(|(i, u)| (u.as_str(), format!("clusterNodes[{i}]")))
+            .collect()
+    }
+}
+
+/// Whether `url` asks for TLS (`rediss://`).
+pub(crate) fn is_tls(url: &str) -> bool {
+    url.starts_with("rediss://")
+}
+
+/// Refuses TLS settings that cannot work (module docs); the error names
+/// the field (`url`, `clusterNodes[1]`, `tls`, `tls.caFile`).
+fn check_tls(config: &RedisConfig) -> Result<(), FieldError> {
+    let urls = urls(config);
+    for (url, field) in &urls {
+        if is_tls(url) && url.contains("#insecure") {
+            return Err(FieldError::new(
+                field.as_str(),
+                "#insecure (no certificate check) is not supported; give the server's CA in tls.caFile",
+            ));
+        }
+    }
+    if let Some((_, field)) = urls.iter().find(|(u, _)| is_tls(u) != is_tls(urls[0].0)) {
+        return Err(FieldError::new(
+            field.as_str(),
+            "every cluster seed must use the same scheme (all redis:// or all rediss://)",
+        ));
+    }
+    let Some(tls) = &config.tls else {
+        return Ok(());
+    };
+    if !urls.iter().all(|(u, _)| is_tls(u)) {
+        return Err(FieldError::new("tls", "requires rediss:// URLs"));
+    }
+    if let Some(file) = &tls.ca_file {
+        let pem = read_ca(file).map_err(|e| FieldError::new("tls.caFile", e))?;
+        let mut roots = rustls::RootCertStore::empty();
+        for cert in CertificateDer::pem_slice_iter(&pem) {
+            let cert =
+                cert.map_err(|e| FieldError::new("tls.caFile", format!("{file} is not a PEM CA file: {e}")))?;
+            roots.add(cert).map_err(|e| {
+                FieldError::new("tls.caFile", format!("{file}: not a usable CA certificate: {e}"))
+            })?;
+        }
+        if roots.is_empty() {
+            return Err(FieldError::new(
+                "tls.caFile",
+                format!("{file} holds no PEM certificate (-----BEGIN CERTIFICATE-----)"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The bytes of the CA file `file`; the error says why it cannot be read.
+pub(crate) fn read_ca(file: &str) -> Result<Vec<u8>, String> {
+    if file.is_empty() {
+        return Err("must not be empty".into());
+    }
+    std::fs::read(file).map_err(|e| format!("cannot read {file}: {e}"))
 }

@@ -79,7 +79,7 @@ pub async fn connect(config: &RedisConfig, response_timeout: Duration) -> Result
     let connect_timeout = Duration::from_millis(config.connect_timeout_ms);
     let unavailable = |e: redis::RedisError| BackendError::Unavailable(e.to_string());
     if config.cluster_nodes.is_empty() {
-        let client = crate::tls::client(config).map_err(BackendError::Unavailable)?;
+        let client = crate::client::single(config).map_err(BackendError::Unavailable)?;
         let cfg = ConnectionManagerConfig::new()
             .set_connection_timeout(Some(connect_timeout))
             .set_response_timeout(Some(response_timeout))
@@ -92,7 +92,7 @@ pub async fn connect(config: &RedisConfig, response_timeout: Duration) -> Result
             .map_err(unavailable)?;
         Ok(Conn::Single(cm))
     } else {
-        let client = crate::tls::cluster_builder(config)
+        let client = crate::client::cluster_builder(config)
             .map_err(BackendError::Unavailable)?
             .connection_timeout(connect_timeout)
             .response_timeout(response_timeout)
@@ -178,7 +178,7 @@ pub(crate) async fn open(config: &RedisConfig) -> Result<Conn, String> {
     let response_timeout = (config.timeout() * 4).max(Duration::from_secs(1));
     let timed_out = || format!("timed out after {} ms", connect_timeout.as_millis());
     if config.cluster_nodes.is_empty() {
-        let client = crate::tls::client(config)?;
+        let client = crate::client::single(config)?;
         let cfg = AsyncConnectionConfig::new()
             .set_connection_timeout(Some(connect_timeout))
             .set_response_timeout(Some(response_timeout));
@@ -203,7 +203,7 @@ pub(crate) async fn open(config: &RedisConfig) -> Result<Conn, String> {
             Err(_) => Err(timed_out()),
         }
     } else {
-        let client = crate::tls::cluster_builder(config)?
+        let client = crate::client::cluster_builder(config)?
             .connection_timeout(connect_timeout)
             .response_timeout(response_timeout)
             .build()

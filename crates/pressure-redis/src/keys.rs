@@ -50,6 +50,13 @@ impl ResourceKeys {
     }
 }
 
+/// A lease's name in its resource's state hash (its field, and its member
+/// in the concurrency set): the lease id as 16 hex digits, so every id has
+/// one spelling in the scripts and in the releases queued for later.
+pub(crate) fn member(lease: u64) -> String {
+    format!("{lease:016x}")
+}
+
 /// The keys of the shared circuit breaker `name` (`lua/breaker.lua`),
 /// under the hash tag of its escaped name, with suffixes no resource uses
 /// (`:b`, `:bw`), so no breaker name can address a resource's keys.

@@ -116,6 +116,7 @@
 mod any;
 mod backend;
 mod background;
+mod client;
 mod config;
 mod conn;
 mod gc;
@@ -134,12 +135,10 @@ mod store;
 
 pub use any::{AnyBackend, AnyHandle};
 pub use backend::{RedisBackend, RedisHandle, RedisStatus};
-pub use config::{FailureMode, RedisConfig};
+pub use config::{FailureMode, RedisConfig, RedisTlsConfig};
 /// The one-off repair of keys left without an expiry by older versions
 /// (`pressure redis gc`, docs/runbook.md "Redis keys without an expiry").
 pub use gc::{gc, GcOptions, GcReport};
 /// A small hash of configuration the fleet shares and watches (the
 /// gateway's live tenant limit overrides); persistent, left alone by [`gc`].
 pub use shared_hash::{SharedHash, SharedHashEvent};
-pub use tls::RedisTlsConfig;
-mod tls;

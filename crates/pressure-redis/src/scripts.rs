@@ -77,3 +77,9 @@ pub(crate) fn sources() -> [&'static str; 7] {
         BREAKER_LUA,
     ]
 }
+
+/// A number a script returned (a time, a count of units) as `u64`: the
+/// scripts return none below zero, and one would read as 0.
+pub(crate) fn reply_u64(n: i64) -> u64 {
+    u64::try_from(n).unwrap_or(0)
+}

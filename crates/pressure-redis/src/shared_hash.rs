@@ -261,7 +261,7 @@ impl SharedHash {
 /// seeds (chosen by `seed`): pub/sub messages reach every cluster node.
 fn subscriber_client(config: &RedisConfig, seed: usize) -> Result<redis::Client, String> {
     if config.cluster_nodes.is_empty() {
-        return crate::tls::client(config);
+        return crate::client::single(config);
     }
     let node = &config.cluster_nodes[seed % config.cluster_nodes.len()];
     let single = RedisConfig {
@@ -269,7 +269,7 @@ fn subscriber_client(config: &RedisConfig, seed: usize) -> Result<redis::Client,
         cluster_nodes: Vec::new(),
         ..config.clone()
     };
-    crate::tls::client(&single)
+    crate::client::single(&single)
 }
 
 /// `{ version, field1, value1, ... }` from `lua/shared_hash.lua`.

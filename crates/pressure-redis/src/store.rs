@@ -2,19 +2,23 @@
 //! a script invocation on a pooled connection with the call timeout,
 //! counted in the health, failing as a [`Failure`] that says whether the
 //! command may have reached Redis. Also the queue of lease releases still
-//! to deliver ([`Lost`], delivered by `background.rs`) and the acquire
-//! scripts generated per limit shape.
+//! to deliver ([`Lost`], delivered by `background.rs`, queued by
+//! [`Store::lose`]), the calls that outlive their caller
+//! ([`Store::call_settled`]) and the acquire scripts generated per limit
+//! shape.
 
 use crate::config::RedisConfig;
 use crate::conn::{self, Pool};
 use crate::health::{is_refusal, Health, Shard};
+use crate::keys::member;
 use crate::scripts;
+use crate::settle::Settled;
 use crate::shape::{self, Shape};
 use parking_lot::Mutex;
 use pressure_core::clock::{Clock, MonotonicClock, WallShift};
 use pressure_core::{BackendError, MemoryBackend};
 use std::collections::HashMap;
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -377,6 +381,105 @@ impl Store {
             l.push(lost);
         }
         self.wake.notify_one();
+    }
+}
+
+/// How long a tombstone of a lost acquisition keeps refusing its lease id
+/// (at least the lease TTL).
+const TOMBSTONE_MIN: Duration = Duration::from_secs(60);
+
+/// How long past the lease TTL a lost lease is still worth releasing: by
+/// then a lease the late script created has expired by itself.
+const LOST_MARGIN: Duration = Duration::from_secs(10);
+
+/// How long a call whose caller went away (or gave up at the call
+/// timeout) waits for its answer before its outcome counts as lost (a lease
+/// then goes back by the background release and its tombstone).
+const ORPHAN_WAIT: Duration = Duration::from_secs(10);
+
+impl Store {
+    /// Queues the background release of lease `lease` of `key` (`kind`
+    /// says whether its acquisition's reply was lost or its release
+    /// failed).
+    pub(crate) fn lose(&self, key: String, lease: u64, lease_ttl_ns: u64, kind: LostKind) {
+        let ttl = Duration::from_nanos(lease_ttl_ns);
+        let tombstone_us = match kind {
+            LostKind::Acquisition => pressure_core::clock::duration_to_nanos(ttl.max(TOMBSTONE_MIN)) / 1_000,
+            LostKind::Release => 0,
+        };
+        let give_up_ns = self
+            .clock
+            .now_nanos()
+            .saturating_add(pressure_core::clock::duration_to_nanos(ttl + LOST_MARGIN));
+        self.push_lost(Lost {
+            key,
+            member: member(lease),
+            tombstone_us,
+            give_up_ns,
+        });
+    }
+
+    /// Releases lease `lease` of `key` without waiting: in a task when there
+    /// is a runtime, queued for the background task when that fails or when
+    /// there is none.
+    pub(crate) fn release_detached(self: &Arc<Self>, key: String, lease: u64, lease_ttl_ns: u64) {
+        match tokio::runtime::Handle::try_current() {
+            Ok(rt) => {
+                let store = Arc::clone(self);
+                rt.spawn(async move {
+                    if store.release_remote(&key, 0, &[member(lease)]).await.is_ok() {
+                        store.replay_later(&key, member(lease), false);
+                    } else {
+                        store.lose(key, lease, lease_ttl_ns, LostKind::Release);
+                    }
+                });
+            }
+            // No runtime here: the background task (on the backend's own
+            // runtime) delivers it.
+            Err(_) => self.lose(key, lease, lease_ttl_ns, LostKind::Release),
+        }
+    }
+
+    /// The wall-time offset in µs, as the scripts take it.
+    pub(crate) fn offset_us(&self) -> i64 {
+        self.wall_shift.nanos() / 1_000
+    }
+
+    /// Runs `call` as a [`Settled`] call bounded by the call timeout: past
+    /// it, the caller gets a timeout failure marked as handed on, and the
+    /// call goes on in a task that waits up to [`ORPHAN_WAIT`] for the
+    /// answer and gives it to `orphan` (`None`: none came), counted in
+    /// [`crate::RedisStatus::cancelled_calls`].
+    pub(crate) async fn call_settled<T, F, O>(
+        self: &Arc<Self>,
+        key: &str,
+        call: F,
+        orphan: O,
+    ) -> Result<T, Failure>
+    where
+        T: Send + 'static,
+        F: std::future::Future<Output = Result<T, Failure>> + Send + 'static,
+        O: FnOnce(Option<Result<T, Failure>>) + Send + 'static,
+    {
+        let store = Arc::clone(self);
+        let orphan = move |answer| {
+            store.cancelled_calls.fetch_add(1, Ordering::Relaxed);
+            orphan(answer)
+        };
+        let shard = self.health.shard(key);
+        let turn = self.turn(&shard).await?;
+        // The turn goes with the call, to the task that settles it if the
+        // caller goes away.
+        let call = async move {
+            let answer = call.await;
+            drop(turn);
+            answer
+        };
+        let settled = Settled::new(call, orphan).orphan_wait(ORPHAN_WAIT);
+        match self.bounded(&shard, settled).await {
+            Some(answer) => answer,
+            None => Err(self.timed_out(&shard, key).handed_on()),
+        }
     }
 }
 

@@ -1,13 +1,17 @@
 //! The store calls of quota leasing (`lua/lease.lua`): taking a lease as a
 //! settled call (a batch whose caller went away is given back whole) and
 //! giving one back in the background.
+//!
+//! A lease call answers for its first unit in the acquire script's reply
+//! shape, so the backend decides it as any acquisition: leasing needs the
+//! store, never the backend.
 
 use super::{Book, Held};
-use crate::backend::{member, RedisBackend, RedisHandle};
-use crate::scripts;
+use crate::keys::member;
+use crate::scripts::{self, reply_u64};
 use crate::store::{Failure, Store};
 use pressure_core::clock::Clock;
-use pressure_core::{BackendError, Decision, Demand, Grant, Reserved};
+use pressure_core::BackendError;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
@@ -25,15 +29,11 @@ impl<'a> Refill<'a> {
     }
 
     /// Gives the spent lease back and takes a new one of up to `want`
-    /// units in one call; the decision for `demand` is its first unit.
-    pub(crate) async fn run(
-        self,
-        backend: &RedisBackend,
-        h: &RedisHandle,
-        demand: &Demand,
-    ) -> Result<Decision, Failure> {
+    /// units in one call. Its first unit answers the caller's demand, as
+    /// the acquire script's reply would (`[1, at_us, 0]` granted, `[0,
+    /// wait_us, dimension]` denied) for the backend to decide on.
+    pub(crate) async fn run(self, store: &Arc<Store>) -> Result<[i64; 3], Failure> {
         let book = self.book;
-        let store = &backend.store;
         let id = rand::random::<u64>();
         let sent_ns = store.clock.now_nanos();
         let args = book.args_for(self.want, id, self.old.as_ref());
@@ -57,8 +57,8 @@ impl<'a> Refill<'a> {
                             store.cancel_releases.fetch_add(1, Ordering::Relaxed);
                             let held = Held {
                                 id,
-                                left: units as u64,
-                                dated_us: dated.max(0) as u64,
+                                left: reply_u64(units),
+                                dated_us: reply_u64(dated),
                                 deadline_ns: 0,
                                 server_at_ns: 0,
                                 local_at_ns: 0,
@@ -80,26 +80,19 @@ impl<'a> Refill<'a> {
         };
         match v[..] {
             [1, at_us, units, dated] => {
-                let at_ns = (at_us.max(0) as u64).saturating_mul(1_000);
                 if units > 1 {
                     book.install(Held {
                         id,
-                        left: units as u64 - 1,
-                        dated_us: dated.max(0) as u64,
+                        left: reply_u64(units) - 1,
+                        dated_us: reply_u64(dated),
                         deadline_ns: sent_ns.saturating_add(book.ttl_ns),
-                        server_at_ns: at_ns,
+                        server_at_ns: reply_u64(at_us).saturating_mul(1_000),
                         local_at_ns: store.clock.now_nanos(),
                     });
                 }
-                Ok(Decision::Granted(Grant {
-                    at_ns,
-                    delay_ns: 0,
-                    lease: None,
-                    reserved: Reserved::from(demand),
-                    fallback: false,
-                }))
+                Ok([1, at_us, 0])
             }
-            [0, wait, dim, _] => backend.decide(h, demand, None, &[0, wait, dim]),
+            [0, wait, dim, _] => Ok([0, wait, dim]),
             _ => Err(Failure {
                 error: BackendError::Protocol(format!("lease returned {v:?}")),
                 sent: true,
