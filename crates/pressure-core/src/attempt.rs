@@ -9,7 +9,8 @@ use crate::backend::{
 };
 use crate::entry::Entry;
 use crate::error::Error;
-use crate::limits::{Demand, PPM};
+use crate::limits::Demand;
+use crate::ppm::PPM;
 use crate::queue::Priority;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;

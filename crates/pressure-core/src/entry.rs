@@ -13,7 +13,8 @@
 
 use crate::backend::{Backend, BackendError, Grant};
 use crate::error::Error;
-use crate::limits::{Demand, Dimension, LimitSpec, PPM};
+use crate::limits::{Demand, Dimension, LimitSpec};
+use crate::ppm::PPM;
 use crate::queue::Queue;
 use crate::renewal::{LeaseBook, Leased, Renewed, Renewer};
 use crate::stats::ResourceKind;

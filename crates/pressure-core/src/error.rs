@@ -2,7 +2,8 @@
 //! never a panic or an endless wait.
 
 use crate::backend::BackendError;
-use crate::limits::{Dimension, LimitsError};
+use crate::limits::Dimension;
+use crate::limits_error::LimitsError;
 use std::time::Duration;
 
 /// Why a broker operation failed (a denial is not an error: see

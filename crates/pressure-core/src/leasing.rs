@@ -5,6 +5,8 @@
 //! backend acts on it (`pressure-redis`). The memory backend ignores it:
 //! one process has nothing to lease, every decision is already local.
 
+use crate::limits_error::LimitsError;
+use crate::ppm::PPM;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 /// Shortest lease accepted (`ttlMs`).
@@ -64,13 +66,13 @@ impl Share {
 
     /// This share of `n`, rounded down.
     pub fn of(self, n: u64) -> u64 {
-        (u128::from(n) * u128::from(self.0) / u128::from(crate::PPM)) as u64
+        (u128::from(n) * u128::from(self.0) / u128::from(PPM)) as u64
     }
 }
 
 impl Serialize for Share {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_f64(self.0 as f64 / f64::from(crate::PPM))
+        s.serialize_f64(self.0 as f64 / f64::from(PPM))
     }
 }
 
@@ -78,26 +80,26 @@ impl<'de> Deserialize<'de> for Share {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let x = f64::deserialize(d)?;
         // NaN and negatives become 0 (refused at compile); huge values saturate.
-        let ppm = (x * f64::from(crate::PPM)).round();
+        let ppm = (x * f64::from(PPM)).round();
         Ok(Self(if ppm.is_nan() || ppm <= 0.0 { 0 } else { ppm as u64 }))
     }
 }
 
 /// Checks `leasing` against limits that have `has_rates` sliding rate
 /// dimensions; the error names the JSON field under `leasing`.
-pub(crate) fn check(leasing: &Leasing, has_rates: bool) -> Result<(), crate::LimitsError> {
+pub(crate) fn check(leasing: &Leasing, has_rates: bool) -> Result<(), LimitsError> {
     let ppm = leasing.max_share.ppm();
-    if ppm == 0 || ppm > u64::from(crate::PPM) {
-        return Err(crate::LimitsError::at("leasing.maxShare", "must be in (0, 1]"));
+    if ppm == 0 || ppm > u64::from(PPM) {
+        return Err(LimitsError::at("leasing.maxShare", "must be in (0, 1]"));
     }
     if !(MIN_LEASE_TTL_MS..=MAX_LEASE_TTL_MS).contains(&leasing.ttl_ms) {
-        return Err(crate::LimitsError::at(
+        return Err(LimitsError::at(
             "leasing.ttlMs",
             format!("must be in [{MIN_LEASE_TTL_MS}, {MAX_LEASE_TTL_MS}]"),
         ));
     }
     if !has_rates {
-        return Err(crate::LimitsError::at(
+        return Err(LimitsError::at(
             "leasing",
             "needs a sliding rate dimension (requestsPerSecond, tokensPerMinute, ...): \
              maxConcurrentRequests and calendar dimensions are never leased",

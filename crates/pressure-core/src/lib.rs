@@ -177,6 +177,8 @@ mod field_error;
 mod handle;
 mod leasing;
 mod limits;
+mod limits_error;
+mod ppm;
 mod queue;
 mod renewal;
 pub mod shared_breaker;
@@ -198,9 +200,11 @@ pub use field_error::FieldError;
 pub use handle::ResourceHandle;
 pub use leasing::{Leasing, Share, MAX_LEASE_TTL_MS, MIN_LEASE_TTL_MS};
 pub use limits::{
-    Algorithm, CalendarSpec, Demand, Dimension, LimitSpec, Limits, LimitsError, RateSpec, DEFAULT_LEASE_TTL,
-    MAX_LIMIT, PPM, SUB_WINDOWS,
+    Algorithm, CalendarSpec, Demand, Dimension, LimitSpec, Limits, RateSpec, DEFAULT_LEASE_TTL, MAX_LIMIT,
+    SUB_WINDOWS,
 };
+pub use limits_error::LimitsError;
+pub use ppm::PPM;
 pub use queue::{Attempt, Priority, QueueConfig, Request, Response, TaskError, UsageReport};
 pub use stats::{BrokerStats, ResourceKind, ResourceStats, WaitTimes};
 pub use units::UnitsDelta;

@@ -3,6 +3,8 @@
 //! [`LimitSpec`] that backends count against.
 
 use crate::calendar::Calendar;
+use crate::limits_error::LimitsError;
+use crate::ppm::PPM;
 use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::time::Duration;
@@ -348,30 +350,6 @@ impl fmt::Display for Dimension {
     }
 }
 
-/// What is wrong with a [`Limits`] value; `field` is the JSON name so callers
-/// can prefix their own path (`gateway.pressure.perRoute[1].limits.<field>`).
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{field}: {problem}")]
-pub struct LimitsError {
-    /// JSON name of the offending field, or `limits` for the whole object.
-    pub field: &'static str,
-    /// Human-readable problem.
-    pub problem: String,
-}
-
-impl LimitsError {
-    pub(crate) fn at(field: &'static str, problem: impl Into<String>) -> Self {
-        Self::new(field, problem)
-    }
-
-    fn new(field: &'static str, problem: impl Into<String>) -> Self {
-        Self {
-            field,
-            problem: problem.into(),
-        }
-    }
-}
-
 /// One rate dimension, compiled: everything the algorithms need, in
 /// nanoseconds and units.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -418,9 +396,6 @@ impl RateSpec {
         v.max(1)
     }
 }
-
-/// Parts per million meaning "the whole limit".
-pub const PPM: u32 = 1_000_000;
 
 /// The units one acquisition asks for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -7,7 +7,7 @@ use crate::acquisition::Acquisition;
 use crate::backend::Backend;
 use crate::clock::duration_to_nanos;
 use crate::entry::Entry;
-use crate::limits::PPM;
+use crate::ppm::PPM;
 use crate::queue::Priority;
 use std::sync::Arc;
 use tokio::time::Instant;

@@ -9,7 +9,8 @@
 use super::{granted, State};
 use crate::algo::gcra;
 use crate::backend::{Decision, Denial};
-use crate::limits::{Demand, RateSpec, PPM};
+use crate::limits::{Demand, RateSpec};
+use crate::ppm::PPM;
 use crate::striped::Tally;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};

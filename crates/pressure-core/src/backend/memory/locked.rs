@@ -11,7 +11,8 @@ use crate::algo::{calendar::CalendarCount, gcra, leases::LeaseSet, window::Windo
 use crate::backend::CompactDecision;
 use crate::backend::{Decision, Denial, Grant, LeaseId, Reserved, Usage};
 use crate::clock::Clock;
-use crate::limits::{Algorithm, Demand, Dimension, LimitSpec, RateSpec, PPM};
+use crate::limits::{Algorithm, Demand, Dimension, LimitSpec, RateSpec};
+use crate::ppm::PPM;
 use crate::units::UnitsDelta;
 use std::sync::Arc;
 use std::time::Duration;

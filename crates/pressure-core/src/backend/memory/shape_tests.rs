@@ -8,8 +8,9 @@
 use super::locked::DimState;
 use super::*;
 use crate::clock::ManualClock;
+use crate::limits::Dimension;
 use crate::limits::Limits;
-use crate::limits::{Dimension, PPM};
+use crate::ppm::PPM;
 use futures::FutureExt;
 use proptest::prelude::*;
 
