@@ -1,9 +1,18 @@
 #!/usr/bin/env python3
-"""Surface and structure counts for the pressure workspace (issue 21).
+"""Surface and structure counts for the pressure workspace.
 
-pub items (pub / pub(crate)) per crate, import circles between files of one
-module (strongly connected components of `crate::` references), the longest
-functions. Run from the checkout root: python3 scripts/measure-surface.py [--circles]
+pub items (pub / pub(crate)) per crate; import circles (strongly connected
+components of `crate::` / `super::` references between the folders and
+files that are siblings in one folder, at every depth: a circle between two
+folders of a crate, or between two files of a folder); the gateway's floors
+(no import from a lower floor to a higher one, FLOORS below); the longest
+functions and the longest files (test code left out).
+
+Run from the checkout root:
+    python3 scripts/measure-surface.py [--circles] [--check]
+--circles lists each circle and each import that runs up a floor; --check
+exits 1 when there is any (CI runs it), or a file over MAX_FILE_LINES or a
+function over MAX_FN_LINES outside tests.
 """
 import os, re, sys
 from collections import defaultdict
@@ -29,7 +38,27 @@ def strip_tests(text):
     m = re.search(r'#\[cfg\(test\)\]\s*(?:pub(?:\([^)]*\))?\s+)?mod \w+\s*\{', text)
     return text[:m.start()] if m else text
 
+# The gateway's floors, lowest first: a module may import from its own
+# floor (without a circle) and from the floors below, never from above.
+FLOORS = {
+    'pressure-gateway': [
+        ['settings', 'backend', 'resources', 'path'],
+        ['http', 'metrics', 'denial_log', 'charged', 'permits'],
+        ['auth', 'access_log'],
+        ['plan'],
+        ['rejection'],
+        ['layers'],
+        ['openai', 'agents', 'llm_layer', 'decisions', 'proxy_service', 'manual_queue'],
+        ['admin'],
+        ['gateway', 'rls', 'run', 'drain'],
+    ],
+}
+MAX_FILE_LINES = 800
+MAX_FN_LINES = 100
+
 total_pub = total_crate = 0
+violations = 0
+longest_files = []
 cycles_all = []
 longest = []
 for root in ROOTS:
@@ -39,6 +68,19 @@ for root in ROOTS:
     mods = {}
     for p in files(src if False else root):
         mods[modpath(src, p)] = p
+    # `pub use x::{A, B}` at the crate root: `crate::A` is `x`'s.
+    reexp = {}
+    for lib in ('lib.rs', 'main.rs'):
+        lp = os.path.join(src, lib)
+        if os.path.exists(lp):
+            lt = open(lp).read()
+            for m in re.finditer(r'pub use (\w+(?:::\w+)*)::\{([^;]*)\};', lt, re.S):
+                for a, b in re.findall(r'(\w+)(?:\s+as\s+(\w+))?', m.group(2)):
+                    reexp[b or a] = tuple(m.group(1).split('::'))
+            for m in re.finditer(r'pub use (\w+(?:::\w+)*)::(\w+)(?:\s+as\s+(\w+))?;', lt):
+                reexp[m.group(3) or m.group(2)] = tuple(m.group(1).split('::'))
+    sib = defaultdict(set)
+    why = defaultdict(list)
     pub = crate = 0
     edges = defaultdict(set)
     for mp, p in mods.items():
@@ -61,11 +103,24 @@ for root in ROOTS:
         for m in re.finditer(r'\bsuper((?:::\w+)+)', body):
             base = mp[:-1] if not p.endswith(('mod.rs', 'lib.rs')) else mp[:-1]
             refs.add(base + tuple(m.group(1).strip(':').split('::')))
+        refs = {(reexp[r[0]] + r[1:] if r and r[0] in reexp and (r[0],) not in mods else r) for r in refs}
         for r in refs:
             # longest prefix that is a module file
             for n in range(len(r), 0, -1):
                 if r[:n] in mods and r[:n] != mp:
-                    edges[mp].add(r[:n]); break
+                    target = r[:n]
+                    edges[mp].add(target)
+                    # the siblings this reference runs between
+                    k = 0
+                    while k < min(len(mp), len(target)) and mp[k] == target[k]:
+                        k += 1
+                    if k < len(mp) and k < len(target):
+                        sib[mp[:k + 1]].add(target[:k + 1])
+                        why[(mp[:k + 1], target[:k + 1])].append('::'.join(mp) + ' -> ' + '::'.join(target))
+                    break
+        if not (p.endswith('tests.rs') or '/tests/' in p):
+            code = [l for l in body.split('\n') if l.strip()]
+            longest_files.append((len(body.rstrip().split('\n')), os.path.relpath(p)))
         # function lengths
         lines = body.split('\n')
         for i, l in enumerate(lines):
@@ -81,7 +136,7 @@ for root in ROOTS:
     sys.setrecursionlimit(10000)
     def sc(v):
         index[v] = low[v] = counter[0]; counter[0] += 1; stack.append(v); on.add(v)
-        for w in edges.get(v, ()):
+        for w in sib.get(v, ()):
             if w not in index:
                 sc(w); low[v] = min(low[v], low[w])
             elif w in on:
@@ -92,7 +147,7 @@ for root in ROOTS:
                 w = stack.pop(); on.discard(w); comp.append(w)
                 if w == v: break
             if len(comp) > 1: sccs.append(comp)
-    for v in list(mods):
+    for v in list(set(sib) | {w for s in sib.values() for w in s}):
         if v not in index: sc(v)
     # circles between files of one module: pairs a->b->a with same parent
     circles = set()
@@ -101,16 +156,52 @@ for root in ROOTS:
             if a in edges.get(b, ()) and a < b:
                 circles.add((a, b))
     name = os.path.basename(root)
-    print(f'{name:20} pub {pub:5} pub(crate/super) {crate:4} two-file circles {len(circles):3} SCCs>1 {len(sccs)}')
+    # imports that run up a floor
+    up = []
+    floors = FLOORS.get(name)
+    if floors:
+        level = {m: i for i, f in enumerate(floors) for m in f}
+        tops = {m[0] for m in mods if m}
+        unplaced = sorted(tops - set(level))
+        for m in unplaced:
+            up.append(f'{m}: a top-level module on no floor (add it to FLOORS)')
+        for a, bs in sib.items():
+            if len(a) != 1:
+                continue
+            for b in bs:
+                if a[0] in level and b[0] in level and level[b[0]] > level[a[0]]:
+                    up.append(f'{a[0]} (floor {level[a[0]]}) -> {b[0]} (floor {level[b[0]]}): ' + '; '.join(sorted(set(why[(a, b)]))[:3]))
+    violations += len(sccs) + len(up)
+    print(f'{name:20} pub {pub:5} pub(crate/super) {crate:4} two-file circles {len(circles):3} circles {len(sccs)} up a floor {len(up)}')
     if '--circles' in sys.argv:
         for a, b in sorted(circles):
             print('   ', '::'.join(a) or 'lib', '<->', '::'.join(b) or 'lib')
         for c in sccs:
-            print('    SCC', sorted('::'.join(x) or 'lib' for x in c))
+            print('    circle', sorted('::'.join(x) or 'lib' for x in c))
+            members = set(c)
+            for a in sorted(c):
+                for b in sorted(sib.get(a, ())):
+                    if b in members:
+                        print('       ', '::'.join(a), '->', '::'.join(b), ':', '; '.join(sorted(set(why[(a, b)]))[:3]))
+        for u in up:
+            print('    up a floor:', u)
     total_pub += pub; total_crate += crate
     cycles_all += list(circles)
-print(f'TOTAL pub {total_pub} pub(crate/super) {total_crate} two-file circles {len(cycles_all)}')
+print(f'TOTAL pub {total_pub} pub(crate/super) {total_crate} two-file circles {len(cycles_all)} circles and imports up a floor {violations}')
 longest.sort(reverse=True)
 print('longest functions:')
 for n, w in longest[:10]:
     print(f'  {n:4} {w}')
+longest_files.sort(reverse=True)
+print('longest files (test code left out):')
+for n, w in longest_files[:10]:
+    print(f'  {n:4} {w}')
+if '--check' in sys.argv:
+    over = [(n, w) for n, w in longest if n > MAX_FN_LINES] + [(n, w) for n, w in longest_files if n > MAX_FILE_LINES]
+    for n, w in over:
+        print(f'over the bound: {n} lines: {w}')
+    if violations or over:
+        print(f'structure check failed: {violations} circles or imports up a floor, {len(over)} over the bounds')
+        sys.exit(1)
+    print('structure check passed: no circle, no import up a floor, no file over '
+          f'{MAX_FILE_LINES} lines, no function over {MAX_FN_LINES}')

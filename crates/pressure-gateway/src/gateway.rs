@@ -7,24 +7,26 @@ use crate::admin::{self, AdminState};
 use crate::backend::{AnyBackend, Broker};
 use crate::settings::{BackendConfig, ConfigError, GatewayConfig, DEFAULT_MAX_PERMITS};
 use crate::decisions::permits::PermitStore;
+use crate::drain::Serving;
 use crate::decisions::{self, DecisionState};
 use crate::layers::body_limit::BodyLimitLayer;
 use crate::layers::pre_auth::PreAuthLayer;
 use crate::layers::release::ReleaseLayer;
 use crate::layers::release::{ReleaseFuture, ReleaseService};
-use crate::layers::route::{PlanCell, RouteFuture, RouteLayer, RouteService};
+use crate::layers::route::{RouteFuture, RouteLayer, RouteService};
+use crate::plan::PlanCell;
 use crate::layers::tenant::TenantLayer;
 use crate::layers::{Outcome, StepFuture, Stepped};
 use crate::llm_layer::LlmLayer;
 use crate::manual_queue::RedisManualQueue;
 use crate::metrics::GatewayMetrics;
 use crate::openai::Llm;
-use crate::overrides::store::Overrides;
-use crate::overrides::LiveOverrides;
+use crate::plan::overrides::store::Overrides;
+use crate::plan::overrides::LiveOverrides;
 use crate::plan::Plan;
-use crate::http::proxy::Proxy;
+use crate::http::proxy::ProxyClient;
 use crate::layers::forward::Forward;
-use crate::reload::{self, ReloadOutcome};
+use crate::plan::reload::{self, ReloadOutcome};
 use crate::http::server::{serve_from, serve_with, AcceptFailures, ConnLink, ServeOptions, Source};
 use crate::plan::{Listeners, LoadedTls};
 use arc_swap::ArcSwap;
@@ -318,7 +320,7 @@ impl Gateway {
     /// the plan, limits, tenants and metrics are shared.
     pub fn service(&self) -> GatewayService {
         let connect_ms = self.plan().config().timeouts.connect_ms;
-        let proxy = Proxy::with_upstream_tls(
+        let proxy = ProxyClient::with_upstream_tls(
             std::time::Duration::from_millis(connect_ms),
             Arc::clone(&self.inner.tls.upstreams),
         );
@@ -399,7 +401,7 @@ impl Gateway {
 
     /// Sets (`Some`) or removes (`None`) the live limit override of
     /// `tenant` for every gateway on the same backend, applied here at once
-    /// (`crate::overrides`).
+    /// (`crate::plan::overrides`).
     pub(crate) async fn write_override(
         &self,
         tenant: String,
@@ -543,6 +545,7 @@ impl Gateway {
         let (proxy_tx, mut proxy_rx) = tokio::sync::watch::channel(false);
         let admin_task = self.spawn_admin(admin, admin_rx);
         let service = self.service();
+        let grace = options.grace;
         let proxy_task = tokio::spawn(async move {
             let stopped = async move {
                 let _ = proxy_rx.wait_for(|v| *v).await;
@@ -551,54 +554,13 @@ impl Gateway {
             serve_from(source, service, &options, stopped, GatewayService::attach).await
         });
         shutdown.await;
-        self.set_draining();
-        // The proxy drains first; meanwhile the admin listener answers
-        // /readyz with 503.
-        let _ = proxy_tx.send(true);
-        let drained = proxy_task.await.unwrap_or_default();
-        let _ = admin_tx.send(true);
-        let _ = admin_task.await;
-        if drained.dropped > 0 {
-            tracing::warn!(
-                dropped = drained.dropped,
-                "connections dropped at the end of the grace period"
-            );
-        }
-    }
-}
-
-/// A gateway serving in a background task (from [`Gateway::spawn`]): what
-/// tests, examples and the chaos stand hold to stop it. Dropping it aborts
-/// the task at once; [`Serving::stop`] shuts down gracefully.
-#[derive(Debug)]
-pub struct Serving {
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
-    task: Option<tokio::task::JoinHandle<()>>,
-}
-
-impl Serving {
-    /// Stops accepting, lets requests in flight finish, and waits at most
-    /// `grace` for that; `false` when the grace ran out and the task was
-    /// aborted.
-    pub async fn stop(mut self, grace: std::time::Duration) -> bool {
-        if let Some(tx) = self.stop.take() {
-            let _ = tx.send(());
-        }
-        let Some(mut task) = self.task.take() else {
-            return true;
+        let listening = crate::drain::Listening {
+            stop_proxy: proxy_tx,
+            proxy_drained: Box::pin(async move { proxy_task.await.unwrap_or_default().dropped }),
+            decisions: None,
+            stop_admin: admin_tx,
+            admin: admin_task,
         };
-        if tokio::time::timeout(grace, &mut task).await.is_ok() {
-            return true;
-        }
-        task.abort();
-        false
-    }
-}
-
-impl Drop for Serving {
-    fn drop(&mut self) {
-        if let Some(task) = &self.task {
-            task.abort();
-        }
+        crate::drain::drain(|| self.set_draining(), listening, grace).await;
     }
 }

@@ -25,6 +25,7 @@
 mod access_log;
 mod admin;
 mod agents;
+mod auth;
 pub mod backend;
 mod charged;
 /// The gateway config: its types, schema and reference (the data, in
@@ -36,6 +37,7 @@ pub mod config {
 }
 mod decisions;
 mod denial_log;
+mod drain;
 mod gateway;
 mod http;
 mod layers;
@@ -43,13 +45,11 @@ mod llm_layer;
 pub mod manual_queue;
 mod metrics;
 pub mod openai;
-mod overrides;
 mod path;
 mod permits;
 mod plan;
 mod proxy_service;
 mod rejection;
-mod reload;
 mod resources;
 mod rls;
 mod settings;
@@ -57,24 +57,26 @@ mod run;
 
 pub use admin::{router as admin_router, AdminState};
 pub use backend::{AnyBackend, Broker};
-pub use gateway::{Gateway, GatewayError, GatewayFuture, GatewayService, Serving};
+pub use drain::Serving;
+pub use gateway::{Gateway, GatewayError, GatewayFuture, GatewayService};
 /// The request path's tower layers, outermost first (DESIGN §5: usable by
 /// any axum/hyper app too; the inner ones read the route the route layer
 /// puts in the request).
 pub use layers::{
     body_limit::BodyLimitLayer, pre_auth::PreAuthLayer, release::ReleaseFuture, release::ReleaseLayer,
-    release::ReleaseService, route::PlanCell, route::RouteFuture, route::RouteLayer, route::RouteService,
+    release::ReleaseService, route::RouteFuture, route::RouteLayer, route::RouteService,
     tenant::TenantLayer, BodyService, Outcome, RejectingService, Step, StepFuture, Stepped,
 };
 pub use metrics::{GatewayMetrics, Layer};
 pub use openai::Llm;
-pub use plan::{Endpoint, Plan, Route, Router, TenantPolicy};
+pub use auth::TenantPolicy;
+pub use plan::{Endpoint, Plan, PlanCell, Route, Router};
 pub use http::proxy::{
-    BodyPolicy, ForwardRequest, Proxy, ProxyError, ProxyFailure, Upstream, UpstreamFailure, Upstreams,
+    BodyPolicy, ForwardRequest, ProxyClient, ProxyError, ProxyFailure, Upstream, UpstreamFailure, Upstreams,
 };
-pub use proxy_service::ProxyService;
+pub use proxy_service::{Proxy, ProxyService};
 pub use rejection::{Dialect, Rejection};
-pub use reload::ReloadOutcome;
+pub use plan::reload::ReloadOutcome;
 pub use run::{run, RunOptions};
 pub use http::server::{serve, serve_with, Drained, HttpService, ServeOptions};
 pub use http::tls::ServerTls;

@@ -20,7 +20,7 @@
 //! slow 504) — never the other way round.
 
 use crate::settings::ConfigError;
-use crate::layers::tenant::jwt::AuthError;
+use crate::auth::AuthError;
 use crate::metrics::{GatewayMetrics, Layer};
 use axum::body::Body;
 use http::{header, HeaderMap, HeaderName, HeaderValue, Response, StatusCode};

@@ -19,6 +19,7 @@
 //!   returns (exit 0).
 
 use crate::settings::GatewayConfig;
+use crate::drain::{drain, Listening};
 use crate::gateway::{Gateway, GatewayError};
 use crate::http::server::{core_share, distribute, serve_from, Source};
 use crate::GatewayService;
@@ -119,6 +120,78 @@ pub async fn run(config: GatewayConfig, base_dir: &Path, options: RunOptions) ->
         "gateway listening"
     );
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let (threads, handoff) = spawn_server_threads(&gateway, workers, share_cores, &serve, &stop_rx, &listen)?;
+    let listener =
+        tokio::net::TcpListener::from_std(proxy_socket).map_err(bind_error("gateway.listen", &listen))?;
+    let mut accept_stop = stop_rx.clone();
+    let acceptor = tokio::spawn(distribute(listener, handoff, async move {
+        let _ = accept_stop.wait_for(|v| *v).await;
+    }));
+    let admin_listener = tokio::net::TcpListener::from_std(admin_socket)
+        .map_err(bind_error("gateway.admin.listen", &admin_addr))?;
+    let (admin_tx, admin_rx) = tokio::sync::watch::channel(false);
+    let admin_task = gateway.spawn_admin(admin_listener, admin_rx);
+
+    let decisions = match (decisions_socket, &decisions_addr) {
+        (Some(socket), Some(addr)) => {
+            let listener = tokio::net::TcpListener::from_std(socket)
+                .map_err(bind_error("gateway.decisions.listen", addr))?;
+            tracing::info!(decisions = addr.as_str(), "decision listener on");
+            Some(gateway.spawn_decisions(listener))
+        }
+        _ => None,
+    };
+    let rls_task = rls.map(|rls| {
+        let mut rls_stop = stop_rx.clone();
+        tracing::info!(
+            listen = rls_config.as_ref().map(|c| c.listen.as_str()),
+            "gateway.rls listening"
+        );
+        tokio::spawn(rls.serve(options.watch, async move {
+            let _ = rls_stop.wait_for(|v| *v).await;
+        }))
+    });
+
+    wait_for_stop(&gateway, &options).await;
+    let proxy_drained = async move {
+        let _ = acceptor.await;
+        if let Some(t) = rls_task {
+            let _ = t.await;
+        }
+        let mut dropped = 0;
+        for t in threads {
+            if let Ok(Ok(n)) = tokio::task::spawn_blocking(move || t.join()).await {
+                dropped += n;
+            }
+        }
+        dropped
+    };
+    let listening = Listening {
+        stop_proxy: stop_tx,
+        proxy_drained: Box::pin(proxy_drained),
+        decisions,
+        stop_admin: admin_tx,
+        admin: admin_task,
+    };
+    drain(|| gateway.set_draining(), listening, serve.grace).await;
+    Ok(())
+}
+
+/// Where the acceptor hands a server thread its connections.
+type Handoff = tokio::sync::mpsc::Sender<(std::net::TcpStream, std::net::SocketAddr)>;
+
+/// The proxy's server threads, one runtime each: each serves the
+/// connections the acceptor hands it (the senders answered), until `stop`
+/// turns true; a thread answers the connections it dropped at the end of
+/// the grace.
+fn spawn_server_threads(
+    gateway: &Gateway,
+    workers: usize,
+    share_cores: bool,
+    serve: &crate::http::server::ServeOptions,
+    stop_rx: &tokio::sync::watch::Receiver<bool>,
+    listen: &str,
+) -> Result<(Vec<std::thread::JoinHandle<usize>>, Vec<Handoff>), GatewayError> {
     let mut threads = Vec::with_capacity(workers);
     let mut handoff = Vec::with_capacity(workers);
     for i in 0..workers {
@@ -152,64 +225,10 @@ pub async fn run(config: GatewayConfig, base_dir: &Path, options: RunOptions) ->
                     .dropped
                 })
             })
-            .map_err(bind_error("gateway.listen", &listen))?;
+            .map_err(bind_error("gateway.listen", listen))?;
         threads.push(thread);
     }
-    let listener =
-        tokio::net::TcpListener::from_std(proxy_socket).map_err(bind_error("gateway.listen", &listen))?;
-    let mut accept_stop = stop_rx.clone();
-    let acceptor = tokio::spawn(distribute(listener, handoff, async move {
-        let _ = accept_stop.wait_for(|v| *v).await;
-    }));
-    let admin_listener = tokio::net::TcpListener::from_std(admin_socket)
-        .map_err(bind_error("gateway.admin.listen", &admin_addr))?;
-    let (admin_tx, admin_rx) = tokio::sync::watch::channel(false);
-    let admin_task = gateway.spawn_admin(admin_listener, admin_rx);
-
-    let decisions = match (decisions_socket, &decisions_addr) {
-        (Some(socket), Some(addr)) => {
-            let listener = tokio::net::TcpListener::from_std(socket)
-                .map_err(bind_error("gateway.decisions.listen", addr))?;
-            tracing::info!(decisions = addr.as_str(), "decision listener on");
-            Some(gateway.spawn_decisions(listener))
-        }
-        _ => None,
-    };
-    let rls_task = rls.map(|rls| {
-        let mut rls_stop = stop_rx.clone();
-        tracing::info!(
-            listen = rls_config.as_ref().map(|c| c.listen.as_str()),
-            "gateway.rls listening"
-        );
-        tokio::spawn(rls.serve(options.watch, async move {
-            let _ = rls_stop.wait_for(|v| *v).await;
-        }))
-    });
-
-    wait_for_stop(&gateway, &options).await;
-    gateway.set_draining();
-    tracing::info!(
-        grace_ms = serve.grace.as_millis() as u64,
-        "stopping: draining requests in flight"
-    );
-    let _ = stop_tx.send(true);
-    let _ = acceptor.await;
-    if let Some(t) = rls_task {
-        let _ = t.await;
-    }
-    let mut dropped = 0;
-    for t in threads {
-        if let Ok(Ok(n)) = tokio::task::spawn_blocking(move || t.join()).await {
-            dropped += n;
-        }
-    }
-    if let Some(d) = decisions {
-        d.stop(Duration::from_secs(2)).await;
-    }
-    let _ = admin_tx.send(true);
-    let _ = admin_task.await;
-    tracing::info!(dropped, "gateway stopped");
-    Ok(())
+    Ok((threads, handoff))
 }
 
 /// Serves reloads until a stop signal arrives.

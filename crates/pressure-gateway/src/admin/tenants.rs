@@ -1,5 +1,5 @@
 //! `/admin/pressure/tenants/{id}/limits`: a tenant's limits, live
-//! (`crate::overrides` for the precedence, the store and the propagation
+//! (`crate::plan::overrides` for the precedence, the store and the propagation
 //! bound).
 //!
 //! * `GET` → `{"tenant","resource","limits","source","enforced","usage"}`:
@@ -25,7 +25,7 @@
 use super::AdminState;
 use crate::settings::ConfigError;
 use crate::metrics::Layer;
-use crate::overrides::{check_tenant, compile, Source};
+use crate::plan::overrides::{check_tenant, compile, Source};
 use crate::rejection::Rejection;
 use crate::resources;
 use axum::body::Bytes;

@@ -6,7 +6,7 @@
 
 use super::routed;
 use super::Outcome;
-use crate::http::proxy::{BodyPolicy, ForwardRequest, Proxy, ProxyFailure};
+use crate::http::proxy::{BodyPolicy, ForwardRequest, ProxyClient, ProxyFailure};
 use crate::rejection::Rejection;
 use axum::body::Body;
 use axum::extract::ConnectInfo;
@@ -19,12 +19,12 @@ use std::task::{Context, Poll};
 /// share the connection pool).
 #[derive(Debug, Clone)]
 pub(crate) struct Forward {
-    proxy: Proxy,
+    proxy: ProxyClient,
 }
 
 impl Forward {
     /// Forwards with `proxy`.
-    pub(crate) fn new(proxy: Proxy) -> Self {
+    pub(crate) fn new(proxy: ProxyClient) -> Self {
         Self { proxy }
     }
 }

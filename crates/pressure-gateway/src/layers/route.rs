@@ -24,10 +24,10 @@ use crate::metrics::traffic::NONE;
 use crate::metrics::GatewayMetrics;
 use crate::path::normalize;
 use crate::permits::PermitSlot;
-use crate::plan::{Endpoint, Plan};
+use crate::plan::PlanCell;
+use crate::plan::Endpoint;
 use crate::rejection::{Dialect, Rejection};
 use crate::http::server::ConnLink;
-use arc_swap::ArcSwap;
 use axum::body::Body;
 use futures::future::BoxFuture;
 use http::uri::PathAndQuery;
@@ -39,8 +39,6 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{ready, Context, Poll};
 
-/// The plan the gateway serves now, swapped whole on reload.
-pub type PlanCell = Arc<ArcSwap<Plan>>;
 
 /// Routes requests with the current plan of `plan`.
 #[derive(Debug, Clone)]

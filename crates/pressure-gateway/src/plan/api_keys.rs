@@ -8,8 +8,8 @@
 use super::checks::check_limits;
 use crate::backend::AnyBackend;
 use crate::settings::{ConfigError, GatewayConfig};
-use crate::layers::tenant::api_key::{ApiKey, ApiKeys, KeyDigest};
-use crate::layers::tenant::jwt::MAX_TENANT_LEN;
+use crate::auth::api_key::{ApiKey, ApiKeys, KeyDigest};
+use crate::auth::MAX_TENANT_LEN;
 use crate::resources;
 use pressure_core::{Limits, ResourceHandle};
 use std::collections::HashMap;
@@ -175,7 +175,7 @@ mod tests {
         let d = parse_sha256(hex).expect("valid");
         assert_eq!(d[0], 0xba);
         assert_eq!(d[31], 0xad);
-        assert_eq!(d, crate::layers::tenant::api_key::digest(b"abc"));
+        assert_eq!(d, crate::auth::api_key::digest(b"abc"));
         assert!(parse_sha256(&hex.to_uppercase()).is_none());
         assert!(parse_sha256(&hex[..63]).is_none());
         assert!(parse_sha256(&format!("{hex}0")).is_none());

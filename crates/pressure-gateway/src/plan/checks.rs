@@ -6,7 +6,7 @@
 use crate::settings::{ConfigError, GatewayConfig};
 use crate::resources::{API_KEY_PREFIX, TENANT_PREFIX};
 use pressure_core::Limits;
-use std::ffi::OsString;
+
 use std::net::SocketAddr;
 
 /// Checks `limits` with `pressure_core`'s compiler; the error's path is
@@ -30,23 +30,6 @@ pub(crate) fn parse_addr(value: &str, path: &str) -> Result<SocketAddr, ConfigEr
             format!("\"{value}\" is not a socket address (expected ip:port, e.g. 127.0.0.1:8080)"),
         )
     })
-}
-
-/// The value of the environment variable `var` that the config names at
-/// `path`: it must be set and non-empty now, so that a gateway that would
-/// start without its secret is refused at startup rather than at the
-/// first request.
-pub(crate) fn env_value(var: &str, path: &str) -> Result<OsString, ConfigError> {
-    if var.is_empty() {
-        return Err(ConfigError::new(path, "must not be empty"));
-    }
-    match std::env::var_os(var) {
-        Some(v) if !v.is_empty() => Ok(v),
-        _ => Err(ConfigError::new(
-            path,
-            format!("environment variable {var} is not set"),
-        )),
-    }
 }
 
 /// A route's resource id: non-empty, not a tenant's, not an API key's, not

@@ -3,7 +3,8 @@
 //! listeners on one address, and a token wherever a listener is reachable
 //! from outside the host.
 
-use super::checks::{env_value, parse_addr};
+use super::checks::parse_addr;
+use crate::settings::env_value;
 use crate::settings::{AdminConfig, ConfigError, GatewayConfig};
 use std::net::SocketAddr;
 

@@ -18,6 +18,8 @@ mod limits;
 mod listeners;
 mod load;
 mod manifests;
+pub(crate) mod overrides;
+pub(crate) mod reload;
 mod router;
 mod setting_checks;
 mod loaded_tls;
@@ -31,12 +33,12 @@ pub use router::{Endpoint, Route, Router};
 
 use crate::backend::{AnyBackend, Broker};
 use crate::settings::{AuthConfig, ConfigError, ConfigErrors, GatewayConfig};
-use crate::layers::tenant::api_key::ApiKeys;
-use crate::layers::tenant::jwt::Authenticator;
-use crate::overrides::{self, LiveOverrides, Source};
+use crate::auth::{Authenticator, TenantPolicy};
+use overrides::{LiveOverrides, Source};
 use limits::ChargedBy;
 use pressure_core::{LimitTemplate, Limits, ResourceHandle};
 use pressure_llm::pipeline::LlmClient;
+use arc_swap::ArcSwap;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::sync::Arc;
@@ -46,18 +48,8 @@ use std::time::Duration;
 /// broker.
 pub type Llm = Arc<LlmClient<AnyBackend>>;
 
-/// Who may pass the tenant layer, and at what rate.
-#[derive(Debug, Clone, Default)]
-pub struct TenantPolicy {
-    /// The JWT verifier; none: tokens are not read.
-    pub auth: Option<Arc<Authenticator>>,
-    /// The API keys (`gateway.auth.apiKeys`); none: keys are not read.
-    pub api_keys: Option<Arc<ApiKeys>>,
-    /// Whether a request without a credential is refused.
-    pub required: bool,
-    /// Each tenant's limits; none: tenants are not limited.
-    pub template: Option<LimitTemplate>,
-}
+/// The plan the gateway serves now, swapped whole on reload.
+pub type PlanCell = Arc<ArcSwap<Plan>>;
 
 /// The built request path of one config.
 #[derive(Debug)]
@@ -215,7 +207,7 @@ impl Plan {
     }
 
     /// The limits `tenant` gets now and where they come from; `None` while
-    /// tenants are not limited (`crate::overrides`).
+    /// tenants are not limited (`crate::plan::overrides`).
     pub(crate) fn tenant_limits(&self, tenant: &str) -> Option<(LimitTemplate, Source)> {
         let template = self.tenant.template.as_ref()?;
         let live = self.live.get(tenant);

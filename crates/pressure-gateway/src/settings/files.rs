@@ -3,10 +3,12 @@
 //! `modelDir`, a `knn` chain level's `examples`): resolved against the
 //! config file's directory.
 
+use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
 use pressure_llm::pipeline::ChainLevel;
 
+use super::error::ConfigError;
 use super::types::GatewayConfig;
 
 /// The directory relative names in the file at `path` are resolved against.
@@ -51,6 +53,23 @@ pub(crate) fn resolve_llm_files(cfg: &mut GatewayConfig, base_dir: &Path) {
                 fix(&mut knn.examples);
             }
         }
+    }
+}
+
+/// The value of the environment variable `var` that the config names at
+/// `path`: it must be set and non-empty now, so that a gateway that would
+/// start without its secret is refused at startup rather than at the
+/// first request.
+pub(crate) fn env_value(var: &str, path: &str) -> Result<OsString, ConfigError> {
+    if var.is_empty() {
+        return Err(ConfigError::new(path, "must not be empty"));
+    }
+    match std::env::var_os(var) {
+        Some(v) if !v.is_empty() => Ok(v),
+        _ => Err(ConfigError::new(
+            path,
+            format!("environment variable {var} is not set"),
+        )),
     }
 }
 

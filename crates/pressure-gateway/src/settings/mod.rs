@@ -17,7 +17,7 @@ mod types;
 
 pub use decisions::{DecisionsConfig, DEFAULT_MAX_PERMITS};
 pub use error::{ConfigError, ConfigErrors};
-pub(crate) use files::{base_dir_of, resolve, resolve_llm_files};
+pub(crate) use files::{base_dir_of, env_value, resolve, resolve_llm_files};
 pub use parse::parse_shape;
 pub use manifest::{LoadedManifest, PluginManifest};
 pub use rls::RlsConfig;

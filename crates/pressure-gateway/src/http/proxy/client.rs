@@ -35,18 +35,18 @@ const TCP_KEEPALIVE: Duration = Duration::from_secs(60);
 ///
 /// Cheap to clone: clones share the connection pool.
 /// Response bodies stream; request bodies of routed requests are read
-/// whole first (bounded by the body limit), see [`Proxy::forward`].
+/// whole first (bounded by the body limit), see [`ProxyClient::forward`].
 #[derive(Debug, Clone)]
-pub struct Proxy {
+pub struct ProxyClient {
     pool: Pool,
 }
 
-impl Proxy {
+impl ProxyClient {
     /// Builds the client: connections are pooled (idle ones kept 90 s),
     /// `TCP_NODELAY` is set, and connecting is bounded by `connect_ms`
     /// (then `502`). The bound on the exchange up to the response head is
-    /// given per request ([`Proxy::forward`]).
-    pub fn new(timeouts: &TimeoutConfig) -> Result<Proxy, ProxyError> {
+    /// given per request ([`ProxyClient::forward`]).
+    pub fn new(timeouts: &TimeoutConfig) -> Result<ProxyClient, ProxyError> {
         if timeouts.connect_ms == 0 {
             return Err(ProxyError::InvalidTimeout { field: "connectMs" });
         }
@@ -61,7 +61,7 @@ impl Proxy {
 
     /// The client with connecting bounded by `connect` (then `502`);
     /// `https://` upstreams are verified against the public roots.
-    pub fn with_connect_timeout(connect: Duration) -> Proxy {
+    pub fn with_connect_timeout(connect: Duration) -> ProxyClient {
         Self::with_upstream_tls(
             connect,
             Arc::new(ArcSwap::from_pointee(UpstreamTls::public_roots())),
@@ -71,7 +71,7 @@ impl Proxy {
     /// [`with_connect_timeout`](Self::with_connect_timeout), with
     /// `https://` upstreams verified by the current `tls` (the gateway
     /// swaps it on reload; the TLS handshake counts against `totalMs`).
-    pub fn with_upstream_tls(connect: Duration, tls: Arc<ArcSwap<UpstreamTls>>) -> Proxy {
+    pub fn with_upstream_tls(connect: Duration, tls: Arc<ArcSwap<UpstreamTls>>) -> ProxyClient {
         let mut http = HttpConnector::new();
         http.set_nodelay(true);
         http.set_connect_timeout(Some(connect));
@@ -80,7 +80,7 @@ impl Proxy {
         // over TLS.
         http.enforce_http(false);
         let connector = UpstreamConnector::new(http, tls);
-        Proxy {
+        ProxyClient {
             pool: Pool::new(connector),
         }
     }
@@ -146,26 +146,8 @@ impl Proxy {
             (Some(fault), body)
         };
         let client_fault = || fault.as_ref().and_then(ClientFault::take);
-        // Origin-form (authority-form for CONNECT): the connection names
-        // the upstream.
-        let target = if parts.method == Method::CONNECT {
-            Ok(Uri::from(upstream.authority().clone()))
-        } else {
-            upstream.origin_target(parts.uri.path_and_query())
-        };
-        let uri = match target {
-            Ok(uri) => uri,
-            Err(error) => {
-                tracing::debug!(upstream = upstream.name(), %error, "request target cannot be forwarded");
-                return Err(ProxyFailure::BadTarget);
-            }
-        };
-        let original_host = parts.headers.get(header::HOST).cloned().or_else(|| {
-            parts
-                .uri
-                .authority()
-                .and_then(|authority| HeaderValue::from_str(authority.as_str()).ok())
-        });
+        let uri = target_of(upstream, &parts)?;
+        let original_host = host_of(&parts);
         let hop = HopByHop::of(&parts.headers);
         let client_upgrade = if hop.may_upgrade() {
             ClientUpgrade::take(&parts.headers, &mut parts.extensions)
@@ -275,6 +257,31 @@ pub enum BodyPolicy {
     },
     /// As it comes, unbounded (the proxy on its own).
     Streamed,
+}
+
+/// The target to send upstream: origin-form (authority-form for
+/// `CONNECT`), since the connection names the upstream.
+fn target_of(upstream: &Upstream, parts: &http::request::Parts) -> Result<Uri, ProxyFailure> {
+    let target = if parts.method == Method::CONNECT {
+        Ok(Uri::from(upstream.authority().clone()))
+    } else {
+        upstream.origin_target(parts.uri.path_and_query())
+    };
+    target.map_err(|error| {
+        tracing::debug!(upstream = upstream.name(), %error, "request target cannot be forwarded");
+        ProxyFailure::BadTarget
+    })
+}
+
+/// The `Host` the client sent (or its absolute target's authority), for
+/// `X-Forwarded-Host`.
+fn host_of(parts: &http::request::Parts) -> Option<HeaderValue> {
+    parts.headers.get(header::HOST).cloned().or_else(|| {
+        parts
+            .uri
+            .authority()
+            .and_then(|authority| HeaderValue::from_str(authority.as_str()).ok())
+    })
 }
 
 /// The request body on its way to the upstream.

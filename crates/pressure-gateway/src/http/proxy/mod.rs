@@ -9,7 +9,7 @@
 //! * **Routing** ([`Upstreams::route`]): prefixes match on path segments —
 //!   `/api/v1` covers `/api/v1` and `/api/v1/x` but not `/api/v10`; `/`
 //!   covers everything. No match: `404`.
-//! * **Rewriting** ([`Proxy::forward`]): the URI becomes the upstream's
+//! * **Rewriting** ([`ProxyClient::forward`]): the URI becomes the upstream's
 //!   scheme and authority, with the base URL's path (if any) prepended to
 //!   the request's path; the query is kept. Hop-by-hop headers (`Connection`
 //!   and what it names, `Keep-Alive`, `Proxy-Connection`,
@@ -64,7 +64,7 @@ mod routing;
 mod upgrade;
 
 pub(crate) use body::is_too_large;
-pub use client::{BodyPolicy, ForwardRequest, Proxy};
+pub use client::{BodyPolicy, ForwardRequest, ProxyClient};
 pub(crate) use deadline::ConnTimer;
 pub use error::ProxyError;
 pub use failure::{ProxyFailure, UpstreamFailure};

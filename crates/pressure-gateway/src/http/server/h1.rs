@@ -325,6 +325,104 @@ async fn write_response<I: AsyncWrite + Unpin>(
     spare: &mut Option<HeaderMap>,
 ) -> bool {
     let (parts, mut body) = resp.into_parts();
+    let framing = write_head(out, parts, body.size_hint().exact(), is_head, close, spare);
+    // What a length-framed body has left to send; `None` when chunked.
+    let mut left = match framing {
+        Framing::None => {
+            drop(body);
+            return io.write_all(out).await.is_ok();
+        }
+        Framing::Length(n) => Some(n),
+        Framing::Chunked => None,
+    };
+    loop {
+        if body.is_end_stream() {
+            break;
+        }
+        // A frame that is ready joins the bytes already waiting; otherwise
+        // those go out before waiting for it.
+        let next = match body.frame().now_or_never() {
+            Some(f) => f,
+            None => {
+                if !out.is_empty() {
+                    if io.write_all(out).await.is_err() {
+                        return false;
+                    }
+                    out.clear();
+                }
+                body.frame().await
+            }
+        };
+        let mut data = match next {
+            None => break,
+            Some(Err(_)) => return false,
+            Some(Ok(frame)) => match frame.into_data() {
+                Ok(d) => d,
+                // Trailers: not sent on HTTP/1.1 (as hyper, unasked).
+                Err(_) => continue,
+            },
+        };
+        if data.is_empty() {
+            continue;
+        }
+        match &mut left {
+            Some(left) => {
+                let n = u64::try_from(data.len()).unwrap_or(u64::MAX);
+                if n > *left {
+                    // More than the length promised: the connection
+                    // cannot carry on.
+                    data.truncate(usize::try_from(*left).unwrap_or(0));
+                    let _ = io.write_all(out).await;
+                    let _ = io.write_all(&data).await;
+                    return false;
+                }
+                *left -= n;
+            }
+            None => {
+                let _ = write!(out, "{:x}\r\n", data.len());
+            }
+        }
+        if data.len() <= COALESCE {
+            out.extend_from_slice(&data);
+        } else {
+            if io.write_all(out).await.is_err() {
+                return false;
+            }
+            out.clear();
+            if io.write_all(&data).await.is_err() {
+                return false;
+            }
+        }
+        if left.is_none() {
+            out.extend_from_slice(b"\r\n");
+        }
+    }
+    drop(body);
+    match left {
+        None => out.extend_from_slice(b"0\r\n\r\n"),
+        Some(0) => {}
+        Some(_) => {
+            // The body ended short of its length.
+            let _ = io.write_all(out).await;
+            return false;
+        }
+    }
+    out.is_empty() || io.write_all(out).await.is_ok()
+}
+
+/// Writes the response head into `out` (cleared first): the status line,
+/// the service's headers but its framing ones, then ours (the length or
+/// chunked, `date`, `connection: close` when `close`); the header map goes
+/// to `spare`, cleared. `exact` is the body's exact size when known.
+/// Answers how the body is framed.
+fn write_head(
+    out: &mut Vec<u8>,
+    parts: http::response::Parts,
+    exact: Option<u64>,
+    is_head: bool,
+    close: bool,
+    spare: &mut Option<HeaderMap>,
+) -> Framing {
     let status = parts.status;
     let bodiless = is_head
         || status.is_informational()
@@ -333,7 +431,6 @@ async fn write_response<I: AsyncWrite + Unpin>(
     // hyper's rules: no length on 1xx and 204; a length given by the
     // service is written as given; else the body's own size, or chunked.
     let may_have_length = !(status.is_informational() || status == StatusCode::NO_CONTENT);
-    let exact = body.size_hint().exact();
     out.clear();
     status_line(out, status, &parts.extensions);
     let mut declared = None;
@@ -383,88 +480,7 @@ async fn write_response<I: AsyncWrite + Unpin>(
         write_header_line(out, b"connection", b"close");
     }
     out.extend_from_slice(b"\r\n");
-    // What a length-framed body has left to send; `None` when chunked.
-    let mut left = match framing {
-        Framing::None => {
-            drop(body);
-            return io.write_all(out).await.is_ok();
-        }
-        Framing::Length(n) => Some(n),
-        Framing::Chunked => None,
-    };
-    loop {
-        if body.is_end_stream() {
-            break;
-        }
-        // A frame that is ready joins the bytes already waiting; otherwise
-        // those go out before waiting for it.
-        let next = match body.frame().now_or_never() {
-            Some(f) => f,
-            None => {
-                if !out.is_empty() {
-                    if io.write_all(out).await.is_err() {
-                        return false;
-                    }
-                    out.clear();
-                }
-                body.frame().await
-            }
-        };
-        let mut data = match next {
-            None => break,
-            Some(Err(_)) => return false,
-            Some(Ok(frame)) => match frame.into_data() {
-                Ok(d) => d,
-                // Trailers: not sent on HTTP/1.1 (as hyper, unasked).
-                Err(_) => continue,
-            },
-        };
-        if data.is_empty() {
-            continue;
-        }
-        match &mut left {
-            Some(left) => {
-                let n = data.len() as u64;
-                if n > *left {
-                    // More than the length promised: the connection
-                    // cannot carry on.
-                    data.truncate(usize::try_from(*left).unwrap_or(0));
-                    let _ = io.write_all(out).await;
-                    let _ = io.write_all(&data).await;
-                    return false;
-                }
-                *left -= n;
-            }
-            None => {
-                let _ = write!(out, "{:x}\r\n", data.len());
-            }
-        }
-        if data.len() <= COALESCE {
-            out.extend_from_slice(&data);
-        } else {
-            if io.write_all(out).await.is_err() {
-                return false;
-            }
-            out.clear();
-            if io.write_all(&data).await.is_err() {
-                return false;
-            }
-        }
-        if left.is_none() {
-            out.extend_from_slice(b"\r\n");
-        }
-    }
-    drop(body);
-    match left {
-        None => out.extend_from_slice(b"0\r\n\r\n"),
-        Some(0) => {}
-        Some(_) => {
-            // The body ended short of its length.
-            let _ = io.write_all(out).await;
-            return false;
-        }
-    }
-    out.is_empty() || io.write_all(out).await.is_ok()
+    framing
 }
 
 /// How a response body is framed on the wire.

@@ -2,19 +2,15 @@
 //! `namespaceId` by default, a non-empty string of at most 256 bytes;
 //! numbers and other types are refused, so `777` and `"777"` can never share
 //! a counter), or a known API key does (`gateway.auth.apiKeys`, see
-//! [`credential`] for which header is read), whose resource
+//! `crate::auth::credential` for which header is read), whose resource
 //! `gateway:tenant:<id>` is registered lazily with its limits (the plan's
-//! tenant template, or an override: `crate::overrides`). A key with limits of its own is charged those too, all or
+//! tenant template, or an override: `crate::plan::overrides`). A key with limits of its own is charged those too, all or
 //! nothing ([`key_limit`]). A credential that is present but invalid is
 //! always `401`; a missing one is `401` only when auth is required, and
 //! otherwise passes as anonymous without a tenant limit.
 
-pub(crate) mod api_key;
-pub(crate) mod credential;
-pub(crate) mod jwt;
 mod key_limit;
 
-pub(crate) use jwt::{AuthError, Tenant};
 
 use super::{routed, step_layer, take_ready, RejectingService, Step, StepFuture};
 use crate::backend::{AnyBackend, Broker};
@@ -23,7 +19,8 @@ use crate::plan::{Endpoint, Plan};
 use crate::rejection::Rejection;
 use crate::resources;
 use axum::body::Body;
-use credential::Identity;
+use crate::auth::credential::{self, Identity};
+use crate::auth::{AuthError, Tenant};
 use http::Request;
 use pressure_core::ResourceHandle;
 use std::sync::Arc;
@@ -55,7 +52,7 @@ impl TenantLayer {
     }
 
     /// The resource of `tenant`, registered on first use with its limits
-    /// (the plan's tenant template, or an override: `crate::overrides`);
+    /// (the plan's tenant template, or an override: `crate::plan::overrides`);
     /// none when tenants are not limited.
     fn tenant_limit(
         &self,

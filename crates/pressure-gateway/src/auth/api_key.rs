@@ -14,7 +14,7 @@
 //! Nothing here holds or logs a key: an entry is known by its label (its
 //! `name`, or the first 8 hex digits of its hash).
 
-use super::jwt::Tenant;
+use super::tenant::Tenant;
 use crate::backend::AnyBackend;
 use pressure_core::ResourceHandle;
 use sha2::{Digest, Sha256};

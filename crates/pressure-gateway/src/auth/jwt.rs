@@ -2,7 +2,9 @@
 //! accepted), `exp` required, `nbf` checked, optional `aud` / `iss`.
 
 use crate::settings::{ConfigError, JwtConfig};
-use crate::plan::checks::env_value;
+use super::error::AuthError;
+use super::tenant::{Tenant, MAX_TENANT_LEN};
+use crate::settings::env_value;
 use jsonwebtoken::{Algorithm, DecodingKey, Validation};
 use std::path::Path;
 
@@ -142,44 +144,6 @@ fn public_key(
     })
 }
 
-/// The tenant a verified token or a known API key names; put in the
-/// request extensions.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Tenant(pub String);
-
-/// Why a token was refused (each maps to 401).
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum AuthError {
-    /// No `Authorization: Bearer` header while auth is required.
-    #[error("missing bearer token")]
-    Missing,
-    /// Malformed, badly signed, expired, not yet valid, wrong algorithm,
-    /// wrong audience or issuer.
-    #[error("invalid token: {0}")]
-    Invalid(String),
-    /// Valid, but without a usable tenant claim (a non-empty string or an
-    /// integer).
-    #[error("token has no string claim {0:?}")]
-    NoTenant(String),
-    /// An API key that `gateway.auth.apiKeys` does not hold (unknown, or
-    /// revoked by a reload), or an unreadable `x-api-key` header. The
-    /// message never quotes the key.
-    #[error("invalid API key")]
-    InvalidApiKey,
-}
-
-impl AuthError {
-    /// Short label for metrics, and the `code` of the 401's body.
-    pub fn reason(&self) -> &'static str {
-        match self {
-            AuthError::Missing => "missing",
-            AuthError::Invalid(_) => "invalid",
-            AuthError::NoTenant(_) => "no_tenant",
-            AuthError::InvalidApiKey => "invalid_api_key",
-        }
-    }
-}
-
 /// Verifies tokens as configured.
 #[derive(Clone)]
 pub struct Authenticator {
@@ -259,9 +223,6 @@ impl Authenticator {
     }
 }
 
-/// Longest tenant id accepted, bytes (from a claim or `apiKeys[i].tenant`).
-pub(crate) const MAX_TENANT_LEN: usize = 256;
-
 /// The tenant id a claim's value names: a non-empty string of at most
 /// [`MAX_TENANT_LEN`] bytes, or an integer as its decimal string (issuers
 /// write numeric ids as JSON numbers; `42` and `"42"` are one tenant). A
@@ -275,24 +236,3 @@ fn tenant_of(claim: Option<&serde_json::Value>) -> Option<String> {
     }
 }
 
-/// The bearer token of a request, if it has one.
-pub(crate) fn bearer<B>(req: &http::Request<B>) -> Option<Result<&str, AuthError>> {
-    let v = req.headers().get(http::header::AUTHORIZATION)?;
-    let s = match v.to_str() {
-        Ok(s) => s,
-        Err(_) => {
-            return Some(Err(AuthError::Invalid(
-                "authorization header is not ASCII".into(),
-            )))
-        }
-    };
-    let mut parts = s.splitn(2, ' ');
-    match (parts.next(), parts.next()) {
-        (Some(scheme), Some(token)) if scheme.eq_ignore_ascii_case("bearer") && !token.trim().is_empty() => {
-            Some(Ok(token.trim()))
-        }
-        _ => Some(Err(AuthError::Invalid(
-            "authorization is not a bearer token".into(),
-        ))),
-    }
-}

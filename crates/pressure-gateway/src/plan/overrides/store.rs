@@ -22,7 +22,7 @@
 use super::{compile, LiveOverrides};
 use crate::backend::Broker;
 use crate::settings::BackendConfig;
-use crate::layers::route::PlanCell;
+use crate::plan::PlanCell;
 use futures::future::BoxFuture;
 use pressure_core::{BackendError, LimitTemplate, Limits};
 use pressure_redis::{SharedHash, SharedHashEvent};

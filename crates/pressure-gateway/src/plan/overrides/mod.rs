@@ -27,7 +27,7 @@
 pub(crate) mod store;
 
 use crate::settings::ConfigError;
-use crate::layers::tenant::jwt::MAX_TENANT_LEN;
+use crate::auth::MAX_TENANT_LEN;
 use arc_swap::ArcSwap;
 use pressure_core::{LimitTemplate, Limits};
 use serde::Serialize;
