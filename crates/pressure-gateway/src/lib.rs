@@ -26,12 +26,12 @@
 mod access_log;
 mod admin;
 mod agents;
+mod auth;
 pub mod backend;
 mod charged;
 pub mod config;
 mod decisions;
 pub mod demo_upstream;
-mod denial_log;
 mod gateway;
 mod layers;
 mod llm_layer;
@@ -54,7 +54,7 @@ mod tls;
 mod watched_body;
 mod when_woken;
 
-pub use admin::{router as admin_router, AdminState};
+pub use admin::{router as admin_router, AdminState, Control as AdminControl};
 pub use backend::{AnyBackend, Broker};
 pub use gateway::{Gateway, GatewayError, GatewayFuture, GatewayService, Serving};
 /// The request path's tower layers, outermost first (DESIGN §5: usable by

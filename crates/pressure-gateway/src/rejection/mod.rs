@@ -1,8 +1,18 @@
-//! Every refusal the gateway answers itself, as one value: [`Rejection`].
+//! Every refusal the gateway answers itself on its request path, as one
+//! value: [`Rejection`].
 //!
-//! The layers, the proxy and the OpenAI endpoint return a `Rejection`
-//! instead of building a response; the outermost layer counts it, logs it
-//! and renders it here, in one of two [`Dialect`]s:
+//! The layers, the proxy, the LLM endpoints and the decision listener
+//! return a `Rejection` instead of building a response; one place per
+//! listener counts it, logs it ([`record`]) and renders it ([`render`]):
+//! the route layer for the proxy listener (`crate::layers::route`), the
+//! decision state's `answer` for the decision listener. What a refusal
+//! *is* — status, type and code in each dialect, log level, wait, headers,
+//! message — is written once per variant, in [`Rejection::describe`]; the
+//! renderers only read that [`Description`]. The admin listener's errors
+//! are no refusals of traffic (`crate::admin::AdminError`): they describe
+//! themselves the same way and go through the same renderer, uncounted.
+//!
+//! A refusal speaks one of five [`Dialect`]s:
 //!
 //! * **gateway** — `{"error":{"type","message",...}}` (a 429 adds
 //!   `resource`, `dimension`, `retryAfterMs`);
@@ -11,26 +21,34 @@
 //!   parses;
 //! * **decision** on `POST /v1/acquire` of the decision listener
 //!   (`crate::decisions`) — a 429 is `{"allowed":false,"waitTimeMs",
-//!   "resource","dimension"}`, every other refusal the gateway dialect.
+//!   "resource","dimension"}`, every other refusal the gateway dialect;
+//! * **Anthropic** and **Responses** on the agents' endpoints
+//!   (`crate::agents`).
 //!
 //! Client faults are 4xx (bad request 400, bad token 401, unknown path or
 //! resource 404, body too slow 408, permit gone 410, body too large 413,
 //! rate limited 429) and upstream faults 5xx (limiter unavailable or too
 //! many permits held 503, upstream unreachable or failed 502, upstream too
 //! slow 504) — never the other way round.
+//!
+//! The files: this one (the values and their description), [`render`]
+//! (the response in each dialect), [`record`] (metrics and the denial log)
+//! and `flood.rs` (the plain 429 the way a flood needs it: the measured
+//! twin of the general renderer).
 
-use crate::config::ConfigError;
 use crate::layers::tenant::jwt::AuthError;
-use crate::metrics::{GatewayMetrics, Layer};
-use axum::body::Body;
-use http::{header, HeaderMap, HeaderName, HeaderValue, Response, StatusCode};
+use crate::metrics::Layer;
+use http::{HeaderValue, StatusCode};
 use pressure_core::{Denial, Dimension, Limits};
 use pressure_llm::pipeline::LlmError;
-use serde_json::{json, Map, Value};
 use std::borrow::Cow;
 use std::time::Duration;
 
 mod flood;
+pub(crate) mod record;
+pub(crate) mod render;
+#[cfg(test)]
+mod tests;
 
 /// Which error shape a route speaks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -59,74 +77,6 @@ impl Dialect {
     fn is_llm(self) -> bool {
         matches!(self, Self::OpenAi | Self::Anthropic | Self::Responses)
     }
-}
-
-/// Anthropic's error `type` for an answer of `status`.
-fn anthropic_error_type(status: StatusCode) -> &'static str {
-    match status.as_u16() {
-        400 | 408 | 409 | 422 => "invalid_request_error",
-        401 => "authentication_error",
-        403 => "permission_error",
-        404 | 405 => "not_found_error",
-        413 => "request_too_large",
-        429 => "rate_limit_error",
-        503 | 529 => "overloaded_error",
-        _ => "api_error",
-    }
-}
-
-/// `Retry-After: n` without an allocation for the waits most 429s carry
-/// (up to a minute; longer ones are formatted).
-fn seconds_value(secs: u64) -> HeaderValue {
-    const SMALL: [&str; 61] = [
-        "0", "1", "2", "3", "4", "5", "6", "7", "8", "9", "10", "11", "12", "13", "14", "15", "16", "17",
-        "18", "19", "20", "21", "22", "23", "24", "25", "26", "27", "28", "29", "30", "31", "32", "33", "34",
-        "35", "36", "37", "38", "39", "40", "41", "42", "43", "44", "45", "46", "47", "48", "49", "50", "51",
-        "52", "53", "54", "55", "56", "57", "58", "59", "60",
-    ];
-    match usize::try_from(secs).ok().and_then(|i| SMALL.get(i)) {
-        Some(s) => HeaderValue::from_static(s),
-        None => HeaderValue::from(secs),
-    }
-}
-
-/// `RateLimit-Policy`.
-static RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
-/// `RateLimit`.
-static RATELIMIT: HeaderName = HeaderName::from_static("ratelimit");
-
-/// `"name";q=QUOTA;w=WINDOW` (no `w` for concurrency) and
-/// `"name";r=0;t=SECS`: the draft-ietf-httpapi-ratelimit-headers fields of
-/// a 429.
-fn rate_limit_fields(r: &RateLimited, quota: u64, window: u64) -> (Option<HeaderValue>, Option<HeaderValue>) {
-    let name = r.dimension.as_str();
-    let (mut q, mut w, mut t) = (itoa::Buffer::new(), itoa::Buffer::new(), itoa::Buffer::new());
-    let (q, w, t) = (
-        q.format(quota),
-        w.format(window),
-        t.format(retry_after_secs(r.wait)),
-    );
-    // Sized exactly: a full `String` becomes `Bytes` without another
-    // allocation.
-    let w_len = if window > 0 { 3 + w.len() } else { 0 };
-    let mut policy = String::with_capacity(1 + name.len() + 4 + q.len() + w_len);
-    policy.push('"');
-    policy.push_str(name);
-    policy.push_str("\";q=");
-    policy.push_str(q);
-    if window > 0 {
-        policy.push_str(";w=");
-        policy.push_str(w);
-    }
-    let mut now = String::with_capacity(1 + name.len() + 8 + t.len());
-    now.push('"');
-    now.push_str(name);
-    now.push_str("\";r=0;t=");
-    now.push_str(t);
-    (
-        HeaderValue::from_maybe_shared(bytes::Bytes::from(policy)).ok(),
-        HeaderValue::from_maybe_shared(bytes::Bytes::from(now)).ok(),
-    )
 }
 
 /// A denial by a limit: what the 429 says.
@@ -199,7 +149,7 @@ impl RateLimited {
     }
 }
 
-/// A refusal: see the module docs for the statuses.
+/// A refusal of a request: see the module docs for the statuses.
 #[derive(Debug)]
 pub enum Rejection {
     /// `429`: a limit is exhausted.
@@ -294,24 +244,15 @@ pub enum Rejection {
         /// The bound.
         max: usize,
     },
-    /// `401`: a call to the admin listener without its token
-    /// (`gateway.admin.tokenEnv`), or with a wrong one.
-    AdminToken {
-        /// Whether a token was given at all.
-        given: bool,
+    /// The refusal of one LLM event (`crate::openai::respond_in`), answered
+    /// with the event's id in `x-request-id` as its answer would have been:
+    /// the endpoint returns it, the route layer renders it.
+    Event {
+        /// The event's id.
+        request_id: HeaderValue,
+        /// The refusal.
+        rejection: Box<Rejection>,
     },
-    /// `404` on the admin listener: no such route, or nothing behind it
-    /// (the message says which).
-    AdminNotFound(&'static str),
-    /// `404` on the admin listener: a page of the LLM stack, on a gateway
-    /// without `gateway.llm` (the message says which page).
-    NoLlm(&'static str),
-    /// `405` on the admin listener.
-    MethodNotAllowed,
-    /// `503`: the manual queue's store failed.
-    QueueUnavailable(String),
-    /// `400`: a reload found the config invalid (names its JSON path).
-    InvalidConfig(ConfigError),
 }
 
 /// Why an upstream exchange failed, as counted in
@@ -351,9 +292,9 @@ impl UpstreamFailure {
     }
 }
 
-/// How loudly a rejection is logged.
+/// How loudly a refusal is logged.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Level {
+pub(crate) enum Level {
     /// A client's own fault or a limit doing its job.
     Info,
     /// Something downstream or in the store is wrong.
@@ -362,479 +303,358 @@ pub enum Level {
     Error,
 }
 
-impl Rejection {
-    /// The HTTP status.
-    pub fn status(&self) -> StatusCode {
-        match self {
-            Self::RateLimited(_) => StatusCode::TOO_MANY_REQUESTS,
-            Self::LimiterUnavailable { .. } => StatusCode::SERVICE_UNAVAILABLE,
-            Self::Unauthorized(_) => StatusCode::UNAUTHORIZED,
-            Self::BadRequest(_) | Self::InvalidRequest { .. } => StatusCode::BAD_REQUEST,
-            Self::NotFound(_) => StatusCode::NOT_FOUND,
-            Self::RequestTimeout { .. } => StatusCode::REQUEST_TIMEOUT,
-            Self::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
-            Self::UpstreamUnavailable { .. } | Self::UpstreamError { .. } => StatusCode::BAD_GATEWAY,
-            Self::UpstreamTimeout { .. } => StatusCode::GATEWAY_TIMEOUT,
-            Self::Llm(e) => StatusCode::from_u16(e.describe().status).unwrap_or(StatusCode::BAD_GATEWAY),
-            Self::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
-            Self::UnknownResource(_) => StatusCode::NOT_FOUND,
-            Self::PermitGone => StatusCode::GONE,
-            Self::ServiceToken { .. } => StatusCode::UNAUTHORIZED,
-            Self::TooManyPermits { .. } | Self::QueueUnavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
-            Self::AdminToken { .. } => StatusCode::UNAUTHORIZED,
-            Self::AdminNotFound(_) | Self::NoLlm(_) => StatusCode::NOT_FOUND,
-            Self::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
-            Self::InvalidConfig(_) => StatusCode::BAD_REQUEST,
-        }
-    }
-
+/// The facts of a refusal, written once per variant
+/// ([`Rejection::describe`], `AdminError::describe`): what every renderer
+/// ([`render`]) and the log ([`record`]) read. Cheap to make: the fixed
+/// parts are `&'static str`, the rest borrowed from the refusal; only a
+/// message with numbers or names in it is formatted (and the plain 429 of
+/// a flood never asks for one: `flood.rs`).
+#[derive(Debug, Clone)]
+pub(crate) struct Description<'a> {
+    /// The HTTP status (Anthropic's dialect answers a `503` as `529`).
+    pub(crate) status: StatusCode,
+    /// The gateway dialect's `type`.
+    pub(crate) kind: &'static str,
+    /// OpenAI's `type`, `code` and `param` (also what the Anthropic and
+    /// Responses dialects derive theirs from).
+    pub(crate) openai: OpenAiFields<'a>,
+    /// Whether OpenAI's shape is the body on every route but the agents'
+    /// (a pipeline failure: what an SDK on any route parses).
+    pub(crate) always_openai: bool,
+    /// The request field at fault as a JSON path, when the request had
+    /// one: Anthropic's message names it, Responses' `param` is it.
+    pub(crate) field: Option<&'a str>,
     /// How loudly it is logged.
-    pub fn level(&self) -> Level {
-        match self {
-            Self::LimiterUnavailable { .. }
-            | Self::UpstreamUnavailable { .. }
-            | Self::UpstreamError { .. }
-            | Self::UpstreamTimeout { .. }
-            | Self::TooManyPermits { .. } => Level::Warn,
-            Self::Internal(_) => Level::Error,
-            // The LLM endpoint logs its own event line.
-            _ => Level::Info,
+    pub(crate) level: Level,
+    /// `Retry-After` (and, in the LLM dialects, `retry-after-ms`).
+    pub(crate) retry_after: Option<Duration>,
+    /// Asking again cannot help within the request's deadline:
+    /// `x-should-retry: false`, which OpenAI's SDKs obey.
+    pub(crate) futile: bool,
+    /// `WWW-Authenticate`, for a missing or wrong credential.
+    pub(crate) challenge: Option<&'static str>,
+    /// `x-request-id`: the LLM event's id ([`Rejection::Event`]).
+    pub(crate) request_id: Option<&'a HeaderValue>,
+    /// The fields the gateway dialect's body adds to `type` and `message`.
+    pub(crate) detail: Detail<'a>,
+    /// The human-readable message.
+    pub(crate) message: Cow<'a, str>,
+}
+
+/// OpenAI's `error.type`, `error.code` and `error.param`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct OpenAiFields<'a> {
+    /// `type`.
+    pub(crate) error_type: &'static str,
+    /// `code`.
+    pub(crate) code: Option<&'static str>,
+    /// `param`.
+    pub(crate) param: Option<&'a str>,
+}
+
+/// What the gateway dialect's body says besides `type` and `message`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Detail<'a> {
+    /// Nothing.
+    None,
+    /// A limit's 429: `resource`, `dimension`, `retryAfterMs` (and a
+    /// spent budget's `spent`, `budget`); its `RateLimit` headers; the
+    /// decision dialect's whole body.
+    Limited(&'a RateLimited),
+    /// `resource`.
+    Resource(&'a str),
+    /// `code`: why a credential was refused.
+    Code(&'static str),
+    /// `path` and `problem` of an invalid config.
+    Config {
+        /// The JSON path.
+        path: &'a str,
+        /// What is wrong there.
+        problem: &'a str,
+    },
+}
+
+impl<'a> Description<'a> {
+    /// A refusal of `status` with the gateway `kind`, OpenAI's `type` and
+    /// `code`, and `message`; nothing else (the builders below add it).
+    pub(crate) fn new(
+        status: StatusCode,
+        kind: &'static str,
+        (error_type, code): (&'static str, Option<&'static str>),
+        message: impl Into<Cow<'a, str>>,
+    ) -> Self {
+        Self {
+            status,
+            kind,
+            openai: OpenAiFields {
+                error_type,
+                code,
+                param: None,
+            },
+            always_openai: false,
+            field: None,
+            level: Level::Info,
+            retry_after: None,
+            futile: false,
+            challenge: None,
+            request_id: None,
+            detail: Detail::None,
+            message: message.into(),
         }
     }
 
-    /// The machine-readable type of the gateway dialect.
-    pub fn kind(&self) -> &'static str {
+    /// Logged at `level`.
+    pub(crate) fn level(mut self, level: Level) -> Self {
+        self.level = level;
+        self
+    }
+
+    /// With `Retry-After`.
+    pub(crate) fn retry_after(mut self, wait: Duration) -> Self {
+        self.retry_after = Some(wait);
+        self
+    }
+
+    /// With a `WWW-Authenticate` challenge.
+    pub(crate) fn challenge(mut self, challenge: &'static str) -> Self {
+        self.challenge = Some(challenge);
+        self
+    }
+
+    /// With the gateway body's `detail`.
+    pub(crate) fn detail(mut self, detail: Detail<'a>) -> Self {
+        self.detail = detail;
+        self
+    }
+
+    /// With OpenAI's `param`, which is also the field at fault.
+    fn param(mut self, param: Option<&'a str>) -> Self {
+        self.openai.param = param;
+        self.field = param;
+        self
+    }
+}
+
+/// OpenAI's `type` of a client's fault, with its `code`.
+pub(crate) const fn client(code: &'static str) -> (&'static str, Option<&'static str>) {
+    ("invalid_request_error", Some(code))
+}
+
+/// OpenAI's `type` of a server's fault, with its `code`.
+pub(crate) const fn server(code: &'static str) -> (&'static str, Option<&'static str>) {
+    ("server_error", Some(code))
+}
+
+/// `WWW-Authenticate` of the decision listener: a wrong token, or none.
+const fn decisions_challenge(given: bool) -> &'static str {
+    if given {
+        "Bearer realm=\"pressure-decisions\", error=\"invalid_token\""
+    } else {
+        "Bearer realm=\"pressure-decisions\""
+    }
+}
+
+impl Rejection {
+    /// The facts of this refusal: the one table every renderer reads.
+    pub(crate) fn describe(&self) -> Description<'_> {
+        use Description as D;
+        use StatusCode as S;
         match self {
-            Self::RateLimited(r) if r.budget.is_some() => "budget_exceeded",
-            Self::RateLimited(_) => "rate_limited",
-            Self::LimiterUnavailable { .. } => "limiter_unavailable",
-            Self::Unauthorized(_) => "unauthorized",
-            Self::BadRequest(_) | Self::InvalidRequest { .. } => "bad_request",
-            Self::NotFound(_) => "not_found",
-            Self::RequestTimeout { .. } => "request_timeout",
-            Self::PayloadTooLarge { .. } => "payload_too_large",
-            Self::UpstreamUnavailable { .. } => "upstream_unavailable",
-            Self::UpstreamError { .. } => "upstream_error",
-            Self::UpstreamTimeout { .. } => "upstream_timeout",
-            Self::Llm(e) => e.label(),
-            Self::Internal(_) => "internal_error",
-            Self::UnknownResource(_) => "unknown_resource",
-            Self::PermitGone => "permit_gone",
-            Self::ServiceToken { .. } => "unauthorized",
-            Self::TooManyPermits { .. } => "too_many_permits",
-            Self::AdminToken { .. } => "unauthorized",
-            Self::AdminNotFound(_) => "not_found",
-            Self::NoLlm(_) => "no_llm",
-            Self::MethodNotAllowed => "method_not_allowed",
-            Self::QueueUnavailable(_) => "queue_unavailable",
-            Self::InvalidConfig(_) => "invalid_config",
+            Self::RateLimited(r) => rate_limited(r),
+            Self::LimiterUnavailable {
+                resource,
+                retry_after,
+                ..
+            } => D::new(
+                S::SERVICE_UNAVAILABLE,
+                "limiter_unavailable",
+                server("limiter_unavailable"),
+                "the limiter could not decide; try again",
+            )
+            .level(Level::Warn)
+            .retry_after(*retry_after)
+            .detail(Detail::Resource(resource)),
+            Self::Unauthorized(e) => D::new(
+                S::UNAUTHORIZED,
+                "unauthorized",
+                client("invalid_api_key"),
+                e.to_string(),
+            )
+            .challenge("Bearer")
+            .detail(Detail::Code(e.reason())),
+            Self::BadRequest(m) => D::new(S::BAD_REQUEST, "bad_request", client("bad_request"), m.as_ref()),
+            Self::InvalidRequest { message, param, code } => {
+                D::new(S::BAD_REQUEST, "bad_request", client(code), message.as_str()).param(param.as_deref())
+            }
+            Self::NotFound(path) => D::new(
+                S::NOT_FOUND,
+                "not_found",
+                client("not_found"),
+                format!("no upstream serves path {path}"),
+            ),
+            Self::RequestTimeout { whole_ms } => D::new(
+                S::REQUEST_TIMEOUT,
+                "request_timeout",
+                client("request_timeout"),
+                match whole_ms {
+                    None => Cow::Borrowed("the request body was not received in time"),
+                    Some(ms) => Cow::Owned(format!(
+                        "the request body was not complete within {ms} ms; the upstream was not contacted"
+                    )),
+                },
+            ),
+            Self::PayloadTooLarge { max } => D::new(
+                S::PAYLOAD_TOO_LARGE,
+                "payload_too_large",
+                client("request_too_large"),
+                format!("request body exceeds {max} bytes"),
+            ),
+            Self::UpstreamUnavailable { upstream, reason, .. } => D::new(
+                S::BAD_GATEWAY,
+                "upstream_unavailable",
+                server("upstream_error"),
+                format!("upstream {upstream} is unavailable: {reason}"),
+            )
+            .level(Level::Warn),
+            Self::UpstreamError { upstream, reason, .. } => D::new(
+                S::BAD_GATEWAY,
+                "upstream_error",
+                server("upstream_error"),
+                format!("upstream {upstream} failed: {reason}"),
+            )
+            .level(Level::Warn),
+            Self::UpstreamTimeout { upstream, after_ms } => D::new(
+                S::GATEWAY_TIMEOUT,
+                "upstream_timeout",
+                server("upstream_timeout"),
+                format!("upstream {upstream} did not answer within {after_ms} ms"),
+            )
+            .level(Level::Warn),
+            Self::Llm(e) => llm(e),
+            Self::Internal(m) => D::new(
+                S::INTERNAL_SERVER_ERROR,
+                "internal_error",
+                ("server_error", None),
+                m.as_str(),
+            )
+            .level(Level::Error),
+            Self::UnknownResource(id) => D::new(
+                S::NOT_FOUND,
+                "unknown_resource",
+                client("unknown_resource"),
+                format!("no configured resource is named {id:?}"),
+            )
+            .detail(Detail::Resource(id)),
+            Self::PermitGone => D::new(
+                S::GONE,
+                "permit_gone",
+                client("permit_gone"),
+                "the permit expired or was released",
+            ),
+            Self::ServiceToken { given } => D::new(
+                S::UNAUTHORIZED,
+                "unauthorized",
+                client("invalid_api_key"),
+                if *given {
+                    "invalid service token"
+                } else {
+                    "a service token is required"
+                },
+            )
+            .challenge(decisions_challenge(*given)),
+            Self::TooManyPermits { max } => D::new(
+                S::SERVICE_UNAVAILABLE,
+                "too_many_permits",
+                server("too_many_permits"),
+                format!("the decision listener already holds {max} permits"),
+            )
+            .level(Level::Warn)
+            .retry_after(Duration::from_secs(1)),
+            Self::Event {
+                request_id,
+                rejection,
+            } => Description {
+                request_id: Some(request_id),
+                ..rejection.describe()
+            },
         }
+    }
+
+    /// The refusal of the LLM event `request_id` (when it is a valid
+    /// header value; else as it is).
+    pub(crate) fn of_event(self, request_id: Option<HeaderValue>) -> Self {
+        match request_id {
+            Some(request_id) => Self::Event {
+                request_id,
+                rejection: Box::new(self),
+            },
+            None => self,
+        }
+    }
+
+    /// The HTTP status (in the gateway's and OpenAI's dialects; see
+    /// [`status_in`](Self::status_in)).
+    pub fn status(&self) -> StatusCode {
+        self.describe().status
     }
 
     /// The human-readable message.
     pub fn message(&self) -> String {
-        match self {
-            Self::RateLimited(r) if let Some(b) = r.budget => format!(
-                "{}: {} budget of {} is spent ({} used); it resets in {} s",
+        self.describe().message.into_owned()
+    }
+}
+
+/// The facts of a limit's 429: a spent calendar budget is
+/// `budget_exceeded` (OpenAI's `insufficient_quota`, the dimension as
+/// `param`), anything else `rate_limited`.
+fn rate_limited(r: &RateLimited) -> Description<'_> {
+    let secs = retry_after_secs(r.wait);
+    let d = match r.budget {
+        Some(b) => Description::new(
+            StatusCode::TOO_MANY_REQUESTS,
+            "budget_exceeded",
+            ("insufficient_quota", Some("budget_exceeded")),
+            format!(
+                "{}: {} budget of {} is spent ({} used); it resets in {secs} s",
                 r.resource,
                 r.dimension.as_str(),
                 b.budget,
                 b.spent,
-                retry_after_secs(r.wait)
             ),
-            Self::RateLimited(r) => format!(
-                "{}: {} exhausted; retry in {} s",
+        ),
+        None => Description::new(
+            StatusCode::TOO_MANY_REQUESTS,
+            "rate_limited",
+            ("rate_limit_error", Some("rate_limit_exceeded")),
+            format!(
+                "{}: {} exhausted; retry in {secs} s",
                 r.resource,
-                r.dimension.as_str(),
-                retry_after_secs(r.wait)
+                r.dimension.as_str()
             ),
-            Self::LimiterUnavailable { .. } => "the limiter could not decide; try again".into(),
-            Self::Unauthorized(e) => e.to_string(),
-            Self::BadRequest(m) => m.to_string(),
-            Self::InvalidRequest { message, .. } => message.clone(),
-            Self::NotFound(path) => format!("no upstream serves path {path}"),
-            Self::RequestTimeout { whole_ms: None } => "the request body was not received in time".into(),
-            Self::RequestTimeout { whole_ms: Some(ms) } => {
-                format!("the request body was not complete within {ms} ms; the upstream was not contacted")
-            }
-            Self::PayloadTooLarge { max } => format!("request body exceeds {max} bytes"),
-            Self::UpstreamUnavailable { upstream, reason, .. } => {
-                format!("upstream {upstream} is unavailable: {reason}")
-            }
-            Self::UpstreamError { upstream, reason, .. } => format!("upstream {upstream} failed: {reason}"),
-            Self::UpstreamTimeout { upstream, after_ms } => {
-                format!("upstream {upstream} did not answer within {after_ms} ms")
-            }
-            Self::Llm(e) => e.to_string(),
-            Self::Internal(m) => m.clone(),
-            Self::UnknownResource(id) => format!("no configured resource is named {id:?}"),
-            Self::PermitGone => "the permit expired or was released".into(),
-            Self::ServiceToken { given: true } => "invalid service token".into(),
-            Self::ServiceToken { given: false } => "a service token is required".into(),
-            Self::TooManyPermits { max } => format!("the decision listener already holds {max} permits"),
-            Self::AdminToken { given: true } => "invalid bearer token".into(),
-            Self::AdminToken { given: false } => {
-                "a bearer token is required (a browser: open /dashboard?token=<token>)".into()
-            }
-            Self::AdminNotFound(m) | Self::NoLlm(m) => (*m).to_owned(),
-            Self::MethodNotAllowed => "this admin route does not answer that method".into(),
-            Self::QueueUnavailable(m) => m.clone(),
-            Self::InvalidConfig(e) => e.to_string(),
-        }
+        ),
+    };
+    let mut d = d.retry_after(r.wait).detail(Detail::Limited(r));
+    if r.budget.is_some() {
+        d.openai.param = Some(r.dimension.as_str());
     }
-
-    /// `Retry-After`, when the refusal has one.
-    pub fn retry_after(&self) -> Option<Duration> {
-        match self {
-            Self::RateLimited(r) => Some(r.wait),
-            Self::LimiterUnavailable { retry_after, .. } => Some(*retry_after),
-            Self::TooManyPermits { .. } => Some(Duration::from_secs(1)),
-            Self::Llm(e) => {
-                let status = e.describe().status;
-                (status == 429 || status == 503).then(|| e.retry_after().unwrap_or(LLM_DEFAULT_RETRY_AFTER))
-            }
-            _ => None,
-        }
-    }
-
-    /// Counts it in `metrics` and logs it (one structured line; denials at
-    /// `info` under the target `pressure::denial`, at most `denial_lines`
-    /// per resource per second, see `crate::denial_log`; 0: no bound).
-    pub fn record(&self, metrics: &GatewayMetrics, denial_lines: u32) {
-        match self {
-            Self::RateLimited(r) => {
-                metrics.denied(&r.resource, r.layer);
-                if !metrics.denial_logs().denied.admit(
-                    &r.resource,
-                    r.layer,
-                    denial_lines,
-                    tokio::time::Instant::now(),
-                ) {
-                    return;
-                }
-                tracing::info!(
-                    target: "pressure::denial",
-                    resource = r.resource.as_str(),
-                    layer = r.layer.as_str(),
-                    wait_time_ms = u64::try_from(r.wait.as_millis()).unwrap_or(u64::MAX),
-                    namespace_id = r.namespace_id.as_deref().unwrap_or(""),
-                    dimension = r.dimension.as_str(),
-                    "request denied"
-                );
-            }
-            Self::LimiterUnavailable {
-                resource,
-                layer,
-                reason,
-                ..
-            } => {
-                metrics.limiter_unavailable(*layer);
-                if !metrics.denial_logs().unavailable.admit(
-                    resource,
-                    *layer,
-                    denial_lines,
-                    tokio::time::Instant::now(),
-                ) {
-                    return;
-                }
-                tracing::warn!(
-                    target: "pressure::denial",
-                    resource = resource.as_str(),
-                    layer = layer.as_str(),
-                    reason = reason.as_str(),
-                    "limiter unavailable"
-                );
-            }
-            Self::Unauthorized(e) => metrics.unauthorized(e.reason()),
-            Self::ServiceToken { .. } => metrics.unauthorized("service_token"),
-            Self::TooManyPermits { max } => {
-                tracing::warn!(max_permits = max, "decision listener: too many permits held");
-            }
-            Self::UpstreamUnavailable {
-                upstream,
-                reason,
-                kind,
-            } => {
-                metrics.upstream_error("unavailable");
-                metrics.traffic().upstream_failure(upstream, kind.as_str());
-                tracing::warn!(
-                    upstream = upstream.as_str(),
-                    error = reason.as_str(),
-                    "cannot connect to upstream"
-                );
-            }
-            Self::UpstreamError {
-                upstream,
-                reason,
-                kind,
-            } => {
-                metrics.upstream_error("error");
-                metrics.traffic().upstream_failure(upstream, kind.as_str());
-                tracing::warn!(
-                    upstream = upstream.as_str(),
-                    error = reason.as_str(),
-                    "upstream exchange failed"
-                );
-            }
-            Self::UpstreamTimeout { upstream, after_ms } => {
-                metrics.upstream_error("timeout");
-                metrics
-                    .traffic()
-                    .upstream_failure(upstream, UpstreamFailure::Timeout.as_str());
-                tracing::warn!(
-                    upstream = upstream.as_str(),
-                    total_ms = after_ms,
-                    "upstream did not answer in time"
-                );
-            }
-            Self::Internal(m) => tracing::error!(error = m.as_str(), "internal error"),
-            _ => {}
-        }
-    }
-
-    /// The JSON body in `dialect`: what [`render`](Self::render) answers
-    /// with, and what a stream that fails after its head writes as its
-    /// last event (`crate::openai::sse`).
-    pub fn body(&self, dialect: Dialect) -> String {
-        match (dialect, self) {
-            (Dialect::Anthropic, _) => self.anthropic_body().to_string(),
-            (Dialect::Responses, _) => self.responses_body().to_string(),
-            // The flood path: written directly, the same bytes as below.
-            (Dialect::Gateway, Self::RateLimited(r)) if r.budget.is_none() => flood::rate_limited_body(r),
-            (Dialect::Decision, Self::RateLimited(r)) => decision_denied_body(r).to_string(),
-            // LLM errors speak OpenAI's shape on every route.
-            (_, Self::Llm(_)) | (Dialect::OpenAi, _) => self.openai_body().to_string(),
-            (Dialect::Gateway | Dialect::Decision, _) => self.gateway_body().to_string(),
-        }
-    }
-
-    /// The response, in `dialect`.
-    pub fn render(&self, dialect: Dialect) -> Response<Body> {
-        let (body, head) = match self {
-            // A plain 429 outside the OpenAI dialect: made of the flood's
-            // parts (`flood.rs`).
-            Self::RateLimited(r)
-                if matches!(dialect, Dialect::Gateway | Dialect::Decision) && r.budget.is_none() =>
-            {
-                let (head, body) = flood::parts(r, dialect, |h| self.head(dialect, h), || self.body(dialect));
-                (body, Some(head))
-            }
-            _ => (self.body(dialect), None),
-        };
-        // Shrunk to its length (in place; the flood's bodies are sized
-        // exactly): a full buffer becomes `Bytes` without another
-        // allocation.
-        let body = bytes::Bytes::from(body.into_bytes().into_boxed_slice());
-        let mut resp = Response::new(Body::from(body));
-        *resp.status_mut() = self.status_in(dialect);
-        match head {
-            Some(head) => *resp.headers_mut() = head,
-            None => self.head(dialect, resp.headers_mut()),
-        }
-        resp
-    }
-
-    /// The headers of [`render`](Self::render).
-    fn head(&self, dialect: Dialect, h: &mut HeaderMap) {
-        h.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
-        if let Some(wait) = self.retry_after() {
-            h.insert(header::RETRY_AFTER, seconds_value(retry_after_secs(wait)));
-            if dialect.is_llm() {
-                // What OpenAI's and Anthropic's SDKs read first; whole
-                // milliseconds, at least 1.
-                let ms = u64::try_from(wait.as_millis()).unwrap_or(u64::MAX).max(1);
-                h.insert("retry-after-ms", HeaderValue::from(ms));
-            }
-        }
-        // A spent account or budget does not come back by retrying (not
-        // within the request's deadline): OpenAI's SDKs honour this header.
-        let futile = match self {
-            Self::Llm(e) => e.should_retry() == Some(false),
-            Self::RateLimited(r) => r.budget.is_some_and(|b| b.beyond_deadline),
-            _ => false,
-        };
-        if futile {
-            h.insert("x-should-retry", HeaderValue::from_static("false"));
-        }
-        match self {
-            Self::Unauthorized(_) => {
-                h.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
-            }
-            Self::ServiceToken { given } => {
-                let challenge = if *given {
-                    "Bearer realm=\"pressure-decisions\", error=\"invalid_token\""
-                } else {
-                    "Bearer realm=\"pressure-decisions\""
-                };
-                h.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static(challenge));
-            }
-            Self::AdminToken { given } => {
-                let challenge = if *given {
-                    "Bearer realm=\"pressure-admin\", error=\"invalid_token\""
-                } else {
-                    "Bearer realm=\"pressure-admin\""
-                };
-                h.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static(challenge));
-            }
-            Self::RateLimited(r) => {
-                if let Some((quota, window)) = r.policy {
-                    let (policy, now) = rate_limit_fields(r, quota, window);
-                    if let Some(v) = policy {
-                        h.insert(RATELIMIT_POLICY.clone(), v);
-                    }
-                    if let Some(v) = now {
-                        h.insert(RATELIMIT.clone(), v);
-                    }
-                }
-            }
-            _ => {}
-        }
-    }
-
-    fn gateway_body(&self) -> Value {
-        let mut error = Map::new();
-        error.insert("type".into(), Value::from(self.kind()));
-        error.insert("message".into(), Value::from(self.message()));
-        match self {
-            Self::RateLimited(r) => {
-                error.insert("resource".into(), Value::from(r.resource.as_str()));
-                error.insert("dimension".into(), Value::from(r.dimension.as_str()));
-                error.insert(
-                    "retryAfterMs".into(),
-                    Value::from(u64::try_from(r.wait.as_millis()).unwrap_or(u64::MAX)),
-                );
-                if let Some(b) = r.budget {
-                    error.insert("spent".into(), Value::from(b.spent));
-                    error.insert("budget".into(), Value::from(b.budget));
-                }
-            }
-            Self::LimiterUnavailable { resource, .. } | Self::UnknownResource(resource) => {
-                error.insert("resource".into(), Value::from(resource.as_str()));
-            }
-            Self::Unauthorized(e) => {
-                error.insert("code".into(), Value::from(e.reason()));
-            }
-            Self::InvalidConfig(e) => {
-                error.insert("path".into(), Value::from(e.path.as_str()));
-                error.insert("problem".into(), Value::from(e.problem.as_str()));
-            }
-            _ => {}
-        }
-        json!({ "error": error })
-    }
-
-    /// The status in `dialect`: Anthropic answers an overload (every
-    /// `503` of ours) with `529`, which its clients retry as such.
-    pub fn status_in(&self, dialect: Dialect) -> StatusCode {
-        let status = self.status();
-        if dialect == Dialect::Anthropic && status == StatusCode::SERVICE_UNAVAILABLE {
-            return StatusCode::from_u16(529).unwrap_or(status);
-        }
-        status
-    }
-
-    /// Anthropic's error shape: `{"type":"error","error":{"type","message"}}`
-    /// (a field at fault is named in the message, as Anthropic does).
-    fn anthropic_body(&self) -> Value {
-        let ty = anthropic_error_type(self.status_in(Dialect::Anthropic));
-        let message = match self {
-            Self::InvalidRequest {
-                param: Some(param),
-                message,
-                ..
-            } if !message.starts_with(param.as_str()) => format!("{param}: {message}"),
-            Self::Llm(e) if let Some(param) = e.param_path() => {
-                let message = e.to_string();
-                if message.starts_with(param) {
-                    message
-                } else {
-                    format!("{param}: {message}")
-                }
-            }
-            _ => self.message(),
-        };
-        json!({"type": "error", "error": {"type": ty, "message": message}})
-    }
-
-    /// OpenAI's shape, with a spent budget's `code` `insufficient_quota`
-    /// (see [`Dialect::Responses`]) and a JSON-path `param` where the
-    /// request had one.
-    fn responses_body(&self) -> Value {
-        let mut body = self.openai_body();
-        let spent = match self {
-            Self::Llm(e) => e.describe().error_type == "insufficient_quota",
-            Self::RateLimited(r) => r.budget.is_some(),
-            _ => false,
-        };
-        if let Some(error) = body.get_mut("error").and_then(Value::as_object_mut) {
-            if spent {
-                error.insert("code".into(), Value::from("insufficient_quota"));
-            }
-            if let Self::Llm(e) = self {
-                if let Some(param) = e.param_path() {
-                    error.insert("param".into(), Value::from(param));
-                }
-            }
-        }
-        body
-    }
-
-    fn openai_body(&self) -> Value {
-        let (ty, code, param): (&str, Option<&str>, Option<&str>) = match self {
-            Self::Llm(e) => {
-                let d = e.describe();
-                (d.error_type, d.code, d.param)
-            }
-            Self::InvalidRequest { param, code, .. } => {
-                ("invalid_request_error", Some(code), param.as_deref())
-            }
-            Self::RateLimited(r) if r.budget.is_some() => (
-                "insufficient_quota",
-                Some("budget_exceeded"),
-                Some(r.dimension.as_str()),
-            ),
-            Self::RateLimited(_) => ("rate_limit_error", Some("rate_limit_exceeded"), None),
-            Self::LimiterUnavailable { .. } => ("server_error", Some("limiter_unavailable"), None),
-            Self::Unauthorized(_) => ("invalid_request_error", Some("invalid_api_key"), None),
-            Self::BadRequest(_) => ("invalid_request_error", Some("bad_request"), None),
-            Self::NotFound(_) => ("invalid_request_error", Some("not_found"), None),
-            Self::RequestTimeout { .. } => ("invalid_request_error", Some("request_timeout"), None),
-            Self::PayloadTooLarge { .. } => ("invalid_request_error", Some("request_too_large"), None),
-            Self::UpstreamUnavailable { .. } | Self::UpstreamError { .. } => {
-                ("server_error", Some("upstream_error"), None)
-            }
-            Self::UpstreamTimeout { .. } => ("server_error", Some("upstream_timeout"), None),
-            Self::Internal(_) => ("server_error", None, None),
-            Self::UnknownResource(_) => ("invalid_request_error", Some("unknown_resource"), None),
-            Self::PermitGone => ("invalid_request_error", Some("permit_gone"), None),
-            Self::ServiceToken { .. } => ("invalid_request_error", Some("invalid_api_key"), None),
-            Self::TooManyPermits { .. } => ("server_error", Some("too_many_permits"), None),
-            Self::AdminToken { .. } => ("invalid_request_error", Some("invalid_api_key"), None),
-            Self::AdminNotFound(_) | Self::NoLlm(_) => ("invalid_request_error", Some("not_found"), None),
-            Self::MethodNotAllowed => ("invalid_request_error", Some("method_not_allowed"), None),
-            Self::QueueUnavailable(_) => ("server_error", Some("queue_unavailable"), None),
-            Self::InvalidConfig(_) => ("invalid_request_error", Some("invalid_config"), None),
-        };
-        json!({"error": {"message": self.message(), "type": ty, "param": param, "code": code}})
-    }
+    d.futile = r.budget.is_some_and(|b| b.beyond_deadline);
+    d
 }
 
-impl axum::response::IntoResponse for Rejection {
-    /// Gateway dialect (the admin listener, which counts and logs nothing).
-    fn into_response(self) -> axum::response::Response {
-        self.render(Dialect::Gateway)
+/// The facts of a pipeline failure, from its own description
+/// ([`LlmError::describe`]); a `429` or `503` says when to ask again.
+fn llm(e: &LlmError) -> Description<'_> {
+    let facts = e.describe();
+    let status = StatusCode::from_u16(facts.status).unwrap_or(StatusCode::BAD_GATEWAY);
+    let mut d = Description::new(status, e.label(), (facts.error_type, facts.code), e.to_string());
+    d.openai.param = facts.param;
+    d.field = e.param_path();
+    d.always_openai = true;
+    d.futile = e.should_retry() == Some(false);
+    if matches!(facts.status, 429 | 503) {
+        d.retry_after = Some(e.retry_after().unwrap_or(LLM_DEFAULT_RETRY_AFTER));
     }
-}
-
-/// The decision dialect's 429 body: what a caller of `POST /v1/acquire`
-/// reads (`allowed`, how long to wait, which resource and dimension).
-fn decision_denied_body(r: &RateLimited) -> Value {
-    json!({
-        "allowed": false,
-        "waitTimeMs": u64::try_from(r.wait.as_millis()).unwrap_or(u64::MAX),
-        "resource": r.resource,
-        "dimension": r.dimension.as_str(),
-    })
+    d
 }
 
 /// The quota and window (seconds) of `dim` in `limits`, for the policy
@@ -860,251 +680,4 @@ pub(crate) fn retry_after_secs(wait: Duration) -> u64 {
     wait.as_secs()
         .saturating_add(u64::from(wait.subsec_nanos() > 0))
         .max(1)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use http_body_util::BodyExt;
-
-    async fn body(r: Response<Body>) -> Value {
-        let bytes = r.into_body().collect().await.expect("body").to_bytes();
-        serde_json::from_slice(&bytes).expect("json")
-    }
-
-    #[test]
-    fn retry_after_rounds_up() {
-        assert_eq!(retry_after_secs(Duration::from_millis(1)), 1);
-        assert_eq!(retry_after_secs(Duration::from_millis(1_000)), 1);
-        assert_eq!(retry_after_secs(Duration::from_millis(1_001)), 2);
-        assert_eq!(retry_after_secs(Duration::ZERO), 1);
-        assert_eq!(retry_after_secs(Duration::from_nanos(2_000_000_001)), 3);
-        assert_eq!(retry_after_secs(Duration::MAX), u64::MAX);
-    }
-
-    #[tokio::test]
-    async fn the_direct_429_body_is_the_tree_renderers_bytes() {
-        let cases = [
-            ("gateway:route:webhooks-github", 960),
-            ("gateway:tenant:\"quoted\" \\ back\nline ü", 0),
-            ("", u64::from(u32::MAX)),
-        ];
-        // Every dimension: their names go into the body unescaped.
-        let all = cases
-            .iter()
-            .flat_map(|&case| Dimension::ALL.iter().map(move |&dimension| (case, dimension)));
-        for ((resource, wait_ms), dimension) in all {
-            let r = Rejection::RateLimited(Box::new(RateLimited {
-                resource: resource.to_owned(),
-                layer: Layer::PreAuth,
-                dimension,
-                wait: Duration::from_millis(wait_ms),
-                policy: Some((5, 60)),
-                namespace_id: None,
-                budget: None,
-            }));
-            let fast = r.render(Dialect::Gateway);
-            assert_eq!(fast.status(), 429);
-            let bytes = fast.into_body().collect().await.expect("body").to_bytes();
-            assert_eq!(
-                std::str::from_utf8(&bytes).expect("utf-8"),
-                r.gateway_body().to_string(),
-                "{resource:?}"
-            );
-        }
-    }
-
-    #[tokio::test]
-    async fn one_rejection_two_dialects() {
-        let r = Rejection::PayloadTooLarge { max: 10 };
-        let g = r.render(Dialect::Gateway);
-        assert_eq!(g.status(), 413);
-        let g = body(g).await;
-        assert_eq!(g["error"]["type"], "payload_too_large");
-        let o = body(r.render(Dialect::OpenAi)).await;
-        assert_eq!(o["error"]["type"], "invalid_request_error");
-        assert_eq!(o["error"]["code"], "request_too_large");
-        assert!(o["error"].get("param").is_some());
-    }
-
-    #[tokio::test]
-    async fn rate_limited_has_headers_and_fields() {
-        let limits = Limits::default().requests_per_second(5);
-        let r = Rejection::RateLimited(Box::new(RateLimited {
-            resource: "gateway:route:x".into(),
-            layer: Layer::PreAuth,
-            dimension: Dimension::RequestsPerSecond,
-            wait: Duration::from_millis(960),
-            policy: policy(&limits, Dimension::RequestsPerSecond),
-            namespace_id: None,
-            budget: None,
-        }));
-        let budget = Limits::default()
-            .cost_micro_usd_per_day(500)
-            .cost_micro_usd_per_month(9_000);
-        assert_eq!(
-            policy(&budget, Dimension::CostMicroUsdPerDay),
-            Some((500, 86_400))
-        );
-        assert_eq!(policy(&budget, Dimension::CostMicroUsdPerMonth), Some((9_000, 0)));
-        let resp = r.render(Dialect::Gateway);
-        assert_eq!(resp.status(), 429);
-        assert_eq!(resp.headers()["retry-after"], "1");
-        assert_eq!(
-            resp.headers()["ratelimit-policy"],
-            "\"requestsPerSecond\";q=5;w=1"
-        );
-        assert_eq!(resp.headers()["ratelimit"], "\"requestsPerSecond\";r=0;t=1");
-        let b = body(resp).await;
-        assert_eq!(b["error"]["resource"], "gateway:route:x");
-        assert_eq!(b["error"]["retryAfterMs"], 960);
-    }
-
-    #[test]
-    fn each_429_has_its_own_rate_limit_fields_whatever_came_before() {
-        let fields = |dimension, quota, window, wait_ms| {
-            let r = Rejection::RateLimited(Box::new(RateLimited {
-                resource: "r".into(),
-                layer: Layer::PreAuth,
-                dimension,
-                wait: Duration::from_millis(wait_ms),
-                policy: Some((quota, window)),
-                namespace_id: None,
-                budget: None,
-            }));
-            let resp = r.render(Dialect::Gateway);
-            let h = resp.headers();
-            (h["ratelimit-policy"].clone(), h["ratelimit"].clone())
-        };
-        let rps = Dimension::RequestsPerSecond;
-        let rpm = Dimension::RequestsPerMinute;
-        // Alike twice, then one thing at a time different, then back.
-        for (dimension, quota, window, wait_ms, policy, now) in [
-            (
-                rps,
-                5,
-                1,
-                400,
-                "\"requestsPerSecond\";q=5;w=1",
-                "\"requestsPerSecond\";r=0;t=1",
-            ),
-            (
-                rps,
-                5,
-                1,
-                900,
-                "\"requestsPerSecond\";q=5;w=1",
-                "\"requestsPerSecond\";r=0;t=1",
-            ),
-            (
-                rps,
-                5,
-                1,
-                1_200,
-                "\"requestsPerSecond\";q=5;w=1",
-                "\"requestsPerSecond\";r=0;t=2",
-            ),
-            (
-                rps,
-                6,
-                1,
-                1_200,
-                "\"requestsPerSecond\";q=6;w=1",
-                "\"requestsPerSecond\";r=0;t=2",
-            ),
-            (
-                rps,
-                6,
-                2,
-                1_200,
-                "\"requestsPerSecond\";q=6;w=2",
-                "\"requestsPerSecond\";r=0;t=2",
-            ),
-            (
-                rpm,
-                6,
-                2,
-                1_200,
-                "\"requestsPerMinute\";q=6;w=2",
-                "\"requestsPerMinute\";r=0;t=2",
-            ),
-            (
-                rps,
-                5,
-                1,
-                400,
-                "\"requestsPerSecond\";q=5;w=1",
-                "\"requestsPerSecond\";r=0;t=1",
-            ),
-        ] {
-            let (p, n) = fields(dimension, quota, window, wait_ms);
-            assert_eq!((p.to_str().ok(), n.to_str().ok()), (Some(policy), Some(now)));
-        }
-    }
-
-    #[tokio::test]
-    async fn the_decision_dialect_says_allowed_false() {
-        let limits = Limits::default().requests_per_minute(2);
-        let r = Rejection::RateLimited(Box::new(RateLimited {
-            resource: "jobs".into(),
-            layer: Layer::Decision,
-            dimension: Dimension::RequestsPerMinute,
-            wait: Duration::from_millis(1500),
-            policy: policy(&limits, Dimension::RequestsPerMinute),
-            namespace_id: None,
-            budget: None,
-        }));
-        let resp = r.render(Dialect::Decision);
-        assert_eq!(resp.status(), 429);
-        assert_eq!(resp.headers()["retry-after"], "2");
-        assert_eq!(
-            resp.headers()["ratelimit-policy"],
-            "\"requestsPerMinute\";q=2;w=60"
-        );
-        let b = body(resp).await;
-        assert_eq!(
-            b,
-            json!({"allowed": false, "waitTimeMs": 1500, "resource": "jobs", "dimension": "requestsPerMinute"})
-        );
-        let unknown = Rejection::UnknownResource("nope".into()).render(Dialect::Decision);
-        assert_eq!(unknown.status(), 404);
-        let b = body(unknown).await;
-        assert_eq!(b["error"]["type"], "unknown_resource");
-        assert_eq!(b["error"]["resource"], "nope");
-        assert_eq!(Rejection::PermitGone.status(), 410);
-        let token = Rejection::ServiceToken { given: true }.render(Dialect::Decision);
-        assert_eq!(token.status(), 401);
-        assert!(token.headers().contains_key("www-authenticate"));
-    }
-
-    #[test]
-    fn client_faults_are_4xx_upstream_faults_5xx() {
-        assert_eq!(Rejection::RequestTimeout { whole_ms: None }.status(), 408);
-        assert_eq!(Rejection::BadRequest("x".into()).status(), 400);
-        assert_eq!(
-            Rejection::UpstreamTimeout {
-                upstream: "u".into(),
-                after_ms: 1
-            }
-            .status(),
-            504
-        );
-        assert_eq!(
-            Rejection::LimiterUnavailable {
-                resource: "r".into(),
-                layer: Layer::PreAuth,
-                retry_after: Duration::from_secs(1),
-                reason: "down".into()
-            }
-            .status(),
-            503
-        );
-    }
-
-    #[test]
-    fn retry_after_values_are_the_number() {
-        for secs in [0u64, 1, 9, 10, 59, 60, 61, 3600, u64::MAX] {
-            assert_eq!(seconds_value(secs).to_str().expect("ascii"), secs.to_string());
-        }
-    }
 }
