@@ -421,6 +421,12 @@ impl<'a> Description<'a> {
         self
     }
 
+    /// Answered with the LLM event's `x-request-id`.
+    fn request_id(mut self, id: &'a HeaderValue) -> Self {
+        self.request_id = Some(id);
+        self
+    }
+
     /// With the gateway body's `detail`.
     pub(crate) fn detail(mut self, detail: Detail<'a>) -> Self {
         self.detail = detail;
@@ -445,12 +451,47 @@ pub(crate) const fn server(code: &'static str) -> (&'static str, Option<&'static
     ("server_error", Some(code))
 }
 
-/// `WWW-Authenticate` of the decision listener: a wrong token, or none.
-const fn decisions_challenge(given: bool) -> &'static str {
-    if given {
-        "Bearer realm=\"pressure-decisions\", error=\"invalid_token\""
+/// The facts of a refused call to the decision listener: a wrong service
+/// token, or none.
+fn service_token(given: bool) -> Description<'static> {
+    let (message, challenge) = if given {
+        (
+            "invalid service token",
+            "Bearer realm=\"pressure-decisions\", error=\"invalid_token\"",
+        )
     } else {
-        "Bearer realm=\"pressure-decisions\""
+        (
+            "a service token is required",
+            "Bearer realm=\"pressure-decisions\"",
+        )
+    };
+    Description::new(
+        StatusCode::UNAUTHORIZED,
+        "unauthorized",
+        client("invalid_api_key"),
+        message,
+    )
+    .challenge(challenge)
+}
+
+/// The facts of an upstream's fault: `(kind, OpenAI code)`, logged as a
+/// warning.
+fn upstream_fault(
+    status: StatusCode,
+    (kind, code): (&'static str, &'static str),
+    message: String,
+) -> Description<'static> {
+    Description::new(status, kind, server(code), message).level(Level::Warn)
+}
+
+/// The message of a body that did not arrive in time: it idled, or its
+/// whole took longer than `whole_ms`.
+fn body_timeout(whole_ms: Option<u64>) -> Cow<'static, str> {
+    match whole_ms {
+        None => Cow::Borrowed("the request body was not received in time"),
+        Some(ms) => Cow::Owned(format!(
+            "the request body was not complete within {ms} ms; the upstream was not contacted"
+        )),
     }
 }
 
@@ -496,12 +537,7 @@ impl Rejection {
                 S::REQUEST_TIMEOUT,
                 "request_timeout",
                 client("request_timeout"),
-                match whole_ms {
-                    None => Cow::Borrowed("the request body was not received in time"),
-                    Some(ms) => Cow::Owned(format!(
-                        "the request body was not complete within {ms} ms; the upstream was not contacted"
-                    )),
-                },
+                body_timeout(*whole_ms),
             ),
             Self::PayloadTooLarge { max } => D::new(
                 S::PAYLOAD_TOO_LARGE,
@@ -509,27 +545,21 @@ impl Rejection {
                 client("request_too_large"),
                 format!("request body exceeds {max} bytes"),
             ),
-            Self::UpstreamUnavailable { upstream, reason, .. } => D::new(
+            Self::UpstreamUnavailable { upstream, reason, .. } => upstream_fault(
                 S::BAD_GATEWAY,
-                "upstream_unavailable",
-                server("upstream_error"),
+                ("upstream_unavailable", "upstream_error"),
                 format!("upstream {upstream} is unavailable: {reason}"),
-            )
-            .level(Level::Warn),
-            Self::UpstreamError { upstream, reason, .. } => D::new(
+            ),
+            Self::UpstreamError { upstream, reason, .. } => upstream_fault(
                 S::BAD_GATEWAY,
-                "upstream_error",
-                server("upstream_error"),
+                ("upstream_error", "upstream_error"),
                 format!("upstream {upstream} failed: {reason}"),
-            )
-            .level(Level::Warn),
-            Self::UpstreamTimeout { upstream, after_ms } => D::new(
+            ),
+            Self::UpstreamTimeout { upstream, after_ms } => upstream_fault(
                 S::GATEWAY_TIMEOUT,
-                "upstream_timeout",
-                server("upstream_timeout"),
+                ("upstream_timeout", "upstream_timeout"),
                 format!("upstream {upstream} did not answer within {after_ms} ms"),
-            )
-            .level(Level::Warn),
+            ),
             Self::Llm(e) => llm(e),
             Self::Internal(m) => D::new(
                 S::INTERNAL_SERVER_ERROR,
@@ -551,17 +581,7 @@ impl Rejection {
                 client("permit_gone"),
                 "the permit expired or was released",
             ),
-            Self::ServiceToken { given } => D::new(
-                S::UNAUTHORIZED,
-                "unauthorized",
-                client("invalid_api_key"),
-                if *given {
-                    "invalid service token"
-                } else {
-                    "a service token is required"
-                },
-            )
-            .challenge(decisions_challenge(*given)),
+            Self::ServiceToken { given } => service_token(*given),
             Self::TooManyPermits { max } => D::new(
                 S::SERVICE_UNAVAILABLE,
                 "too_many_permits",
@@ -573,10 +593,7 @@ impl Rejection {
             Self::Event {
                 request_id,
                 rejection,
-            } => Description {
-                request_id: Some(request_id),
-                ..rejection.describe()
-            },
+            } => rejection.describe().request_id(request_id),
         }
     }
 

@@ -35,21 +35,10 @@ impl Rejection {
     pub fn record(&self, metrics: &GatewayMetrics, denial_lines: u32) {
         match self {
             Self::RateLimited(r) => denied(metrics, denial_lines, &Denied::of(r)),
-            Self::Llm(LlmError::BudgetExceeded {
-                resource,
-                dimension,
-                retry_after,
-                ..
-            }) => {
-                let denial = Denied {
-                    resource,
-                    layer: Layer::Tenant,
-                    wait: *retry_after,
-                    namespace_id: resources::is_tenant(resource)
-                        .then(|| &resource[resources::TENANT_PREFIX.len()..]),
-                    dimension: dimension.as_str(),
-                };
-                denied(metrics, denial_lines, &denial);
+            Self::Llm(e) => {
+                if let Some(d) = Denied::spent(e) {
+                    denied(metrics, denial_lines, &d);
+                }
             }
             Self::LimiterUnavailable {
                 resource,
@@ -131,7 +120,6 @@ impl Rejection {
             | Self::NotFound(_)
             | Self::RequestTimeout { .. }
             | Self::PayloadTooLarge { .. }
-            | Self::Llm(_)
             | Self::UnknownResource(_)
             | Self::PermitGone => {}
         }
@@ -157,6 +145,28 @@ impl<'a> Denied<'a> {
             namespace_id: r.namespace_id.as_deref(),
             dimension: r.dimension.as_str(),
         }
+    }
+
+    /// A tenant's budget the pipeline found spent (`BudgetExceeded`): the
+    /// tenant layer's limit, refused later (any other pipeline failure is
+    /// counted by the pipeline's own `pressure_llm_errors_total`).
+    fn spent(e: &'a LlmError) -> Option<Self> {
+        let LlmError::BudgetExceeded {
+            resource,
+            dimension,
+            retry_after,
+            ..
+        } = e
+        else {
+            return None;
+        };
+        Some(Self {
+            resource,
+            layer: Layer::Tenant,
+            wait: *retry_after,
+            namespace_id: resource.strip_prefix(resources::TENANT_PREFIX),
+            dimension: dimension.as_str(),
+        })
     }
 }
 

@@ -121,7 +121,7 @@ pub(super) fn write_head(d: &Description<'_>, dialect: Dialect, h: &mut HeaderMa
     }
     // Last, where the endpoint used to add it to its own rendering.
     if let Some(id) = d.request_id {
-        h.insert(crate::openai::REQUEST_ID_HEADER, id.clone());
+        h.insert(REQUEST_ID.clone(), id.clone());
     }
 }
 
@@ -231,6 +231,8 @@ pub(super) fn seconds_value(secs: u64) -> HeaderValue {
     }
 }
 
+/// `x-request-id` (`crate::openai::REQUEST_ID_HEADER`).
+static REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 /// `RateLimit-Policy`.
 static RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
 /// `RateLimit`.
