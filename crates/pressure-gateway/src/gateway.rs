@@ -428,7 +428,7 @@ impl Gateway {
             token: self.inner.admin_token.clone(),
             redis: self.inner.redis.clone(),
             llm: self.llm(),
-            control: Some(self.clone()),
+            control: Some(Arc::new(self.clone())),
         })
     }
 
@@ -562,5 +562,28 @@ impl Gateway {
             admin: admin_task,
         };
         crate::drain::drain(|| self.set_draining(), listening, grace).await;
+    }
+}
+
+/// What the admin listener may ask of its gateway (`crate::admin::Control`).
+impl admin::Control for Gateway {
+    fn is_draining(&self) -> bool {
+        Gateway::is_draining(self)
+    }
+
+    fn reload(&self) -> Result<ReloadOutcome, ConfigError> {
+        Gateway::reload(self)
+    }
+
+    fn plan(&self) -> Arc<Plan> {
+        Gateway::plan(self)
+    }
+
+    fn write_override(
+        &self,
+        tenant: String,
+        limits: Option<(pressure_core::Limits, pressure_core::LimitTemplate)>,
+    ) -> futures::future::BoxFuture<'_, Result<(), pressure_core::BackendError>> {
+        Box::pin(Gateway::write_override(self, tenant, limits))
     }
 }

@@ -36,7 +36,6 @@ pub mod config {
     pub use crate::settings::*;
 }
 mod decisions;
-mod denial_log;
 mod drain;
 mod gateway;
 mod http;
@@ -55,7 +54,7 @@ mod rls;
 mod settings;
 mod run;
 
-pub use admin::{router as admin_router, AdminState};
+pub use admin::{router as admin_router, AdminState, Control as AdminControl};
 pub use backend::{AnyBackend, Broker};
 pub use drain::Serving;
 pub use gateway::{Gateway, GatewayError, GatewayFuture, GatewayService};

@@ -25,19 +25,19 @@ impl Step for LlmLayer {
         let served = routed(&req).and_then(|r| Some((r.route.endpoint, r.plan.llm().cloned()?)));
         match served {
             Some((Endpoint::ChatCompletions, llm)) => {
-                StepFuture::boxed(async move { Ok(openai::chat_completions(&llm, req).await) })
+                StepFuture::boxed(async move { openai::chat_completions(&llm, req).await })
             }
             Some((Endpoint::Embeddings, llm)) => {
                 StepFuture::boxed(async move { openai::embeddings(&llm, req).await })
             }
             Some((Endpoint::Messages, llm)) => {
-                StepFuture::boxed(async move { Ok(agents::serve::<agents::Messages>(&llm, req).await) })
+                StepFuture::boxed(async move { agents::serve::<agents::Messages>(&llm, req).await })
             }
             Some((Endpoint::CountTokens, llm)) => {
-                StepFuture::boxed(async move { Ok(agents::count_tokens(&llm, req).await) })
+                StepFuture::boxed(async move { agents::count_tokens(&llm, req).await })
             }
             Some((Endpoint::Responses, llm)) => {
-                StepFuture::boxed(async move { Ok(agents::serve::<agents::Responses>(&llm, req).await) })
+                StepFuture::boxed(async move { agents::serve::<agents::Responses>(&llm, req).await })
             }
             Some((Endpoint::Models, llm)) => StepFuture::ready(openai::list_models(&llm)),
             Some((Endpoint::Model, llm)) => StepFuture::ready(openai::retrieve_model(&llm, req.uri().path())),

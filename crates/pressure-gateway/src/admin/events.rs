@@ -13,8 +13,8 @@
 //! `Authorization` header; any SSE client that can set a header works.
 
 use super::summary::{self, SummaryQuery};
+use super::AdminError;
 use super::AdminState;
-use crate::rejection::Rejection;
 use axum::extract::{Query, State};
 use axum::http::{header, HeaderValue};
 use axum::response::sse::{Event, Sse};
@@ -73,7 +73,7 @@ pub(super) async fn events(
     let (top, every) = match (top, query.every()) {
         (Ok(top), Ok(every)) => (top, every),
         (Err(problem), _) | (_, Err(problem)) => {
-            return Rejection::BadRequest(problem.into()).into_response()
+            return AdminError::BadRequest(problem.into()).into_response()
         }
     };
     (
@@ -98,7 +98,7 @@ fn stream(state: AdminState, top: usize, every: Duration) -> impl Stream<Item = 
         (state, ticks, true),
         move |(state, mut ticks, first)| async move {
             ticks.tick().await;
-            if state.control.as_ref().is_some_and(crate::Gateway::is_draining) {
+            if state.control.as_ref().is_some_and(|c| c.is_draining()) {
                 return None;
             }
             let body = summary::build(&state, top).await;

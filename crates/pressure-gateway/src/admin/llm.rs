@@ -9,13 +9,13 @@ use axum::Json;
 use pressure_core::clock::duration_to_millis;
 use serde_json::{json, Value};
 
+use super::AdminError;
 use super::AdminState;
 use crate::openai::Llm;
-use crate::rejection::Rejection;
 
 pub(super) async fn llm(State(state): State<AdminState>) -> Response {
     let Some(llm) = &state.llm else {
-        return Rejection::NoLlm("this gateway has no gateway.llm section").into_response();
+        return AdminError::NoLlm("this gateway has no gateway.llm section").into_response();
     };
     Json(page(llm)).into_response()
 }

@@ -28,9 +28,11 @@
 //! wrong methods 405, all errors in the gateway's one error shape
 //! `{"error":{"type":"<code>","message":"..."}}`.
 
-pub(crate) mod auth;
+mod auth;
 mod budgets;
+mod control;
 mod dashboard;
+mod error;
 mod events;
 mod llm;
 mod queue;
@@ -39,7 +41,6 @@ mod tenants;
 
 use crate::backend::{AnyBackend, Broker};
 use crate::metrics::{GatewayMetrics, CONTENT_TYPE};
-use crate::rejection::Rejection;
 use axum::extract::State;
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::middleware;
@@ -49,6 +50,9 @@ use axum::{Json, Router};
 use pressure_core::BrokerStats;
 use pressure_redis::{RedisBackend, RedisStatus};
 use std::sync::Arc;
+
+pub use control::Control;
+pub(crate) use error::AdminError;
 
 /// What the admin routes read.
 #[derive(Clone)]
@@ -65,9 +69,10 @@ pub struct AdminState {
     pub redis: Option<RedisBackend>,
     /// The LLM client behind `/v1/chat/completions`, when `gateway.llm` is set.
     pub llm: Option<crate::openai::Llm>,
-    /// The gateway the listener belongs to, for `/readyz` and reloads;
-    /// `None` (an admin router on its own) answers ready and 404 to reloads.
-    pub control: Option<crate::Gateway>,
+    /// The gateway the listener belongs to, for `/readyz`, reloads and
+    /// tenants' live limits; `None` (an admin router on its own) answers
+    /// ready and 404 to the others.
+    pub control: Option<Arc<dyn Control>>,
 }
 
 impl std::fmt::Debug for AdminState {
@@ -120,7 +125,7 @@ pub fn router(state: AdminState) -> Router {
 }
 
 async fn readyz(State(state): State<AdminState>) -> Response {
-    let draining = state.control.as_ref().is_some_and(crate::Gateway::is_draining);
+    let draining = state.control.as_ref().is_some_and(|c| c.is_draining());
     let (status, body) = if draining {
         (
             StatusCode::SERVICE_UNAVAILABLE,
@@ -137,16 +142,12 @@ async fn readyz(State(state): State<AdminState>) -> Response {
         .into_response()
 }
 
-async fn reload(State(state): State<AdminState>) -> Response {
-    let Some(gateway) = state.control else {
-        return Rejection::AdminNotFound("this admin listener has no gateway to reload").into_response();
-    };
-    match gateway.reload() {
-        Ok(outcome) => {
-            Json(serde_json::json!({ "status": "reloaded", "resources": outcome })).into_response()
-        }
-        Err(e) => Rejection::InvalidConfig(e).into_response(),
-    }
+async fn reload(State(state): State<AdminState>) -> Result<Response, AdminError> {
+    let gateway = state.control.ok_or(AdminError::NotFound(
+        "this admin listener has no gateway to reload",
+    ))?;
+    let outcome = gateway.reload().map_err(AdminError::InvalidConfig)?;
+    Ok(Json(serde_json::json!({ "status": "reloaded", "resources": outcome })).into_response())
 }
 
 async fn stats(State(state): State<AdminState>) -> Json<BrokerStats> {
@@ -195,10 +196,10 @@ async fn healthz(State(state): State<AdminState>) -> Response {
         .into_response()
 }
 
-async fn not_found() -> Rejection {
-    Rejection::AdminNotFound("no such admin route")
+async fn not_found() -> AdminError {
+    AdminError::NotFound("no such admin route")
 }
 
-async fn method_not_allowed() -> Rejection {
-    Rejection::MethodNotAllowed
+async fn method_not_allowed() -> AdminError {
+    AdminError::MethodNotAllowed
 }

@@ -10,8 +10,8 @@ use axum::Json;
 use serde::Deserialize;
 use serde_json::json;
 
+use super::AdminError;
 use super::AdminState;
-use crate::rejection::Rejection;
 
 /// Largest `count` of one call.
 const MAX_COUNT: usize = 10_000;
@@ -25,28 +25,32 @@ fn count(p: &CountParam) -> usize {
     p.count.unwrap_or(100).clamp(1, MAX_COUNT)
 }
 
-fn no_llm() -> Response {
-    Rejection::NoLlm("this gateway has no gateway.llm section, hence no manual queue").into_response()
+const NO_LLM: AdminError =
+    AdminError::NoLlm("this gateway has no gateway.llm section, hence no manual queue");
+
+pub(super) async fn list(
+    State(state): State<AdminState>,
+    Query(p): Query<CountParam>,
+) -> Result<Response, AdminError> {
+    let llm = state.llm.as_ref().ok_or(NO_LLM)?;
+    let items = llm.manual_queue().peek(count(&p)).await.map_err(unavailable)?;
+    Ok(Json(json!({ "items": items })).into_response())
 }
 
-pub(super) async fn list(State(state): State<AdminState>, Query(p): Query<CountParam>) -> Response {
-    let Some(llm) = &state.llm else { return no_llm() };
-    match llm.manual_queue().peek(count(&p)).await {
-        Ok(items) => Json(json!({ "items": items })).into_response(),
-        Err(e) => Rejection::QueueUnavailable(e.to_string()).into_response(),
-    }
+/// The `503` of a store that failed.
+fn unavailable(e: impl std::fmt::Display) -> AdminError {
+    AdminError::QueueUnavailable(e.to_string())
 }
 
-pub(super) async fn drain(State(state): State<AdminState>, Query(p): Query<CountParam>) -> Response {
-    let Some(llm) = &state.llm else { return no_llm() };
-    match llm.manual_queue().take(count(&p)).await {
-        Ok(items) => {
-            tracing::info!(
-                drained = items.len(),
-                "manual queue drained through the admin API"
-            );
-            Json(json!({ "drained": items.len(), "items": items })).into_response()
-        }
-        Err(e) => Rejection::QueueUnavailable(e.to_string()).into_response(),
-    }
+pub(super) async fn drain(
+    State(state): State<AdminState>,
+    Query(p): Query<CountParam>,
+) -> Result<Response, AdminError> {
+    let llm = state.llm.as_ref().ok_or(NO_LLM)?;
+    let items = llm.manual_queue().take(count(&p)).await.map_err(unavailable)?;
+    tracing::info!(
+        drained = items.len(),
+        "manual queue drained through the admin API"
+    );
+    Ok(Json(json!({ "drained": items.len(), "items": items })).into_response())
 }

@@ -29,9 +29,9 @@
 //!  "health":{"status":"ok","ready":true,"backend":"memory","redis":null}}
 //! ```
 
+use super::AdminError;
 use super::{llm, AdminState};
 use crate::backend::AnyBackend;
-use crate::rejection::Rejection;
 use crate::resources;
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Query, State};
@@ -76,7 +76,7 @@ impl SummaryQuery {
 
 /// The `400` of an admin page whose query string does not parse.
 pub(super) fn malformed_query(_: QueryRejection) -> Response {
-    Rejection::BadRequest("malformed query string".into()).into_response()
+    AdminError::BadRequest("malformed query string".into()).into_response()
 }
 
 pub(super) async fn summary(
@@ -89,7 +89,7 @@ pub(super) async fn summary(
     };
     let top = match query.top() {
         Ok(n) => n,
-        Err(problem) => return Rejection::BadRequest(problem.into()).into_response(),
+        Err(problem) => return AdminError::BadRequest(problem.into()).into_response(),
     };
     (
         [(header::CACHE_CONTROL, HeaderValue::from_static("no-store"))],
@@ -164,7 +164,7 @@ pub(super) async fn build(state: &AdminState, top: usize) -> Value {
 
 /// The store's health and the listener's readiness, for the page's badge.
 fn health(state: &AdminState) -> Value {
-    let ready = !state.control.as_ref().is_some_and(crate::Gateway::is_draining);
+    let ready = !state.control.as_ref().is_some_and(|c| c.is_draining());
     let backend = match state.broker.backend() {
         AnyBackend::Memory(_) => "memory",
         AnyBackend::Redis(_) => "redis",

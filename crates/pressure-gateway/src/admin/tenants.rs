@@ -22,11 +22,10 @@
 //! percent-encode `/` and other reserved characters in the path). The
 //! store unreachable: `503` (`limiter_unavailable`), nothing changed here.
 
-use super::AdminState;
-use crate::settings::ConfigError;
-use crate::metrics::Layer;
+use super::{AdminError, AdminState, Control};
+use crate::backend::Broker;
 use crate::plan::overrides::{check_tenant, compile, Source};
-use crate::rejection::Rejection;
+use crate::settings::ConfigError;
 use crate::resources;
 use axum::body::Bytes;
 use axum::extract::{Path, State};
@@ -35,14 +34,14 @@ use axum::Json;
 use pressure_core::{Backend, LimitSpec, Limits, Usage};
 use serde_json::{json, Value};
 use std::sync::Arc;
-use std::time::Duration;
 
 /// `GET`: the tenant's limits, their source and usage.
-pub(super) async fn get(State(state): State<AdminState>, Path(tenant): Path<String>) -> Response {
-    match checked(&state, &tenant) {
-        Ok(gateway) => describe(&gateway, &tenant).await.into_response(),
-        Err(r) => r.into_response(),
-    }
+pub(super) async fn get(
+    State(state): State<AdminState>,
+    Path(tenant): Path<String>,
+) -> Result<Response, AdminError> {
+    let gateway = checked(&state, &tenant)?;
+    Ok(describe(&*gateway, &state.broker, &tenant).await.into_response())
 }
 
 /// `PUT`: a live override for the fleet.
@@ -50,44 +49,38 @@ pub(super) async fn put(
     State(state): State<AdminState>,
     Path(tenant): Path<String>,
     body: Bytes,
-) -> Response {
-    let gateway = match checked(&state, &tenant) {
-        Ok(g) => g,
-        Err(r) => return r.into_response(),
-    };
-    let limits = match parse(&body) {
-        Ok(l) => l,
-        Err(e) => return Rejection::InvalidConfig(e).into_response(),
-    };
-    let template = match compile(&limits, "").and_then(|t| holdable(&gateway, &tenant, t)) {
-        Ok(t) => t,
-        Err(e) => return Rejection::InvalidConfig(e).into_response(),
-    };
-    write(gateway, tenant, Some((limits, template))).await
+) -> Result<Response, AdminError> {
+    let gateway = checked(&state, &tenant)?;
+    let limits = parse(&body).map_err(AdminError::InvalidConfig)?;
+    let template = compile(&limits, "")
+        .and_then(|t| holdable(&state.broker, &tenant, t))
+        .map_err(AdminError::InvalidConfig)?;
+    write(&*gateway, &state.broker, tenant, Some((limits, template))).await
 }
 
 /// `DELETE`: back to the config override or the template, fleet-wide.
-pub(super) async fn delete(State(state): State<AdminState>, Path(tenant): Path<String>) -> Response {
-    match checked(&state, &tenant) {
-        Ok(gateway) => write(gateway, tenant, None).await,
-        Err(r) => r.into_response(),
-    }
+pub(super) async fn delete(
+    State(state): State<AdminState>,
+    Path(tenant): Path<String>,
+) -> Result<Response, AdminError> {
+    let gateway = checked(&state, &tenant)?;
+    write(&*gateway, &state.broker, tenant, None).await
 }
 
 /// The gateway behind the listener, once `tenant` is a valid id.
-fn checked(state: &AdminState, tenant: &str) -> Result<crate::Gateway, Rejection> {
-    check_tenant(tenant, "tenant").map_err(|e| Rejection::BadRequest(e.to_string().into()))?;
+fn checked(state: &AdminState, tenant: &str) -> Result<Arc<dyn Control>, AdminError> {
+    check_tenant(tenant, "tenant").map_err(|e| AdminError::BadRequest(e.to_string().into()))?;
     state
         .control
         .clone()
-        .ok_or(Rejection::AdminNotFound("this admin listener has no gateway"))
+        .ok_or(AdminError::NotFound("this admin listener has no gateway"))
 }
 
 /// `template` if the gateway's backend can hold it (Redis refuses a `gcra`
 /// rate finer than its clock), so that no stored override makes its
 /// tenant unregistrable.
 fn holdable(
-    gateway: &crate::Gateway,
+    broker: &Broker,
     tenant: &str,
     template: pressure_core::LimitTemplate,
 ) -> Result<pressure_core::LimitTemplate, ConfigError> {
@@ -95,8 +88,7 @@ fn holdable(
         .limits()
         .compile()
         .map_err(|e| ConfigError::new(e.field, e.problem))?;
-    gateway
-        .broker()
+    broker
         .backend()
         .attach(&resources::tenant(tenant), Arc::new(spec))
         .map(|_| template)
@@ -114,30 +106,27 @@ fn parse(body: &[u8]) -> Result<Limits, ConfigError> {
 }
 
 async fn write(
-    gateway: crate::Gateway,
+    gateway: &dyn Control,
+    broker: &Broker,
     tenant: String,
     limits: Option<(Limits, pressure_core::LimitTemplate)>,
-) -> Response {
+) -> Result<Response, AdminError> {
     let set = limits.is_some();
-    if let Err(e) = gateway.write_override(tenant.clone(), limits).await {
-        return Rejection::LimiterUnavailable {
+    if gateway.write_override(tenant.clone(), limits).await.is_err() {
+        return Err(AdminError::StoreUnavailable {
             resource: resources::tenant(&tenant),
-            layer: Layer::Tenant,
-            retry_after: Duration::from_secs(1),
-            reason: format!("the tenant override was not stored: {e}"),
-        }
-        .into_response();
+        });
     }
     tracing::info!(
         tenant = tenant.as_str(),
         action = if set { "set" } else { "removed" },
         "live tenant limit override"
     );
-    describe(&gateway, &tenant).await.into_response()
+    Ok(describe(gateway, broker, &tenant).await.into_response())
 }
 
 /// The `GET` document of `tenant`.
-async fn describe(gateway: &crate::Gateway, tenant: &str) -> Json<Value> {
+async fn describe(gateway: &dyn Control, broker: &Broker, tenant: &str) -> Json<Value> {
     let plan = gateway.plan();
     let (limits, source, enforced) = match plan.tenant_limits(tenant) {
         Some((t, s)) => (Some(t), s, true),
@@ -148,7 +137,7 @@ async fn describe(gateway: &crate::Gateway, tenant: &str) -> Json<Value> {
     };
     let resource = resources::tenant(tenant);
     let usage = match limits.as_ref().filter(|_| enforced) {
-        Some(t) => usage(gateway, &resource, t.limits()).await,
+        Some(t) => usage(broker, &resource, t.limits()).await,
         None => Value::Array(Vec::new()),
     };
     Json(json!({
@@ -164,8 +153,7 @@ async fn describe(gateway: &crate::Gateway, tenant: &str) -> Json<Value> {
 /// Per limited dimension, what the backend counts for `resource` now: the
 /// registered resource's, or (not registered here yet) the store's under
 /// `limits`. `null` with a message when the store does not answer.
-async fn usage(gateway: &crate::Gateway, resource: &str, limits: &Limits) -> Value {
-    let broker = gateway.broker();
+async fn usage(broker: &Broker, resource: &str, limits: &Limits) -> Value {
     let read = match broker.resource(resource) {
         Some(h) => h
             .usage()

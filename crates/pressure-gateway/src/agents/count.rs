@@ -8,16 +8,17 @@ use super::dialect::{Dialect, Messages};
 use super::invalid_at;
 use crate::backend::AnyBackend;
 use crate::layers::Outcome;
-use crate::openai::respond_in;
+use crate::openai::respond;
 use crate::rejection::Rejection;
 use axum::body::Body;
 use http::{HeaderValue, Request, Response};
 use pressure_llm::pipeline::{LlmClient, LlmError};
 use serde_json::{json, Value};
 
-/// Answers one call ([`respond_in`], Anthropic's dialect).
-pub(crate) async fn count_tokens(llm: &LlmClient<AnyBackend>, req: Request<Body>) -> Response<Body> {
-    respond_in(llm, req, Messages::REJECTIONS, |req, _event| count(llm, req)).await
+/// Answers one call ([`respond`]; its refusals rendered by the route
+/// layer in Anthropic's dialect).
+pub(crate) async fn count_tokens(llm: &LlmClient<AnyBackend>, req: Request<Body>) -> Outcome {
+    respond(llm, req, |req, _event| count(llm, req)).await
 }
 
 async fn count(llm: &LlmClient<AnyBackend>, req: Request<Body>) -> Outcome {

@@ -13,8 +13,6 @@ use serde_json::{json, Map, Value};
 pub(crate) trait Dialect: Send + Sync + 'static {
     /// `messages` or `responses`, for the logs.
     const NAME: &'static str;
-    /// The error shape of its refusals.
-    const REJECTIONS: rejection::Dialect;
     /// The provider wire that speaks it natively.
     const WIRE: NativeWire;
     /// Writes a chat chunk stream as the dialect's events.
@@ -77,7 +75,6 @@ fn responses_code(r: &Rejection) -> String {
 
 impl Dialect for Messages {
     const NAME: &'static str = "messages";
-    const REJECTIONS: rejection::Dialect = rejection::Dialect::Anthropic;
     const WIRE: NativeWire = NativeWire::Messages;
     type Encoder = messages::StreamEncoder;
 
@@ -134,7 +131,6 @@ impl Dialect for Messages {
 
 impl Dialect for Responses {
     const NAME: &'static str = "responses";
-    const REJECTIONS: rejection::Dialect = rejection::Dialect::Responses;
     const WIRE: NativeWire = NativeWire::Responses;
     type Encoder = responses::StreamEncoder;
 

@@ -32,11 +32,11 @@ pub(crate) use dialect::{Messages, Responses};
 
 use crate::backend::AnyBackend;
 use crate::layers::Outcome;
-use crate::openai::{respond_in, Event};
+use crate::openai::{respond, Event};
 use crate::rejection::Rejection;
 use axum::body::Body;
 use dialect::Dialect;
-use http::{HeaderValue, Request, Response};
+use http::{HeaderValue, Request};
 use pressure_llm::ingress::IngressError;
 use pressure_llm::pipeline::{LlmClient, LlmError};
 
@@ -50,9 +50,10 @@ pub(crate) const DROPPED_HEADER: &str = "x-pressure-dropped";
 const DROPPED_NAMES: usize = 32;
 const DROPPED_NAME_BYTES: usize = 64;
 
-/// Answers one call of `D`'s endpoint.
-pub(crate) async fn serve<D: Dialect>(llm: &LlmClient<AnyBackend>, req: Request<Body>) -> Response<Body> {
-    respond_in(llm, req, D::REJECTIONS, |req, event| handle::<D>(llm, req, event)).await
+/// Answers one call of `D`'s endpoint; a refusal goes back to the route
+/// layer, which renders it in `D`'s dialect (the route's).
+pub(crate) async fn serve<D: Dialect>(llm: &LlmClient<AnyBackend>, req: Request<Body>) -> Outcome {
+    respond(llm, req, |req, event| handle::<D>(llm, req, event)).await
 }
 
 /// `400` naming the field, as the dialect's SDKs show it.

@@ -2,7 +2,9 @@
 //! constant time), the credential a request carries (bearer token or
 //! `x-api-key`), and the tenant it names. Below the plan, the layers, the
 //! refusals, the endpoints and admin, which all read it; it reads only the
-//! config's data and the backend's handle type.
+//! config's data and the backend's handle type. A listener's own shared
+//! secret (the admin token, the decision listener's service token) is
+//! checked in constant time too ([`token`]).
 
 pub(crate) mod api_key;
 mod bearer;
@@ -11,7 +13,7 @@ mod error;
 pub(crate) mod jwt;
 mod policy;
 mod tenant;
-
+pub(crate) mod token;
 
 pub(crate) use bearer::bearer;
 pub(crate) use error::AuthError;

@@ -132,10 +132,10 @@ fn millis(d: Duration) -> u64 {
 }
 
 pub(super) async fn acquire(State(state): State<DecisionState>, body: Bytes) -> Response {
-    match decide(&state, &body).await {
-        Ok(granted) => Json(granted).into_response(),
-        Err(r) => state.refuse(r, Dialect::Decision),
-    }
+    let outcome = decide(&state, &body)
+        .await
+        .map(|granted| Json(granted).into_response());
+    state.answer(Dialect::Decision, outcome)
 }
 
 async fn decide(state: &DecisionState, body: &[u8]) -> Result<Granted, Rejection> {

@@ -84,20 +84,22 @@ fn original(req: Request) -> Result<Request, Rejection> {
 }
 
 pub(super) async fn forward_auth(State(state): State<DecisionState>, req: Request) -> Response {
+    let outcome = decided(&state, req).await;
+    state.answer(Dialect::Gateway, outcome)
+}
+
+/// The decision on the original request: the proxy's layers' answer (its
+/// refusals rendered by their route layer), as forward auth words it.
+async fn decided(state: &DecisionState, req: Request) -> Result<Response, Rejection> {
     let token = req.headers().get(TOKEN_HEADER).map(|v| v.as_bytes().trim_ascii());
-    if let Err(r) = state.token_ok(token) {
-        return state.refuse(r, Dialect::Gateway);
-    }
+    state.token_ok(token)?;
     let deny_403 = req
         .headers()
         .get(DENY_STATUS_HEADER)
         .is_some_and(|v| v.as_bytes().trim_ascii() == b"403");
-    let req = match original(req) {
-        Ok(r) => r,
-        Err(r) => return state.refuse(r, Dialect::Gateway),
-    };
+    let req = original(req)?;
     let Ok(mut resp) = state.decide.clone().oneshot(req).await;
-    match resp.status() {
+    Ok(match resp.status() {
         s if s.is_success() => {
             // The answer is the status and its headers; nothing else.
             let (mut parts, _) = resp.into_parts();
@@ -111,7 +113,7 @@ pub(super) async fn forward_auth(State(state): State<DecisionState>, req: Reques
             resp
         }
         _ => resp,
-    }
+    })
 }
 
 /// The terminal service of the decision: every request that passed the

@@ -21,15 +21,18 @@
 //!   concurrency limits are not charged (an auth subrequest cannot give a
 //!   slot back). The proxy in front proves itself with `X-Pressure-Token`.
 //!
-//! Every refusal is a [`Rejection`] rendered in one place (the
-//! [`Dialect::Decision`] for `/v1/acquire`).
+//! Every handler returns its refusals as [`Rejection`]s; one place,
+//! [`DecisionState::answer`], counts, logs and renders them (in the
+//! [`Dialect::Decision`] for `/v1/acquire` and the permits, the gateway's
+//! elsewhere). Forward auth's own decision is the proxy's route layer's,
+//! which renders its refusals itself, as it does for the proxy.
 
 mod acquire;
 mod forward_auth;
 mod permit;
 pub(crate) mod permits;
 
-use crate::admin::auth::{bearer, constant_time_eq};
+use crate::auth::token;
 use crate::backend::{AnyBackend, Broker};
 use crate::layers::pre_auth::PreAuthLayer;
 use crate::layers::route::RouteLayer;
@@ -120,22 +123,19 @@ impl DecisionState {
         }
     }
 
-    /// Counts and logs `rejection` like the proxy does, and renders it.
-    pub(crate) fn refuse(&self, rejection: Rejection, dialect: Dialect) -> Response {
-        rejection.record(&self.metrics, self.plan.load().denial_lines());
-        rejection.render(dialect)
+    /// The listener's one render point: the handler's response, or its
+    /// refusal counted and logged like the proxy's and rendered in
+    /// `dialect`.
+    pub(crate) fn answer(&self, dialect: Dialect, outcome: Result<Response, Rejection>) -> Response {
+        outcome.unwrap_or_else(|rejection| {
+            rejection.record(&self.metrics, self.plan.load().denial_lines());
+            rejection.render(dialect)
+        })
     }
 
     /// Whether `given` is the service token (always, when none is set).
     pub(crate) fn token_ok(&self, given: Option<&[u8]>) -> Result<(), Rejection> {
-        let Some(expected) = self.token.as_deref() else {
-            return Ok(());
-        };
-        match given {
-            Some(g) if constant_time_eq(expected.as_bytes(), g) => Ok(()),
-            Some(_) => Err(Rejection::ServiceToken { given: true }),
-            None => Err(Rejection::ServiceToken { given: false }),
-        }
+        token::check(self.token.as_deref(), given).map_err(|w| Rejection::ServiceToken { given: w.given })
     }
 }
 
@@ -157,14 +157,16 @@ pub(crate) fn router(state: DecisionState) -> axum::Router {
 /// The bearer token of the decision API (forward auth checks its own
 /// header).
 async fn require_token(State(state): State<DecisionState>, request: Request, next: Next) -> Response {
-    match state.token_ok(bearer(request.headers())) {
-        Ok(()) => next.run(request).await,
-        Err(r) => state.refuse(r, Dialect::Decision),
-    }
+    let outcome = match state.token_ok(token::bearer(request.headers())) {
+        Ok(()) => Ok(next.run(request).await),
+        Err(r) => Err(r),
+    };
+    state.answer(Dialect::Decision, outcome)
 }
 
-async fn not_found(request: Request) -> Response {
-    Rejection::NotFound(request.uri().path().to_owned()).render(Dialect::Gateway)
+async fn not_found(State(state): State<DecisionState>, request: Request) -> Response {
+    let refused = Rejection::NotFound(request.uri().path().to_owned());
+    state.answer(Dialect::Gateway, Err(refused))
 }
 
 /// The handle of the configured resource `id` in `plan`: a route, service

@@ -50,26 +50,27 @@ pub(super) async fn release(State(state): State<DecisionState>, Path(id): Path<S
 }
 
 pub(super) async fn renew(State(state): State<DecisionState>, Path(id): Path<String>) -> Response {
-    let Some(shared) = state.permits.get(&id) else {
-        return state.refuse(Rejection::PermitGone, Dialect::Decision);
-    };
+    let outcome = renewed(&state, &id).await;
+    state.answer(Dialect::Decision, outcome)
+}
+
+async fn renewed(state: &DecisionState, id: &str) -> Result<Response, Rejection> {
+    let shared = state.permits.get(id).ok_or(Rejection::PermitGone)?;
     {
         let mut permit = shared.lock().await;
         // A lease the store no longer holds (reclaimed after an outage) is
         // gone for the client too; an error leaves it to the renewal task.
         if permit.grant().lease.is_some() && matches!(permit.renew().await, Ok(false)) {
             drop(permit);
-            state.permits.remove(&id);
-            return state.refuse(Rejection::PermitGone, Dialect::Decision);
+            state.permits.remove(id);
+            return Err(Rejection::PermitGone);
         }
     }
-    match state.permits.renew(&id) {
-        Some(ttl) => Json(Renewed {
-            lease_ttl_ms: u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX),
-        })
-        .into_response(),
-        None => state.refuse(Rejection::PermitGone, Dialect::Decision),
-    }
+    let ttl = state.permits.renew(id).ok_or(Rejection::PermitGone)?;
+    Ok(Json(Renewed {
+        lease_ttl_ms: u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX),
+    })
+    .into_response())
 }
 
 pub(super) async fn reconcile(
@@ -77,13 +78,13 @@ pub(super) async fn reconcile(
     Path(id): Path<String>,
     body: Bytes,
 ) -> Response {
-    let usage: Usage = match parse(&body) {
-        Ok(u) => u,
-        Err(r) => return state.refuse(r, Dialect::Decision),
-    };
-    let Some(shared) = state.permits.get(&id) else {
-        return state.refuse(Rejection::PermitGone, Dialect::Decision);
-    };
+    let outcome = reconciled(&state, &id, &body).await;
+    state.answer(Dialect::Decision, outcome)
+}
+
+async fn reconciled(state: &DecisionState, id: &str, body: &[u8]) -> Result<Response, Rejection> {
+    let usage: Usage = parse(body)?;
+    let shared = state.permits.get(id).ok_or(Rejection::PermitGone)?;
     let mut permit = shared.lock().await;
     let actual = ActualUsage {
         requests: permit.grant().reserved.requests,
@@ -93,11 +94,7 @@ pub(super) async fn reconcile(
         cost_micro_usd: permit.grant().reserved.cost_micro_usd,
     };
     match permit.reconcile(actual).await {
-        Ok(()) => StatusCode::NO_CONTENT.into_response(),
-        Err(e) => {
-            let resource = permit.resource().unwrap_or_default().to_owned();
-            drop(permit);
-            state.refuse(core_error(&resource, e), Dialect::Decision)
-        }
+        Ok(()) => Ok(StatusCode::NO_CONTENT.into_response()),
+        Err(e) => Err(core_error(permit.resource().unwrap_or_default(), e)),
     }
 }

@@ -2,7 +2,7 @@
 
 use super::text::{self, header, sample, Family};
 use crate::backend::AnyBackend;
-use pressure_llm::pipeline::LlmClient;
+use pressure_llm::pipeline::{LlmClient, MetricsSnapshot};
 use pressure_llm::provider::PoolStats;
 use std::collections::BTreeMap;
 use std::fmt::{self, Write as _};
@@ -78,8 +78,19 @@ fn encode_breaker_extras(llm: &LlmClient<AnyBackend>, out: &mut String) -> fmt::
     Ok(())
 }
 
+/// The whole section, family group by family group.
 fn try_encode_metrics(llm: &LlmClient<AnyBackend>, out: &mut String) -> fmt::Result {
     let s = llm.snapshot();
+    encode_counters(&s, out)?;
+    encode_by_label(&s, out)?;
+    encode_breaker_states(llm, out)?;
+    encode_breaker_extras(llm, out)?;
+    encode_pools(llm, out)?;
+    encode_histograms(&s, out)
+}
+
+/// The event counters without labels.
+fn encode_counters(s: &MetricsSnapshot, out: &mut String) -> fmt::Result {
     let plain: [Plain; 9] = [
         (
             "pressure_llm_requests_total",
@@ -131,6 +142,11 @@ fn try_encode_metrics(llm: &LlmClient<AnyBackend>, out: &mut String) -> fmt::Res
         header(out, name, "counter", help)?;
         writeln!(out, "{name} {v}")?;
     }
+    Ok(())
+}
+
+/// Errors by kind and answers by chain level (every level has a series).
+fn encode_by_label(s: &MetricsSnapshot, out: &mut String) -> fmt::Result {
     let mut served = s.served.clone();
     for d in ["primary", "backup", "knn", "rules", "manual_queue"] {
         served.entry(d.to_owned()).or_insert(0);
@@ -161,6 +177,11 @@ fn try_encode_metrics(llm: &LlmClient<AnyBackend>, out: &mut String) -> fmt::Res
             sample(out, name, &[(label, value)], n)?;
         }
     }
+    Ok(())
+}
+
+/// The breaker state of every configured model.
+fn encode_breaker_states(llm: &LlmClient<AnyBackend>, out: &mut String) -> fmt::Result {
     // Every configured model has a series (closed until its breaker exists).
     let mut states: BTreeMap<(String, String), i64> = llm
         .config()
@@ -181,7 +202,11 @@ fn try_encode_metrics(llm: &LlmClient<AnyBackend>, out: &mut String) -> fmt::Res
     for ((provider, model), v) in states {
         sample(out, name, &[("provider", &provider), ("model", &model)], v)?;
     }
-    encode_breaker_extras(llm, out)?;
+    Ok(())
+}
+
+/// The providers' connection pools.
+fn encode_pools(llm: &LlmClient<AnyBackend>, out: &mut String) -> fmt::Result {
     let pools = llm.provider_pools();
     let families: [PoolFamily; 4] = [
         (
@@ -209,7 +234,11 @@ fn try_encode_metrics(llm: &LlmClient<AnyBackend>, out: &mut String) -> fmt::Res
             |p| Some(p.wait_timeouts),
         ),
     ];
-    text::families(out, &families, "provider", pools.iter())?;
+    text::families(out, &families, "provider", pools.iter())
+}
+
+/// Time to first token and latency per (provider, model).
+fn encode_histograms(s: &MetricsSnapshot, out: &mut String) -> fmt::Result {
     let histograms = [
         (
             "pressure_llm_ttft_seconds",

@@ -36,6 +36,7 @@
 //! label value `gateway:tenant:*` (summed), so that 100 000 tenants make one
 //! series, not 100 000.
 
+pub(crate) mod denial_log;
 pub(crate) mod layer;
 pub(crate) mod llm;
 mod snapshot;
@@ -102,7 +103,7 @@ pub struct GatewayMetrics {
     upstream_errors: Labelled,
     reloads: Labelled,
     traffic: traffic::TrafficMetrics,
-    logs: crate::denial_log::DenialLogs,
+    logs: denial_log::DenialLogs,
     sections: RwLock<Vec<MetricsSection>>,
 }
 
@@ -138,7 +139,7 @@ impl GatewayMetrics {
     }
 
     /// The per-resource budgets of denial log lines.
-    pub(crate) fn denial_logs(&self) -> &crate::denial_log::DenialLogs {
+    pub(crate) fn denial_logs(&self) -> &denial_log::DenialLogs {
         &self.logs
     }
 

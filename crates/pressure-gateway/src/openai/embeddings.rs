@@ -34,7 +34,7 @@ use serde_json::{json, Map, Value};
 
 /// Handles one call of the endpoint ([`respond`]).
 pub(crate) async fn embeddings(llm: &LlmClient<AnyBackend>, req: Request<Body>) -> Outcome {
-    Ok(respond(llm, req, |req, event| handle(llm, req, event)).await)
+    respond(llm, req, |req, event| handle(llm, req, event)).await
 }
 
 async fn handle(llm: &LlmClient<AnyBackend>, req: Request<Body>, event: Event) -> Outcome {

@@ -8,9 +8,9 @@ use super::sse::sse_response;
 use super::{json_answer, TICKET_HEADER};
 use crate::backend::AnyBackend;
 use crate::layers::Outcome;
-use crate::rejection::{Dialect, Rejection};
+use crate::rejection::Rejection;
 use axum::body::Body;
-use http::{HeaderValue, Request, Response, StatusCode};
+use http::{HeaderValue, Request, StatusCode};
 use pressure_core::clock::duration_to_millis;
 use pressure_llm::pipeline::{queued_response, Answer, Caller, LlmClient, LlmError, LlmReply, QUEUED_MODEL};
 use pressure_llm::provider::ChatRequest;
@@ -51,26 +51,14 @@ pub(crate) struct Event {
 }
 
 /// Answers one call of an endpoint: `handle` runs its [`Event`]; the
-/// answer, or the refusal rendered in OpenAI's dialect, carries
-/// `x-request-id`.
-pub(super) async fn respond<Fut>(
+/// answer, or its refusal, carries `x-request-id`. A refusal is returned
+/// ([`Rejection::Event`]), never rendered here: the route layer counts,
+/// logs and renders it in the route's dialect, as it does every refusal.
+pub(crate) async fn respond<Fut>(
     llm: &LlmClient<AnyBackend>,
     req: Request<Body>,
     handle: impl FnOnce(Request<Body>, Event) -> Fut,
-) -> Response<Body>
-where
-    Fut: std::future::Future<Output = Outcome>,
-{
-    respond_in(llm, req, Dialect::OpenAi, handle).await
-}
-
-/// [`respond`], refusals rendered in `dialect`.
-pub(crate) async fn respond_in<Fut>(
-    llm: &LlmClient<AnyBackend>,
-    req: Request<Body>,
-    dialect: Dialect,
-    handle: impl FnOnce(Request<Body>, Event) -> Fut,
-) -> Response<Body>
+) -> Outcome
 where
     Fut: std::future::Future<Output = Outcome>,
 {
@@ -82,15 +70,15 @@ where
         request_id,
         started,
     };
-    let mut resp = handle(req, event).await.unwrap_or_else(|r| r.render(dialect));
+    let mut resp = handle(req, event).await.map_err(|r| r.of_event(id.clone()))?;
     if let Some(v) = id {
         resp.headers_mut().insert(REQUEST_ID_HEADER, v);
     }
-    resp
+    Ok(resp)
 }
 
 /// Handles one call of the endpoint ([`respond`]).
-pub(crate) async fn chat_completions(llm: &LlmClient<AnyBackend>, req: Request<Body>) -> Response<Body> {
+pub(crate) async fn chat_completions(llm: &LlmClient<AnyBackend>, req: Request<Body>) -> Outcome {
     respond(llm, req, |req, event| handle(llm, req, event)).await
 }
 

@@ -30,7 +30,8 @@
 //!   (`stream_options.include_usage`).
 //! * A refusal the SDKs retry (`429`, `503`) carries `Retry-After` and
 //!   `retry-after-ms`: when the soonest level of the chain could answer.
-//! * A failure: a [`crate::rejection::Rejection`] in the OpenAI dialect.
+//! * A failure: a [`crate::rejection::Rejection`], returned to the route
+//!   layer, which counts, logs and renders it in the OpenAI dialect.
 
 mod body;
 mod embeddings;
@@ -43,7 +44,7 @@ pub(crate) use body::read_object;
 pub(crate) use embeddings::embeddings;
 pub(crate) use handler::chat_completions;
 pub use handler::REQUEST_ID_HEADER;
-pub(crate) use handler::{respond_in, Event};
+pub(crate) use handler::{respond, Event};
 pub(crate) use models::{list as list_models, retrieve as retrieve_model};
 
 use axum::body::Body;

@@ -1,8 +1,13 @@
-//! The plain 429 under a flood: what the gateway does most per request
-//! when a limit is exhausted, so its parts are made once and reused.
+//! The plain 429 under a flood: the measured twin of the general renderer
+//! (`render.rs`). What the gateway does most per request when a limit is
+//! exhausted is answer it, so this path skips the [`Description`] and the
+//! JSON tree and keeps its parts from one 429 to the next; the callgrind
+//! bench (`benches/callgrind-gateway.sh`) counts its instructions per 429,
+//! and the unit tests (here and in `tests.rs`) prove it answers the very
+//! bytes, status and headers the general renderer would.
 //!
-//! A plain 429 (a rate limit, not a spent budget) outside the OpenAI
-//! dialect is made of its dialect, resource, dimension, that dimension's
+//! A plain 429 (a rate limit, not a spent budget) outside the LLM
+//! dialects is made of its dialect, resource, dimension, that dimension's
 //! `(quota, window)` and the whole seconds to wait — the head entirely,
 //! the gateway dialect's body all but its exact milliseconds. A flood's
 //! 429s share all of these for a second at a time, so each server thread
@@ -10,6 +15,8 @@
 //! counts, where writing it hashes four names and formats two fields) and
 //! its body up to the milliseconds (the rest is one number and a suffix).
 //! Anything different makes them anew.
+//!
+//! [`Description`]: super::Description
 
 use super::{retry_after_secs, Dialect, RateLimited};
 use http::HeaderMap;
@@ -31,8 +38,8 @@ const PARTS: [&str; 6] = [
 const SUFFIX: &str = r#","type":"rate_limited"}}"#;
 
 /// The gateway dialect's 429 body, written straight into one buffer. Byte
-/// for byte what `Rejection::gateway_body` gives (keys sorted, compact),
-/// which a unit test checks.
+/// for byte what the general renderer's `gateway_body` gives (keys
+/// sorted, compact), which a unit test checks.
 pub(super) fn rate_limited_body(r: &RateLimited) -> String {
     finish(&prefix(r, retry_after_secs(r.wait)), r.wait)
 }
@@ -147,7 +154,7 @@ pub(super) fn parts(
 mod tests {
     use super::*;
     use crate::metrics::Layer;
-    use crate::rejection::Rejection;
+    use crate::rejection::{render, Rejection};
     use pressure_core::Dimension;
 
     fn limited(resource: &str, wait_ms: u64) -> RateLimited {
@@ -162,12 +169,14 @@ mod tests {
         }
     }
 
-    /// What `render` would answer with, made without the kept parts.
+    /// What the general renderer answers with, made without the kept
+    /// parts.
     fn made(r: &RateLimited, dialect: Dialect) -> (HeaderMap, String) {
         let rejection = Rejection::RateLimited(Box::new(r.clone()));
+        let d = rejection.describe();
         let mut head = HeaderMap::new();
-        rejection.head(dialect, &mut head);
-        (head, rejection.body(dialect))
+        render::write_head(&d, dialect, &mut head);
+        (head, render::body(&d, dialect))
     }
 
     #[test]
@@ -190,7 +199,7 @@ mod tests {
             let (head, body) = parts(
                 &r,
                 dialect,
-                |h| rejection.head(dialect, h),
+                |h| render::write_head(&rejection.describe(), dialect, h),
                 || rejection.body(dialect),
             );
             let (want_head, want_body) = made(&r, dialect);

@@ -74,7 +74,7 @@ pub struct GatewayConfig {
 
 /// `gateway.denialLog`: how many `request denied` lines one resource may
 /// write per second before the rest are only counted and summed up in one
-/// `denials suppressed` line per second (see `crate::denial_log`). Limiter
+/// `denials suppressed` line per second (see `crate::metrics::denial_log`). Limiter
 /// outage lines (`limiter unavailable`) get the same budget.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]

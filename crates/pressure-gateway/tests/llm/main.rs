@@ -926,3 +926,73 @@ async fn embeddings_spend_the_tenants_money_budget() {
     })
     .await;
 }
+
+/// A chat call refused by the pipeline because its tenant's money budget
+/// cannot cover it is a denial like a limit's: counted in
+/// `pressure_gateway_denied_total` (the tenant layer's, tenants
+/// aggregated) and logged as `request denied` (`pressure::denial`), and
+/// its 429 still carries the event's `x-request-id`. (The endpoint once
+/// rendered its own refusals, uncounted; the route layer now renders and
+/// records them all.)
+#[tokio::test(flavor = "current_thread")]
+async fn an_llm_budget_refusal_is_counted_and_logged_as_a_denial() {
+    let capture = super::support::Capture::default();
+    let _guard = capture.install();
+    // Callsites first hit by a parallel test on a thread without a
+    // subscriber may have cached "never"; recompute with ours installed.
+    tracing::callsite::rebuild_interest_cache();
+    bounded(async {
+        std::env::set_var(SECRET_ENV, SECRET);
+        let mock = Mock::start().await;
+        let mut section = config(
+            &mock,
+            json!({ "perTenant": { "enabled": true, "limits": { "costMicroUsdPerDay": 1 } } }),
+        );
+        section["auth"] = json!({ "required": true,
+            "jwt": { "algorithms": ["HS256"], "secretEnv": SECRET_ENV } });
+        let gw = TestGateway::start(section).await;
+        let req = Request::post(format!("http://{}/v1/chat/completions", gw.addr))
+            .header(http::header::CONTENT_TYPE, "application/json")
+            .header(
+                http::header::AUTHORIZATION,
+                format!("Bearer {}", token("budgeted")),
+            )
+            .header("x-request-id", "spent-1")
+            .body(Full::new(Bytes::from(hello("support").to_string())))
+            .expect("request");
+        let (status, headers, bytes) = gw.send(req).await;
+        let body: Value = serde_json::from_slice(&bytes).expect("JSON");
+        assert_eq!(status, StatusCode::TOO_MANY_REQUESTS, "{body}");
+        assert_eq!(body["error"]["code"], "budget_exceeded", "{body}");
+        let message = body["error"]["message"].as_str().unwrap_or_default();
+        assert!(
+            message.contains("cannot cover this call"),
+            "the pipeline refused: {message}"
+        );
+        assert_eq!(
+            headers.get("x-request-id").map(|v| v.as_bytes()),
+            Some(&b"spent-1"[..])
+        );
+        assert_eq!(mock.hits(), 0, "the refused call reached no provider");
+
+        let metrics = gw.metrics().await;
+        assert!(
+            metrics
+                .contains("pressure_gateway_denied_total{resource=\"gateway:tenant:*\",layer=\"tenant\"} 1"),
+            "{metrics}"
+        );
+        let lines: Vec<Value> = capture
+            .lines()
+            .into_iter()
+            .filter(|l| l["target"] == "pressure::denial")
+            .collect();
+        assert_eq!(lines.len(), 1, "{lines:#?}");
+        let f = &lines[0]["fields"];
+        assert_eq!(f["message"], "request denied", "{f}");
+        assert_eq!(f["resource"], "gateway:tenant:budgeted", "{f}");
+        assert_eq!(f["layer"], "tenant", "{f}");
+        assert_eq!(f["namespace_id"], "budgeted", "{f}");
+        assert_eq!(f["dimension"], "costMicroUsdPerDay", "{f}");
+    })
+    .await;
+}

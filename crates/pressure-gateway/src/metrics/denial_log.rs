@@ -15,7 +15,7 @@
 //! some window holds suppressed lines (so a flood that stops still gets
 //! its summary, about a second later).
 
-use crate::metrics::layer::Layer;
+use super::layer::Layer;
 use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::sync::{Arc, Weak};
