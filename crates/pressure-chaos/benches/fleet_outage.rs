@@ -1,5 +1,5 @@
 //! What a dead model costs in provider calls, by instance count and
-//! breaker scope (DESIGN §6.1): 1 and 2 gateways on one Redis (started
+//! breaker scope (docs/architecture.md#what-openai-and-anthropic-clients-expect): 1 and 2 gateways on one Redis (started
 //! here, loopback), each with 4 closed-loop clients, in front of one mock
 //! provider whose primary answers 500 for 5 s; per run, the calls the
 //! primary saw, those after the first opening, the half-open probes, and

@@ -1,6 +1,6 @@
 //! [`SharedBreakerStore`]: the state of a circuit breaker held outside the
 //! process, so a fleet of instances opens, probes and closes one breaker
-//! together (DESIGN §6.1).
+//! together (docs/architecture.md#what-openai-and-anthropic-clients-expect).
 //!
 //! The store knows nothing of LLMs or HTTP: a breaker is a name, and its
 //! shared state is a small record, [`SharedCircuit`]:
@@ -129,7 +129,7 @@ pub enum ProbeOutcome {
     Released,
 }
 
-/// A store of shared breaker states (DESIGN §6.1), e.g. in Redis. Every
+/// A store of shared breaker states (docs/architecture.md#what-openai-and-anthropic-clients-expect), e.g. in Redis. Every
 /// method is atomic for one breaker, costs one round trip, and answers the
 /// breaker's state after the operation.
 pub trait SharedBreakerStore: Send + Sync + fmt::Debug {

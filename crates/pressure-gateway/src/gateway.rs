@@ -179,7 +179,7 @@ impl Gateway {
     /// relative files (JWT keys). Sets up the Redis backend when configured.
     pub async fn build(config: GatewayConfig, base_dir: &Path) -> Result<Self, GatewayError> {
         // Redis down at start is not fatal: the failure mode applies and a
-        // background probe reconnects (DESIGN §5.2).
+        // background probe reconnects (docs/architecture.md#lifecycle-and-live-reload).
         let redis_config = match &config.backend {
             BackendConfig::Memory => None,
             BackendConfig::Redis(rc) => Some(rc),
@@ -194,12 +194,12 @@ impl Gateway {
         let llm: Option<Llm> = match &config.llm {
             Some(c) => {
                 let mut client = LlmClient::new(c.clone(), broker.clone()).map_err(llm_error)?;
-                // The durable manual queue on the backend's Redis (DESIGN §6).
+                // The durable manual queue on the backend's Redis (docs/architecture.md#the-llm-stack).
                 if let BackendConfig::Redis(rc) = &config.backend {
                     client = client.with_manual_queue(Arc::new(RedisManualQueue::new(rc)));
                 }
                 // Fleet-wide breakers on the backend's Redis unless
-                // `llm.breaker.scope` is `process` (DESIGN §6.1).
+                // `llm.breaker.scope` is `process` (docs/architecture.md#what-openai-and-anthropic-clients-expect).
                 if let (Some(r), false) = (&redis, c.breaker.scope == Some(BreakerScope::Process)) {
                     client = client
                         .with_shared_breakers(Arc::new(r.clone()))

@@ -58,7 +58,7 @@ pub use admin::{router as admin_router, AdminState, Control as AdminControl};
 pub use backend::{AnyBackend, Broker};
 pub use drain::Serving;
 pub use gateway::{Gateway, GatewayError, GatewayFuture, GatewayService};
-/// The request path's tower layers, outermost first (DESIGN §5: usable by
+/// The request path's tower layers, outermost first (docs/architecture.md#the-gateway: usable by
 /// any axum/hyper app too; the inner ones read the route the route layer
 /// puts in the request).
 pub use layers::{

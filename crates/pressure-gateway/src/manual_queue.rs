@@ -1,4 +1,4 @@
-//! The durable manual queue (DESIGN §6, the last level of a fallback chain):
+//! The durable manual queue (docs/architecture.md#the-llm-stack, the last level of a fallback chain):
 //! a Redis stream, used by the gateway instead of the in-process queue when
 //! `gateway.backend` is `redis`, and listed/drained by `pressure queue`.
 //!

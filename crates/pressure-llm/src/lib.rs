@@ -1,6 +1,6 @@
 //! # pressure-llm
 //!
-//! The LLM client stack (DESIGN §6), outer to inner: total deadline →
+//! The LLM client stack (docs/architecture.md#the-llm-stack), outer to inner: total deadline →
 //! fallback chain → retry (with its money budget) → circuit breaker →
 //! limiter reservation → per-attempt timeouts.
 //!

@@ -80,7 +80,7 @@ impl fmt::Display for Money {
 
 /// The price of one model, integer micro-dollars per million tokens.
 ///
-/// Prompt-cache classes (DESIGN §12): agents cache nearly every prompt, and
+/// Prompt-cache classes (docs/architecture.md#agents-at-the-door-messages-and-responses): agents cache nearly every prompt, and
 /// providers bill a cache write above and a cache read far below the input
 /// price (Anthropic: 1.25× and 0.1×; OpenAI: cached input at a discount).
 /// Without `cacheWriteMicroUsdPer1M` / `cacheReadMicroUsdPer1M` those tokens
@@ -245,7 +245,7 @@ impl PriceTable {
     ///
     /// To *estimate* the next attempt before making it, pass its prompt tokens
     /// and its `max_tokens` as the output — the same worst case the limiter
-    /// reserves (DESIGN §6).
+    /// reserves (docs/architecture.md#the-llm-stack).
     pub fn cost(&self, model: &str, input_tokens: u64, output_tokens: u64) -> Result<Money, UnknownModel> {
         Ok(self.price(model)?.cost(input_tokens, output_tokens))
     }

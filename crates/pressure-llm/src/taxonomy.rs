@@ -26,7 +26,7 @@
 //! | `Other` | Fail | unknown: never spend retries on what we do not understand |
 //!
 //! Retry never happens for 400, 401, 403, 404, context length, a content
-//! refusal or a spend-cap 429 (DESIGN §6).
+//! refusal or a spend-cap 429 (docs/architecture.md#the-llm-stack).
 //!
 //! Anthropic's errors land in the same kinds (`overloaded_error` / 529 →
 //! `Overloaded`, `rate_limit_error` → `RateLimited`, `api_error` → `Server`,

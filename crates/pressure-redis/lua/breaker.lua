@@ -1,5 +1,5 @@
 -- breaker.lua: the shared state of one circuit breaker (pressure_core
--- shared_breaker, DESIGN §6.1), one atomic call per operation. Time is the
+-- shared_breaker, docs/architecture.md#what-openai-and-anthropic-clients-expect), one atomic call per operation. Time is the
 -- server's (TIME), in milliseconds, so instances need no synchronised clocks.
 --
 -- KEYS[1]  state hash:

@@ -1,4 +1,4 @@
-//! Fleet-wide circuit breakers (DESIGN §6.1): two gateways on one Redis in
+//! Fleet-wide circuit breakers (docs/architecture.md#what-openai-and-anthropic-clients-expect): two gateways on one Redis in
 //! front of one mock provider whose primary model answers 500 to every
 //! request for a few seconds.
 //!

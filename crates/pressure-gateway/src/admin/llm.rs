@@ -72,7 +72,7 @@ pub(super) fn page(llm: &Llm) -> Value {
         })
         .collect();
     let snapshot = llm.snapshot();
-    // `fleet`: shared through the backend's Redis (DESIGN §6.1).
+    // `fleet`: shared through the backend's Redis (docs/architecture.md#what-openai-and-anthropic-clients-expect).
     let scope = match registry.fleet_status() {
         Some(f) => json!({ "scope": "fleet", "storeHealthy": f.healthy, "storeErrors": f.errors }),
         None => json!({ "scope": "process" }),

@@ -1,4 +1,4 @@
-//! The agents' endpoints (DESIGN §12): `POST /v1/messages` and
+//! The agents' endpoints (docs/architecture.md#agents-at-the-door-messages-and-responses): `POST /v1/messages` and
 //! `POST /v1/messages/count_tokens` (Anthropic's Messages API: Claude Code,
 //! the anthropic SDK) and `POST /v1/responses` (OpenAI's Responses API:
 //! Codex CLI, the openai SDK's `responses`), answered through the same LLM

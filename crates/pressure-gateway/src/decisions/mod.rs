@@ -1,4 +1,4 @@
-//! The decision listener (`gateway.decisions`, DESIGN §9.1): new doors into
+//! The decision listener (`gateway.decisions`, docs/architecture.md#the-decision-service): new doors into
 //! the gateway's one broker for callers whose traffic does not pass through
 //! its proxy. Same config, same backend, same stats, same denial log.
 //!

@@ -44,7 +44,7 @@ pub(crate) fn encode(llm: &LlmClient<AnyBackend>, out: &mut String) {
 }
 
 /// Breaker transitions per (provider, model), and the health of the fleet's
-/// shared breaker store when the breakers are shared (DESIGN §6.1).
+/// shared breaker store when the breakers are shared (docs/architecture.md#what-openai-and-anthropic-clients-expect).
 fn encode_breaker_extras(llm: &LlmClient<AnyBackend>, out: &mut String) -> fmt::Result {
     let name = "pressure_llm_breaker_transitions_total";
     header(

@@ -3,7 +3,7 @@
 //! fall back only before the first chunk; a failure after it ends the
 //! stream with one `data: {"error": {...}}` event (no `[DONE]`). The
 //! degradation header is sent with the head. (SSE responses release their
-//! pressure permits at the response head, DESIGN §5.)
+//! pressure permits at the response head, docs/architecture.md#the-gateway.)
 
 use super::DEGRADATION_HEADER;
 use crate::backend::AnyBackend;

@@ -1,5 +1,5 @@
 //! `gateway.rls`: Envoy's rate limit service on a listener of the gateway,
-//! sharing its broker, backend and `/metrics` (DESIGN §9.2).
+//! sharing its broker, backend and `/metrics` (docs/architecture.md#envoys-rate-limit-service).
 
 use serde::{Deserialize, Serialize};
 

@@ -1,4 +1,4 @@
-//! The agents' endpoints (DESIGN §12) end to end: `POST /v1/messages`,
+//! The agents' endpoints (docs/architecture.md#agents-at-the-door-messages-and-responses) end to end: `POST /v1/messages`,
 //! `POST /v1/messages/count_tokens` and `POST /v1/responses` on a real
 //! gateway in front of the mock provider (`pressure-mock`) and small axum
 //! fakes that record what reached them, all on 127.0.0.1 port 0.

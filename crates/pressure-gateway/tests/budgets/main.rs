@@ -1,5 +1,5 @@
 //! A tenant's budget spent by LLM calls and HTTP traffic alike, fleet-wide
-//! (DESIGN §10): two gateways on one Redis, the mock provider billing every
+//! (docs/architecture.md#budgets-one-tenant-quota-across-both-flows): two gateways on one Redis, the mock provider billing every
 //! call, and a tenant whose daily money budget is small.
 //!
 //! * 64 concurrent chat calls through both gateways: what the mock billed

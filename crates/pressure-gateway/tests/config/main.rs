@@ -1,4 +1,4 @@
-//! Config loading tests: the DESIGN §5 example and the shipped examples
+//! Config loading tests: the docs/architecture.md#the-gateway example and the shipped examples
 //! parse; every validation rule, and every kind of shape error, is refused
 //! with the exact JSON path (and message) an operator would need; plugin
 //! manifests merge, conflict and fail with their file named.
@@ -9,7 +9,7 @@ use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-/// The example of DESIGN §5, verbatim.
+/// The example of docs/architecture.md#the-gateway, verbatim.
 const DESIGN_EXAMPLE: &str = r#"{
   "gateway": {
     "listen": "127.0.0.1:8080",

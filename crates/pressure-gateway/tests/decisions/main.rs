@@ -1,4 +1,4 @@
-//! The decision API (`gateway.decisions`, DESIGN §9.1) over real sockets:
+//! The decision API (`gateway.decisions`, docs/architecture.md#the-decision-service) over real sockets:
 //! a whole gateway on `127.0.0.1:0` with its decision listener, asked with
 //! a hyper client (and raw TCP for a client that goes away).
 //!

@@ -1,4 +1,4 @@
-//! Forward auth (`/v1/forward-auth`, DESIGN §9.1): the proxy's decision
+//! Forward auth (`/v1/forward-auth`, docs/architecture.md#the-decision-service): the proxy's decision
 //! for requests another proxy serves.
 //!
 //! * Directly over the decision listener: the headers each proxy sends,

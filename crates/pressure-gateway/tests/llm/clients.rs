@@ -1,4 +1,4 @@
-//! What OpenAI clients rely on (DESIGN §6.1): the usage chunk only when
+//! What OpenAI clients rely on (docs/architecture.md#what-openai-and-anthropic-clients-expect): the usage chunk only when
 //! asked, a queued answer an SDK parses, `Retry-After` on every give-up, and
 //! the `400`s OpenAI itself answers, all without a provider call.
 

@@ -1,4 +1,4 @@
-//! The gateway on a Redis that is down when it starts (DESIGN §5.2): it
+//! The gateway on a Redis that is down when it starts (docs/architecture.md#lifecycle-and-live-reload): it
 //! starts in every failure mode and serves accordingly — `closed` refuses
 //! with `503 limiter_unavailable` and `Retry-After` (never a fake 429),
 //! `open` admits, `local` enforces its share in memory — `/healthz` names the

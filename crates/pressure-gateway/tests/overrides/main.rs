@@ -1,4 +1,4 @@
-//! Per-tenant limit overrides (DESIGN §10), through real gateways:
+//! Per-tenant limit overrides (docs/architecture.md#budgets-one-tenant-quota-across-both-flows), through real gateways:
 //!
 //! * two gateways on one Redis (`pressure-testkit`'s own `redis-server`): a
 //!   tenant exhausted on gateway A is admitted by A again once gateway B's

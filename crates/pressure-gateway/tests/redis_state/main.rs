@@ -4,10 +4,10 @@
 //! * A reset storm — clients that send a request and reset the connection
 //!   at once, while other clients keep the gateway busy — leaves no lease
 //!   behind: the route's usage is back to 0 long before the lease TTL, and
-//!   every slot is usable at once (DESIGN §4, cancellation-safe).
+//!   every slot is usable at once (docs/architecture.md#the-redis-backend, cancellation-safe).
 //! * 300 one-off tenants leave 0 keys behind once their windows are over,
 //!   and every key the gateway wrote carries an expiry within its bound
-//!   (DESIGN §4, every key expires).
+//!   (docs/architecture.md#the-redis-backend, every key expires).
 //!
 //! Each test starts its own `redis-server` (`pressure-testkit`) on a free
 //! loopback port.

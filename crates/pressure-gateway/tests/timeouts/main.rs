@@ -1,4 +1,4 @@
-//! Client-side timeouts over raw sockets (DESIGN §5.1): a connection that
+//! Client-side timeouts over raw sockets (docs/architecture.md#route-once-refuse-as-values): a connection that
 //! never sends a byte, an h2c connection after its preface, a keep-alive
 //! connection left idle and a half-sent head on the admin listener are all
 //! closed; a client that stops reading a large response is dropped and its

@@ -1,6 +1,6 @@
 //! Settings of a circuit breaker (JSON names in camelCase).
 //!
-//! The defaults follow DESIGN §6: trip at a 50 % failure rate over a 30 s
+//! The defaults follow docs/architecture.md#the-llm-stack: trip at a 50 % failure rate over a 30 s
 //! sliding window once at least 10 calls were seen, stay open for 30 s, then
 //! admit 3 probes. The slow-call rule is off by default
 //! (`slowCallRateThreshold` = 1.0); set it below 1 to also trip when too many

@@ -1,4 +1,4 @@
-//! Fleet-wide breakers (`llm.breaker.scope` `fleet`, DESIGN §6.1): what a
+//! Fleet-wide breakers (`llm.breaker.scope` `fleet`, docs/architecture.md#what-openai-and-anthropic-clients-expect): what a
 //! local [`super::CircuitBreaker`] tells the fleet's shared state, and the
 //! store's health.
 //!

@@ -1,5 +1,5 @@
 //! Circuit breaker per (provider, model), with resilience4j semantics
-//! (DESIGN §6, layer 4).
+//! (docs/architecture.md#the-llm-stack, layer 4).
 //!
 //! ```text
 //!   Closed ──(window: calls ≥ minimumCalls and failure rate ≥ threshold,
@@ -22,7 +22,7 @@
 //!   `snapshot` after the wait, by the injected [`pressure_core::clock::Clock`].
 //! * Half-open admits at most `halfOpenProbes` permits, closes when they all
 //!   succeeded, and reopens at the first failed (or slow) probe — "closed on
-//!   success, open again on failure" (DESIGN §6); stricter than
+//!   success, open again on failure" (docs/architecture.md#the-llm-stack); stricter than
 //!   resilience4j's rate over the probes, because a provider that still
 //!   fails one call in three is not back.
 //! * A permit dropped without a report counts for nothing and frees its

@@ -1,4 +1,4 @@
-//! The agents' dialects at the gateway's door (DESIGN §12): Anthropic's
+//! The agents' dialects at the gateway's door (docs/architecture.md#agents-at-the-door-messages-and-responses): Anthropic's
 //! Messages API ([`messages`]) and OpenAI's Responses API ([`responses`]).
 //!
 //! Each dialect is two pure translations around the one attempt engine:

@@ -1,4 +1,4 @@
-//! [`AnswerStream`]: a streamed event (DESIGN §6: "a streamed answer may fall
+//! [`AnswerStream`]: a streamed event (docs/architecture.md#the-llm-stack: "a streamed answer may fall
 //! back only before its first byte reached the client").
 //!
 //! See [`AnswerStream`].

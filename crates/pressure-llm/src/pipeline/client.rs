@@ -59,7 +59,7 @@ impl<B: Backend> LlmClient<B> {
     }
 
     /// Shares every breaker with the fleet through `store` (`scope`
-    /// `fleet`, DESIGN §6.1); call it right after [`new`](Self::new), on a
+    /// `fleet`, docs/architecture.md#what-openai-and-anthropic-clients-expect); call it right after [`new`](Self::new), on a
     /// tokio runtime, before any event ran.
     pub fn with_shared_breakers(
         mut self,

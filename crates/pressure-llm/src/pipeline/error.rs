@@ -23,7 +23,7 @@ pub enum LlmError {
     #[error(transparent)]
     ContextLength(ContextError),
     /// The request carries content that only its own wire can carry, and
-    /// no level of the chain speaks that wire (DESIGN §12): refused before
+    /// no level of the chain speaks that wire (docs/architecture.md#agents-at-the-door-messages-and-responses): refused before
     /// any provider call.
     #[error(
         "{param}: this content can only be sent to a provider of the {wire} wire, and no level of the chain takes it"

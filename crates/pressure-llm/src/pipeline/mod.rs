@@ -1,4 +1,4 @@
-//! The pipeline that composes the stack (DESIGN §6), outer to inner:
+//! The pipeline that composes the stack (docs/architecture.md#the-llm-stack), outer to inner:
 //! total deadline → fallback chain → retry (with its money budget) →
 //! circuit breaker → limiter reservation → per-attempt timeouts.
 //!

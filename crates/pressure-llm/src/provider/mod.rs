@@ -1,5 +1,5 @@
 //! The provider client: OpenAI-compatible chat completions, streamed and not,
-//! with every timeout explicit (DESIGN §6, layer 1). A provider of
+//! with every timeout explicit (docs/architecture.md#the-llm-stack, layer 1). A provider of
 //! [`ProviderKind::Anthropic`] speaks Anthropic's Messages API instead; the
 //! client translates on the wire (`anthropic`), so everything above it
 //! sees chat completions either way.

@@ -39,7 +39,7 @@ impl NativeWire {
 /// The request as the agent sent it, kept beside its chat translation: a
 /// provider of the same wire is sent this body (its `model` and `stream`
 /// set by the gateway) and these headers, so unknown fields, thinking
-/// signatures and betas reach it unchanged (DESIGN §12 "native first").
+/// signatures and betas reach it unchanged (docs/architecture.md#agents-at-the-door-messages-and-responses "native first").
 #[derive(Debug, Clone, PartialEq)]
 pub struct NativeRequest {
     /// The dialect the body is in.

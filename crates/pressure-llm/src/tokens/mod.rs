@@ -1,7 +1,7 @@
 //! Prompt token counting with a real tokenizer (`tiktoken-rs`, whose BPE
 //! ranks are embedded in the binary: no download at run time).
 //!
-//! The broker reserves a call's input tokens before it is made (DESIGN §6),
+//! The broker reserves a call's input tokens before it is made (docs/architecture.md#the-llm-stack),
 //! so the prompt is counted the way the provider will count it:
 //! [`Encoding::for_model`] picks the encoding (`o200k_base` for the GPT-4o,
 //! GPT-4.1, GPT-5 and `o` families and for unknown models, `cl100k_base` for

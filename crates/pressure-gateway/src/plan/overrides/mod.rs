@@ -1,5 +1,5 @@
 //! Per-tenant limit overrides: which limits a tenant gets, and keeping the
-//! tenants already registered in step when that changes (DESIGN §10).
+//! tenants already registered in step when that changes (docs/architecture.md#budgets-one-tenant-quota-across-both-flows).
 //!
 //! **Precedence**, highest first:
 //!

@@ -1,5 +1,5 @@
 //! [`Open`]: a streamed chat event, committed at the first output chunk of
-//! a model level ([`Live`]; DESIGN §6: "a streamed answer may fall back
+//! a model level ([`Live`]; docs/architecture.md#the-llm-stack: "a streamed answer may fall back
 //! only before its first byte reached the client").
 //!
 //! An attempt is the provider stream read up to its first chunk with

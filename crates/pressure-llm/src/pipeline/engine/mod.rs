@@ -1,5 +1,5 @@
 //! The attempt engine: one chain walk, one retry loop, one settlement,
-//! for every kind of call (DESIGN §6, STYLE "one lifecycle for one attempt").
+//! for every kind of call (docs/architecture.md#the-llm-stack, STYLE "one lifecycle for one attempt").
 //!
 //! * [`Engine`] holds what every event shares: the configuration, the
 //!   broker, the provider clients, the model table, the breakers, the

@@ -1,5 +1,5 @@
 //! Anthropic's Messages API behind the chat-completions interface
-//! (`"kind": "anthropic"` on a provider, DESIGN §6.1).
+//! (`"kind": "anthropic"` on a provider, docs/architecture.md#what-openai-and-anthropic-clients-expect).
 //!
 //! The client stack above the provider speaks chat completions only
 //! ([`ChatRequest`](super::ChatRequest), [`ChatResponse`](super::ChatResponse),
