@@ -113,7 +113,7 @@ impl QuotaBook {
             None => self.logs.entry(model.to_owned()).or_default(),
         };
         log.purge(window, now_ms);
-        let count = log.entries.len() as u64;
+        let count = u64::try_from(log.entries.len()).unwrap_or(u64::MAX);
 
         // Requests: the (count - limit)-th oldest entry must leave first.
         let requests_wait = (limit.requests > 0 && count >= limit.requests).then(|| {
@@ -139,7 +139,9 @@ impl QuotaBook {
         let dims = |log: &Log, req_reset: u64, tok_reset: u64| QuotaHints {
             requests: (limit.requests > 0).then(|| Dimension {
                 limit: limit.requests,
-                remaining: limit.requests.saturating_sub(log.entries.len() as u64),
+                remaining: limit
+                    .requests
+                    .saturating_sub(u64::try_from(log.entries.len()).unwrap_or(u64::MAX)),
                 reset_ms: req_reset,
             }),
             tokens: (limit.tokens > 0).then(|| Dimension {

@@ -53,7 +53,12 @@ pub(crate) fn preload() {
 /// Tokens of `text` with `bpe`; if the tokenizer gives up (a pathological
 /// text), one per byte.
 fn encoded(bpe: &CoreBPE, text: &str) -> u64 {
-    catch_unwind(AssertUnwindSafe(|| bpe.encode_ordinary(text).len() as u64)).unwrap_or(text.len() as u64)
+    catch_unwind(AssertUnwindSafe(|| count(bpe.encode_ordinary(text).len()))).unwrap_or(count(text.len()))
+}
+
+/// A length (tokens, bytes) as a token count; saturating, never wrapping.
+fn count(n: usize) -> u64 {
+    u64::try_from(n).unwrap_or(u64::MAX)
 }
 
 /// Tokens of `text` as `model` counts it (about four bytes a token when no
@@ -61,7 +66,7 @@ fn encoded(bpe: &CoreBPE, text: &str) -> u64 {
 pub(crate) fn count_text(model: &str, text: &str) -> u64 {
     match bpe(model) {
         Some(bpe) => encoded(bpe, text),
-        None => (text.len() as u64).div_ceil(4),
+        None => count(text.len()).div_ceil(4),
     }
 }
 
@@ -92,7 +97,7 @@ pub(crate) fn prefix_key(model: &str, messages: &[Counted<'_>], n: u64) -> u64 {
 /// Prompt tokens of a chat prompt, framing included.
 pub(crate) fn count_prompt(model: &str, messages: &[Counted<'_>]) -> u64 {
     let Some(bpe) = bpe(model) else {
-        return messages.iter().map(|m| m.text.len() as u64 / 4 + 4).sum::<u64>() + REPLY_PRIMING;
+        return messages.iter().map(|m| count(m.text.len()) / 4 + 4).sum::<u64>() + REPLY_PRIMING;
     };
     messages.iter().fold(REPLY_PRIMING, |total, m| {
         let name = m.name.map_or(0, |n| encoded(bpe, n) + PER_NAME);

@@ -437,6 +437,110 @@ fn event(kind: &str, seq: usize, fields: Value) -> Bytes {
     Bytes::from(bytes)
 }
 
+/// One event of a streamed answer before it is numbered: when it is due,
+/// its type, its fields, and whether sending it bills the output.
+type Step = (Due, &'static str, Value, bool);
+
+/// The answer's one output item in `item_status`: the function call of
+/// `tool` with `text` as its arguments, or an assistant message of `text`
+/// (no content yet while `in_progress`).
+fn output_item(tool: Option<&ToolCall>, ids: &Ids, item_status: &str, text: &str) -> Value {
+    match tool {
+        Some(t) => json!({
+            "type": "function_call",
+            "id": ids.item,
+            "call_id": ids.call,
+            "name": t.name,
+            "arguments": text,
+            "status": item_status,
+        }),
+        None => {
+            let content = if item_status == "in_progress" {
+                json!([])
+            } else {
+                json!([{"type": "output_text", "text": text, "annotations": []}])
+            };
+            json!({
+                "type": "message",
+                "id": ids.item,
+                "status": item_status,
+                "role": "assistant",
+                "content": content,
+            })
+        }
+    }
+}
+
+/// A function call's streamed arguments: `arguments` in at most
+/// [`MAX_ARGUMENT_CHUNKS`] deltas spread over the content time, then the
+/// whole arguments at the end.
+fn argument_steps(tool: &ToolCall, ids: &Ids, arguments: &str) -> Vec<Step> {
+    let parts = split_chars(arguments, MAX_ARGUMENT_CHUNKS);
+    let of = parts.len();
+    let mut steps: Vec<Step> = parts
+        .into_iter()
+        .enumerate()
+        .map(|(index, part)| {
+            (
+                Due::Content { index, of },
+                "response.function_call_arguments.delta",
+                json!({"item_id": ids.item, "output_index": 0, "delta": part}),
+                false,
+            )
+        })
+        .collect();
+    steps.push((
+        Due::End,
+        "response.function_call_arguments.done",
+        json!({"item_id": ids.item, "output_index": 0, "name": tool.name, "arguments": arguments}),
+        false,
+    ));
+    steps
+}
+
+/// A message's streamed text: its content part opened, `text` in deltas
+/// as the content events pace them, then the whole text and the part
+/// closed at the end.
+fn text_steps(ids: &Ids, text: &str) -> Vec<Step> {
+    let part = |text: &str| json!({"type": "output_text", "text": text, "annotations": []});
+    let place = json!({"item_id": ids.item, "output_index": 0, "content_index": 0});
+    let with = |extra: Value| {
+        let mut v = place.clone();
+        if let (Value::Object(m), Value::Object(e)) = (&mut v, extra) {
+            m.extend(e);
+        }
+        v
+    };
+    let mut steps: Vec<Step> = vec![(
+        Due::Start,
+        "response.content_part.added",
+        with(json!({"part": part("")})),
+        false,
+    )];
+    for d in content_events(text, |p| Bytes::from(p.to_owned())) {
+        let delta = String::from_utf8_lossy(&d.bytes).into_owned();
+        steps.push((
+            d.at,
+            "response.output_text.delta",
+            with(json!({"delta": delta})),
+            false,
+        ));
+    }
+    steps.push((
+        Due::End,
+        "response.output_text.done",
+        with(json!({"text": text})),
+        false,
+    ));
+    steps.push((
+        Due::End,
+        "response.content_part.done",
+        with(json!({"part": part(text)})),
+        false,
+    ));
+    steps
+}
+
 impl Endpoint for Responses {
     const ROUTE: Route = Route::new("/v1/responses", Dialect::OpenAi);
     type Request = Checked;
@@ -471,31 +575,7 @@ impl Endpoint for Responses {
         let tool = call.request.call.as_ref();
         let ids = Ids::of(out.seq, tool.is_some());
         let status = if out.capped { "incomplete" } else { "completed" };
-        let item = |item_status: &str, text: &str| match tool {
-            Some(t) => json!({
-                "type": "function_call",
-                "id": ids.item,
-                "call_id": ids.call,
-                "name": t.name,
-                "arguments": text,
-                "status": item_status,
-            }),
-            None => {
-                let content = if item_status == "in_progress" {
-                    json!([])
-                } else {
-                    json!([{"type": "output_text", "text": text, "annotations": []}])
-                };
-                json!({
-                    "type": "message",
-                    "id": ids.item,
-                    "status": item_status,
-                    "role": "assistant",
-                    "content": content,
-                })
-            }
-        };
-        let done_item = item(status, &out.text);
+        let done_item = output_item(tool, &ids, status, &out.text);
         let json = json_bytes(&response(call, out, &ids, status, vec![done_item.clone()], true));
         if !call.stream {
             return Reply {
@@ -503,9 +583,8 @@ impl Endpoint for Responses {
                 events: Vec::new(),
             };
         }
-        // (when, type, fields, bills) in order; numbered below.
         let started = response(call, out, &ids, "in_progress", Vec::new(), false);
-        let mut plan: Vec<(Due, &str, Value, bool)> = vec![
+        let mut plan: Vec<Step> = vec![
             (
                 Due::Start,
                 "response.created",
@@ -521,69 +600,13 @@ impl Endpoint for Responses {
             (
                 Due::Start,
                 "response.output_item.added",
-                json!({"output_index": 0, "item": item("in_progress", "")}),
+                json!({"output_index": 0, "item": output_item(tool, &ids, "in_progress", "")}),
                 false,
             ),
         ];
-        let at = |index, of| Due::Content { index, of };
         match tool {
-            Some(_) => {
-                let parts = split_chars(&out.text, MAX_ARGUMENT_CHUNKS);
-                let of = parts.len();
-                for (index, part) in parts.into_iter().enumerate() {
-                    plan.push((
-                        at(index, of),
-                        "response.function_call_arguments.delta",
-                        json!({"item_id": ids.item, "output_index": 0, "delta": part}),
-                        false,
-                    ));
-                }
-                plan.push((
-                    Due::End,
-                    "response.function_call_arguments.done",
-                    json!({"item_id": ids.item, "output_index": 0, "name": tool.map(|t| &t.name), "arguments": out.text}),
-                    false,
-                ));
-            }
-            None => {
-                let part = |text: &str| json!({"type": "output_text", "text": text, "annotations": []});
-                let place = json!({"item_id": ids.item, "output_index": 0, "content_index": 0});
-                let with = |extra: Value| {
-                    let mut v = place.clone();
-                    if let (Value::Object(m), Value::Object(e)) = (&mut v, extra) {
-                        m.extend(e);
-                    }
-                    v
-                };
-                plan.push((
-                    Due::Start,
-                    "response.content_part.added",
-                    with(json!({"part": part("")})),
-                    false,
-                ));
-                let deltas = content_events(&out.text, |p| Bytes::from(p.to_owned()));
-                for d in deltas {
-                    let text = String::from_utf8_lossy(&d.bytes).into_owned();
-                    plan.push((
-                        d.at,
-                        "response.output_text.delta",
-                        with(json!({"delta": text})),
-                        false,
-                    ));
-                }
-                plan.push((
-                    Due::End,
-                    "response.output_text.done",
-                    with(json!({"text": out.text})),
-                    false,
-                ));
-                plan.push((
-                    Due::End,
-                    "response.content_part.done",
-                    with(json!({"part": part(&out.text)})),
-                    false,
-                ));
-            }
+            Some(t) => plan.extend(argument_steps(t, &ids, &out.text)),
+            None => plan.extend(text_steps(&ids, &out.text)),
         }
         plan.push((
             Due::End,
@@ -591,7 +614,7 @@ impl Endpoint for Responses {
             json!({"output_index": 0, "item": done_item}),
             false,
         ));
-        let last = response(call, out, &ids, status, vec![done_item.clone()], true);
+        let last = response(call, out, &ids, status, vec![done_item], true);
         let kind = if out.capped {
             "response.incomplete"
         } else {
