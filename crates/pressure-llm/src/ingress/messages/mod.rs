@@ -5,7 +5,10 @@
 //! * [`parse`] — a Messages body, checked as Anthropic checks it (errors
 //!   name the field as a dotted path, `messages.0.content.1.type`), to the
 //!   chat request the engine runs, with the hints that translation drops and
-//!   the first content only the Messages wire carries;
+//!   the first content only the Messages wire carries (`request`: the
+//!   top-level fields; `turns`: the `messages`, turn by turn; `fields`:
+//!   typed reads with Anthropic's error messages; `translation`: what the
+//!   walk over the body carries from field to field);
 //! * [`render`] — a chat completion as a Messages answer;
 //! * [`StreamEncoder`] — chat chunks as Messages server-sent events;
 //! * [`error_body`] — Anthropic's error shape.
@@ -70,8 +73,11 @@
 //! provider's `to_usage`.
 
 mod answer;
+mod fields;
 mod request;
 mod stream;
+mod translation;
+mod turns;
 
 use serde_json::{json, Map, Value};
 
