@@ -79,7 +79,7 @@ impl SlidingWindow {
     }
 
     fn len(&self) -> u64 {
-        self.ring.len() as u64
+        u64::try_from(self.ring.len()).unwrap_or(u64::MAX)
     }
 
     fn slot(&self, bucket: u64) -> usize {

@@ -42,7 +42,9 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use http::Uri;
+use std::future::Future;
+
+use http::{HeaderMap, Uri};
 use http_body_util::BodyExt;
 use serde_json::Value;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
@@ -60,7 +62,7 @@ use super::remote::Remote;
 use super::responses::Responses;
 use super::stream::ChatStream;
 use super::tag::CallTag;
-use super::transport::send_error;
+use super::transport::{send_error, BodySignals};
 use super::types::{ChatRequest, ChatResponse, NativeRequest, NativeWire, Usage};
 use super::wire::Wire;
 use crate::taxonomy::{self, ErrorKind, TimeoutPhase};
@@ -180,7 +182,7 @@ impl ProviderClient {
                 url,
                 backend,
                 timeouts: t,
-                pool: Arc::new(Semaphore::new(t.max_connections as usize)),
+                pool: Arc::new(Semaphore::new(t.slots())),
                 peak: AtomicUsize::new(0),
                 pool_timeouts: AtomicU64::new(0),
             }),
@@ -348,7 +350,7 @@ impl ProviderClient {
 
     /// The connection pool's use now and at its peak.
     pub fn pool_stats(&self) -> PoolStats {
-        let max = self.endpoint.timeouts.max_connections as usize;
+        let max = self.endpoint.timeouts.slots();
         PoolStats {
             in_use: max.saturating_sub(self.endpoint.pool.available_permits()),
             peak: self.endpoint.peak.load(Ordering::Relaxed),
@@ -437,7 +439,7 @@ impl ProviderClient {
         let (at, phase) = bound(TimeoutPhase::PoolWait, t.pool_wait(), deadline);
         match timeout_at(at, self.endpoint.pool.clone().acquire_owned()).await {
             Ok(Ok(permit)) => {
-                let max = t.max_connections as usize;
+                let max = t.slots();
                 let in_use = max.saturating_sub(self.endpoint.pool.available_permits());
                 self.endpoint.peak.fetch_max(in_use, Ordering::Relaxed);
                 Ok(permit)
@@ -489,9 +491,89 @@ impl ProviderClient {
 
         let len = body.len();
         let (request, signals) = remote.request(uri, body, streaming, tag, passed);
-        let fut = remote.http.request(request);
-        tokio::pin!(fut);
+        let phases = Phases {
+            timeouts: t,
+            started,
+            deadline,
+        };
+        let response = phases.head(remote.http.request(request), signals, len).await?;
+        let first_byte = started.elapsed();
+        let status = response.status().as_u16();
+        let (parts, incoming) = response.into_parts();
+        let headers = parts.headers;
+        let ratelimit = RateLimitHints::from_header_map(&headers);
+        // The data frames as a stream (trailers skipped).
+        let body: BodyStream = Box::pin(incoming.into_data_stream());
 
+        if !(200..300).contains(&status) {
+            return Err(self
+                .error_answer(status, &headers, ratelimit, body, deadline)
+                .await);
+        }
+        Ok(ResponseHead {
+            status,
+            headers,
+            ratelimit,
+            body,
+            permit,
+            started,
+            first_byte,
+        })
+    }
+
+    /// The classified error of a non-2xx answer, from its status, headers
+    /// and body (read within [`ERROR_BODY_LIMIT`], the read timeout and the
+    /// deadline).
+    async fn error_answer(
+        &self,
+        status: u16,
+        headers: &HeaderMap,
+        ratelimit: RateLimitHints,
+        mut body: BodyStream,
+        deadline: Instant,
+    ) -> CallError {
+        let raw = read_bounded(
+            &mut body,
+            ERROR_BODY_LIMIT,
+            self.endpoint.timeouts.read(),
+            deadline,
+        )
+        .await;
+        let text = String::from_utf8_lossy(&raw);
+        let kind = taxonomy::classify(status, &header_pairs(headers), &text);
+        tracing::debug!(provider = %self.endpoint.name, status, kind = kind.label(), "provider error response");
+        CallError {
+            kind,
+            status: Some(status),
+            message: error_message(&text, status),
+            ratelimit,
+            param: None,
+        }
+    }
+}
+
+/// The timers of one call's phases up to the response head: each phase's
+/// own timeout, capped by the deadline.
+struct Phases<'a> {
+    timeouts: &'a TimeoutsConfig,
+    started: Instant,
+    deadline: Instant,
+}
+
+impl Phases<'_> {
+    /// The response of `sending` (a request whose body of `len` bytes
+    /// raises `signals`), its phases bounded one after the other: the
+    /// connect (by the connector's timer, and by the deadline here), the
+    /// write (`writeMs` from the connection starting to take the body), the
+    /// first byte (`firstByteMs` from the body taken).
+    async fn head<R>(
+        &self,
+        sending: impl Future<Output = Result<R, hyper_util::client::legacy::Error>>,
+        signals: BodySignals,
+        len: usize,
+    ) -> Result<R, CallError> {
+        let (started, deadline, t) = (self.started, self.deadline, self.timeouts);
+        tokio::pin!(sending);
         let total_timeout = |what: &str| {
             CallError::timeout(
                 TimeoutPhase::Total,
@@ -501,7 +583,7 @@ impl ProviderClient {
         // Connect: bounded by the connector's timer, and by the deadline here.
         let early = tokio::select! {
             biased;
-            r = &mut fut => Some(r),
+            r = &mut sending => Some(r),
             _ = signals.started => None,
             _ = sleep_until(deadline) => return Err(total_timeout("while connecting")),
         };
@@ -511,7 +593,7 @@ impl ProviderClient {
                 let (at, phase) = bound(TimeoutPhase::Write, t.write(), deadline);
                 let written = tokio::select! {
                     biased;
-                    r = &mut fut => Some(r),
+                    r = &mut sending => Some(r),
                     _ = signals.written => None,
                     _ = sleep_until(at) => {
                         return Err(CallError::timeout(
@@ -524,7 +606,7 @@ impl ProviderClient {
                     Some(r) => r,
                     None => {
                         let (at, phase) = bound(TimeoutPhase::FirstByte, t.first_byte(), deadline);
-                        match timeout_at(at, &mut fut).await {
+                        match timeout_at(at, &mut sending).await {
                             Ok(r) => r,
                             Err(_) => {
                                 return Err(CallError::timeout(
@@ -537,40 +619,11 @@ impl ProviderClient {
                 }
             }
         };
-        let response = result.map_err(|e| send_error(&e, t))?;
-        let first_byte = started.elapsed();
-        let status = response.status().as_u16();
-        let (parts, incoming) = response.into_parts();
-        let headers = parts.headers;
-        let ratelimit = RateLimitHints::from_header_map(&headers);
-        // The data frames as a stream (trailers skipped).
-        let mut body: BodyStream = Box::pin(incoming.into_data_stream());
-
-        if !(200..300).contains(&status) {
-            let raw = read_bounded(&mut body, ERROR_BODY_LIMIT, t.read(), deadline).await;
-            let text = String::from_utf8_lossy(&raw);
-            let kind = taxonomy::classify(status, &header_pairs(&headers), &text);
-            tracing::debug!(provider = %self.endpoint.name, status, kind = kind.label(), "provider error response");
-            return Err(CallError {
-                kind,
-                status: Some(status),
-                message: error_message(&text, status),
-                ratelimit,
-                param: None,
-            });
-        }
-        Ok(ResponseHead {
-            status,
-            headers,
-            ratelimit,
-            body,
-            permit,
-            started,
-            first_byte,
-        })
+        result.map_err(|e| send_error(&e, t))
     }
 }
 
+/// Milliseconds since `since`, for messages.
 fn elapsed_ms(since: Instant) -> u128 {
     since.elapsed().as_millis()
 }

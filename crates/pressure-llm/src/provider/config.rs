@@ -22,7 +22,7 @@ pub enum ProviderKind {
     /// OpenAI's Responses API (`POST {baseUrl}/responses`, `Authorization:
     /// Bearer <key>`, embeddings at `{baseUrl}/embeddings`): requests and
     /// answers translated from and to the chat-completions shape, and an
-    /// agent's own Responses request passed through unchanged (DESIGN §12).
+    /// agent's own Responses request passed through unchanged (docs/architecture.md#agents-at-the-door-messages-and-responses).
     #[serde(rename = "openai-responses")]
     OpenAiResponses,
     /// A sentence-transformers embedding model run in process (`modelDir`;
@@ -162,5 +162,10 @@ impl TimeoutsConfig {
     /// The pool-wait timeout.
     pub fn pool_wait(&self) -> Duration {
         Duration::from_millis(self.pool_wait_ms)
+    }
+    /// `maxConnections` as a number of slots (a `u32` always fits a
+    /// `usize` on the targets the crate builds for; saturating otherwise).
+    pub(crate) fn slots(&self) -> usize {
+        usize::try_from(self.max_connections).unwrap_or(usize::MAX)
     }
 }

@@ -308,7 +308,7 @@ impl ProviderClient {
             }
         };
         if let Some(d) = req.dimensions {
-            if d as usize != model.dimensions() {
+            if usize::try_from(d).ok() != Some(model.dimensions()) {
                 return Err(CallError::refused(
                     Some("dimensions"),
                     format!(

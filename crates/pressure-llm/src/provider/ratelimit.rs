@@ -213,7 +213,7 @@ pub fn parse_http_date(s: &str) -> Option<f64> {
         "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
     ];
     let mon = it.next()?;
-    let mo = months.iter().position(|m| m.eq_ignore_ascii_case(mon))? as i64 + 1;
+    let mo = i64::try_from(months.iter().position(|m| m.eq_ignore_ascii_case(mon))?).ok()? + 1;
     let y: i64 = it.next()?.parse().ok()?;
     let mut hms = it.next()?.split(':');
     let h: i64 = hms.next()?.parse().ok()?;

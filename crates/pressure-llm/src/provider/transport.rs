@@ -87,7 +87,7 @@ pub(super) fn http_client(
         .timer(TokioTimer::new())
         .pool_timer(TokioTimer::new())
         .pool_idle_timeout(Duration::from_secs(90))
-        .pool_max_idle_per_host(t.max_connections as usize)
+        .pool_max_idle_per_host(t.slots())
         .build(connector))
 }
 
@@ -303,7 +303,11 @@ impl Body for TrackedBody {
     }
 
     fn size_hint(&self) -> SizeHint {
-        SizeHint::with_exact(self.data.as_ref().map_or(0, |d| d.len() as u64))
+        SizeHint::with_exact(
+            self.data
+                .as_ref()
+                .map_or(0, |d| u64::try_from(d.len()).unwrap_or(u64::MAX)),
+        )
     }
 }
 

@@ -288,13 +288,13 @@ fn cut_point(s: &str, max: usize) -> usize {
 /// byte) rather than failing the request.
 fn encode_len(bpe: &CoreBPE, text: &str) -> u64 {
     match catch_unwind(AssertUnwindSafe(|| bpe.encode_ordinary(text).len())) {
-        Ok(n) => n as u64,
+        Ok(n) => u64::try_from(n).unwrap_or(u64::MAX),
         Err(_) => {
             tracing::warn!(
                 bytes = text.len(),
                 "tokenizer gave up on a text; counting one token per byte"
             );
-            text.len() as u64
+            u64::try_from(text.len()).unwrap_or(u64::MAX)
         }
     }
 }

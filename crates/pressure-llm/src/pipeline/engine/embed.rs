@@ -1,5 +1,5 @@
 //! [`Embed`]: an embeddings event, through the same layers as a chat
-//! completion (DESIGN §6.1).
+//! completion (docs/architecture.md#what-openai-and-anthropic-clients-expect).
 //!
 //! It lives with the engine rather than beside the chat calls
 //! (`pipeline::calls`) because the engine makes embeddings calls of its
@@ -56,7 +56,7 @@ impl<B: Backend> Request<B> for EmbeddingRequest {
             .into_iter()
             .map(|item| match item {
                 InputItem::Text(t) => engine.counter.count_text(&m.model, t),
-                InputItem::Tokens(ids) => Ok(ids.len() as u64),
+                InputItem::Tokens(ids) => Ok(u64::try_from(ids.len()).unwrap_or(u64::MAX)),
             })
             .collect::<Result<Vec<u64>, _>>()?;
         let over = m.max_input_tokens.and_then(|max| {

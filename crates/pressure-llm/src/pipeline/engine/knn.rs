@@ -67,7 +67,8 @@ impl<B: Backend> Engine<B> {
             .first()
             .and_then(|e| e.vector())
             .ok_or_else(|| failed("the embeddings answer holds no vector".to_owned()))?;
-        let Some(vote) = index.classify(&vectors, &vector, level.k as usize) else {
+        let Some(vote) = index.classify(&vectors, &vector, usize::try_from(level.k).unwrap_or(usize::MAX))
+        else {
             return Ok(None);
         };
         tracing::debug!(model = %m.key, label = %vote.label, votes = vote.votes, nearest = vote.nearest, "knn vote");
