@@ -29,14 +29,11 @@ pub(crate) struct Listening {
 
 /// Drains `listening`: `set_draining` first (`/readyz` turns 503 ; the admin listener
 /// answers on while the rest drains), then the proxy stops accepting and
-/// lets its requests finish within `grace`, then the decision listener,
-/// then admin. Answers the connections dropped at the end of the grace.
-pub(crate) async fn drain(set_draining: impl FnOnce(), listening: Listening, grace: Duration) -> usize {
+/// lets its requests finish within its grace, then the decision listener,
+/// then admin. Answers the connections dropped at the end of the grace
+/// (each caller says so in its own words: the process logs its stop).
+pub(crate) async fn drain(set_draining: impl FnOnce(), listening: Listening) -> usize {
     set_draining();
-    tracing::info!(
-        grace_ms = u64::try_from(grace.as_millis()).unwrap_or(u64::MAX),
-        "stopping: draining requests in flight"
-    );
     let _ = listening.stop_proxy.send(true);
     let dropped = listening.proxy_drained.await;
     if let Some(decisions) = listening.decisions {
@@ -44,10 +41,6 @@ pub(crate) async fn drain(set_draining: impl FnOnce(), listening: Listening, gra
     }
     let _ = listening.stop_admin.send(true);
     let _ = listening.admin.await;
-    if dropped > 0 {
-        tracing::warn!(dropped, "connections dropped at the end of the grace period");
-    }
-    tracing::info!(dropped, "gateway stopped");
     dropped
 }
 

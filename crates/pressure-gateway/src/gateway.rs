@@ -5,16 +5,17 @@
 
 use crate::admin::{self, AdminState};
 use crate::backend::{AnyBackend, Broker};
-use crate::settings::{BackendConfig, ConfigError, GatewayConfig, DEFAULT_MAX_PERMITS};
 use crate::decisions::permits::PermitStore;
-use crate::drain::Serving;
 use crate::decisions::{self, DecisionState};
+use crate::drain::Serving;
+use crate::http::proxy::ProxyClient;
+use crate::http::server::{serve_from, serve_with, AcceptFailures, ConnLink, ServeOptions, Source};
 use crate::layers::body_limit::BodyLimitLayer;
+use crate::layers::forward::Forward;
 use crate::layers::pre_auth::PreAuthLayer;
 use crate::layers::release::ReleaseLayer;
 use crate::layers::release::{ReleaseFuture, ReleaseService};
 use crate::layers::route::{RouteFuture, RouteLayer, RouteService};
-use crate::plan::PlanCell;
 use crate::layers::tenant::TenantLayer;
 use crate::layers::{Outcome, StepFuture, Stepped};
 use crate::llm_layer::LlmLayer;
@@ -23,12 +24,11 @@ use crate::metrics::GatewayMetrics;
 use crate::openai::Llm;
 use crate::plan::overrides::store::Overrides;
 use crate::plan::overrides::LiveOverrides;
-use crate::plan::Plan;
-use crate::http::proxy::ProxyClient;
-use crate::layers::forward::Forward;
 use crate::plan::reload::{self, ReloadOutcome};
-use crate::http::server::{serve_from, serve_with, AcceptFailures, ConnLink, ServeOptions, Source};
+use crate::plan::Plan;
+use crate::plan::PlanCell;
 use crate::plan::{Listeners, LoadedTls};
+use crate::settings::{BackendConfig, ConfigError, GatewayConfig, DEFAULT_MAX_PERMITS};
 use arc_swap::ArcSwap;
 use axum::body::Body;
 use http::{Request, Response};
@@ -545,7 +545,6 @@ impl Gateway {
         let (proxy_tx, mut proxy_rx) = tokio::sync::watch::channel(false);
         let admin_task = self.spawn_admin(admin, admin_rx);
         let service = self.service();
-        let grace = options.grace;
         let proxy_task = tokio::spawn(async move {
             let stopped = async move {
                 let _ = proxy_rx.wait_for(|v| *v).await;
@@ -561,7 +560,10 @@ impl Gateway {
             stop_admin: admin_tx,
             admin: admin_task,
         };
-        crate::drain::drain(|| self.set_draining(), listening, grace).await;
+        let dropped = crate::drain::drain(|| self.set_draining(), listening).await;
+        if dropped > 0 {
+            tracing::warn!(dropped, "connections dropped at the end of the grace period");
+        }
     }
 }
 

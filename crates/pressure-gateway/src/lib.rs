@@ -51,31 +51,31 @@ mod proxy_service;
 mod rejection;
 mod resources;
 mod rls;
-mod settings;
 mod run;
+mod settings;
 
 pub use admin::{router as admin_router, AdminState, Control as AdminControl};
+pub use auth::TenantPolicy;
 pub use backend::{AnyBackend, Broker};
 pub use drain::Serving;
 pub use gateway::{Gateway, GatewayError, GatewayFuture, GatewayService};
+pub use http::proxy::{
+    BodyPolicy, ForwardRequest, ProxyClient, ProxyError, ProxyFailure, Upstream, UpstreamFailure, Upstreams,
+};
+pub use http::server::{serve, serve_with, Drained, HttpService, ServeOptions};
+pub use http::tls::ServerTls;
 /// The request path's tower layers, outermost first (docs/architecture.md#the-gateway: usable by
 /// any axum/hyper app too; the inner ones read the route the route layer
 /// puts in the request).
 pub use layers::{
     body_limit::BodyLimitLayer, pre_auth::PreAuthLayer, release::ReleaseFuture, release::ReleaseLayer,
-    release::ReleaseService, route::RouteFuture, route::RouteLayer, route::RouteService,
-    tenant::TenantLayer, BodyService, Outcome, RejectingService, Step, StepFuture, Stepped,
+    release::ReleaseService, route::RouteFuture, route::RouteLayer, route::RouteService, tenant::TenantLayer,
+    BodyService, Outcome, RejectingService, Step, StepFuture, Stepped,
 };
 pub use metrics::{GatewayMetrics, Layer};
 pub use openai::Llm;
-pub use auth::TenantPolicy;
+pub use plan::reload::ReloadOutcome;
 pub use plan::{Endpoint, Plan, PlanCell, Route, Router};
-pub use http::proxy::{
-    BodyPolicy, ForwardRequest, ProxyClient, ProxyError, ProxyFailure, Upstream, UpstreamFailure, Upstreams,
-};
 pub use proxy_service::{Proxy, ProxyService};
 pub use rejection::{Dialect, Rejection};
-pub use plan::reload::ReloadOutcome;
 pub use run::{run, RunOptions};
-pub use http::server::{serve, serve_with, Drained, HttpService, ServeOptions};
-pub use http::tls::ServerTls;

@@ -8,8 +8,8 @@
 //! `--watch`, whenever they change; an invalid edit keeps the rules in
 //! force. `gateway.rls` itself (the listener) changes only with a restart.
 
-use crate::settings::{ConfigError, RlsConfig};
 use crate::gateway::{Gateway, GatewayError};
+use crate::settings::{ConfigError, RlsConfig};
 use pressure_rls::reload::{self, Reloader};
 use pressure_rls::{Plan, RateLimiter};
 use std::path::Path;

@@ -18,10 +18,10 @@
 //!   and streams in flight finish within `shutdownGraceMs`, then `run`
 //!   returns (exit 0).
 
-use crate::settings::GatewayConfig;
 use crate::drain::{drain, Listening};
 use crate::gateway::{Gateway, GatewayError};
 use crate::http::server::{core_share, distribute, serve_from, Source};
+use crate::settings::GatewayConfig;
 use crate::GatewayService;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
@@ -173,7 +173,15 @@ pub async fn run(config: GatewayConfig, base_dir: &Path, options: RunOptions) ->
         stop_admin: admin_tx,
         admin: admin_task,
     };
-    drain(|| gateway.set_draining(), listening, serve.grace).await;
+    let set_draining = || {
+        gateway.set_draining();
+        tracing::info!(
+            grace_ms = u64::try_from(serve.grace.as_millis()).unwrap_or(u64::MAX),
+            "stopping: draining requests in flight"
+        );
+    };
+    let dropped = drain(set_draining, listening).await;
+    tracing::info!(dropped, "gateway stopped");
     Ok(())
 }
 

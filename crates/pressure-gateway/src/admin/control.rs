@@ -4,9 +4,9 @@
 //! admin listener holds it as a trait object, so it depends on these four
 //! methods and not on the gateway's type.
 
-use crate::settings::ConfigError;
-use crate::plan::Plan;
 use crate::plan::reload::ReloadOutcome;
+use crate::plan::Plan;
+use crate::settings::ConfigError;
 use futures::future::BoxFuture;
 use pressure_core::{BackendError, LimitTemplate, Limits};
 use std::sync::Arc;

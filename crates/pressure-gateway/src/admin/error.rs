@@ -6,9 +6,9 @@
 //! (`{"error":{"type","message",...}}`); axum renders them where a handler
 //! returns one (`IntoResponse`), the admin listener's one render point.
 
-use crate::settings::ConfigError;
 use crate::rejection::render;
 use crate::rejection::{client, server, Description, Detail, Dialect, Level};
+use crate::settings::ConfigError;
 use axum::response::{IntoResponse, Response};
 use http::StatusCode;
 use std::borrow::Cow;

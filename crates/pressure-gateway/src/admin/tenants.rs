@@ -25,8 +25,8 @@
 use super::{AdminError, AdminState, Control};
 use crate::backend::Broker;
 use crate::plan::overrides::{check_tenant, compile, Source};
-use crate::settings::ConfigError;
 use crate::resources;
+use crate::settings::ConfigError;
 use axum::body::Bytes;
 use axum::extract::{Path, State};
 use axum::response::{IntoResponse, Response};

@@ -16,9 +16,9 @@
 //! never reaches an upstream. A JWT is forwarded as before.
 
 use super::api_key::ApiKey;
+use super::policy::TenantPolicy;
 use super::{bearer, AuthError, Tenant};
 use crate::backend::AnyBackend;
-use super::policy::TenantPolicy;
 use http::{HeaderName, Request};
 use pressure_core::ResourceHandle;
 

@@ -1,10 +1,10 @@
 //! JWT verification with algorithms pinned by config (`none` is never
 //! accepted), `exp` required, `nbf` checked, optional `aud` / `iss`.
 
-use crate::settings::{ConfigError, JwtConfig};
 use super::error::AuthError;
 use super::tenant::{Tenant, MAX_TENANT_LEN};
 use crate::settings::env_value;
+use crate::settings::{ConfigError, JwtConfig};
 use jsonwebtoken::{Algorithm, DecodingKey, Validation};
 use std::path::Path;
 
@@ -235,4 +235,3 @@ fn tenant_of(claim: Option<&serde_json::Value>) -> Option<String> {
         _ => None,
     }
 }
-

@@ -30,7 +30,16 @@ mod tests {
         assert_eq!(decimal(b"0"), Some(0));
         assert_eq!(decimal(b"1234"), Some(1234));
         assert_eq!(decimal(b"9999999999999999999"), Some(9_999_999_999_999_999_999));
-        for bad in [&b""[..], b"+1", b"-1", b" 1", b"1 ", b"1a", b"0x1", b"10000000000000000000"] {
+        for bad in [
+            &b""[..],
+            b"+1",
+            b"-1",
+            b" 1",
+            b"1 ",
+            b"1a",
+            b"0x1",
+            b"10000000000000000000",
+        ] {
             assert_eq!(decimal(bad), None, "{bad:?}");
         }
     }

@@ -75,10 +75,24 @@ impl From<ProxyFailure> for Rejection {
                 Rejection::BadRequest("the request body is malformed or was cut short".into())
             }
             ProxyFailure::BodyTimeout { whole_ms } => Rejection::RequestTimeout { whole_ms },
-            ProxyFailure::Unavailable { upstream, reason, kind } => {
-                Rejection::UpstreamUnavailable { upstream, reason, kind }
-            }
-            ProxyFailure::Failed { upstream, reason, kind } => Rejection::UpstreamError { upstream, reason, kind },
+            ProxyFailure::Unavailable {
+                upstream,
+                reason,
+                kind,
+            } => Rejection::UpstreamUnavailable {
+                upstream,
+                reason,
+                kind,
+            },
+            ProxyFailure::Failed {
+                upstream,
+                reason,
+                kind,
+            } => Rejection::UpstreamError {
+                upstream,
+                reason,
+                kind,
+            },
             ProxyFailure::Timeout { upstream, after_ms } => Rejection::UpstreamTimeout { upstream, after_ms },
         }
     }

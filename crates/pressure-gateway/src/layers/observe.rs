@@ -12,15 +12,15 @@
 //! unless the access log is on.
 
 use crate::access_log::{AccessRecord, REQUEST_ID};
+use crate::http::proxy::Upstream;
+use crate::http::server::InFlight;
+use crate::http::stamp::Stamp;
+use crate::http::watched_body::{FrameWatch, Seen, WatchedBody};
 use crate::metrics::traffic::{Series, NONE};
 use crate::metrics::GatewayMetrics;
 use crate::permits::PermitSlot;
 use crate::plan::{Endpoint, Route};
-use crate::http::proxy::Upstream;
 use crate::rejection::UpstreamFailure;
-use crate::http::server::InFlight;
-use crate::http::stamp::Stamp;
-use crate::http::watched_body::{FrameWatch, Seen, WatchedBody};
 use axum::body::Body;
 use http::Response;
 use std::sync::Arc;

@@ -20,14 +20,14 @@ use super::observe::{labels, LastSeries, Observation};
 use super::{ratelimit_headers, Outcome, Routed};
 use crate::access_log::AccessRecord;
 use crate::charged::Charged;
+use crate::http::server::ConnLink;
 use crate::metrics::traffic::NONE;
 use crate::metrics::GatewayMetrics;
 use crate::path::normalize;
 use crate::permits::PermitSlot;
-use crate::plan::PlanCell;
 use crate::plan::Endpoint;
+use crate::plan::PlanCell;
 use crate::rejection::{Dialect, Rejection};
-use crate::http::server::ConnLink;
 use axum::body::Body;
 use futures::future::BoxFuture;
 use http::uri::PathAndQuery;
@@ -38,7 +38,6 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{ready, Context, Poll};
-
 
 /// Routes requests with the current plan of `plan`.
 #[derive(Debug, Clone)]
@@ -364,7 +363,9 @@ impl<F: Future<Output = Outcome>> Future for RouteFuture<F> {
 pub(crate) fn dialect_of(endpoint: Endpoint) -> Dialect {
     match endpoint {
         Endpoint::Proxy => Dialect::Gateway,
-        Endpoint::ChatCompletions | Endpoint::Embeddings | Endpoint::Models | Endpoint::Model => Dialect::OpenAi,
+        Endpoint::ChatCompletions | Endpoint::Embeddings | Endpoint::Models | Endpoint::Model => {
+            Dialect::OpenAi
+        }
         Endpoint::Responses => Dialect::Responses,
         Endpoint::Messages | Endpoint::CountTokens => Dialect::Anthropic,
     }

@@ -6,11 +6,11 @@
 //! removed keys).
 
 use super::checks::check_limits;
-use crate::backend::AnyBackend;
-use crate::settings::{ConfigError, GatewayConfig};
 use crate::auth::api_key::{ApiKey, ApiKeys, KeyDigest};
 use crate::auth::MAX_TENANT_LEN;
+use crate::backend::AnyBackend;
 use crate::resources;
+use crate::settings::{ConfigError, GatewayConfig};
 use pressure_core::{Limits, ResourceHandle};
 use std::collections::HashMap;
 use std::sync::Arc;

@@ -3,8 +3,8 @@
 //! that name no other resource, socket addresses, environment variables.
 //! Each failure names the JSON path of the offending value.
 
-use crate::settings::{ConfigError, GatewayConfig};
 use crate::resources::{API_KEY_PREFIX, TENANT_PREFIX};
+use crate::settings::{ConfigError, GatewayConfig};
 use pressure_core::Limits;
 
 use std::net::SocketAddr;

@@ -3,8 +3,8 @@
 //! step into what the plan registers on the broker.
 
 use super::checks::{check_limits, check_route_resource};
-use crate::settings::{ConfigError, GatewayConfig, PressureConfig};
 use crate::resources;
+use crate::settings::{ConfigError, GatewayConfig, PressureConfig};
 use pressure_core::{LimitTemplate, Limits};
 use std::collections::BTreeMap;
 

@@ -11,7 +11,9 @@
 
 use super::manifests::apply_manifests;
 use super::Plan;
-use crate::settings::{base_dir_of, parse_shape, resolve_files, resolve_llm_files, ConfigError, ConfigErrors, GatewayConfig};
+use crate::settings::{
+    base_dir_of, parse_shape, resolve_files, resolve_llm_files, ConfigError, ConfigErrors, GatewayConfig,
+};
 use std::path::Path;
 
 /// Parses, validates and completes (plugin manifests) a config given as

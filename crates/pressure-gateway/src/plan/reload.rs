@@ -11,9 +11,9 @@
 //! of them is refused, naming it, and changes nothing.
 
 use crate::backend::Broker;
-use crate::settings::{ConfigError, GatewayConfig};
 use crate::plan::Plan;
 use crate::resources;
+use crate::settings::{ConfigError, GatewayConfig};
 use pressure_core::Limits;
 use serde::Serialize;
 use std::collections::BTreeMap;

@@ -2,8 +2,8 @@
 //! prefixes no two share — checked and built into the proxy's
 //! [`Upstreams`] in one step.
 
-use crate::settings::{ConfigError, GatewayConfig};
 use crate::http::proxy::Upstreams;
+use crate::settings::{ConfigError, GatewayConfig};
 use std::collections::BTreeMap;
 
 /// The upstreams of `cfg`, or the first problem with them.

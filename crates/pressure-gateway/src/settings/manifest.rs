@@ -74,4 +74,3 @@ pub fn read_manifests(dir: &Path, shown: &str) -> Result<Vec<LoadedManifest>, Co
     }
     Ok(out)
 }
-

@@ -8,10 +8,6 @@ use super::error::ConfigError;
 use super::shape::{deserialize_with_path, join, message_of};
 use super::types::{ConfigFile, GatewayConfig};
 
-
-
-
-
 /// Parses the shape only (no semantic checks, no manifests): the `gateway`
 /// key of a `kb.config.json`-shaped document. Other top-level keys are ignored.
 pub fn parse_shape(json: &str) -> Result<GatewayConfig, ConfigError> {

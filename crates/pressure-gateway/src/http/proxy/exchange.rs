@@ -20,8 +20,8 @@
 //! and streamed request bodies keep hyper's connection (`pool.rs`).
 
 use super::chunked::{Chunked, Step};
-use super::headers::{strip_hop_by_hop, Forwarding, HopRule};
 use super::exchange_error::ExchangeError;
+use super::headers::{strip_hop_by_hop, Forwarding, HopRule};
 use axum::body::Body;
 use bytes::{Bytes, BytesMut};
 use http::header::{CONNECTION, CONTENT_LENGTH, TRANSFER_ENCODING};

@@ -302,7 +302,8 @@ impl Forwarding {
 
     /// Writes them as header lines (`name: value\r\n`) into `out`.
     pub(crate) fn write(&self, out: &mut Vec<u8>) {
-        let mut line = |name: &str, value: &[u8]| crate::http::wire::write_header_line(out, name.as_bytes(), value);
+        let mut line =
+            |name: &str, value: &[u8]| crate::http::wire::write_header_line(out, name.as_bytes(), value);
         line("host", self.host.as_bytes());
         if let Some(client) = &self.client {
             line("x-forwarded-for", client.as_bytes());
@@ -338,7 +339,6 @@ pub(crate) fn test_map(pairs: &[(&str, &str)]) -> HeaderMap {
     }
     headers
 }
-
 
 #[cfg(test)]
 mod tests {

@@ -11,16 +11,15 @@
 
 mod key_limit;
 
-
 use super::{routed, step_layer, take_ready, RejectingService, Step, StepFuture};
+use crate::auth::credential::{self, Identity};
+use crate::auth::{AuthError, Tenant};
 use crate::backend::{AnyBackend, Broker};
 use crate::metrics::{GatewayMetrics, Layer};
 use crate::plan::{Endpoint, Plan};
 use crate::rejection::Rejection;
 use crate::resources;
 use axum::body::Body;
-use crate::auth::credential::{self, Identity};
-use crate::auth::{AuthError, Tenant};
 use http::Request;
 use pressure_core::ResourceHandle;
 use std::sync::Arc;

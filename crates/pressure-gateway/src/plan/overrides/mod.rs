@@ -26,8 +26,8 @@
 
 pub(crate) mod store;
 
-use crate::settings::ConfigError;
 use crate::auth::MAX_TENANT_LEN;
+use crate::settings::ConfigError;
 use arc_swap::ArcSwap;
 use pressure_core::{LimitTemplate, Limits};
 use serde::Serialize;

@@ -21,8 +21,8 @@
 
 use super::{compile, LiveOverrides};
 use crate::backend::Broker;
-use crate::settings::BackendConfig;
 use crate::plan::PlanCell;
+use crate::settings::BackendConfig;
 use futures::future::BoxFuture;
 use pressure_core::{BackendError, LimitTemplate, Limits};
 use pressure_redis::{SharedHash, SharedHashEvent};
