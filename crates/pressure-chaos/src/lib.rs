@@ -11,11 +11,11 @@
 //! * [`driver`]: starts the mock and the gateway, loads the whole stack per
 //!   scenario and checks the acceptance criteria.
 //! * [`report`]: `report.json`, `report.md` and SVG plots of a run.
-//! * [`triage`]: the support-ticket triage example, its golden dataset and
-//!   the per-level accuracy evaluation.
+//!
+//! The support-ticket triage example, which also runs against the mock, is
+//! its own crate (`pressure-triage`).
 
 #![warn(unreachable_pub)]
 
 pub mod driver;
 pub mod report;
-pub mod triage;

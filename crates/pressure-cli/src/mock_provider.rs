@@ -50,7 +50,7 @@ pub(crate) async fn run(args: MockProviderArgs) -> anyhow::Result<()> {
         ..MockConfig::default()
     };
     if args.responder == "triage" {
-        config.responder = std::sync::Arc::new(pressure_chaos::triage::LexicalClassifier);
+        config.responder = std::sync::Arc::new(pressure_triage::LexicalClassifier);
     }
     let mock = MockProvider::start(args.listen, config).await?;
     crate::outln!("mock provider listening on {} (scenario {name})", mock.base_url())?;

@@ -1,16 +1,16 @@
 //! `pressure triage eval`: the accuracy of each degradation level of the
 //! triage example on its golden dataset, so the cost of each level is known
 //! in accuracy and not only in money. The work is in
-//! `pressure_chaos::triage`; this file parses the arguments and prints.
+//! `pressure_triage`; this file parses the arguments and prints.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use anyhow::Context;
-use pressure_chaos::triage::endpoint::{self, Endpoint, ModelPrice};
-use pressure_chaos::triage::eval::{self, LevelKind, DEFAULT_CONCURRENCY};
-use pressure_chaos::triage::prompt::SchemaFormat;
-use pressure_chaos::triage::{Dataset, EvalOptions};
+use pressure_triage::endpoint::{self, Endpoint, ModelPrice};
+use pressure_triage::eval::{self, LevelKind, DEFAULT_CONCURRENCY};
+use pressure_triage::prompt::SchemaFormat;
+use pressure_triage::{Dataset, EvalOptions};
 
 /// Arguments of `pressure triage`.
 #[derive(Debug, clap::Args)]

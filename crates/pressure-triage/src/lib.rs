@@ -1,3 +1,5 @@
+//! # pressure-triage
+//!
 //! The support-ticket triage example (`examples/triage/`): a use case whose
 //! chain is primary model → cheaper model → keyword rules → manual queue,
 //! a golden dataset of labelled tickets, and the evaluation that measures
@@ -11,6 +13,14 @@
 //! * [`eval`]: `pressure triage eval`, one measurement per chain level.
 //! * [`endpoint`]: `--provider URL --model NAME`, any OpenAI-compatible
 //!   endpoint as the chain's model levels.
+//!
+//! It is a crate of its own, not part of the chaos stand: the stand proves
+//! the gateway's guarantees under a misbehaving provider, while this
+//! measures what each level of one use case's chain is worth in accuracy.
+//! Both use the mock provider (`pressure-mock`); the CLI's `pressure triage`
+//! prints what [`eval`] measures.
+
+#![warn(unreachable_pub)]
 
 mod classifier;
 mod dataset;

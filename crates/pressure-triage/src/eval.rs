@@ -566,7 +566,7 @@ async fn knn_level(
         .await;
     let warm_up_ms = warm_up.elapsed().as_millis();
     let (mut predictions, mut error_kinds) = (Vec::with_capacity(tickets.len()), BTreeMap::new());
-    let (mut answered, mut micros) = (0u64, 0u64);
+    let (mut answered, mut micros) = (0usize, 0u64);
     for t in &tickets {
         let start = Instant::now();
         match client
@@ -600,17 +600,24 @@ async fn knn_level(
     ));
     r.errors = error_kinds.values().sum();
     r.error_kinds = error_kinds;
-    r.mean_latency_ms = (answered > 0).then(|| micros as f64 / answered as f64 / 1_000.0);
+    r.mean_latency_ms = (answered > 0).then(|| micros_f64(micros) / count_f64(answered) / 1_000.0);
     r.spent_micro_usd = Some(client.snapshot().spent_micro_usd);
     Ok(r)
 }
 
+/// `a / b`, 0 when `b` is 0.
 fn ratio(a: usize, b: usize) -> f64 {
     if b == 0 {
         0.0
     } else {
-        a as f64 / b as f64
+        count_f64(a) / count_f64(b)
     }
+}
+
+/// A count (of tickets, calls) as `f64`: exact up to `u32::MAX`, far above
+/// any dataset, and saturating there rather than wrapping.
+fn count_f64(n: usize) -> f64 {
+    f64::from(u32::try_from(n).unwrap_or(u32::MAX))
 }
 
 fn pct(x: f64) -> String {
@@ -619,15 +626,22 @@ fn pct(x: f64) -> String {
 
 /// Micro-USD as dollars: `$0.0123`.
 fn dollars(micros: u64) -> String {
-    format!("${:.4}", micros as f64 / 1_000_000.0)
+    format!("${:.4}", micros_f64(micros) / 1_000_000.0)
+}
+
+/// Microseconds (of latency, or micro-USD) as `f64`: exact below 2^53,
+/// years of latency or billions of dollars.
+#[allow(clippy::cast_precision_loss)]
+fn micros_f64(micros: u64) -> f64 {
+    micros as f64
 }
 
 /// Sets the latency figures of `r` from the latencies of its answered
 /// calls, in microseconds: mean, p50 and p95 (`None` when none answered).
 fn set_latencies(r: &mut LevelReport, mut micros: Vec<u64>) {
-    let ms = |m: u64| m as f64 / 1_000.0;
+    let ms = |m: u64| micros_f64(m) / 1_000.0;
     let total = micros.iter().fold(0u64, |a, m| a.saturating_add(*m));
-    r.mean_latency_ms = (!micros.is_empty()).then(|| total as f64 / micros.len() as f64 / 1_000.0);
+    r.mean_latency_ms = (!micros.is_empty()).then(|| micros_f64(total) / count_f64(micros.len()) / 1_000.0);
     micros.sort_unstable();
     r.p50_latency_ms = percentile(&micros, 50).map(ms);
     r.p95_latency_ms = percentile(&micros, 95).map(ms);
@@ -646,16 +660,33 @@ fn percentile(sorted: &[u64], p: usize) -> Option<u64> {
 
 impl EvalReport {
     /// The report as readable text: a header, one table row per level, the
-    /// per-class accuracy per level, and a legend.
+    /// per-class accuracy per level, the levels' notes and errors, and a
+    /// legend.
     pub fn render(&self) -> String {
-        let mut out = String::new();
-        out.push_str(&format!(
-            "pressure triage eval: use case {:?}, {} tickets from {}\n",
-            self.use_case, self.tickets, self.dataset
-        ));
-        out.push_str(&format!("LLM levels: {}\n", self.llm_source));
-        out.push_str("rules levels: keyword rules of the config, run in process\n\n");
+        let mut out = self.render_header();
+        out.push_str(&table(&self.level_rows()));
+        let measured: Vec<&LevelReport> = self.levels.iter().filter(|l| l.measured).collect();
+        if !measured.is_empty() {
+            out.push_str("\nper-class recall (correct / tickets of the class)\n");
+            out.push_str(&table(&self.recall_rows(&measured)));
+        }
+        out.push_str(&self.render_notes());
+        out.push_str(LEGEND);
+        out
+    }
 
+    /// What was measured, on what, with which levels.
+    fn render_header(&self) -> String {
+        format!(
+            "pressure triage eval: use case {:?}, {} tickets from {}\nLLM levels: {}\n\
+             rules levels: keyword rules of the config, run in process\n\n",
+            self.use_case, self.tickets, self.dataset, self.llm_source
+        )
+    }
+
+    /// The levels' table: a header row, then one row per level (a level
+    /// not measured shows its note instead of figures).
+    fn level_rows(&self) -> Vec<Vec<String>> {
         let header = [
             "level",
             "kind",
@@ -669,66 +700,34 @@ impl EvalReport {
             "cost",
         ];
         let mut rows: Vec<Vec<String>> = vec![header.iter().map(|s| (*s).to_owned()).collect()];
-        for l in &self.levels {
-            if !l.measured {
-                rows.push(vec![
-                    l.level.to_string(),
-                    l.kind.as_str().to_owned(),
-                    l.name.clone(),
-                    l.note.clone().unwrap_or_default(),
-                ]);
-                continue;
-            }
-            let model = matches!(l.kind, LevelKind::Model | LevelKind::Knn);
-            rows.push(vec![
-                l.level.to_string(),
-                l.kind.as_str().to_owned(),
-                l.name.clone(),
-                pct(l.accuracy),
-                pct(l.coverage),
-                pct(l.precision),
-                if model {
-                    l.errors.to_string()
-                } else {
-                    "-".to_owned()
-                },
-                match (l.p50_latency_ms, l.p95_latency_ms) {
-                    (Some(p50), Some(p95)) => format!("{p50:.0} / {p95:.0} ms"),
-                    _ => "-".to_owned(),
-                },
-                match (l.input_tokens, l.output_tokens) {
-                    (Some(i), Some(o)) => format!("{i} / {o}"),
-                    _ => "-".to_owned(),
-                },
-                match l.spent_micro_usd {
-                    Some(m) => dollars(m),
-                    None => "$0".to_owned(),
-                },
-            ]);
-        }
-        out.push_str(&table(&rows));
+        rows.extend(self.levels.iter().map(LevelReport::row));
+        rows
+    }
 
-        let measured: Vec<&LevelReport> = self.levels.iter().filter(|l| l.measured).collect();
-        if !measured.is_empty() {
-            out.push_str("\nper-class recall (correct / tickets of the class)\n");
-            let mut rows = vec![{
-                let mut h = vec!["class".to_owned(), "tickets".to_owned()];
-                h.extend(measured.iter().map(|l| format!("L{} {}", l.level, l.name)));
-                h
-            }];
-            for label in LABELS {
-                let n = self.class_counts.get(*label).copied().unwrap_or(0);
-                let mut row = vec![(*label).to_owned(), n.to_string()];
-                row.extend(measured.iter().map(|l| {
-                    l.per_class
-                        .get(*label)
-                        .filter(|c| c.total > 0)
-                        .map_or_else(|| "-".to_owned(), |c| pct(c.accuracy()))
-                }));
-                rows.push(row);
-            }
-            out.push_str(&table(&rows));
+    /// The per-class recall table: a row per label, a column per measured
+    /// level.
+    fn recall_rows(&self, measured: &[&LevelReport]) -> Vec<Vec<String>> {
+        let mut header = vec!["class".to_owned(), "tickets".to_owned()];
+        header.extend(measured.iter().map(|l| format!("L{} {}", l.level, l.name)));
+        let mut rows = vec![header];
+        for label in LABELS {
+            let n = self.class_counts.get(*label).copied().unwrap_or(0);
+            let mut row = vec![(*label).to_owned(), n.to_string()];
+            row.extend(measured.iter().map(|l| {
+                l.per_class
+                    .get(*label)
+                    .filter(|c| c.total > 0)
+                    .map_or_else(|| "-".to_owned(), |c| pct(c.accuracy()))
+            }));
+            rows.push(row);
         }
+        rows
+    }
+
+    /// The measured levels' notes, then the error kinds of every level
+    /// with errors (with a hint when every call failed).
+    fn render_notes(&self) -> String {
+        let mut out = String::new();
         for l in self.levels.iter().filter(|l| l.measured) {
             if let Some(note) = &l.note {
                 out.push_str(&format!("\nlevel {}: {note}\n", l.level));
@@ -744,13 +743,54 @@ impl EvalReport {
             }
             out.push('\n');
         }
-        out.push_str(
-            "\naccuracy = correct / all tickets; coverage = share given a label (model: a parsable answer; \
-             rules: a rule matched);\nprecision = correct / labelled; latency = per answered call, through the client stack (queueing, \
-             retries included);\ntokens = as the provider counted them; cost = what the client's price \
-             table charged.\n",
-        );
         out
+    }
+}
+
+/// What the columns of the rendered report mean.
+const LEGEND: &str = "\naccuracy = correct / all tickets; coverage = share given a label (model: a parsable answer; \
+     rules: a rule matched);\nprecision = correct / labelled; latency = per answered call, through the client stack (queueing, \
+     retries included);\ntokens = as the provider counted them; cost = what the client's price \
+     table charged.\n";
+
+impl LevelReport {
+    /// This level's row of the rendered table: its figures, or its note
+    /// when it was not measured. Errors are shown for model levels only
+    /// (rules cannot fail).
+    fn row(&self) -> Vec<String> {
+        let mut row = vec![
+            self.level.to_string(),
+            self.kind.as_str().to_owned(),
+            self.name.clone(),
+        ];
+        if !self.measured {
+            row.push(self.note.clone().unwrap_or_default());
+            return row;
+        }
+        let model = matches!(self.kind, LevelKind::Model | LevelKind::Knn);
+        row.extend([
+            pct(self.accuracy),
+            pct(self.coverage),
+            pct(self.precision),
+            if model {
+                self.errors.to_string()
+            } else {
+                "-".to_owned()
+            },
+            match (self.p50_latency_ms, self.p95_latency_ms) {
+                (Some(p50), Some(p95)) => format!("{p50:.0} / {p95:.0} ms"),
+                _ => "-".to_owned(),
+            },
+            match (self.input_tokens, self.output_tokens) {
+                (Some(i), Some(o)) => format!("{i} / {o}"),
+                _ => "-".to_owned(),
+            },
+            match self.spent_micro_usd {
+                Some(m) => dollars(m),
+                None => "$0".to_owned(),
+            },
+        ]);
+        row
     }
 }
 

@@ -390,7 +390,7 @@ fn matches(words: &[String], cue: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::triage::prompt;
+    use crate::prompt;
 
     fn answer(model: &str, text: &str) -> String {
         let req = prompt::request(model, text);
