@@ -3,15 +3,15 @@
 //! and the [`Permit`] or denial made of it. `try_acquire`, `check_now`, the
 //! queue's dispatcher and `acquire_within` all come through here.
 
-use crate::acquisition::{AcquireOptions, Acquisition, Permit};
+use crate::acquisition::{AcquireOptions, Acquisition};
 use crate::backend::{
     Backend, BackendError, CompactDecision, Decision, Denial, Grant, LocalBackend, Reserved,
 };
-use crate::entry::Entry;
+use crate::entry::{Entry, Permit};
 use crate::error::Error;
 use crate::limits::Demand;
 use crate::ppm::PPM;
-use crate::queue::Priority;
+use crate::priority::Priority;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 

@@ -1,15 +1,16 @@
 //! [`ResourceBroker`]: the registry of resources and the two strategies on
 //! top of one [`Backend`].
 
-use crate::acquisition::{AcquireOptions, Acquisition, Permit};
+use crate::acquisition::{AcquireOptions, Acquisition};
 use crate::backend::{Backend, Denial, LocalBackend};
 use crate::clock::{Clock, MonotonicClock};
-use crate::entry::{Counters, Entry, Fits};
+use crate::entry::{Counters, Entry, Fits, Permit, WaitingLine};
 use crate::error::{Error, QueueError};
 use crate::handle::ResourceHandle;
 use crate::limits::{LimitSpec, Limits};
 use crate::ppm::PPM;
-use crate::queue::{self, Attempt, Queue, QueueConfig, Request, Response, TaskError};
+use crate::queue::{self, Attempt, Request, Response, TaskError};
+use crate::queue_config::QueueConfig;
 use crate::renewal::{LeaseBook, Renewer};
 use crate::stats::{ResourceKind, ResourceStats, WaitTimes};
 use crate::MemoryBackend;
@@ -202,7 +203,7 @@ impl<B: Backend> ResourceBroker<B> {
         })?;
         let spec = compile(&resource, &config.limits)?;
         let ceiling = ((1.0 - config.queue.batch_headroom) * f64::from(PPM)) as u32;
-        let queue = Some(Arc::new(Queue::new(config.queue)));
+        let queue = Some(Arc::new(WaitingLine::new(config.queue)));
         self.insert(resource, spec, ResourceKind::Queue, queue, ceiling, false)
             .map(drop)
     }
@@ -351,7 +352,7 @@ impl<B: Backend> ResourceBroker<B> {
         resource: String,
         spec: Arc<LimitSpec>,
         kind: ResourceKind,
-        queue: Option<Arc<Queue<B>>>,
+        queue: Option<Arc<WaitingLine<B>>>,
         batch_ceiling_ppm: u32,
         lazy: bool,
     ) -> Result<Arc<Entry<B>>, Error> {

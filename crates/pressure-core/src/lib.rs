@@ -179,14 +179,16 @@ mod leasing;
 mod limits;
 mod limits_error;
 mod ppm;
+mod priority;
 mod queue;
+mod queue_config;
 mod renewal;
 pub mod shared_breaker;
 mod stats;
 mod striped;
 mod units;
 
-pub use acquisition::{AcquireOptions, Acquisition, ActualUsage, Permit};
+pub use acquisition::{AcquireOptions, Acquisition, ActualUsage};
 pub use backend::{
     Backend, BackendError, CompactDecision, Counts, Decision, Denial, DenialCause, Grant, LeaseId,
     LocalBackend, MemoryBackend, MemoryHandle, Reserved, Usage,
@@ -195,6 +197,7 @@ pub use broker::{
     BrokerBuilder, LimitChange, LimitTemplate, ResourceBroker, ResourceConfig, DEFAULT_MAX_LAZY_RESOURCES,
 };
 pub use calendar::Calendar;
+pub use entry::Permit;
 pub use error::{Error, QueueError};
 pub use field_error::FieldError;
 pub use handle::ResourceHandle;
@@ -205,6 +208,8 @@ pub use limits::{
 };
 pub use limits_error::LimitsError;
 pub use ppm::PPM;
-pub use queue::{Attempt, Priority, QueueConfig, Request, Response, TaskError, UsageReport};
+pub use priority::Priority;
+pub use queue::{Attempt, Request, Response, TaskError, UsageReport};
+pub use queue_config::QueueConfig;
 pub use stats::{BrokerStats, ResourceKind, ResourceStats, WaitTimes};
 pub use units::UnitsDelta;

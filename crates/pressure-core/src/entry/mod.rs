@@ -1,6 +1,7 @@
 //! One registered resource as the broker holds it: its compiled limits, the
 //! backend's handle, this process's counters and, for `queue` resources, the
-//! wait queue. What an acquisition does with it is in `attempt.rs`;
+//! waiting line (`waiting_line.rs`). The [`Permit`] an acquisition grants
+//! holds its entry (`permit.rs`), so it lives here too. What an acquisition does with it is in `attempt.rs`;
 //! `ResourceHandle` (`handle.rs`) is the public, pre-resolved reference.
 //!
 //! An [`Entry`] is one *version* of a resource: its limits never change.
@@ -15,13 +16,18 @@ use crate::backend::{Backend, BackendError, Grant};
 use crate::error::Error;
 use crate::limits::{Demand, Dimension, LimitSpec};
 use crate::ppm::PPM;
-use crate::queue::Queue;
 use crate::renewal::{LeaseBook, Leased, Renewed, Renewer};
 use crate::stats::ResourceKind;
 use crate::striped::Gauge;
 use crate::{MemoryBackend, MemoryHandle};
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, OnceLock};
+
+mod permit;
+mod waiting_line;
+
+pub use permit::Permit;
+pub(crate) use waiting_line::{Rejection, WaitingLine};
 
 /// Counters of this process for one resource, besides the grants and
 /// denials its backend counts on the hot path.
@@ -100,7 +106,7 @@ pub(crate) struct Entry<B: Backend> {
     /// lazily registered tenants — has none).
     pub(crate) counters: OnceLock<Arc<Counters>>,
     /// Shared by every version of the resource.
-    pub(crate) queue: Option<Arc<Queue<B>>>,
+    pub(crate) queue: Option<Arc<WaitingLine<B>>>,
     /// Share of each limit batch callers may fill, parts per million.
     pub(crate) batch_ceiling_ppm: u32,
     pub(crate) lazy: bool,

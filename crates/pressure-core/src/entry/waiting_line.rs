@@ -1,10 +1,13 @@
-//! The waiting line of one `queue` resource: two FIFO classes, the
-//! starvation rule, bounds, and the wait-time histogram for stats.
+//! [`WaitingLine`]: the waiting line of one `queue` resource, shared by every
+//! version of its [`Entry`](super::Entry) — two FIFO classes, the starvation
+//! rule, bounds, and the wait-time histogram for stats. Waiters receive a
+//! [`Permit`] (or a [`Rejection`]) from the dispatcher in `queue/dispatch.rs`.
 
-use super::request::{Priority, QueueConfig};
-use crate::acquisition::Permit;
+use super::Permit;
 use crate::backend::{Backend, BackendError};
 use crate::limits::Demand;
+use crate::priority::Priority;
+use crate::queue_config::QueueConfig;
 use hdrhistogram::Histogram;
 use parking_lot::Mutex;
 use std::collections::VecDeque;
@@ -54,14 +57,14 @@ struct Line<B: Backend> {
     next_id: u64,
 }
 
-pub(crate) struct Queue<B: Backend> {
+pub(crate) struct WaitingLine<B: Backend> {
     pub(crate) config: QueueConfig,
     line: Mutex<Line<B>>,
     wake: Notify,
     waits: Mutex<Option<Histogram<u64>>>,
 }
 
-impl<B: Backend> Queue<B> {
+impl<B: Backend> WaitingLine<B> {
     pub(crate) fn new(config: QueueConfig) -> Self {
         Self {
             config,

@@ -2,13 +2,12 @@
 //! empty, hands capacity to waiters in priority order, and sleeps exactly
 //! until the backend says capacity returns (or a local release wakes it).
 
-use super::state::Rejection;
 use crate::acquisition::Acquisition;
 use crate::backend::Backend;
 use crate::clock::duration_to_nanos;
-use crate::entry::Entry;
+use crate::entry::{Entry, Rejection};
 use crate::ppm::PPM;
-use crate::queue::Priority;
+use crate::priority::Priority;
 use std::sync::Arc;
 use tokio::time::Instant;
 

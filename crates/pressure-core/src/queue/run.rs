@@ -3,15 +3,15 @@
 //! renewal task keeps its lease alive), reconcile what it used, and retry on
 //! a reported rate limit.
 
+use super::dispatch;
 use super::request::{Attempt, Request, Response, TaskError, UsageReport};
-use super::state::Rejection;
-use super::{dispatch, Priority};
-use crate::acquisition::{Acquisition, Permit};
+use crate::acquisition::Acquisition;
 use crate::backend::{Backend, Reserved};
 use crate::clock::duration_to_nanos;
-use crate::entry::Entry;
+use crate::entry::{Entry, Permit, Rejection};
 use crate::error::{Error, QueueError};
 use crate::limits::Demand;
+use crate::priority::Priority;
 use std::future::Future;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
