@@ -4,7 +4,7 @@
 //! the response: the access log (`resource`, `tenant`, `key_id` fields) and
 //! the optional `RateLimit` headers.
 //!
-//! The route layer puts one in a request's extensions only when the plan
+//! The route layer puts one in a request's context only when the plan
 //! needs it (access log or `rateLimitHeaders` on), so a gateway without
 //! either allocates nothing for it.
 
@@ -58,9 +58,4 @@ impl Charged {
         let ids: Vec<&str> = inner.resources.iter().map(ResourceHandle::id).collect();
         (ids.join(","), inner.tenant.clone())
     }
-}
-
-/// The [`Charged`] record of a request, when the route layer asked for one.
-pub(crate) fn of<B>(req: &http::Request<B>) -> Option<&Charged> {
-    req.extensions().get::<Charged>()
 }

@@ -7,7 +7,7 @@
 //! ([`crate::plan::Endpoint`]).
 
 use crate::agents;
-use crate::layers::{routed, step_layer, RejectingService, Step, StepFuture};
+use crate::layers::{context, step_layer, RejectingService, Step, StepFuture};
 use crate::openai;
 use crate::plan::Endpoint;
 use axum::body::Body;
@@ -22,7 +22,7 @@ step_layer!(LlmLayer);
 
 impl Step for LlmLayer {
     fn step<S: RejectingService>(&self, next: &mut S, req: Request<Body>) -> StepFuture<S::Future> {
-        let served = routed(&req).and_then(|r| Some((r.route.endpoint, r.plan.llm().cloned()?)));
+        let served = context(&req).and_then(|r| Some((r.route.endpoint, r.plan.llm().cloned()?)));
         match served {
             Some((Endpoint::ChatCompletions, llm)) => {
                 StepFuture::boxed(async move { openai::chat_completions(&llm, req).await })

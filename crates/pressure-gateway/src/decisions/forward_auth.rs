@@ -9,7 +9,8 @@
 //! through the gateway's own route layer (head checks, path normalisation,
 //! one route), pre-auth and tenant layers over an answer of `204`, so the
 //! decision, its counters and its denial log lines are the proxy's — with
-//! one difference: concurrency limits are not charged ([`NoLease`]), since
+//! one difference: concurrency limits are not charged (the decision listener's route layer
+//! charges no lease: `RouteLayer::without_leases`), since
 //! an auth subrequest ends before the request it authorises and can never
 //! give the slot back.
 //!
@@ -21,7 +22,6 @@
 //! [`TOKEN_HEADER`]; it is removed before the layers see the request.
 
 use super::{DecisionState, DENY_STATUS_HEADER, TOKEN_HEADER};
-use crate::layers::NoLease;
 use crate::rejection::{Dialect, Rejection};
 use axum::body::Body;
 use axum::extract::{Request, State};
@@ -79,7 +79,6 @@ fn original(req: Request) -> Result<Request, Rejection> {
     for name in FORWARDED_METHOD.iter().chain(&FORWARDED_URI) {
         parts.headers.remove(*name);
     }
-    parts.extensions.insert(NoLease);
     Ok(Request::from_parts(parts, Body::empty()))
 }
 

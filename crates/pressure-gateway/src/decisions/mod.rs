@@ -107,7 +107,8 @@ impl DecisionState {
                 .layer(
                     RouteLayer::new(Arc::clone(&plan), Arc::clone(&metrics))
                         .force_access_log(force_access_log)
-                        .force_rate_limit_headers(true),
+                        .force_rate_limit_headers(true)
+                        .without_leases(),
                 )
                 .layer(PreAuthLayer::new(Arc::clone(&metrics)))
                 .layer(TenantLayer::new(broker.clone(), Arc::clone(&metrics)))

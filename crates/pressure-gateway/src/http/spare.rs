@@ -1,7 +1,7 @@
 //! A request's extension map, kept for the next request on the same server
 //! thread once the request needs it no more.
 //!
-//! The route layer puts one [`Routed`](super::Routed) in every request's
+//! The route layer puts one request context in every request's
 //! extensions. `http::Extensions` allocates its map (a box and a table)
 //! on the first insert: two of a proxied request's allocations, for a map
 //! that holds one or two entries. The proxy empties the map before the

@@ -3,7 +3,7 @@
 //! when a chunked body grows past it (the proxy and the OpenAI endpoint then
 //! answer `413` too).
 
-use super::{routed, step_layer, RejectingService, Step, StepFuture};
+use super::{context, step_layer, RejectingService, Step, StepFuture};
 use crate::rejection::Rejection;
 use axum::body::Body;
 use http::Request;
@@ -16,7 +16,7 @@ step_layer!(BodyLimitLayer);
 
 impl Step for BodyLimitLayer {
     fn step<S: RejectingService>(&self, next: &mut S, req: Request<Body>) -> StepFuture<S::Future> {
-        let Some(max) = routed(&req).map(|r| r.plan.max_body_bytes()) else {
+        let Some(max) = context(&req).map(|r| r.plan.max_body_bytes()) else {
             return StepFuture::next(next.call(req));
         };
         let declared = req

@@ -4,7 +4,7 @@
 //! ([`ForwardRequest`]), and maps the proxy's failures to refusals — the
 //! one place they are.
 
-use super::routed;
+use super::context;
 use super::Outcome;
 use crate::http::proxy::{BodyPolicy, ForwardRequest, ProxyClient, ProxyFailure};
 use crate::rejection::Rejection;
@@ -39,7 +39,7 @@ impl tower::Service<Request<Body>> for Forward {
     }
 
     fn call(&mut self, req: Request<Body>) -> Self::Future {
-        let Some(routed) = routed(&req) else {
+        let Some(routed) = context(&req) else {
             return Box::pin(async {
                 Err(Rejection::Internal("a request reached the proxy unrouted".into()))
             });

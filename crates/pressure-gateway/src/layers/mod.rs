@@ -19,6 +19,7 @@
 //! place.
 
 pub(crate) mod body_limit;
+pub(crate) mod context;
 pub(crate) mod forward;
 pub(crate) mod observe;
 pub(crate) mod pre_auth;
@@ -30,16 +31,14 @@ pub(crate) mod tenant;
 use crate::backend::AnyBackend;
 pub use crate::http::server::BodyService;
 use crate::metrics::{GatewayMetrics, Layer};
-use crate::permits::PermitSlot;
-use crate::plan::{Plan, Route};
 use crate::rejection::{RateLimited, Rejection};
 use axum::body::Body;
+pub(crate) use context::{charged, context, context_mut, RequestContext};
 use futures::future::BoxFuture;
 use http::{Request, Response};
 use pressure_core::{AcquireOptions, Acquisition, Permit, ResourceHandle};
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -182,59 +181,8 @@ pub(crate) fn take_ready<S: Clone>(inner: &mut S) -> S {
     std::mem::replace(inner, clone)
 }
 
-/// What the route layer puts in every request's extensions: the plan the
-/// request runs under and its route.
-#[derive(Debug, Clone)]
-pub(crate) struct Routed {
-    /// The plan current when the request arrived.
-    pub plan: Arc<Plan>,
-    /// The decision for the request.
-    pub route: Route,
-    /// The permits the request holds (the release layer gives them back):
-    /// carried here rather than as an extension of its own, one allocation
-    /// less per request. The route layer's observation gives them back
-    /// with the response body.
-    pub slot: PermitSlot,
-    /// The client's address, when the connection attached itself to the
-    /// route layer (otherwise it is in `ConnectInfo`).
-    pub peer: Option<std::net::SocketAddr>,
-    /// The connection's upstream timer, when the connection attached
-    /// itself to the route layer (the proxy then lends it for the
-    /// request's `totalMs`).
-    pub timer: Option<crate::http::proxy::ConnTimer>,
-}
-
-/// The [`Routed`] of a request that went through the route layer.
-pub(crate) fn routed<B>(req: &Request<B>) -> Option<&Routed> {
-    req.extensions().get::<Routed>()
-}
-
 /// How long a client is told to wait when the limiter failed outright.
 const LIMITER_RETRY: Duration = Duration::from_secs(1);
-
-/// The permit slot of a request: its route's (the release layer releases
-/// it), the one the release layer put in its extensions (a stack without
-/// the route layer), or a new one (then the permits live as long as the
-/// request).
-pub(crate) fn slot_of<B>(req: &mut Request<B>) -> PermitSlot {
-    if let Some(r) = routed(req) {
-        return r.slot.clone();
-    }
-    match req.extensions().get::<PermitSlot>() {
-        Some(s) => s.clone(),
-        None => {
-            let s = PermitSlot::default();
-            req.extensions_mut().insert(s.clone());
-            s
-        }
-    }
-}
-
-/// In a request's extensions: charge no concurrency lease for it (a
-/// forward-auth subrequest, which can never give a slot back; see
-/// `crate::decisions`). Rate and token limits are charged as usual.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct NoLease;
 
 /// Charges one request to `handle` for `layer`: on a grant the permit joins
 /// the request's slot; a denial is a 429, an outage (or a limiter failure)
@@ -278,12 +226,12 @@ pub(crate) fn acquire_if_ready(
     Some(settle(handle, req, layer, None, metrics, answer))
 }
 
-/// The acquisition options of a request: no concurrency lease for a
-/// [`NoLease`] one.
+/// The acquisition options of a request: no concurrency lease when its
+/// context says so.
 fn options_of(req: &Request<Body>) -> AcquireOptions {
-    match req.extensions().get::<NoLease>() {
-        Some(NoLease) => AcquireOptions::default().without_lease(),
-        None => AcquireOptions::default(),
+    match context(req) {
+        Some(c) if !c.leases => AcquireOptions::default().without_lease(),
+        _ => AcquireOptions::default(),
     }
 }
 
@@ -310,7 +258,7 @@ fn settle(
         Ok(Acquisition::Denied(d)) => {
             // A spent calendar budget says so; the request's deadline is
             // the gateway's upstream timeout.
-            let deadline = routed(req).map_or(Duration::ZERO, |r| r.plan.upstream_timeout());
+            let deadline = context(req).map_or(Duration::ZERO, |r| r.plan.upstream_timeout());
             let limits = handle.limits();
             let r =
                 RateLimited::new(handle.id(), limits, &d, layer, namespace_id).with_budget(limits, deadline);
@@ -328,8 +276,12 @@ fn settle(
 /// Holds `permit` (granted on `handle`) until the request ends: in its
 /// slot, and recorded as charged.
 pub(crate) fn hold(req: &mut Request<Body>, handle: &ResourceHandle<AnyBackend>, permit: Permit<AnyBackend>) {
-    slot_of(req).push(permit);
-    if let Some(c) = crate::charged::of(req) {
+    let Some(ctx) = context(req) else {
+        // No route layer: nothing holds permits past this call.
+        return;
+    };
+    ctx.slot.push(permit);
+    if let Some(c) = &ctx.charged {
         c.charged(handle);
     }
 }

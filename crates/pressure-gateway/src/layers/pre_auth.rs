@@ -4,7 +4,7 @@
 //! the request's [`crate::permits::PermitSlot`].
 
 use super::{
-    acquire_if_ready, charge, hold, routed, step_layer, take_ready, RejectingService, Step, StepFuture,
+    acquire_if_ready, charge, context, hold, step_layer, take_ready, RejectingService, Step, StepFuture,
 };
 use crate::metrics::{GatewayMetrics, Layer};
 use axum::body::Body;
@@ -28,7 +28,7 @@ step_layer!(PreAuthLayer);
 
 impl Step for PreAuthLayer {
     fn step<S: RejectingService>(&self, next: &mut S, mut req: Request<Body>) -> StepFuture<S::Future> {
-        let Some(handle) = routed(&req).and_then(|r| r.route.resource.clone()) else {
+        let Some(handle) = context(&req).and_then(|r| r.route.resource.clone()) else {
             return StepFuture::next(next.call(req));
         };
         // The in-process backend answers at once: no future of this

@@ -83,17 +83,11 @@ impl<S: RejectingService> tower::Service<Request<Body>> for ReleaseService<S> {
         self.next.poll_ready(cx)
     }
 
-    fn call(&mut self, mut req: Request<Body>) -> ReleaseFuture<S::Future> {
-        // The route's slot; a slot of its own without the route layer.
-        let (slot, routed) = match super::routed(&req) {
-            Some(r) => (r.slot.clone(), true),
-            None => {
-                let slot = PermitSlot::default();
-                req.extensions_mut().insert(slot.clone());
-                (slot, false)
-            }
-        };
-        let guard = Guard(Some(slot));
+    fn call(&mut self, req: Request<Body>) -> ReleaseFuture<S::Future> {
+        // The route's slot; without the route layer nothing holds permits.
+        let slot = super::context(&req).map(|c| c.slot.clone());
+        let routed = slot.is_some();
+        let guard = Guard(slot);
         ReleaseFuture {
             fut: self.next.call(req),
             guard,

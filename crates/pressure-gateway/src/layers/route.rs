@@ -7,7 +7,7 @@
 //!   the normalised path, so the limits, the route and the upstream all see
 //!   the same one.
 //! * The current [`Plan`] is read once and the request routed once; both go
-//!   into the request's extensions ([`Routed`]).
+//!   into the request's extensions ([`RequestContext`]).
 //! * A [`Rejection`] from any inner layer is counted, logged and rendered
 //!   in the route's dialect.
 //! * Every request is observed ([`super::observe`]): traffic metrics, and
@@ -17,7 +17,7 @@
 //!   them ([`super::ratelimit_headers`]).
 
 use super::observe::{labels, LastSeries, Observation};
-use super::{ratelimit_headers, Outcome, Routed};
+use super::{ratelimit_headers, Outcome, RequestContext};
 use crate::access_log::AccessRecord;
 use crate::charged::Charged;
 use crate::http::server::ConnLink;
@@ -46,6 +46,7 @@ pub struct RouteLayer {
     metrics: Arc<GatewayMetrics>,
     force_access_log: bool,
     force_rate_limit_headers: bool,
+    leases: bool,
 }
 
 impl RouteLayer {
@@ -56,7 +57,17 @@ impl RouteLayer {
             metrics,
             force_access_log: false,
             force_rate_limit_headers: false,
+            leases: true,
         }
+    }
+
+    /// Charges no concurrency lease for the requests it routes (forward
+    /// auth: a subrequest can never give a slot back); rate and token
+    /// limits are charged as usual.
+    #[must_use]
+    pub(crate) fn without_leases(mut self) -> Self {
+        self.leases = false;
+        self
     }
 
     /// Writes the access log whatever the plan says when `on`.
@@ -86,6 +97,7 @@ impl<S> tower::Layer<S> for RouteLayer {
             metrics: Arc::clone(&self.metrics),
             force_access_log: self.force_access_log,
             force_rate_limit_headers: self.force_rate_limit_headers,
+            leases: self.leases,
             conn: None,
             last_slot: None,
             timer: None,
@@ -102,8 +114,9 @@ pub struct RouteService<S> {
     metrics: Arc<GatewayMetrics>,
     force_access_log: bool,
     force_rate_limit_headers: bool,
+    leases: bool,
     /// The client connection this copy serves, when the server attached it
-    /// (`crate::http::server::Attach`): the peer goes into [`Routed`], and the
+    /// (`crate::http::server::Attach`): the peer goes into the [`RequestContext`], and the
     /// request's in-flight count rides in its observation, so the
     /// connection wraps nothing of its own.
     conn: Option<ConnLink>,
@@ -251,18 +264,18 @@ where
             .proxied(proxied)
             .holding(Some(slot.clone()), in_flight);
         let headers = charged.clone().filter(|_| rate_limit_headers);
-        let concurrency = req.extensions().get::<super::NoLease>().is_none();
+        let concurrency = self.leases;
         let denial_lines = plan.denial_lines();
         crate::http::spare::lend(req.extensions_mut());
-        if let Some(c) = charged {
-            req.extensions_mut().insert(c);
-        }
-        req.extensions_mut().insert(Routed {
+        req.extensions_mut().insert(RequestContext {
             plan,
             route,
             slot,
             peer: self.conn.as_ref().map(|c| c.peer),
             timer: self.timer.clone(),
+            charged,
+            leases: self.leases,
+            payer: None,
         });
         let fut = self.inner.call(req);
         RouteFuture {

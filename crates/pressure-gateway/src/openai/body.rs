@@ -36,7 +36,7 @@ pub(super) fn require(object: &Map<String, Value>, fields: [&str; 2]) -> Result<
 /// body-limit layer bounds the body (413 on a declared length above the
 /// limit, a cut stream otherwise): both answer the same 413.
 pub(crate) async fn read_object(req: Request<Body>) -> Result<Map<String, Value>, Rejection> {
-    let max = crate::layers::routed(&req).map_or(u64::MAX, |r| r.plan.max_body_bytes());
+    let max = crate::layers::context(&req).map_or(u64::MAX, |r| r.plan.max_body_bytes());
     let bytes = match axum::body::to_bytes(req.into_body(), usize::MAX).await {
         Ok(b) => b,
         Err(e) if is_too_large(&e) => return Err(Rejection::PayloadTooLarge { max }),

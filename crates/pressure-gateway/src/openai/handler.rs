@@ -34,7 +34,7 @@ fn caller_request_id<B>(req: &Request<B>) -> Option<String> {
 /// tenant layer named one (its budget is charged every attempt).
 fn caller_of<B>(req: &Request<B>, request_id: &str) -> Caller<AnyBackend> {
     let caller = Caller::new(request_id);
-    match crate::layers::tenant::payer_of(req) {
+    match crate::layers::context(req).and_then(|c| c.payer.clone()) {
         Some(payer) => caller.paid_by(payer),
         None => caller,
     }

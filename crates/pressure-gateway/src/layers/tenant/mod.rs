@@ -11,7 +11,7 @@
 
 mod key_limit;
 
-use super::{routed, step_layer, take_ready, RejectingService, Step, StepFuture};
+use super::{charged, context, context_mut, step_layer, take_ready, RejectingService, Step, StepFuture};
 use crate::auth::credential::{self, Identity};
 use crate::auth::{AuthError, Tenant};
 use crate::backend::{AnyBackend, Broker};
@@ -24,18 +24,6 @@ use http::Request;
 use pressure_core::ResourceHandle;
 use std::sync::Arc;
 use std::time::Duration;
-
-/// The tenant's resource, charged the tokens and money of the request's
-/// LLM calls (`crate::openai`) beside its request.
-#[derive(Clone, Debug)]
-pub(crate) struct Payer(pub(crate) pressure_core::ResourceHandle<crate::backend::AnyBackend>);
-
-/// The [`Payer`] of a request the tenant layer admitted, if any.
-pub(crate) fn payer_of<B>(
-    req: &Request<B>,
-) -> Option<pressure_core::ResourceHandle<crate::backend::AnyBackend>> {
-    req.extensions().get::<Payer>().map(|p| p.0.clone())
-}
 
 /// Verifies JWTs and API keys and applies per-tenant (and per-key) limits.
 #[derive(Clone, Debug)]
@@ -75,7 +63,7 @@ step_layer!(TenantLayer);
 
 impl Step for TenantLayer {
     fn step<S: RejectingService>(&self, next: &mut S, mut req: Request<Body>) -> StepFuture<S::Future> {
-        let Some(plan) = routed(&req).map(|r| Arc::clone(&r.plan)) else {
+        let Some(plan) = context(&req).map(|r| Arc::clone(&r.plan)) else {
             return StepFuture::next(next.call(req));
         };
         let policy = plan.tenant();
@@ -90,8 +78,7 @@ impl Step for TenantLayer {
             Ok(None) => return StepFuture::next(next.call(req)),
             Err(e) => return StepFuture::refuse(req, Rejection::Unauthorized(e)),
         };
-        req.extensions_mut().insert(tenant.clone());
-        if let Some(c) = crate::charged::of(&req) {
+        if let Some(c) = charged(&req) {
             c.tenant(&tenant.0);
             if let Some(k) = &key {
                 c.api_key(&k.label);
@@ -106,14 +93,14 @@ impl Step for TenantLayer {
             return StepFuture::next(next.call(req));
         }
         // Only the LLM endpoints spend money: a proxied request carries no
-        // payer (no extension to allocate on the pass path).
-        let pays = routed(&req).is_some_and(|r| r.route.endpoint != Endpoint::Proxy);
+        // payer.
+        let pays = context(&req).is_some_and(|r| r.route.endpoint != Endpoint::Proxy);
         let mut next = take_ready(next);
         let metrics = Arc::clone(&self.metrics);
         StepFuture::boxed(async move {
             key_limit::charge_all(handle.as_ref(), key_limit.as_ref(), &mut req, &tenant.0, &metrics).await?;
-            if let Some(handle) = handle.filter(|_| pays) {
-                req.extensions_mut().insert(Payer(handle));
+            if let (Some(handle), Some(ctx)) = (handle.filter(|_| pays), context_mut(&mut req)) {
+                ctx.payer = Some(handle);
             }
             next.call(req).await
         })
