@@ -54,7 +54,7 @@ type Chart<'a, 'b> = ChartContext<'a, SVGBackend<'b>, Cartesian2d<RangedCoordf64
 pub fn throughput_svg(s: &ScenarioReport) -> String {
     let title = format!("{}: throughput", s.name);
     render(&title, |root| {
-        let rate = |count: u64, width_ms: f64| count as f64 / (width_ms / 1000.0);
+        let rate = |count: u64, width_ms: f64| count_f64(count) / (width_ms / 1000.0);
         let buckets: Vec<_> = s
             .throughput
             .iter()
@@ -144,12 +144,7 @@ fn lines_chart<const N: usize>(
 pub fn breaker_svg(s: &ScenarioReport) -> String {
     let title = format!("{}: circuit breakers", s.name);
     render(&title, |root| {
-        let mut names: Vec<&str> = Vec::new();
-        for span in &s.breaker {
-            if !names.contains(&span.breaker.as_str()) {
-                names.push(&span.breaker);
-            }
-        }
+        let names = breaker_names(s);
         if names.is_empty() {
             root.titled(&title, (FONT, 16))?.draw(&Text::new(
                 "no breaker transitions",
@@ -158,7 +153,7 @@ pub fn breaker_svg(s: &ScenarioReport) -> String {
             ))?;
             return Ok(());
         }
-        let rows = names.len() as f64;
+        let rows = count_f64(names.len());
         let spans = s
             .breaker
             .iter()
@@ -170,24 +165,14 @@ pub fn breaker_svg(s: &ScenarioReport) -> String {
                 .chain(phase_ends(&s.phases)),
             1.0,
         );
-        let label_width = names.iter().map(|n| n.chars().count()).max().unwrap_or(0) as u32 * 7 + 16;
+        let longest = names.iter().map(|n| n.chars().count()).max().unwrap_or(0);
+        let label_width = u32::try_from(longest)
+            .unwrap_or(u32::MAX)
+            .saturating_mul(7)
+            .saturating_add(16);
 
         let (top, body) = root.split_vertically(50);
-        top.draw(&Text::new(
-            title.as_str(),
-            (WIDTH as i32 / 2, 10),
-            text_style(16, BLACK, HPos::Center, VPos::Top),
-        ))?;
-        let states = [("closed", CLOSED), ("half_open", HALF_OPEN), ("open", OPEN)];
-        for (i, (state, color)) in states.iter().enumerate() {
-            let x = WIDTH as i32 - 270 + i as i32 * 90;
-            top.draw(&Rectangle::new([(x, 33), (x + 14, 45)], color.filled()))?;
-            top.draw(&Text::new(
-                *state,
-                (x + 18, 39),
-                text_style(12, BLACK, HPos::Left, VPos::Center),
-            ))?;
-        }
+        draw_state_legend(&top, &title)?;
         let mut chart = ChartBuilder::on(&body)
             .margin(10)
             .x_label_area_size(40)
@@ -204,48 +189,104 @@ pub fn breaker_svg(s: &ScenarioReport) -> String {
         for span in spans {
             let row = names.iter().position(|n| *n == span.breaker).unwrap_or(0);
             // The first breaker on top.
-            let y = rows - 1.0 - row as f64;
+            let y = rows - 1.0 - count_f64(row);
             let (a, b) = ordered(span.start_ms / 1000.0, span.end_ms / 1000.0);
-            let color = match span.state.as_str() {
-                "closed" => CLOSED,
-                "half_open" => HALF_OPEN,
-                "open" => OPEN,
-                _ => OTHER_STATE,
-            };
             chart.draw_series(std::iter::once(Rectangle::new(
                 [(a, y + 0.15), (b, y + 0.85)],
-                color.mix(BAND_OPACITY).filled(),
+                state_color(&span.state).mix(BAND_OPACITY).filled(),
             )))?;
         }
-        for (row, name) in names.iter().enumerate() {
-            let (_, py) = chart.backend_coord(&(0.0, rows - 0.5 - row as f64));
-            let (px, _) = chart.backend_coord(&(0.0, 0.0));
-            root.draw(&Text::new(
-                *name,
-                (px - 6, py),
-                text_style(12, BLACK, HPos::Right, VPos::Center),
-            ))?;
-        }
-        for phase in s
-            .phases
-            .iter()
-            .filter(|p| p.fault && p.start_ms.is_finite() && p.end_ms.is_finite())
-        {
-            let (a, b) = ordered(phase.start_ms / 1000.0, phase.end_ms / 1000.0);
-            for x in [a, b] {
-                chart.draw_series(std::iter::once(PathElement::new(
-                    vec![(x, 0.0), (x, rows)],
-                    BLACK.mix(0.6).stroke_width(1),
-                )))?;
-            }
-            chart.draw_series(std::iter::once(Text::new(
-                phase.name.clone(),
-                (a, rows),
-                text_style(11, BLACK, HPos::Left, VPos::Top),
-            )))?;
-        }
-        Ok(())
+        draw_breaker_names(root, &chart, &names)?;
+        mark_fault_phases(&mut chart, &s.phases, rows)
     })
+}
+
+/// The breakers of `s` in the order they first appear (one row each).
+fn breaker_names(s: &ScenarioReport) -> Vec<&str> {
+    let mut names: Vec<&str> = Vec::new();
+    for span in &s.breaker {
+        if !names.contains(&span.breaker.as_str()) {
+            names.push(&span.breaker);
+        }
+    }
+    names
+}
+
+/// The colour of a breaker state's band.
+fn state_color(state: &str) -> RGBColor {
+    match state {
+        "closed" => CLOSED,
+        "half_open" => HALF_OPEN,
+        "open" => OPEN,
+        _ => OTHER_STATE,
+    }
+}
+
+/// The title and, at its right, a swatch per breaker state.
+fn draw_state_legend(top: &Area<'_>, title: &str) -> DrawResult {
+    top.draw(&Text::new(
+        title,
+        (WIDTH as i32 / 2, 10),
+        text_style(16, BLACK, HPos::Center, VPos::Top),
+    ))?;
+    let mut x = WIDTH as i32 - 270;
+    for state in ["closed", "half_open", "open"] {
+        top.draw(&Rectangle::new(
+            [(x, 33), (x + 14, 45)],
+            state_color(state).filled(),
+        ))?;
+        top.draw(&Text::new(
+            state,
+            (x + 18, 39),
+            text_style(12, BLACK, HPos::Left, VPos::Center),
+        ))?;
+        x += 90;
+    }
+    Ok(())
+}
+
+/// Each breaker's name left of its row, the first on top.
+fn draw_breaker_names(root: &Area<'_>, chart: &Chart<'_, '_>, names: &[&str]) -> DrawResult {
+    let rows = count_f64(names.len());
+    let (px, _) = chart.backend_coord(&(0.0, 0.0));
+    for (row, name) in names.iter().enumerate() {
+        let (_, py) = chart.backend_coord(&(0.0, rows - 0.5 - count_f64(row)));
+        root.draw(&Text::new(
+            *name,
+            (px - 6, py),
+            text_style(12, BLACK, HPos::Right, VPos::Center),
+        ))?;
+    }
+    Ok(())
+}
+
+/// A line at the start and at the end of each fault phase, the phase
+/// named at the top.
+fn mark_fault_phases(chart: &mut Chart<'_, '_>, phases: &[PhaseSpan], rows: f64) -> DrawResult {
+    for phase in phases
+        .iter()
+        .filter(|p| p.fault && p.start_ms.is_finite() && p.end_ms.is_finite())
+    {
+        let (a, b) = ordered(phase.start_ms / 1000.0, phase.end_ms / 1000.0);
+        for x in [a, b] {
+            chart.draw_series(std::iter::once(PathElement::new(
+                vec![(x, 0.0), (x, rows)],
+                BLACK.mix(0.6).stroke_width(1),
+            )))?;
+        }
+        chart.draw_series(std::iter::once(Text::new(
+            phase.name.clone(),
+            (a, rows),
+            text_style(11, BLACK, HPos::Left, VPos::Top),
+        )))?;
+    }
+    Ok(())
+}
+
+/// A count (rows, requests in a bucket) as a coordinate: exact up to
+/// `u32::MAX`, saturating past it.
+fn count_f64(n: impl TryInto<u32>) -> f64 {
+    f64::from(n.try_into().unwrap_or(u32::MAX))
 }
 
 /// Draws into a fresh 800×300 SVG; on a drawing error returns a small SVG
