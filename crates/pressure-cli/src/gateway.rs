@@ -67,8 +67,11 @@ pub(crate) struct CheckConfigArgs {
     file: PathBuf,
 }
 
-fn load_or_exit(path: &Path) -> pressure_gateway::config::GatewayConfig {
-    pressure_gateway::config::load(path).unwrap_or_else(|e| invalid(path, &e))
+/// The config file at `path` as read (shape, files, manifests), not yet
+/// checked: the gateway checks it once as it builds its plan, and
+/// `check-config` builds that plan on a broker of its own.
+fn read_or_exit(path: &Path) -> pressure_gateway::config::GatewayConfig {
+    pressure_gateway::config::read(path).unwrap_or_else(|e| invalid(path, &e))
 }
 
 /// Reports the config problem `e` of the file at `path` and exits 2.
@@ -90,7 +93,7 @@ fn base_dir(path: &Path) -> PathBuf {
 }
 
 pub(crate) fn check(args: CheckConfigArgs) -> anyhow::Result<()> {
-    let cfg = load_or_exit(&args.file);
+    let cfg = read_or_exit(&args.file);
     // The plan the gateway would serve, plugin manifests merged: built on
     // a broker of its own, as the gateway builds it at start.
     if let Err(errors) = pressure_gateway::config::validate(&cfg, &base_dir(&args.file)) {
@@ -112,7 +115,13 @@ pub(crate) fn check(args: CheckConfigArgs) -> anyhow::Result<()> {
 }
 
 pub(crate) async fn run(args: GatewayArgs) -> anyhow::Result<()> {
-    let cfg = load_or_exit(&args.config);
+    // Checked once, before anything listens: the gateway builds its plan
+    // from what this check loaded.
+    let checked = match pressure_gateway::config::check(read_or_exit(&args.config), &base_dir(&args.config)) {
+        Ok(checked) => checked,
+        Err(errors) => invalid(&args.config, errors.first()),
+    };
+    let cfg = checked.config();
     if args.demo_upstream {
         let up = cfg
             .upstreams
@@ -144,7 +153,7 @@ pub(crate) async fn run(args: GatewayArgs) -> anyhow::Result<()> {
         access_log: args.access_log,
         share_cores: args.share_cores,
     };
-    match pressure_gateway::run(cfg, &base_dir(&args.config), options).await {
+    match pressure_gateway::run(checked, &base_dir(&args.config), options).await {
         Ok(()) => Ok(()),
         Err(pressure_gateway::GatewayError::Config(e)) => {
             eprintln!("error: {}: {e}", args.config.display());

@@ -25,9 +25,9 @@ use crate::openai::Llm;
 use crate::plan::overrides::store::Overrides;
 use crate::plan::overrides::LiveOverrides;
 use crate::plan::reload::{self, ReloadOutcome};
-use crate::plan::Plan;
+use crate::plan::Listeners;
 use crate::plan::PlanCell;
-use crate::plan::{Listeners, LoadedTls};
+use crate::plan::{CheckedConfig, Plan};
 use crate::settings::{BackendConfig, ConfigError, GatewayConfig, DEFAULT_MAX_PERMITS};
 use arc_swap::ArcSwap;
 use axum::body::Body;
@@ -175,9 +175,20 @@ fn llm_error(e: LlmError) -> ConfigError {
 }
 
 impl Gateway {
-    /// Builds the gateway from a validated `config`; `base_dir` resolves
-    /// relative files (JWT keys). Sets up the Redis backend when configured.
+    /// Checks `config` ([`Plan::checked`]; its errors are
+    /// [`GatewayError::Config`]) and builds the gateway from it; `base_dir`
+    /// resolves relative files (JWT keys, certificates). Sets up the Redis
+    /// backend when configured.
     pub async fn build(config: GatewayConfig, base_dir: &Path) -> Result<Self, GatewayError> {
+        let checked = Plan::checked(config, base_dir).map_err(ConfigError::from)?;
+        Self::from_checked(checked, base_dir).await
+    }
+
+    /// Builds the gateway from a config checked once ([`Plan::checked`]):
+    /// its plan is built from what the check loaded, on the gateway's
+    /// broker, without checking again.
+    pub async fn from_checked(checked: CheckedConfig, base_dir: &Path) -> Result<Self, GatewayError> {
+        let config = checked.config();
         // Redis down at start is not fatal: the failure mode applies and a
         // background probe reconnects (docs/architecture.md#lifecycle-and-live-reload).
         let redis_config = match &config.backend {
@@ -231,12 +242,12 @@ impl Gateway {
             .decisions
             .as_ref()
             .map_or(DEFAULT_MAX_PERMITS, |d| d.max_permits);
-        let tls = LoadedTls::load(&config, base_dir)?.into_listeners();
         let backend_config = config.backend.clone();
         let live = Arc::new(LiveOverrides::default());
-        let plan = Plan::build(config, base_dir, &broker, llm)
+        let mut plan = Plan::from_checked(checked, &broker, llm)
             .map_err(ConfigError::from)?
             .with_live_overrides(Arc::clone(&live));
+        let tls = plan.take_tls().into_listeners();
         let plan: PlanCell = Arc::new(ArcSwap::from_pointee(plan));
         let overrides = Overrides::start(&backend_config, live, plan.clone(), broker.clone());
         Ok(Self {
@@ -345,7 +356,7 @@ impl Gateway {
     /// `pressure_config_reloads_total{result}` and logged either way.
     pub fn reload(&self) -> Result<ReloadOutcome, ConfigError> {
         let result = match self.source() {
-            Some(path) => crate::plan::load(path).and_then(|c| self.apply(c)),
+            Some(path) => crate::plan::read(path).and_then(|c| self.apply(c)),
             None => Err(ConfigError::new(
                 "(reload)",
                 "the gateway was not started from a config file",
@@ -380,9 +391,9 @@ impl Gateway {
         reload::check_restart_only(old.config(), &config)?;
         let outcome = ReloadOutcome::between(old.config(), &config);
         // Certificates are read again on every reload (even when the file
-        // names did not change), before anything changes.
-        let tls = LoadedTls::load(&config, &self.inner.base_dir)?;
-        let plan = Plan::build(
+        // names did not change), by the plan's build, before anything
+        // changes.
+        let mut plan = Plan::build(
             config,
             &self.inner.base_dir,
             &self.inner.broker,
@@ -390,6 +401,7 @@ impl Gateway {
         )
         .map_err(ConfigError::from)?
         .with_live_overrides(Arc::clone(self.inner.overrides.live()));
+        let tls = plan.take_tls();
         reload::retemplate_tenants(&self.inner.broker, &old, &plan);
         for id in old.resource_ids().difference(plan.resource_ids()) {
             self.inner.broker.unregister(id);

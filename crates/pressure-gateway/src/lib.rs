@@ -32,7 +32,7 @@ mod charged;
 /// `settings/`), and its loading, which is its validation: a config loads
 /// when its plan builds (`plan/load.rs`).
 pub mod config {
-    pub use crate::plan::{load, parse, parse_in, validate};
+    pub use crate::plan::{check, load, parse, parse_in, read, validate, CheckedConfig};
     pub use crate::settings::*;
 }
 mod decisions;

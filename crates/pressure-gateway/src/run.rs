@@ -21,7 +21,7 @@
 use crate::drain::{drain, Listening};
 use crate::gateway::{Gateway, GatewayError};
 use crate::http::server::{core_share, distribute, serve_from, Source};
-use crate::settings::GatewayConfig;
+use crate::plan::CheckedConfig;
 use crate::GatewayService;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
@@ -80,10 +80,11 @@ fn raise_fd_limit() {
     }
 }
 
-/// Runs the gateway of `config` until `SIGTERM`/`SIGINT`; `base_dir`
-/// resolves relative files.
-pub async fn run(config: GatewayConfig, base_dir: &Path, options: RunOptions) -> Result<(), GatewayError> {
+/// Runs the gateway of a config checked once (`crate::config::check`)
+/// until `SIGTERM`/`SIGINT`; `base_dir` resolves relative files.
+pub async fn run(checked: CheckedConfig, base_dir: &Path, options: RunOptions) -> Result<(), GatewayError> {
     raise_fd_limit();
+    let config = checked.config();
     let listen = config.listen.clone();
     let admin_addr = config.admin.listen.clone();
     let proxy_socket = bind(&listen, "gateway.listen")?;
@@ -98,7 +99,7 @@ pub async fn run(config: GatewayConfig, base_dir: &Path, options: RunOptions) ->
         Some(r) => Some(bind(&r.listen, "gateway.rls.listen")?),
         None => None,
     };
-    let mut gateway = Gateway::build(config, base_dir).await?;
+    let mut gateway = Gateway::from_checked(checked, base_dir).await?;
     if let Some(path) = &options.config_path {
         gateway = gateway.with_source(path);
     }

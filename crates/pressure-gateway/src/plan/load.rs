@@ -10,7 +10,7 @@
 //! `knn` level's `examples` are made absolute here, at load.
 
 use super::manifests::apply_manifests;
-use super::Plan;
+use super::{CheckedConfig, Plan};
 use crate::settings::{
     base_dir_of, parse_shape, resolve_files, resolve_llm_files, ConfigError, ConfigErrors, GatewayConfig,
 };
@@ -45,6 +45,31 @@ pub fn parse_in(json: &str, base_dir: &Path) -> Result<GatewayConfig, ConfigErro
 /// request.
 pub fn validate(cfg: &GatewayConfig, base_dir: &Path) -> Result<Plan, ConfigErrors> {
     Plan::check(cfg.clone(), base_dir)
+}
+
+/// Reads the config file at `path`: its shape parsed, its relative file
+/// names resolved against the file's directory, its plugin manifests
+/// merged, and nothing else checked — what the gateway checks once when it
+/// builds its plan from it ([`Plan::checked`]) and `pressure check-config`
+/// with [`validate`].
+pub fn read(path: &Path) -> Result<GatewayConfig, ConfigError> {
+    let text = std::fs::read_to_string(path).map_err(|e| {
+        ConfigError::new(path.display().to_string(), format!("cannot read: {e}")).with_file(path)
+    })?;
+    let base_dir = base_dir_of(path);
+    let mut cfg = parse_shape(&text)?;
+    resolve_files(&mut cfg, base_dir);
+    resolve_llm_files(&mut cfg, base_dir);
+    apply_manifests(&mut cfg, base_dir)?;
+    Ok(cfg)
+}
+
+/// Checks `cfg` once, loading what its checks read (TLS files, the JWT
+/// key, secrets from the environment), for the gateway to build its plan
+/// from ([`crate::Gateway::from_checked`], [`crate::run`]) without checking
+/// again. `base_dir` resolves relative file names.
+pub fn check(cfg: GatewayConfig, base_dir: &Path) -> Result<CheckedConfig, ConfigErrors> {
+    Plan::checked(cfg, base_dir)
 }
 
 /// Reads the config file at `path`, then does what [`parse_in`] does with

@@ -20,13 +20,27 @@ pub(crate) struct Listeners {
 
 /// The TLS configs of `config` (files relative to `base_dir`), loaded but
 /// not yet in use, so a reload can fail before it changes anything.
+#[derive(Debug)]
 pub(crate) struct LoadedTls {
     proxy: Option<Arc<rustls::ServerConfig>>,
     admin: Option<Arc<rustls::ServerConfig>>,
     upstreams: UpstreamTls,
 }
 
+impl Default for LoadedTls {
+    /// No listener certificate; upstreams verified against the public roots.
+    fn default() -> Self {
+        Self {
+            proxy: None,
+            admin: None,
+            upstreams: UpstreamTls::public_roots(),
+        }
+    }
+}
+
 impl LoadedTls {
+    /// Reads the listeners' certificates and the upstreams' CA files of
+    /// `config` (relative to `base_dir`).
     pub(crate) fn load(config: &GatewayConfig, base_dir: &Path) -> Result<Self, ConfigError> {
         let server = |tls: &Option<ListenerTlsConfig>, path: &str| {
             tls.as_ref().map(|t| server_config(t, base_dir, path)).transpose()

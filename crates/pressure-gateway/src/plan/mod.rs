@@ -26,7 +26,7 @@ mod setting_checks;
 mod tls;
 mod upstreams;
 
-pub use load::{load, parse, parse_in, validate};
+pub use load::{check, load, parse, parse_in, read, validate};
 pub(crate) use loaded_tls::{Listeners, LoadedTls};
 pub(crate) use router::model_id;
 pub use router::{Endpoint, Route, Router};
@@ -51,6 +51,29 @@ pub type Llm = Arc<LlmClient<AnyBackend>>;
 /// The plan the gateway serves now, swapped whole on reload.
 pub type PlanCell = Arc<ArcSwap<Plan>>;
 
+/// A config whose every check passed, with what the checks loaded: what
+/// [`Plan::from_checked`] builds a plan from without reading or checking
+/// anything again (the gateway keeps the plan of the config it checked).
+#[derive(Debug)]
+pub struct CheckedConfig {
+    upstreams: crate::http::proxy::Upstreams,
+    auth: Option<Arc<Authenticator>>,
+    keys: Vec<api_keys::CheckedKey>,
+    limited: Vec<limits::Limited>,
+    template: Option<LimitTemplate>,
+    decided: Vec<limits::Limited>,
+    tenant_overrides: BTreeMap<String, LimitTemplate>,
+    tls: LoadedTls,
+    config: GatewayConfig,
+}
+
+impl CheckedConfig {
+    /// The config.
+    pub fn config(&self) -> &GatewayConfig {
+        &self.config
+    }
+}
+
 /// The built request path of one config.
 #[derive(Debug)]
 pub struct Plan {
@@ -66,23 +89,31 @@ pub struct Plan {
     resources: BTreeSet<String>,
     tenant_overrides: BTreeMap<String, LimitTemplate>,
     live: Arc<LiveOverrides>,
+    tls: LoadedTls,
     config: GatewayConfig,
 }
 
 impl Plan {
-    /// Builds the plan of `config` on `broker`, checking it as it goes:
-    /// every route and service limit is registered, or updated in place
-    /// when its limits changed (current usage kept). `base_dir` resolves
-    /// key and certificate files; `llm` is the client of `config.llm`,
-    /// built by the caller. Nothing is registered unless the whole config
-    /// builds; otherwise every problem found, in the order of the config's
-    /// sections.
+    /// Builds the plan of `config` on `broker`: [`check`](Self::checked)
+    /// then [`from_checked`](Self::from_checked). Nothing is registered
+    /// unless the whole config checks; otherwise every problem found, in
+    /// the order of the config's sections.
     pub fn build(
         config: GatewayConfig,
         base_dir: &Path,
         broker: &Broker,
         llm: Option<Llm>,
     ) -> Result<Self, ConfigErrors> {
+        Self::from_checked(Self::checked(config, base_dir)?, broker, llm)
+    }
+
+    /// Checks `config` whole, loading what its checks read once (TLS
+    /// files, the JWT key, secrets from the environment): every problem
+    /// found, in the order of the config's sections, or the config with
+    /// what was loaded, for [`from_checked`](Self::from_checked) to build
+    /// on a broker without reading or checking anything again. `base_dir`
+    /// resolves key and certificate files.
+    pub fn checked(config: GatewayConfig, base_dir: &Path) -> Result<CheckedConfig, ConfigErrors> {
         let mut problems = Problems::default();
         problems.keep(listeners::check_listen(&config));
         problems.keep(listeners::check_admin(&config.admin, &config.listen));
@@ -93,7 +124,7 @@ impl Plan {
         let pressure = problems.keep(limits::build(&config));
         problems.keep(setting_checks::check_request_limits(&config));
         problems.keep(setting_checks::check_llm(&config));
-        problems.keep(tls::check(&config, base_dir));
+        let tls = problems.keep(tls::load(&config, base_dir));
         let decided = problems.keep(limits::decision_resources(&config));
         problems.keep(listeners::check_decisions(&config));
         let tenant_overrides =
@@ -105,12 +136,45 @@ impl Plan {
             Some((limited, template)),
             Some(decided),
             Some(tenant_overrides),
-        ) = (upstreams, auth, keys, pressure, decided, tenant_overrides)
+            Some(tls),
+        ) = (upstreams, auth, keys, pressure, decided, tenant_overrides, tls)
         else {
             return Err(problems.into_errors());
         };
         problems.into_result()?;
+        Ok(CheckedConfig {
+            upstreams,
+            auth,
+            keys,
+            limited,
+            template,
+            decided,
+            tenant_overrides,
+            tls,
+            config,
+        })
+    }
 
+    /// The plan of a checked config on `broker`: every route and service
+    /// limit is registered, or updated in place when its limits changed
+    /// (current usage kept); `llm` is the client of `config.llm`, built by
+    /// the caller.
+    pub fn from_checked(
+        checked: CheckedConfig,
+        broker: &Broker,
+        llm: Option<Llm>,
+    ) -> Result<Self, ConfigErrors> {
+        let CheckedConfig {
+            upstreams,
+            auth,
+            keys,
+            limited,
+            template,
+            decided,
+            tenant_overrides,
+            tls,
+            config,
+        } = checked;
         let mut ids = BTreeSet::new();
         let mut services = std::collections::BTreeMap::new();
         let mut router = Router::new().with_llm(llm.is_some());
@@ -163,8 +227,15 @@ impl Plan {
             resources: ids,
             tenant_overrides,
             live: Arc::default(),
+            tls,
             config,
         })
+    }
+
+    /// The TLS files this plan loaded, to install (taken once: the plan
+    /// keeps none of it afterwards).
+    pub(crate) fn take_tls(&mut self) -> LoadedTls {
+        std::mem::take(&mut self.tls)
     }
 
     /// Builds the plan of `config` on a broker of its own, in memory and
@@ -174,7 +245,7 @@ impl Plan {
         let scratch: Broker =
             pressure_core::ResourceBroker::builder(AnyBackend::Memory(pressure_core::MemoryBackend::new()))
                 .build();
-        Self::build(config, base_dir, &scratch, None)
+        Self::from_checked(Self::checked(config, base_dir)?, &scratch, None)
     }
 
     /// The router.

@@ -12,7 +12,7 @@
 //!   else none.
 
 use crate::backend::AnyBackend;
-use crate::http::proxy::{prefix_matches, Upstream};
+use crate::http::proxy::{prefix_matches, Upstream, Upstreams};
 use http::Method;
 use pressure_core::ResourceHandle;
 use std::sync::Arc;
@@ -94,12 +94,6 @@ fn llm_endpoint(method: &Method, path: &str) -> Option<Endpoint> {
     }
 }
 
-/// One upstream and its `perService` resource.
-#[derive(Debug, Clone)]
-struct ServiceEntry {
-    upstream: Arc<Upstream>,
-    resource: Option<ResourceHandle<AnyBackend>>,
-}
 
 /// One `perRoute` prefix.
 #[derive(Debug, Clone)]
@@ -113,8 +107,11 @@ struct RouteEntry {
 pub struct Router {
     /// Longest prefix first.
     routes: Vec<RouteEntry>,
-    /// Longest prefix first.
-    services: Vec<ServiceEntry>,
+    /// The upstreams: the one routing table, which the proxy on its own
+    /// routes with too.
+    upstreams: Upstreams,
+    /// Each upstream's `perService` resource, in `upstreams`' order.
+    services: Vec<Option<ResourceHandle<AnyBackend>>>,
     /// Whether the gateway serves the OpenAI endpoint.
     llm: bool,
 }
@@ -127,9 +124,8 @@ impl Router {
 
     /// Adds an upstream with its `perService` resource, if any.
     pub fn upstream(mut self, upstream: Arc<Upstream>, resource: Option<ResourceHandle<AnyBackend>>) -> Self {
-        self.services.push(ServiceEntry { upstream, resource });
-        self.services
-            .sort_by_key(|e| std::cmp::Reverse(e.upstream.path_prefix().len()));
+        let at = self.upstreams.insert(upstream);
+        self.services.insert(at, resource);
         self
     }
 
@@ -151,22 +147,19 @@ impl Router {
 
     /// The decision for a request to `path` (already normalised).
     pub fn route(&self, method: &Method, path: &str) -> Route {
-        let service = self
-            .services
-            .iter()
-            .find(|e| prefix_matches(e.upstream.path_prefix(), path));
+        let service = self.upstreams.position(path);
         let resource = self
             .routes
             .iter()
             .find(|e| prefix_matches(&e.prefix, path))
             .map(|e| e.resource.clone())
-            .or_else(|| service.and_then(|s| s.resource.clone()));
+            .or_else(|| service.and_then(|i| self.services.get(i).cloned().flatten()));
         let endpoint = match self.llm {
             true => llm_endpoint(method, path).unwrap_or(Endpoint::Proxy),
             false => Endpoint::Proxy,
         };
         Route {
-            upstream: service.map(|s| Arc::clone(&s.upstream)),
+            upstream: service.and_then(|i| self.upstreams.at(i)).map(Arc::clone),
             resource,
             endpoint,
         }
@@ -177,7 +170,7 @@ impl Router {
         self.routes
             .iter()
             .map(|e| &e.resource)
-            .chain(self.services.iter().filter_map(|s| s.resource.as_ref()))
+            .chain(self.services.iter().flatten())
     }
 }
 

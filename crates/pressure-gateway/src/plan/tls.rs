@@ -1,39 +1,30 @@
 //! The TLS files a config names (`gateway.tls`, `gateway.admin.tls`,
-//! `gateway.upstreams.<name>.tls`), loaded when the plan is built, so that
-//! what would fail a handshake fails here, naming the JSON path.
+//! `gateway.upstreams.<name>.tls`), loaded once, when the plan is built:
+//! what would fail a handshake fails here, naming the JSON path, and what
+//! loaded is what the gateway installs (`LoadedTls`, kept by the plan).
 
+use super::LoadedTls;
 use crate::settings::{ConfigError, GatewayConfig, UpstreamTlsConfig};
 use std::collections::BTreeMap;
 use std::path::Path;
 
-/// Loads every certificate, key and CA file `cfg` names (relative to
-/// `base_dir`), so that what would fail a handshake fails here, naming the
-/// JSON path.
-pub(super) fn check(cfg: &GatewayConfig, base_dir: &Path) -> Result<(), ConfigError> {
-    if let Some(tls) = &cfg.tls {
-        crate::http::tls::server_config(tls, base_dir, "gateway.tls")?;
-    }
-    if let Some(tls) = &cfg.admin.tls {
-        crate::http::tls::server_config(tls, base_dir, "gateway.admin.tls")?;
-    }
-    check_upstreams(cfg, base_dir)
+/// Checks the upstreams' TLS settings, then loads every certificate, key
+/// and CA file `cfg` names (relative to `base_dir`), once.
+pub(super) fn load(cfg: &GatewayConfig, base_dir: &Path) -> Result<LoadedTls, ConfigError> {
+    check_upstreams(cfg)?;
+    LoadedTls::load(cfg, base_dir)
 }
 
-/// An upstream's `tls` needs an `https://` URL and a CA file that parses;
-/// two upstreams on the same `host:port` share connections, so they must
-/// agree on how it is verified.
-fn check_upstreams(cfg: &GatewayConfig, base_dir: &Path) -> Result<(), ConfigError> {
+/// An upstream's `tls` needs an `https://` URL; two upstreams on the same
+/// `host:port` share connections, so they must agree on how it is
+/// verified. (Its CA file is loaded with the rest.)
+fn check_upstreams(cfg: &GatewayConfig) -> Result<(), ConfigError> {
     let mut by_authority: BTreeMap<String, (&str, Option<&UpstreamTlsConfig>)> = BTreeMap::new();
     for (name, up) in &cfg.upstreams {
         let path = format!("gateway.upstreams.{name}.tls");
         let https = up.url.starts_with("https://");
-        if let Some(tls) = &up.tls {
-            if !https {
-                return Err(ConfigError::new(path, "requires an https:// url"));
-            }
-            if let Some(ca) = &tls.ca_file {
-                crate::http::tls::load_roots(ca, base_dir, &format!("{path}.caFile"))?;
-            }
+        if up.tls.is_some() && !https {
+            return Err(ConfigError::new(path, "requires an https:// url"));
         }
         if !https {
             continue;

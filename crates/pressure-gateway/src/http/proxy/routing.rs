@@ -183,6 +183,27 @@ impl Upstreams {
         self.by_prefix.iter().find(|u| u.matches(path))
     }
 
+    /// Where [`route`](Self::route)'s upstream is in [`iter`](Self::iter)'s
+    /// order: for a table kept beside this one (the plan's resources per
+    /// upstream).
+    pub(crate) fn position(&self, path: &str) -> Option<usize> {
+        self.by_prefix.iter().position(|u| u.matches(path))
+    }
+
+    /// The upstream at `index` of [`iter`](Self::iter)'s order.
+    pub(crate) fn at(&self, index: usize) -> Option<&Arc<Upstream>> {
+        self.by_prefix.get(index)
+    }
+
+    /// Adds `upstream` in its place (longest prefix first, after those of
+    /// the same length) and answers that place.
+    pub(crate) fn insert(&mut self, upstream: Arc<Upstream>) -> usize {
+        let len = upstream.path_prefix.len();
+        let at = self.by_prefix.partition_point(|u| u.path_prefix.len() >= len);
+        self.by_prefix.insert(at, upstream);
+        at
+    }
+
     /// The upstream named `name`.
     pub fn get(&self, name: &str) -> Option<&Arc<Upstream>> {
         self.by_prefix.iter().find(|u| u.name == name)

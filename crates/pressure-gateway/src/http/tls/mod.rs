@@ -20,7 +20,6 @@ mod pem;
 mod server;
 mod upstream;
 
-pub(crate) use pem::load_roots;
 pub use server::ServerTls;
 pub(crate) use server::{server_config, ClientTls};
 pub(crate) use upstream::UpstreamTls;
