@@ -27,6 +27,7 @@ mod dataset;
 pub mod endpoint;
 pub mod eval;
 pub mod prompt;
+mod render;
 
 pub use classifier::LexicalClassifier;
 pub use dataset::{Dataset, DatasetError, Ticket, LABELS};
