@@ -46,7 +46,7 @@
 //! `counters.rs`): past `--max-counters` live counters, new values share
 //! their rule's overflow counter.
 
-use crate::config::{Plan, Quota, Rule, TimeUnit};
+use crate::config::{Domain, Plan, Quota, Rule, TimeUnit};
 use crate::counters::{Counter, Counters, Found};
 use crate::headers::{self, HeaderQuota};
 use crate::id::{overflow_id, resource_id};
@@ -201,36 +201,13 @@ impl<B: Backend> RateLimiter<B> {
         &self,
         req: &RateLimitRequest,
     ) -> Result<RateLimitResponse, DecisionError> {
-        if req.domain.is_empty() {
-            return Err(DecisionError::InvalidArgument(
-                "rate limit domain must not be empty".into(),
-            ));
-        }
-        if req.descriptors.is_empty() {
-            return Err(DecisionError::InvalidArgument(
-                "rate limit descriptor list must not be empty".into(),
-            ));
-        }
+        check_request(req)?;
         add(&self.metrics.requests, 1);
         let plan = self.plan.load();
-        let domain = plan.domain(&req.domain);
         // 1. Rules.
-        let mut rules: Vec<Option<(Arc<Rule>, bool)>> = Vec::with_capacity(req.descriptors.len());
-        for d in &req.descriptors {
-            let rule = match (domain, d.limit) {
-                (None, _) => None,
-                (Some(_), Some(o)) => override_rule(o).map(|r| (r, true)),
-                (Some(dom), None) => dom.rule_for(&d.entries).map(|r| (Arc::clone(r), false)),
-            };
-            rules.push(rule);
-        }
+        let rules = rules_of(plan.domain(&req.domain), &req.descriptors);
         // 2. Replaces.
-        let replaced: HashSet<&str> = rules
-            .iter()
-            .flatten()
-            .flat_map(|(r, _)| r.replaces.iter().map(String::as_str))
-            .collect();
-        let replaced: HashSet<String> = replaced.into_iter().map(str::to_owned).collect();
+        let replaced = replaced_names(&rules);
         // 3. Charge.
         let request_hits = u64::from(req.hits_addend.max(1));
         let mut slots: Vec<Slot<B>> = Vec::with_capacity(rules.len());
@@ -545,6 +522,49 @@ fn refusal(
     }
     *retry = (*retry).max(Some(wait));
     (Code::OverLimit, 0, wait)
+}
+
+/// Refuses a call without a domain or without descriptors, as Envoy's
+/// reference service does.
+fn check_request(req: &RateLimitRequest) -> Result<(), DecisionError> {
+    if req.domain.is_empty() {
+        return Err(DecisionError::InvalidArgument(
+            "rate limit domain must not be empty".into(),
+        ));
+    }
+    if req.descriptors.is_empty() {
+        return Err(DecisionError::InvalidArgument(
+            "rate limit descriptor list must not be empty".into(),
+        ));
+    }
+    Ok(())
+}
+
+/// Per descriptor, its rule and whether it is the descriptor's own
+/// override: none in an unknown domain, an override's rule when the
+/// descriptor carries one, else the domain's rule for its entries.
+fn rules_of(
+    domain: Option<&Domain>,
+    descriptors: &[proto::RateLimitDescriptor],
+) -> Vec<Option<(Arc<Rule>, bool)>> {
+    descriptors
+        .iter()
+        .map(|d| match (domain, d.limit) {
+            (None, _) => None,
+            (Some(_), Some(o)) => override_rule(o).map(|r| (r, true)),
+            (Some(dom), None) => dom.rule_for(&d.entries).map(|r| (Arc::clone(r), false)),
+        })
+        .collect()
+}
+
+/// The names of the rules that `rules` replace (their `replaces`): those
+/// rules are not counted in this call.
+fn replaced_names(rules: &[Option<(Arc<Rule>, bool)>]) -> HashSet<String> {
+    rules
+        .iter()
+        .flatten()
+        .flat_map(|(r, _)| r.replaces.iter().cloned())
+        .collect()
 }
 
 /// The rule of a limit Envoy sent with a descriptor; `None` for a unit
