@@ -55,6 +55,14 @@ fn bind(addr: &str, what: &'static str) -> Result<std::net::TcpListener, Gateway
     Ok(listener)
 }
 
+/// [`bind`] when there is an address to bind.
+fn bind_optional(
+    addr: Option<&str>,
+    what: &'static str,
+) -> Result<Option<std::net::TcpListener>, GatewayError> {
+    addr.map(|addr| bind(addr, what)).transpose()
+}
+
 /// A server thread's runtime: single-threaded; while every poll finds
 /// work at once, it yields its core once a millisecond, with `share_cores`
 /// each time it runs out of tasks (`core_share`).
@@ -90,15 +98,12 @@ pub async fn run(checked: CheckedConfig, base_dir: &Path, options: RunOptions) -
     let proxy_socket = bind(&listen, "gateway.listen")?;
     let admin_socket = bind(&admin_addr, "gateway.admin.listen")?;
     let decisions_addr = config.decisions.as_ref().map(|d| d.listen.clone());
-    let decisions_socket = match &decisions_addr {
-        Some(addr) => Some(bind(addr, "gateway.decisions.listen")?),
-        None => None,
-    };
+    let decisions_socket = bind_optional(decisions_addr.as_deref(), "gateway.decisions.listen")?;
     let rls_config = config.rls.clone();
-    let rls_socket = match &rls_config {
-        Some(r) => Some(bind(&r.listen, "gateway.rls.listen")?),
-        None => None,
-    };
+    let rls_socket = bind_optional(
+        rls_config.as_ref().map(|r| r.listen.as_str()),
+        "gateway.rls.listen",
+    )?;
     let mut gateway = Gateway::from_checked(checked, base_dir).await?;
     if let Some(path) = &options.config_path {
         gateway = gateway.with_source(path);
