@@ -49,7 +49,7 @@ FLOORS = {
         ['plan'],
         ['rejection'],
         ['layers'],
-        ['openai', 'agents', 'llm_layer', 'decisions', 'proxy_service', 'manual_queue'],
+        ['openai', 'agents', 'answer', 'decisions', 'proxy_service', 'manual_queue'],
         ['admin'],
         ['gateway', 'rls', 'run', 'drain'],
     ],

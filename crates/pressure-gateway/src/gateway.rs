@@ -4,6 +4,7 @@
 //! router — and [`Serving`], a gateway serving in the background.
 
 use crate::admin::{self, AdminState};
+use crate::answer::Answer;
 use crate::backend::{AnyBackend, Broker};
 use crate::decisions::permits::PermitStore;
 use crate::decisions::{self, DecisionState};
@@ -11,14 +12,12 @@ use crate::drain::Serving;
 use crate::http::proxy::ProxyClient;
 use crate::http::server::{serve_from, serve_with, AcceptFailures, ConnLink, ServeOptions, Source};
 use crate::layers::body_limit::BodyLimitLayer;
-use crate::layers::forward::Forward;
 use crate::layers::pre_auth::PreAuthLayer;
 use crate::layers::release::ReleaseLayer;
 use crate::layers::release::{ReleaseFuture, ReleaseService};
 use crate::layers::route::{RouteFuture, RouteLayer, RouteService};
 use crate::layers::tenant::TenantLayer;
 use crate::layers::{Outcome, StepFuture, Stepped};
-use crate::llm_layer::LlmLayer;
 use crate::manual_queue::RedisManualQueue;
 use crate::metrics::GatewayMetrics;
 use crate::openai::Llm;
@@ -47,14 +46,12 @@ use tower::ServiceBuilder;
 /// The layers of the request path over the proxy, as built once per
 /// server thread (see [`crate::layers`]).
 type Stack = RouteService<
-    Stepped<
-        BodyLimitLayer,
-        ReleaseService<Stepped<PreAuthLayer, Stepped<TenantLayer, Stepped<LlmLayer, Forward>>>>,
-    >,
+    Stepped<BodyLimitLayer, ReleaseService<Stepped<PreAuthLayer, Stepped<TenantLayer, Answer>>>>,
 >;
 
 /// The gateway's request service: route → body limit → release → pre-auth
-/// → tenant → OpenAI endpoint → proxy, with one future per request and no boxing between the
+/// → tenant → the answer (an LLM endpoint, or the proxy), with one future
+/// per request and no boxing between the
 /// layers (see [`Gateway::service`]). Serve it with [`crate::serve_with`],
 /// or call it as any `tower::Service`.
 #[derive(Debug, Clone)]
@@ -87,9 +84,7 @@ impl tower::Service<Request<Body>> for GatewayService {
 /// The future of each layer over the one under it, the proxy's boxed one
 /// innermost.
 type StackFuture = RouteFuture<
-    StepFuture<
-        ReleaseFuture<StepFuture<StepFuture<StepFuture<futures::future::BoxFuture<'static, Outcome>>>>>,
-    >,
+    StepFuture<ReleaseFuture<StepFuture<StepFuture<futures::future::BoxFuture<'static, Outcome>>>>>,
 >;
 
 pin_project_lite::pin_project! {
@@ -346,8 +341,7 @@ impl Gateway {
                 .layer(ReleaseLayer::new(Arc::clone(&metrics)))
                 .layer(PreAuthLayer::new(Arc::clone(&metrics)))
                 .layer(TenantLayer::new(self.inner.broker.clone(), metrics))
-                .layer(LlmLayer)
-                .service(Forward::new(proxy)),
+                .service(Answer::new(proxy)),
         )
     }
 

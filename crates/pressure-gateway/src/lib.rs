@@ -25,6 +25,7 @@
 mod access_log;
 mod admin;
 mod agents;
+mod answer;
 mod auth;
 pub mod backend;
 mod charged;
@@ -40,7 +41,6 @@ mod drain;
 mod gateway;
 mod http;
 mod layers;
-mod llm_layer;
 pub mod manual_queue;
 mod metrics;
 pub mod openai;

@@ -13,9 +13,9 @@
 //!    against floods.
 //! 5. [`tenant`]: verifies the JWT or the API key and applies the
 //!    tenant's limit (and the key's own).
-//! 6. `crate::llm_layer` answers the LLM endpoints; the rest reaches
-//!    [`forward`], the innermost service, which hands the request to the
-//!    proxy and maps its failures to refusals.
+//! 6. `crate::answer`, the innermost service, answers with the endpoint
+//!    the route names: an LLM endpoint by its handler, a proxied route by
+//!    the proxy (its failures mapped to refusals there).
 //!
 //! Beside them: the request's [`context`] (what the route layer decided,
 //! read by every inner layer), the step plumbing (`step.rs`) and charging a
@@ -28,7 +28,6 @@
 pub(crate) mod body_limit;
 mod charge;
 pub(crate) mod context;
-pub(crate) mod forward;
 pub(crate) mod observe;
 pub(crate) mod pre_auth;
 pub(crate) mod ratelimit_headers;

@@ -3,7 +3,7 @@
 //! (`models`), served by the gateway itself through the LLM pipeline
 //! ([`LlmClient`](pressure_llm::LlmClient)) when `gateway.llm` is configured.
 //!
-//! `crate::llm_layer::LlmLayer`, which hands them their requests, sits where the proxy sits, *inside* the release, pre-auth
+//! `crate::answer::Answer`, which hands them their requests, sits where the proxy sits, *inside* the release, pre-auth
 //! and tenant layers: a request to the endpoint is limited like any other
 //! (a `perRoute` entry on `/v1/chat/completions` floors it, and a tenant's
 //! `gateway:tenant:<id>` quota is charged by its LLM and its HTTP traffic

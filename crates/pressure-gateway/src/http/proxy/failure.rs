@@ -48,7 +48,7 @@ impl UpstreamFailure {
 /// Why the proxy could not answer a request with the upstream's response:
 /// the client's own fault with its body (first, when both failed), the
 /// request target, or the upstream. The gateway maps each to its refusal
-/// in one place (`layers/forward.rs`).
+/// in one place (`crate::answer`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ProxyFailure {
     /// The request target cannot be forwarded (`400`).

@@ -43,7 +43,7 @@
 //! The caller states what the proxy needs in a [`ForwardRequest`] (the
 //! upstream, the body policy, the deadline, the connection's timer, the
 //! peer) and gets the response or a [`ProxyFailure`]: in the gateway the
-//! innermost service (`crate::layers::forward`) maps it to a refusal; the
+//! innermost service (`crate::answer`) maps it to a refusal; the
 //! proxy on its own is `crate::ProxyService`.
 //!
 //! Upstreams are `http://` or `https://` (`connector.rs`: rustls, the
