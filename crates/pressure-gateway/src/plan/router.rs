@@ -94,7 +94,6 @@ fn llm_endpoint(method: &Method, path: &str) -> Option<Endpoint> {
     }
 }
 
-
 /// One `perRoute` prefix.
 #[derive(Debug, Clone)]
 struct RouteEntry {

@@ -9,11 +9,11 @@
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 
-use pressure_triage::eval::{self, EvalOptions, LevelKind};
-use pressure_triage::Ticket;
 use pressure_llm::pipeline::knn::{load_examples, nearest_label};
 use pressure_llm::pipeline::ChainLevel;
 use pressure_llm::provider::LocalModel;
+use pressure_triage::eval::{self, EvalOptions, LevelKind};
+use pressure_triage::Ticket;
 
 use super::{dataset, example};
 

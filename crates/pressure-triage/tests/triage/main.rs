@@ -8,10 +8,10 @@ use std::collections::{BTreeSet, HashSet};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
-use pressure_triage::eval::{self, EvalOptions, LevelKind};
-use pressure_triage::{prompt, Dataset, LexicalClassifier, LABELS};
 use pressure_llm::pipeline::{ChainLevel, KeywordRules, LlmConfig};
 use pressure_mock::{Responder, Turn};
+use pressure_triage::eval::{self, EvalOptions, LevelKind};
+use pressure_triage::{prompt, Dataset, LexicalClassifier, LABELS};
 
 mod knn;
 
