@@ -334,7 +334,7 @@ impl Dimension {
     ];
 
     /// A stable small index (0..12), used by backends and scripts.
-    pub fn index(self) -> usize {
+    pub const fn index(self) -> usize {
         self as usize
     }
 

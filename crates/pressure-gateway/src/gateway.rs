@@ -239,10 +239,9 @@ impl Gateway {
             .map_or(DEFAULT_MAX_PERMITS, |d| d.max_permits);
         let backend_config = config.backend.clone();
         let live = Arc::new(LiveOverrides::default());
-        let mut plan = Plan::from_checked(checked, &broker, llm)
-            .map_err(ConfigError::from)?
-            .with_live_overrides(Arc::clone(&live));
-        let tls = plan.take_tls().into_listeners();
+        let (plan, tls) = Plan::with_tls(checked, &broker, llm).map_err(ConfigError::from)?;
+        let plan = plan.with_live_overrides(Arc::clone(&live));
+        let tls = tls.into_listeners();
         let plan: PlanCell = Arc::new(ArcSwap::from_pointee(plan));
         let overrides = Overrides::start(&backend_config, live, plan.clone(), broker.clone());
         Ok(Self {
@@ -387,15 +386,10 @@ impl Gateway {
         // Certificates are read again on every reload (even when the file
         // names did not change), by the plan's build, before anything
         // changes.
-        let mut plan = Plan::build(
-            config,
-            &self.inner.base_dir,
-            &self.inner.broker,
-            old.llm().cloned(),
-        )
-        .map_err(ConfigError::from)?
-        .with_live_overrides(Arc::clone(self.inner.overrides.live()));
-        let tls = plan.take_tls();
+        let checked = Plan::checked(config, &self.inner.base_dir).map_err(ConfigError::from)?;
+        let (plan, tls) =
+            Plan::with_tls(checked, &self.inner.broker, old.llm().cloned()).map_err(ConfigError::from)?;
+        let plan = plan.with_live_overrides(Arc::clone(self.inner.overrides.live()));
         reload::retemplate_tenants(&self.inner.broker, &old, &plan);
         for id in old.resource_ids().difference(plan.resource_ids()) {
             self.inner.broker.unregister(id);

@@ -15,10 +15,14 @@ use plotters::style::text_anchor::{HPos, Pos, VPos};
 
 use super::model::{PhaseSpan, ScenarioReport};
 
-/// Width of every plot, in pixels.
-const WIDTH: u32 = 800;
-/// Height of every plot, in pixels.
-const HEIGHT: u32 = 300;
+/// Width of every plot, in pixels, as drawing coordinates take it.
+const WIDTH_PX: i32 = 800;
+/// Height of every plot, in pixels, as drawing coordinates take it.
+const HEIGHT_PX: i32 = 300;
+/// [`WIDTH_PX`], as the backend's size takes it.
+const WIDTH: u32 = WIDTH_PX.unsigned_abs();
+/// [`HEIGHT_PX`], as the backend's size takes it.
+const HEIGHT: u32 = HEIGHT_PX.unsigned_abs();
 /// Font family of every text.
 const FONT: &str = "sans-serif";
 
@@ -148,7 +152,7 @@ pub fn breaker_svg(s: &ScenarioReport) -> String {
         if names.is_empty() {
             root.titled(&title, (FONT, 16))?.draw(&Text::new(
                 "no breaker transitions",
-                (WIDTH as i32 / 2, HEIGHT as i32 / 2 - 30),
+                (WIDTH_PX / 2, HEIGHT_PX / 2 - 30),
                 text_style(14, BLACK.mix(0.7), HPos::Center, VPos::Center),
             ))?;
             return Ok(());
@@ -226,10 +230,10 @@ fn state_color(state: &str) -> RGBColor {
 fn draw_state_legend(top: &Area<'_>, title: &str) -> DrawResult {
     top.draw(&Text::new(
         title,
-        (WIDTH as i32 / 2, 10),
+        (WIDTH_PX / 2, 10),
         text_style(16, BLACK, HPos::Center, VPos::Top),
     ))?;
-    let mut x = WIDTH as i32 - 270;
+    let mut x = WIDTH_PX - 270;
     for state in ["closed", "half_open", "open"] {
         top.draw(&Rectangle::new(
             [(x, 33), (x + 14, 45)],

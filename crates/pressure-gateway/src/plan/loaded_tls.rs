@@ -27,17 +27,6 @@ pub(crate) struct LoadedTls {
     upstreams: UpstreamTls,
 }
 
-impl Default for LoadedTls {
-    /// No listener certificate; upstreams verified against the public roots.
-    fn default() -> Self {
-        Self {
-            proxy: None,
-            admin: None,
-            upstreams: UpstreamTls::public_roots(),
-        }
-    }
-}
-
 impl LoadedTls {
     /// Reads the listeners' certificates and the upstreams' CA files of
     /// `config` (relative to `base_dir`).

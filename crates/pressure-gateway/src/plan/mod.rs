@@ -89,7 +89,6 @@ pub struct Plan {
     resources: BTreeSet<String>,
     tenant_overrides: BTreeMap<String, LimitTemplate>,
     live: Arc<LiveOverrides>,
-    tls: LoadedTls,
     config: GatewayConfig,
 }
 
@@ -164,6 +163,16 @@ impl Plan {
         broker: &Broker,
         llm: Option<Llm>,
     ) -> Result<Self, ConfigErrors> {
+        Self::with_tls(checked, broker, llm).map(|(plan, _tls)| plan)
+    }
+
+    /// [`from_checked`](Self::from_checked), and the TLS files the check
+    /// loaded, for the gateway to install.
+    pub(crate) fn with_tls(
+        checked: CheckedConfig,
+        broker: &Broker,
+        llm: Option<Llm>,
+    ) -> Result<(Self, LoadedTls), ConfigErrors> {
         let CheckedConfig {
             upstreams,
             auth,
@@ -214,7 +223,7 @@ impl Plan {
             required: config.auth.required,
             template,
         };
-        Ok(Self {
+        let plan = Self {
             router,
             tenant,
             llm,
@@ -227,15 +236,9 @@ impl Plan {
             resources: ids,
             tenant_overrides,
             live: Arc::default(),
-            tls,
             config,
-        })
-    }
-
-    /// The TLS files this plan loaded, to install (taken once: the plan
-    /// keeps none of it afterwards).
-    pub(crate) fn take_tls(&mut self) -> LoadedTls {
-        std::mem::take(&mut self.tls)
+        };
+        Ok((plan, tls))
     }
 
     /// Builds the plan of `config` on a broker of its own, in memory and

@@ -81,7 +81,7 @@ impl UnitsByKind {
         let mut i = 0;
         while i < 12 {
             let d = Dimension::ALL[i];
-            kind[d as usize] = match d {
+            kind[d.index()] = match d {
                 Dimension::RequestsPerSecond
                 | Dimension::RequestsPerMinute
                 | Dimension::RequestsPerHour
@@ -115,7 +115,7 @@ impl UnitsByKind {
     /// [`Dimension::units`] of the demand.
     #[inline(always)]
     fn of(&self, dimension: Dimension) -> u64 {
-        self.by_kind(Self::KIND[dimension as usize])
+        self.by_kind(Self::KIND[dimension.index()])
     }
 
     /// The units of a kind of [`UnitsByKind::KIND`].
@@ -152,7 +152,7 @@ impl DimState {
             tat,
             inc: rate.emission_ns,
             tol: gcra::tolerance(rate, rate.capacity),
-            kind: UnitsByKind::KIND[rate.dimension as usize],
+            kind: UnitsByKind::KIND[rate.dimension.index()],
         }
     }
 }
