@@ -64,9 +64,11 @@ impl Share {
         self.0
     }
 
-    /// This share of `n`, rounded down.
+    /// This share of `n`, rounded down; saturating at `u64::MAX` for a
+    /// share above 1 (refused by [`crate::Limits::compile`], but a `Share`
+    /// can hold one).
     pub fn of(self, n: u64) -> u64 {
-        (u128::from(n) * u128::from(self.0) / u128::from(PPM)) as u64
+        u64::try_from(u128::from(n) * u128::from(self.0) / u128::from(PPM)).unwrap_or(u64::MAX)
     }
 }
 
@@ -114,6 +116,14 @@ mod tests {
 
     fn parse(json: &str) -> Result<Limits, serde_json::Error> {
         serde_json::from_str(json)
+    }
+
+    #[test]
+    fn a_share_above_one_saturates_and_never_wraps() {
+        let share = super::Share::from_ppm(u32::MAX);
+        assert_eq!(share.of(u64::MAX), u64::MAX);
+        assert_eq!(share.of(1_000_000), 4_294_967_295);
+        assert_eq!(super::Share::from_ppm(1_000_000).of(u64::MAX), u64::MAX);
     }
 
     #[test]

@@ -392,7 +392,8 @@ impl RateSpec {
         if ceiling_ppm >= PPM {
             return value;
         }
-        let v = (u128::from(value) * u128::from(ceiling_ppm) / u128::from(PPM)) as u64;
+        let v =
+            u64::try_from(u128::from(value) * u128::from(ceiling_ppm) / u128::from(PPM)).unwrap_or(u64::MAX);
         v.max(1)
     }
 }
