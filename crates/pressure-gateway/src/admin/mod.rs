@@ -16,6 +16,8 @@
 //! | `GET /admin/pressure/tenants/{id}/limits` | a tenant's limits now, their `source` (`live` \| `config` \| `default`) and usage per dimension (`admin/tenants.rs`) |
 //! | `PUT /admin/pressure/tenants/{id}/limits` | a `Limits` body becomes the tenant's live override on every gateway of the backend; `400` naming the field |
 //! | `DELETE /admin/pressure/tenants/{id}/limits` | removes it fleet-wide: back to `perTenant.overrides.<id>` or `perTenant.limits` |
+//! | `PUT /admin/pressure/tenants/{id}/parent` | `{"parent": "<tenant>" \| null}`: the tenant's live parent (nested budgets) on every gateway of the backend; a cycle or a chain over `perTenant.maxDepth` is a `400` (`admin/parents.rs`) |
+//! | `DELETE /admin/pressure/tenants/{id}/parent` | removes it fleet-wide: back to `perTenant.overrides.<id>.parent` |
 //! | `GET /dashboard` (and `GET /` → 303) | the live operator dashboard, embedded in the binary (`admin/dashboard.rs`) |
 //!
 //! `/healthz` (liveness) always answers 200 while the process serves: when Redis is
@@ -35,6 +37,7 @@ mod dashboard;
 mod error;
 mod events;
 mod llm;
+mod parents;
 mod queue;
 mod summary;
 mod tenants;
@@ -108,6 +111,10 @@ pub fn router(state: AdminState) -> Router {
         .route(
             "/admin/pressure/tenants/{id}/limits",
             get(tenants::get).put(tenants::put).delete(tenants::delete),
+        )
+        .route(
+            "/admin/pressure/tenants/{id}/parent",
+            axum::routing::put(parents::put).delete(parents::delete),
         )
         .route("/metrics", get(metrics))
         .route_layer(middleware::from_fn_with_state(state.clone(), auth::require_token));

@@ -169,12 +169,6 @@ impl Plan {
         self
     }
 
-    /// The live tenant parents (admin API), shared by every plan of a
-    /// gateway; they win over the config's.
-    pub(crate) fn live_parents(&self) -> &LiveParents {
-        &self.live_parents
-    }
-
     /// `perTenant.maxDepth`.
     pub(crate) fn max_depth(&self) -> usize {
         self.max_depth
