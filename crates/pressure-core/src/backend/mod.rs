@@ -215,7 +215,12 @@ pub trait Backend: Send + Sync + Sized + std::fmt::Debug + 'static {
     /// [`Backend::attach`] placed in `group` (resources charged together in
     /// one nested acquisition share a group). Default: the group is not
     /// used.
-    fn attach_grouped(&self, resource: &str, group: &str, spec: Arc<LimitSpec>) -> Result<Self::Handle, BackendError> {
+    fn attach_grouped(
+        &self,
+        resource: &str,
+        group: &str,
+        spec: Arc<LimitSpec>,
+    ) -> Result<Self::Handle, BackendError> {
         let _ = group;
         self.attach(resource, spec)
     }

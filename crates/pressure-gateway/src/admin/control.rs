@@ -34,5 +34,6 @@ pub trait Control: Send + Sync + 'static {
     /// Sets (`Some`; `""` for "no parent") or removes (`None`: back to the
     /// config's) the live parent of `tenant` for every gateway on the same
     /// backend, applied here at once.
-    fn write_parent(&self, tenant: String, parent: Option<String>) -> BoxFuture<'_, Result<(), BackendError>>;
+    fn write_parent(&self, tenant: String, parent: Option<String>)
+        -> BoxFuture<'_, Result<(), BackendError>>;
 }

@@ -36,6 +36,7 @@ mod control;
 mod dashboard;
 mod error;
 mod events;
+mod hierarchy;
 mod llm;
 mod parents;
 mod queue;
@@ -170,9 +171,18 @@ async fn metrics(State(state): State<AdminState>) -> Response {
     let stats = state.broker.local_stats();
     let mut body = state.metrics.encode(&stats, state.redis_status());
     // The one part read from the store: the spend of a few top tenants.
+    // The levels above others (nested budgets) come too, each counting
+    // its whole subtree: at most as many again.
+    let parents: Vec<String> = hierarchy::parents(&state, budgets::METRICS_TOP)
+        .iter()
+        .map(|t| crate::resources::tenant(t))
+        .collect();
     let paying = budgets::money_tenants(stats);
     if !paying.is_empty() {
-        let top = summary::most_denied(paying, budgets::METRICS_TOP);
+        let (levels, others): (Vec<_>, Vec<_>) =
+            paying.into_iter().partition(|s| parents.contains(&s.resource));
+        let mut top = summary::most_denied(others, budgets::METRICS_TOP);
+        top.extend(levels);
         budgets::write_metrics(&summary::with_usage(&state, top).await, &mut body);
     }
     (

@@ -84,7 +84,11 @@ async fn write(
         Some("") => "root",
         Some(_) => "set",
     };
-    if gateway.write_parent(tenant.clone(), parent.clone()).await.is_err() {
+    if gateway
+        .write_parent(tenant.clone(), parent.clone())
+        .await
+        .is_err()
+    {
         return Err(AdminError::StoreUnavailable {
             resource: resources::tenant(&tenant),
         });
@@ -110,7 +114,10 @@ mod tests {
         assert_eq!(parse(br#"{"parent": ""}"#).unwrap_err().path, "parent");
         let long = format!(r#"{{"parent": "{}"}}"#, "x".repeat(300));
         assert!(parse(long.as_bytes()).unwrap_err().problem.contains("256"));
-        assert!(parse(br#"{"parent": "a", "x": 1}"#).unwrap_err().problem.contains("unknown field"));
+        assert!(parse(br#"{"parent": "a", "x": 1}"#)
+            .unwrap_err()
+            .problem
+            .contains("unknown field"));
         assert_eq!(parse(b"{").unwrap_err().path, "(body)");
         assert!(parse(b"{}").is_err(), "parent is required (null for none)");
     }

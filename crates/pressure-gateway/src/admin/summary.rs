@@ -157,6 +157,7 @@ pub(super) async fn build(state: &AdminState, top: usize) -> Value {
             "denying": totals.denying,
             "top": top_tenants,
         },
+        "hierarchy": super::hierarchy::summary(state).await,
         "llm": state.llm.as_ref().map(llm::page),
         "health": health(state),
     })

@@ -142,7 +142,10 @@ pub(super) async fn describe(gateway: &dyn Control, broker: &Broker, tenant: &st
     let resource = resources::tenant(tenant);
     let lineage = plan.lineage(tenant);
     // A tenant below a root lives in its root's group (one hash slot).
-    let group = lineage.last().filter(|_| lineage.len() > 1).map(|r| resources::tenant(r));
+    let group = lineage
+        .last()
+        .filter(|_| lineage.len() > 1)
+        .map(|r| resources::tenant(r));
     let usage = match limits.as_ref().filter(|_| enforced) {
         Some(t) => usage(broker, &resource, group.as_deref(), t.limits()).await,
         None => Value::Array(Vec::new()),

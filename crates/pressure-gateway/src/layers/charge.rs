@@ -109,7 +109,11 @@ pub(crate) fn denied(
 }
 
 /// The refusal when `handle` could not be asked at all (`e`).
-pub(crate) fn failed(handle: &ResourceHandle<AnyBackend>, layer: Layer, e: &pressure_core::Error) -> Rejection {
+pub(crate) fn failed(
+    handle: &ResourceHandle<AnyBackend>,
+    layer: Layer,
+    e: &pressure_core::Error,
+) -> Rejection {
     Rejection::LimiterUnavailable {
         resource: handle.id().to_owned(),
         layer,

@@ -47,7 +47,11 @@ pub(crate) fn parent_of<'a>(
 
 /// `tenant` and its ancestors, innermost first: at most `max_depth`
 /// tenants, stopping before the first repeat (module docs).
-pub(crate) fn chain<'a>(tenant: &'a str, max_depth: usize, parent: impl Fn(&str) -> Option<&'a str>) -> Vec<&'a str> {
+pub(crate) fn chain<'a>(
+    tenant: &'a str,
+    max_depth: usize,
+    parent: impl Fn(&str) -> Option<&'a str>,
+) -> Vec<&'a str> {
     let mut out: Vec<&'a str> = vec![tenant];
     while out.len() < max_depth {
         let Some(p) = out.last().and_then(|t| parent(t)) else {
@@ -92,7 +96,11 @@ pub(crate) fn config_parents(
 
 /// Whether the chain up from `tenant` is acyclic and at most `max_depth`
 /// tenants long; the problem, naming the tenants, otherwise.
-fn check_chain<'a>(tenant: &'a str, max_depth: usize, parent: impl Fn(&str) -> Option<&'a str>) -> Result<(), String> {
+fn check_chain<'a>(
+    tenant: &'a str,
+    max_depth: usize,
+    parent: impl Fn(&str) -> Option<&'a str>,
+) -> Result<(), String> {
     let mut seen: Vec<&str> = vec![tenant];
     let mut at = tenant;
     while let Some(p) = parent(at) {
@@ -190,10 +198,12 @@ impl Plan {
     /// `tenant` and its ancestors now, innermost first (module docs).
     pub(crate) fn lineage(&self, tenant: &str) -> Vec<String> {
         let live = self.live_parents.view();
-        chain(tenant, self.max_depth, |t| parent_of(t, &self.parents, live.as_deref().map(|v| &**v)))
-            .into_iter()
-            .map(str::to_owned)
-            .collect()
+        chain(tenant, self.max_depth, |t| {
+            parent_of(t, &self.parents, live.as_deref().map(|v| &**v))
+        })
+        .into_iter()
+        .map(str::to_owned)
+        .collect()
     }
 
     /// Every parent link now: the config's overlaid by the live ones.
@@ -261,12 +271,18 @@ mod tests {
     #[test]
     fn the_chain_is_innermost_first_and_bounded() {
         let p = config_parents(&overrides(&[("key", "team"), ("team", "org")]), 4).unwrap();
-        assert_eq!(chain("key", 4, |t| parent_of(t, &p, None)), ["key", "team", "org"]);
+        assert_eq!(
+            chain("key", 4, |t| parent_of(t, &p, None)),
+            ["key", "team", "org"]
+        );
         assert_eq!(chain("key", 2, |t| parent_of(t, &p, None)), ["key", "team"]);
         assert_eq!(chain("other", 4, |t| parent_of(t, &p, None)), ["other"]);
         let mut live = View::new();
         live.insert("team".to_owned(), String::new());
-        assert_eq!(chain("key", 4, |t| parent_of(t, &p, Some(&live))), ["key", "team"]);
+        assert_eq!(
+            chain("key", 4, |t| parent_of(t, &p, Some(&live))),
+            ["key", "team"]
+        );
         live.insert("team".to_owned(), "key".to_owned());
         assert_eq!(
             chain("key", 9, |t| parent_of(t, &p, Some(&live))),
@@ -300,8 +316,12 @@ mod tests {
             .iter()
             .map(|(c, p)| ((*c).to_owned(), (*p).to_owned()))
             .collect();
-        assert!(check_link("org", Some("key"), &links, 9).unwrap_err().contains("cycle"));
-        assert!(check_link("org", Some("org"), &links, 9).unwrap_err().contains("own parent"));
+        assert!(check_link("org", Some("key"), &links, 9)
+            .unwrap_err()
+            .contains("cycle"));
+        assert!(check_link("org", Some("org"), &links, 9)
+            .unwrap_err()
+            .contains("own parent"));
         assert!(check_link("org", Some("corp"), &links, 4).is_ok());
         let e = check_link("org", Some("corp"), &links, 3).unwrap_err();
         assert!(e.contains("maxDepth (3)"), "{e}");

@@ -97,7 +97,8 @@ mod tests {
 
     #[test]
     fn parent_beside_limits_or_alone() {
-        let o: TenantOverride = serde_json::from_str(r#"{"requestsPerMinute": 5, "parent": "acme"}"#).unwrap();
+        let o: TenantOverride =
+            serde_json::from_str(r#"{"requestsPerMinute": 5, "parent": "acme"}"#).unwrap();
         assert_eq!(o.parent.as_deref(), Some("acme"));
         assert_eq!(o.limits.as_ref().and_then(|l| l.requests_per_minute), Some(5));
         let o: TenantOverride = serde_json::from_str(r#"{"parent": "acme"}"#).unwrap();
@@ -114,7 +115,8 @@ mod tests {
 
     #[test]
     fn unknown_keys_and_wrong_parents_are_errors() {
-        let e = serde_json::from_str::<TenantOverride>(r#"{"parent": "a", "requestsPerMinuet": 5}"#).unwrap_err();
+        let e =
+            serde_json::from_str::<TenantOverride>(r#"{"parent": "a", "requestsPerMinuet": 5}"#).unwrap_err();
         assert!(e.to_string().contains("requestsPerMinuet"), "{e}");
         let e = serde_json::from_str::<TenantOverride>(r#"{"parent": 7}"#).unwrap_err();
         assert!(e.to_string().contains("parent"), "{e}");

@@ -48,7 +48,9 @@ impl Store {
     fn backend(&self, prefix: &str) -> Value {
         match self {
             Store::Memory => json!({ "type": "memory" }),
-            Store::Redis(r) => json!({ "type": "redis", "url": r.url(), "timeoutMs": 2000, "keyPrefix": prefix }),
+            Store::Redis(r) => {
+                json!({ "type": "redis", "url": r.url(), "timeoutMs": 2000, "keyPrefix": prefix })
+            }
             Store::Cluster(c) => json!({
                 "type": "redis", "clusterNodes": c.urls(), "timeoutMs": 2000, "keyPrefix": prefix
             }),
@@ -183,21 +185,35 @@ async fn three_levels_hold(store: Store) {
         chat(gw, if i % 2 == 0 { "alice" } else { "bob" })
     }))
     .await;
-    let admitted: u64 = replies.iter().filter(|r| r.status == 200).count().try_into().expect("count");
+    let admitted: u64 = replies
+        .iter()
+        .filter(|r| r.status == 200)
+        .count()
+        .try_into()
+        .expect("count");
     for r in replies.iter().filter(|r| r.status != 200) {
         assert_eq!(r.status, 429, "{:?}", r.body);
         let e = &r.json()["error"];
         assert_eq!(e["code"], "budget_exceeded", "{e}");
         let message = e["message"].as_str().expect("message");
         assert!(
-            ["gateway:tenant:org", "gateway:tenant:team-", "gateway:tenant:alice", "gateway:tenant:bob"]
-                .iter()
-                .any(|level| message.contains(level)),
+            [
+                "gateway:tenant:org",
+                "gateway:tenant:team-",
+                "gateway:tenant:alice",
+                "gateway:tenant:bob"
+            ]
+            .iter()
+            .any(|level| message.contains(level)),
             "the refusal names its level: {message}"
         );
     }
     let billed = mock.stats().billed_micro_usd;
-    assert_eq!(mock.stats().requests, admitted, "every admitted call reached the provider once");
+    assert_eq!(
+        mock.stats().requests,
+        admitted,
+        "every admitted call reached the provider once"
+    );
     let per_call = billed.div_ceil(admitted.max(1));
     let error = admitted * per_call.saturating_sub(est);
     // Every level counts its whole subtree, as the provider billed it.
@@ -219,7 +235,10 @@ async fn three_levels_hold(store: Store) {
         ("alice", al, 8 * est),
         ("bob", bo, 8 * est),
     ] {
-        assert!(spent <= budget + error, "{level} spent {spent} over {budget} + error {error}");
+        assert!(
+            spent <= budget + error,
+            "{level} spent {spent} over {budget} + error {error}"
+        );
     }
     // Refused only once the org (the tightest level) was full to within
     // one estimate: the reserved spend never exceeds the admitted calls'
@@ -229,6 +248,26 @@ async fn three_levels_hold(store: Store) {
         "{admitted} calls of {est} admitted under an org budget of {org_budget}: a refusal with room left"
     );
     assert!(admitted < CALLS as u64, "the budgets refused nothing");
+    // The summary's tree (the dashboard draws it) and /metrics show each
+    // level's spend.
+    let summary = a.admin_get("/admin/pressure/summary").await.json();
+    let nodes = summary["hierarchy"]["nodes"].as_array().expect("nodes").clone();
+    let order: Vec<&str> = nodes.iter().filter_map(|n| n["tenant"].as_str()).collect();
+    assert_eq!(order, ["org", "team-a", "team-b", "alice", "bob"], "{summary}");
+    assert_eq!(nodes[1]["parent"], "org");
+    assert_eq!(
+        nodes[0]["budgets"][0]["spent"].as_u64(),
+        Some(billed),
+        "{}",
+        nodes[0]
+    );
+    let metrics = String::from_utf8(a.admin_get("/metrics").await.body.to_vec()).expect("utf-8");
+    for (level, spent) in [("org", org), ("team-a", ta), ("team-b", tb)] {
+        let line = format!(
+            "pressure_tenant_spend_micro_usd{{tenant=\"{level}\",dimension=\"costMicroUsdPerDay\"}} {spent}"
+        );
+        assert!(metrics.lines().any(|l| l == line), "{line} missing");
+    }
     if let Some(b) = b {
         assert_eq!(spent(&b, "org").await, billed, "both gateways read one count");
         b.stop().await;
@@ -245,17 +284,25 @@ async fn three_levels_hold_under_64_concurrent_calls_in_memory() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_levels_hold_under_64_concurrent_calls_on_redis() {
-    tokio::time::timeout(Duration::from_secs(60), three_levels_hold(Store::Redis(RedisServer::start())))
-        .await
-        .expect("bounded");
+    tokio::time::timeout(
+        Duration::from_secs(60),
+        three_levels_hold(Store::Redis(RedisServer::start())),
+    )
+    .await
+    .expect("bounded");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_levels_hold_under_64_concurrent_calls_on_a_cluster() {
-    let cluster = tokio::task::spawn_blocking(RedisCluster::start).await.expect("cluster");
-    tokio::time::timeout(Duration::from_secs(90), three_levels_hold(Store::Cluster(cluster)))
+    let cluster = tokio::task::spawn_blocking(RedisCluster::start)
         .await
-        .expect("bounded");
+        .expect("cluster");
+    tokio::time::timeout(
+        Duration::from_secs(90),
+        three_levels_hold(Store::Cluster(cluster)),
+    )
+    .await
+    .expect("bounded");
 }
 
 /// Requests per minute: alice 100 of her own, team-a 3 for all its
@@ -282,9 +329,18 @@ async fn a_refusal_names_its_level(store: Store) {
     for tenant in ["alice", "carol"] {
         let r = http_get(&gw, tenant).await;
         assert_eq!(r.status, 429, "{:?}", r.body);
-        let message = r.json()["error"]["message"].as_str().unwrap_or_default().to_owned();
-        assert!(message.contains("gateway:tenant:team-a"), "names the team: {message}");
-        assert!(message.contains("requestsPerMinute"), "names the dimension: {message}");
+        let message = r.json()["error"]["message"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        assert!(
+            message.contains("gateway:tenant:team-a"),
+            "names the team: {message}"
+        );
+        assert!(
+            message.contains("requestsPerMinute"),
+            "names the dimension: {message}"
+        );
     }
     // Nothing of the refused requests stays on the levels that had room.
     let used = |s: pressure_core::ResourceStats| s.usage.get("requestsPerMinute").copied();
@@ -310,17 +366,25 @@ async fn a_refusal_names_its_level_and_keeps_nothing_in_memory() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_refusal_names_its_level_and_keeps_nothing_on_redis() {
-    tokio::time::timeout(Duration::from_secs(30), a_refusal_names_its_level(Store::Redis(RedisServer::start())))
-        .await
-        .expect("bounded");
+    tokio::time::timeout(
+        Duration::from_secs(30),
+        a_refusal_names_its_level(Store::Redis(RedisServer::start())),
+    )
+    .await
+    .expect("bounded");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_refusal_names_its_level_and_keeps_nothing_on_a_cluster() {
-    let cluster = tokio::task::spawn_blocking(RedisCluster::start).await.expect("cluster");
-    tokio::time::timeout(Duration::from_secs(60), a_refusal_names_its_level(Store::Cluster(cluster)))
+    let cluster = tokio::task::spawn_blocking(RedisCluster::start)
         .await
-        .expect("bounded");
+        .expect("cluster");
+    tokio::time::timeout(
+        Duration::from_secs(60),
+        a_refusal_names_its_level(Store::Cluster(cluster)),
+    )
+    .await
+    .expect("bounded");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -333,7 +397,13 @@ async fn a_parent_set_live_on_one_gateway_charges_on_the_other() {
         let b = gateway(&store, &mock, &up, rate_hierarchy()).await;
         // erin is a root: her request is hers alone.
         assert_eq!(http_get(&b, "erin").await.status, 200);
-        let put = admin(&a, http::Method::PUT, "/admin/pressure/tenants/erin/parent", r#"{"parent": "team-a"}"#).await;
+        let put = admin(
+            &a,
+            http::Method::PUT,
+            "/admin/pressure/tenants/erin/parent",
+            r#"{"parent": "team-a"}"#,
+        )
+        .await;
         assert_eq!(put.status, 200, "{:?}", put.body);
         assert_eq!(put.json()["ancestors"], json!(["team-a", "org"]));
         // Within 1 s the other gateway charges erin to team-a too.
@@ -354,23 +424,60 @@ async fn a_parent_set_live_on_one_gateway_charges_on_the_other() {
             ("org", r#"{"parent": "alice"}"#, "cycle"),
             ("org", r#"{"parent": "org"}"#, "own parent"),
         ] {
-            let r = admin(&a, http::Method::PUT, &format!("/admin/pressure/tenants/{tenant}/parent"), body).await;
+            let r = admin(
+                &a,
+                http::Method::PUT,
+                &format!("/admin/pressure/tenants/{tenant}/parent"),
+                body,
+            )
+            .await;
             assert_eq!(r.status, 400, "{tenant} {body}: {:?}", r.body);
             assert!(String::from_utf8_lossy(&r.body).contains(needle), "{:?}", r.body);
         }
-        let r = admin(&a, http::Method::PUT, "/admin/pressure/tenants/frank/parent", r#"{"parent": "alice"}"#).await;
+        let r = admin(
+            &a,
+            http::Method::PUT,
+            "/admin/pressure/tenants/frank/parent",
+            r#"{"parent": "alice"}"#,
+        )
+        .await;
         assert_eq!(r.status, 200, "frank → alice → team-a → org is 4 deep");
-        let r = admin(&a, http::Method::PUT, "/admin/pressure/tenants/gina/parent", r#"{"parent": "frank"}"#).await;
+        let r = admin(
+            &a,
+            http::Method::PUT,
+            "/admin/pressure/tenants/gina/parent",
+            r#"{"parent": "frank"}"#,
+        )
+        .await;
         assert_eq!(r.status, 400, "5 deep: {:?}", r.body);
-        assert!(String::from_utf8_lossy(&r.body).contains("maxDepth"), "{:?}", r.body);
+        assert!(
+            String::from_utf8_lossy(&r.body).contains("maxDepth"),
+            "{:?}",
+            r.body
+        );
         // Hostile ids and bodies.
         let long = "x".repeat(300);
         for (path, body) in [
-            (format!("/admin/pressure/tenants/{long}/parent"), r#"{"parent": "org"}"#.to_owned()),
-            ("/admin/pressure/tenants/hank/parent".to_owned(), format!(r#"{{"parent": "{long}"}}"#)),
-            ("/admin/pressure/tenants/hank/parent".to_owned(), r#"{"parent": 7}"#.to_owned()),
-            ("/admin/pressure/tenants/hank/parent".to_owned(), r#"{"parent": "org", "x": 1}"#.to_owned()),
-            ("/admin/pressure/tenants/hank/parent".to_owned(), "not json".to_owned()),
+            (
+                format!("/admin/pressure/tenants/{long}/parent"),
+                r#"{"parent": "org"}"#.to_owned(),
+            ),
+            (
+                "/admin/pressure/tenants/hank/parent".to_owned(),
+                format!(r#"{{"parent": "{long}"}}"#),
+            ),
+            (
+                "/admin/pressure/tenants/hank/parent".to_owned(),
+                r#"{"parent": 7}"#.to_owned(),
+            ),
+            (
+                "/admin/pressure/tenants/hank/parent".to_owned(),
+                r#"{"parent": "org", "x": 1}"#.to_owned(),
+            ),
+            (
+                "/admin/pressure/tenants/hank/parent".to_owned(),
+                "not json".to_owned(),
+            ),
         ] {
             let r = admin(&a, http::Method::PUT, &path, &body).await;
             assert_eq!(r.status, 400, "{path} {body}: {:?}", r.body);
@@ -378,7 +485,13 @@ async fn a_parent_set_live_on_one_gateway_charges_on_the_other() {
         let doc = a.admin_get("/admin/pressure/tenants/hank/limits").await.json();
         assert_eq!(doc["parent"], Value::Null, "nothing stored: {doc}");
         // DELETE: erin back to the config (none).
-        let r = admin(&a, http::Method::DELETE, "/admin/pressure/tenants/erin/parent", "").await;
+        let r = admin(
+            &a,
+            http::Method::DELETE,
+            "/admin/pressure/tenants/erin/parent",
+            "",
+        )
+        .await;
         assert_eq!(r.status, 200, "{:?}", r.body);
         assert_eq!(r.json()["parent"], Value::Null);
         a.stop().await;

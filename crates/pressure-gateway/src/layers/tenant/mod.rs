@@ -44,7 +44,11 @@ impl TenantLayer {
     /// registered on first use with its limits (the plan's tenant template,
     /// or an override: `crate::plan::overrides`); empty when tenants are
     /// not limited.
-    fn tenant_chain(&self, plan: &Plan, tenant: &Tenant) -> Result<Vec<ResourceHandle<AnyBackend>>, Rejection> {
+    fn tenant_chain(
+        &self,
+        plan: &Plan,
+        tenant: &Tenant,
+    ) -> Result<Vec<ResourceHandle<AnyBackend>>, Rejection> {
         let out = if plan.has_parents() {
             plan.tenant_chain(&self.broker, &tenant.0)
         } else {

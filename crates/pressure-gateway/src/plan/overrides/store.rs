@@ -126,7 +126,12 @@ impl Overrides {
             BackendConfig::Memory => (Arc::new(MemoryStore::default()), Arc::new(MemoryStore::default())),
             BackendConfig::Redis(rc) => {
                 let hash = Arc::new(SharedHash::new(rc, HASH_NAME));
-                watchers.push(watch(Arc::clone(&hash), Arc::clone(&live), plan.clone(), broker.clone()));
+                watchers.push(watch(
+                    Arc::clone(&hash),
+                    Arc::clone(&live),
+                    plan.clone(),
+                    broker.clone(),
+                ));
                 let parent_hash = Arc::new(SharedHash::new(rc, PARENTS_HASH_NAME));
                 watchers.push(watch_parents(Arc::clone(&parent_hash), Arc::clone(&parents)));
                 (
@@ -160,7 +165,11 @@ impl Overrides {
     /// config's) `tenant`'s live parent for the fleet, applied here at once
     /// (settled even if the caller goes away). The next request of the
     /// tenant (or of a descendant) is charged along the new chain.
-    pub(crate) async fn write_parent(&self, tenant: String, parent: Option<String>) -> Result<(), BackendError> {
+    pub(crate) async fn write_parent(
+        &self,
+        tenant: String,
+        parent: Option<String>,
+    ) -> Result<(), BackendError> {
         let (store, live) = (Arc::clone(&self.parent_store), Arc::clone(&self.parents));
         let task = tokio::spawn(async move {
             let version = match &parent {
@@ -191,7 +200,8 @@ impl Overrides {
         let task = tokio::spawn(async move {
             let (version, template) = match limits {
                 Some((l, t)) => {
-                    let json = serde_json::to_string(&l).map_err(|e| BackendError::Protocol(e.to_string()))?;
+                    let json =
+                        serde_json::to_string(&l).map_err(|e| BackendError::Protocol(e.to_string()))?;
                     (store.put(&tenant, json).await?, Some(t))
                 }
                 None => (store.delete(&tenant).await?, None),
@@ -232,7 +242,9 @@ fn watch(hash: Arc<SharedHash>, live: Arc<LiveOverrides>, plan: PlanCell, broker
 fn watch_parents(hash: Arc<SharedHash>, live: Arc<LiveParents>) -> AbortOnDrop {
     AbortOnDrop(tokio::spawn(async move {
         hash.watch(move |event| {
-            apply_event(&live, event, |_, v| (v.is_empty() || super::check_tenant(&v, "").is_ok()).then_some(v));
+            apply_event(&live, event, |_, v| {
+                (v.is_empty() || super::check_tenant(&v, "").is_ok()).then_some(v)
+            });
         })
         .await;
     }))

@@ -10,7 +10,8 @@
 //! limits are not waited for (see [`Caller`](crate::pipeline::Caller)).
 
 use pressure_core::{
-    AcquireOptions, Backend, Demand, Denial, Nest, NestAcquisition, NestError, Permit, Reserved, ResourceHandle,
+    AcquireOptions, Backend, Demand, Denial, Nest, NestAcquisition, NestError, Permit, Reserved,
+    ResourceHandle,
 };
 
 use tokio::time::Instant;
