@@ -8,7 +8,7 @@
 //! [`MAX_NODES`] nodes, roots first then depth by depth, each one store
 //! read (`truncated` says when some were left out).
 
-use super::summary::with_usage;
+use super::store_reads::with_usage;
 use super::AdminState;
 use crate::resources;
 use pressure_core::ResourceStats;

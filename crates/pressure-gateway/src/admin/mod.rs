@@ -40,6 +40,7 @@ mod hierarchy;
 mod llm;
 mod parents;
 mod queue;
+mod store_reads;
 mod summary;
 mod tenants;
 
@@ -183,7 +184,7 @@ async fn metrics(State(state): State<AdminState>) -> Response {
             paying.into_iter().partition(|s| parents.contains(&s.resource));
         let mut top = summary::most_denied(others, budgets::METRICS_TOP);
         top.extend(levels);
-        budgets::write_metrics(&summary::with_usage(&state, top).await, &mut body);
+        budgets::write_metrics(&store_reads::with_usage(&state, top).await, &mut body);
     }
     (
         [
