@@ -25,6 +25,9 @@ use pressure_core::ResourceHandle;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
+/// A tenant of a chain that could not register, and why.
+pub(crate) type Unregistrable = (String, pressure_core::Error);
+
 /// Largest `perTenant.maxDepth` accepted.
 pub(crate) const MAX_DEPTH_BOUND: usize = 16;
 
@@ -233,7 +236,7 @@ impl Plan {
         &self,
         broker: &Broker,
         tenant: &str,
-    ) -> Option<Result<Vec<ResourceHandle<AnyBackend>>, (String, pressure_core::Error)>> {
+    ) -> Option<Result<Vec<ResourceHandle<AnyBackend>>, Unregistrable>> {
         let lineage = self.lineage(tenant);
         let root = lineage.last().map_or(tenant, String::as_str);
         let group = crate::resources::tenant(root);
