@@ -70,11 +70,45 @@ where
         request_id,
         started,
     };
-    let mut resp = handle(req, event).await.map_err(|r| r.of_event(id.clone()))?;
+    let paid = crate::layers::context(&req).and_then(|c| Some((c.payer.clone()?, c.slot.clone())));
+    let mut resp = match handle(req, event).await {
+        Ok(resp) => resp,
+        Err(refused) => {
+            if let Some((payer, slot)) = paid {
+                unspend_if_payer_refused(&refused, &payer, &slot).await;
+            }
+            return Err(refused.of_event(id));
+        }
+    };
     if let Some(v) = id {
         resp.headers_mut().insert(REQUEST_ID_HEADER, v);
     }
     Ok(resp)
+}
+
+/// When one of the payer's levels refused the call (its budget, its token
+/// rate), the request its levels counted when it came in is given back:
+/// a refusal consumes nothing, so a call the tenant could not pay for does
+/// not also spend one of the tenant's requests (nor its parents').
+async fn unspend_if_payer_refused(
+    refused: &Rejection,
+    payer: &pressure_core::Nest<AnyBackend>,
+    slot: &crate::permits::PermitSlot,
+) {
+    let resource = match refused {
+        Rejection::Llm(LlmError::BudgetExceeded { resource, .. } | LlmError::NoCapacity { resource, .. }) => resource,
+        _ => return,
+    };
+    if !payer.levels().iter().any(|h| h.id() == resource) {
+        return;
+    }
+    for h in payer.levels() {
+        for grant in slot.grants_on(h.id()) {
+            if let Err(e) = h.refund(&grant).await {
+                tracing::warn!(resource = h.id(), error = %e, "the refused call's request not given back");
+            }
+        }
+    }
 }
 
 /// Handles one call of the endpoint ([`respond`]).

@@ -500,3 +500,36 @@ async fn a_parent_set_live_on_one_gateway_charges_on_the_other() {
     .await
     .expect("bounded");
 }
+
+/// A call refused by a level's budget spends none of the levels' requests:
+/// the request the tenant layer counted when it came in is given back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_a_budget_refuses_spends_no_request_on_any_level() {
+    tokio::time::timeout(Duration::from_secs(30), async {
+        let est = estimate();
+        let mock = provider().await;
+        let up = TestUpstream::demo().await;
+        let per_tenant = json!({
+            "enabled": true,
+            "limits": { "requestsPerMinute": 100 },
+            "overrides": {
+                "team": { "requestsPerMinute": 100, "costMicroUsdPerDay": est + est / 2 },
+                "ivan": { "requestsPerMinute": 100, "parent": "team" }
+            }
+        });
+        let gw = gateway(&Store::Memory, &mock, &up, per_tenant).await;
+        assert_eq!(chat(&gw, "ivan").await.status, 200);
+        // The team's budget now holds less than one estimate.
+        for _ in 0..4 {
+            let r = chat(&gw, "ivan").await;
+            assert_eq!(r.status, 429, "{:?}", r.body);
+            assert_eq!(r.json()["error"]["code"], "budget_exceeded");
+        }
+        let used = |s: pressure_core::ResourceStats| s.usage.get("requestsPerMinute").copied();
+        assert_eq!(used(gw.stats("gateway:tenant:ivan").await), Some(1), "only the admitted call");
+        assert_eq!(used(gw.stats("gateway:tenant:team").await), Some(1), "only the admitted call");
+        gw.stop().await;
+    })
+    .await
+    .expect("bounded");
+}
