@@ -30,6 +30,8 @@ use tokio::time::Instant;
 use super::call::{Call, Request};
 use super::hint::RetryHint;
 use super::level::{Event, LevelEnd};
+use super::pool::Member;
+use super::rotation::Rotation;
 use super::Engine;
 use crate::pipeline::answer::Degradation;
 use crate::pipeline::caller::Caller;
@@ -49,14 +51,17 @@ enum Step<O> {
     Passed(Option<LlmError>),
 }
 
-/// A model level of the chain, as the walk reaches it.
+/// A model level of the chain (a model or a pool), as the walk reaches it.
 struct ModelLevel<'a> {
-    /// Its `provider/model`.
-    key: &'a str,
+    /// The `provider/model` of its model, or of each member of its pool.
+    keys: Vec<&'a str>,
+    /// Its rotation, when it is a pool.
+    rotation: Option<&'a Rotation>,
     /// Its place among the chain's model levels (0: the primary).
     ordinal: usize,
-    /// What it reserves per attempt; `None`: the request does not fit it.
-    reservation: Option<Reservation>,
+    /// What each of `keys` reserves per attempt; `None`: the request does
+    /// not fit that model.
+    reservations: &'a [Option<Reservation>],
     /// The model levels the request fits from this one on, this one
     /// included (at least 1): the level gets that share of the time left.
     levels_left: usize,
@@ -88,37 +93,42 @@ impl<B: Backend> Engine<B> {
         }
     }
 
-    /// The reservation of every model level of `uc`, before anything is
-    /// touched (`None`: not a model level, or the request does not fit
-    /// it); when the request fits no model level, the first level's reason.
+    /// The reservation of every model of every level of `uc` (one per
+    /// key of [`ChainLevel::model_keys`]), before anything is touched
+    /// (`None`: the request does not fit that model); when the request
+    /// fits no model of the chain, the first misfit's reason.
     fn plans<R: Request<B>>(
         &self,
         uc: &UseCaseConfig,
         req: &R,
-    ) -> Result<Vec<Option<Reservation>>, LlmError> {
-        let mut plans: Vec<Option<Reservation>> = Vec::with_capacity(uc.chain.len());
+    ) -> Result<Vec<Vec<Option<Reservation>>>, LlmError> {
+        let mut plans = Vec::with_capacity(uc.chain.len());
         let mut first_misfit = None;
         let mut model_levels = 0usize;
         for level in &uc.chain {
-            let ChainLevel::Model(key) = level else {
-                plans.push(None);
-                continue;
-            };
-            model_levels += 1;
-            let Some(m) = self.models.get(key) else {
-                plans.push(None);
-                continue;
-            };
-            match req.plan(self, m)? {
-                Ok(r) => plans.push(Some(r.with_priority(uc.priority.broker_priority()))),
-                Err(e) => {
-                    first_misfit.get_or_insert(e);
-                    plans.push(None);
+            let keys = level.model_keys();
+            if !keys.is_empty() {
+                model_levels += 1;
+            }
+            let mut level_plans = Vec::with_capacity(keys.len());
+            for key in keys {
+                let Some(m) = self.models.get(key) else {
+                    level_plans.push(None);
+                    continue;
+                };
+                match req.plan(self, m)? {
+                    Ok(r) => level_plans.push(Some(r.with_priority(uc.priority.broker_priority()))),
+                    Err(e) => {
+                        first_misfit.get_or_insert(e);
+                        level_plans.push(None);
+                    }
                 }
             }
+            plans.push(level_plans);
         }
+        let fits_none = plans.iter().flatten().all(Option::is_none);
         match first_misfit {
-            Some(e) if model_levels > 0 && plans.iter().all(Option::is_none) => Err(e),
+            Some(e) if model_levels > 0 && fits_none => Err(e),
             _ => Ok(plans),
         }
     }
@@ -158,14 +168,19 @@ impl<B: Backend> Engine<B> {
                         }
                     }
                 }
-                ChainLevel::Model(key) => {
+                ChainLevel::Model(_) | ChainLevel::Pool(_) => {
                     let this = ordinal;
                     ordinal += 1;
                     let level = ModelLevel {
-                        key,
+                        keys: level.model_keys(),
+                        rotation: self.rotations.get(use_case).and_then(|r| r.get(&i)),
                         ordinal: this,
-                        reservation: plans[i],
-                        levels_left: plans[i..].iter().filter(|p| p.is_some()).count().max(1),
+                        reservations: &plans[i],
+                        levels_left: plans[i..]
+                            .iter()
+                            .filter(|p| p.iter().any(Option::is_some))
+                            .count()
+                            .max(1),
                     };
                     self.model_level(call, uc, &level, deadline, &mut event).await?
                 }
@@ -231,7 +246,20 @@ impl<B: Backend> Engine<B> {
         deadline: Instant,
         event: &mut Event<B>,
     ) -> Result<Step<C::Output>, LlmError> {
-        let (Some(m), Some(reservation)) = (self.models.get(level.key), level.reservation) else {
+        let members: Vec<Member<'_>> = level
+            .keys
+            .iter()
+            .zip(level.reservations)
+            .enumerate()
+            .filter_map(|(index, (key, r))| {
+                Some(Member {
+                    index,
+                    entry: self.models.get(*key)?,
+                    reservation: (*r)?,
+                })
+            })
+            .collect();
+        let Some(first) = members.first() else {
             return Ok(Step::Passed(None));
         };
         let now = Instant::now();
@@ -241,11 +269,18 @@ impl<B: Backend> Engine<B> {
         let levels_left = u32::try_from(level.levels_left).unwrap_or(u32::MAX);
         let share_end = now + deadline.saturating_duration_since(now) / levels_left;
         event.retry.start_fallback_level();
-        match self
-            .run_level(call, m, reservation, share_end, deadline, event)
-            .await
-        {
-            Ok(output) => {
+        let served = match level.rotation {
+            Some(rotation) => {
+                self.run_pool(call, &members, rotation, share_end, deadline, event)
+                    .await
+            }
+            None => self
+                .run_level(call, first.entry, first.reservation, share_end, deadline, event)
+                .await
+                .map(|output| (output, first.entry)),
+        };
+        match served {
+            Ok((output, m)) => {
                 let degradation = if level.ordinal == 0 {
                     Degradation::Primary
                 } else {
