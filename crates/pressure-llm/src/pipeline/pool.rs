@@ -124,3 +124,142 @@ pub(crate) fn check_pool(
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::pipeline::{ChainLevel, LlmConfig, ModelKind};
+    use serde_json::{json, Value};
+
+    /// Two providers serving `gpt-4o` (and `oa1` an embedding model), and
+    /// a use case `u` whose chain is `chain`.
+    fn config(chain: Value) -> LlmConfig {
+        let chat = |p: &str| {
+            json!({ "provider": p, "model": "gpt-4o", "limits": { "requestsPerMinute": 3 },
+                    "context": { "contextTokens": 1000, "maxOutputTokens": 100 } })
+        };
+        serde_json::from_value(json!({
+            "providers": { "oa1": { "baseUrl": "http://127.0.0.1:1/v1" },
+                           "oa2": { "baseUrl": "http://127.0.0.1:2/v1" },
+                           "oa3": { "baseUrl": "http://127.0.0.1:3/v1" } },
+            "models": [ chat("oa1"), chat("oa2"), chat("oa3"),
+                        { "provider": "oa1", "model": "emb", "kind": "embedding" } ],
+            "useCases": { "u": { "chain": chain } },
+        }))
+        .expect("parses")
+    }
+
+    /// The path and message of the first problem of a chain.
+    fn problem(chain: Value) -> Option<(String, String)> {
+        config(chain).validate().err().map(|e| (e.path, e.problem))
+    }
+
+    #[test]
+    fn a_pool_of_known_deployments_is_a_chain_level() {
+        let chain = json!([ {"pool": [ {"model": "oa1/gpt-4o", "weight": 2}, {"model": "oa2/gpt-4o"} ]},
+                            {"model": "oa3/gpt-4o"}, {"manualQueue": true} ]);
+        assert_eq!(problem(chain.clone()), None);
+        let cfg = config(chain);
+        let level = &cfg.use_cases["u"].chain[0];
+        let ChainLevel::Pool(members) = level else {
+            panic!("a pool level: {level:?}");
+        };
+        assert_eq!(
+            members
+                .iter()
+                .map(|m| (m.model.as_str(), m.weight()))
+                .collect::<Vec<_>>(),
+            vec![("oa1/gpt-4o", 2), ("oa2/gpt-4o", 1)]
+        );
+        assert_eq!(level.model_keys(), vec!["oa1/gpt-4o", "oa2/gpt-4o"]);
+        assert_eq!(cfg.use_case_kind("u"), Some(ModelKind::Chat));
+        // It serialises back to the same shape (no `pool` key in a member).
+        let back = serde_json::to_value(level).expect("serialises");
+        assert_eq!(
+            back,
+            json!({"pool": [ {"model": "oa1/gpt-4o", "weight": 2}, {"model": "oa2/gpt-4o"} ]})
+        );
+    }
+
+    #[test]
+    fn hostile_pools_are_refused_at_their_json_path() {
+        let member = |m: &str| json!({ "model": m });
+        let cases = [
+            (
+                json!({"pool": []}),
+                "useCases.u.chain[0].pool",
+                "must not be empty",
+            ),
+            (
+                json!({"pool": [member("oa1/gpt-4o")]}),
+                "useCases.u.chain[0].pool",
+                "at least 2 members",
+            ),
+            (
+                json!({"pool": [member("oa1/gpt-4o"), member("oa1/gpt-4o")]}),
+                "useCases.u.chain[0].pool[1].model",
+                "duplicate member",
+            ),
+            (
+                json!({"pool": [member("oa1/gpt-4o"), member("oa9/gpt-4o")]}),
+                "useCases.u.chain[0].pool[1].model",
+                "unknown model",
+            ),
+            (
+                json!({"pool": [member("oa1/gpt-4o"), {"weight": 2}]}),
+                "useCases.u.chain[0].pool[1].model",
+                "required",
+            ),
+            (
+                json!({"pool": [{"model": "oa1/gpt-4o", "weight": 0}, member("oa2/gpt-4o")]}),
+                "useCases.u.chain[0].pool[0].weight",
+                "1 to 1000",
+            ),
+            (
+                json!({"pool": [member("oa1/gpt-4o"), {"model": "oa2/gpt-4o", "weight": 1001}]}),
+                "useCases.u.chain[0].pool[1].weight",
+                "1 to 1000",
+            ),
+            (
+                json!({"pool": [member("oa1/gpt-4o"),
+                                {"pool": [member("oa2/gpt-4o"), member("oa3/gpt-4o")]}]}),
+                "useCases.u.chain[0].pool[1].pool",
+                "not a pool",
+            ),
+            (
+                json!({"pool": [member("oa1/gpt-4o"), member("oa1/emb")]}),
+                "useCases.u.chain[0].pool[1].model",
+                "a chain serves one kind",
+            ),
+        ];
+        for (level, path, says) in cases {
+            let got = problem(json!([level.clone()]));
+            let Some((at, problem)) = got else {
+                panic!("{level} was accepted");
+            };
+            assert_eq!(at, path, "{level}: {problem}");
+            assert!(problem.contains(says), "{level}: {problem}");
+        }
+        let many: Vec<Value> = (0..17).map(|i| member(&format!("oa1/m{i}"))).collect();
+        let (at, problem) = problem(json!([{"pool": many}])).expect("17 members are refused");
+        assert_eq!(at, "useCases.u.chain[0].pool");
+        assert!(problem.contains("at most 16"), "{problem}");
+        // Unknown member keys are refused by the shape.
+        assert!(serde_json::from_value::<ChainLevel>(
+            json!({"pool": [{"model": "oa1/gpt-4o", "wieght": 2}, {"model": "oa2/gpt-4o"}]})
+        )
+        .is_err());
+    }
+
+    #[test]
+    fn a_pool_follows_an_embedding_chain_kind() {
+        let cfg: LlmConfig = serde_json::from_value(json!({
+            "providers": { "a": { "baseUrl": "http://127.0.0.1:1/v1" }, "b": { "baseUrl": "http://127.0.0.1:2/v1" } },
+            "models": [ { "provider": "a", "model": "e", "kind": "embedding" },
+                        { "provider": "b", "model": "e", "kind": "embedding" } ],
+            "useCases": { "s": { "chain": [ {"pool": [ {"model": "a/e"}, {"model": "b/e"} ]} ] } },
+        }))
+        .expect("parses");
+        assert_eq!(cfg.validate().err().map(|e| e.path), None);
+        assert_eq!(cfg.use_case_kind("s"), Some(ModelKind::Embedding));
+    }
+}
