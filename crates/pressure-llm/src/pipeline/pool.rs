@@ -17,7 +17,8 @@ use std::collections::BTreeSet;
 
 use serde::{Deserialize, Serialize};
 
-use super::config::ConfigError;
+// A configuration error at a JSON path (the pipeline's `ConfigError`).
+use pressure_core::FieldError as ConfigError;
 
 /// The most members of one pool.
 pub const MAX_POOL_MEMBERS: usize = 16;
