@@ -53,14 +53,24 @@ async fn chat(gw: &TestGateway, stream: bool) -> Reply {
         "messages": [ { "role": "user", "content": "Say hello." } ]
     });
     let bearer = format!("Bearer {TENANT_KEY}");
-    post_raw(gw, "/v1/chat/completions", body.to_string(), &[("authorization", bearer.as_str())]).await
+    post_raw(
+        gw,
+        "/v1/chat/completions",
+        body.to_string(),
+        &[("authorization", bearer.as_str())],
+    )
+    .await
 }
 
 /// Checks that `r` was answered by the pool level's `member`.
 fn assert_served_by(r: &Reply, member: &str, what: &str) {
     assert_eq!(r.status, 200, "{what}: {:?}", r.body);
     assert_eq!(header(r, "x-pressure-deployment"), member, "{what}");
-    assert_eq!(header(r, "x-pressure-degradation"), "primary", "{what}: the pool level answered");
+    assert_eq!(
+        header(r, "x-pressure-degradation"),
+        "primary",
+        "{what}: the pool level answered"
+    );
 }
 
 #[tokio::test]

@@ -183,8 +183,10 @@ pub enum ChainLevel {
     /// `{"model": "provider/model"}`: a call to that model.
     Model(String),
     /// `{"pool": [{"model": "provider/model", "weight": 2}, ...]}`: a call
-    /// to one deployment of a pool of 2 to 16, each with its own limits
-    /// and breaker (see [`crate::pipeline::pool`]).
+    /// to one of 2 to 16 deployments of a model, each with its own limits
+    /// and breaker: the first, in weighted round robin, that admits the
+    /// attempt now; another one after a transient failure
+    /// (docs/llm.md#deployment-pools).
     Pool(Vec<PoolMember>),
     /// `{"knn": {"examples", "model", "k"}}`: the label most of the `k`
     /// labelled examples nearest to the request's last user message vote

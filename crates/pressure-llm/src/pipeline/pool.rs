@@ -32,6 +32,7 @@ pub const DEFAULT_POOL_WEIGHT: u32 = 1;
 /// One deployment of a pool: `{"model": "provider/model", "weight": 2}`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[schemars(transform = model_required)]
 pub struct PoolMember {
     /// `provider/model` of `models`.
     #[serde(default)]
@@ -60,6 +61,19 @@ impl PoolMember {
     pub fn weight(&self) -> u32 {
         self.weight.unwrap_or(DEFAULT_POOL_WEIGHT)
     }
+}
+
+/// The schema of [`PoolMember`] says `model` is required: it is parsed
+/// with a default only so that a member without one (a nested pool) gets
+/// [`check_pool`]'s error at its path.
+fn model_required(schema: &mut schemars::Schema) {
+    if let Some(model) = schema
+        .pointer_mut("/properties/model")
+        .and_then(serde_json::Value::as_object_mut)
+    {
+        model.remove("default");
+    }
+    schema.insert("required".to_owned(), serde_json::json!(["model"]));
 }
 
 /// Checks the pool `members` at `path` (`useCases.x.chain[i].pool`):

@@ -75,7 +75,10 @@ fn config(mocks: &[(&str, &MockProvider, Option<u64>)], use_cases: Value, breake
         .iter()
         .map(|(name, m, _)| ((*name).to_owned(), json!({ "baseUrl": m.base_url() })))
         .collect();
-    let models: Vec<Value> = mocks.iter().map(|(name, _, rpm)| deployment(name, *rpm)).collect();
+    let models: Vec<Value> = mocks
+        .iter()
+        .map(|(name, _, rpm)| deployment(name, *rpm))
+        .collect();
     serde_json::from_value(json!({
         "providers": providers, "models": models, "useCases": use_cases, "breaker": breaker
     }))
@@ -157,7 +160,11 @@ async fn a_transient_failure_moves_to_another_member_before_the_next_level() {
         let spare = mock(quota(100)).await;
         let backup = mock(quota(100)).await;
         let cfg = config(
-            &[("busy", &busy, None), ("spare", &spare, None), ("backup", &backup, None)],
+            &[
+                ("busy", &busy, None),
+                ("spare", &spare, None),
+                ("backup", &backup, None),
+            ],
             json!({ "chat": { "chain": [
                 {"pool": [ {"model": "busy/gpt-4o", "weight": 1000}, {"model": "spare/gpt-4o"} ]},
                 {"model": "backup/gpt-4o"}
@@ -167,21 +174,45 @@ async fn a_transient_failure_moves_to_another_member_before_the_next_level() {
         let llm = client(cfg);
 
         let a = llm.complete("chat", request("hello")).await.expect("answered");
-        assert_eq!(a.model.as_deref(), Some("spare/gpt-4o"), "the other member served");
-        assert_eq!(a.degradation, Degradation::Primary, "by the pool level, not the backup");
+        assert_eq!(
+            a.model.as_deref(),
+            Some("spare/gpt-4o"),
+            "the other member served"
+        );
+        assert_eq!(
+            a.degradation,
+            Degradation::Primary,
+            "by the pool level, not the backup"
+        );
         assert_eq!(a.level, 0);
-        assert_eq!(a.attempts, 2, "the busy member first (its weight), then the spare");
-        assert_eq!(busy.stats().requests, 1, "the 503 was not retried on the same member");
+        assert_eq!(
+            a.attempts, 2,
+            "the busy member first (its weight), then the spare"
+        );
+        assert_eq!(
+            busy.stats().requests,
+            1,
+            "the 503 was not retried on the same member"
+        );
         assert_eq!(spare.stats().requests, 1);
         assert_eq!(backup.stats().requests, 0, "the chain's next level was not asked");
 
         // Both members failing: the chain's next level answers.
-        spare.set_behaviour(Behaviour::single(storm())).expect("behaviour");
-        let a = llm.complete("chat", request("hello again")).await.expect("answered");
+        spare
+            .set_behaviour(Behaviour::single(storm()))
+            .expect("behaviour");
+        let a = llm
+            .complete("chat", request("hello again"))
+            .await
+            .expect("answered");
         assert_eq!(a.model.as_deref(), Some("backup/gpt-4o"));
         assert_eq!(a.degradation, Degradation::Backup(1));
         assert_eq!(busy.stats().requests, 2);
-        assert_eq!(spare.stats().requests, 2, "each member tried once before the backup");
+        assert_eq!(
+            spare.stats().requests,
+            2,
+            "each member tried once before the backup"
+        );
         for m in [busy, spare, backup] {
             m.shutdown().await;
         }
@@ -213,10 +244,15 @@ async fn a_member_whose_breaker_is_open_is_skipped() {
         assert_eq!(breaker.state(), State::Open, "{:?}", breaker.snapshot());
         // The deployment recovers, but its breaker is still open: the pool
         // does not call it, even though its weight puts it first.
-        broken.set_behaviour(Behaviour::single(quota(100))).expect("behaviour");
+        broken
+            .set_behaviour(Behaviour::single(quota(100)))
+            .expect("behaviour");
         broken.reset();
         for i in 0..4 {
-            let a = llm.complete("chat", request(&format!("q{i}"))).await.expect("answered");
+            let a = llm
+                .complete("chat", request(&format!("q{i}")))
+                .await
+                .expect("answered");
             assert_eq!(a.model.as_deref(), Some("healthy/gpt-4o"));
             assert_eq!(a.attempts, 1, "no attempt on the open member");
         }
