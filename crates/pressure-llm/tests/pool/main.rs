@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use futures::future::join_all;
 use pressure_core::ResourceBroker;
 use pressure_llm::breaker::State;
-use pressure_llm::pipeline::{Degradation, LlmClient, LlmConfig};
+use pressure_llm::pipeline::{Degradation, LlmClient, LlmConfig, LlmError};
 use pressure_mock::{Behaviour, MockConfig, MockProvider, Outcome, Phase, RateLimit};
 use serde_json::{json, Value};
 
@@ -138,6 +138,20 @@ async fn a_pool_serves_more_than_any_member_and_each_stays_within_its_quota() {
         assert_eq!(by_member.values().sum::<u64>(), 16);
         // Every member served its whole quota: none idle while others were full.
         assert_eq!(by_member.values().copied().collect::<Vec<_>>(), vec![3, 5, 8]);
+
+        // A 17th request of the window: every member is full for the rest of
+        // the minute, past the deadline, so none is asked (the pool does
+        // not take more than the members' quotas together).
+        let err = llm
+            .complete("chat", request("one too many"))
+            .await
+            .expect_err("no member has room in this window");
+        assert!(matches!(err, LlmError::NoCapacity { .. }), "{err:?}");
+        assert!(err.retry_after().is_some(), "it says when to ask again: {err:?}");
+        for ((name, _), m) in quotas.iter().zip(&mocks) {
+            assert_eq!(served_and_refused(m).1, 0, "{name}: still never beyond its quota");
+        }
+        assert_eq!(mocks.iter().map(|m| m.stats().requests).sum::<u64>(), 16);
 
         // Each deployment is its own resource, counted as the model it is.
         let stats = llm.broker().stats().await;
