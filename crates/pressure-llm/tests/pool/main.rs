@@ -57,10 +57,8 @@ fn storm() -> Phase {
     phase
 }
 
-/// `gpt-4o` of `provider`, limited to `rpm` requests a minute (none: not
-/// limited locally).
-fn deployment(provider: &str, rpm: Option<u64>) -> Value {
-    let limits = rpm.map_or(Value::Null, |n| json!({ "requestsPerMinute": n }));
+/// `gpt-4o` of `provider` with `limits` (null: not limited locally).
+fn deployment(provider: &str, limits: &Value) -> Value {
     json!({
         "provider": provider, "model": MODEL, "limits": limits,
         "context": { "contextTokens": 8000, "maxOutputTokens": 1000 },
@@ -68,16 +66,21 @@ fn deployment(provider: &str, rpm: Option<u64>) -> Value {
     })
 }
 
+/// `requestsPerMinute: n`.
+fn rpm(n: u64) -> Value {
+    json!({ "requestsPerMinute": n })
+}
+
 /// A config whose providers are `mocks` (name → mock), each serving
-/// [`deployment`] with its rpm, and `use_cases`.
-fn config(mocks: &[(&str, &MockProvider, Option<u64>)], use_cases: Value, breaker: Value) -> LlmConfig {
+/// [`deployment`] with its limits, and `use_cases`.
+fn config(mocks: &[(&str, &MockProvider, Value)], use_cases: Value, breaker: Value) -> LlmConfig {
     let providers: serde_json::Map<String, Value> = mocks
         .iter()
         .map(|(name, m, _)| ((*name).to_owned(), json!({ "baseUrl": m.base_url() })))
         .collect();
     let models: Vec<Value> = mocks
         .iter()
-        .map(|(name, _, rpm)| deployment(name, *rpm))
+        .map(|(name, _, limits)| deployment(name, limits))
         .collect();
     serde_json::from_value(json!({
         "providers": providers, "models": models, "useCases": use_cases, "breaker": breaker
@@ -101,10 +104,10 @@ async fn a_pool_serves_more_than_any_member_and_each_stays_within_its_quota() {
     bounded(async {
         let quotas = [("oa1", 3u64), ("oa2", 5), ("oa3", 8)];
         let mocks = [mock(quota(3)).await, mock(quota(5)).await, mock(quota(8)).await];
-        let members: Vec<(&str, &MockProvider, Option<u64>)> = quotas
+        let members: Vec<(&str, &MockProvider, Value)> = quotas
             .iter()
             .zip(&mocks)
-            .map(|((name, q), m)| (*name, m, Some(*q)))
+            .map(|((name, q), m)| (*name, m, rpm(*q)))
             .collect();
         let cfg = config(
             &members,
@@ -175,9 +178,9 @@ async fn a_transient_failure_moves_to_another_member_before_the_next_level() {
         let backup = mock(quota(100)).await;
         let cfg = config(
             &[
-                ("busy", &busy, None),
-                ("spare", &spare, None),
-                ("backup", &backup, None),
+                ("busy", &busy, Value::Null),
+                ("spare", &spare, Value::Null),
+                ("backup", &backup, Value::Null),
             ],
             json!({ "chat": { "chain": [
                 {"pool": [ {"model": "busy/gpt-4o", "weight": 1000}, {"model": "spare/gpt-4o"} ]},
@@ -240,7 +243,10 @@ async fn a_member_whose_breaker_is_open_is_skipped() {
         let broken = mock(storm()).await;
         let healthy = mock(quota(100)).await;
         let cfg = config(
-            &[("broken", &broken, None), ("healthy", &healthy, None)],
+            &[
+                ("broken", &broken, Value::Null),
+                ("healthy", &healthy, Value::Null),
+            ],
             json!({
                 "direct": { "chain": [ {"model": "broken/gpt-4o"} ], "retry": { "maxAttempts": 1 } },
                 "chat": { "chain": [ {"pool": [
@@ -273,6 +279,48 @@ async fn a_member_whose_breaker_is_open_is_skipped() {
         assert_eq!(broken.stats().requests, 0, "the open member got no call");
         assert_eq!(healthy.stats().requests, 4);
         for m in [broken, healthy] {
+            m.shutdown().await;
+        }
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn requests_waiting_on_a_full_pool_spread_over_the_members_as_they_free() {
+    bounded(async {
+        // One request a second per deployment at the gateway; the mocks
+        // refuse a second one within 900 ms (a margin for the network).
+        let second = |name: &str| {
+            let mut phase = Phase::normal(name);
+            phase.rate_limit = Some(RateLimit {
+                requests: 1,
+                tokens: 0,
+                window_ms: 900,
+            });
+            phase
+        };
+        let a = mock(second("a")).await;
+        let b = mock(second("b")).await;
+        let per_second = json!({ "requestsPerSecond": 1 });
+        let cfg = config(
+            &[("a", &a, per_second.clone()), ("b", &b, per_second)],
+            json!({ "chat": { "chain": [ {"pool": [ {"model": "a/gpt-4o"}, {"model": "b/gpt-4o"} ]} ],
+                              "retry": { "maxAttempts": 1 } } }),
+            json!({}),
+        );
+        let llm = client(cfg);
+
+        // Four at once: two are admitted now, two wait — and each of those
+        // takes the member that frees, not both the same one.
+        let answers = join_all((0..4).map(|i| llm.complete("chat", request(&format!("q{i}"))))).await;
+        for a in answers {
+            let a = a.expect("answered within the deadline");
+            assert_eq!(a.attempts, 1, "admitted before the call");
+        }
+        for (name, m) in [("a", &a), ("b", &b)] {
+            assert_eq!(served_and_refused(m), (2, 0), "{name}: two calls, a second apart");
+        }
+        for m in [a, b] {
             m.shutdown().await;
         }
     })

@@ -13,11 +13,14 @@
 //!    reservation is the attempt's own — nothing is reserved twice. The
 //!    first that admits takes the attempt; a member whose breaker is open
 //!    is skipped;
-//! 3. when none admits now, the attempt waits on the member that frees
-//!    first (the soonest limiter wait or provider hold the refusals
-//!    announced) through the usual gate, bounded by the deadline (and a
-//!    hold by the level's share of it), so a request does not wait while
-//!    another member could serve it sooner.
+//! 3. when none admits now, the attempt sleeps until the first of them
+//!    could (the soonest limiter wait or provider hold their refusals
+//!    announced; a hold only within the level's share of the time left, a
+//!    limiter wait within the deadline), then every open member is asked
+//!    again. Requests waiting together so spread over the members as each
+//!    frees: no member sits idle while a request waits. When none could
+//!    within those bounds, the level is refused with the refusal that
+//!    says to ask again the soonest.
 //!
 //! After a failure: an error a retry or a fallback could mend (a 429,
 //! 5xx, a timeout, a broken credential of that deployment) moves the next
@@ -41,9 +44,14 @@ use super::rotation::Rotation;
 use super::Engine;
 use crate::pipeline::error::LlmError;
 use crate::pipeline::metrics::Metrics;
-use crate::reservation::Reservation;
+use crate::reservation::{resource_id, Reservation};
 use crate::retry::Decision;
 use crate::taxonomy::Disposition;
+
+/// The shortest sleep before the members are asked again, when none
+/// admitted an attempt (a concurrency limit's wait is an estimate that may
+/// be zero).
+const MIN_POOL_WAIT: Duration = Duration::from_millis(5);
 
 /// One member of a pool level as an event reaches it.
 pub(super) struct Member<'a> {
@@ -58,7 +66,8 @@ pub(super) struct Member<'a> {
 enum Pick<B: Backend> {
     /// This one (a position in the level's members), admitted.
     Go(usize, Admitted<B>),
-    /// Ask again: a breaker changed state while its member decided.
+    /// Ask again: a breaker changed state while its member decided, or
+    /// none admitted the attempt and the first of them has freed since.
     Again,
     /// None can take it within the deadline.
     Refused(LlmError),
@@ -149,8 +158,8 @@ impl<B: Backend> Engine<B> {
     }
 
     /// The member of `open` that takes the next attempt: the first in the
-    /// rotation's order that admits it now, else the one that frees first,
-    /// waited for (see the module docs).
+    /// rotation's order that admits it now; when none does, [`Pick::Again`]
+    /// once the first of them frees (see the module docs).
     async fn pick(
         &self,
         members: &[Member<'_>],
@@ -160,58 +169,90 @@ impl<B: Backend> Engine<B> {
         share_end: Instant,
         deadline: Instant,
     ) -> Pick<B> {
-        let by_index = |index: usize| members.iter().position(|m| m.index == index);
-        let order = rotation.order(&open.iter().map(|&at| members[at].index).collect::<Vec<_>>());
-        let mut soonest: Option<(usize, Duration)> = None;
+        let pool_indexes = indexes(members, open);
+        let mut soonest: Option<Instant> = None;
         let mut refusal: Option<LlmError> = None;
-        for at in order.into_iter().filter_map(by_index) {
+        for index in rotation.order(&pool_indexes) {
+            let Some(at) = members.iter().position(|m| m.index == index) else {
+                continue;
+            };
             let now = Instant::now();
-            match self.gate_member(&members[at], payer, now, now).await {
+            match self.gate_member(&members[at], payer, now).await {
                 Gate::Go(bp, permit, paid) => {
-                    rotation.took(members[at].index, &indexes(members, open));
+                    rotation.took(index, &pool_indexes);
                     return Pick::Go(at, (bp, permit, paid));
                 }
                 Gate::Again => return Pick::Again,
-                Gate::Refused(e) => {
-                    let wait = match &e {
-                        LlmError::BreakerOpen { .. } => None,
-                        e => e.retry_after(),
-                    };
-                    if let Some(wait) = wait {
-                        if soonest.is_none_or(|(_, w)| wait < w) {
-                            soonest = Some((at, wait));
-                        }
-                    }
-                    refusal.get_or_insert(e);
-                }
+                Gate::Refused(e) => match self.frees_at(&members[at], &e, share_end, deadline) {
+                    Some(at) => soonest = Some(soonest.map_or(at, |s| s.min(at))),
+                    None if refusal.as_ref().is_none_or(|r| sooner(&e, r)) => refusal = Some(e),
+                    None => {}
+                },
             }
         }
-        let Some((at, _)) = soonest else {
-            return Pick::Refused(refusal.unwrap_or(LlmError::NoAnswer));
-        };
-        match self.gate_member(&members[at], payer, share_end, deadline).await {
-            Gate::Go(bp, permit, paid) => {
-                rotation.took(members[at].index, &indexes(members, open));
-                Pick::Go(at, (bp, permit, paid))
+        match soonest {
+            Some(at) => {
+                tokio::time::sleep_until(at.max(Instant::now() + MIN_POOL_WAIT)).await;
+                Pick::Again
             }
-            Gate::Again => Pick::Again,
-            Gate::Refused(e) => Pick::Refused(e),
+            None => Pick::Refused(refusal.unwrap_or(LlmError::NoAnswer)),
         }
     }
 
-    /// The gate of one attempt on `member`, waiting at most until
-    /// `share_end` for a hold and `deadline` for the limiter.
+    /// When `member`, which refused an attempt with `e`, could take one:
+    /// `None` when it will not within the time the level may wait — an
+    /// open breaker, the payer's refusal, a demand that never fits, a hold
+    /// past `share_end` or a limiter wait past `deadline`.
+    fn frees_at(
+        &self,
+        member: &Member<'_>,
+        e: &LlmError,
+        share_end: Instant,
+        deadline: Instant,
+    ) -> Option<Instant> {
+        let m = member.entry;
+        let LlmError::NoCapacity {
+            resource,
+            retry_after: Some(wait),
+        } = e
+        else {
+            return None;
+        };
+        // The member's own limiter or hold, not the payer's.
+        if *resource != resource_id(&m.provider, &m.model) {
+            return None;
+        }
+        let bound = if m.held(self.clock.now_nanos()).is_some() {
+            share_end.min(deadline)
+        } else {
+            deadline
+        };
+        let at = Instant::now() + *wait;
+        (at <= bound).then_some(at)
+    }
+
+    /// The gate of one attempt on `member` that waits for nothing (a hold,
+    /// the limiter): whether it admits the attempt at `now`.
     async fn gate_member(
         &self,
         member: &Member<'_>,
         payer: Option<&ResourceHandle<B>>,
-        share_end: Instant,
-        deadline: Instant,
+        now: Instant,
     ) -> Gate<B> {
         let m = member.entry;
         let breaker = self.breakers.get(&m.provider, &m.model);
-        self.gate(m, &breaker, &member.reservation, payer, share_end, deadline)
-            .await
+        self.gate(m, &breaker, &member.reservation, payer, now, now).await
+    }
+}
+
+/// Whether `a` says to ask again sooner than `b` (a refusal that says
+/// nothing comes last): the level's refusal is the one that lets the
+/// chain's retry hint be the soonest.
+fn sooner(a: &LlmError, b: &LlmError) -> bool {
+    match (a.retry_after(), b.retry_after()) {
+        (Some(x), Some(y)) => x < y,
+        (Some(_), None) => true,
+        (None, _) => false,
     }
 }
 
