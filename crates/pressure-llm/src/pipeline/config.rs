@@ -204,12 +204,13 @@ pub enum ChainLevel {
 impl ChainLevel {
     /// The `provider/model` keys a model level or a pool level calls
     /// (none for the other levels).
-    pub fn model_keys(&self) -> Vec<&str> {
-        match self {
-            Self::Model(key) => vec![key.as_str()],
-            Self::Pool(members) => members.iter().map(|m| m.model.as_str()).collect(),
-            _ => Vec::new(),
-        }
+    pub fn model_keys(&self) -> impl Iterator<Item = &str> {
+        let (one, pool): (Option<&str>, &[PoolMember]) = match self {
+            Self::Model(key) => (Some(key.as_str()), &[]),
+            Self::Pool(members) => (None, members.as_slice()),
+            _ => (None, &[]),
+        };
+        one.into_iter().chain(pool.iter().map(|m| m.model.as_str()))
     }
 
     /// Whether the level calls a model (a model level or a pool).
@@ -627,7 +628,7 @@ impl LlmConfig {
         let path = format!("useCases.{name}");
         let mut first: Option<(usize, ModelKind)> = None;
         for (i, level) in uc.chain.iter().enumerate() {
-            for (j, key) in level.model_keys().into_iter().enumerate() {
+            for (j, key) in level.model_keys().enumerate() {
                 let Some(kind) = self.model(key).map(|m| m.kind) else {
                     continue;
                 };

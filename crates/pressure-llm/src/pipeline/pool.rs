@@ -185,7 +185,10 @@ mod tests {
                 .collect::<Vec<_>>(),
             vec![("oa1/gpt-4o", 2), ("oa2/gpt-4o", 1)]
         );
-        assert_eq!(level.model_keys(), vec!["oa1/gpt-4o", "oa2/gpt-4o"]);
+        assert_eq!(
+            level.model_keys().collect::<Vec<_>>(),
+            vec!["oa1/gpt-4o", "oa2/gpt-4o"]
+        );
         assert_eq!(cfg.use_case_kind("u"), Some(ModelKind::Chat));
         // It serialises back to the same shape (no `pool` key in a member).
         let back = serde_json::to_value(level).expect("serialises");
