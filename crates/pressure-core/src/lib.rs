@@ -178,6 +178,7 @@ mod handle;
 mod leasing;
 mod limits;
 mod limits_error;
+mod nest;
 mod ppm;
 mod priority;
 mod queue;
@@ -207,6 +208,7 @@ pub use limits::{
     SUB_WINDOWS,
 };
 pub use limits_error::LimitsError;
+pub use nest::{Nest, NestAcquisition, NestError};
 pub use ppm::PPM;
 pub use priority::Priority;
 pub use queue::{Attempt, Request, Response, TaskError, UsageReport};

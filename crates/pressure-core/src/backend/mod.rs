@@ -212,6 +212,19 @@ pub trait Backend: Send + Sync + Sized + std::fmt::Debug + 'static {
     /// Prepares `resource` with `spec`. Called once per registration.
     fn attach(&self, resource: &str, spec: Arc<LimitSpec>) -> Result<Self::Handle, BackendError>;
 
+    /// [`Backend::attach`] placed in `group` (resources charged together in
+    /// one nested acquisition share a group). Default: the group is not
+    /// used.
+    fn attach_grouped(
+        &self,
+        resource: &str,
+        group: &str,
+        spec: Arc<LimitSpec>,
+    ) -> Result<Self::Handle, BackendError> {
+        let _ = group;
+        self.attach(resource, spec)
+    }
+
     /// The handle of `resource` after its limits changed to `spec`,
     /// continuing the state behind `old`: current usage (window
     /// sub-windows, bucket levels, live leases) and the allowed/denied

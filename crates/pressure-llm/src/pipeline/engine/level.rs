@@ -7,13 +7,14 @@
 
 use std::sync::Arc;
 
-use pressure_core::{Backend, Permit, ResourceHandle};
+use pressure_core::{Backend, Permit};
 use tokio::time::Instant;
 
 use super::call::{Call, Request, Target};
 use super::gate::Gate;
 use super::hint::RetryHint;
 use super::ledger::Ledger;
+use super::payer::Paid;
 use super::models::ModelEntry;
 use super::Engine;
 use crate::breaker::CallPermit;
@@ -30,7 +31,7 @@ pub(super) struct Event<B: Backend> {
     /// Sent with every call of the event (`x-pressure-request-id`).
     pub(super) request_id: String,
     /// Charged every attempt's tokens and money, beside the model.
-    pub(super) payer: Option<ResourceHandle<B>>,
+    pub(super) payer: Option<pressure_core::Nest<B>>,
     pub(super) retry: RetryState,
     pub(super) attempts: u32,
     pub(super) spent: Money,
@@ -124,7 +125,7 @@ pub(super) type To<'a, P> = (&'a ModelEntry, &'a ProviderClient, &'a P);
 
 /// What the gate let through for one attempt: the breaker's permit, the
 /// limiter's and the payer's.
-pub(super) type Admitted<B> = (CallPermit, Option<Permit<B>>, Option<Permit<B>>);
+pub(super) type Admitted<B> = (CallPermit, Option<Permit<B>>, Option<Paid<B>>);
 
 impl<B: Backend> Engine<B> {
     /// One attempt the gate admitted: sent, then settled — its output, or

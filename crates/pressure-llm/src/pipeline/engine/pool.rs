@@ -33,7 +33,7 @@
 
 use std::time::Duration;
 
-use pressure_core::{Backend, ResourceHandle};
+use pressure_core::{Backend, Nest};
 use tokio::time::Instant;
 
 use super::call::{Call, Request};
@@ -165,7 +165,7 @@ impl<B: Backend> Engine<B> {
         members: &[Member<'_>],
         open: &[usize],
         rotation: &Rotation,
-        payer: Option<&ResourceHandle<B>>,
+        payer: Option<&Nest<B>>,
         share_end: Instant,
         deadline: Instant,
     ) -> Pick<B> {
@@ -236,7 +236,7 @@ impl<B: Backend> Engine<B> {
     async fn gate_member(
         &self,
         member: &Member<'_>,
-        payer: Option<&ResourceHandle<B>>,
+        payer: Option<&Nest<B>>,
         now: Instant,
     ) -> Gate<B> {
         let m = member.entry;
