@@ -379,6 +379,11 @@ pub async fn evaluate(
             ChainLevel::Model(key) => {
                 model_level(config, &options.use_case, i, key, dataset, options).await?
             }
+            // A pool's members serve one model: measured as its first.
+            ChainLevel::Pool(members) => match members.first() {
+                Some(m) => model_level(config, &options.use_case, i, &m.model, dataset, options).await?,
+                None => LevelReport::unmeasured(i, LevelKind::Model, "empty pool".to_owned(), "no member"),
+            },
             ChainLevel::Knn(knn) => knn_level(config, &options.use_case, i, knn, dataset).await?,
             ChainLevel::Rules(name) => rules_level(config, i, name, &dataset.tickets),
             ChainLevel::ManualQueue(_) => LevelReport::unmeasured(

@@ -1,12 +1,12 @@
 //! A whole answer in the agent's dialect: the provider's own body when a
 //! level of the agent's wire answered, else the chat answer rendered
 //! (a manual-queue ticket too, as a message / response saying so), with
-//! the degradation, ticket and dropped headers.
+//! the degradation, deployment, ticket and dropped headers.
 
 use super::dialect::Dialect;
 use super::dropped_header;
 use crate::layers::Outcome;
-use crate::openai::{DEGRADATION_HEADER, TICKET_HEADER};
+use crate::openai::{set_deployment, DEGRADATION_HEADER, TICKET_HEADER};
 use crate::rejection::Rejection;
 use axum::body::Body;
 use http::{HeaderValue, Response, StatusCode};
@@ -48,6 +48,7 @@ pub(super) fn respond<D: Dialect>(
         DEGRADATION_HEADER,
         HeaderValue::from_static(answer.degradation.as_str()),
     );
+    set_deployment(h, answer.model.as_deref());
     if let Some(v) = answer.ticket().and_then(|t| HeaderValue::from_str(t).ok()) {
         h.insert(TICKET_HEADER, v);
     }

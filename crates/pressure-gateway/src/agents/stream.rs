@@ -22,7 +22,7 @@
 use super::dialect::Dialect;
 use super::dropped_header;
 use crate::backend::AnyBackend;
-use crate::openai::DEGRADATION_HEADER;
+use crate::openai::{set_deployment, DEGRADATION_HEADER};
 use crate::rejection::Rejection;
 use axum::body::Body;
 use bytes::Bytes;
@@ -180,6 +180,7 @@ pub(super) async fn respond<D: Dialect>(
     let is_native = matches!(&first, Some(Ok(c)) if c.extra.contains_key(NATIVE_FIELD));
     let status = stream.http_status();
     let degradation = stream.degradation().as_str();
+    let deployment = stream.model().map(str::to_owned);
     let encoder = (!is_native).then(|| {
         let empty = Map::new();
         let request = native.as_deref().map_or(&empty, |n| &n.body);
@@ -207,6 +208,7 @@ pub(super) async fn respond<D: Dialect>(
     );
     h.insert(http::header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
     h.insert(DEGRADATION_HEADER, HeaderValue::from_static(degradation));
+    set_deployment(h, deployment.as_deref());
     if !is_native {
         if let Some(v) = dropped_header(dropped, request_id) {
             h.insert(super::DROPPED_HEADER, v);

@@ -94,6 +94,7 @@ fn answer_response(answer: &EmbeddingAnswer) -> Outcome {
     Ok(json_answer(
         Value::Object(body).to_string(),
         answer.degradation.as_str(),
+        Some(&answer.model),
     ))
 }
 

@@ -250,7 +250,7 @@ pub(super) fn answer_response(answer: &Answer) -> Outcome {
         serde_json::to_vec(&WithPressure { resp, pressure })
     }
     .map_err(|_| Rejection::Internal("the completion could not be encoded".into()))?;
-    let mut resp = json_answer(body, answer.degradation.as_str());
+    let mut resp = json_answer(body, answer.degradation.as_str(), answer.model.as_deref());
     *resp.status_mut() = StatusCode::from_u16(answer.http_status()).unwrap_or(StatusCode::OK);
     if let Some(v) = answer.ticket().and_then(|t| HeaderValue::from_str(t).ok()) {
         resp.headers_mut().insert(TICKET_HEADER, v);

@@ -53,6 +53,18 @@ use http::Response;
 /// The header naming the chain level that answered.
 pub const DEGRADATION_HEADER: &str = "x-pressure-degradation";
 
+/// The header naming the deployment (`provider/model`) that answered: the
+/// member of a pool level, or the model of a model level.
+pub const DEPLOYMENT_HEADER: &str = "x-pressure-deployment";
+
+/// Sets [`DEPLOYMENT_HEADER`] to `model` (`provider/model`), when a model
+/// answered.
+pub(crate) fn set_deployment(headers: &mut http::HeaderMap, model: Option<&str>) {
+    if let Some(v) = model.and_then(|m| http::HeaderValue::from_str(m).ok()) {
+        headers.insert(DEPLOYMENT_HEADER, v);
+    }
+}
+
 /// The header carrying the manual-queue ticket of a queued request.
 pub const TICKET_HEADER: &str = "x-pressure-ticket";
 
@@ -60,8 +72,9 @@ pub const TICKET_HEADER: &str = "x-pressure-ticket";
 pub use crate::plan::Llm;
 
 /// A `200` JSON answer of the LLM endpoints, with the degradation header
-/// naming the chain level that answered.
-fn json_answer(body: impl Into<Body>, degradation: &'static str) -> Response<Body> {
+/// naming the chain level that answered and the deployment header naming
+/// the model that did (`provider/model`, when a model did).
+fn json_answer(body: impl Into<Body>, degradation: &'static str, model: Option<&str>) -> Response<Body> {
     let mut resp = Response::new(body.into());
     let h = resp.headers_mut();
     h.insert(
@@ -69,5 +82,6 @@ fn json_answer(body: impl Into<Body>, degradation: &'static str) -> Response<Bod
         http::HeaderValue::from_static("application/json"),
     );
     h.insert(DEGRADATION_HEADER, http::HeaderValue::from_static(degradation));
+    set_deployment(h, model);
     resp
 }

@@ -2,10 +2,10 @@
 //! `data: {chunk}` per chunk and `data: [DONE]` at the end. The chain may
 //! fall back only before the first chunk; a failure after it ends the
 //! stream with one `data: {"error": {...}}` event (no `[DONE]`). The
-//! degradation header is sent with the head. (SSE responses release their
+//! degradation and deployment headers are sent with the head. (SSE responses release their
 //! pressure permits at the response head, docs/architecture.md#the-gateway.)
 
-use super::DEGRADATION_HEADER;
+use super::{set_deployment, DEGRADATION_HEADER};
 use crate::backend::AnyBackend;
 use crate::rejection::{Dialect, Rejection};
 use axum::body::Body;
@@ -20,6 +20,7 @@ use std::convert::Infallible;
 pub(super) fn sse_response(stream: AnswerStream<AnyBackend>) -> Response<Body> {
     let status = stream.http_status();
     let degradation = stream.degradation().as_str();
+    let deployment = stream.model().map(str::to_owned);
     let events = futures::stream::unfold(Some(stream), |state| async move {
         let mut stream = state?;
         let event = match stream.next().await {
@@ -41,6 +42,7 @@ pub(super) fn sse_response(stream: AnswerStream<AnyBackend>) -> Response<Body> {
     );
     headers.insert(http::header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
     headers.insert(DEGRADATION_HEADER, HeaderValue::from_static(degradation));
+    set_deployment(headers, deployment.as_deref());
     resp
 }
 

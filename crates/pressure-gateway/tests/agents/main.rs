@@ -11,7 +11,9 @@
 //! * [`failures`]: fallback across wires, failures after a stream started;
 //! * [`refusals`]: the dialects' 400 / 404 / 413 before any provider call;
 //! * [`money`]: a spent budget, the spend against the mock's bill, a client
-//!   gone mid-stream.
+//!   gone mid-stream;
+//! * [`pool`]: a deployment pool on each wire, the member that answered in
+//!   `x-pressure-deployment`.
 
 #[path = "../gateway/support.rs"]
 #[allow(dead_code)]
@@ -22,6 +24,7 @@ mod fake;
 mod keep_alive;
 mod messages;
 mod money;
+mod pool;
 mod refusals;
 mod responses;
 

@@ -162,10 +162,11 @@ impl<B: Backend> LlmClient<B> {
             .use_cases
             .get(use_case)
             .ok_or_else(|| LlmError::UnknownUseCase(use_case.to_owned()))?;
-        let first = uc.chain.iter().find_map(|level| match level {
-            ChainLevel::Model(key) => self.engine.models.get(key),
-            _ => None,
-        });
+        let first = uc
+            .chain
+            .iter()
+            .flat_map(ChainLevel::model_keys)
+            .find_map(|key| self.engine.models.get(key));
         Ok((uc, first))
     }
 

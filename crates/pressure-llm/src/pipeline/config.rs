@@ -56,6 +56,7 @@ use pressure_core::{Limits, Priority};
 use serde::{Deserialize, Serialize};
 
 use super::fallback::KeywordRule;
+use super::pool::{check_pool, PoolMember};
 use crate::breaker::BreakerConfig;
 use crate::price::ModelPrice;
 use crate::provider::ProviderKind;
@@ -181,6 +182,12 @@ impl ModelConfig {
 pub enum ChainLevel {
     /// `{"model": "provider/model"}`: a call to that model.
     Model(String),
+    /// `{"pool": [{"model": "provider/model", "weight": 2}, ...]}`: a call
+    /// to one of 2 to 16 deployments of a model, each with its own limits
+    /// and breaker: the first, in weighted round robin, that admits the
+    /// attempt now; another one after a transient failure
+    /// (docs/llm.md#deployment-pools).
+    Pool(Vec<PoolMember>),
     /// `{"knn": {"examples", "model", "k"}}`: the label most of the `k`
     /// labelled examples nearest to the request's last user message vote
     /// for, by the cosine of a local embedding model's vectors (see
@@ -192,6 +199,24 @@ pub enum ChainLevel {
     Rules(String),
     /// `{"manualQueue": true}`: park the request for a person.
     ManualQueue(bool),
+}
+
+impl ChainLevel {
+    /// The `provider/model` keys a model level or a pool level calls
+    /// (none for the other levels).
+    pub fn model_keys(&self) -> impl Iterator<Item = &str> {
+        let (one, pool): (Option<&str>, &[PoolMember]) = match self {
+            Self::Model(key) => (Some(key.as_str()), &[]),
+            Self::Pool(members) => (None, members.as_slice()),
+            _ => (None, &[]),
+        };
+        one.into_iter().chain(pool.iter().map(|m| m.model.as_str()))
+    }
+
+    /// Whether the level calls a model (a model level or a pool).
+    pub fn calls_model(&self) -> bool {
+        matches!(self, Self::Model(_) | Self::Pool(_))
+    }
 }
 
 /// A `knn` chain level: a nearest-neighbour classifier over labelled
@@ -442,6 +467,7 @@ impl LlmConfig {
                         format!("unknown model {key:?} (expected \"provider/model\" of `models`)"),
                     ));
                 }
+                ChainLevel::Pool(members) => check_pool(members, &format!("{lp}.pool"), keys)?,
                 ChainLevel::Knn(knn) => self.check_knn(knn, &format!("{lp}.knn"))?,
                 ChainLevel::Rules(r) if r.is_empty() => {
                     return Err(ConfigError::new(format!("{lp}.rules"), "must not be empty"));
@@ -547,10 +573,11 @@ impl LlmConfig {
     /// an unknown use case.
     pub fn use_case_kind(&self, name: &str) -> Option<ModelKind> {
         let uc = self.use_cases.get(name)?;
-        let kind = uc.chain.iter().find_map(|level| match level {
-            ChainLevel::Model(key) => self.model(key).map(|m| m.kind),
-            _ => None,
-        });
+        let kind = uc
+            .chain
+            .iter()
+            .flat_map(ChainLevel::model_keys)
+            .find_map(|key| self.model(key).map(|m| m.kind));
         Some(kind.unwrap_or_default())
     }
 
@@ -601,27 +628,19 @@ impl LlmConfig {
         let path = format!("useCases.{name}");
         let mut first: Option<(usize, ModelKind)> = None;
         for (i, level) in uc.chain.iter().enumerate() {
-            let ChainLevel::Model(key) = level else { continue };
-            let Some(kind) = self.model(key).map(|m| m.kind) else {
-                continue;
-            };
-            match first {
-                None => first = Some((i, kind)),
-                Some((j, k)) if k != kind => {
-                    return Err(ConfigError::new(
-                        format!("{path}.chain[{i}].model"),
-                        format!(
-                            "{key:?} is an {} model but chain[{j}] is a {} model: a chain serves one kind",
-                            kind.as_str(),
-                            k.as_str()
-                        ),
-                    ));
-                }
-                Some(_) => {}
+            for (j, key) in level.model_keys().enumerate() {
+                let Some(kind) = self.model(key).map(|m| m.kind) else {
+                    continue;
+                };
+                let at = match level {
+                    ChainLevel::Pool(_) => format!("{path}.chain[{i}].pool[{j}].model"),
+                    _ => format!("{path}.chain[{i}].model"),
+                };
+                check_same_kind(&mut first, (i, kind), key, at)?;
             }
         }
         if let Some((_, ModelKind::Embedding)) = first {
-            if let Some(i) = uc.chain.iter().position(|l| !matches!(l, ChainLevel::Model(_))) {
+            if let Some(i) = uc.chain.iter().position(|l| !l.calls_model()) {
                 return Err(ConfigError::new(
                     format!("{path}.chain[{i}]"),
                     "an embedding use case takes model levels only (knn, rules and manualQueue answer chat requests)",
@@ -630,6 +649,32 @@ impl LlmConfig {
         }
         Ok(())
     }
+}
+
+/// Notes the kind of `key` at `at` (chain level `level.0`) in `first`,
+/// the kind of the chain's first model: an error when they differ.
+fn check_same_kind(
+    first: &mut Option<(usize, ModelKind)>,
+    level: (usize, ModelKind),
+    key: &str,
+    at: String,
+) -> Result<(), ConfigError> {
+    let (i, kind) = level;
+    match *first {
+        None => *first = Some((i, kind)),
+        Some((j, k)) if k != kind => {
+            return Err(ConfigError::new(
+                at,
+                format!(
+                    "{key:?} is an {} model but chain[{j}] is a {} model: a chain serves one kind",
+                    kind.as_str(),
+                    k.as_str()
+                ),
+            ));
+        }
+        Some(_) => {}
+    }
+    Ok(())
 }
 
 /// A remote provider needs its `baseUrl` and takes no `modelDir`; a

@@ -67,7 +67,8 @@
 //! * `caller` — [`Caller`]: the event's id and the resource that pays for
 //!   its attempts (a tenant's budget).
 //! * `client` — [`LlmClient`], `answer` / `answer_stream` / `error` — what
-//!   the caller gets; `config`, `fallback` (rules and the manual queue),
+//!   the caller gets; `config`, [`pool`] (a deployment pool level's
+//!   configuration), `fallback` (rules and the manual queue),
 //!   [`knn`] (the nearest-neighbour level), `metrics`.
 
 mod answer;
@@ -81,6 +82,7 @@ mod error;
 mod fallback;
 pub mod knn;
 mod metrics;
+pub mod pool;
 
 pub use answer::{Answer, Degradation, EmbeddingAnswer, LlmReply};
 pub use answer_stream::AnswerStream;
@@ -97,3 +99,4 @@ pub use fallback::{
     ManualQueueError, QueuedRequest, QUEUED_MODEL,
 };
 pub use metrics::{Histogram, MetricsSnapshot, LATENCY_BUCKETS};
+pub use pool::{PoolMember, DEFAULT_POOL_WEIGHT, MAX_POOL_MEMBERS, MAX_POOL_WEIGHT};

@@ -27,6 +27,8 @@ mod pipeline;
 mod pipeline_extra;
 #[path = "../pipeline_stream/main.rs"]
 mod pipeline_stream;
+#[path = "../pool/main.rs"]
+mod pool;
 #[path = "../provider/main.rs"]
 mod provider;
 #[path = "../retry/main.rs"]

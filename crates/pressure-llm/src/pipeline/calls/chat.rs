@@ -94,7 +94,7 @@ impl<B: Backend> Request<B> for ChatRequest {
                 Ok(Some(LlmReply::Queued { ticket }))
             }
             // The walk runs model and knn levels itself.
-            ChainLevel::Model(_) | ChainLevel::Knn(_) => Ok(None),
+            ChainLevel::Model(_) | ChainLevel::Pool(_) | ChainLevel::Knn(_) => Ok(None),
         }
     }
 }

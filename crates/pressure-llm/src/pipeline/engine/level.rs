@@ -7,19 +7,21 @@
 
 use std::sync::Arc;
 
-use pressure_core::Backend;
+use pressure_core::{Backend, Permit};
 use tokio::time::Instant;
 
 use super::call::{Call, Request, Target};
 use super::gate::Gate;
 use super::hint::RetryHint;
 use super::ledger::Ledger;
+use super::payer::Paid;
 use super::models::ModelEntry;
 use super::Engine;
+use crate::breaker::CallPermit;
 use crate::pipeline::error::LlmError;
 use crate::pipeline::metrics::Metrics;
 use crate::price::Money;
-use crate::provider::{CallError, CallTag};
+use crate::provider::{CallError, CallTag, ProviderClient};
 use crate::reservation::Reservation;
 use crate::retry::{Decision, GiveUpReason, RetryState};
 use crate::taxonomy::{Disposition, ErrorKind, TimeoutPhase};
@@ -86,39 +88,20 @@ impl<B: Backend> Engine<B> {
                 Gate::Again => continue,
                 Gate::Refused(e) => return Err(LevelEnd::Next(e)),
             };
-            event.attempts += 1;
-            Metrics::add(&self.metrics.attempts, 1);
-            let kind = <C::Request as Request<B>>::KIND;
-            let ledger = Ledger::new(
-                m,
-                bp,
-                (permit, paid),
-                reservation,
-                kind,
-                Arc::clone(&self.metrics),
-            );
-            let tag = CallTag {
-                request_id: Some(event.request_id.clone()),
-                attempt: event.attempts,
-                probe: ledger.is_probe(),
+            let (e, cost) = match self
+                .attempt(
+                    call,
+                    (m, provider, &prepared),
+                    (bp, permit, paid),
+                    reservation,
+                    deadline,
+                    event,
+                )
+                .await
+            {
+                Ok(output) => return Ok(output),
+                Err(failed) => failed,
             };
-            let to = Target {
-                provider,
-                deadline,
-                tag: &tag,
-            };
-            let e = match call.send(to, &prepared).await {
-                Ok(sent) => {
-                    m.apply_hints(C::hints(&sent), &reservation, self.clock.now_nanos());
-                    let (output, cost) = call.finish(sent, ledger).await;
-                    event.spent = event.spent + cost;
-                    return Ok(output);
-                }
-                Err(e) => e,
-            };
-            let cost = ledger.fail(e.kind.clone()).await;
-            event.spent = event.spent + cost;
-            event.failed_spent = event.failed_spent + cost;
             let next = m.price.cost(reservation.input_tokens, reservation.output_tokens);
             let decision = event
                 .retry
@@ -136,11 +119,70 @@ impl<B: Backend> Engine<B> {
     }
 }
 
+/// What an attempt is sent to: the model, its provider, and the request
+/// as prepared for it.
+pub(super) type To<'a, P> = (&'a ModelEntry, &'a ProviderClient, &'a P);
+
+/// What the gate let through for one attempt: the breaker's permit, the
+/// limiter's and the payer's.
+pub(super) type Admitted<B> = (CallPermit, Option<Permit<B>>, Option<Paid<B>>);
+
+impl<B: Backend> Engine<B> {
+    /// One attempt the gate admitted: sent, then settled — its output, or
+    /// its error and what it cost (already added to the event's totals).
+    pub(super) async fn attempt<C: Call<B>>(
+        &self,
+        call: &C,
+        to: To<'_, <C::Request as Request<B>>::Prepared>,
+        admitted: Admitted<B>,
+        reservation: Reservation,
+        deadline: Instant,
+        event: &mut Event<B>,
+    ) -> Result<C::Output, (CallError, Money)> {
+        let (m, provider, prepared) = to;
+        let (bp, permit, paid) = admitted;
+        event.attempts += 1;
+        Metrics::add(&self.metrics.attempts, 1);
+        let kind = <C::Request as Request<B>>::KIND;
+        let ledger = Ledger::new(
+            m,
+            bp,
+            (permit, paid),
+            reservation,
+            kind,
+            Arc::clone(&self.metrics),
+        );
+        let tag = CallTag {
+            request_id: Some(event.request_id.clone()),
+            attempt: event.attempts,
+            probe: ledger.is_probe(),
+        };
+        let target = Target {
+            provider,
+            deadline,
+            tag: &tag,
+        };
+        let e = match call.send(target, prepared).await {
+            Ok(sent) => {
+                m.apply_hints(C::hints(&sent), &reservation, self.clock.now_nanos());
+                let (output, cost) = call.finish(sent, ledger).await;
+                event.spent = event.spent + cost;
+                return Ok(output);
+            }
+            Err(e) => e,
+        };
+        let cost = ledger.fail(e.kind.clone()).await;
+        event.spent = event.spent + cost;
+        event.failed_spent = event.failed_spent + cost;
+        Err((e, cost))
+    }
+}
+
 /// How a level ends when its retries gave up on `err` for `reason`: a
 /// total timeout is the use case's deadline error, and the event fails
 /// (no fallback) only when the reason says so and the deadline has not
 /// passed.
-fn given_up<B: Backend>(err: LlmError, reason: &GiveUpReason, event: &Event<B>) -> LevelEnd {
+pub(super) fn given_up<B: Backend>(err: LlmError, reason: &GiveUpReason, event: &Event<B>) -> LevelEnd {
     let err = match &err {
         LlmError::Upstream {
             kind: ErrorKind::Timeout {
@@ -158,7 +200,7 @@ fn given_up<B: Backend>(err: LlmError, reason: &GiveUpReason, event: &Event<B>) 
 }
 
 /// A failed provider call of `m` as the pipeline's error.
-fn upstream(m: &ModelEntry, e: CallError) -> LlmError {
+pub(super) fn upstream(m: &ModelEntry, e: CallError) -> LlmError {
     LlmError::Upstream {
         provider: m.provider.clone(),
         model: m.model.clone(),

@@ -21,6 +21,9 @@
 //!   reserved before the call, refunded when the call does not go out.
 //! * `models` — [`ModelEntry`], one configured model, and the provider
 //!   hold its rate-limit headers impose (`hold_for`).
+//! * `pool` — the retry loop of a pool level: which deployment takes each
+//!   attempt, and the move to another one after a failure.
+//! * `rotation` — [`Rotation`], a pool's weighted round robin.
 //! * `embed` — [`Embed`], an embeddings event: the one kind of call the
 //!   engine makes itself (a `knn` level embeds the request's text), so it
 //!   lives here rather than with the chat calls of `pipeline::calls`.
@@ -36,6 +39,8 @@ mod ledger;
 mod level;
 mod models;
 mod payer;
+mod pool;
+mod rotation;
 mod walk;
 
 use std::collections::HashMap;
@@ -48,6 +53,7 @@ pub(crate) use call::{Call, Request, Target};
 pub(crate) use embed::Embed;
 pub(crate) use ledger::{Ledger, Settlement};
 pub(crate) use models::ModelEntry;
+pub(crate) use rotation::Rotation;
 pub(crate) use walk::Served;
 
 use super::config::{ChainLevel, ConfigError, LlmConfig};
@@ -55,6 +61,7 @@ use super::error::LlmError;
 use super::fallback::{FallbackHandler, InMemoryQueue, KeywordRules, ManualQueue};
 use super::knn::{index_key, load_examples, KnnIndex};
 use super::metrics::Metrics;
+use super::pool::PoolMember;
 use crate::breaker::BreakerRegistry;
 use crate::provider::{ProviderClient, ProviderError};
 use crate::tokens::TokenCounter;
@@ -71,6 +78,8 @@ pub(crate) struct Engine<B: Backend> {
     /// The examples of every `knn` level, by (model, examples file).
     pub(crate) knn: HashMap<(String, String), Arc<KnnIndex>>,
     pub(crate) queue: Arc<dyn ManualQueue>,
+    /// The rotation of every pool level, by use case and level index.
+    pub(crate) rotations: HashMap<String, HashMap<usize, Rotation>>,
     pub(crate) clock: Arc<dyn Clock>,
     pub(crate) metrics: Arc<Metrics>,
 }
@@ -119,6 +128,7 @@ impl<B: Backend> Engine<B> {
             .map(|m| counter.encoding_for(&m.model).encoding)
             .collect();
         counter.preload(&encodings)?;
+        let rotations = rotations(&config);
         Ok(Self {
             config,
             broker,
@@ -129,10 +139,31 @@ impl<B: Backend> Engine<B> {
             handlers,
             knn,
             queue: Arc::new(InMemoryQueue::default()),
+            rotations,
             clock,
             metrics: Arc::new(Metrics::default()),
         })
     }
+}
+
+/// A [`Rotation`] for every pool level of `config`.
+fn rotations(config: &LlmConfig) -> HashMap<String, HashMap<usize, Rotation>> {
+    let mut all = HashMap::new();
+    for (name, uc) in &config.use_cases {
+        let pools: HashMap<usize, Rotation> = uc
+            .chain
+            .iter()
+            .enumerate()
+            .filter_map(|(i, level)| match level {
+                ChainLevel::Pool(members) => Some((i, Rotation::new(members.iter().map(PoolMember::weight)))),
+                _ => None,
+            })
+            .collect();
+        if !pools.is_empty() {
+            all.insert(name.clone(), pools);
+        }
+    }
+    all
 }
 
 /// The examples of every `knn` level of `config`, read once per (model,

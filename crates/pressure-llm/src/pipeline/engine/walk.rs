@@ -30,6 +30,8 @@ use tokio::time::Instant;
 use super::call::{Call, Request};
 use super::hint::RetryHint;
 use super::level::{Event, LevelEnd};
+use super::pool::Member;
+use super::rotation::Rotation;
 use super::Engine;
 use crate::pipeline::answer::Degradation;
 use crate::pipeline::caller::Caller;
@@ -38,6 +40,24 @@ use crate::pipeline::error::LlmError;
 use crate::price::Money;
 use crate::reservation::Reservation;
 use crate::retry::RetryState;
+
+/// The model levels among `chain` that the request fits (at least 1):
+/// `plans` holds the reservations of their models, in order.
+fn levels_fitting(chain: &[ChainLevel], plans: &[Option<Reservation>]) -> usize {
+    let mut at = 0usize;
+    let mut fitting = 0usize;
+    for level in chain {
+        let n = level.model_keys().count();
+        if plans
+            .get(at..at + n)
+            .is_some_and(|p| p.iter().any(Option::is_some))
+        {
+            fitting += 1;
+        }
+        at += n;
+    }
+    fitting.max(1)
+}
 
 /// What one level of the chain came to.
 enum Step<O> {
@@ -49,14 +69,17 @@ enum Step<O> {
     Passed(Option<LlmError>),
 }
 
-/// A model level of the chain, as the walk reaches it.
+/// A model level of the chain (a model or a pool), as the walk reaches it.
 struct ModelLevel<'a> {
-    /// Its `provider/model`.
-    key: &'a str,
+    /// The level: a model, or a pool of them.
+    level: &'a ChainLevel,
+    /// Its rotation, when it is a pool.
+    rotation: Option<&'a Rotation>,
     /// Its place among the chain's model levels (0: the primary).
     ordinal: usize,
-    /// What it reserves per attempt; `None`: the request does not fit it.
-    reservation: Option<Reservation>,
+    /// What each of its models ([`ChainLevel::model_keys`]) reserves per
+    /// attempt; `None`: the request does not fit that model.
+    reservations: &'a [Option<Reservation>],
     /// The model levels the request fits from this one on, this one
     /// included (at least 1): the level gets that share of the time left.
     levels_left: usize,
@@ -88,23 +111,20 @@ impl<B: Backend> Engine<B> {
         }
     }
 
-    /// The reservation of every model level of `uc`, before anything is
-    /// touched (`None`: not a model level, or the request does not fit
-    /// it); when the request fits no model level, the first level's reason.
+    /// The reservation of every model of every level of `uc`, in the
+    /// chain's order (the keys of each level's [`ChainLevel::model_keys`],
+    /// one after the other), before anything is touched (`None`: the
+    /// request does not fit that model); when the request fits no model
+    /// of the chain, the first misfit's reason.
     fn plans<R: Request<B>>(
         &self,
         uc: &UseCaseConfig,
         req: &R,
     ) -> Result<Vec<Option<Reservation>>, LlmError> {
-        let mut plans: Vec<Option<Reservation>> = Vec::with_capacity(uc.chain.len());
+        let keys = uc.chain.iter().map(|l| l.model_keys().count()).sum();
+        let mut plans: Vec<Option<Reservation>> = Vec::with_capacity(keys);
         let mut first_misfit = None;
-        let mut model_levels = 0usize;
-        for level in &uc.chain {
-            let ChainLevel::Model(key) = level else {
-                plans.push(None);
-                continue;
-            };
-            model_levels += 1;
+        for key in uc.chain.iter().flat_map(ChainLevel::model_keys) {
             let Some(m) = self.models.get(key) else {
                 plans.push(None);
                 continue;
@@ -118,7 +138,7 @@ impl<B: Backend> Engine<B> {
             }
         }
         match first_misfit {
-            Some(e) if model_levels > 0 && plans.iter().all(Option::is_none) => Err(e),
+            Some(e) if keys > 0 && plans.iter().all(Option::is_none) => Err(e),
             _ => Ok(plans),
         }
     }
@@ -145,6 +165,8 @@ impl<B: Backend> Engine<B> {
 
         let mut last_error: Option<LlmError> = None;
         let mut ordinal = 0usize;
+        // The plans of the levels before this one.
+        let mut planned = 0usize;
         for (i, level) in uc.chain.iter().enumerate() {
             let step = match level {
                 ChainLevel::Knn(knn) => {
@@ -158,15 +180,18 @@ impl<B: Backend> Engine<B> {
                         }
                     }
                 }
-                ChainLevel::Model(key) => {
+                ChainLevel::Model(_) | ChainLevel::Pool(_) => {
                     let this = ordinal;
                     ordinal += 1;
+                    let n = level.model_keys().count();
                     let level = ModelLevel {
-                        key,
+                        level,
+                        rotation: self.rotations.get(use_case).and_then(|r| r.get(&i)),
                         ordinal: this,
-                        reservation: plans[i],
-                        levels_left: plans[i..].iter().filter(|p| p.is_some()).count().max(1),
+                        reservations: plans.get(planned..planned + n).unwrap_or_default(),
+                        levels_left: levels_fitting(&uc.chain[i..], plans.get(planned..).unwrap_or_default()),
                     };
+                    planned += n;
                     self.model_level(call, uc, &level, deadline, &mut event).await?
                 }
                 _ => match req.degraded(self, use_case, level).await? {
@@ -231,21 +256,51 @@ impl<B: Backend> Engine<B> {
         deadline: Instant,
         event: &mut Event<B>,
     ) -> Result<Step<C::Output>, LlmError> {
-        let (Some(m), Some(reservation)) = (self.models.get(level.key), level.reservation) else {
-            return Ok(Step::Passed(None));
-        };
         let now = Instant::now();
-        if now >= deadline {
-            return Ok(Step::Passed(Some(event.deadline_error())));
-        }
         let levels_left = u32::try_from(level.levels_left).unwrap_or(u32::MAX);
         let share_end = now + deadline.saturating_duration_since(now) / levels_left;
-        event.retry.start_fallback_level();
-        match self
-            .run_level(call, m, reservation, share_end, deadline, event)
-            .await
-        {
-            Ok(output) => {
+        let served = match (level.level, level.rotation) {
+            (ChainLevel::Pool(_), Some(rotation)) => {
+                let members: Vec<Member<'_>> = level
+                    .level
+                    .model_keys()
+                    .zip(level.reservations)
+                    .enumerate()
+                    .filter_map(|(index, (key, r))| {
+                        Some(Member {
+                            index,
+                            entry: self.models.get(key)?,
+                            reservation: (*r)?,
+                        })
+                    })
+                    .collect();
+                if members.is_empty() {
+                    return Ok(Step::Passed(None));
+                }
+                if now >= deadline {
+                    return Ok(Step::Passed(Some(event.deadline_error())));
+                }
+                event.retry.start_fallback_level();
+                self.run_pool(call, &members, rotation, share_end, deadline, event)
+                    .await
+            }
+            _ => {
+                let key = level.level.model_keys().next().unwrap_or_default();
+                let first = level.reservations.first().copied().flatten();
+                let (Some(m), Some(reservation)) = (self.models.get(key), first) else {
+                    return Ok(Step::Passed(None));
+                };
+                if now >= deadline {
+                    return Ok(Step::Passed(Some(event.deadline_error())));
+                }
+                event.retry.start_fallback_level();
+                self.run_level(call, m, reservation, share_end, deadline, event)
+                    .await
+                    .map(|output| (output, m))
+            }
+        };
+        match served {
+            Ok((output, m)) => {
                 let degradation = if level.ordinal == 0 {
                     Degradation::Primary
                 } else {
