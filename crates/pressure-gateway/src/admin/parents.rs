@@ -32,8 +32,8 @@ use serde::Deserialize;
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct ParentBody {
-    /// The parent; `null` for none.
-    parent: Option<String>,
+    /// The parent; `null` for none (required: `{}` says nothing).
+    parent: serde_json::Value,
 }
 
 /// `PUT`: a live parent for the fleet.
@@ -67,10 +67,17 @@ fn parse(body: &[u8]) -> Result<Option<String>, ConfigError> {
         let path = if path == "." || path == "?" { "(body)".to_owned() } else { path };
         ConfigError::new(path, e.into_inner().to_string())
     })?;
-    if let Some(p) = &b.parent {
-        check_tenant(p, "parent")?;
+    match b.parent {
+        serde_json::Value::Null => Ok(None),
+        serde_json::Value::String(p) => {
+            check_tenant(&p, "parent")?;
+            Ok(Some(p))
+        }
+        other => Err(ConfigError::new(
+            "parent",
+            format!("must be a tenant id (a string) or null, found {other}"),
+        )),
     }
-    Ok(b.parent)
 }
 
 async fn write(
