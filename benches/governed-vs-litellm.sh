@@ -49,6 +49,8 @@
 #   BENCH_TPM=100000                   tokens (input + output) per minute
 #   BENCH_BUDGET_MICRO_USD=200000      the daily budget ($0.20)
 #   BENCH_PAUSE_MS=100                 a client's pause after a refusal
+#   BENCH_OUT=dir                      keep the raw records there (per stack:
+#                                      drive.json, arrivals.json, stats.json)
 #   PRESSURE_BIN=path                  a prebuilt `pressure` instead of
 #                                      `cargo build --release -p pressure-cli`
 #   BENCH_LITELLM_BIN=path             a `litellm` to use; default: the one on
@@ -255,8 +257,8 @@ EOF
   done
   wait_port "$gw1" pressure-1 20
   wait_port "$gw2" pressure-2 20
-  wait_http "http://127.0.0.1:$gw1/v1/models" pressure-1 20
-  wait_http "http://127.0.0.1:$gw2/v1/models" pressure-2 20
+  wait_http "http://127.0.0.1:$adm1/readyz" pressure-1 20
+  wait_http "http://127.0.0.1:$adm2/readyz" pressure-2 20
   stack_groups=("${group[pressure-1]}" "${group[pressure-2]}")
   stack_urls=http://127.0.0.1:$gw1,http://127.0.0.1:$gw2
   stack_key=$key
@@ -301,6 +303,9 @@ for s in ${stacks//,/ }; do
   curl -s -m 10 "$mock/mock/stats" >"$tmp/$s/stats.json"
   for g in "${stack_groups[@]}"; do stop_group "$g"; done
   report_args+=("$s=$tmp/$s")
+  if [[ -n ${BENCH_OUT:-} ]]; then
+    mkdir -p "$BENCH_OUT/$s" && cp "$tmp/$s"/* "$BENCH_OUT/$s/"
+  fi
 done
 load_after=$(cut -d' ' -f1-3 /proc/loadavg)
 
