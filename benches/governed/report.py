@@ -221,12 +221,12 @@ def main():
             print(f"  false refusal: {s}")
         for s in r["error_samples"]:
             print(f"  error: {s}")
-    if len(rows) == 2 and rows[1]["answers_per_s"]:
+    if len(rows) == 2 and rows[0]["answers_per_s"] and rows[0]["p99_ok"] and rows[0]["cpu_ms_per_answer"]:
         a0, a1 = rows
         print()
-        print(f"ratios {a0['name']} / {a1['name']}: answered req/s {a0['answers_per_s'] / a1['answers_per_s']:.2f}x,"
-              f" p99 of a 200 {a0['p99_ok'] / a1['p99_ok']:.2f}x,"
-              f" CPU per answer {a0['cpu_ms_per_answer'] / a1['cpu_ms_per_answer']:.2f}x")
+        print(f"ratios {a1['name']} / {a0['name']}: answered req/s {a1['answers_per_s'] / a0['answers_per_s']:.2f}x,"
+              f" p50 of a 200 {a1['p50_ok'] / a0['p50_ok']:.1f}x, p99 of a 200 {a1['p99_ok'] / a0['p99_ok']:.1f}x,"
+              f" CPU per answer {a1['cpu_ms_per_answer'] / a0['cpu_ms_per_answer']:.0f}x")
     if any(r["name"] == "pressure" and (r["req_over"] or r["tok_over"] or r["usd_over"]) for r in rows):
         print("governed-vs-litellm: PRESSURE OVERSHOT A LIMIT (a product bug)", file=sys.stderr)
         sys.exit(3)
