@@ -156,6 +156,10 @@ def analyse(name, d, limits, window, price_in, price_out):
              "error": (r.get("error") or {}).get("message", "")[:160]}
             for r, why, t, n, f in false_refusals[:3]
         ],
+        "false_span": (
+            (round(min(x[2] for x in false_refusals) - times[0], 3), round(max(x[2] for x in false_refusals) - times[0], 3))
+            if false_refusals else None
+        ),
         "false_by_reason": {w: sum(1 for x in false_refusals if x[1] == w) for w in {x[1] for x in false_refusals}},
         "duration": dur,
         "served_per_s": len(served) / dur if dur else 0,
@@ -214,7 +218,8 @@ def main():
     line("CPU of the stack's processes per answer (ms)", lambda r: f"{r['cpu_ms_per_answer']:.2f}")
     print()
     for r in rows:
-        print(f"{r['name']}: refusals by reason {r['by_reason']}; false refusals by reason {r['false_by_reason']};"
+        print(f"{r['name']}: refusals by reason {r['by_reason']}; false refusals by reason {r['false_by_reason']}"
+              f" (sent between {r['false_span']} s into the run);"
               f" worst request window ends {r['req_end']:.1f} s into the run, worst token window {r['tok_end']:.1f} s;"
               f" estimates (tokens) {r['est']}; clock offset {r['offset']:.3f} s")
         for s in r["false_samples"]:
