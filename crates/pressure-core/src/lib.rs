@@ -178,6 +178,7 @@ mod handle;
 mod leasing;
 mod limits;
 mod limits_error;
+mod nest;
 mod ppm;
 mod priority;
 mod queue;
@@ -191,7 +192,7 @@ mod units;
 pub use acquisition::{AcquireOptions, Acquisition, ActualUsage};
 pub use backend::{
     Backend, BackendError, CompactDecision, Counts, Decision, Denial, DenialCause, Grant, LeaseId,
-    LocalBackend, MemoryBackend, MemoryHandle, Reserved, Usage,
+    LocalBackend, MemoryBackend, MemoryHandle, NestedDecision, Reserved, Usage,
 };
 pub use broker::{
     BrokerBuilder, LimitChange, LimitTemplate, ResourceBroker, ResourceConfig, DEFAULT_MAX_LAZY_RESOURCES,
@@ -207,6 +208,7 @@ pub use limits::{
     SUB_WINDOWS,
 };
 pub use limits_error::LimitsError;
+pub use nest::{Nest, NestAcquisition, NestError};
 pub use ppm::PPM;
 pub use priority::Priority;
 pub use queue::{Attempt, Request, Response, TaskError, UsageReport};
