@@ -44,6 +44,24 @@ impl ResourceKeys {
         }
     }
 
+    /// Keys of `resource` as a member of `group` under `prefix` (a
+    /// hierarchy of budgets charged together, see
+    /// `pressure_core::Backend::attach_grouped`):
+    /// `<prefix>:{g<escape(group)>}:<escape(resource)>:s`. The hash tag is
+    /// the group's, so every resource of a group is in one Redis Cluster
+    /// slot and a nested acquisition over them is one script call. The tag
+    /// starts with `g` (an ungrouped resource's starts with `r`, a
+    /// configuration key's is `{config}`), so no grouped key is an
+    /// ungrouped one or another group's, and within a group the escaped
+    /// resource id (no `{`, `}`) and the fixed suffixes tell resources apart.
+    pub fn grouped(prefix: &str, group: &str, resource: &str) -> Self {
+        let prefix_tag = format!("{prefix}:{{g{}}}:{}", escape(group), escape(resource));
+        Self {
+            state: format!("{prefix_tag}:s"),
+            prefix_tag,
+        }
+    }
+
     /// Another key of the same resource (same slot), named by `suffix`.
     pub fn sibling(&self, suffix: &str) -> String {
         format!("{}:{suffix}", self.prefix_tag)
@@ -124,6 +142,29 @@ mod tests {
             assert_eq!(tag(&k.state), escape(id), "the tag is exactly the escaped id");
             assert_eq!(tag(&k.state), tag(&k.sibling("q")), "one slot per resource");
             assert!(!escape(id).contains(['{', '}']));
+        }
+        // Grouped keys: every (group, resource) pair its own key, the tag
+        // exactly the group's, never an ungrouped key nor a breaker's.
+        for group in ids {
+            for id in ids {
+                let k = ResourceKeys::grouped("pressure", group, id);
+                assert!(seen.insert(k.state.clone()), "collision for {group:?}/{id:?}");
+                assert_eq!(tag(&k.state), format!("g{}", escape(group)));
+                assert_eq!(tag(&k.state), tag(&k.sibling("q")), "one slot per group");
+                assert_eq!(
+                    tag(&k.state),
+                    tag(&ResourceKeys::grouped("pressure", group, "other").state),
+                    "one slot per group"
+                );
+                assert!(seen.insert(k.sibling("q")), "{group:?}/{id:?}");
+            }
+        }
+        for id in ids {
+            let b = BreakerKeys::new("pressure", id);
+            assert!(
+                seen.insert(b.state.clone()) && seen.insert(b.window.clone()),
+                "{id:?}"
+            );
         }
     }
 }

@@ -40,6 +40,7 @@
 mod acquire_args;
 mod dims;
 mod lost;
+mod nested;
 mod ops;
 mod reconcile;
 
@@ -140,6 +141,9 @@ pub struct RedisStatus {
 #[derive(Debug)]
 pub struct RedisHandle {
     keys: ResourceKeys,
+    /// The group the resource was attached in (`Backend::attach_grouped`):
+    /// its keys carry the group's hash tag.
+    group: Option<Box<str>>,
     spec: Arc<LimitSpec>,
     /// Shared with the calls in flight, which settle by them when their
     /// caller goes away (`settle.rs`).

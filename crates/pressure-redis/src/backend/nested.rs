@@ -1,0 +1,318 @@
+//! Nested acquisitions on Redis ([`Backend::acquire_nested`]): every level
+//! of a nest in ONE script call (`lua/nested.lua`), so the store charges
+//! all of them or none. On Redis Cluster the levels' keys must share a
+//! hash slot (resources registered in one group, [`ResourceKeys::grouped`]);
+//! a nest across slots is refused as [`BackendError::Unsupported`] before
+//! anything is sent.
+//!
+//! Around the call, as for a single acquisition: the local deny cache of
+//! each level, the failure mode while the slot's shard is out or the call
+//! fails (`local`: the nested decision of the in-memory fallback, all or
+//! nothing too), and the settling of a call whose caller went away or
+//! whose reply was lost — every level's lease released (with a tombstone
+//! when the reply was lost), every level's units refunded when the caller
+//! went away after a grant.
+//!
+//! [`Backend::acquire_nested`]: pressure_core::Backend::acquire_nested
+//! [`ResourceKeys::grouped`]: crate::keys::ResourceKeys::grouped
+
+use super::acquire_args::AcquireArgs;
+use super::lost::LostAcquisition;
+use super::{closed, RedisBackend, RedisHandle};
+use crate::config::FailureMode;
+use crate::health::slot;
+use crate::keys::member;
+use crate::scripts;
+use crate::store::{Failure, LostKind};
+use pressure_core::{
+    Backend, BackendError, Decision, Demand, Grant, LeaseId, NestedDecision, RateSpec, Reserved,
+};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+impl RedisBackend {
+    /// One nested acquisition (see the module docs), counted on the levels'
+    /// tallies: a grant on every level, a denial on the refusing one.
+    pub(super) async fn nested(
+        &self,
+        levels: &[(&RedisHandle, &Demand)],
+    ) -> Result<NestedDecision, BackendError> {
+        let decision = self.nested_decision(levels).await?;
+        match &decision {
+            NestedDecision::Granted(_) => {
+                for (h, _) in levels {
+                    h.tally.allowed.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            NestedDecision::Denied { level, .. } => {
+                if let Some((h, d)) = levels.get(*level) {
+                    if d.count_denial {
+                        h.tally.denied.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            }
+        }
+        Ok(decision)
+    }
+
+    async fn nested_decision(
+        &self,
+        levels: &[(&RedisHandle, &Demand)],
+    ) -> Result<NestedDecision, BackendError> {
+        let Some((first, _)) = levels.first() else {
+            return Ok(NestedDecision::Granted(Vec::new()));
+        };
+        for (level, (h, d)) in levels.iter().enumerate() {
+            if let Some(Decision::Denied(denial)) = self.cached_denial(h, d) {
+                return Ok(NestedDecision::Denied { level, denial });
+            }
+        }
+        let key = &first.keys.state;
+        if !self.store.config.cluster_nodes.is_empty() {
+            let s0 = slot(key);
+            for (level, (h, _)) in levels.iter().enumerate() {
+                let s = slot(&h.keys.state);
+                if s != s0 {
+                    return Err(BackendError::Unsupported(format!(
+                        "a nested acquisition needs every level in one Redis Cluster hash slot: \
+                         level {level} ({}) is in slot {s}, level 0 ({key}) in slot {s0}; register \
+                         the levels in one group (ResourceBroker::lazy_limit_in_group)",
+                        h.keys.state
+                    )));
+                }
+            }
+        }
+        let health = &self.store.health;
+        let shard = health.shard(key);
+        if !health.should_try(&shard) {
+            return Ok(self.nested_fallback(levels).await);
+        }
+        let leases: Vec<Option<u64>> = levels
+            .iter()
+            .map(|(h, d)| (d.lease && h.spec.concurrency.is_some()).then(rand::random::<u64>))
+            .collect();
+        match self.nested_remote(levels, &leases).await {
+            Ok(d) => {
+                if matches!(d, NestedDecision::Granted(_)) {
+                    health.written(&shard);
+                }
+                Ok(d)
+            }
+            Err(f) => {
+                if f.sent && !f.owned {
+                    // The script may still run: give its leases back.
+                    for ((h, _), lease) in levels.iter().zip(&leases) {
+                        if let Some(lease) = lease {
+                            self.lose(h, *lease, LostKind::Acquisition);
+                        }
+                    }
+                }
+                match f.error {
+                    BackendError::Protocol(e) => Err(BackendError::Protocol(e)),
+                    _ => Ok(self.nested_fallback(levels).await),
+                }
+            }
+        }
+    }
+
+    /// The failure mode's answer for a whole nest: `local` decides it on
+    /// the in-memory fallback (all or nothing there too), `open` grants
+    /// every level, `closed` refuses at the first level.
+    async fn nested_fallback(&self, levels: &[(&RedisHandle, &Demand)]) -> NestedDecision {
+        self.store.health.fallbacks.fetch_add(1, Ordering::Relaxed);
+        let first = levels[0].0;
+        match self.store.config.failure_mode {
+            FailureMode::Local => {
+                let local: Option<Vec<_>> = levels
+                    .iter()
+                    .map(|(h, d)| h.local.as_ref().map(|l| (l, *d)))
+                    .collect();
+                let Some(local) = local else {
+                    return closed_nest(first);
+                };
+                match self.store.local.acquire_nested(&local).await {
+                    Ok(NestedDecision::Granted(mut grants)) => {
+                        for g in &mut grants {
+                            g.fallback = true;
+                        }
+                        NestedDecision::Granted(grants)
+                    }
+                    Ok(denied) => denied,
+                    Err(_) => closed_nest(first),
+                }
+            }
+            FailureMode::Open => NestedDecision::Granted(
+                levels
+                    .iter()
+                    .map(|(_, d)| Grant {
+                        at_ns: 0,
+                        delay_ns: 0,
+                        lease: None,
+                        reserved: Reserved::from(*d),
+                        fallback: true,
+                    })
+                    .collect(),
+            ),
+            _ => closed_nest(first),
+        }
+    }
+
+    /// The one script call, as a settled call: a caller that goes away
+    /// before the answer leaves nothing on any level.
+    async fn nested_remote(
+        &self,
+        levels: &[(&RedisHandle, &Demand)],
+        leases: &[Option<u64>],
+    ) -> Result<NestedDecision, Failure> {
+        let offset_us = self.offset_us();
+        let mut args = vec![levels.len().to_string()];
+        for ((h, d), lease) in levels.iter().zip(leases) {
+            let demand = Demand {
+                book_within_ns: 0,
+                ..**d
+            };
+            let conc = match (lease, h.spec.concurrency) {
+                (Some(_), Some(c)) => RateSpec::scaled(c, demand.ceiling_ppm),
+                _ => 0,
+            };
+            let lease_member = member(lease.unwrap_or(0));
+            let level = AcquireArgs {
+                dims: &h.dims,
+                spec: &h.spec,
+                demand: &demand,
+                conc,
+                member: &lease_member,
+                offset_us,
+            }
+            .generic();
+            args.push(level.len().to_string());
+            args.extend(level);
+        }
+        let keys: Vec<String> = levels.iter().map(|(h, _)| h.keys.state.clone()).collect();
+        let key = keys[0].clone();
+        let call = {
+            let (store, key) = (Arc::clone(&self.store), key.clone());
+            async move {
+                let mut inv = scripts::NESTED.prepare_invoke();
+                for k in &keys {
+                    inv.key(k);
+                }
+                for a in &args {
+                    inv.arg(a);
+                }
+                store.call_untimed::<Vec<i64>>(&key, inv).await
+            }
+        };
+        let lost: Vec<LostAcquisition> = levels
+            .iter()
+            .zip(leases)
+            .map(|((h, d), lease)| LostAcquisition {
+                store: Arc::clone(&self.store),
+                key: h.keys.state.clone(),
+                lease: *lease,
+                lease_ttl_ns: h.spec.lease_ttl_ns,
+                dims: Arc::clone(&h.dims),
+                spec: Arc::clone(&h.spec),
+                demand: **d,
+            })
+            .collect();
+        let v = self
+            .store
+            .call_settled(&key, call, move |answer| settle(lost, answer))
+            .await?;
+        self.nested_reply(levels, leases, &v)
+    }
+
+    /// The decision of a `lua/nested.lua` reply.
+    fn nested_reply(
+        &self,
+        levels: &[(&RedisHandle, &Demand)],
+        leases: &[Option<u64>],
+        v: &[i64],
+    ) -> Result<NestedDecision, Failure> {
+        let protocol = || Failure {
+            error: BackendError::Protocol(format!("nested acquire returned {v:?}")),
+            sent: true,
+            owned: false,
+        };
+        match v {
+            [1, rest @ ..] if rest.len() == 2 * levels.len() => Ok(NestedDecision::Granted(
+                levels
+                    .iter()
+                    .zip(leases)
+                    .zip(rest.chunks_exact(2))
+                    .map(|(((_, d), lease), pair)| Grant {
+                        at_ns: scripts::reply_u64(pair[0]).saturating_mul(1_000),
+                        delay_ns: scripts::reply_u64(pair[1]).saturating_mul(1_000),
+                        lease: lease.map(LeaseId),
+                        reserved: Reserved::from(*d),
+                        fallback: false,
+                    })
+                    .collect(),
+            )),
+            [flag @ (0 | 2), at, wait, dim] => {
+                let level = usize::try_from(*at)
+                    .ok()
+                    .and_then(|l| l.checked_sub(1))
+                    .filter(|l| *l < levels.len())
+                    .ok_or_else(protocol)?;
+                let (h, d) = levels[level];
+                let denial = if *flag == 2 {
+                    // The lease id was already given up: nothing reserved.
+                    match closed(h) {
+                        Decision::Denied(denial) => denial,
+                        Decision::Granted(_) => return Err(protocol()),
+                    }
+                } else {
+                    match self.decide(h, d, None, &[0, *wait, *dim])? {
+                        Decision::Denied(denial) => denial,
+                        Decision::Granted(_) => return Err(protocol()),
+                    }
+                };
+                Ok(NestedDecision::Denied { level, denial })
+            }
+            _ => Err(protocol()),
+        }
+    }
+}
+
+/// The `closed` failure mode's refusal of a nest, at its first level.
+fn closed_nest(first: &RedisHandle) -> NestedDecision {
+    match closed(first) {
+        Decision::Denied(denial) => NestedDecision::Denied { level: 0, denial },
+        Decision::Granted(_) => NestedDecision::Granted(Vec::new()),
+    }
+}
+
+/// Settles the answer of a nested call whose caller went away: a grant is
+/// given back on every level (each as a lost single acquisition's grant);
+/// a refusal holds nothing; no answer leaves every level's lease to the
+/// background release with a tombstone.
+fn settle(lost: Vec<LostAcquisition>, answer: Option<Result<Vec<i64>, Failure>>) {
+    match answer {
+        Some(Ok(v)) => {
+            let n = lost.len();
+            if let [1, rest @ ..] = &v[..] {
+                if rest.len() == 2 * n {
+                    for (l, pair) in lost.into_iter().zip(rest.chunks_exact(2)) {
+                        l.settle(Some(Ok(vec![1, pair[0], pair[1]])));
+                    }
+                }
+            }
+        }
+        Some(Err(f)) => {
+            for l in lost {
+                l.settle(Some(Err(Failure {
+                    error: f.error.clone(),
+                    sent: f.sent,
+                    owned: f.owned,
+                })));
+            }
+        }
+        None => {
+            for l in lost {
+                l.settle(None);
+            }
+        }
+    }
+}
