@@ -316,3 +316,135 @@ fn settle(lost: Vec<LostAcquisition>, answer: Option<Result<Vec<i64>, Failure>>)
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    //! `lua/nested.lua` on a real Redis (the testkit's): a refusal at the
+    //! last level puts every earlier level back byte for byte.
+
+    use super::super::acquire_args::AcquireArgs;
+    use super::super::dims::dims_of;
+    use crate::keys::member;
+    use crate::scripts;
+    use pressure_core::{Demand, LimitSpec, Limits, RateSpec};
+    use redis::Commands;
+
+    fn connection() -> redis::Connection {
+        redis::Client::open(pressure_testkit::redis_url().as_str())
+            .and_then(|c| c.get_connection())
+            .expect("test redis answers")
+    }
+
+    /// The script's arguments for `levels` (spec, lease id), one demand of
+    /// one request and 10 tokens each.
+    fn args(levels: &[(&LimitSpec, u64)]) -> Vec<String> {
+        let demand = Demand {
+            input_tokens: 10,
+            ..Demand::default()
+        };
+        let mut out = vec![levels.len().to_string()];
+        for (spec, lease) in levels {
+            let dims = dims_of(spec).expect("dims");
+            let lease_member = member(*lease);
+            let level = AcquireArgs {
+                dims: &dims,
+                spec,
+                demand: &demand,
+                conc: spec
+                    .concurrency
+                    .map_or(0, |c| RateSpec::scaled(c, demand.ceiling_ppm)),
+                member: &lease_member,
+                offset_us: 0,
+            }
+            .generic();
+            out.push(level.len().to_string());
+            out.extend(level);
+        }
+        out
+    }
+
+    fn run(con: &mut redis::Connection, keys: &[String], args: &[String]) -> Vec<i64> {
+        let mut inv = scripts::NESTED.prepare_invoke();
+        for k in keys {
+            inv.key(k);
+        }
+        for a in args {
+            inv.arg(a);
+        }
+        inv.invoke(con).expect("nested.lua runs")
+    }
+
+    fn hash(con: &mut redis::Connection, key: &str) -> Vec<(Vec<u8>, Vec<u8>)> {
+        let mut h: Vec<(Vec<u8>, Vec<u8>)> = con.hgetall(key).expect("HGETALL");
+        h.sort();
+        h
+    }
+
+    #[test]
+    fn a_refusal_at_the_last_level_restores_the_earlier_levels_byte_for_byte() {
+        let mut con = connection();
+        let (secs, micros): (u64, u64) = redis::cmd("TIME").query(&mut con).expect("TIME");
+        let keys: Vec<String> = (0..3)
+            .map(|i| format!("pressure:{{gnest{secs}{micros}}}:l{i}:s"))
+            .collect();
+        // A window, a lease and a calendar day; gcra buckets; the root
+        // admits one request per minute.
+        let key_spec = Limits::default()
+            .requests_per_minute(100)
+            .tokens_per_minute(1_000)
+            .max_concurrent_requests(5)
+            .requests_per_day(50)
+            .compile()
+            .expect("valid");
+        let team_spec = Limits {
+            algorithm: pressure_core::Algorithm::Gcra,
+            ..Limits::default().requests_per_second(10).tokens_per_minute(1_000)
+        }
+        .compile()
+        .expect("valid");
+        let root_spec = Limits::default().requests_per_minute(1).compile().expect("valid");
+        let first = run(
+            &mut con,
+            &keys,
+            &args(&[(&key_spec, 1), (&team_spec, 0), (&root_spec, 0)]),
+        );
+        assert_eq!(first.len(), 7, "granted on all three levels: {first:?}");
+        assert_eq!(first[0], 1);
+        let before: Vec<_> = keys[..2].iter().map(|k| hash(&mut con, k)).collect();
+        let ttl_before: Vec<i64> = keys[..2].iter().map(|k| con.pttl(k).expect("PTTL")).collect();
+        assert!(before.iter().all(|h| !h.is_empty()));
+        assert!(ttl_before.iter().all(|t| *t > 0), "{ttl_before:?}");
+        let refused = run(
+            &mut con,
+            &keys,
+            &args(&[(&key_spec, 2), (&team_spec, 0), (&root_spec, 0)]),
+        );
+        assert_eq!(refused.len(), 4, "{refused:?}");
+        assert_eq!(
+            (refused[0], refused[1]),
+            (0, 3),
+            "refused at level 3: {refused:?}"
+        );
+        assert_eq!(
+            refused[3],
+            i64::try_from(pressure_core::Dimension::RequestsPerMinute.index()).expect("small")
+        );
+        let after: Vec<_> = keys[..2].iter().map(|k| hash(&mut con, k)).collect();
+        assert_eq!(after, before, "levels 1 and 2 are exactly as before");
+        for (k, before) in keys[..2].iter().zip(ttl_before) {
+            let ttl: i64 = con.pttl(k).expect("PTTL");
+            assert!(ttl > 0 && ttl <= before, "{k}: PTTL {ttl}, was {before}");
+        }
+        // A level that did not exist before a refusal is gone after it.
+        let fresh = format!("pressure:{{gnest{secs}{micros}}}:fresh:s");
+        let refused = run(
+            &mut con,
+            &[fresh.clone(), keys[2].clone()],
+            &args(&[(&key_spec, 3), (&root_spec, 0)]),
+        );
+        assert_eq!((refused[0], refused[1]), (0, 2), "{refused:?}");
+        let exists: bool = con.exists(&fresh).expect("EXISTS");
+        assert!(!exists, "the refused nest left {fresh}");
+        let _: () = con.del(&keys).expect("DEL");
+    }
+}
