@@ -109,6 +109,7 @@ macro_rules! contract_suite {
             nest_reconcile_and_refund_per_level,
             nest_concurrent_never_overspends_and_never_refuses_with_room,
             nest_of_one_is_try_acquire,
+            nest_dropped_in_flight_leaves_nothing,
         );
     };
     (@tests $harness:expr; $($name:ident),* $(,)?) => {
