@@ -62,11 +62,6 @@ impl RedisBackend {
         let Some((first, _)) = levels.first() else {
             return Ok(NestedDecision::Granted(Vec::new()));
         };
-        for (level, (h, d)) in levels.iter().enumerate() {
-            if let Some(Decision::Denied(denial)) = self.cached_denial(h, d) {
-                return Ok(NestedDecision::Denied { level, denial });
-            }
-        }
         let key = &first.keys.state;
         if !self.store.config.cluster_nodes.is_empty() {
             let s0 = slot(key);
@@ -80,6 +75,13 @@ impl RedisBackend {
                         h.keys.state
                     )));
                 }
+            }
+        }
+        // The local deny cache: a level that surely refuses refuses the
+        // nest without a call (nothing is charged anywhere).
+        for (level, (h, d)) in levels.iter().enumerate() {
+            if let Some(Decision::Denied(denial)) = self.cached_denial(h, d) {
+                return Ok(NestedDecision::Denied { level, denial });
             }
         }
         let health = &self.store.health;

@@ -177,3 +177,193 @@ fn granted_of(t: u64, lease: Option<LeaseId>, demand: &Demand) -> Grant {
         fallback: false,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::{Backend, Decision, LocalBackend};
+    use crate::clock::ManualClock;
+    use crate::limits::Algorithm;
+
+    fn spec(limits: Limits) -> Arc<LimitSpec> {
+        Arc::new(limits.compile().expect("valid"))
+    }
+
+    /// A backend on a clock that does not move: no refill, no window
+    /// sliding, whatever the machine's speed.
+    fn still() -> MemoryBackend {
+        MemoryBackend::with_clock(Arc::new(ManualClock::new(1_000_000_000)))
+    }
+
+    fn lock_free_shapes() -> [Limits; 2] {
+        [
+            Limits::default().requests_per_minute(10),
+            Limits {
+                algorithm: Algorithm::Gcra,
+                ..Limits::default().requests_per_minute(10)
+            },
+        ]
+    }
+
+    /// A lock-free resource charged by a nest moves to the locked layout
+    /// with its usage and its counts, and plain and nested acquisitions
+    /// then count on the same state.
+    #[test]
+    fn pinning_carries_usage_and_counts() {
+        for limits in lock_free_shapes() {
+            let b = still();
+            let x = b.attach("x", spec(limits.clone())).expect("attach");
+            let y = b
+                .attach("y", spec(Limits::default().requests_per_minute(100)))
+                .expect("attach");
+            assert!(x.state.locked().is_none(), "{limits:?}: starts lock-free");
+            let d = Demand::default();
+            for _ in 0..4 {
+                assert!(matches!(b.acquire_now(&x, &d), Decision::Granted(_)));
+            }
+            assert!(matches!(
+                b.acquire_nested_now(&[(&x, &d), (&y, &d)]),
+                NestedDecision::Granted(g) if g.len() == 2
+            ));
+            assert!(x.state.locked().is_some(), "{limits:?}: pinned");
+            for i in 0..5 {
+                if i % 2 == 0 {
+                    assert!(
+                        matches!(b.acquire_now(&x, &d), Decision::Granted(_)),
+                        "{limits:?} {i}"
+                    );
+                } else {
+                    assert!(
+                        matches!(
+                            b.acquire_nested_now(&[(&x, &d), (&y, &d)]),
+                            NestedDecision::Granted(_)
+                        ),
+                        "{limits:?} {i}"
+                    );
+                }
+            }
+            assert!(matches!(b.acquire_now(&x, &d), Decision::Denied(_)));
+            assert!(matches!(
+                b.acquire_nested_now(&[(&y, &d), (&x, &d)]),
+                NestedDecision::Denied { level: 1, .. }
+            ));
+            let c = b.counts(&x);
+            assert_eq!((c.allowed, c.denied), (10, 2), "{limits:?}");
+            // The refused nest charged nothing on `y`: 3 nests granted.
+            assert_eq!(b.counts(&y).allowed, 3);
+            let used = MemoryBackend::usage_of(&y.state, 1_000_000_000);
+            assert_eq!(used.dimensions[0].1, 3, "{limits:?}");
+        }
+    }
+
+    /// Plain acquisitions on a resource racing with nests over it that are
+    /// always refused by a later level are never refused: a nest's charge
+    /// is never seen by anyone before it is undone. The resource is kept
+    /// one unit below its limit (each plain grant is refunded at once), so
+    /// a visible transient charge would refuse the plain acquisition.
+    #[test]
+    fn plain_acquisitions_never_see_a_refused_nests_charge() {
+        use std::sync::atomic::{AtomicBool, AtomicU64};
+        const NOW: u64 = 1_000_000_000;
+        for limits in lock_free_shapes() {
+            let b = Arc::new(still());
+            let x = Arc::new(b.attach("x", spec(limits.clone())).expect("attach"));
+            let full = Arc::new(
+                b.attach("full", spec(Limits::default().requests_per_minute(1)))
+                    .expect("attach"),
+            );
+            let d = Demand::default();
+            assert!(matches!(b.acquire_now(&full, &d), Decision::Granted(_)));
+            for _ in 0..9 {
+                assert!(matches!(b.acquire_now(&x, &d), Decision::Granted(_)));
+            }
+            let done = Arc::new(AtomicBool::new(false));
+            let count = Arc::new(AtomicU64::new(0));
+            let nests = {
+                let (b, x, full, done, count) = (
+                    Arc::clone(&b),
+                    Arc::clone(&x),
+                    Arc::clone(&full),
+                    Arc::clone(&done),
+                    Arc::clone(&count),
+                );
+                std::thread::spawn(move || {
+                    while !done.load(Ordering::Relaxed) {
+                        let out = b.acquire_nested_now(&[(&x, &d), (&full, &d)]);
+                        // Refused by `full`, or by `x` while a plain grant
+                        // holds its last unit: never granted.
+                        assert!(matches!(out, NestedDecision::Denied { .. }), "{out:?}");
+                        count.fetch_add(1, Ordering::Relaxed);
+                    }
+                })
+            };
+            // Plain acquisitions for as long as 5 000 nests take (and at
+            // least 5 000 of them).
+            let mut i = 0u64;
+            while i < 5_000 || count.load(Ordering::Relaxed) < 5_000 {
+                i += 1;
+                match b.acquire_now(&x, &d) {
+                    Decision::Granted(g) => {
+                        MemoryBackend::reconcile_state(&x.state, NOW, &g, &Reserved::default())
+                    }
+                    Decision::Denied(denial) => {
+                        done.store(true, Ordering::Relaxed);
+                        panic!("{limits:?}: plain acquisition {i} refused with room: {denial:?}");
+                    }
+                }
+            }
+            done.store(true, Ordering::Relaxed);
+            nests.join().expect("nests");
+            assert!(
+                matches!(b.acquire_now(&x, &d), Decision::Granted(_)),
+                "{limits:?}: the tenth fits"
+            );
+            assert!(
+                matches!(b.acquire_now(&x, &d), Decision::Denied(_)),
+                "{limits:?}: exactly 10"
+            );
+        }
+    }
+
+    /// Two nests over the same resources in opposite orders never deadlock
+    /// (each lock is taken in one global order) and never overspend.
+    #[test]
+    fn nests_in_opposite_orders_share_exactly() {
+        let b = Arc::new(still());
+        let l = Limits::default()
+            .requests_per_minute(1_000)
+            .max_concurrent_requests(1_000);
+        let p = Arc::new(b.attach("p", spec(l.clone())).expect("attach"));
+        let q = Arc::new(
+            b.attach("q", spec(Limits::default().requests_per_minute(500)))
+                .expect("attach"),
+        );
+        let threads: Vec<_> = (0..4)
+            .map(|t| {
+                let (b, p, q) = (Arc::clone(&b), Arc::clone(&p), Arc::clone(&q));
+                std::thread::spawn(move || {
+                    let d = Demand {
+                        lease: false,
+                        ..Demand::default()
+                    };
+                    let mut granted = 0u64;
+                    for _ in 0..200 {
+                        let out = if t % 2 == 0 {
+                            b.acquire_nested_now(&[(&p, &d), (&q, &d)])
+                        } else {
+                            b.acquire_nested_now(&[(&q, &d), (&p, &d)])
+                        };
+                        if matches!(out, NestedDecision::Granted(_)) {
+                            granted += 1;
+                        }
+                    }
+                    granted
+                })
+            })
+            .collect();
+        let total: u64 = threads.into_iter().map(|t| t.join().expect("thread")).sum();
+        assert_eq!(total, 500);
+        let used = MemoryBackend::usage_of(&p.state, 1_000_000_000);
+        assert_eq!(used.dimensions[0].1, 500);
+    }
+}
