@@ -275,9 +275,10 @@ pub trait Backend: Send + Sync + Sized + std::fmt::Debug + 'static {
     /// order) or none is and the first refusing level is named. Counted as
     /// a grant on every level, or as a denial on the refusing level only
     /// (when its demand asks to be counted). Never books a future slot
-    /// (`book_within_ns` is ignored). A resource may appear at most once
-    /// per nest for the answer to be meaningful; it is charged once per
-    /// appearance.
+    /// (`book_within_ns` is ignored). A resource that appears twice is
+    /// charged twice. A store that cannot reach every level in one step
+    /// (levels in different Redis Cluster slots) answers
+    /// [`BackendError::Unsupported`] and charges nothing.
     fn acquire_nested(
         &self,
         levels: &[(&Self::Handle, &Demand)],
