@@ -22,7 +22,7 @@ use crate::manual_queue::RedisManualQueue;
 use crate::metrics::GatewayMetrics;
 use crate::openai::Llm;
 use crate::plan::overrides::store::Overrides;
-use crate::plan::overrides::LiveOverrides;
+use crate::plan::overrides::{LiveOverrides, LiveParents};
 use crate::plan::reload::{self, ReloadOutcome};
 use crate::plan::Listeners;
 use crate::plan::PlanCell;
@@ -239,11 +239,14 @@ impl Gateway {
             .map_or(DEFAULT_MAX_PERMITS, |d| d.max_permits);
         let backend_config = config.backend.clone();
         let live = Arc::new(LiveOverrides::default());
+        let parents = Arc::new(LiveParents::default());
         let (plan, tls) = Plan::with_tls(checked, &broker, llm).map_err(ConfigError::from)?;
-        let plan = plan.with_live_overrides(Arc::clone(&live));
+        let plan = plan
+            .with_live_overrides(Arc::clone(&live))
+            .with_live_parents(Arc::clone(&parents));
         let tls = tls.into_listeners();
         let plan: PlanCell = Arc::new(ArcSwap::from_pointee(plan));
-        let overrides = Overrides::start(&backend_config, live, plan.clone(), broker.clone());
+        let overrides = Overrides::start(&backend_config, live, parents, plan.clone(), broker.clone());
         Ok(Self {
             inner: Arc::new(GatewayState {
                 plan,
@@ -389,7 +392,9 @@ impl Gateway {
         let checked = Plan::checked(config, &self.inner.base_dir).map_err(ConfigError::from)?;
         let (plan, tls) =
             Plan::with_tls(checked, &self.inner.broker, old.llm().cloned()).map_err(ConfigError::from)?;
-        let plan = plan.with_live_overrides(Arc::clone(self.inner.overrides.live()));
+        let plan = plan
+            .with_live_overrides(Arc::clone(self.inner.overrides.live()))
+            .with_live_parents(Arc::clone(self.inner.overrides.parents()));
         reload::retemplate_tenants(&self.inner.broker, &old, &plan);
         for id in old.resource_ids().difference(plan.resource_ids()) {
             self.inner.broker.unregister(id);
@@ -408,6 +413,17 @@ impl Gateway {
         limits: Option<(pressure_core::Limits, pressure_core::LimitTemplate)>,
     ) -> Result<(), pressure_core::BackendError> {
         self.inner.overrides.write(tenant, limits).await
+    }
+
+    /// Sets (`Some`; `""`: no parent) or removes (`None`: back to the
+    /// config's) the live parent of `tenant` for every gateway on the same
+    /// backend, applied here at once (`crate::plan::hierarchy`).
+    pub(crate) async fn write_parent(
+        &self,
+        tenant: String,
+        parent: Option<String>,
+    ) -> Result<(), pressure_core::BackendError> {
+        self.inner.overrides.write_parent(tenant, parent).await
     }
 
     /// Marks the gateway as stopping: `/readyz` answers 503 from now on.
@@ -587,5 +603,13 @@ impl admin::Control for Gateway {
         limits: Option<(pressure_core::Limits, pressure_core::LimitTemplate)>,
     ) -> futures::future::BoxFuture<'_, Result<(), pressure_core::BackendError>> {
         Box::pin(Gateway::write_override(self, tenant, limits))
+    }
+
+    fn write_parent(
+        &self,
+        tenant: String,
+        parent: Option<String>,
+    ) -> futures::future::BoxFuture<'_, Result<(), pressure_core::BackendError>> {
+        Box::pin(Gateway::write_parent(self, tenant, parent))
     }
 }

@@ -1,7 +1,7 @@
 //! [`Control`]: what the admin listener may ask of the gateway it belongs
 //! to — whether it is stopping, a reload, the plan serving now, a tenant's
-//! live override — and nothing else. `crate::Gateway` implements it; the
-//! admin listener holds it as a trait object, so it depends on these four
+//! live override or parent — and nothing else. `crate::Gateway` implements it; the
+//! admin listener holds it as a trait object, so it depends on these
 //! methods and not on the gateway's type.
 
 use crate::plan::reload::ReloadOutcome;
@@ -30,4 +30,10 @@ pub trait Control: Send + Sync + 'static {
         tenant: String,
         limits: Option<(Limits, LimitTemplate)>,
     ) -> BoxFuture<'_, Result<(), BackendError>>;
+
+    /// Sets (`Some`; `""` for "no parent") or removes (`None`: back to the
+    /// config's) the live parent of `tenant` for every gateway on the same
+    /// backend, applied here at once.
+    fn write_parent(&self, tenant: String, parent: Option<String>)
+        -> BoxFuture<'_, Result<(), BackendError>>;
 }

@@ -16,6 +16,8 @@
 //! | `GET /admin/pressure/tenants/{id}/limits` | a tenant's limits now, their `source` (`live` \| `config` \| `default`) and usage per dimension (`admin/tenants.rs`) |
 //! | `PUT /admin/pressure/tenants/{id}/limits` | a `Limits` body becomes the tenant's live override on every gateway of the backend; `400` naming the field |
 //! | `DELETE /admin/pressure/tenants/{id}/limits` | removes it fleet-wide: back to `perTenant.overrides.<id>` or `perTenant.limits` |
+//! | `PUT /admin/pressure/tenants/{id}/parent` | `{"parent": "<tenant>" \| null}`: the tenant's live parent (nested budgets) on every gateway of the backend; a cycle or a chain over `perTenant.maxDepth` is a `400` (`admin/parents.rs`) |
+//! | `DELETE /admin/pressure/tenants/{id}/parent` | removes it fleet-wide: back to `perTenant.overrides.<id>.parent` |
 //! | `GET /dashboard` (and `GET /` → 303) | the live operator dashboard, embedded in the binary (`admin/dashboard.rs`) |
 //!
 //! `/healthz` (liveness) always answers 200 while the process serves: when Redis is
@@ -34,8 +36,11 @@ mod control;
 mod dashboard;
 mod error;
 mod events;
+mod hierarchy;
 mod llm;
+mod parents;
 mod queue;
+mod store_reads;
 mod summary;
 mod tenants;
 
@@ -109,6 +114,10 @@ pub fn router(state: AdminState) -> Router {
             "/admin/pressure/tenants/{id}/limits",
             get(tenants::get).put(tenants::put).delete(tenants::delete),
         )
+        .route(
+            "/admin/pressure/tenants/{id}/parent",
+            axum::routing::put(parents::put).delete(parents::delete),
+        )
         .route("/metrics", get(metrics))
         .route_layer(middleware::from_fn_with_state(state.clone(), auth::require_token));
     Router::new()
@@ -163,10 +172,19 @@ async fn metrics(State(state): State<AdminState>) -> Response {
     let stats = state.broker.local_stats();
     let mut body = state.metrics.encode(&stats, state.redis_status());
     // The one part read from the store: the spend of a few top tenants.
+    // The levels above others (nested budgets) come too, each counting
+    // its whole subtree: at most as many again.
+    let parents: Vec<String> = hierarchy::parents(&state, budgets::METRICS_TOP)
+        .iter()
+        .map(|t| crate::resources::tenant(t))
+        .collect();
     let paying = budgets::money_tenants(stats);
     if !paying.is_empty() {
-        let top = summary::most_denied(paying, budgets::METRICS_TOP);
-        budgets::write_metrics(&summary::with_usage(&state, top).await, &mut body);
+        let (levels, others): (Vec<_>, Vec<_>) =
+            paying.into_iter().partition(|s| parents.contains(&s.resource));
+        let mut top = summary::most_denied(others, budgets::METRICS_TOP);
+        top.extend(levels);
+        budgets::write_metrics(&store_reads::with_usage(&state, top).await, &mut body);
     }
     (
         [

@@ -30,6 +30,7 @@
 //! ```
 
 use super::AdminError;
+use super::store_reads::with_usage;
 use super::{llm, AdminState};
 use crate::backend::AnyBackend;
 use crate::resources;
@@ -38,7 +39,6 @@ use axum::extract::{Query, State};
 use axum::http::{header, HeaderValue};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use futures::StreamExt;
 use pressure_core::ResourceStats;
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -50,8 +50,6 @@ pub(super) const DEFAULT_TOP: usize = 20;
 /// Most tenants one summary lists.
 pub(super) const MAX_TOP: usize = 200;
 
-/// Store reads of one summary run at once.
-const READS_AT_ONCE: usize = 16;
 
 /// The query of the summary and the event stream.
 #[derive(Debug, Default, Deserialize)]
@@ -157,6 +155,7 @@ pub(super) async fn build(state: &AdminState, top: usize) -> Value {
             "denying": totals.denying,
             "top": top_tenants,
         },
+        "hierarchy": super::hierarchy::summary(state).await,
         "llm": state.llm.as_ref().map(llm::page),
         "health": health(state),
     })
@@ -233,21 +232,6 @@ pub(super) fn most_denied(mut tenants: Vec<ResourceStats>, top: usize) -> Vec<Re
     }
     tenants.sort_unstable_by(rank);
     tenants
-}
-
-/// `list` with each resource's usage read from the store, in the same order;
-/// a resource removed meanwhile (or a failed read) keeps its local numbers.
-pub(super) async fn with_usage(state: &AdminState, list: Vec<ResourceStats>) -> Vec<ResourceStats> {
-    futures::stream::iter(list)
-        .map(|local| async move {
-            match state.broker.resource_stats(&local.resource).await {
-                Ok(read) => read,
-                Err(_) => local,
-            }
-        })
-        .buffered(READS_AT_ONCE)
-        .collect()
-        .await
 }
 
 #[cfg(test)]

@@ -8,7 +8,11 @@
 //!   all (`perTenant.enabled`), and per limited dimension `{"dimension",
 //!   "used","limit"}` (a calendar budget adds `resetsAt`, Unix ms) as the
 //!   backend counts it (fleet-wide on Redis; also
-//!   for a tenant not registered here yet).
+//!   for a tenant not registered here yet). A tenant's usage counts its
+//!   whole subtree: every descendant's requests are charged to it too.
+//!   Beside: `parent` (or `null`), `ancestors` (innermost first) and
+//!   `children` (direct), from the config and the live parents
+//!   (`admin/parents.rs`).
 //! * `PUT` with a `Limits` object → stored as the tenant's live override
 //!   for every gateway on the same backend, applied here before the answer
 //!   (the `GET` document). A body that does not parse or whose limits do
@@ -68,7 +72,7 @@ pub(super) async fn delete(
 }
 
 /// The gateway behind the listener, once `tenant` is a valid id.
-fn checked(state: &AdminState, tenant: &str) -> Result<Arc<dyn Control>, AdminError> {
+pub(super) fn checked(state: &AdminState, tenant: &str) -> Result<Arc<dyn Control>, AdminError> {
     check_tenant(tenant, "tenant").map_err(|e| AdminError::BadRequest(e.to_string().into()))?;
     state
         .control
@@ -126,7 +130,7 @@ async fn write(
 }
 
 /// The `GET` document of `tenant`.
-async fn describe(gateway: &dyn Control, broker: &Broker, tenant: &str) -> Json<Value> {
+pub(super) async fn describe(gateway: &dyn Control, broker: &Broker, tenant: &str) -> Json<Value> {
     let plan = gateway.plan();
     let (limits, source, enforced) = match plan.tenant_limits(tenant) {
         Some((t, s)) => (Some(t), s, true),
@@ -136,16 +140,32 @@ async fn describe(gateway: &dyn Control, broker: &Broker, tenant: &str) -> Json<
         },
     };
     let resource = resources::tenant(tenant);
+    let lineage = plan.lineage(tenant);
+    // A tenant below a root lives in its root's group (one hash slot).
+    let group = lineage
+        .last()
+        .filter(|_| lineage.len() > 1)
+        .map(|r| resources::tenant(r));
     let usage = match limits.as_ref().filter(|_| enforced) {
-        Some(t) => usage(broker, &resource, t.limits()).await,
+        Some(t) => usage(broker, &resource, group.as_deref(), t.limits()).await,
         None => Value::Array(Vec::new()),
     };
+    let mut children: Vec<String> = plan
+        .parent_links()
+        .into_iter()
+        .filter(|(_, p)| p == tenant)
+        .map(|(c, _)| c)
+        .collect();
+    children.sort_unstable();
     Json(json!({
         "tenant": tenant,
         "resource": resource,
         "limits": limits.as_ref().map(|t| t.limits()),
         "source": source,
         "enforced": enforced,
+        "parent": plan.parent(tenant),
+        "ancestors": lineage.get(1..).unwrap_or_default(),
+        "children": children,
         "usage": usage,
     }))
 }
@@ -153,7 +173,7 @@ async fn describe(gateway: &dyn Control, broker: &Broker, tenant: &str) -> Json<
 /// Per limited dimension, what the backend counts for `resource` now: the
 /// registered resource's, or (not registered here yet) the store's under
 /// `limits`. `null` with a message when the store does not answer.
-async fn usage(broker: &Broker, resource: &str, limits: &Limits) -> Value {
+async fn usage(broker: &Broker, resource: &str, group: Option<&str>, limits: &Limits) -> Value {
     let read = match broker.resource(resource) {
         Some(h) => h
             .usage()
@@ -164,7 +184,11 @@ async fn usage(broker: &Broker, resource: &str, limits: &Limits) -> Value {
             Ok(spec) => {
                 let spec = Arc::new(spec);
                 let backend = broker.backend();
-                match backend.attach(resource, Arc::clone(&spec)) {
+                let attached = match group {
+                    Some(g) => backend.attach_grouped(resource, g, Arc::clone(&spec)),
+                    None => backend.attach(resource, Arc::clone(&spec)),
+                };
+                match attached {
                     Ok(h) => backend
                         .usage(&h)
                         .await

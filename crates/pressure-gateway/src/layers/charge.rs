@@ -8,7 +8,7 @@ use crate::metrics::{GatewayMetrics, Layer};
 use crate::rejection::{RateLimited, Rejection};
 use axum::body::Body;
 use http::Request;
-use pressure_core::{AcquireOptions, Acquisition, Permit, ResourceHandle};
+use pressure_core::{AcquireOptions, Acquisition, Denial, Permit, ResourceHandle};
 use std::time::Duration;
 
 /// How long a client is told to wait when the limiter failed outright.
@@ -58,7 +58,7 @@ pub(crate) fn acquire_if_ready(
 
 /// The acquisition options of a request: no concurrency lease when its
 /// context says so.
-fn options_of(req: &Request<Body>) -> AcquireOptions {
+pub(crate) fn options_of(req: &Request<Body>) -> AcquireOptions {
     match context(req) {
         Some(c) if !c.leases => AcquireOptions::default().without_lease(),
         _ => AcquireOptions::default(),
@@ -79,27 +79,46 @@ fn settle(
             metrics.allowed(layer);
             Ok(permit)
         }
-        Ok(Acquisition::Denied(d)) if d.is_unavailable() => Err(Rejection::LimiterUnavailable {
+        Ok(Acquisition::Denied(d)) => Err(denied(handle, req, layer, namespace_id, &d)),
+        Err(e) => Err(failed(handle, layer, &e)),
+    }
+}
+
+/// The refusal of `handle`'s denial `d`: `429` for a limit (a spent
+/// calendar budget says so), `503` when its store could not decide.
+pub(crate) fn denied(
+    handle: &ResourceHandle<AnyBackend>,
+    req: &Request<Body>,
+    layer: Layer,
+    namespace_id: Option<&str>,
+    d: &Denial,
+) -> Rejection {
+    if d.is_unavailable() {
+        return Rejection::LimiterUnavailable {
             resource: handle.id().to_owned(),
             layer,
             retry_after: d.wait.max(LIMITER_RETRY),
             reason: "the limiter store is unavailable".into(),
-        }),
-        Ok(Acquisition::Denied(d)) => {
-            // A spent calendar budget says so; the request's deadline is
-            // the gateway's upstream timeout.
-            let deadline = context(req).map_or(Duration::ZERO, |r| r.plan.upstream_timeout());
-            let limits = handle.limits();
-            let r =
-                RateLimited::new(handle.id(), limits, &d, layer, namespace_id).with_budget(limits, deadline);
-            Err(Rejection::RateLimited(Box::new(r)))
-        }
-        Err(e) => Err(Rejection::LimiterUnavailable {
-            resource: handle.id().to_owned(),
-            layer,
-            retry_after: LIMITER_RETRY,
-            reason: e.to_string(),
-        }),
+        };
+    }
+    // The request's deadline is the gateway's upstream timeout.
+    let deadline = context(req).map_or(Duration::ZERO, |r| r.plan.upstream_timeout());
+    let limits = handle.limits();
+    let r = RateLimited::new(handle.id(), limits, d, layer, namespace_id).with_budget(limits, deadline);
+    Rejection::RateLimited(Box::new(r))
+}
+
+/// The refusal when `handle` could not be asked at all (`e`).
+pub(crate) fn failed(
+    handle: &ResourceHandle<AnyBackend>,
+    layer: Layer,
+    e: &pressure_core::Error,
+) -> Rejection {
+    Rejection::LimiterUnavailable {
+        resource: handle.id().to_owned(),
+        layer,
+        retry_after: LIMITER_RETRY,
+        reason: e.to_string(),
     }
 }
 

@@ -11,7 +11,6 @@ use crate::http::proxy::ConnTimer;
 use crate::permits::PermitSlot;
 use crate::plan::{Plan, Route};
 use http::Request;
-use pressure_core::ResourceHandle;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
@@ -43,7 +42,7 @@ pub(crate) struct RequestContext {
     /// The tenant's resource, charged the tokens and money of the
     /// request's LLM calls beside its request (set by the tenant layer on
     /// the LLM endpoints only).
-    pub(crate) payer: Option<ResourceHandle<AnyBackend>>,
+    pub(crate) payer: Option<pressure_core::Nest<AnyBackend>>,
 }
 
 /// The context of `req`, when the route layer routed it.

@@ -35,7 +35,7 @@ fn caller_request_id<B>(req: &Request<B>) -> Option<String> {
 fn caller_of<B>(req: &Request<B>, request_id: &str) -> Caller<AnyBackend> {
     let caller = Caller::new(request_id);
     match crate::layers::context(req).and_then(|c| c.payer.clone()) {
-        Some(payer) => caller.paid_by(payer),
+        Some(payer) => caller.paid_by_all(payer),
         None => caller,
     }
 }

@@ -14,6 +14,7 @@
 
 pub(crate) mod api_keys;
 pub(crate) mod checks;
+pub(crate) mod hierarchy;
 mod limits;
 mod listeners;
 mod load;
@@ -36,7 +37,7 @@ use crate::backend::{AnyBackend, Broker};
 use crate::settings::{AuthConfig, ConfigError, ConfigErrors, GatewayConfig};
 use arc_swap::ArcSwap;
 use limits::ChargedBy;
-use overrides::{LiveOverrides, Source};
+use overrides::{LiveOverrides, LiveParents, Source};
 use pressure_core::{LimitTemplate, Limits, ResourceHandle};
 use pressure_llm::pipeline::LlmClient;
 use std::collections::{BTreeMap, BTreeSet};
@@ -63,6 +64,7 @@ pub struct CheckedConfig {
     template: Option<LimitTemplate>,
     decided: Vec<limits::Limited>,
     tenant_overrides: BTreeMap<String, LimitTemplate>,
+    parents: hierarchy::ConfigParents,
     tls: LoadedTls,
     config: GatewayConfig,
 }
@@ -89,6 +91,9 @@ pub struct Plan {
     resources: BTreeSet<String>,
     tenant_overrides: BTreeMap<String, LimitTemplate>,
     live: Arc<LiveOverrides>,
+    parents: hierarchy::ConfigParents,
+    live_parents: Arc<LiveParents>,
+    max_depth: usize,
     config: GatewayConfig,
 }
 
@@ -128,6 +133,8 @@ impl Plan {
         problems.keep(listeners::check_decisions(&config));
         let tenant_overrides =
             problems.keep(overrides::config_overrides(&config.pressure.per_tenant.overrides));
+        let per_tenant = &config.pressure.per_tenant;
+        let parents = problems.keep(hierarchy::config_parents(&per_tenant.overrides, per_tenant.max_depth));
         let (
             Some(upstreams),
             Some(auth),
@@ -135,8 +142,9 @@ impl Plan {
             Some((limited, template)),
             Some(decided),
             Some(tenant_overrides),
+            Some(parents),
             Some(tls),
-        ) = (upstreams, auth, keys, pressure, decided, tenant_overrides, tls)
+        ) = (upstreams, auth, keys, pressure, decided, tenant_overrides, parents, tls)
         else {
             return Err(problems.into_errors());
         };
@@ -149,6 +157,7 @@ impl Plan {
             template,
             decided,
             tenant_overrides,
+            parents,
             tls,
             config,
         })
@@ -181,6 +190,7 @@ impl Plan {
             template,
             decided,
             tenant_overrides,
+            parents,
             tls,
             config,
         } = checked;
@@ -236,6 +246,9 @@ impl Plan {
             resources: ids,
             tenant_overrides,
             live: Arc::default(),
+            parents,
+            live_parents: Arc::default(),
+            max_depth: config.pressure.per_tenant.max_depth,
             config,
         };
         Ok((plan, tls))
@@ -298,6 +311,18 @@ impl Plan {
         broker: &Broker,
         tenant: &str,
     ) -> Option<Result<ResourceHandle<AnyBackend>, pressure_core::Error>> {
+        self.tenant_handle_in(broker, tenant, None)
+    }
+
+    /// [`tenant_handle`](Self::tenant_handle) placed in `group`, the
+    /// resource of its hierarchy's root (see `hierarchy`); `None` for a
+    /// root itself, whose keys never move.
+    pub(crate) fn tenant_handle_in(
+        &self,
+        broker: &Broker,
+        tenant: &str,
+        group: Option<&str>,
+    ) -> Option<Result<ResourceHandle<AnyBackend>, pressure_core::Error>> {
         let template = self.tenant.template.as_ref()?;
         let seen = self.live.changes();
         // No clone of the limits on the hot path: they are read in place.
@@ -305,7 +330,10 @@ impl Plan {
         let live = live.as_ref().and_then(|v| v.get(tenant));
         let (limits, _) = overrides::resolve(live, self.tenant_overrides.get(tenant), template);
         let resource = crate::resources::tenant(tenant);
-        let handle = broker.lazy_limit(&resource, limits);
+        let handle = match group {
+            None => broker.lazy_limit(&resource, limits),
+            Some(g) => broker.lazy_limit_in_group(&resource, g, limits),
+        };
         if handle.is_ok() && self.live.changes() != seen {
             self.refresh_tenant(broker, tenant);
         }

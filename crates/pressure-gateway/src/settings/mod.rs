@@ -12,6 +12,7 @@ pub mod reference;
 mod rls;
 pub mod schema;
 mod shape;
+mod tenant_override;
 mod tls;
 mod types;
 
@@ -22,5 +23,6 @@ pub use manifest::{LoadedManifest, PluginManifest};
 pub use parse::parse_shape;
 pub use rls::RlsConfig;
 pub(crate) use tls::{resolve_files, watched_files};
+pub use tenant_override::TenantOverride;
 pub use tls::{ListenerTlsConfig, UpstreamTlsConfig};
 pub use types::*;

@@ -352,11 +352,19 @@ pub struct TenantLimits {
     /// /admin/pressure/tenants/{id}/limits`, kept in the backend) over this
     /// one over `limits`. Applies only while `enabled`; a reload applies a
     /// change to tenants already registered, keeping their usage.
+    ///
+    /// `"parent": "<tenant>"` beside (or instead of) the limits puts the
+    /// tenant under another: its requests are charged to the parent too,
+    /// and to the parent's parent, all or nothing (nested budgets).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub overrides: BTreeMap<String, Limits>,
+    pub overrides: BTreeMap<String, super::TenantOverride>,
     /// Most tenants kept at once (idle ones are evicted beyond).
     #[serde(default = "default_max_tenants")]
     pub max_tenants: usize,
+    /// Most tenants in a chain from a root down to any descendant (a
+    /// tenant and its ancestors), 1 to 16.
+    #[serde(default = "default_max_depth")]
+    pub max_depth: usize,
 }
 
 impl Default for TenantLimits {
@@ -366,8 +374,13 @@ impl Default for TenantLimits {
             limits: None,
             overrides: BTreeMap::new(),
             max_tenants: default_max_tenants(),
+            max_depth: default_max_depth(),
         }
     }
+}
+
+fn default_max_depth() -> usize {
+    4
 }
 
 fn default_max_tenants() -> usize {

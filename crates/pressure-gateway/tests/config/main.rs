@@ -1455,6 +1455,7 @@ fn the_budget_example_matches_the_readme() {
         ),
         (Some(1_000), Some(20_000), Some(10_000))
     );
-    assert_eq!(tenants.overrides["globex"].cost_micro_usd_per_day, Some(50_000));
+    let globex = tenants.overrides["globex"].limits.as_ref().expect("limits");
+    assert_eq!(globex.cost_micro_usd_per_day, Some(50_000));
     pressure_gateway::Plan::check(cfg, examples_dir().as_path()).expect("the example checks");
 }

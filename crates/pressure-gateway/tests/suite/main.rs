@@ -37,6 +37,8 @@ mod in_place;
 mod llm;
 #[path = "../manual_queue/main.rs"]
 mod manual_queue;
+#[path = "../nested/main.rs"]
+mod nested;
 #[path = "../outage/main.rs"]
 mod outage;
 #[path = "../overrides/main.rs"]

@@ -12,15 +12,17 @@
 //! on a calendar dimension) and the chain goes on to levels that cost
 //! nothing (`rules`, `manualQueue`) or fit what is left.
 
-use pressure_core::{Backend, MemoryBackend, ResourceHandle};
+use pressure_core::{Backend, MemoryBackend, Nest, ResourceHandle};
 
 /// Who one event is for: its id and, optionally, the resource that pays.
 #[derive(Debug, Clone)]
 pub struct Caller<B: Backend = MemoryBackend> {
     /// Sent with every provider call of the event as `x-pressure-request-id`.
     pub request_id: String,
-    /// Charged the tokens and money of every attempt (see the module docs).
-    pub payer: Option<ResourceHandle<B>>,
+    /// Charged the tokens and money of every attempt (see the module
+    /// docs): every level of the nest, all or nothing (a key, its tenant
+    /// and the tenant's ancestors: nested budgets).
+    pub payer: Option<Nest<B>>,
 }
 
 impl<B: Backend> Caller<B> {
@@ -34,6 +36,12 @@ impl<B: Backend> Caller<B> {
 
     /// The same event, paid for by `payer`.
     pub fn paid_by(mut self, payer: ResourceHandle<B>) -> Self {
+        self.payer = Some(Nest::new(vec![payer]));
+        self
+    }
+
+    /// The same event, paid for by every level of `payer`, all or nothing.
+    pub fn paid_by_all(mut self, payer: Nest<B>) -> Self {
         self.payer = Some(payer);
         self
     }

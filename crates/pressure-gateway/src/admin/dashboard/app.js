@@ -253,6 +253,7 @@
     chart.setAttribute("data-max-allowed", peak("allowed").toFixed(2));
     chart.setAttribute("data-max-denied", peak("denied").toFixed(2));
 
+    renderHierarchy(s.hierarchy);
     renderLlm(s.llm, dt);
     renderHealth(s.health);
 
@@ -260,6 +261,36 @@
     state.updates += 1;
     document.body.setAttribute("data-updates", String(state.updates));
     document.getElementById("updated").textContent = "updated " + new Date().toLocaleTimeString();
+  }
+
+  // The tenant hierarchy as a tree: each node its budgets (spend of its
+  // subtree against its own budget) and its children under it.
+  function renderHierarchy(h) {
+    const section = document.getElementById("hierarchy-section");
+    const nodes = h ? h.nodes : [];
+    section.hidden = nodes.length === 0;
+    document.getElementById("hierarchy-note").textContent =
+      `${nodes.length} levels` + (h && h.truncated ? " (more not shown)" : "");
+    const items = new Map();
+    const roots = [];
+    for (const n of nodes) {
+      const li = el("li", { "data-tenant": n.tenant, "data-parent": n.parent || "" });
+      li.append(el("code", {}, n.tenant));
+      for (const b of n.budgets) {
+        const pct = b.budget ? Math.min(100, (100 * b.spent) / b.budget) : 0;
+        const bar = el("span", { class: "budget", "data-dimension": b.dimension, "data-spent": b.spent,
+          "data-budget": b.budget, title: `${b.dimension}: ${usd(b.spent)} of ${usd(b.budget)}` },
+          ` ${usd(b.spent)} / ${usd(b.budget)} (${pct.toFixed(0)}%)`);
+        if (pct >= 100) bar.classList.add("spent");
+        li.append(bar);
+      }
+      li.append(el("ul"));
+      items.set(n.tenant, li);
+      const parent = n.parent && items.get(n.parent);
+      if (parent) parent.lastChild.append(li);
+      else roots.push(li);
+    }
+    document.getElementById("hierarchy").replaceChildren(...roots);
   }
 
   function renderLlm(llm, dt) {

@@ -4,12 +4,14 @@
 //! a counter), or a known API key does (`gateway.auth.apiKeys`, see
 //! `crate::auth::credential` for which header is read), whose resource
 //! `gateway:tenant:<id>` is registered lazily with its limits (the plan's
-//! tenant template, or an override: `crate::plan::overrides`). A key with limits of its own is charged those too, all or
-//! nothing ([`key_limit`]). A credential that is present but invalid is
+//! tenant template, or an override: `crate::plan::overrides`). A key with
+//! limits of its own, and every ancestor of the tenant (nested budgets,
+//! `crate::plan::hierarchy`), are charged with it, all or nothing
+//! ([`levels`]). A credential that is present but invalid is
 //! always `401`; a missing one is `401` only when auth is required, and
 //! otherwise passes as anonymous without a tenant limit.
 
-mod key_limit;
+mod levels;
 
 use super::{charged, context, context_mut, step_layer, take_ready, RejectingService, Step, StepFuture};
 use crate::auth::credential::{self, Identity};
@@ -21,7 +23,7 @@ use crate::rejection::Rejection;
 use crate::resources;
 use axum::body::Body;
 use http::Request;
-use pressure_core::ResourceHandle;
+use pressure_core::{Nest, ResourceHandle};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -38,19 +40,26 @@ impl TenantLayer {
         Self { broker, metrics }
     }
 
-    /// The resource of `tenant`, registered on first use with its limits
-    /// (the plan's tenant template, or an override: `crate::plan::overrides`);
-    /// none when tenants are not limited.
-    fn tenant_limit(
+    /// The resources of `tenant` and its ancestors, innermost first, each
+    /// registered on first use with its limits (the plan's tenant template,
+    /// or an override: `crate::plan::overrides`); empty when tenants are
+    /// not limited.
+    fn tenant_chain(
         &self,
         plan: &Plan,
         tenant: &Tenant,
-    ) -> Result<Option<ResourceHandle<AnyBackend>>, Rejection> {
-        match plan.tenant_handle(&self.broker, &tenant.0) {
-            None => Ok(None),
-            Some(Ok(h)) => Ok(Some(h)),
-            Some(Err(e)) => Err(Rejection::LimiterUnavailable {
-                resource: resources::tenant(&tenant.0),
+    ) -> Result<Vec<ResourceHandle<AnyBackend>>, Rejection> {
+        let out = if plan.has_parents() {
+            plan.tenant_chain(&self.broker, &tenant.0)
+        } else {
+            plan.tenant_handle(&self.broker, &tenant.0)
+                .map(|h| h.map(|h| vec![h]).map_err(|e| (tenant.0.clone(), e)))
+        };
+        match out {
+            None => Ok(Vec::new()),
+            Some(Ok(chain)) => Ok(chain),
+            Some(Err((t, e))) => Err(Rejection::LimiterUnavailable {
+                resource: resources::tenant(&t),
                 layer: Layer::Tenant,
                 retry_after: Duration::from_secs(1),
                 reason: format!("tenant registration failed: {e}"),
@@ -85,11 +94,11 @@ impl Step for TenantLayer {
             }
         }
         let key_limit = key.and_then(|k| k.limit);
-        let handle = match self.tenant_limit(&plan, &tenant) {
-            Ok(h) => h,
+        let chain = match self.tenant_chain(&plan, &tenant) {
+            Ok(c) => c,
             Err(refused) => return StepFuture::refuse(req, refused),
         };
-        if handle.is_none() && key_limit.is_none() {
+        if chain.is_empty() && key_limit.is_none() {
             return StepFuture::next(next.call(req));
         }
         // Only the LLM endpoints spend money: a proxied request carries no
@@ -98,9 +107,13 @@ impl Step for TenantLayer {
         let mut next = take_ready(next);
         let metrics = Arc::clone(&self.metrics);
         StepFuture::boxed(async move {
-            key_limit::charge_all(handle.as_ref(), key_limit.as_ref(), &mut req, &tenant.0, &metrics).await?;
-            if let (Some(handle), Some(ctx)) = (handle.filter(|_| pays), context_mut(&mut req)) {
-                ctx.payer = Some(handle);
+            levels::charge_all(key_limit.as_ref(), &chain, &mut req, &tenant.0, &metrics).await?;
+            let any = key_limit.is_some() || !chain.is_empty();
+            if let Some(ctx) = context_mut(&mut req).filter(|_| pays && any) {
+                // The money of an LLM call goes to the key's own budget
+                // too, and to every level of the tenant's hierarchy.
+                let payer: Vec<_> = key_limit.into_iter().chain(chain).collect();
+                ctx.payer = Some(Nest::new(payer));
             }
             next.call(req).await
         })

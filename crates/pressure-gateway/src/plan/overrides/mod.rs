@@ -27,7 +27,7 @@
 pub(crate) mod store;
 
 use crate::auth::MAX_TENANT_LEN;
-use crate::settings::ConfigError;
+use crate::settings::{ConfigError, TenantOverride};
 use arc_swap::ArcSwap;
 use pressure_core::{LimitTemplate, Limits};
 use serde::Serialize;
@@ -87,44 +87,64 @@ pub(crate) fn compile(limits: &Limits, path: &str) -> Result<LimitTemplate, Conf
 /// `gateway.pressure.perTenant.overrides`: each id and its limits checked,
 /// each problem naming `gateway.pressure.perTenant.overrides.<id>[.<field>]`.
 pub(crate) fn config_overrides(
-    overrides: &BTreeMap<String, Limits>,
+    overrides: &BTreeMap<String, TenantOverride>,
 ) -> Result<BTreeMap<String, LimitTemplate>, ConfigError> {
     let mut out = BTreeMap::new();
-    for (id, limits) in overrides {
+    for (id, o) in overrides {
         let path = format!("gateway.pressure.perTenant.overrides.{id}");
         check_tenant(id, &path)?;
-        out.insert(id.clone(), compile(limits, &path)?);
+        if let Some(limits) = &o.limits {
+            out.insert(id.clone(), compile(limits, &path)?);
+        }
     }
     Ok(out)
 }
 
-/// One mirrored live override: the version of its last write, and its
-/// limits (`None`: removed by that write).
+/// One mirrored live entry: the version of its last write, and its value
+/// (`None`: removed by that write).
 #[derive(Debug, Clone)]
-struct Entry {
+struct Entry<V> {
     version: u64,
-    limits: Option<LimitTemplate>,
+    limits: Option<V>,
 }
 
-#[derive(Debug, Default)]
-struct Mirror {
+#[derive(Debug)]
+struct Mirror<V> {
     /// Every write up to this version is already reflected (a snapshot).
     floor: u64,
-    entries: HashMap<String, Entry>,
+    entries: HashMap<String, Entry<V>>,
 }
 
-/// The live overrides in force: tenant → limits.
-pub(crate) type View = HashMap<String, LimitTemplate>;
+impl<V> Default for Mirror<V> {
+    fn default() -> Self {
+        Self {
+            floor: 0,
+            entries: HashMap::new(),
+        }
+    }
+}
 
-/// This instance's mirror of the live overrides (module docs). Read on
-/// the request path of every tenant request: one relaxed flag while there
-/// is none, else a lock-free snapshot ([`View`]); written under a lock by
-/// the rare admin writes and announcements.
-#[derive(Debug, Default)]
-pub(crate) struct LiveOverrides {
-    mirror: parking_lot::Mutex<Mirror>,
+/// The live entries in force: tenant → value.
+pub(crate) type View<V = LimitTemplate> = HashMap<String, V>;
+
+/// This instance's mirror of the live overrides: tenant → limits.
+pub(crate) type LiveOverrides = LiveMap<LimitTemplate>;
+
+/// This instance's mirror of the live tenant parents (`PUT
+/// /admin/pressure/tenants/{id}/parent`): tenant → parent, where `""`
+/// means "no parent" (a live write that takes a config parent away).
+pub(crate) type LiveParents = LiveMap<String>;
+
+/// This instance's mirror of a live per-tenant map kept in the backend
+/// (module docs). Read on the request path of every tenant request: one
+/// relaxed flag while there is none, else a lock-free snapshot
+/// ([`View`]); written under a lock by the rare admin writes and
+/// announcements.
+#[derive(Debug)]
+pub(crate) struct LiveMap<V> {
+    mirror: parking_lot::Mutex<Mirror<V>>,
     /// What the request path reads, published after every change.
-    view: ArcSwap<View>,
+    view: ArcSwap<View<V>>,
     /// Whether `view` has any entry (the request path's fast exit).
     any: AtomicBool,
     /// Bumped on every change, so a registration can tell that a change
@@ -132,25 +152,36 @@ pub(crate) struct LiveOverrides {
     changes: AtomicU64,
 }
 
-impl LiveOverrides {
-    /// The overrides in force now, unless there is none.
-    pub(crate) fn view(&self) -> Option<arc_swap::Guard<Arc<View>>> {
+impl<V> Default for LiveMap<V> {
+    fn default() -> Self {
+        Self {
+            mirror: parking_lot::Mutex::default(),
+            view: ArcSwap::from_pointee(HashMap::new()),
+            any: AtomicBool::new(false),
+            changes: AtomicU64::new(0),
+        }
+    }
+}
+
+impl<V: Clone> LiveMap<V> {
+    /// The entries in force now, unless there is none.
+    pub(crate) fn view(&self) -> Option<arc_swap::Guard<Arc<View<V>>>> {
         self.any.load(Ordering::Acquire).then(|| self.view.load())
     }
 
-    /// The live override of `tenant`, if any.
-    pub(crate) fn get(&self, tenant: &str) -> Option<LimitTemplate> {
+    /// The live entry of `tenant`, if any.
+    pub(crate) fn get(&self, tenant: &str) -> Option<V> {
         self.view()?.get(tenant).cloned()
     }
 
-    /// A number that changes whenever an override does.
+    /// A number that changes whenever an entry does.
     pub(crate) fn changes(&self) -> u64 {
         self.changes.load(Ordering::SeqCst)
     }
 
     /// Records the write of `version` (set or, with `None`, removed);
     /// `false` when a newer write is already known (nothing changes).
-    pub(crate) fn apply(&self, version: u64, tenant: &str, limits: Option<LimitTemplate>) -> bool {
+    pub(crate) fn apply(&self, version: u64, tenant: &str, limits: Option<V>) -> bool {
         let mut m = self.mirror.lock();
         if version <= m.floor || m.entries.get(tenant).is_some_and(|e| e.version >= version) {
             return false;
@@ -162,8 +193,8 @@ impl LiveOverrides {
 
     /// Replaces everything with the store's whole content as of `version`
     /// (entries written later locally are kept); the tenants whose
-    /// override may have changed.
-    pub(crate) fn replace(&self, version: u64, all: HashMap<String, LimitTemplate>) -> Vec<String> {
+    /// entry may have changed.
+    pub(crate) fn replace(&self, version: u64, all: HashMap<String, V>) -> Vec<String> {
         let mut m = self.mirror.lock();
         let mut touched: Vec<String> = Vec::new();
         m.entries.retain(|tenant, e| {
@@ -190,8 +221,8 @@ impl LiveOverrides {
     }
 
     /// Publishes the view of `m`.
-    fn changed(&self, m: &Mirror) {
-        let view: View = m
+    fn changed(&self, m: &Mirror<V>) {
+        let view: View<V> = m
             .entries
             .iter()
             .filter_map(|(tenant, e)| Some((tenant.clone(), e.limits.clone()?)))
@@ -230,23 +261,24 @@ mod tests {
     #[test]
     fn config_overrides_name_their_path() {
         let mut o = BTreeMap::new();
-        o.insert("acme".to_owned(), limits(0));
+        let over = |n| TenantOverride::from(limits(n));
+        o.insert("acme".to_owned(), over(0));
         let e = config_overrides(&o).unwrap_err();
         assert_eq!(
             e.path,
             "gateway.pressure.perTenant.overrides.acme.requestsPerMinute"
         );
         o.clear();
-        o.insert(String::new(), limits(5));
+        o.insert(String::new(), over(5));
         assert_eq!(
             config_overrides(&o).unwrap_err().path,
             "gateway.pressure.perTenant.overrides."
         );
         o.clear();
-        o.insert("x".repeat(257), limits(5));
+        o.insert("x".repeat(257), over(5));
         assert!(config_overrides(&o).unwrap_err().problem.contains("256"));
         o.clear();
-        o.insert("acme".into(), limits(5));
+        o.insert("acme".into(), over(5));
         assert_eq!(rpm(config_overrides(&o).unwrap().remove("acme")), Some(5));
         assert_eq!(compile(&limits(0), "").unwrap_err().path, "requestsPerMinute");
         assert_eq!(compile(&Limits::default(), "p").unwrap_err().path, "p");

@@ -1,7 +1,10 @@
 //! Where live overrides are kept ([`OverrideStore`]: in this process, or in
 //! the backend's Redis so the fleet agrees) and [`Overrides`], a gateway's
 //! side of them: writes, its mirror ([`LiveOverrides`]) and, on Redis, the
-//! watcher that keeps the mirror in step with the other instances.
+//! watcher that keeps the mirror in step with the other instances. The
+//! live tenant parents (nested budgets, `crate::plan::hierarchy`) are kept
+//! the same way beside them ([`LiveParents`], the hash `tenant-parents`:
+//! tenant id → parent id, `""` for "no parent").
 //!
 //! * **Memory**: the mirror is the store; the store only numbers the
 //!   writes. One process, nothing to propagate.
@@ -19,7 +22,7 @@
 //!   goes away mid-request leaves it either done everywhere (store, mirror,
 //!   registered tenant) or not done.
 
-use super::{compile, LiveOverrides};
+use super::{compile, LiveMap, LiveOverrides, LiveParents};
 use crate::backend::Broker;
 use crate::plan::PlanCell;
 use crate::settings::BackendConfig;
@@ -33,12 +36,15 @@ use std::sync::Arc;
 /// The name of the shared hash of live tenant overrides in Redis.
 pub(crate) const HASH_NAME: &str = "tenant-overrides";
 
+/// The name of the shared hash of live tenant parents in Redis.
+pub(crate) const PARENTS_HASH_NAME: &str = "tenant-parents";
+
 /// Keeps live overrides for the fleet; every write gets a version larger
 /// than every earlier one.
 pub(crate) trait OverrideStore: Send + Sync + std::fmt::Debug {
-    /// Stores `limits` as `tenant`'s live override; the write's version.
-    fn put<'a>(&'a self, tenant: &'a str, limits: &'a Limits) -> BoxFuture<'a, Result<u64, BackendError>>;
-    /// Removes `tenant`'s live override (also when absent); the write's
+    /// Stores `value` as `tenant`'s live entry; the write's version.
+    fn put<'a>(&'a self, tenant: &'a str, value: String) -> BoxFuture<'a, Result<u64, BackendError>>;
+    /// Removes `tenant`'s live entry (also when absent); the write's
     /// version.
     fn delete<'a>(&'a self, tenant: &'a str) -> BoxFuture<'a, Result<u64, BackendError>>;
 }
@@ -56,7 +62,7 @@ impl MemoryStore {
 }
 
 impl OverrideStore for MemoryStore {
-    fn put<'a>(&'a self, _: &'a str, _: &'a Limits) -> BoxFuture<'a, Result<u64, BackendError>> {
+    fn put<'a>(&'a self, _: &'a str, _: String) -> BoxFuture<'a, Result<u64, BackendError>> {
         Box::pin(async move { self.next() })
     }
 
@@ -72,11 +78,8 @@ pub(crate) struct RedisStore {
 }
 
 impl OverrideStore for RedisStore {
-    fn put<'a>(&'a self, tenant: &'a str, limits: &'a Limits) -> BoxFuture<'a, Result<u64, BackendError>> {
-        Box::pin(async move {
-            let json = serde_json::to_string(limits).map_err(|e| BackendError::Protocol(e.to_string()))?;
-            self.hash.set(tenant, &json).await
-        })
+    fn put<'a>(&'a self, tenant: &'a str, value: String) -> BoxFuture<'a, Result<u64, BackendError>> {
+        Box::pin(async move { self.hash.set(tenant, &value).await })
     }
 
     fn delete<'a>(&'a self, tenant: &'a str) -> BoxFuture<'a, Result<u64, BackendError>> {
@@ -100,9 +103,11 @@ impl Drop for AbortOnDrop {
 pub(crate) struct Overrides {
     live: Arc<LiveOverrides>,
     store: Arc<dyn OverrideStore>,
+    parents: Arc<LiveParents>,
+    parent_store: Arc<dyn OverrideStore>,
     plan: PlanCell,
     broker: Broker,
-    _watcher: Option<AbortOnDrop>,
+    _watchers: Vec<AbortOnDrop>,
 }
 
 impl Overrides {
@@ -112,29 +117,70 @@ impl Overrides {
     pub(crate) fn start(
         backend: &BackendConfig,
         live: Arc<LiveOverrides>,
+        parents: Arc<LiveParents>,
         plan: PlanCell,
         broker: Broker,
     ) -> Self {
-        let (store, watcher): (Arc<dyn OverrideStore>, _) = match backend {
-            BackendConfig::Memory => (Arc::new(MemoryStore::default()), None),
+        let mut watchers = Vec::new();
+        let (store, parent_store): (Arc<dyn OverrideStore>, Arc<dyn OverrideStore>) = match backend {
+            BackendConfig::Memory => (Arc::new(MemoryStore::default()), Arc::new(MemoryStore::default())),
             BackendConfig::Redis(rc) => {
                 let hash = Arc::new(SharedHash::new(rc, HASH_NAME));
-                let watcher = watch(Arc::clone(&hash), Arc::clone(&live), plan.clone(), broker.clone());
-                (Arc::new(RedisStore { hash }), Some(watcher))
+                watchers.push(watch(
+                    Arc::clone(&hash),
+                    Arc::clone(&live),
+                    plan.clone(),
+                    broker.clone(),
+                ));
+                let parent_hash = Arc::new(SharedHash::new(rc, PARENTS_HASH_NAME));
+                watchers.push(watch_parents(Arc::clone(&parent_hash), Arc::clone(&parents)));
+                (
+                    Arc::new(RedisStore { hash }),
+                    Arc::new(RedisStore { hash: parent_hash }),
+                )
             }
         };
         Self {
             live,
             store,
+            parents,
+            parent_store,
             plan,
             broker,
-            _watcher: watcher,
+            _watchers: watchers,
         }
     }
 
     /// The mirror.
     pub(crate) fn live(&self) -> &Arc<LiveOverrides> {
         &self.live
+    }
+
+    /// The mirror of the live parents.
+    pub(crate) fn parents(&self) -> &Arc<LiveParents> {
+        &self.parents
+    }
+
+    /// Sets (`Some`; `""` for "no parent") or removes (`None`: back to the
+    /// config's) `tenant`'s live parent for the fleet, applied here at once
+    /// (settled even if the caller goes away). The next request of the
+    /// tenant (or of a descendant) is charged along the new chain.
+    pub(crate) async fn write_parent(
+        &self,
+        tenant: String,
+        parent: Option<String>,
+    ) -> Result<(), BackendError> {
+        let (store, live) = (Arc::clone(&self.parent_store), Arc::clone(&self.parents));
+        let task = tokio::spawn(async move {
+            let version = match &parent {
+                Some(p) => store.put(&tenant, p.clone()).await?,
+                None => store.delete(&tenant).await?,
+            };
+            live.apply(version, &tenant, parent);
+            Ok(())
+        });
+        task.await
+            .unwrap_or_else(|e| Err(BackendError::Unavailable(format!("the parent write failed: {e}"))))
     }
 
     /// Sets (`Some`) or removes `tenant`'s live override for the fleet and
@@ -153,7 +199,11 @@ impl Overrides {
         );
         let task = tokio::spawn(async move {
             let (version, template) = match limits {
-                Some((l, t)) => (store.put(&tenant, &l).await?, Some(t)),
+                Some((l, t)) => {
+                    let json =
+                        serde_json::to_string(&l).map_err(|e| BackendError::Protocol(e.to_string()))?;
+                    (store.put(&tenant, json).await?, Some(t))
+                }
                 None => (store.delete(&tenant).await?, None),
             };
             if live.apply(version, &tenant, template) {
@@ -175,30 +225,7 @@ fn watch(hash: Arc<SharedHash>, live: Arc<LiveOverrides>, plan: PlanCell, broker
     AbortOnDrop(tokio::spawn(async move {
         let key = hash.key().to_owned();
         hash.watch(move |event| {
-            let touched = match event {
-                SharedHashEvent::Snapshot { version, entries } => {
-                    let all: HashMap<String, LimitTemplate> = entries
-                        .into_iter()
-                        .filter_map(|(tenant, json)| parse(&key, &tenant, &json).map(|t| (tenant, t)))
-                        .collect();
-                    live.replace(version, all)
-                }
-                SharedHashEvent::Set {
-                    version,
-                    field,
-                    value,
-                } => match parse(&key, &field, &value) {
-                    Some(t) if live.apply(version, &field, Some(t.clone())) => vec![field],
-                    _ => Vec::new(),
-                },
-                SharedHashEvent::Removed { version, field } => {
-                    if live.apply(version, &field, None) {
-                        vec![field]
-                    } else {
-                        Vec::new()
-                    }
-                }
-            };
+            let touched = apply_event(&live, event, |tenant, json| parse(&key, tenant, &json));
             if !touched.is_empty() {
                 let plan = plan.load();
                 for tenant in &touched {
@@ -208,6 +235,58 @@ fn watch(hash: Arc<SharedHash>, live: Arc<LiveOverrides>, plan: PlanCell, broker
         })
         .await;
     }))
+}
+
+/// Starts the task that applies the fleet's parent writes to `live` (the
+/// next request walks the new chain: nothing registered needs refreshing).
+fn watch_parents(hash: Arc<SharedHash>, live: Arc<LiveParents>) -> AbortOnDrop {
+    AbortOnDrop(tokio::spawn(async move {
+        hash.watch(move |event| {
+            apply_event(&live, event, |_, v| {
+                (v.is_empty() || super::check_tenant(&v, "").is_ok()).then_some(v)
+            });
+        })
+        .await;
+    }))
+}
+
+/// Applies one announcement of a shared hash to `live`, each value read by
+/// `parse` (one it cannot read is skipped); the tenants it changed.
+fn apply_event<V: Clone>(
+    live: &LiveMap<V>,
+    event: SharedHashEvent,
+    parse: impl Fn(&str, String) -> Option<V>,
+) -> Vec<String> {
+    match event {
+        SharedHashEvent::Snapshot { version, entries } => {
+            let all: HashMap<String, V> = entries
+                .into_iter()
+                .filter_map(|(tenant, value)| parse(&tenant, value).map(|v| (tenant, v)))
+                .collect();
+            live.replace(version, all)
+        }
+        SharedHashEvent::Set {
+            version,
+            field,
+            value,
+        } => match parse(&field, value) {
+            Some(v) => {
+                if live.apply(version, &field, Some(v)) {
+                    vec![field]
+                } else {
+                    Vec::new()
+                }
+            }
+            None => Vec::new(),
+        },
+        SharedHashEvent::Removed { version, field } => {
+            if live.apply(version, &field, None) {
+                vec![field]
+            } else {
+                Vec::new()
+            }
+        }
+    }
 }
 
 /// The limits stored for `tenant`, if they parse and compile (anything

@@ -14,7 +14,7 @@
 //!    the gate is asked again, and an open breaker sends nothing. A
 //!    limiter refusal gives the payer's reservation back too.
 
-use pressure_core::{Backend, Permit, ResourceHandle};
+use pressure_core::{Backend, Nest, Permit};
 use tokio::time::Instant;
 
 use super::models::ModelEntry;
@@ -29,7 +29,7 @@ use crate::reservation::{resource_id, Reservation};
 pub(super) enum Gate<B: Backend> {
     /// Call: the breaker's permit, the limiter's (none for a model
     /// without limits) and the payer's (none for an event without one).
-    Go(CallPermit, Option<Permit<B>>, Option<Permit<B>>),
+    Go(CallPermit, Option<Permit<B>>, Option<payer::Paid<B>>),
     /// Ask the gate again: a provider hold ended, or the breaker changed
     /// state while the limiter decided (the reservation was given back).
     Again,
@@ -47,7 +47,7 @@ impl<B: Backend> Engine<B> {
         m: &ModelEntry,
         breaker: &CircuitBreaker,
         reservation: &Reservation,
-        payer: Option<&ResourceHandle<B>>,
+        payer: Option<&Nest<B>>,
         share_end: Instant,
         deadline: Instant,
     ) -> Gate<B> {

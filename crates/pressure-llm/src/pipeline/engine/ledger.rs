@@ -55,7 +55,7 @@ pub(crate) enum Settlement {
 pub(crate) struct Ledger<B: Backend> {
     breaker: CallPermit,
     permit: Option<Permit<B>>,
-    paid: Option<Permit<B>>,
+    paid: Option<super::payer::Paid<B>>,
     provider: String,
     model: String,
     price: ModelPrice,
@@ -68,7 +68,7 @@ impl<B: Backend> Ledger<B> {
     pub(crate) fn new(
         m: &ModelEntry,
         breaker: CallPermit,
-        (permit, paid): (Option<Permit<B>>, Option<Permit<B>>),
+        (permit, paid): (Option<Permit<B>>, Option<super::payer::Paid<B>>),
         reservation: Reservation,
         kind: ModelKind,
         metrics: Arc<Metrics>,
@@ -190,11 +190,7 @@ impl<B: Backend> Ledger<B> {
                     tracing::warn!(%provider, %model, error = %e, "reconcile failed");
                 }
             }
-            if let Some(mut paid) = paid {
-                if let Err(e) = paid.reconcile(bill).await {
-                    tracing::warn!(%provider, %model, error = %e, "payer reconcile failed");
-                }
-            }
+            super::payer::settle(paid, bill).await;
         };
         (cost, reconcile.boxed())
     }

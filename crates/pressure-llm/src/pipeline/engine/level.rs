@@ -7,7 +7,7 @@
 
 use std::sync::Arc;
 
-use pressure_core::{Backend, ResourceHandle};
+use pressure_core::Backend;
 use tokio::time::Instant;
 
 use super::call::{Call, Request, Target};
@@ -29,7 +29,7 @@ pub(super) struct Event<B: Backend> {
     /// Sent with every call of the event (`x-pressure-request-id`).
     pub(super) request_id: String,
     /// Charged every attempt's tokens and money, beside the model.
-    pub(super) payer: Option<ResourceHandle<B>>,
+    pub(super) payer: Option<pressure_core::Nest<B>>,
     pub(super) retry: RetryState,
     pub(super) attempts: u32,
     pub(super) spent: Money,

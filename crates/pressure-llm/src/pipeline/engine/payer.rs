@@ -9,7 +9,10 @@
 //! request was counted where it came in) and no concurrency lease, and its
 //! limits are not waited for (see [`Caller`](crate::pipeline::Caller)).
 
-use pressure_core::{AcquireOptions, Acquisition, Backend, Demand, Denial, Permit, Reserved, ResourceHandle};
+use pressure_core::{
+    AcquireOptions, Backend, Demand, Denial, Nest, NestAcquisition, NestError, Permit, Reserved,
+    ResourceHandle,
+};
 
 use tokio::time::Instant;
 
@@ -39,20 +42,36 @@ pub(super) fn billed(tokens: (u64, u64), micro_usd: u64) -> Reserved {
     }
 }
 
-/// Reserves one attempt's estimate on `payer`: its permit, or why the level
-/// cannot call (a spent budget, another of the payer's limits, a store that
-/// could not decide).
+/// What one attempt reserved on its payer: a permit per level of the
+/// payer's nest (a key, its tenant, the tenant's ancestors), innermost
+/// first.
+pub(super) type Paid<B> = Vec<Permit<B>>;
+
+/// Reserves one attempt's estimate on every level of `payer`, all or
+/// nothing: the permits, or why the level cannot call (a spent budget,
+/// another of a payer's limits, a store that could not decide), naming the
+/// level that refused.
 pub(super) async fn charge<B: Backend>(
-    payer: &ResourceHandle<B>,
+    payer: &Nest<B>,
     m: &ModelEntry,
     reservation: &Reservation,
     deadline: Instant,
     unix_nanos: u64,
-) -> Result<Permit<B>, LlmError> {
+) -> Result<Paid<B>, LlmError> {
     let opts = estimate(m, reservation);
-    match payer.try_acquire(opts).await {
-        Ok(Acquisition::Granted(p)) => Ok(p),
-        Ok(Acquisition::Denied(d)) => Err(refusal(payer, &opts, &d, deadline).await),
+    let (level, answer) = match payer.try_acquire(opts).await {
+        Ok(NestAcquisition::Granted(permits)) => return Ok(permits),
+        Ok(NestAcquisition::Denied { level, denial }) => (level, Ok(denial)),
+        Err(NestError { level, error }) => (level, Err(error)),
+    };
+    let Some(payer) = payer.levels().get(level) else {
+        return Err(LlmError::NoCapacity {
+            resource: "payer".to_owned(),
+            retry_after: None,
+        });
+    };
+    match answer {
+        Ok(d) => Err(refusal(payer, &opts, &d, deadline).await),
         // A call larger than a whole period's budget: no period can take
         // it, so it is a spent budget that asking again does not mend (a
         // rate limit here would send agents into hours of retries).
@@ -134,10 +153,15 @@ async fn spent_of<B: Backend>(
 }
 
 /// Gives back everything `paid` reserved: the attempt did not go out.
-pub(super) async fn refund<B: Backend>(paid: Option<Permit<B>>) {
-    if let Some(mut p) = paid {
-        if let Err(e) = p.reconcile(billed((0, 0), 0)).await {
-            tracing::warn!(resource = p.resource().unwrap_or("-"), error = %e, "payer refund failed");
+pub(super) async fn refund<B: Backend>(paid: Option<Paid<B>>) {
+    settle(paid, billed((0, 0), 0)).await;
+}
+
+/// Corrects every level of `paid` to `bill` (what the provider billed).
+pub(super) async fn settle<B: Backend>(paid: Option<Paid<B>>, bill: Reserved) {
+    for mut p in paid.into_iter().flatten() {
+        if let Err(e) = p.reconcile(bill).await {
+            tracing::warn!(resource = p.resource().unwrap_or("-"), error = %e, "payer reconcile failed");
         }
     }
 }
