@@ -328,7 +328,9 @@ impl<B: Backend> ResourceBroker<B> {
     /// organisation), registered with the id of the hierarchy's root as
     /// `group`. A store that shards by key keeps every resource of a group
     /// together, so a nest over them is one atomic step (on Redis Cluster,
-    /// one hash slot). A resource already registered in another group (or
+    /// one hash slot — the slot of the resource whose id is `group`, so the
+    /// root itself may be registered without a group, or in its own). A
+    /// resource already registered in another group (or
     /// in none) — a tenant moved to another parent — moves to `group`: new
     /// acquisitions, also through handles obtained before, count there, on
     /// state that starts empty in a store that shards by key (permits

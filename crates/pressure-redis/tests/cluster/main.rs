@@ -239,6 +239,35 @@ async fn a_grouped_hierarchy_is_one_slot_and_a_nest_across_slots_is_unsupported(
         assert_eq!(s.usage.get("requestsPerMinute").copied(), Some(1), "{id}");
     }
 
+    // A root registered without a group (its keys never move) shares the
+    // slot of the members registered in its group.
+    let root2 = Cluster.unique("org-plain");
+    let members = [Cluster.unique("team-of-plain"), Cluster.unique("key-of-plain")];
+    let root_h = b.lazy_limit(&root2, &template).expect("registers");
+    assert_eq!(
+        keyslot(&mut conn, &ResourceKeys::new(&prefix, &root2).state).await,
+        keyslot(
+            &mut conn,
+            &ResourceKeys::grouped(&prefix, &root2, &members[0]).state
+        )
+        .await
+    );
+    let mut levels: Vec<_> = members
+        .iter()
+        .rev()
+        .map(|id| b.lazy_limit_in_group(id, &root2, &template).expect("registers"))
+        .collect();
+    levels.push(root_h);
+    assert!(Nest::new(levels)
+        .try_acquire(AcquireOptions::default())
+        .await
+        .expect("one slot: answers")
+        .allowed());
+    for id in members.iter().chain([&root2]) {
+        let s = b.resource_stats(id).await.expect("stats");
+        assert_eq!(s.usage.get("requestsPerMinute").copied(), Some(1), "{id}");
+    }
+
     // Ungrouped resources in two different slots.
     let (mut a, mut z) = (None, None);
     for i in 0..1_000 {
