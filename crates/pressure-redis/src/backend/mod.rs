@@ -141,9 +141,10 @@ pub struct RedisStatus {
 #[derive(Debug)]
 pub struct RedisHandle {
     keys: ResourceKeys,
-    /// The group the resource was attached in (`Backend::attach_grouped`):
-    /// its keys carry the group's hash tag.
-    group: Option<Box<str>>,
+    /// The group the resource is in (`Backend::attach_grouped`): its keys
+    /// carry the group's hash tag. A resource attached without a group is
+    /// in the group named by its own id, whose tag its keys carry.
+    group: Box<str>,
     spec: Arc<LimitSpec>,
     /// Shared with the calls in flight, which settle by them when their
     /// caller goes away (`settle.rs`).

@@ -22,7 +22,11 @@ use std::sync::Arc;
 
 impl RedisBackend {
     /// The handle of `resource`, in `group` when given (its keys then carry
-    /// the group's hash tag, [`ResourceKeys::grouped`]).
+    /// the group's hash tag, [`ResourceKeys::grouped`]). A resource in the
+    /// group named by its own id — a hierarchy's root — keeps its plain
+    /// keys ([`ResourceKeys::new`]), which carry that tag already: the root
+    /// is in its hierarchy's slot whether it was registered in the group
+    /// or not, and never moves between the two.
     fn attach_in(
         &self,
         resource: &str,
@@ -43,9 +47,11 @@ impl RedisBackend {
         let steps: Vec<u64> = dims.iter().map(|d| d.step_us).collect();
         let shaped = Shape::of(&spec, &steps).and_then(|s| self.store.shape_script(s));
         let prefix = &self.store.config.key_prefix;
-        let keys = match group {
-            Some(g) => ResourceKeys::grouped(prefix, g, resource),
-            None => ResourceKeys::new(prefix, resource),
+        let group = group.unwrap_or(resource);
+        let keys = if group == resource {
+            ResourceKeys::new(prefix, resource)
+        } else {
+            ResourceKeys::grouped(prefix, group, resource)
         };
         let one = Demand {
             lease: false,
@@ -68,7 +74,7 @@ impl RedisBackend {
         .map(Box::new);
         Ok(RedisHandle {
             keys,
-            group: group.map(Box::from),
+            group: Box::from(group),
             leases,
             spec,
             dims: dims.into(),
@@ -98,8 +104,10 @@ impl Backend for RedisBackend {
         self.attach_in(resource, Some(group), spec)
     }
 
+    /// A resource registered without a group is in the group named by its
+    /// own id (its keys carry that tag).
     fn in_group(&self, h: &RedisHandle, group: &str) -> bool {
-        h.group.as_deref() == Some(group)
+        *h.group == *group
     }
 
     async fn acquire_nested(
@@ -121,7 +129,7 @@ impl Backend for RedisBackend {
         old: &RedisHandle,
         spec: Arc<LimitSpec>,
     ) -> Result<RedisHandle, BackendError> {
-        let mut h = self.attach_in(resource, old.group.as_deref(), Arc::clone(&spec))?;
+        let mut h = self.attach_in(resource, Some(&old.group), Arc::clone(&spec))?;
         if let (Some(old_local), Some(_)) = (&old.local, &h.local) {
             let limits = local_limits(&spec.limits, self.store.config.local_share);
             let local_spec = limits

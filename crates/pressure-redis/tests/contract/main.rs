@@ -154,4 +154,34 @@ async fn a_regrouped_resource_counts_on_its_new_groups_keys() {
         con.exists::<_, bool>(&old_key).await.expect("EXISTS"),
         "{old_key} expires by itself"
     );
+    // A root is in the group named by its own id, on its plain keys:
+    // asking for it in that group moves nothing.
+    let root = Redis.unique("plain-root");
+    let plain = b.lazy_limit(&root, &template).expect("registers");
+    assert!(plain
+        .try_acquire(AcquireOptions::default())
+        .await
+        .expect("answers")
+        .allowed());
+    let same = b.lazy_limit_in_group(&root, &root, &template).expect("registers");
+    assert!(same
+        .try_acquire(AcquireOptions::default())
+        .await
+        .expect("answers")
+        .allowed());
+    let s = b.resource_stats(&root).await.expect("stats");
+    assert_eq!(s.usage["requestsPerMinute"], 2, "the root did not move");
+    // A member that becomes a root moves to its plain keys.
+    let alone = b.lazy_limit_in_group(&id, &id, &template).expect("moves");
+    assert_eq!(usage(&b).await, 0, "its own group's keys start empty");
+    assert!(alone
+        .try_acquire(AcquireOptions::default())
+        .await
+        .expect("answers")
+        .allowed());
+    let plain_key = ResourceKeys::new(&prefix, &id).state;
+    assert!(
+        con.exists::<_, bool>(&plain_key).await.expect("EXISTS"),
+        "{plain_key}"
+    );
 }
