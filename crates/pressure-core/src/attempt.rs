@@ -63,7 +63,7 @@ impl<B: Backend> Entry<B> {
     }
 
     #[inline(always)]
-    fn permit(self: &Arc<Self>, grant: Grant) -> Permit<B> {
+    pub(crate) fn permit(self: &Arc<Self>, grant: Grant) -> Permit<B> {
         // A lease always needs its entry back, even if it raced with a
         // change of limits that added concurrency to a resource whose
         // permits were inert.

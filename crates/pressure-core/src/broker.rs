@@ -258,32 +258,7 @@ impl<B: Backend> ResourceBroker<B> {
                 .shared
                 .backend
                 .reattach(resource, &current.handle, Arc::clone(&spec))?;
-            let stateful = spec.permits_hold_state();
-            let next = Arc::new(Entry {
-                id: Arc::clone(&current.id),
-                kind: current.kind,
-                fits: Fits::of(&spec),
-                spec,
-                backend: Arc::clone(&self.shared.backend),
-                handle,
-                counters: OnceLock::from(Arc::clone(current.shared_counters())),
-                queue: current.queue.clone(),
-                batch_ceiling_ppm: current.batch_ceiling_ppm,
-                lazy: current.lazy,
-                stateful,
-                last_used: AtomicU64::new(current.last_used.load(Ordering::Relaxed)),
-                next: OnceLock::new(),
-                renewer: Arc::clone(&self.shared.renewer),
-                leases: LeaseBook::default(),
-            });
-            // Old versions forward to the new one first, then the map
-            // serves it; under `reconfiguring` nobody else links `current`.
-            let _ = current.next.set(Arc::clone(&next));
-            if let Some(mut slot) = self.shared.resources.get_mut(resource) {
-                if Arc::ptr_eq(slot.value(), &found) {
-                    *slot.value_mut() = next;
-                }
-            }
+            self.link_next(resource, &found, &current, handle, spec);
             if let Some(q) = current.queue.as_deref() {
                 // Waiters may fit under the new limits.
                 q.wake();
@@ -347,6 +322,124 @@ impl<B: Backend> ResourceBroker<B> {
         }
     }
 
+    /// The handle of `resource` in `group`, registering it on first use as
+    /// a `limit` resource with `template`, like [`ResourceBroker::lazy_limit`]:
+    /// for the levels of a [`crate::Nest`] (a tenant, its team, its
+    /// organisation), registered with the id of the hierarchy's root as
+    /// `group`. A store that shards by key keeps every resource of a group
+    /// together, so a nest over them is one atomic step (on Redis Cluster,
+    /// one hash slot — the slot of the resource whose id is `group`, so the
+    /// root itself may be registered without a group, or in its own). A
+    /// resource already registered in another group (or
+    /// in none) — a tenant moved to another parent — moves to `group`: new
+    /// acquisitions, also through handles obtained before, count there, on
+    /// state that starts empty in a store that shards by key (permits
+    /// already granted release where they were granted).
+    pub fn lazy_limit_in_group(
+        &self,
+        resource: &str,
+        group: &str,
+        template: &LimitTemplate,
+    ) -> Result<ResourceHandle<B>, Error> {
+        if let Some(e) = self.shared.resources.get(resource) {
+            let entry = Arc::clone(e.value());
+            drop(e);
+            if entry.lazy {
+                entry
+                    .last_used
+                    .store(self.shared.clock.now_nanos(), Ordering::Relaxed);
+            }
+            if self.shared.backend.in_group(&entry.current().handle, group) {
+                return Ok(ResourceHandle { entry });
+            }
+            return self.regroup(resource, group);
+        }
+        match self.insert_in(
+            resource.to_owned(),
+            Arc::clone(&template.0),
+            ResourceKind::Limit,
+            None,
+            PPM,
+            true,
+            Some(group),
+        ) {
+            Ok(entry) => Ok(ResourceHandle { entry }),
+            Err(Error::AlreadyRegistered(_)) => self.lazy_limit_in_group(resource, group, template),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Registers a `limit` resource in `group` (see
+    /// [`ResourceBroker::lazy_limit_in_group`]).
+    pub fn register_limit_in_group(
+        &self,
+        resource: impl Into<String>,
+        group: &str,
+        limits: Limits,
+    ) -> Result<(), Error> {
+        let resource = resource.into();
+        let spec = compile(&resource, &limits)?;
+        self.insert_in(resource, spec, ResourceKind::Limit, None, PPM, false, Some(group))
+            .map(drop)
+    }
+
+    /// Moves a registered resource to `group`: a new version attached
+    /// there, with the same limits, that every older version forwards to.
+    fn regroup(&self, resource: &str, group: &str) -> Result<ResourceHandle<B>, Error> {
+        let _serial = self.shared.reconfiguring.lock();
+        let Some(found) = self.shared.resources.get(resource).map(|e| Arc::clone(e.value())) else {
+            return Err(Error::UnknownResource(resource.to_owned()));
+        };
+        let current = Arc::clone(found.current());
+        if !self.shared.backend.in_group(&current.handle, group) {
+            let spec = Arc::clone(&current.spec);
+            let handle = self
+                .shared
+                .backend
+                .attach_grouped(resource, group, Arc::clone(&spec))?;
+            self.link_next(resource, &found, &current, handle, spec);
+        }
+        Ok(ResourceHandle { entry: found })
+    }
+
+    /// Makes the version of `resource` that follows `current` (the newest
+    /// version of `found`, the one in the map), with `handle` and `spec`,
+    /// and links it: old versions forward to the new one first, then the
+    /// map serves it. Under `reconfiguring`, so nobody else links `current`.
+    fn link_next(
+        &self,
+        resource: &str,
+        found: &Arc<Entry<B>>,
+        current: &Arc<Entry<B>>,
+        handle: B::Handle,
+        spec: Arc<LimitSpec>,
+    ) {
+        let stateful = spec.permits_hold_state();
+        let next = Arc::new(Entry {
+            id: Arc::clone(&current.id),
+            kind: current.kind,
+            fits: Fits::of(&spec),
+            spec,
+            backend: Arc::clone(&self.shared.backend),
+            handle,
+            counters: OnceLock::from(Arc::clone(current.shared_counters())),
+            queue: current.queue.clone(),
+            batch_ceiling_ppm: current.batch_ceiling_ppm,
+            lazy: current.lazy,
+            stateful,
+            last_used: AtomicU64::new(current.last_used.load(Ordering::Relaxed)),
+            next: OnceLock::new(),
+            renewer: Arc::clone(&self.shared.renewer),
+            leases: LeaseBook::default(),
+        });
+        let _ = current.next.set(Arc::clone(&next));
+        if let Some(mut slot) = self.shared.resources.get_mut(resource) {
+            if Arc::ptr_eq(slot.value(), found) {
+                *slot.value_mut() = next;
+            }
+        }
+    }
+
     fn insert(
         &self,
         resource: String,
@@ -356,7 +449,27 @@ impl<B: Backend> ResourceBroker<B> {
         batch_ceiling_ppm: u32,
         lazy: bool,
     ) -> Result<Arc<Entry<B>>, Error> {
-        let handle = self.shared.backend.attach(&resource, Arc::clone(&spec))?;
+        self.insert_in(resource, spec, kind, queue, batch_ceiling_ppm, lazy, None)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn insert_in(
+        &self,
+        resource: String,
+        spec: Arc<LimitSpec>,
+        kind: ResourceKind,
+        queue: Option<Arc<WaitingLine<B>>>,
+        batch_ceiling_ppm: u32,
+        lazy: bool,
+        group: Option<&str>,
+    ) -> Result<Arc<Entry<B>>, Error> {
+        let handle = match group {
+            Some(group) => self
+                .shared
+                .backend
+                .attach_grouped(&resource, group, Arc::clone(&spec))?,
+            None => self.shared.backend.attach(&resource, Arc::clone(&spec))?,
+        };
         let stateful = spec.permits_hold_state();
         let id: Arc<str> = Arc::from(resource);
         let entry = Arc::new(Entry {

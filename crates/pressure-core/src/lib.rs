@@ -159,6 +159,15 @@
 //! flood of distinct ids leaves none at rest, the least recently used ones not
 //! held by any permit — like nginx's `limit_req` zone, which trades accuracy
 //! for a tenant idle longest over refusing every new one.
+//!
+//! ## Nested budgets
+//! A [`Nest`] charges several resources at once — an API key, its tenant,
+//! the tenant's team, the organisation — all or nothing, in one atomic step
+//! of the backend ([`Backend::acquire_nested`]); a refusal names the level
+//! and the dimension, and consumes nothing on any level. Register the
+//! levels of a hierarchy with [`ResourceBroker::lazy_limit_in_group`] (the
+//! root as the group) so a store that shards by key (Redis Cluster) keeps
+//! them in one slot.
 
 #![warn(unreachable_pub)]
 
@@ -192,7 +201,7 @@ mod units;
 pub use acquisition::{AcquireOptions, Acquisition, ActualUsage};
 pub use backend::{
     Backend, BackendError, CompactDecision, Counts, Decision, Denial, DenialCause, Grant, LeaseId,
-    LocalBackend, MemoryBackend, MemoryHandle, Reserved, Usage,
+    LocalBackend, MemoryBackend, MemoryHandle, NestedDecision, Reserved, Usage,
 };
 pub use broker::{
     BrokerBuilder, LimitChange, LimitTemplate, ResourceBroker, ResourceConfig, DEFAULT_MAX_LAZY_RESOURCES,

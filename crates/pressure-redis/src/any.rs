@@ -5,7 +5,7 @@
 use crate::{RedisBackend, RedisConfig, RedisHandle};
 use pressure_core::{
     Backend, BackendError, CompactDecision, Counts, Decision, Demand, Grant, LimitSpec, MemoryBackend,
-    Reserved,
+    NestedDecision, Reserved,
 };
 use pressure_core::{MemoryHandle, Usage};
 use std::sync::Arc;
@@ -65,6 +65,53 @@ impl Backend for AnyBackend {
         match self {
             AnyBackend::Memory(b) => b.attach(resource, spec).map(AnyHandle::Memory),
             AnyBackend::Redis(b) => b.attach(resource, spec).map(|h| AnyHandle::Redis(Box::new(h))),
+        }
+    }
+
+    fn attach_grouped(
+        &self,
+        resource: &str,
+        group: &str,
+        spec: Arc<LimitSpec>,
+    ) -> Result<AnyHandle, BackendError> {
+        match self {
+            AnyBackend::Memory(b) => b.attach_grouped(resource, group, spec).map(AnyHandle::Memory),
+            AnyBackend::Redis(b) => b
+                .attach_grouped(resource, group, spec)
+                .map(|h| AnyHandle::Redis(Box::new(h))),
+        }
+    }
+
+    fn in_group(&self, handle: &AnyHandle, group: &str) -> bool {
+        match (self, handle) {
+            (AnyBackend::Memory(b), AnyHandle::Memory(h)) => b.in_group(h, group),
+            (AnyBackend::Redis(b), AnyHandle::Redis(h)) => b.in_group(h, group),
+            _ => true,
+        }
+    }
+
+    async fn acquire_nested(&self, levels: &[(&AnyHandle, &Demand)]) -> Result<NestedDecision, BackendError> {
+        match self {
+            AnyBackend::Memory(b) => {
+                let mut inner = Vec::with_capacity(levels.len());
+                for (h, d) in levels {
+                    match h {
+                        AnyHandle::Memory(h) => inner.push((h, *d)),
+                        AnyHandle::Redis(_) => return Err(mismatch()),
+                    }
+                }
+                b.acquire_nested(&inner).await
+            }
+            AnyBackend::Redis(b) => {
+                let mut inner = Vec::with_capacity(levels.len());
+                for (h, d) in levels {
+                    match h {
+                        AnyHandle::Redis(h) => inner.push((&**h, *d)),
+                        AnyHandle::Memory(_) => return Err(mismatch()),
+                    }
+                }
+                b.acquire_nested(&inner).await
+            }
         }
     }
 

@@ -44,6 +44,27 @@ impl ResourceKeys {
         }
     }
 
+    /// Keys of `resource` as a member of `group` under `prefix` (a
+    /// hierarchy of budgets charged together, see
+    /// `pressure_core::Backend::attach_grouped`):
+    /// `<prefix>:{<escape(group)>}:<escape(resource)>:s`. The hash tag is
+    /// the group's — the very tag of the resource whose id is `group`
+    /// ([`ResourceKeys::new`]), so a hierarchy's root registered without a
+    /// group and its members registered in the root's group share one Redis
+    /// Cluster slot, and a nested acquisition over them is one script call.
+    /// No grouped key is an ungrouped one (those have one part after the
+    /// tag, a suffix without `:`; these have the escaped resource id, which
+    /// starts with `r`, then the suffix), another group's (the tag differs)
+    /// or another member's (the escaped id has no `{` `}` and the suffixes
+    /// no `:`).
+    pub fn grouped(prefix: &str, group: &str, resource: &str) -> Self {
+        let prefix_tag = format!("{prefix}:{{{}}}:{}", escape(group), escape(resource));
+        Self {
+            state: format!("{prefix_tag}:s"),
+            prefix_tag,
+        }
+    }
+
     /// Another key of the same resource (same slot), named by `suffix`.
     pub fn sibling(&self, suffix: &str) -> String {
         format!("{}:{suffix}", self.prefix_tag)
@@ -124,6 +145,38 @@ mod tests {
             assert_eq!(tag(&k.state), escape(id), "the tag is exactly the escaped id");
             assert_eq!(tag(&k.state), tag(&k.sibling("q")), "one slot per resource");
             assert!(!escape(id).contains(['{', '}']));
+        }
+        // Grouped keys: every (group, resource) pair its own key, the tag
+        // exactly the group's, never an ungrouped key nor a breaker's. The
+        // ungrouped keys and their siblings are in `seen` first.
+        for id in ids {
+            assert!(seen.insert(ResourceKeys::new("pressure", id).sibling("q")), "{id:?}");
+        }
+        for group in ids {
+            for id in ids {
+                let k = ResourceKeys::grouped("pressure", group, id);
+                assert!(seen.insert(k.state.clone()), "collision for {group:?}/{id:?}");
+                assert_eq!(tag(&k.state), escape(group));
+                assert_eq!(
+                    tag(&k.state),
+                    tag(&ResourceKeys::new("pressure", group).state),
+                    "a group's members share the slot of the resource named by the group"
+                );
+                assert_eq!(tag(&k.state), tag(&k.sibling("q")), "one slot per group");
+                assert_eq!(
+                    tag(&k.state),
+                    tag(&ResourceKeys::grouped("pressure", group, "other").state),
+                    "one slot per group"
+                );
+                assert!(seen.insert(k.sibling("q")), "{group:?}/{id:?}");
+            }
+        }
+        for id in ids {
+            let b = BreakerKeys::new("pressure", id);
+            assert!(
+                seen.insert(b.state.clone()) && seen.insert(b.window.clone()),
+                "{id:?}"
+            );
         }
     }
 }

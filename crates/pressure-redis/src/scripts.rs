@@ -39,6 +39,15 @@ pub(crate) const LEASE_LUA: &str = concat!(
     "\nend\n",
     include_str!("../lua/lease.lua")
 );
+/// Nested acquisitions (`lua/nested.lua`), with the acquire logic wrapped
+/// as a function of its own keys and arguments, run once per level.
+pub(crate) const NESTED_LUA: &str = concat!(
+    include_str!("../lua/calendar.lua"),
+    "local function acquire_(KEYS, ARGV)\n",
+    include_str!("../lua/acquire.lua"),
+    "\nend\n",
+    include_str!("../lua/nested.lua")
+);
 const BREAKER_LUA: &str = include_str!("../lua/breaker.lua");
 const GC_LUA: &str = include_str!("../lua/gc.lua");
 
@@ -53,6 +62,9 @@ pub(crate) static RENEW: LazyLock<Script> = LazyLock::new(|| Script::new(RENEW_L
 /// Read current usage (`lua/usage.lua`).
 pub(crate) static USAGE: LazyLock<Script> = LazyLock::new(|| Script::new(USAGE_LUA));
 
+/// One reservation on every level of a nest, or none (`lua/nested.lua`).
+pub(crate) static NESTED: LazyLock<Script> = LazyLock::new(|| Script::new(NESTED_LUA));
+
 /// Take and give back quota leases (`lua/lease.lua`).
 pub(crate) static LEASE: LazyLock<Script> = LazyLock::new(|| Script::new(LEASE_LUA));
 
@@ -66,9 +78,10 @@ pub(crate) static BREAKER: LazyLock<Script> = LazyLock::new(|| Script::new(BREAK
 pub(crate) static GC: LazyLock<Script> = LazyLock::new(|| Script::new(GC_LUA));
 
 /// The source of every script the backend runs, for `SCRIPT LOAD` on a new connection.
-pub(crate) fn sources() -> [&'static str; 7] {
+pub(crate) fn sources() -> [&'static str; 8] {
     [
         LEASE_LUA,
+        NESTED_LUA,
         ACQUIRE_LUA,
         RECONCILE_LUA,
         RELEASE_LUA,

@@ -157,6 +157,23 @@ pub enum Decision {
     Denied(Denial),
 }
 
+/// The outcome of one nested acquisition ([`Backend::acquire_nested`]):
+/// every level charged, or none.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NestedDecision {
+    /// Every level reserved its demand: one grant per level, in the order
+    /// of the levels.
+    Granted(Vec<Grant>),
+    /// Nothing was reserved on any level; `level` indexes the levels asked
+    /// for and is the first one (innermost first) that refused.
+    Denied {
+        /// The refusing level.
+        level: usize,
+        /// Its refusal.
+        denial: Denial,
+    },
+}
+
 /// Current usage of one resource, as the backend counts it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Usage {
@@ -212,19 +229,6 @@ pub trait Backend: Send + Sync + Sized + std::fmt::Debug + 'static {
     /// Prepares `resource` with `spec`. Called once per registration.
     fn attach(&self, resource: &str, spec: Arc<LimitSpec>) -> Result<Self::Handle, BackendError>;
 
-    /// [`Backend::attach`] placed in `group` (resources charged together in
-    /// one nested acquisition share a group). Default: the group is not
-    /// used.
-    fn attach_grouped(
-        &self,
-        resource: &str,
-        group: &str,
-        spec: Arc<LimitSpec>,
-    ) -> Result<Self::Handle, BackendError> {
-        let _ = group;
-        self.attach(resource, spec)
-    }
-
     /// The handle of `resource` after its limits changed to `spec`,
     /// continuing the state behind `old`: current usage (window
     /// sub-windows, bucket levels, live leases) and the allowed/denied
@@ -241,6 +245,44 @@ pub trait Backend: Send + Sync + Sized + std::fmt::Debug + 'static {
         old: &Self::Handle,
         spec: Arc<LimitSpec>,
     ) -> Result<Self::Handle, BackendError>;
+
+    /// Prepares `resource` as a member of `group` (a hierarchy of budgets
+    /// charged together, see [`Backend::acquire_nested`]): a store that
+    /// shards by key keeps every resource of one group together, so a
+    /// nested acquisition over them is one atomic step. The default (a
+    /// store in this process) ignores the group.
+    fn attach_grouped(
+        &self,
+        resource: &str,
+        group: &str,
+        spec: Arc<LimitSpec>,
+    ) -> Result<Self::Handle, BackendError> {
+        let _ = group;
+        self.attach(resource, spec)
+    }
+
+    /// Whether `handle` was attached in `group` ([`Backend::attach_grouped`]);
+    /// a backend that ignores groups answers `true`. The broker attaches a
+    /// resource again when it is asked for in another group (a tenant
+    /// moved to another parent).
+    fn in_group(&self, handle: &Self::Handle, group: &str) -> bool {
+        let _ = (handle, group);
+        true
+    }
+
+    /// Checks and reserves the demand of every level, all or nothing, in
+    /// one atomic step: either every level is charged (one grant each, in
+    /// order) or none is and the first refusing level is named. Counted as
+    /// a grant on every level, or as a denial on the refusing level only
+    /// (when its demand asks to be counted). Never books a future slot
+    /// (`book_within_ns` is ignored). A resource that appears twice is
+    /// charged twice. A store that cannot reach every level in one step
+    /// (levels in different Redis Cluster slots) answers
+    /// [`BackendError::Unsupported`] and charges nothing.
+    fn acquire_nested(
+        &self,
+        levels: &[(&Self::Handle, &Demand)],
+    ) -> impl Future<Output = Result<NestedDecision, BackendError>> + Send;
 
     /// Checks and reserves every dimension of `demand`, or nothing, and
     /// answers now (without awaiting) when the backend's state is local (in

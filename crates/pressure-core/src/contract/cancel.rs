@@ -274,3 +274,52 @@ async fn permit_calls_cut<H: Harness>(
         "both slots usable: {both:?}"
     );
 }
+
+/// A nested acquisition dropped right after its first poll or while the
+/// store holds its answer leaves nothing on any level: no lease, no units.
+pub async fn nest_dropped_in_flight_leaves_nothing<H: Harness>(h: &H) {
+    let (b, gate) = broker_and_gate(h).await;
+    let root = h.unique("cutnest-org");
+    let ids = [h.unique("cutnest-key"), root.clone()];
+    let limits = Limits::default()
+        .requests_per_minute(1_000)
+        .tokens_per_minute(100_000)
+        .max_concurrent_requests(4)
+        .lease_ttl(LEASE_TTL);
+    let template = crate::LimitTemplate::new(&limits).expect("valid");
+    let nest = crate::Nest::new(
+        ids.iter()
+            .map(|id| b.lazy_limit_in_group(id, &root, &template).expect("registers"))
+            .collect(),
+    );
+    let mut baseline = Vec::new();
+    for id in &ids {
+        baseline.push(usage_of(&b, id).await);
+    }
+    for at in [Cut::FirstPoll, Cut::InFlight, Cut::FirstPoll, Cut::InFlight] {
+        let what = format!("nest cut at {at:?}");
+        let acquired = cut(
+            nest.try_acquire(AcquireOptions::default().tokens(500, 0)),
+            at,
+            gate.as_deref(),
+            &what,
+        )
+        .await;
+        if let Some(a) = acquired {
+            assert!(a.expect("answers").allowed(), "{what}: denied");
+            for (id, base) in ids.iter().zip(baseline.iter_mut()) {
+                *base = usage_of(&b, id).await;
+                base.insert("maxConcurrentRequests".into(), 0);
+            }
+        }
+        for (id, base) in ids.iter().zip(&baseline) {
+            settles_to(&b, id, base, &format!("{what}, {id}")).await;
+        }
+    }
+    let all: Vec<_> =
+        futures::future::join_all((0..4).map(|_| nest.try_acquire(AcquireOptions::default()))).await;
+    assert!(
+        all.iter().all(|a| a.as_ref().is_ok_and(|a| a.allowed())),
+        "every slot of every level usable at once: {all:?}"
+    );
+}

@@ -9,11 +9,13 @@
 mod calendar;
 mod cancel;
 mod checks;
+mod nest;
 mod support;
 
 pub use calendar::*;
 pub use cancel::*;
 pub use checks::*;
+pub use nest::*;
 
 use crate::clock::WallShift;
 use crate::{Backend, ResourceBroker};
@@ -102,6 +104,12 @@ macro_rules! contract_suite {
             calendar_reconcile_and_cost_units,
             calendar_reconcile_after_the_boundary_leaves_the_new_period,
             calendar_and_sliding_dimensions_are_all_or_nothing,
+            nest_denial_on_one_level_charges_no_level,
+            nest_permits_hold_and_release_leases_on_every_level,
+            nest_reconcile_and_refund_per_level,
+            nest_concurrent_never_overspends_and_never_refuses_with_room,
+            nest_of_one_is_try_acquire,
+            nest_dropped_in_flight_leaves_nothing,
         );
     };
     (@tests $harness:expr; $($name:ident),* $(,)?) => {

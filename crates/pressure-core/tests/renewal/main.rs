@@ -4,7 +4,7 @@
 use pressure_core::clock::{Clock, TokioClock};
 use pressure_core::{
     AcquireOptions, Backend, BackendError, Counts, Decision, Demand, Grant, LimitSpec, Limits, MemoryBackend,
-    Reserved, ResourceBroker,
+    NestedDecision, Reserved, ResourceBroker,
 };
 use pressure_core::{MemoryHandle, Usage};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -67,6 +67,12 @@ impl Backend for Counting {
     }
     fn at_rest(&self, h: &MemoryHandle) -> bool {
         self.inner.at_rest(h)
+    }
+    async fn acquire_nested(
+        &self,
+        levels: &[(&MemoryHandle, &Demand)],
+    ) -> Result<NestedDecision, BackendError> {
+        self.inner.acquire_nested(levels).await
     }
     fn in_process<'a>(&'a self, h: &'a MemoryHandle) -> Option<(&'a MemoryBackend, &'a MemoryHandle)> {
         self.in_process.then_some((&self.inner, h))

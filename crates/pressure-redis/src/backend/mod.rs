@@ -40,6 +40,7 @@
 mod acquire_args;
 mod dims;
 mod lost;
+mod nested;
 mod ops;
 mod reconcile;
 
@@ -140,6 +141,10 @@ pub struct RedisStatus {
 #[derive(Debug)]
 pub struct RedisHandle {
     keys: ResourceKeys,
+    /// The group the resource is in (`Backend::attach_grouped`): its keys
+    /// carry the group's hash tag. A resource attached without a group is
+    /// in the group named by its own id, whose tag its keys carry.
+    group: Box<str>,
     spec: Arc<LimitSpec>,
     /// Shared with the calls in flight, which settle by them when their
     /// caller goes away (`settle.rs`).

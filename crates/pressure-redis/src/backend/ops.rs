@@ -14,15 +14,25 @@ use crate::shape::{calendar_kind, Shape};
 use crate::store::{release_invocation, Failure, LostKind};
 use parking_lot::Mutex;
 use pressure_core::{
-    Backend, BackendError, Counts, Decision, Demand, Dimension, Grant, LimitSpec, Reserved, Usage,
+    Backend, BackendError, Counts, Decision, Demand, Dimension, Grant, LimitSpec, NestedDecision, Reserved,
+    Usage,
 };
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-impl Backend for RedisBackend {
-    type Handle = RedisHandle;
-
-    fn attach(&self, resource: &str, spec: Arc<LimitSpec>) -> Result<RedisHandle, BackendError> {
+impl RedisBackend {
+    /// The handle of `resource`, in `group` when given (its keys then carry
+    /// the group's hash tag, [`ResourceKeys::grouped`]). A resource in the
+    /// group named by its own id — a hierarchy's root — keeps its plain
+    /// keys ([`ResourceKeys::new`]), which carry that tag already: the root
+    /// is in its hierarchy's slot whether it was registered in the group
+    /// or not, and never moves between the two.
+    fn attach_in(
+        &self,
+        resource: &str,
+        group: Option<&str>,
+        spec: Arc<LimitSpec>,
+    ) -> Result<RedisHandle, BackendError> {
         let dims = dims_of(&spec)?;
         let local = match self.store.config.failure_mode {
             FailureMode::Local => {
@@ -36,7 +46,13 @@ impl Backend for RedisBackend {
         };
         let steps: Vec<u64> = dims.iter().map(|d| d.step_us).collect();
         let shaped = Shape::of(&spec, &steps).and_then(|s| self.store.shape_script(s));
-        let keys = ResourceKeys::new(&self.store.config.key_prefix, resource);
+        let prefix = &self.store.config.key_prefix;
+        let group = group.unwrap_or(resource);
+        let keys = if group == resource {
+            ResourceKeys::new(prefix, resource)
+        } else {
+            ResourceKeys::grouped(prefix, group, resource)
+        };
         let one = Demand {
             lease: false,
             ..Demand::default()
@@ -58,6 +74,7 @@ impl Backend for RedisBackend {
         .map(Box::new);
         Ok(RedisHandle {
             keys,
+            group: Box::from(group),
             leases,
             spec,
             dims: dims.into(),
@@ -67,19 +84,52 @@ impl Backend for RedisBackend {
             shaped,
         })
     }
+}
+
+impl Backend for RedisBackend {
+    type Handle = RedisHandle;
+
+    fn attach(&self, resource: &str, spec: Arc<LimitSpec>) -> Result<RedisHandle, BackendError> {
+        self.attach_in(resource, None, spec)
+    }
+
+    /// The resource's keys carry the group's hash tag
+    /// ([`ResourceKeys::grouped`]): one Redis Cluster slot per group.
+    fn attach_grouped(
+        &self,
+        resource: &str,
+        group: &str,
+        spec: Arc<LimitSpec>,
+    ) -> Result<RedisHandle, BackendError> {
+        self.attach_in(resource, Some(group), spec)
+    }
+
+    /// A resource registered without a group is in the group named by its
+    /// own id (its keys carry that tag).
+    fn in_group(&self, h: &RedisHandle, group: &str) -> bool {
+        *h.group == *group
+    }
+
+    async fn acquire_nested(
+        &self,
+        levels: &[(&RedisHandle, &Demand)],
+    ) -> Result<NestedDecision, BackendError> {
+        self.nested(levels).await
+    }
 
     /// The state is in Redis under the resource's key, by dimension: the new
     /// script arguments continue it (window sub-windows count units, a
     /// `gcra` TAT is rescaled by the script to the new emission interval,
     /// leases are fields of the same hash). Only the local fallback state
-    /// and the counts are carried here; the deny cache starts empty.
+    /// and the counts are carried here; the deny cache starts empty. The
+    /// resource stays in its group (the same keys).
     fn reattach(
         &self,
         resource: &str,
         old: &RedisHandle,
         spec: Arc<LimitSpec>,
     ) -> Result<RedisHandle, BackendError> {
-        let mut h = self.attach(resource, Arc::clone(&spec))?;
+        let mut h = self.attach_in(resource, Some(&old.group), Arc::clone(&spec))?;
         if let (Some(old_local), Some(_)) = (&old.local, &h.local) {
             let limits = local_limits(&spec.limits, self.store.config.local_share);
             let local_spec = limits

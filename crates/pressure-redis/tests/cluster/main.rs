@@ -199,3 +199,128 @@ async fn one_frozen_master_lifts_only_its_own_slots() {
     let s = b.resource_stats(&last).await.expect("stats");
     assert_eq!(s.usage.get("requestsPerMinute").copied(), Some(21), "{s:?}");
 }
+
+/// The levels of a hierarchy registered in one group share a hash slot
+/// (the group's tag), whatever their ids: a nest over them is one script
+/// call. A nest over ungrouped resources in different slots is refused as
+/// unsupported (no CROSSSLOT from Redis), and charges nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grouped_hierarchy_is_one_slot_and_a_nest_across_slots_is_unsupported() {
+    use pressure_core::{AcquireOptions, BackendError, Error, LimitTemplate, Limits, Nest};
+    let b = Cluster.broker().await;
+    let node = support::cluster_nodes()
+        .into_iter()
+        .next()
+        .expect("a cluster node");
+    let client = redis::Client::open(node.as_str()).expect("valid node url");
+    let mut conn = client
+        .get_multiplexed_async_connection()
+        .await
+        .expect("the cluster node answers");
+    let prefix = b.backend().config().key_prefix.clone();
+    let root = Cluster.unique("org {acme}");
+    let ids = [Cluster.unique("key:1"), Cluster.unique("team }x{"), root.clone()];
+    let template = LimitTemplate::new(&Limits::default().requests_per_minute(10)).expect("valid");
+    let mut levels = Vec::new();
+    let mut slots = Vec::new();
+    for id in &ids {
+        levels.push(b.lazy_limit_in_group(id, &root, &template).expect("registers"));
+        slots.push(keyslot(&mut conn, &ResourceKeys::grouped(&prefix, &root, id).state).await);
+    }
+    assert!(slots.iter().all(|s| *s == slots[0]), "{slots:?}");
+    let nest = Nest::new(levels);
+    let granted = nest
+        .try_acquire(AcquireOptions::default())
+        .await
+        .expect("one slot: answers");
+    assert!(granted.allowed());
+    for id in &ids {
+        let s = b.resource_stats(id).await.expect("stats");
+        assert_eq!(s.usage.get("requestsPerMinute").copied(), Some(1), "{id}");
+    }
+
+    // A root registered without a group (its keys never move) shares the
+    // slot of the members registered in its group.
+    let root2 = Cluster.unique("org-plain");
+    let members = [Cluster.unique("team-of-plain"), Cluster.unique("key-of-plain")];
+    let root_h = b.lazy_limit(&root2, &template).expect("registers");
+    assert_eq!(
+        keyslot(&mut conn, &ResourceKeys::new(&prefix, &root2).state).await,
+        keyslot(
+            &mut conn,
+            &ResourceKeys::grouped(&prefix, &root2, &members[0]).state
+        )
+        .await
+    );
+    let mut levels: Vec<_> = members
+        .iter()
+        .rev()
+        .map(|id| b.lazy_limit_in_group(id, &root2, &template).expect("registers"))
+        .collect();
+    levels.push(root_h);
+    assert!(Nest::new(levels)
+        .try_acquire(AcquireOptions::default())
+        .await
+        .expect("one slot: answers")
+        .allowed());
+    for id in members.iter().chain([&root2]) {
+        let s = b.resource_stats(id).await.expect("stats");
+        assert_eq!(s.usage.get("requestsPerMinute").copied(), Some(1), "{id}");
+    }
+
+    // Ungrouped resources in two different slots.
+    let (mut a, mut z) = (None, None);
+    for i in 0..1_000 {
+        let id = Cluster.unique(&format!("loose-{i}"));
+        let slot = keyslot(&mut conn, &ResourceKeys::new(&prefix, &id).state).await;
+        if slot < 5_461 && a.is_none() {
+            a = Some(id);
+        } else if slot >= 10_923 && z.is_none() {
+            z = Some(id);
+        }
+    }
+    let (a, z) = (a.expect("a low slot"), z.expect("a high slot"));
+    for id in [&a, &z] {
+        b.register_limit(id, Limits::default().requests_per_minute(10))
+            .expect("valid");
+    }
+    let loose = Nest::new(vec![
+        b.resource(&a).expect("registered"),
+        b.resource(&z).expect("registered"),
+    ]);
+    let e = loose
+        .try_acquire(AcquireOptions::default())
+        .await
+        .expect_err("across slots");
+    assert!(
+        matches!(&e.error, Error::Backend(BackendError::Unsupported(m)) if m.contains("slot")),
+        "{e}"
+    );
+    for id in [&a, &z] {
+        let s = b.resource_stats(id).await.expect("stats");
+        assert_eq!(s.usage.get("requestsPerMinute").copied().unwrap_or(0), 0, "{id}");
+    }
+
+    // Moved to a group (a tenant re-parented): the same nest now works,
+    // on the group's keys.
+    let group = Cluster.unique("moved-root");
+    let moved: Vec<_> = [&a, &z]
+        .into_iter()
+        .map(|id| b.lazy_limit_in_group(id, &group, &template).expect("moves"))
+        .collect();
+    let nest = Nest::new(moved);
+    assert!(nest
+        .try_acquire(AcquireOptions::default())
+        .await
+        .expect("one slot now")
+        .allowed());
+    assert!(loose
+        .try_acquire(AcquireOptions::default())
+        .await
+        .expect("the old handles follow the move")
+        .allowed());
+    for id in [&a, &z] {
+        let s = b.resource_stats(id).await.expect("stats");
+        assert_eq!(s.usage.get("requestsPerMinute").copied(), Some(2), "{id}");
+    }
+}

@@ -476,3 +476,80 @@ async fn a_release_lost_after_an_outage_is_delivered_again() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
+
+/// A nest follows the failure mode as a whole while Redis is down:
+/// `closed` refuses at level 0 as an outage, `open` grants every level,
+/// `local` decides the whole nest on the in-memory fallback, all or nothing
+/// (its organisation's local share refuses at level 1); once Redis answers,
+/// nests count there again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_nest_follows_the_failure_mode_as_a_whole() {
+    use pressure_core::{DenialCause, LimitTemplate, Nest, NestAcquisition};
+    for mode in [FailureMode::Closed, FailureMode::Open, FailureMode::Local] {
+        let mut srv = RedisServer::start();
+        let b = broker(&srv, mode).await;
+        let key = LimitTemplate::new(&Limits::default().requests_per_minute(20)).expect("valid");
+        let org = LimitTemplate::new(&Limits::default().requests_per_minute(8)).expect("valid");
+        let nest = Nest::new(vec![
+            b.lazy_limit_in_group("k", "o", &key).expect("registers"),
+            b.lazy_limit_in_group("o", "o", &org).expect("registers"),
+        ]);
+        let healthy = nest
+            .try_acquire(AcquireOptions::default())
+            .await
+            .expect("answers");
+        assert!(healthy
+            .permits()
+            .is_some_and(|p| p.iter().all(|p| !p.grant().fallback)));
+        srv.stop();
+        let mut granted = 0;
+        for i in 0..12 {
+            let out = tokio::time::timeout(HANG, nest.try_acquire(AcquireOptions::default()))
+                .await
+                .unwrap_or_else(|_| panic!("{mode:?}: nest {i} hangs"))
+                .expect("never an error");
+            match (mode, out) {
+                (FailureMode::Closed, NestAcquisition::Denied { level, denial }) => {
+                    assert_eq!((level, denial.cause), (0, DenialCause::Unavailable));
+                }
+                (FailureMode::Open | FailureMode::Local, NestAcquisition::Granted(p)) => {
+                    assert_eq!(p.len(), 2);
+                    assert!(p.iter().all(|p| p.grant().fallback), "{mode:?}: {p:?}");
+                    granted += 1;
+                }
+                (FailureMode::Local, NestAcquisition::Denied { level, denial }) => {
+                    assert_eq!((level, denial.cause), (1, DenialCause::Exhausted), "{mode:?}");
+                }
+                (mode, out) => panic!("{mode:?}: nest {i}: {out:?}"),
+            }
+        }
+        let expected = match mode {
+            FailureMode::Closed => 0,
+            FailureMode::Open => 12,
+            // Half of the organisation's 8 per minute, in this process.
+            _ => 4,
+        };
+        assert_eq!(granted, expected, "{mode:?}");
+        srv.restart();
+        let deadline = Instant::now() + RECOVERY;
+        loop {
+            let out = nest
+                .try_acquire(AcquireOptions::default())
+                .await
+                .expect("answers");
+            if out
+                .permits()
+                .is_some_and(|p| p.iter().all(|p| !p.grant().fallback))
+            {
+                break;
+            }
+            assert!(Instant::now() < deadline, "{mode:?}: no recovery: {out:?}");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let s = b.resource_stats("o").await.expect("stats from redis");
+        assert!(
+            s.usage["requestsPerMinute"] >= 1,
+            "{mode:?}: counted in redis again"
+        );
+    }
+}

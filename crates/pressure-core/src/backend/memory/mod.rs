@@ -43,8 +43,8 @@
 //! (`fast::tests`, `shape_tests`, `fast_window::tests`).
 
 use super::{
-    Backend, BackendError, CompactDecision, Counts, Decision, Denial, Grant, LeaseId, LocalBackend, Reserved,
-    Usage,
+    Backend, BackendError, CompactDecision, Counts, Decision, Denial, Grant, LeaseId, LocalBackend,
+    NestedDecision, Reserved, Usage,
 };
 use crate::algo::{gcra, window::WindowState};
 use crate::clock::{Clock, MonotonicClock};
@@ -59,6 +59,7 @@ mod carry;
 mod fast;
 mod fast_window;
 mod locked;
+mod nested;
 use fast::{fast_acquire, fast_plain, Fast, RETIRED};
 use fast_window::{FastWindow, Slow};
 use locked::LockedState;
@@ -574,6 +575,13 @@ impl Backend for MemoryBackend {
 
     fn at_rest(&self, handle: &MemoryHandle) -> bool {
         Self::at_rest_of(&handle.state, self.now())
+    }
+
+    fn acquire_nested(
+        &self,
+        levels: &[(&MemoryHandle, &Demand)],
+    ) -> impl std::future::Future<Output = Result<NestedDecision, BackendError>> + Send {
+        std::future::ready(Ok(self.acquire_nested_now(levels)))
     }
 
     #[inline(always)]
