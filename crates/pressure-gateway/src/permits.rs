@@ -5,7 +5,7 @@
 use crate::backend::AnyBackend;
 use crate::http::watched_body::{FrameWatch, Seen, WatchedBody};
 use parking_lot::Mutex;
-use pressure_core::{Grant, Permit};
+use pressure_core::Permit;
 use smallvec::SmallVec;
 use std::sync::Arc;
 
@@ -46,16 +46,6 @@ impl PermitSlot {
         let held = Arc::get_mut(&mut self.0)?;
         drop(std::mem::take(held.get_mut()));
         Some(self.clone())
-    }
-
-    /// The grants of the permits held on `resource`.
-    pub(crate) fn grants_on(&self, resource: &str) -> Vec<Grant> {
-        self.0
-            .lock()
-            .iter()
-            .filter(|p| p.resource() == Some(resource))
-            .map(|p| *p.grant())
-            .collect()
     }
 
     /// Permits held now.

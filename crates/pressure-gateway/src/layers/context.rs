@@ -43,6 +43,10 @@ pub(crate) struct RequestContext {
     /// request's LLM calls beside its request (set by the tenant layer on
     /// the LLM endpoints only).
     pub(crate) payer: Option<pressure_core::Nest<AnyBackend>>,
+    /// What the tenant layer charged each level of `payer` for the request
+    /// itself, level by level: given back when a level refuses the call's
+    /// money (a refusal consumes nothing).
+    pub(crate) payer_grants: Vec<pressure_core::Grant>,
 }
 
 /// The context of `req`, when the route layer routed it.

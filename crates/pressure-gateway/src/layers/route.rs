@@ -276,6 +276,7 @@ where
             charged,
             leases: self.leases,
             payer: None,
+            payer_grants: Vec::new(),
         });
         let fut = self.inner.call(req);
         RouteFuture {

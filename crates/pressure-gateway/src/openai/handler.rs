@@ -70,12 +70,12 @@ where
         request_id,
         started,
     };
-    let paid = crate::layers::context(&req).and_then(|c| Some((c.payer.clone()?, c.slot.clone())));
+    let paid = crate::layers::context(&req).and_then(|c| Some((c.payer.clone()?, c.payer_grants.clone())));
     let mut resp = match handle(req, event).await {
         Ok(resp) => resp,
         Err(refused) => {
-            if let Some((payer, slot)) = paid {
-                unspend_if_payer_refused(&refused, &payer, &slot).await;
+            if let Some((payer, grants)) = paid {
+                unspend_if_payer_refused(&refused, &payer, &grants).await;
             }
             return Err(refused.of_event(id));
         }
@@ -93,7 +93,7 @@ where
 async fn unspend_if_payer_refused(
     refused: &Rejection,
     payer: &pressure_core::Nest<AnyBackend>,
-    slot: &crate::permits::PermitSlot,
+    grants: &[pressure_core::Grant],
 ) {
     let resource = match refused {
         Rejection::Llm(LlmError::BudgetExceeded { resource, .. } | LlmError::NoCapacity { resource, .. }) => resource,
@@ -102,11 +102,9 @@ async fn unspend_if_payer_refused(
     if !payer.levels().iter().any(|h| h.id() == resource) {
         return;
     }
-    for h in payer.levels() {
-        for grant in slot.grants_on(h.id()) {
-            if let Err(e) = h.refund(&grant).await {
-                tracing::warn!(resource = h.id(), error = %e, "the refused call's request not given back");
-            }
+    for (h, grant) in payer.levels().iter().zip(grants) {
+        if let Err(e) = h.refund(grant).await {
+            tracing::warn!(resource = h.id(), error = %e, "the refused call's request not given back");
         }
     }
 }

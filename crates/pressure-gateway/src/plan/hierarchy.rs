@@ -226,10 +226,10 @@ impl Plan {
     }
 
     /// The resources of `tenant` and of each of its ancestors, innermost
-    /// first, each registered on first use with its limits; every one but
-    /// the root placed in the group named by the root's resource, whose
-    /// own keys carry that name as their hash tag — so a hierarchy lives
-    /// in one hash slot on Redis Cluster and a root's keys never move.
+    /// first, each registered on first use with its limits, all placed in
+    /// the group named by the root's resource, whose own keys carry that
+    /// name as their hash tag — so a hierarchy lives in one hash slot on
+    /// Redis Cluster and a root's keys never move.
     /// `None` while tenants are not limited; the failing tenant and why
     /// when one cannot register.
     pub(crate) fn tenant_chain(
@@ -242,8 +242,9 @@ impl Plan {
         let group = crate::resources::tenant(root);
         let mut out = Vec::with_capacity(lineage.len());
         for t in &lineage {
-            let in_group = (t.as_str() != root).then_some(group.as_str());
-            match self.tenant_handle_in(broker, t, in_group)? {
+            // The root in its own group keeps its plain keys (and a former
+            // member that became a root moves back to them).
+            match self.tenant_handle_in(broker, t, Some(group.as_str()))? {
                 Ok(h) => out.push(h),
                 Err(e) => return Some(Err((t.clone(), e))),
             }

@@ -391,7 +391,9 @@ async fn a_gateway_whose_subscription_broke_catches_up_when_it_reconnects() {
             .query_async(&mut conn)
             .await
             .expect("CLIENT KILL");
-        assert_eq!(killed, 2, "the two subscriptions");
+        // Each gateway watches two shared hashes: the live overrides and
+        // the live tenant parents (nested budgets).
+        assert_eq!(killed, 4, "the two gateways' subscriptions, two each");
         put(&b, "acme", json!({ "requestsPerMinute": 10 })).await;
 
         // A reads the whole hash again when it has subscribed again.

@@ -5,56 +5,98 @@
 //! script call on Redis. A refusal names the level that refused (its
 //! resource) and the dimension; nothing is consumed on any level.
 //!
-//! The key's own limit goes in the same reservation when the store can
-//! take it there. On Redis Cluster a config key's resource lives in a hash
-//! slot of its own, not its tenant hierarchy's, and the store says so
-//! (`Unsupported`): the key is then charged first and given back (its rate
-//! units refunded, its lease released) when the hierarchy refuses — all or
-//! nothing still, in two calls.
+//! The key's own limit goes in the same reservation. On Redis Cluster a
+//! key's resource starts in a hash slot of its own, not its tenant
+//! hierarchy's, and the store says so (`Unsupported`) before anything is
+//! charged: the key is then moved into the group of the hierarchy's root
+//! (its counts start afresh there, once) and the reservation asked again.
+//! Should the store still refuse to nest them, the key is charged first and
+//! given back (its rate units refunded, its lease released) when the
+//! hierarchy refuses — all or nothing still, in two calls.
 
-use super::super::{charge, denied, failed, hold, options_of};
-use crate::backend::AnyBackend;
+use super::super::{acquire, denied, failed, hold, options_of};
+use crate::backend::{AnyBackend, Broker};
 use crate::metrics::{GatewayMetrics, Layer};
 use crate::rejection::Rejection;
 use axum::body::Body;
 use http::Request;
-use pressure_core::{AcquireOptions, BackendError, Nest, NestAcquisition, NestError, Permit, ResourceHandle};
+use pressure_core::{AcquireOptions, BackendError, Grant, Nest, NestAcquisition, NestError, Permit, ResourceHandle};
 
 /// Charges `req` to `key` (its own limit, if any) and every level of
-/// `chain` (the tenant, then its ancestors), all or nothing.
+/// `chain` (the tenant, then its ancestors), all or nothing: the grants,
+/// level by level (key first), for the LLM endpoints to give the request
+/// back when a level refuses the call's money.
 pub(super) async fn charge_all(
+    broker: &Broker,
     key: Option<&ResourceHandle<AnyBackend>>,
     chain: &[ResourceHandle<AnyBackend>],
     req: &mut Request<Body>,
     namespace_id: &str,
     metrics: &GatewayMetrics,
-) -> Result<(), Rejection> {
+) -> Result<Vec<Grant>, Rejection> {
     let ns = Some(namespace_id);
     match (key, chain) {
-        (None, []) => return Ok(()),
-        (None, [one]) => return charge(one, req, Layer::Tenant, ns, metrics).await,
-        (Some(one), []) => return charge(one, req, Layer::Tenant, ns, metrics).await,
+        (None, []) => return Ok(Vec::new()),
+        (None, [one]) | (Some(one), []) => {
+            let permit = acquire(one, req, Layer::Tenant, ns, metrics).await?;
+            let grant = *permit.grant();
+            hold(req, one, permit);
+            return Ok(vec![grant]);
+        }
         _ => {}
     }
     let levels: Vec<ResourceHandle<AnyBackend>> = key.into_iter().chain(chain).cloned().collect();
-    match nest(&levels, options_of(req)).await {
-        Err(NestError {
-            error: pressure_core::Error::Backend(BackendError::Unsupported(_)),
-            ..
-        }) if key.is_some() => {}
-        out => return settle(&levels, out, req, ns, metrics),
+    let mut out = nest(&levels, options_of(req)).await;
+    if let (true, Some(key), Some(root)) = (unsupported(&out), key, chain.last()) {
+        if regroup(broker, key, root.id()) {
+            out = nest(&levels, options_of(req)).await;
+        }
+    }
+    if !(unsupported(&out) && key.is_some()) {
+        return settle(&levels, out, req, ns, metrics);
     }
     // The store cannot hold the key's slot beside the hierarchy's (module
     // docs): the key first, given back if the hierarchy refuses.
-    let Some(key) = key else { return Ok(()) };
-    let permit = super::super::acquire(key, req, Layer::Tenant, ns, metrics).await?;
+    let Some(key) = key else { return Ok(Vec::new()) };
+    let permit = acquire(key, req, Layer::Tenant, ns, metrics).await?;
     let out = nest(chain, options_of(req)).await;
-    if let Err(refused) = settle(chain, out, req, ns, metrics) {
-        give_back(key, permit).await;
-        return Err(refused);
+    let mut grants = vec![*permit.grant()];
+    match settle(chain, out, req, ns, metrics) {
+        Ok(rest) => grants.extend(rest),
+        Err(refused) => {
+            give_back(key, permit).await;
+            return Err(refused);
+        }
     }
     hold(req, key, permit);
-    Ok(())
+    Ok(grants)
+}
+
+/// Whether the store could not nest the levels (they are in different
+/// hash slots of a Redis Cluster).
+fn unsupported(out: &Result<NestAcquisition<AnyBackend>, NestError>) -> bool {
+    matches!(
+        out,
+        Err(NestError {
+            error: pressure_core::Error::Backend(BackendError::Unsupported(_)),
+            ..
+        })
+    )
+}
+
+/// Moves `key`'s resource into the group `root` (its hierarchy's root's
+/// resource); whether it moved.
+fn regroup(broker: &Broker, key: &ResourceHandle<AnyBackend>, root: &str) -> bool {
+    let moved = pressure_core::LimitTemplate::new(key.limits())
+        .map_err(|e| e.to_string())
+        .and_then(|t| broker.lazy_limit_in_group(key.id(), root, &t).map_err(|e| e.to_string()));
+    match moved {
+        Ok(_) => true,
+        Err(e) => {
+            tracing::warn!(resource = key.id(), group = root, error = %e, "API key not moved into its hierarchy's slot");
+            false
+        }
+    }
 }
 
 /// One nested reservation of `req` on `levels`.
@@ -65,22 +107,24 @@ async fn nest(
     Nest::new(levels.to_vec()).try_acquire(opts).await
 }
 
-/// Holds the permits of a granted reservation, or makes the refusal of
-/// the level that refused.
+/// Holds the permits of a granted reservation (their grants, level by
+/// level), or makes the refusal of the level that refused.
 fn settle(
     levels: &[ResourceHandle<AnyBackend>],
     out: Result<NestAcquisition<AnyBackend>, NestError>,
     req: &mut Request<Body>,
     ns: Option<&str>,
     metrics: &GatewayMetrics,
-) -> Result<(), Rejection> {
+) -> Result<Vec<Grant>, Rejection> {
     match out {
         Ok(NestAcquisition::Granted(permits)) => {
             metrics.allowed(Layer::Tenant);
+            let mut grants = Vec::with_capacity(permits.len());
             for (h, p) in levels.iter().zip(permits) {
+                grants.push(*p.grant());
                 hold(req, h, p);
             }
-            Ok(())
+            Ok(grants)
         }
         Ok(NestAcquisition::Denied { level, denial }) => match levels.get(level) {
             Some(h) => Err(denied(h, req, Layer::Tenant, ns, &denial)),

@@ -106,14 +106,17 @@ impl Step for TenantLayer {
         let pays = context(&req).is_some_and(|r| r.route.endpoint != Endpoint::Proxy);
         let mut next = take_ready(next);
         let metrics = Arc::clone(&self.metrics);
+        let broker = self.broker.clone();
         StepFuture::boxed(async move {
-            levels::charge_all(key_limit.as_ref(), &chain, &mut req, &tenant.0, &metrics).await?;
+            let grants =
+                levels::charge_all(&broker, key_limit.as_ref(), &chain, &mut req, &tenant.0, &metrics).await?;
             let any = key_limit.is_some() || !chain.is_empty();
             if let Some(ctx) = context_mut(&mut req).filter(|_| pays && any) {
                 // The money of an LLM call goes to the key's own budget
                 // too, and to every level of the tenant's hierarchy.
                 let payer: Vec<_> = key_limit.into_iter().chain(chain).collect();
                 ctx.payer = Some(Nest::new(payer));
+                ctx.payer_grants = grants;
             }
             next.call(req).await
         })
