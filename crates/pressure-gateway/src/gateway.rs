@@ -21,6 +21,7 @@ use crate::layers::{Outcome, StepFuture, Stepped};
 use crate::manual_queue::RedisManualQueue;
 use crate::metrics::GatewayMetrics;
 use crate::openai::Llm;
+use crate::plan::keys::store::Keys;
 use crate::plan::overrides::store::Overrides;
 use crate::plan::overrides::LiveOverrides;
 use crate::plan::reload::{self, ReloadOutcome};
@@ -150,6 +151,7 @@ struct GatewayState {
     permits: Arc<PermitStore>,
     decisions_token: Option<Arc<str>>,
     overrides: Overrides,
+    keys: Keys,
 }
 
 impl std::fmt::Debug for Gateway {
@@ -240,10 +242,14 @@ impl Gateway {
         let backend_config = config.backend.clone();
         let live = Arc::new(LiveOverrides::default());
         let (plan, tls) = Plan::with_tls(checked, &broker, llm).map_err(ConfigError::from)?;
-        let plan = plan.with_live_overrides(Arc::clone(&live));
+        let runtime_keys = Arc::new(crate::auth::RuntimeKeys::default());
+        let plan = plan
+            .with_live_overrides(Arc::clone(&live))
+            .with_runtime_keys(Arc::clone(&runtime_keys));
         let tls = tls.into_listeners();
         let plan: PlanCell = Arc::new(ArcSwap::from_pointee(plan));
         let overrides = Overrides::start(&backend_config, live, plan.clone(), broker.clone());
+        let keys = Keys::start(&backend_config, runtime_keys, plan.clone(), broker.clone());
         Ok(Self {
             inner: Arc::new(GatewayState {
                 plan,
@@ -260,6 +266,7 @@ impl Gateway {
                 permits: PermitStore::start(max_permits),
                 decisions_token,
                 overrides,
+                keys,
             }),
         })
     }
@@ -389,7 +396,9 @@ impl Gateway {
         let checked = Plan::checked(config, &self.inner.base_dir).map_err(ConfigError::from)?;
         let (plan, tls) =
             Plan::with_tls(checked, &self.inner.broker, old.llm().cloned()).map_err(ConfigError::from)?;
-        let plan = plan.with_live_overrides(Arc::clone(self.inner.overrides.live()));
+        let plan = plan
+            .with_live_overrides(Arc::clone(self.inner.overrides.live()))
+            .with_runtime_keys(Arc::clone(self.inner.keys.mirror()));
         reload::retemplate_tenants(&self.inner.broker, &old, &plan);
         for id in old.resource_ids().difference(plan.resource_ids()) {
             self.inner.broker.unregister(id);
@@ -587,5 +596,9 @@ impl admin::Control for Gateway {
         limits: Option<(pressure_core::Limits, pressure_core::LimitTemplate)>,
     ) -> futures::future::BoxFuture<'_, Result<(), pressure_core::BackendError>> {
         Box::pin(Gateway::write_override(self, tenant, limits))
+    }
+
+    fn keys(&self) -> &Keys {
+        &self.inner.keys
     }
 }

@@ -1,9 +1,10 @@
 //! [`Control`]: what the admin listener may ask of the gateway it belongs
 //! to — whether it is stopping, a reload, the plan serving now, a tenant's
-//! live override — and nothing else. `crate::Gateway` implements it; the
+//! live override, the keys issued at runtime — and nothing else. `crate::Gateway` implements it; the
 //! admin listener holds it as a trait object, so it depends on these four
 //! methods and not on the gateway's type.
 
+use crate::plan::keys::store::Keys;
 use crate::plan::reload::ReloadOutcome;
 use crate::plan::Plan;
 use crate::settings::ConfigError;
@@ -30,4 +31,7 @@ pub trait Control: Send + Sync + 'static {
         tenant: String,
         limits: Option<(Limits, LimitTemplate)>,
     ) -> BoxFuture<'_, Result<(), BackendError>>;
+
+    /// The keys issued at runtime (`crate::plan::keys`).
+    fn keys(&self) -> &Keys;
 }

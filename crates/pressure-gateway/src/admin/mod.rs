@@ -16,6 +16,11 @@
 //! | `GET /admin/pressure/tenants/{id}/limits` | a tenant's limits now, their `source` (`live` \| `config` \| `default`) and usage per dimension (`admin/tenants.rs`) |
 //! | `PUT /admin/pressure/tenants/{id}/limits` | a `Limits` body becomes the tenant's live override on every gateway of the backend; `400` naming the field |
 //! | `DELETE /admin/pressure/tenants/{id}/limits` | removes it fleet-wide: back to `perTenant.overrides.<id>` or `perTenant.limits` |
+//! | `POST /admin/pressure/keys` | issues an API key (`gateway.auth.runtimeKeys`): `201` with the key, shown only here (`admin/keys.rs`) |
+//! | `GET /admin/pressure/keys[?tenant=&after=&limit=]` | the live runtime keys, a page at a time, never a key or its digest |
+//! | `GET /admin/pressure/keys/{id}` | one key, with the usage of its own limits |
+//! | `PATCH /admin/pressure/keys/{id}` | changes its `limits`, `useCases`, `expiresAt`, `metadata` on every gateway of the backend |
+//! | `DELETE /admin/pressure/keys/{id}` | `204`: revoked on every gateway of the backend |
 //! | `GET /dashboard` (and `GET /` → 303) | the live operator dashboard, embedded in the binary (`admin/dashboard.rs`) |
 //!
 //! `/healthz` (liveness) always answers 200 while the process serves: when Redis is
@@ -34,6 +39,7 @@ mod control;
 mod dashboard;
 mod error;
 mod events;
+mod keys;
 mod llm;
 mod queue;
 mod summary;
@@ -108,6 +114,11 @@ pub fn router(state: AdminState) -> Router {
         .route(
             "/admin/pressure/tenants/{id}/limits",
             get(tenants::get).put(tenants::put).delete(tenants::delete),
+        )
+        .route("/admin/pressure/keys", get(keys::list).post(keys::create))
+        .route(
+            "/admin/pressure/keys/{id}",
+            get(keys::get).patch(keys::patch).delete(keys::delete),
         )
         .route("/metrics", get(metrics))
         .route_layer(middleware::from_fn_with_state(state.clone(), auth::require_token));
