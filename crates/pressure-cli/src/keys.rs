@@ -250,7 +250,9 @@ pub(crate) async fn run(args: KeysArgs) -> anyhow::Result<()> {
     let table = args.admin.table;
     match args.action {
         KeysAction::Create(a) => {
-            let doc = client.call(reqwest::Method::POST, "", Some(create_body(a)?)).await?;
+            let doc = client
+                .call(reqwest::Method::POST, "", Some(create_body(a)?))
+                .await?;
             print(&[doc], table, true)?;
             eprintln!("the key is shown only now: store it");
         }
@@ -278,18 +280,26 @@ pub(crate) async fn run(args: KeysArgs) -> anyhow::Result<()> {
             print(&all, table, false)?;
         }
         KeysAction::Show { id } => {
-            let doc = client.call(reqwest::Method::GET, &format!("/{}", segment(&id)), None).await?;
+            let doc = client
+                .call(reqwest::Method::GET, &format!("/{}", segment(&id)), None)
+                .await?;
             print(&[doc], table, false)?;
         }
         KeysAction::Update(a) => {
             let body = update_body(&a)?;
             let doc = client
-                .call(reqwest::Method::PATCH, &format!("/{}", segment(&a.id)), Some(body))
+                .call(
+                    reqwest::Method::PATCH,
+                    &format!("/{}", segment(&a.id)),
+                    Some(body),
+                )
                 .await?;
             print(&[doc], table, false)?;
         }
         KeysAction::Revoke { id } => {
-            client.call(reqwest::Method::DELETE, &format!("/{}", segment(&id)), None).await?;
+            client
+                .call(reqwest::Method::DELETE, &format!("/{}", segment(&id)), None)
+                .await?;
             eprintln!("revoked {id}");
         }
     }
@@ -323,7 +333,13 @@ fn print(docs: &[Value], table: bool, with_key: bool) -> anyhow::Result<()> {
     let widths: Vec<usize> = columns
         .iter()
         .enumerate()
-        .map(|(i, c)| rows.iter().map(|r| r[i].len()).chain([c.len()]).max().unwrap_or(0))
+        .map(|(i, c)| {
+            rows.iter()
+                .map(|r| r[i].len())
+                .chain([c.len()])
+                .max()
+                .unwrap_or(0)
+        })
         .collect();
     let line = |cells: Vec<String>| {
         cells
@@ -335,7 +351,11 @@ fn print(docs: &[Value], table: bool, with_key: bool) -> anyhow::Result<()> {
             .trim_end()
             .to_owned()
     };
-    writeln!(out, "{}", line(columns.iter().map(|c| c.to_uppercase()).collect()))?;
+    writeln!(
+        out,
+        "{}",
+        line(columns.iter().map(|c| c.to_uppercase()).collect())
+    )?;
     for r in rows {
         writeln!(out, "{}", line(r))?;
     }

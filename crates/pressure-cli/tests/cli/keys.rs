@@ -24,7 +24,11 @@ fn keys(admin: &str, args: &[&str]) -> (Vec<Value>, String, Option<i32>) {
         .lines()
         .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not a JSON line ({e}): {l}")))
         .collect();
-    (lines, String::from_utf8_lossy(&out.stderr).into_owned(), out.status.code())
+    (
+        lines,
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+        out.status.code(),
+    )
 }
 
 /// `GET /` on the proxy with `x-api-key: key`; the status.
@@ -59,7 +63,15 @@ async fn keys_are_issued_listed_and_revoked_through_the_admin_api() {
 
     let (created, said, code) = keys(
         &admin,
-        &["create", "--tenant", "acme", "--name", "ci", "--limits", r#"{"requestsPerMinute":50}"#],
+        &[
+            "create",
+            "--tenant",
+            "acme",
+            "--name",
+            "ci",
+            "--limits",
+            r#"{"requestsPerMinute":50}"#,
+        ],
     );
     assert_eq!(code, Some(0), "{said}");
     assert_eq!(created.len(), 1, "{said}");

@@ -97,9 +97,9 @@ fn key_id(path: Result<Path<String>, PathRejection>) -> Result<String, AdminErro
 async fn read(body: Body) -> Result<axum::body::Bytes, AdminError> {
     match http_body_util::Limited::new(body, MAX_BODY_BYTES).collect().await {
         Ok(c) => Ok(c.to_bytes()),
-        Err(e) if e.is::<http_body_util::LengthLimitError>() => Err(AdminError::TooLarge {
-            max: MAX_BODY_BYTES,
-        }),
+        Err(e) if e.is::<http_body_util::LengthLimitError>() => {
+            Err(AdminError::TooLarge { max: MAX_BODY_BYTES })
+        }
         Err(_) => Err(AdminError::BadRequest("the body could not be read".into())),
     }
 }
@@ -109,9 +109,15 @@ fn refused(e: KeyError, resource: &str) -> AdminError {
     match e {
         KeyError::NotFound => AdminError::NotFound("no such key"),
         KeyError::Invalid(e) => AdminError::InvalidConfig(e),
-        KeyError::NameTaken => AdminError::Conflict("a live key (or a config key) already has that name".into()),
+        KeyError::NameTaken => {
+            AdminError::Conflict("a live key (or a config key) already has that name".into())
+        }
         KeyError::Full => AdminError::Conflict(
-            format!("{} keys are live already; revoke some first", crate::plan::keys::MAX_KEYS).into(),
+            format!(
+                "{} keys are live already; revoke some first",
+                crate::plan::keys::MAX_KEYS
+            )
+            .into(),
         ),
         KeyError::Unavailable(e) => {
             tracing::warn!(resource, error = %e, "runtime API key store unavailable");
@@ -167,7 +173,9 @@ pub(super) async fn list(
             continue;
         }
         if page.len() == limit {
-            next = page.last().and_then(|d: &Value| d["id"].as_str().map(str::to_owned));
+            next = page
+                .last()
+                .and_then(|d: &Value| d["id"].as_str().map(str::to_owned));
             break;
         }
         if let Ok(record) = KeyRecord::read(&key.id, &key.stored) {
@@ -202,7 +210,11 @@ pub(super) async fn patch(
         .update(&id, patch, now_ms())
         .await
         .map_err(|e| refused(e, "gateway:apikey:*"))?;
-    tracing::info!(id = id.as_str(), tenant = record.tenant.as_str(), "runtime API key changed");
+    tracing::info!(
+        id = id.as_str(),
+        tenant = record.tenant.as_str(),
+        "runtime API key changed"
+    );
     Ok(document(&state, &record).await.into_response())
 }
 

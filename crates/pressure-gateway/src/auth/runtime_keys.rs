@@ -235,13 +235,25 @@ mod tests {
     fn finds_live_keys_and_forgets_revoked_ones() {
         let keys = RuntimeKeys::default();
         assert!(keys.find(&digest(b"sk-a")).is_none());
-        assert_eq!(keys.apply(1, "a", || Some(key("a", "sk-a"))).map(|p| p.is_none()), Some(true));
-        assert_eq!(keys.find(&digest(b"sk-a")).map(|k| k.id.clone()), Some("a".into()));
+        assert_eq!(
+            keys.apply(1, "a", || Some(key("a", "sk-a"))).map(|p| p.is_none()),
+            Some(true)
+        );
+        assert_eq!(
+            keys.find(&digest(b"sk-a")).map(|k| k.id.clone()),
+            Some("a".into())
+        );
         assert!(keys.find(&digest(b"sk-b")).is_none());
-        assert!(keys.apply(0, "a", || None).is_none(), "older than the first write");
+        assert!(
+            keys.apply(0, "a", || None).is_none(),
+            "older than the first write"
+        );
         assert!(keys.apply(2, "a", || None).is_some());
         assert!(keys.find(&digest(b"sk-a")).is_none());
-        assert!(keys.apply(1, "a", || Some(key("a", "sk-a"))).is_none(), "a revocation is remembered");
+        assert!(
+            keys.apply(1, "a", || Some(key("a", "sk-a"))).is_none(),
+            "a revocation is remembered"
+        );
         assert_eq!(keys.len(), 0);
     }
 
@@ -250,7 +262,10 @@ mod tests {
         let keys = RuntimeKeys::default();
         keys.apply(1, "gone", || Some(key("gone", "sk-gone")));
         keys.apply(9, "later", || Some(key("later", "sk-later")));
-        let all = [("kept".to_owned(), "{}".to_owned()), ("later".to_owned(), "{}".to_owned())];
+        let all = [
+            ("kept".to_owned(), "{}".to_owned()),
+            ("later".to_owned(), "{}".to_owned()),
+        ];
         let gone = keys.replace(5, all, |id, _| Some(key(id, &format!("sk-{id}"))));
         assert_eq!(gone.iter().map(|k| k.id.as_str()).collect::<Vec<_>>(), ["gone"]);
         let ids: Vec<String> = keys.all().iter().map(|k| k.id.clone()).collect();

@@ -63,7 +63,11 @@ impl Event {
 }
 
 /// [`Event::allow`] for `scope`.
-pub(crate) fn allow(scope: Option<&KeyScope>, llm: &LlmClient<AnyBackend>, use_case: &str) -> Result<(), Rejection> {
+pub(crate) fn allow(
+    scope: Option<&KeyScope>,
+    llm: &LlmClient<AnyBackend>,
+    use_case: &str,
+) -> Result<(), Rejection> {
     match scope {
         Some(scope) if !scope.allows(llm.config().resolve_use_case(use_case).unwrap_or(use_case)) => {
             Err(Rejection::UseCaseNotAllowed(use_case.to_owned()))

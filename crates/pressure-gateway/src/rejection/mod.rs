@@ -443,6 +443,23 @@ fn service_token(given: bool) -> Description<'static> {
     .challenge(challenge)
 }
 
+/// The facts of a refused credential: `401` with its reason as `code`
+/// (OpenAI's `code` is `invalid_api_key`, or `key_expired`).
+fn unauthorized(e: &AuthError) -> Description<'static> {
+    let code = match e {
+        AuthError::KeyExpired => "key_expired",
+        _ => "invalid_api_key",
+    };
+    Description::new(
+        StatusCode::UNAUTHORIZED,
+        "unauthorized",
+        client(code),
+        e.to_string(),
+    )
+    .challenge("Bearer")
+    .detail(Detail::Code(e.reason()))
+}
+
 /// The facts of an upstream's fault: `(kind, OpenAI code)`, logged as a
 /// warning.
 fn upstream_fault(
@@ -484,17 +501,7 @@ impl Rejection {
             .level(Level::Warn)
             .retry_after(*retry_after)
             .detail(Detail::Resource(resource)),
-            Self::Unauthorized(e) => D::new(
-                S::UNAUTHORIZED,
-                "unauthorized",
-                client(match e {
-                    AuthError::KeyExpired => "key_expired",
-                    _ => "invalid_api_key",
-                }),
-                e.to_string(),
-            )
-            .challenge("Bearer")
-            .detail(Detail::Code(e.reason())),
+            Self::Unauthorized(e) => unauthorized(e),
             Self::UseCaseNotAllowed(use_case) => D::new(
                 S::FORBIDDEN,
                 "forbidden",

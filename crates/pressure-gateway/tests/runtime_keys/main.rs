@@ -90,7 +90,14 @@ async fn admin(gw: &TestGateway, method: Method, path: &str, body: &str, token: 
 
 /// Issues a key on `gw`; its document (with `key`).
 async fn create(gw: &TestGateway, body: Value) -> Value {
-    let r = admin(gw, Method::POST, "/admin/pressure/keys", &body.to_string(), Some(ADMIN_TOKEN)).await;
+    let r = admin(
+        gw,
+        Method::POST,
+        "/admin/pressure/keys",
+        &body.to_string(),
+        Some(ADMIN_TOKEN),
+    )
+    .await;
     assert_eq!(r.status, StatusCode::CREATED, "{:?}", r.body);
     assert_eq!(r.header("cache-control"), Some("no-store"));
     r.json()
@@ -108,7 +115,8 @@ async fn on_key(gw: &TestGateway, method: Method, id: &str, body: &str) -> Reply
 /// `GET path` through `gw`'s proxy with `x-api-key: key`.
 async fn with_key(gw: &TestGateway, path: &str, key: &str) -> Reply {
     let mut req = support::get_request(&gw.url(path));
-    req.headers_mut().insert("x-api-key", key.parse().expect("header"));
+    req.headers_mut()
+        .insert("x-api-key", key.parse().expect("header"));
     Reply::read(gw.send(req).await).await
 }
 
@@ -160,7 +168,11 @@ async fn a_runtime_key_works_changes_expires_and_dies_in_memory() {
         let up = TestUpstream::demo().await;
         let gw = TestGateway::start(memory_config(&up)).await;
 
-        let doc = create(&gw, json!({ "tenant": "acme", "name": "ci", "limits": { "requestsPerMinute": 1 } })).await;
+        let doc = create(
+            &gw,
+            json!({ "tenant": "acme", "name": "ci", "limits": { "requestsPerMinute": 1 } }),
+        )
+        .await;
         let key = doc["key"].as_str().expect("the key").to_owned();
         let id = doc["id"].as_str().expect("an id").to_owned();
         assert!(key.starts_with("sk-pr-") && !key.contains('.'), "{key}");
@@ -168,8 +180,19 @@ async fn a_runtime_key_works_changes_expires_and_dies_in_memory() {
         assert_eq!(doc["resource"], "gateway:apikey:ci");
 
         assert_eq!(with_key(&gw, "/", &key).await.status, StatusCode::OK);
-        let tenant = admin(&gw, Method::GET, "/admin/pressure/tenants/acme/limits", "", Some(ADMIN_TOKEN)).await;
-        assert_eq!(used(&tenant.json(), "requestsPerMinute"), Some(1), "charged to its tenant");
+        let tenant = admin(
+            &gw,
+            Method::GET,
+            "/admin/pressure/tenants/acme/limits",
+            "",
+            Some(ADMIN_TOKEN),
+        )
+        .await;
+        assert_eq!(
+            used(&tenant.json(), "requestsPerMinute"),
+            Some(1),
+            "charged to its tenant"
+        );
         let refused = with_key(&gw, "/", &key).await;
         assert_eq!(refused.status, StatusCode::TOO_MANY_REQUESTS);
         assert_eq!(refused.json()["error"]["resource"], "gateway:apikey:ci");
@@ -184,7 +207,14 @@ async fn a_runtime_key_works_changes_expires_and_dies_in_memory() {
         let shown = shown.json();
         assert_eq!(used(&shown, "requestsPerMinute"), Some(2), "{shown}");
         assert_eq!(shown["limits"]["requestsPerMinute"], 3);
-        let list = admin(&gw, Method::GET, "/admin/pressure/keys?tenant=acme", "", Some(ADMIN_TOKEN)).await;
+        let list = admin(
+            &gw,
+            Method::GET,
+            "/admin/pressure/keys?tenant=acme",
+            "",
+            Some(ADMIN_TOKEN),
+        )
+        .await;
         assert_secret_free(&String::from_utf8_lossy(&list.body), &key);
         assert_eq!(list.json()["keys"][0]["id"], id.as_str());
 
@@ -198,7 +228,11 @@ async fn a_runtime_key_works_changes_expires_and_dies_in_memory() {
         let outside = chat(&gw, scoped, "other").await;
         assert_eq!(outside.status, StatusCode::FORBIDDEN, "{:?}", outside.body);
         assert_eq!(outside.json()["error"]["code"], "use_case_not_allowed");
-        assert_eq!(chat(&gw, &key, "other").await.status, StatusCode::ACCEPTED, "no list: every use case");
+        assert_eq!(
+            chat(&gw, &key, "other").await.status,
+            StatusCode::ACCEPTED,
+            "no list: every use case"
+        );
 
         // Expiry: a second from now, then 401 key_expired.
         let soon = (time::OffsetDateTime::now_utc() + time::Duration::seconds(1))
@@ -217,9 +251,18 @@ async fn a_runtime_key_works_changes_expires_and_dies_in_memory() {
         let gone = with_key(&gw, "/", &key).await;
         assert_eq!(gone.status, StatusCode::UNAUTHORIZED);
         assert_eq!(gone.json()["error"]["code"], "invalid_api_key");
-        assert_eq!(on_key(&gw, Method::GET, &id, "").await.status, StatusCode::NOT_FOUND);
-        assert_eq!(on_key(&gw, Method::DELETE, &id, "").await.status, StatusCode::NOT_FOUND);
-        assert_eq!(on_key(&gw, Method::PATCH, &id, "{}").await.status, StatusCode::NOT_FOUND);
+        assert_eq!(
+            on_key(&gw, Method::GET, &id, "").await.status,
+            StatusCode::NOT_FOUND
+        );
+        assert_eq!(
+            on_key(&gw, Method::DELETE, &id, "").await.status,
+            StatusCode::NOT_FOUND
+        );
+        assert_eq!(
+            on_key(&gw, Method::PATCH, &id, "{}").await.status,
+            StatusCode::NOT_FOUND
+        );
 
         gw.stop().await;
         up.stop().await;
@@ -242,19 +285,67 @@ async fn hostile_requests_are_refused_and_store_nothing() {
             ("[]".into(), StatusCode::BAD_REQUEST, Some("(body)")),
             ("{}".into(), StatusCode::BAD_REQUEST, Some("(body)")),
             (r#"{"tenant":5}"#.into(), StatusCode::BAD_REQUEST, Some("tenant")),
-            (r#"{"tenant":"a","sha256":"00"}"#.into(), StatusCode::BAD_REQUEST, Some("sha256")),
+            (
+                r#"{"tenant":"a","sha256":"00"}"#.into(),
+                StatusCode::BAD_REQUEST,
+                Some("sha256"),
+            ),
             (r#"{"tenant":""}"#.into(), StatusCode::BAD_REQUEST, Some("tenant")),
-            (json!({ "tenant": "a".repeat(257) }).to_string(), StatusCode::BAD_REQUEST, Some("tenant")),
-            (r#"{"tenant":"a","name":"no spaces"}"#.into(), StatusCode::BAD_REQUEST, Some("name")),
-            (r#"{"tenant":"a","name":"kept"}"#.into(), StatusCode::CONFLICT, None),
-            (r#"{"tenant":"a","name":"cfgkey"}"#.into(), StatusCode::CONFLICT, None),
-            (r#"{"tenant":"a","useCases":["nope"]}"#.into(), StatusCode::BAD_REQUEST, Some("useCases[0]")),
-            (r#"{"tenant":"a","useCases":"later"}"#.into(), StatusCode::BAD_REQUEST, Some("useCases")),
-            (r#"{"tenant":"a","expiresAt":"yesterday"}"#.into(), StatusCode::BAD_REQUEST, Some("expiresAt")),
-            (r#"{"tenant":"a","expiresAt":"2001-01-01T00:00:00Z"}"#.into(), StatusCode::BAD_REQUEST, Some("expiresAt")),
-            (r#"{"tenant":"a","limits":{"requestsPerMinute":0}}"#.into(), StatusCode::BAD_REQUEST, Some("limits.requestsPerMinute")),
-            (r#"{"tenant":"a","metadata":[1]}"#.into(), StatusCode::BAD_REQUEST, Some("metadata")),
-            (json!({ "tenant": "a", "metadata": { "k": "x".repeat(5000) } }).to_string(), StatusCode::BAD_REQUEST, Some("metadata")),
+            (
+                json!({ "tenant": "a".repeat(257) }).to_string(),
+                StatusCode::BAD_REQUEST,
+                Some("tenant"),
+            ),
+            (
+                r#"{"tenant":"a","name":"no spaces"}"#.into(),
+                StatusCode::BAD_REQUEST,
+                Some("name"),
+            ),
+            (
+                r#"{"tenant":"a","name":"kept"}"#.into(),
+                StatusCode::CONFLICT,
+                None,
+            ),
+            (
+                r#"{"tenant":"a","name":"cfgkey"}"#.into(),
+                StatusCode::CONFLICT,
+                None,
+            ),
+            (
+                r#"{"tenant":"a","useCases":["nope"]}"#.into(),
+                StatusCode::BAD_REQUEST,
+                Some("useCases[0]"),
+            ),
+            (
+                r#"{"tenant":"a","useCases":"later"}"#.into(),
+                StatusCode::BAD_REQUEST,
+                Some("useCases"),
+            ),
+            (
+                r#"{"tenant":"a","expiresAt":"yesterday"}"#.into(),
+                StatusCode::BAD_REQUEST,
+                Some("expiresAt"),
+            ),
+            (
+                r#"{"tenant":"a","expiresAt":"2001-01-01T00:00:00Z"}"#.into(),
+                StatusCode::BAD_REQUEST,
+                Some("expiresAt"),
+            ),
+            (
+                r#"{"tenant":"a","limits":{"requestsPerMinute":0}}"#.into(),
+                StatusCode::BAD_REQUEST,
+                Some("limits.requestsPerMinute"),
+            ),
+            (
+                r#"{"tenant":"a","metadata":[1]}"#.into(),
+                StatusCode::BAD_REQUEST,
+                Some("metadata"),
+            ),
+            (
+                json!({ "tenant": "a", "metadata": { "k": "x".repeat(5000) } }).to_string(),
+                StatusCode::BAD_REQUEST,
+                Some("metadata"),
+            ),
             (huge, StatusCode::PAYLOAD_TOO_LARGE, None),
         ];
         for (body, want, path) in &bodies {
@@ -267,9 +358,23 @@ async fn hostile_requests_are_refused_and_store_nothing() {
                 assert_eq!(e["error"]["path"], *p, "{shown}: {e}");
             }
         }
-        let r = admin(&gw, Method::POST, "/admin/pressure/keys", r#"{"tenant":"a"}"#, None).await;
+        let r = admin(
+            &gw,
+            Method::POST,
+            "/admin/pressure/keys",
+            r#"{"tenant":"a"}"#,
+            None,
+        )
+        .await;
         assert_eq!(r.status, StatusCode::UNAUTHORIZED);
-        let r = admin(&gw, Method::POST, "/admin/pressure/keys", r#"{"tenant":"a"}"#, Some("wrong")).await;
+        let r = admin(
+            &gw,
+            Method::POST,
+            "/admin/pressure/keys",
+            r#"{"tenant":"a"}"#,
+            Some("wrong"),
+        )
+        .await;
         assert_eq!(r.status, StatusCode::UNAUTHORIZED);
 
         let long = "a".repeat(10_000);
@@ -293,18 +398,37 @@ async fn hostile_requests_are_refused_and_store_nothing() {
                 assert!(!String::from_utf8_lossy(&r.body).contains(&long), "echoed");
             }
         }
-        for bad in [r#"{"secret":1}"#, r#"{"limits":{"requestsPerMinute":-1}}"#, r#"{"expiresAt":5}"#, "nope"] {
+        for bad in [
+            r#"{"secret":1}"#,
+            r#"{"limits":{"requestsPerMinute":-1}}"#,
+            r#"{"expiresAt":5}"#,
+            "nope",
+        ] {
             let r = on_key(&gw, Method::PATCH, &kept_id, bad).await;
             assert_eq!(r.status, StatusCode::BAD_REQUEST, "{bad}: {:?}", r.body);
         }
         for query in ["?limit=abc", "?what=1", "?limit=-1"] {
-            let r = admin(&gw, Method::GET, &format!("/admin/pressure/keys{query}"), "", Some(ADMIN_TOKEN)).await;
+            let r = admin(
+                &gw,
+                Method::GET,
+                &format!("/admin/pressure/keys{query}"),
+                "",
+                Some(ADMIN_TOKEN),
+            )
+            .await;
             assert_eq!(r.status, StatusCode::BAD_REQUEST, "{query}");
         }
 
         // Nothing of that was stored or changed.
-        let list = admin(&gw, Method::GET, "/admin/pressure/keys", "", Some(ADMIN_TOKEN)).await.json();
-        let ids: Vec<&str> = list["keys"].as_array().expect("keys").iter().filter_map(|k| k["id"].as_str()).collect();
+        let list = admin(&gw, Method::GET, "/admin/pressure/keys", "", Some(ADMIN_TOKEN))
+            .await
+            .json();
+        let ids: Vec<&str> = list["keys"]
+            .as_array()
+            .expect("keys")
+            .iter()
+            .filter_map(|k| k["id"].as_str())
+            .collect();
         assert_eq!(ids, [kept_id.as_str()], "{list}");
         assert_eq!(list["keys"][0]["limits"], Value::Null);
         assert_eq!(with_key(&gw, "/", &kept_key).await.status, StatusCode::OK);
@@ -315,9 +439,18 @@ async fn hostile_requests_are_refused_and_store_nothing() {
         let mut off = config(&up, json!({ "type": "memory" }));
         off["auth"]["runtimeKeys"] = json!(false);
         let gw = TestGateway::start(off).await;
-        let r = admin(&gw, Method::POST, "/admin/pressure/keys", r#"{"tenant":"a"}"#, Some(ADMIN_TOKEN)).await;
+        let r = admin(
+            &gw,
+            Method::POST,
+            "/admin/pressure/keys",
+            r#"{"tenant":"a"}"#,
+            Some(ADMIN_TOKEN),
+        )
+        .await;
         assert_eq!(r.status, StatusCode::NOT_FOUND);
-        assert!(r.json()["error"]["message"].as_str().is_some_and(|m| m.contains("runtimeKeys")));
+        assert!(r.json()["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("runtimeKeys")));
         gw.stop().await;
         up.stop().await;
     })
@@ -326,7 +459,11 @@ async fn hostile_requests_are_refused_and_store_nothing() {
 
 /// An upstream whose `/hold` tells the test it arrived and answers only
 /// once released; everything else answers at once.
-async fn holding_upstream() -> (TestUpstream, tokio::sync::mpsc::UnboundedReceiver<()>, tokio::sync::watch::Sender<bool>) {
+async fn holding_upstream() -> (
+    TestUpstream,
+    tokio::sync::mpsc::UnboundedReceiver<()>,
+    tokio::sync::watch::Sender<bool>,
+) {
     let (arrived, arrivals) = tokio::sync::mpsc::unbounded_channel::<()>();
     let (release, released) = tokio::sync::watch::channel(false);
     let hold = move || {
@@ -346,16 +483,24 @@ async fn a_key_issued_on_one_gateway_works_on_the_other_and_is_revoked_on_both()
     bounded(async {
         let redis = RedisServer::start();
         let (up, mut arrivals, release) = holding_upstream().await;
-        let backend = json!({ "type": "redis", "url": redis.url(), "keyPrefix": "rtkeys", "timeoutMs": 1000 });
+        let backend =
+            json!({ "type": "redis", "url": redis.url(), "keyPrefix": "rtkeys", "timeoutMs": 1000 });
         let a = TestGateway::start(config(&up, backend.clone())).await;
         let b = TestGateway::start(config(&up, backend)).await;
 
-        let doc = create(&a, json!({ "tenant": "acme", "name": "fleet", "limits": { "requestsPerMinute": 50 } })).await;
+        let doc = create(
+            &a,
+            json!({ "tenant": "acme", "name": "fleet", "limits": { "requestsPerMinute": 50 } }),
+        )
+        .await;
         let key = doc["key"].as_str().expect("the key").to_owned();
         let id = doc["id"].as_str().expect("an id").to_owned();
         assert_eq!(with_key(&a, "/", &key).await.status, StatusCode::OK);
         let before = until(&b, &key, StatusCode::OK, PROPAGATION_BOUND).await;
-        assert!(before.iter().all(|s| *s == StatusCode::UNAUTHORIZED), "{before:?}");
+        assert!(
+            before.iter().all(|s| *s == StatusCode::UNAUTHORIZED),
+            "{before:?}"
+        );
         // B shows it too, with the fleet's usage of its limit.
         let shown = on_key(&b, Method::GET, &id, "").await;
         assert_eq!(shown.status, StatusCode::OK);
@@ -377,7 +522,8 @@ async fn a_key_issued_on_one_gateway_works_on_the_other_and_is_revoked_on_both()
         // A request in flight on A when B revokes the key finishes.
         let client = a.client();
         let mut req = support::get_request(&a.url("/hold"));
-        req.headers_mut().insert("x-api-key", key.parse().expect("header"));
+        req.headers_mut()
+            .insert("x-api-key", key.parse().expect("header"));
         let in_flight = tokio::spawn(async move { client.request(req).await.map(|r| r.status()) });
         tokio::time::timeout(Duration::from_secs(10), arrivals.recv())
             .await
@@ -385,16 +531,25 @@ async fn a_key_issued_on_one_gateway_works_on_the_other_and_is_revoked_on_both()
             .expect("the upstream runs");
         let r = on_key(&b, Method::DELETE, &id, "").await;
         assert_eq!(r.status, StatusCode::NO_CONTENT);
-        assert_eq!(with_key(&b, "/", &key).await.status, StatusCode::UNAUTHORIZED, "B at once");
+        assert_eq!(
+            with_key(&b, "/", &key).await.status,
+            StatusCode::UNAUTHORIZED,
+            "B at once"
+        );
         let before = until(&a, &key, StatusCode::UNAUTHORIZED, PROPAGATION_BOUND).await;
         assert!(
-            before.iter().all(|s| matches!(*s, StatusCode::OK | StatusCode::TOO_MANY_REQUESTS)),
+            before
+                .iter()
+                .all(|s| matches!(*s, StatusCode::OK | StatusCode::TOO_MANY_REQUESTS)),
             "{before:?}"
         );
         release.send_replace(true);
         let finished = in_flight.await.expect("joined").expect("answered");
         assert_eq!(finished, StatusCode::OK, "the request in flight finishes");
-        assert_eq!(on_key(&a, Method::GET, &id, "").await.status, StatusCode::NOT_FOUND);
+        assert_eq!(
+            on_key(&a, Method::GET, &id, "").await.status,
+            StatusCode::NOT_FOUND
+        );
         a.stop().await;
         b.stop().await;
         up.stop().await;

@@ -127,7 +127,11 @@ impl KeyRecord {
 
     /// The key the request path reads, with its registered `limit`; the
     /// record was [`read`](Self::read).
-    pub(crate) fn runtime_key(&self, stored: Arc<str>, limit: Option<ResourceHandle<AnyBackend>>) -> Option<RuntimeKey> {
+    pub(crate) fn runtime_key(
+        &self,
+        stored: Arc<str>,
+        limit: Option<ResourceHandle<AnyBackend>>,
+    ) -> Option<RuntimeKey> {
         let digest: KeyDigest = parse_sha256(&self.sha256)?;
         let expires_at_ms = match &self.expires_at {
             Some(at) => Some(parse_ms(at).ok()?),
@@ -218,7 +222,10 @@ impl Rules<'_> {
     pub(crate) fn name(&self, name: &str) -> Result<(), ConfigError> {
         check_name(name, "name".into())?;
         if is_id(name) {
-            return Err(ConfigError::new("name", "must not look like a key id (key_ and 16 hex digits)"));
+            return Err(ConfigError::new(
+                "name",
+                "must not look like a key id (key_ and 16 hex digits)",
+            ));
         }
         Ok(())
     }
@@ -231,7 +238,10 @@ impl Rules<'_> {
     /// The use cases: known ones, each once, at most [`MAX_USE_CASES`].
     pub(crate) fn use_cases(&self, list: &[String]) -> Result<(), ConfigError> {
         if list.len() > MAX_USE_CASES {
-            return Err(ConfigError::new("useCases", format!("at most {MAX_USE_CASES} use cases")));
+            return Err(ConfigError::new(
+                "useCases",
+                format!("at most {MAX_USE_CASES} use cases"),
+            ));
         }
         let Some(known) = self.use_case else {
             if list.is_empty() {
@@ -245,7 +255,10 @@ impl Rules<'_> {
         for (i, name) in list.iter().enumerate() {
             let at = format!("useCases[{i}]");
             if name.is_empty() || name.len() > MAX_USE_CASE_BYTES {
-                return Err(ConfigError::new(at, format!("must be 1 to {MAX_USE_CASE_BYTES} bytes")));
+                return Err(ConfigError::new(
+                    at,
+                    format!("must be 1 to {MAX_USE_CASE_BYTES} bytes"),
+                ));
             }
             if !known(name) {
                 return Err(ConfigError::new(at, "names no use case of gateway.llm.useCases"));
@@ -271,7 +284,10 @@ impl Rules<'_> {
     /// [`MAX_METADATA_BYTES`] bytes.
     pub(crate) fn metadata(&self, metadata: &Map<String, Value>) -> Result<(), ConfigError> {
         if metadata.len() > MAX_METADATA_KEYS {
-            return Err(ConfigError::new("metadata", format!("at most {MAX_METADATA_KEYS} keys")));
+            return Err(ConfigError::new(
+                "metadata",
+                format!("at most {MAX_METADATA_KEYS} keys"),
+            ));
         }
         let bytes = serde_json::to_string(metadata).map_or(usize::MAX, |s| s.len());
         if bytes > MAX_METADATA_BYTES {
@@ -285,7 +301,12 @@ impl Rules<'_> {
 
     /// The record of `new` under `id` with the key's digest `sha256`,
     /// every field checked.
-    pub(crate) fn new_record(&self, new: NewKey, id: String, sha256: String) -> Result<KeyRecord, ConfigError> {
+    pub(crate) fn new_record(
+        &self,
+        new: NewKey,
+        id: String,
+        sha256: String,
+    ) -> Result<KeyRecord, ConfigError> {
         self.tenant(&new.tenant)?;
         if let Some(name) = &new.name {
             self.name(name)?;
@@ -381,7 +402,10 @@ mod tests {
     fn secrets_and_ids_are_fresh_and_plain() {
         let (a, b) = (new_secret(), new_secret());
         assert_ne!(a, b);
-        assert!(a.starts_with(SECRET_PREFIX) && a.len() == SECRET_PREFIX.len() + 64, "{a}");
+        assert!(
+            a.starts_with(SECRET_PREFIX) && a.len() == SECRET_PREFIX.len() + 64,
+            "{a}"
+        );
         assert!(!a.contains('.'));
         let id = new_id();
         assert!(is_id(&id), "{id}");
@@ -412,22 +436,40 @@ mod tests {
         assert_eq!(bad(json!({"tenant": ""})), "tenant");
         assert_eq!(bad(json!({"tenant": "a".repeat(257)})), "tenant");
         assert_eq!(bad(json!({"tenant": "a", "name": "a b"})), "name");
-        assert_eq!(bad(json!({"tenant": "a", "name": "key_0123456789abcdef"})), "name");
-        assert_eq!(bad(json!({"tenant": "a", "limits": {"requestsPerMinute": 0}})), "limits.requestsPerMinute");
+        assert_eq!(
+            bad(json!({"tenant": "a", "name": "key_0123456789abcdef"})),
+            "name"
+        );
+        assert_eq!(
+            bad(json!({"tenant": "a", "limits": {"requestsPerMinute": 0}})),
+            "limits.requestsPerMinute"
+        );
         assert_eq!(bad(json!({"tenant": "a", "useCases": ["nope"]})), "useCases[0]");
-        assert_eq!(bad(json!({"tenant": "a", "useCases": ["chat", "chat"]})), "useCases[1]");
-        assert_eq!(bad(json!({"tenant": "a", "expiresAt": "1970-01-01T00:00:00Z"})), "expiresAt");
+        assert_eq!(
+            bad(json!({"tenant": "a", "useCases": ["chat", "chat"]})),
+            "useCases[1]"
+        );
+        assert_eq!(
+            bad(json!({"tenant": "a", "expiresAt": "1970-01-01T00:00:00Z"})),
+            "expiresAt"
+        );
         assert_eq!(bad(json!({"tenant": "a", "expiresAt": "tomorrow"})), "expiresAt");
         let many: Map<String, Value> = (0..33).map(|i| (format!("k{i}"), json!(i))).collect();
         assert_eq!(bad(json!({"tenant": "a", "metadata": many})), "metadata");
-        assert_eq!(bad(json!({"tenant": "a", "metadata": {"k": "x".repeat(5000)}})), "metadata");
+        assert_eq!(
+            bad(json!({"tenant": "a", "metadata": {"k": "x".repeat(5000)}})),
+            "metadata"
+        );
     }
 
     #[test]
     fn bodies_refuse_unknown_fields_and_wrong_types() {
         let e = parse_body::<NewKey>(br#"{"tenant":"a","secret":"x"}"#).unwrap_err();
         assert!(e.problem.contains("unknown field"), "{e}");
-        assert_eq!(parse_body::<NewKey>(br#"{"tenant":5}"#).unwrap_err().path, "tenant");
+        assert_eq!(
+            parse_body::<NewKey>(br#"{"tenant":5}"#).unwrap_err().path,
+            "tenant"
+        );
         assert_eq!(parse_body::<NewKey>(b"[").unwrap_err().path, "(body)");
         assert_eq!(parse_body::<NewKey>(b"{}").unwrap_err().path, "(body)");
         let p: KeyPatch = parse_body(br#"{"limits":null}"#).expect("a patch");

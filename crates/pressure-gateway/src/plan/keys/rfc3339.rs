@@ -108,7 +108,10 @@ mod tests {
         assert_eq!(parse_ms("1970-01-01T00:00:01.5Z").unwrap(), 1_500);
         assert_eq!(parse_ms("1970-01-01t01:00:00+01:00").unwrap(), 0);
         assert_eq!(parse_ms("1970-01-01T00:00:00-00:30").unwrap(), 1_800_000);
-        assert_eq!(parse_ms("2030-01-31T12:00:00.123456789Z").unwrap(), 1_896_091_200_123);
+        assert_eq!(
+            parse_ms("2030-01-31T12:00:00.123456789Z").unwrap(),
+            1_896_091_200_123
+        );
         assert_eq!(format_ms(1_896_091_200_123), "2030-01-31T12:00:00.123Z");
         for bad in [
             "",

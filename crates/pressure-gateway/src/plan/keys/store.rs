@@ -193,7 +193,12 @@ impl Installer {
                 match registered {
                     Ok(h) => Some(h),
                     Err(e) => {
-                        tracing::warn!(id, resource, error = e.as_str(), "runtime API key not installed: its limits cannot be registered");
+                        tracing::warn!(
+                            id,
+                            resource,
+                            error = e.as_str(),
+                            "runtime API key not installed: its limits cannot be registered"
+                        );
                         return None;
                     }
                 }
@@ -206,11 +211,18 @@ impl Installer {
     /// Unregisters the resource of `previous` (the key `id` was) unless the
     /// key `id` is now still charged to it, or the config owns it.
     fn retire(&self, plan: &Plan, previous: Option<Arc<RuntimeKey>>, id: &str) {
-        let Some(resource) = previous.as_ref().and_then(|k| k.limit.as_ref()).map(|h| h.id().to_owned()) else {
+        let Some(resource) = previous
+            .as_ref()
+            .and_then(|k| k.limit.as_ref())
+            .map(|h| h.id().to_owned())
+        else {
             return;
         };
         let now = self.mirror.get(id);
-        let kept = now.as_ref().and_then(|k| k.limit.as_ref()).is_some_and(|h| h.id() == resource);
+        let kept = now
+            .as_ref()
+            .and_then(|k| k.limit.as_ref())
+            .is_some_and(|h| h.id() == resource);
         if !kept && !plan.resource_ids().contains(&resource) {
             self.broker.unregister(&resource);
         }
@@ -241,7 +253,12 @@ impl Keys {
     /// `plan`'s plans read when `gateway.auth.runtimeKeys`); on Redis the
     /// watcher starts now (Redis down is not fatal: it reconnects by
     /// itself).
-    pub(crate) fn start(backend: &BackendConfig, mirror: Arc<RuntimeKeys>, plan: PlanCell, broker: Broker) -> Self {
+    pub(crate) fn start(
+        backend: &BackendConfig,
+        mirror: Arc<RuntimeKeys>,
+        plan: PlanCell,
+        broker: Broker,
+    ) -> Self {
         let installer = Installer { mirror, plan, broker };
         let (store, watcher): (Arc<dyn KeyStore>, _) = match backend {
             BackendConfig::Memory => (Arc::new(MemoryStore::default()), None),
@@ -361,14 +378,21 @@ impl Keys {
         replace: bool,
     ) -> Result<(), KeyError> {
         let json = match &record {
-            Some(r) => Some(serde_json::to_string(r).map_err(|e| KeyError::Unavailable(BackendError::Protocol(e.to_string())))?),
+            Some(r) => Some(
+                serde_json::to_string(r)
+                    .map_err(|e| KeyError::Unavailable(BackendError::Protocol(e.to_string())))?,
+            ),
             None => None,
         };
         let (store, installer) = (Arc::clone(&self.store), self.installer.clone());
         let task = tokio::spawn(async move {
             let _one_at_a_time = guard;
             let version = match (&json, replace) {
-                (Some(j), true) => store.replace(&id, j).await.map_err(KeyError::Unavailable)?.ok_or(KeyError::NotFound)?,
+                (Some(j), true) => store
+                    .replace(&id, j)
+                    .await
+                    .map_err(KeyError::Unavailable)?
+                    .ok_or(KeyError::NotFound)?,
                 (Some(j), false) => store.put(&id, j).await.map_err(KeyError::Unavailable)?,
                 (None, _) => store.delete(&id).await.map_err(KeyError::Unavailable)?,
             };
@@ -407,7 +431,11 @@ fn watch(hash: Arc<SharedHash>, installer: Installer) -> AbortOnDrop {
     AbortOnDrop(tokio::spawn(async move {
         hash.watch(move |event| match event {
             SharedHashEvent::Snapshot { version, entries } => installer.snapshot(version, entries),
-            SharedHashEvent::Set { version, field, value } => {
+            SharedHashEvent::Set {
+                version,
+                field,
+                value,
+            } => {
                 installer.install(version, &field, Some(&value));
             }
             SharedHashEvent::Removed { version, field } => {
