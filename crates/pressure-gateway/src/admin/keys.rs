@@ -24,6 +24,7 @@
 //! taken `409`; the store unreachable `503`, nothing changed.
 
 use super::tenants::usage;
+use crate::auth::runtime_keys::wall_clock_ms as now_ms;
 use super::{AdminError, AdminState};
 use crate::plan::keys::store::{KeyError, Keys};
 use crate::plan::keys::{is_id, parse_body, KeyPatch, KeyRecord, NewKey};
@@ -51,12 +52,6 @@ pub(super) struct ListQuery {
     limit: Option<usize>,
 }
 
-/// Now, Unix milliseconds.
-fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-}
 
 /// The gateway's keys.
 fn keys(state: &AdminState) -> Result<&Keys, AdminError> {

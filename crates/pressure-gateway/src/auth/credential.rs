@@ -24,7 +24,7 @@
 
 use super::api_key::{digest, ApiKey};
 use super::policy::TenantPolicy;
-use super::runtime_keys::{KeyScope, RuntimeKey};
+use super::runtime_keys::{wall_clock_ms as now_ms, KeyScope, RuntimeKey};
 use super::{bearer, AuthError, Tenant};
 use crate::backend::AnyBackend;
 use http::{HeaderName, Request};
@@ -131,7 +131,7 @@ pub(crate) fn identify<B>(
                 Some(found) => (known(found), Some(header), None),
                 None => {
                     let found = policy.runtime_keys.as_deref().and_then(|k| k.find(&d));
-                    let (identity, scope) = issued(found, now_ms())?;
+                    let (identity, scope) = issued(found)?;
                     (identity, Some(header), scope)
                 }
             }
@@ -160,9 +160,10 @@ fn known(key: &ApiKey) -> Identity {
 /// The identity of a key issued at runtime, and the use cases it is
 /// limited to; an unknown (or revoked) key is refused as an unknown one,
 /// an expired one as expired.
-fn issued(found: Option<Arc<RuntimeKey>>, now_ms: u64) -> Result<(Identity, Option<KeyScope>), AuthError> {
+fn issued(found: Option<Arc<RuntimeKey>>) -> Result<(Identity, Option<KeyScope>), AuthError> {
     let key = found.ok_or(AuthError::InvalidApiKey)?;
-    if key.expired(now_ms) {
+    // The clock is read only for a key that can expire.
+    if key.expires_at_ms.is_some() && key.expired(now_ms()) {
         return Err(AuthError::KeyExpired);
     }
     let identity = Identity {
@@ -175,12 +176,6 @@ fn issued(found: Option<Arc<RuntimeKey>>, now_ms: u64) -> Result<(Identity, Opti
     Ok((identity, key.use_cases.clone().map(KeyScope)))
 }
 
-/// Now, Unix milliseconds (the clock an `expiresAt` is compared with).
-fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-}
 
 #[cfg(test)]
 mod tests {

@@ -62,6 +62,14 @@ impl RuntimeKey {
     }
 }
 
+/// Now by the wall clock, Unix milliseconds: what an `expiresAt` (a date
+/// an operator wrote) is compared with. Limiter time is the injected
+/// monotonic clock; an expiry is a calendar fact, like a log's timestamp.
+pub(crate) fn wall_clock_ms() -> u64 {
+    let nanos = time::OffsetDateTime::now_utc().unix_timestamp_nanos();
+    u64::try_from(nanos / 1_000_000).unwrap_or(0)
+}
+
 /// The use cases a runtime key may call, put in the request's extensions
 /// by [`super::credential::identify`] when the key has a list; an endpoint
 /// refuses any other use case (`403`).
