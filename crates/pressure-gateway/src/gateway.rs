@@ -399,6 +399,9 @@ impl Gateway {
         let plan = plan
             .with_live_overrides(Arc::clone(self.inner.overrides.live()))
             .with_runtime_keys(Arc::clone(self.inner.keys.mirror()));
+        if plan.config().auth.runtime_keys {
+            self.inner.keys.watch();
+        }
         reload::retemplate_tenants(&self.inner.broker, &old, &plan);
         for id in old.resource_ids().difference(plan.resource_ids()) {
             self.inner.broker.unregister(id);

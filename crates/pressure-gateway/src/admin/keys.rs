@@ -24,8 +24,8 @@
 //! taken `409`; the store unreachable `503`, nothing changed.
 
 use super::tenants::usage;
-use crate::auth::runtime_keys::wall_clock_ms as now_ms;
 use super::{AdminError, AdminState};
+use crate::auth::runtime_keys::wall_clock_ms as now_ms;
 use crate::plan::keys::store::{KeyError, Keys};
 use crate::plan::keys::{is_id, parse_body, KeyPatch, KeyRecord, NewKey};
 use axum::body::Body;
@@ -51,7 +51,6 @@ pub(super) struct ListQuery {
     after: Option<String>,
     limit: Option<usize>,
 }
-
 
 /// The gateway's keys.
 fn keys(state: &AdminState) -> Result<&Keys, AdminError> {

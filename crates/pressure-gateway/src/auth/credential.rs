@@ -176,7 +176,6 @@ fn issued(found: Option<Arc<RuntimeKey>>) -> Result<(Identity, Option<KeyScope>)
     Ok((identity, key.use_cases.clone().map(KeyScope)))
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -10,8 +10,9 @@
 //!   key's SHA-256, never the key), persistent on purpose (`pressure redis
 //!   gc` leaves `{config}` keys alone), each write announced on its pub/sub
 //!   channel, the same path as the live tenant overrides
-//!   (`crate::plan::overrides::store`). Every instance subscribes and
-//!   reads the whole hash on each (re)subscription. A change only replaces
+//!   (`crate::plan::overrides::store`). Every instance that reads
+//!   runtime keys subscribes (from its start, or from the reload that
+//!   turned them on) and reads the whole hash on each (re)subscription. A change only replaces
 //!   a key still there, so an update racing a revocation never brings the
 //!   key back.
 //! * **Bound** of a revocation (`DELETE`): the instance that answered
@@ -245,34 +246,60 @@ pub struct Keys {
     store: Arc<dyn KeyStore>,
     /// One write of this instance at a time (held by the write's task).
     writes: Arc<tokio::sync::Mutex<()>>,
-    _watcher: Option<AbortOnDrop>,
+    /// The shared hash (Redis), and its watcher once keys are read.
+    hash: Option<Arc<SharedHash>>,
+    watcher: parking_lot::Mutex<Option<AbortOnDrop>>,
 }
 
 impl Keys {
     /// The keys of a gateway on `backend`, mirrored in `mirror` (which
-    /// `plan`'s plans read when `gateway.auth.runtimeKeys`); on Redis the
-    /// watcher starts now (Redis down is not fatal: it reconnects by
-    /// itself).
+    /// `plan`'s plans read when `gateway.auth.runtimeKeys`). On Redis the
+    /// watcher starts when the plan reads runtime keys (now, or at the
+    /// reload that turns them on: [`watch`](Self::watch)); Redis down is
+    /// not fatal: it reconnects by itself.
     pub(crate) fn start(
         backend: &BackendConfig,
         mirror: Arc<RuntimeKeys>,
         plan: PlanCell,
         broker: Broker,
     ) -> Self {
+        let on = plan.load().config().auth.runtime_keys;
         let installer = Installer { mirror, plan, broker };
-        let (store, watcher): (Arc<dyn KeyStore>, _) = match backend {
+        let (store, hash): (Arc<dyn KeyStore>, _) = match backend {
             BackendConfig::Memory => (Arc::new(MemoryStore::default()), None),
             BackendConfig::Redis(rc) => {
                 let hash = Arc::new(SharedHash::new(rc, HASH_NAME));
-                let watcher = watch(Arc::clone(&hash), installer.clone());
-                (Arc::new(RedisStore { hash }), Some(watcher))
+                (
+                    Arc::new(RedisStore {
+                        hash: Arc::clone(&hash),
+                    }),
+                    Some(hash),
+                )
             }
         };
-        Self {
+        let keys = Self {
             installer,
             store,
             writes: Arc::new(tokio::sync::Mutex::new(())),
-            _watcher: watcher,
+            hash,
+            watcher: parking_lot::Mutex::new(None),
+        };
+        if on {
+            keys.watch();
+        }
+        keys
+    }
+
+    /// Starts the watcher of the fleet's keys (Redis), unless it runs:
+    /// called when a plan that reads runtime keys is installed. It then
+    /// runs as long as the gateway.
+    pub(crate) fn watch(&self) {
+        let Some(hash) = &self.hash else {
+            return;
+        };
+        let mut watcher = self.watcher.lock();
+        if watcher.is_none() {
+            *watcher = Some(watch(Arc::clone(hash), self.installer.clone()));
         }
     }
 
