@@ -46,9 +46,10 @@ pub(crate) const MAX_KEYS: usize = 100_000;
 /// The prefix of every key issued here.
 pub(crate) const SECRET_PREFIX: &str = "sk-pr-";
 
-/// A key as it is stored (module docs).
+/// A key as it is stored (module docs). Fields it does not know are
+/// ignored, so that a record a newer gateway wrote still works here.
 #[derive(Clone, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[serde(rename_all = "camelCase")]
 pub(crate) struct KeyRecord {
     pub(crate) id: String,
     pub(crate) sha256: String,
