@@ -120,6 +120,14 @@ async fn with_key(gw: &TestGateway, path: &str, key: &str) -> Reply {
     Reply::read(gw.send(req).await).await
 }
 
+/// `GET path` through `gw`'s proxy with `Authorization: Bearer key`.
+async fn with_bearer(gw: &TestGateway, path: &str, key: &str) -> Reply {
+    let mut req = support::get_request(&gw.url(path));
+    let value = format!("Bearer {key}").parse().expect("header");
+    req.headers_mut().insert("authorization", value);
+    Reply::read(gw.send(req).await).await
+}
+
 /// A chat completion of `model` through `gw` with `key`.
 async fn chat(gw: &TestGateway, key: &str, model: &str) -> Reply {
     let body = json!({ "model": model, "messages": [{ "role": "user", "content": "hi" }] });
@@ -233,6 +241,13 @@ async fn a_runtime_key_works_changes_expires_and_dies_in_memory() {
             StatusCode::ACCEPTED,
             "no list: every use case"
         );
+        let models = with_bearer(&gw, "/v1/models", scoped).await.json();
+        assert_eq!(models["data"].as_array().map(Vec::len), Some(1), "{models}");
+        assert_eq!(models["data"][0]["id"], "later");
+        let hidden = with_bearer(&gw, "/v1/models/other", scoped).await;
+        assert_eq!(hidden.status, StatusCode::FORBIDDEN);
+        let all = with_bearer(&gw, "/v1/models", CONFIG_KEY).await.json();
+        assert_eq!(all["data"].as_array().map(Vec::len), Some(2), "{all}");
 
         // Expiry: two seconds from now, then 401 key_expired.
         let soon = (time::OffsetDateTime::now_utc() + time::Duration::seconds(2))
