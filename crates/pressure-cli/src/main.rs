@@ -6,6 +6,7 @@ mod config_cmd;
 mod demo;
 mod gateway;
 mod json_log;
+mod keys;
 mod mock_provider;
 mod queue;
 mod redis_cmd;
@@ -75,6 +76,10 @@ enum Command {
     /// admin API (`--admin`, either backend), or from the Redis stream of a
     /// config (`--config`); one JSON line per queued request.
     Queue(queue::QueueArgs),
+    /// Issues, lists, shows, changes and revokes API keys at runtime
+    /// through a running gateway's admin API (`--admin-url`,
+    /// `gateway.auth.runtimeKeys`).
+    Keys(keys::KeysArgs),
     /// Runs Envoy's rate limit service (gRPC `ShouldRateLimit`) with
     /// envoyproxy/ratelimit's YAML files: exact sliding windows, denials
     /// that consume nothing, memory or Redis.
@@ -193,6 +198,7 @@ fn run() -> anyhow::Result<ExitCode> {
         Command::Gateway(args) => runtime.block_on(gateway::run(args)),
         Command::CheckConfig(args) => gateway::check(args),
         Command::Queue(args) => runtime.block_on(queue::run(args)),
+        Command::Keys(args) => runtime.block_on(keys::run(args)),
         Command::Redis(args) => runtime.block_on(redis_cmd::run(args)),
         Command::Rls(args) => runtime.block_on(rls::run(args)),
         Command::MockProvider(args) => runtime.block_on(mock_provider::run(args)),

@@ -91,11 +91,11 @@ impl tower::Service<Request<Body>> for Answer {
                 Box::pin(async move { agents::serve::<agents::Responses>(&llm, req).await })
             }
             Some((Endpoint::Models, llm)) => {
-                let answer = openai::list_models(&llm);
+                let answer = openai::list_models(&llm, req.extensions().get());
                 Box::pin(async move { answer })
             }
             Some((Endpoint::Model, llm)) => {
-                let answer = openai::retrieve_model(&llm, req.uri().path());
+                let answer = openai::retrieve_model(&llm, req.uri().path(), req.extensions().get());
                 Box::pin(async move { answer })
             }
             _ => self.forward(req),

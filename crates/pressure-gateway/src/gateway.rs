@@ -21,6 +21,7 @@ use crate::layers::{Outcome, StepFuture, Stepped};
 use crate::manual_queue::RedisManualQueue;
 use crate::metrics::GatewayMetrics;
 use crate::openai::Llm;
+use crate::plan::keys::store::Keys;
 use crate::plan::overrides::store::Overrides;
 use crate::plan::overrides::{LiveOverrides, LiveParents};
 use crate::plan::reload::{self, ReloadOutcome};
@@ -150,6 +151,7 @@ struct GatewayState {
     permits: Arc<PermitStore>,
     decisions_token: Option<Arc<str>>,
     overrides: Overrides,
+    keys: Keys,
 }
 
 impl std::fmt::Debug for Gateway {
@@ -241,12 +243,15 @@ impl Gateway {
         let live = Arc::new(LiveOverrides::default());
         let parents = Arc::new(LiveParents::default());
         let (plan, tls) = Plan::with_tls(checked, &broker, llm).map_err(ConfigError::from)?;
+        let runtime_keys = Arc::new(crate::auth::RuntimeKeys::default());
         let plan = plan
             .with_live_overrides(Arc::clone(&live))
-            .with_live_parents(Arc::clone(&parents));
+            .with_live_parents(Arc::clone(&parents))
+            .with_runtime_keys(Arc::clone(&runtime_keys));
         let tls = tls.into_listeners();
         let plan: PlanCell = Arc::new(ArcSwap::from_pointee(plan));
         let overrides = Overrides::start(&backend_config, live, parents, plan.clone(), broker.clone());
+        let keys = Keys::start(&backend_config, runtime_keys, plan.clone(), broker.clone());
         Ok(Self {
             inner: Arc::new(GatewayState {
                 plan,
@@ -263,6 +268,7 @@ impl Gateway {
                 permits: PermitStore::start(max_permits),
                 decisions_token,
                 overrides,
+                keys,
             }),
         })
     }
@@ -394,7 +400,11 @@ impl Gateway {
             Plan::with_tls(checked, &self.inner.broker, old.llm().cloned()).map_err(ConfigError::from)?;
         let plan = plan
             .with_live_overrides(Arc::clone(self.inner.overrides.live()))
-            .with_live_parents(Arc::clone(self.inner.overrides.parents()));
+            .with_live_parents(Arc::clone(self.inner.overrides.parents()))
+            .with_runtime_keys(Arc::clone(self.inner.keys.mirror()));
+        if plan.config().auth.runtime_keys {
+            self.inner.keys.watch();
+        }
         reload::retemplate_tenants(&self.inner.broker, &old, &plan);
         for id in old.resource_ids().difference(plan.resource_ids()) {
             self.inner.broker.unregister(id);
@@ -611,5 +621,9 @@ impl admin::Control for Gateway {
         parent: Option<String>,
     ) -> futures::future::BoxFuture<'_, Result<(), pressure_core::BackendError>> {
         Box::pin(Gateway::write_parent(self, tenant, parent))
+    }
+
+    fn keys(&self) -> &Keys {
+        &self.inner.keys
     }
 }

@@ -7,11 +7,13 @@
 --
 -- KEYS[1]  the hash (field -> value); persistent on purpose (configuration)
 -- KEYS[2]  its version counter (an integer string, same hash tag)
--- ARGV[1]  "set", "del" or "all"
--- ARGV[2]  the channel (set, del)
--- ARGV[3]  the field (set, del)
--- ARGV[4]  the value (set)
+-- ARGV[1]  "set", "upd", "del" or "all"
+-- ARGV[2]  the channel (set, upd, del)
+-- ARGV[3]  the field (set, upd, del)
+-- ARGV[4]  the value (set, upd)
 -- Returns
+--   upd       as set when the field exists; 0 (nothing written, nothing
+--             announced) when it does not
 --   set, del  the new version; the channel gets
 --             "<version> s <field bytes>:<field><value>" or
 --             "<version> d <field bytes>:<field>"
@@ -25,10 +27,14 @@ if op == 'all' then
   return out
 end
 
-if op ~= 'set' and op ~= 'del' then
+if op ~= 'set' and op ~= 'del' and op ~= 'upd' then
   return redis.error_reply('shared_hash.lua: unknown op ' .. tostring(op))
 end
 local field = ARGV[3]
+if op == 'upd' then
+  if redis.call('HEXISTS', KEYS[1], field) == 0 then return 0 end
+  op = 'set'
+end
 local v = redis.call('INCR', KEYS[2])
 if op == 'set' then
   redis.call('HSET', KEYS[1], field, ARGV[4])

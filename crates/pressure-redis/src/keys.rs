@@ -150,7 +150,10 @@ mod tests {
         // exactly the group's, never an ungrouped key nor a breaker's. The
         // ungrouped keys and their siblings are in `seen` first.
         for id in ids {
-            assert!(seen.insert(ResourceKeys::new("pressure", id).sibling("q")), "{id:?}");
+            assert!(
+                seen.insert(ResourceKeys::new("pressure", id).sibling("q")),
+                "{id:?}"
+            );
         }
         for group in ids {
             for id in ids {

@@ -10,7 +10,7 @@
 //!   operator, a handful of entries — and [`gc`](crate::gc) leaves every
 //!   `{config}` key alone.
 //! * **Writes** (`lua/shared_hash.lua`): one atomic script bumps the version,
-//!   writes the field and publishes `"<version> s|d <len>:<field>[<value>]"`
+//!   writes the field (a [`SharedHash::replace`] only an existing one) and publishes `"<version> s|d <len>:<field>[<value>]"`
 //!   on `<prefix>:{config}:<name>:changed`, so the announcements come in the
 //!   order of the writes and carry the value (no read back).
 //! * **Watching** ([`SharedHash::watch`]): subscribe first, then read the
@@ -140,6 +140,15 @@ impl SharedHash {
     /// Sets `field` to `value` for the whole fleet; the write's version.
     pub async fn set(&self, field: &str, value: &str) -> Result<u64, BackendError> {
         self.call::<u64>(&["set", &self.channel, field, value]).await
+    }
+
+    /// Sets `field` to `value` for the whole fleet only if it is there:
+    /// the write's version, or `None` (nothing written) when the field is
+    /// absent — so that an update racing a removal never brings the field
+    /// back.
+    pub async fn replace(&self, field: &str, value: &str) -> Result<Option<u64>, BackendError> {
+        let version = self.call::<u64>(&["upd", &self.channel, field, value]).await?;
+        Ok((version > 0).then_some(version))
     }
 
     /// Removes `field` for the whole fleet (also when absent); the write's

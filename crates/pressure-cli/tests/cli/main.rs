@@ -1,13 +1,15 @@
 //! The command's manners: one error style and exit-code table, a closed
 //! pipe that is no crash, completions, the generated config schema, the
 //! manual queue of a memory-backend gateway listed and drained through its
-//! admin API; `pressure redis gc` against a real Redis (`redis_gc.rs`);
+//! admin API; `pressure keys` against a real gateway (`keys.rs`);
+//! `pressure redis gc` against a real Redis (`redis_gc.rs`);
 //! `pressure triage eval` on a fixed ticket set (`triage_eval.rs`).
 
 #[path = "../lifecycle/support.rs"]
 #[allow(dead_code)]
 mod support;
 
+mod keys;
 mod redis_gc;
 mod triage_eval;
 

@@ -1,9 +1,10 @@
 //! [`Control`]: what the admin listener may ask of the gateway it belongs
 //! to — whether it is stopping, a reload, the plan serving now, a tenant's
-//! live override or parent — and nothing else. `crate::Gateway` implements it; the
+//! live override or parent, the keys issued at runtime — and nothing else. `crate::Gateway` implements it; the
 //! admin listener holds it as a trait object, so it depends on these
 //! methods and not on the gateway's type.
 
+use crate::plan::keys::store::Keys;
 use crate::plan::reload::ReloadOutcome;
 use crate::plan::Plan;
 use crate::settings::ConfigError;
@@ -36,4 +37,7 @@ pub trait Control: Send + Sync + 'static {
     /// backend, applied here at once.
     fn write_parent(&self, tenant: String, parent: Option<String>)
         -> BoxFuture<'_, Result<(), BackendError>>;
+
+    /// The keys issued at runtime (`crate::plan::keys`).
+    fn keys(&self) -> &Keys;
 }

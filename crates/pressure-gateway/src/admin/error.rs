@@ -31,6 +31,13 @@ pub(crate) enum AdminError {
     MethodNotAllowed,
     /// `400`: a query the page cannot take.
     BadRequest(Cow<'static, str>),
+    /// `409`: the request conflicts with what is there (a key name taken).
+    Conflict(Cow<'static, str>),
+    /// `413`: a body larger than the route takes.
+    TooLarge {
+        /// The bound, bytes.
+        max: usize,
+    },
     /// `400`: a reload found the config invalid, or a tenant's limits do
     /// not compile (names the JSON path).
     InvalidConfig(ConfigError),
@@ -74,6 +81,13 @@ impl AdminError {
                 "this admin route does not answer that method",
             ),
             Self::BadRequest(m) => D::new(S::BAD_REQUEST, "bad_request", client("bad_request"), m.as_ref()),
+            Self::Conflict(m) => D::new(S::CONFLICT, "conflict", client("conflict"), m.as_ref()),
+            Self::TooLarge { max } => D::new(
+                S::PAYLOAD_TOO_LARGE,
+                "payload_too_large",
+                client("request_too_large"),
+                format!("the body exceeds {max} bytes"),
+            ),
             Self::InvalidConfig(e) => D::new(
                 S::BAD_REQUEST,
                 "invalid_config",

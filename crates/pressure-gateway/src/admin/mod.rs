@@ -18,6 +18,11 @@
 //! | `DELETE /admin/pressure/tenants/{id}/limits` | removes it fleet-wide: back to `perTenant.overrides.<id>` or `perTenant.limits` |
 //! | `PUT /admin/pressure/tenants/{id}/parent` | `{"parent": "<tenant>" \| null}`: the tenant's live parent (nested budgets) on every gateway of the backend; a cycle or a chain over `perTenant.maxDepth` is a `400` (`admin/parents.rs`) |
 //! | `DELETE /admin/pressure/tenants/{id}/parent` | removes it fleet-wide: back to `perTenant.overrides.<id>.parent` |
+//! | `POST /admin/pressure/keys` | issues an API key (`gateway.auth.runtimeKeys`): `201` with the key, shown only here (`admin/keys.rs`) |
+//! | `GET /admin/pressure/keys[?tenant=&after=&limit=]` | the live runtime keys, a page at a time, never a key or its digest |
+//! | `GET /admin/pressure/keys/{id}` | one key, with the usage of its own limits |
+//! | `PATCH /admin/pressure/keys/{id}` | changes its `limits`, `useCases`, `expiresAt`, `metadata` on every gateway of the backend |
+//! | `DELETE /admin/pressure/keys/{id}` | `204`: revoked on every gateway of the backend |
 //! | `GET /dashboard` (and `GET /` → 303) | the live operator dashboard, embedded in the binary (`admin/dashboard.rs`) |
 //!
 //! `/healthz` (liveness) always answers 200 while the process serves: when Redis is
@@ -37,6 +42,7 @@ mod dashboard;
 mod error;
 mod events;
 mod hierarchy;
+mod keys;
 mod llm;
 mod parents;
 mod queue;
@@ -117,6 +123,11 @@ pub fn router(state: AdminState) -> Router {
         .route(
             "/admin/pressure/tenants/{id}/parent",
             axum::routing::put(parents::put).delete(parents::delete),
+        )
+        .route("/admin/pressure/keys", get(keys::list).post(keys::create))
+        .route(
+            "/admin/pressure/keys/{id}",
+            get(keys::get).patch(keys::patch).delete(keys::delete),
         )
         .route("/metrics", get(metrics))
         .route_layer(middleware::from_fn_with_state(state.clone(), auth::require_token));

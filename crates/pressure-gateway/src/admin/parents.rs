@@ -64,7 +64,11 @@ fn parse(body: &[u8]) -> Result<Option<String>, ConfigError> {
     let mut de = serde_json::Deserializer::from_slice(body);
     let b: ParentBody = serde_path_to_error::deserialize(&mut de).map_err(|e| {
         let path = e.path().to_string();
-        let path = if path == "." || path == "?" { "(body)".to_owned() } else { path };
+        let path = if path == "." || path == "?" {
+            "(body)".to_owned()
+        } else {
+            path
+        };
         ConfigError::new(path, e.into_inner().to_string())
     })?;
     match b.parent {

@@ -23,4 +23,3 @@ pub(super) async fn with_usage(state: &AdminState, list: Vec<ResourceStats>) -> 
         .collect()
         .await
 }
-

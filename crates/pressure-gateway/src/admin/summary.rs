@@ -29,8 +29,8 @@
 //!  "health":{"status":"ok","ready":true,"backend":"memory","redis":null}}
 //! ```
 
-use super::AdminError;
 use super::store_reads::with_usage;
+use super::AdminError;
 use super::{llm, AdminState};
 use crate::backend::AnyBackend;
 use crate::resources;
@@ -49,7 +49,6 @@ pub(super) const DEFAULT_TOP: usize = 20;
 
 /// Most tenants one summary lists.
 pub(super) const MAX_TOP: usize = 200;
-
 
 /// The query of the summary and the event stream.
 #[derive(Debug, Default, Deserialize)]

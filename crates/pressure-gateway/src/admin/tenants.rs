@@ -173,7 +173,7 @@ pub(super) async fn describe(gateway: &dyn Control, broker: &Broker, tenant: &st
 /// Per limited dimension, what the backend counts for `resource` now: the
 /// registered resource's, or (not registered here yet) the store's under
 /// `limits`. `null` with a message when the store does not answer.
-async fn usage(broker: &Broker, resource: &str, group: Option<&str>, limits: &Limits) -> Value {
+pub(super) async fn usage(broker: &Broker, resource: &str, group: Option<&str>, limits: &Limits) -> Value {
     let read = match broker.resource(resource) {
         Some(h) => h
             .usage()

@@ -18,10 +18,10 @@ use serde_json::{json, Value};
 /// Answers one call ([`respond`]; its refusals rendered by the route
 /// layer in Anthropic's dialect).
 pub(crate) async fn count_tokens(llm: &LlmClient<AnyBackend>, req: Request<Body>) -> Outcome {
-    respond(llm, req, |req, _event| count(llm, req)).await
+    respond(llm, req, |req, event| count(llm, req, event)).await
 }
 
-async fn count(llm: &LlmClient<AnyBackend>, req: Request<Body>) -> Outcome {
+async fn count(llm: &LlmClient<AnyBackend>, req: Request<Body>, event: crate::openai::Event) -> Outcome {
     let headers = Messages::passed_headers(req.headers());
     let mut object = crate::openai::read_object(req).await?;
     // A count has no output: Anthropic takes it without `max_tokens`.
@@ -30,6 +30,7 @@ async fn count(llm: &LlmClient<AnyBackend>, req: Request<Body>) -> Outcome {
     let Some(use_case) = llm.config().resolve_use_case(&parsed.model) else {
         return Err(Rejection::Llm(LlmError::UnknownUseCase(parsed.model)));
     };
+    event.allow(llm, use_case)?;
     let n = llm
         .count_tokens(use_case, &parsed.chat)
         .await

@@ -67,7 +67,10 @@ fn invalid_at(e: IngressError) -> Rejection {
 
 async fn handle<D: Dialect>(llm: &LlmClient<AnyBackend>, req: Request<Body>, event: Event) -> Outcome {
     let Event {
-        request_id, caller, ..
+        request_id,
+        caller,
+        scope,
+        ..
     } = event;
     let headers = D::passed_headers(req.headers());
     let object = crate::openai::read_object(req).await?;
@@ -75,6 +78,7 @@ async fn handle<D: Dialect>(llm: &LlmClient<AnyBackend>, req: Request<Body>, eve
     let Some(use_case) = llm.config().resolve_use_case(&parsed.model).map(str::to_owned) else {
         return Err(Rejection::Llm(LlmError::UnknownUseCase(parsed.model)));
     };
+    crate::openai::allow(scope.as_ref(), llm, &use_case)?;
     let native = parsed.chat.native.clone();
     let model = parsed.model.clone();
     let dropped = parsed.dropped;

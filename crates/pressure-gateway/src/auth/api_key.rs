@@ -100,7 +100,7 @@ impl std::fmt::Debug for ApiKeys {
 }
 
 /// The first 8 bytes of `d`.
-fn prefix(d: &KeyDigest) -> [u8; 8] {
+pub(crate) fn prefix(d: &KeyDigest) -> [u8; 8] {
     let mut p = [0u8; 8];
     p.copy_from_slice(&d[..8]);
     p
@@ -117,12 +117,17 @@ impl ApiKeys {
     }
 
     /// The entry of the presented `key`, if the config holds its hash.
+    #[cfg(test)]
     pub(crate) fn find(&self, key: &[u8]) -> Option<&ApiKey> {
-        let d = digest(key);
+        self.find_digest(&digest(key))
+    }
+
+    /// The entry whose digest is `d`, if the config holds it.
+    pub(crate) fn find_digest(&self, d: &KeyDigest) -> Option<&ApiKey> {
         self.by_prefix
-            .get(&prefix(&d))?
+            .get(&prefix(d))?
             .iter()
-            .find(|k| bool::from(k.digest.ct_eq(&d)))
+            .find(|k| bool::from(k.digest.ct_eq(d)))
     }
 
     /// How many keys the table holds.

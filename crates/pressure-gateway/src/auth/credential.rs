@@ -10,17 +10,26 @@
 //! 2. Only without an `Authorization` header, and only with `apiKeys`
 //!    configured, `x-api-key: <key>` (Anthropic's header) is read.
 //!
+//! A key is looked up in the config's table (`gateway.auth.apiKeys`)
+//! first, then among the keys issued at runtime
+//! (`gateway.auth.runtimeKeys`): a runtime key never shadows a config
+//! key. An expired runtime key is `401` `key_expired`; one limited to some
+//! use cases puts them in the request's extensions ([`KeyScope`]) for the
+//! LLM endpoints to check.
+//!
 //! So when a request carries both, `Authorization` wins and `x-api-key` is
 //! not looked at. A valid API key is removed from the request (the header
 //! that carried it) before it goes on: it is the gateway's credential and
 //! never reaches an upstream. A JWT is forwarded as before.
 
-use super::api_key::ApiKey;
+use super::api_key::{digest, ApiKey};
 use super::policy::TenantPolicy;
+use super::runtime_keys::{wall_clock_ms as now_ms, KeyScope, RuntimeKey};
 use super::{bearer, AuthError, Tenant};
 use crate::backend::AnyBackend;
 use http::{HeaderName, Request};
 use pressure_core::ResourceHandle;
+use std::sync::Arc;
 
 /// Anthropic's API key header.
 pub(crate) static X_API_KEY: HeaderName = HeaderName::from_static("x-api-key");
@@ -86,7 +95,13 @@ pub(crate) struct Identity {
 /// Whether `policy` reads credentials at all (a JWT verifier, API keys, or
 /// both); without, the tenant layer passes every request as anonymous.
 pub(crate) fn reads_credentials(policy: &TenantPolicy) -> bool {
-    policy.auth.is_some() || policy.api_keys.is_some()
+    policy.auth.is_some() || reads_keys(policy)
+}
+
+/// Whether `policy` reads API keys: the config's, or keys issued at
+/// runtime.
+fn reads_keys(policy: &TenantPolicy) -> bool {
+    policy.api_keys.is_some() || policy.runtime_keys.is_some()
 }
 
 /// The identity `req`'s credential proves: `Ok(None)` when it presents
@@ -96,8 +111,7 @@ pub(crate) fn identify<B>(
     policy: &TenantPolicy,
     req: &mut Request<B>,
 ) -> Result<Option<Identity>, AuthError> {
-    let keys = policy.api_keys.as_deref();
-    let (identity, carrier) = match credential(req, policy.auth.is_some(), keys.is_some()) {
+    let (identity, carrier, scope) = match credential(req, policy.auth.is_some(), reads_keys(policy)) {
         None => return Ok(None),
         Some(Err(e)) => return Err(e),
         Some(Ok(Credential::Jwt(token))) => match policy.auth.as_deref() {
@@ -107,30 +121,59 @@ pub(crate) fn identify<B>(
                     key: None,
                 },
                 None,
+                None,
             ),
             None => return Err(AuthError::Invalid("JWTs are not accepted".into())),
         },
         Some(Ok(Credential::ApiKey(key, header))) => {
-            let found = keys.and_then(|k| k.find(key.as_bytes()));
-            (known(found)?, Some(header))
+            let d = digest(key.as_bytes());
+            match policy.api_keys.as_deref().and_then(|k| k.find_digest(&d)) {
+                Some(found) => (known(found), Some(header), None),
+                None => {
+                    let found = policy.runtime_keys.as_deref().and_then(|k| k.find(&d));
+                    let (identity, scope) = issued(found)?;
+                    (identity, Some(header), scope)
+                }
+            }
         }
     };
     if let Some(header) = carrier {
         req.headers_mut().remove(header);
     }
+    if let Some(scope) = scope {
+        req.extensions_mut().insert(scope);
+    }
     Ok(Some(identity))
 }
 
-/// The identity of a key the table found; an unknown key is refused.
-fn known(found: Option<&ApiKey>) -> Result<Identity, AuthError> {
-    let key = found.ok_or(AuthError::InvalidApiKey)?;
-    Ok(Identity {
+/// The identity of a key the config's table found.
+fn known(key: &ApiKey) -> Identity {
+    Identity {
         tenant: key.tenant().clone(),
         key: Some(KeyUse {
             label: key.label().to_owned(),
             limit: key.limit().cloned(),
         }),
-    })
+    }
+}
+
+/// The identity of a key issued at runtime, and the use cases it is
+/// limited to; an unknown (or revoked) key is refused as an unknown one,
+/// an expired one as expired.
+fn issued(found: Option<Arc<RuntimeKey>>) -> Result<(Identity, Option<KeyScope>), AuthError> {
+    let key = found.ok_or(AuthError::InvalidApiKey)?;
+    // The clock is read only for a key that can expire.
+    if key.expires_at_ms.is_some() && key.expired(now_ms()) {
+        return Err(AuthError::KeyExpired);
+    }
+    let identity = Identity {
+        tenant: key.tenant.clone(),
+        key: Some(KeyUse {
+            label: key.label.clone(),
+            limit: key.limit.clone(),
+        }),
+    };
+    Ok((identity, key.use_cases.clone().map(KeyScope)))
 }
 
 #[cfg(test)]

@@ -19,6 +19,10 @@ pub enum AuthError {
     /// message never quotes the key.
     #[error("invalid API key")]
     InvalidApiKey,
+    /// A key issued at runtime whose `expiresAt` has passed. The message
+    /// never quotes the key.
+    #[error("the API key has expired")]
+    KeyExpired,
 }
 
 impl AuthError {
@@ -29,6 +33,7 @@ impl AuthError {
             AuthError::Invalid(_) => "invalid",
             AuthError::NoTenant(_) => "no_tenant",
             AuthError::InvalidApiKey => "invalid_api_key",
+            AuthError::KeyExpired => "key_expired",
         }
     }
 }

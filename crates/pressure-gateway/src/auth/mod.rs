@@ -12,6 +12,7 @@ pub(crate) mod credential;
 mod error;
 pub(crate) mod jwt;
 mod policy;
+pub(crate) mod runtime_keys;
 mod tenant;
 pub(crate) mod token;
 
@@ -19,5 +20,6 @@ pub(crate) use bearer::bearer;
 pub(crate) use error::AuthError;
 pub(crate) use jwt::Authenticator;
 pub use policy::TenantPolicy;
+pub(crate) use runtime_keys::RuntimeKeys;
 pub(crate) use tenant::Tenant;
 pub(crate) use tenant::MAX_TENANT_LEN;

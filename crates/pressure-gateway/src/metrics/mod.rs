@@ -150,7 +150,7 @@ impl GatewayMetrics {
     }
 
     /// Counts a request refused with 401 (`reason`: e.g. `missing`,
-    /// `invalid`, `no_tenant`, `invalid_api_key`).
+    /// `invalid`, `no_tenant`, `invalid_api_key`, `key_expired`).
     pub fn unauthorized(&self, reason: &'static str) {
         self.unauthorized.inc(reason);
     }

@@ -41,6 +41,7 @@ async fn handle(llm: &LlmClient<AnyBackend>, req: Request<Body>, event: Event) -
     let request_id = event.request_id.as_str();
     let request = parse(read_object(req).await?)?;
     let use_case = request.model.clone();
+    event.allow(llm, &use_case)?;
     let result = llm.embed_as(&use_case, request, event.caller).await;
     let elapsed_ms = duration_to_millis(event.started.elapsed());
     match result {

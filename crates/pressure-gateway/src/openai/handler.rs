@@ -6,6 +6,7 @@
 use super::body::{invalid, read_object, require};
 use super::sse::sse_response;
 use super::{json_answer, TICKET_HEADER};
+use crate::auth::runtime_keys::KeyScope;
 use crate::backend::AnyBackend;
 use crate::layers::Outcome;
 use crate::rejection::Rejection;
@@ -48,6 +49,31 @@ pub(crate) struct Event {
     pub(crate) started: tokio::time::Instant,
     /// The event under `request_id`, paid for by its tenant if any.
     pub(crate) caller: Caller<AnyBackend>,
+    /// The use cases the request's API key may call, when it has a list.
+    pub(crate) scope: Option<KeyScope>,
+}
+
+impl Event {
+    /// `Ok` when the request's key may call `use_case` (a model id or an
+    /// alias, resolved by `llm`): a runtime key limited to other use cases
+    /// is `403 use_case_not_allowed`.
+    pub(crate) fn allow(&self, llm: &LlmClient<AnyBackend>, use_case: &str) -> Result<(), Rejection> {
+        allow(self.scope.as_ref(), llm, use_case)
+    }
+}
+
+/// [`Event::allow`] for `scope`.
+pub(crate) fn allow(
+    scope: Option<&KeyScope>,
+    llm: &LlmClient<AnyBackend>,
+    use_case: &str,
+) -> Result<(), Rejection> {
+    match scope {
+        Some(scope) if !scope.allows(llm.config().resolve_use_case(use_case).unwrap_or(use_case)) => {
+            Err(Rejection::UseCaseNotAllowed(use_case.to_owned()))
+        }
+        _ => Ok(()),
+    }
 }
 
 /// Answers one call of an endpoint: `handle` runs its [`Event`]; the
@@ -67,6 +93,7 @@ where
     let id = HeaderValue::from_str(&request_id).ok();
     let event = Event {
         caller: caller_of(&req, &request_id),
+        scope: req.extensions().get::<KeyScope>().cloned(),
         request_id,
         started,
     };
@@ -96,7 +123,9 @@ async fn unspend_if_payer_refused(
     grants: &[pressure_core::Grant],
 ) {
     let resource = match refused {
-        Rejection::Llm(LlmError::BudgetExceeded { resource, .. } | LlmError::NoCapacity { resource, .. }) => resource,
+        Rejection::Llm(LlmError::BudgetExceeded { resource, .. } | LlmError::NoCapacity { resource, .. }) => {
+            resource
+        }
         _ => return,
     };
     if !payer.levels().iter().any(|h| h.id() == resource) {
@@ -167,6 +196,7 @@ async fn handle(llm: &LlmClient<AnyBackend>, req: Request<Body>, event: Event) -
     let request_id = event.request_id.as_str();
     let chat = read_request(req).await?;
     let use_case = chat.model.clone();
+    event.allow(llm, &use_case)?;
     if chat.stream == Some(true) {
         return match llm.stream_as(&use_case, chat, event.caller).await {
             Ok(stream) => {

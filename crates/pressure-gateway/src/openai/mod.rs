@@ -44,7 +44,7 @@ pub(crate) use body::read_object;
 pub(crate) use embeddings::embeddings;
 pub(crate) use handler::chat_completions;
 pub use handler::REQUEST_ID_HEADER;
-pub(crate) use handler::{respond, Event};
+pub(crate) use handler::{allow, respond, Event};
 pub(crate) use models::{list as list_models, retrieve as retrieve_model};
 
 use axum::body::Body;

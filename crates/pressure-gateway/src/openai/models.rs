@@ -7,8 +7,10 @@
 //! and a fixed number is the same on every instance of a fleet and across
 //! reloads (the SDKs only need an integer). An unknown id is `404`
 //! `{"error": {"type": "invalid_request_error", "param": "model", "code":
-//! "model_not_found"}}`.
+//! "model_not_found"}}`. A request whose runtime API key is limited to some
+//! use cases sees only those (`403` for another's id).
 
+use crate::auth::runtime_keys::KeyScope;
 use crate::backend::AnyBackend;
 use crate::layers::Outcome;
 use crate::rejection::Rejection;
@@ -41,20 +43,24 @@ fn json_response(body: &Value) -> Response<Body> {
     resp
 }
 
-/// `GET /v1/models`: every use case, sorted by name.
-pub(crate) fn list(llm: &LlmClient<AnyBackend>) -> Outcome {
+/// `GET /v1/models`: every use case, sorted by name (those the request's
+/// API key may call, when its list is limited: `scope`).
+pub(crate) fn list(llm: &LlmClient<AnyBackend>, scope: Option<&KeyScope>) -> Outcome {
     let data: Vec<Value> = llm
         .config()
         .use_cases
         .keys()
+        .filter(|id| scope.is_none_or(|s| s.allows(id)))
         .filter_map(|id| model_object(llm, id))
         .collect();
     Ok(json_response(&json!({ "object": "list", "data": data })))
 }
 
-/// `GET /v1/models/{id}`: one use case, or `404 model_not_found`.
-pub(crate) fn retrieve(llm: &LlmClient<AnyBackend>, path: &str) -> Outcome {
+/// `GET /v1/models/{id}`: one use case, or `404 model_not_found` (`403`
+/// for one the request's API key may not call: `scope`).
+pub(crate) fn retrieve(llm: &LlmClient<AnyBackend>, path: &str, scope: Option<&KeyScope>) -> Outcome {
     let id = crate::plan::model_id(path).unwrap_or_default();
+    super::allow(scope, llm, id)?;
     match model_object(llm, id) {
         Some(model) => Ok(json_response(&model)),
         None => Err(Rejection::Llm(LlmError::UnknownUseCase(id.to_owned()))),

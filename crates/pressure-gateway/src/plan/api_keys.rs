@@ -39,7 +39,7 @@ pub(super) struct CheckedKey {
 }
 
 /// The 32 bytes of 64 lowercase hex digits.
-fn parse_sha256(hex: &str) -> Option<KeyDigest> {
+pub(super) fn parse_sha256(hex: &str) -> Option<KeyDigest> {
     fn nibble(c: u8) -> Option<u8> {
         match c {
             b'0'..=b'9' => Some(c - b'0'),
@@ -60,7 +60,7 @@ fn parse_sha256(hex: &str) -> Option<KeyDigest> {
 
 /// A `name`: 1 to [`MAX_NAME_LEN`] of `A-Za-z0-9._:-` (it is logged and
 /// ends a resource id).
-fn check_name(name: &str, path: String) -> Result<(), ConfigError> {
+pub(super) fn check_name(name: &str, path: String) -> Result<(), ConfigError> {
     let ok = !name.is_empty()
         && name.len() <= MAX_NAME_LEN
         && name

@@ -106,10 +106,10 @@ fn tenant_template(p: &PressureConfig, cfg: &GatewayConfig) -> Result<Option<Lim
             "is required when perTenant.enabled is true",
         ));
     };
-    if cfg.auth.jwt.is_none() && cfg.auth.api_keys.is_empty() {
+    if cfg.auth.jwt.is_none() && cfg.auth.api_keys.is_empty() && !cfg.auth.runtime_keys {
         return Err(ConfigError::new(
             "gateway.pressure.perTenant.enabled",
-            "requires gateway.auth.jwt or gateway.auth.apiKeys (the tenant comes from a JWT claim or an API key)",
+            "requires gateway.auth.jwt, gateway.auth.apiKeys or gateway.auth.runtimeKeys (the tenant comes from a JWT claim or an API key)",
         ));
     }
     // Checked only when enabled: a derived `TenantLimits::default()`

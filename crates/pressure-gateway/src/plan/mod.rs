@@ -15,6 +15,7 @@
 pub(crate) mod api_keys;
 pub(crate) mod checks;
 pub(crate) mod hierarchy;
+pub(crate) mod keys;
 mod limits;
 mod listeners;
 mod load;
@@ -134,7 +135,10 @@ impl Plan {
         let tenant_overrides =
             problems.keep(overrides::config_overrides(&config.pressure.per_tenant.overrides));
         let per_tenant = &config.pressure.per_tenant;
-        let parents = problems.keep(hierarchy::config_parents(&per_tenant.overrides, per_tenant.max_depth));
+        let parents = problems.keep(hierarchy::config_parents(
+            &per_tenant.overrides,
+            per_tenant.max_depth,
+        ));
         let (
             Some(upstreams),
             Some(auth),
@@ -144,7 +148,16 @@ impl Plan {
             Some(tenant_overrides),
             Some(parents),
             Some(tls),
-        ) = (upstreams, auth, keys, pressure, decided, tenant_overrides, parents, tls)
+        ) = (
+            upstreams,
+            auth,
+            keys,
+            pressure,
+            decided,
+            tenant_overrides,
+            parents,
+            tls,
+        )
         else {
             return Err(problems.into_errors());
         };
@@ -230,6 +243,7 @@ impl Plan {
         let tenant = TenantPolicy {
             auth,
             api_keys,
+            runtime_keys: None,
             required: config.auth.required,
             template,
         };
@@ -278,6 +292,16 @@ impl Plan {
     /// plans share one).
     pub(crate) fn with_live_overrides(mut self, live: Arc<LiveOverrides>) -> Self {
         self.live = live;
+        self
+    }
+
+    /// The plan reading `keys` as the keys issued at runtime when
+    /// `gateway.auth.runtimeKeys` is on (a gateway's plans share one
+    /// mirror; `crate::plan::keys`).
+    pub(crate) fn with_runtime_keys(mut self, keys: Arc<crate::auth::RuntimeKeys>) -> Self {
+        if self.config.auth.runtime_keys {
+            self.tenant.runtime_keys = Some(keys);
+        }
         self
     }
 
@@ -414,9 +438,9 @@ impl Plan {
 fn authenticator(auth: &AuthConfig, base_dir: &Path) -> Result<Option<Arc<Authenticator>>, ConfigError> {
     match &auth.jwt {
         Some(jwt) => Authenticator::new(jwt, base_dir).map(|a| Some(Arc::new(a))),
-        None if auth.required && auth.api_keys.is_empty() => Err(ConfigError::new(
+        None if auth.required && auth.api_keys.is_empty() && !auth.runtime_keys => Err(ConfigError::new(
             "gateway.auth.required",
-            "requires gateway.auth.jwt or gateway.auth.apiKeys (nothing can name a tenant without them)",
+            "requires gateway.auth.jwt, gateway.auth.apiKeys or gateway.auth.runtimeKeys (nothing can name a tenant without them)",
         )),
         None => Ok(None),
     }

@@ -25,7 +25,8 @@
 //! * **Anthropic** and **Responses** on the agents' endpoints
 //!   (`crate::agents`).
 //!
-//! Client faults are 4xx (bad request 400, bad token 401, unknown path or
+//! Client faults are 4xx (bad request 400, bad token 401, a use case a
+//! runtime API key may not call 403, unknown path or
 //! resource 404, body too slow 408, permit gone 410, body too large 413,
 //! rate limited 429) and upstream faults 5xx (limiter unavailable or too
 //! many permits held 503, upstream unreachable or failed 502, upstream too
@@ -169,6 +170,9 @@ pub enum Rejection {
     /// `401`: a credential is missing (auth required) or invalid: a bad
     /// JWT or an unknown API key (the body's `code` says which).
     Unauthorized(AuthError),
+    /// `403`: an API key issued at runtime with a list of use cases, used
+    /// for another one (the use case named).
+    UseCaseNotAllowed(String),
     /// `400`: a request the gateway cannot accept.
     BadRequest(Cow<'static, str>),
     /// `400` on the LLM endpoint, with OpenAI's `param` and `code`.
@@ -439,6 +443,23 @@ fn service_token(given: bool) -> Description<'static> {
     .challenge(challenge)
 }
 
+/// The facts of a refused credential: `401` with its reason as `code`
+/// (OpenAI's `code` is `invalid_api_key`, or `key_expired`).
+fn unauthorized(e: &AuthError) -> Description<'static> {
+    let code = match e {
+        AuthError::KeyExpired => "key_expired",
+        _ => "invalid_api_key",
+    };
+    Description::new(
+        StatusCode::UNAUTHORIZED,
+        "unauthorized",
+        client(code),
+        e.to_string(),
+    )
+    .challenge("Bearer")
+    .detail(Detail::Code(e.reason()))
+}
+
 /// The facts of an upstream's fault: `(kind, OpenAI code)`, logged as a
 /// warning.
 fn upstream_fault(
@@ -480,14 +501,14 @@ impl Rejection {
             .level(Level::Warn)
             .retry_after(*retry_after)
             .detail(Detail::Resource(resource)),
-            Self::Unauthorized(e) => D::new(
-                S::UNAUTHORIZED,
-                "unauthorized",
-                client("invalid_api_key"),
-                e.to_string(),
+            Self::Unauthorized(e) => unauthorized(e),
+            Self::UseCaseNotAllowed(use_case) => D::new(
+                S::FORBIDDEN,
+                "forbidden",
+                ("permission_error", Some("use_case_not_allowed")),
+                format!("this API key may not use the use case {use_case:?}"),
             )
-            .challenge("Bearer")
-            .detail(Detail::Code(e.reason())),
+            .detail(Detail::Code("use_case_not_allowed")),
             Self::BadRequest(m) => D::new(S::BAD_REQUEST, "bad_request", client("bad_request"), m.as_ref()),
             Self::InvalidRequest { message, param, code } => {
                 D::new(S::BAD_REQUEST, "bad_request", client(code), message.as_str()).param(param.as_deref())

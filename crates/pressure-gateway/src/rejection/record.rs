@@ -116,6 +116,7 @@ impl Rejection {
             Self::Event { rejection, .. } => rejection.record(metrics, denial_lines),
             // A client's fault: counted by status with every answer.
             Self::BadRequest(_)
+            | Self::UseCaseNotAllowed(_)
             | Self::InvalidRequest { .. }
             | Self::NotFound(_)
             | Self::RequestTimeout { .. }

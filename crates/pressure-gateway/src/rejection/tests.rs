@@ -300,3 +300,36 @@ async fn an_event_refusal_carries_its_request_id() {
     assert_eq!(last, Some((http::HeaderName::from_static("x-request-id"), id)));
     assert_eq!(bytes(tagged).await, bytes(bare).await);
 }
+
+#[tokio::test]
+async fn an_expired_key_and_a_use_case_outside_a_keys_list() {
+    let expired = Rejection::Unauthorized(AuthError::KeyExpired);
+    let g = expired.render(Dialect::Gateway);
+    assert_eq!(g.status(), 401);
+    assert_eq!(g.headers()["www-authenticate"], "Bearer");
+    let g = body(g).await;
+    assert_eq!(
+        (g["error"]["type"].as_str(), g["error"]["code"].as_str()),
+        (Some("unauthorized"), Some("key_expired"))
+    );
+    let o = body(expired.render(Dialect::OpenAi)).await;
+    assert_eq!(o["error"]["code"], "key_expired");
+    let unknown = body(Rejection::Unauthorized(AuthError::InvalidApiKey).render(Dialect::OpenAi)).await;
+    assert_eq!(unknown["error"]["code"], "invalid_api_key");
+
+    let outside = Rejection::UseCaseNotAllowed("other".into());
+    let g = outside.render(Dialect::Gateway);
+    assert_eq!(g.status(), 403);
+    let g = body(g).await;
+    assert_eq!(
+        (g["error"]["type"].as_str(), g["error"]["code"].as_str()),
+        (Some("forbidden"), Some("use_case_not_allowed"))
+    );
+    let o = body(outside.render(Dialect::OpenAi)).await;
+    assert_eq!(
+        (o["error"]["type"].as_str(), o["error"]["code"].as_str()),
+        (Some("permission_error"), Some("use_case_not_allowed"))
+    );
+    let a = body(outside.render(Dialect::Anthropic)).await;
+    assert_eq!(a["error"]["type"], "permission_error");
+}

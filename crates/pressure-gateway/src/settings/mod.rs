@@ -22,7 +22,7 @@ pub(crate) use files::{base_dir_of, env_value, resolve, resolve_llm_files};
 pub use manifest::{LoadedManifest, PluginManifest};
 pub use parse::parse_shape;
 pub use rls::RlsConfig;
-pub(crate) use tls::{resolve_files, watched_files};
 pub use tenant_override::TenantOverride;
+pub(crate) use tls::{resolve_files, watched_files};
 pub use tls::{ListenerTlsConfig, UpstreamTlsConfig};
 pub use types::*;

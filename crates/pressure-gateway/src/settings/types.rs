@@ -160,6 +160,13 @@ pub struct AuthConfig {
     /// empty: keys are not read at all. See `docs/api-keys.md`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub api_keys: Vec<ApiKeyConfig>,
+    /// Keys issued at runtime through the admin API (`POST
+    /// /admin/pressure/keys`), kept in the backend and shared by every
+    /// gateway on it: when `true` they are read beside `apiKeys` (from the
+    /// same headers, by the same rule) and the admin API may issue them.
+    /// Off by default. See `docs/api-keys.md`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub runtime_keys: bool,
 }
 
 /// `gateway.auth.apiKeys[i]`: one API key, by the SHA-256 of its text (the

@@ -548,8 +548,8 @@ const CASES: &[Case] = &[
     (
         "perTenant without jwt",
         |v| remove(&mut v["gateway"]["auth"], "jwt"),
-        "gateway.pressure.perTenant.enabled: requires gateway.auth.jwt or gateway.auth.apiKeys (the tenant \
-         comes from a JWT claim or an API key)",
+        "gateway.pressure.perTenant.enabled: requires gateway.auth.jwt, gateway.auth.apiKeys or \
+         gateway.auth.runtimeKeys (the tenant comes from a JWT claim or an API key)",
     ),
     (
         "maxTenants zero",
@@ -563,8 +563,8 @@ const CASES: &[Case] = &[
             no_tenants(v);
             v["gateway"]["auth"] = json!({ "required": true });
         },
-        "gateway.auth.required: requires gateway.auth.jwt or gateway.auth.apiKeys (nothing can name a tenant \
-         without them)",
+        "gateway.auth.required: requires gateway.auth.jwt, gateway.auth.apiKeys or \
+         gateway.auth.runtimeKeys (nothing can name a tenant without them)",
     ),
     // ---- auth.apiKeys
     (

@@ -526,8 +526,16 @@ async fn a_call_a_budget_refuses_spends_no_request_on_any_level() {
             assert_eq!(r.json()["error"]["code"], "budget_exceeded");
         }
         let used = |s: pressure_core::ResourceStats| s.usage.get("requestsPerMinute").copied();
-        assert_eq!(used(gw.stats("gateway:tenant:ivan").await), Some(1), "only the admitted call");
-        assert_eq!(used(gw.stats("gateway:tenant:team").await), Some(1), "only the admitted call");
+        assert_eq!(
+            used(gw.stats("gateway:tenant:ivan").await),
+            Some(1),
+            "only the admitted call"
+        );
+        assert_eq!(
+            used(gw.stats("gateway:tenant:team").await),
+            Some(1),
+            "only the admitted call"
+        );
         gw.stop().await;
     })
     .await

@@ -49,6 +49,8 @@ mod proxy;
 mod redis_state;
 #[path = "../routing/main.rs"]
 mod routing;
+#[path = "../runtime_keys/main.rs"]
+mod runtime_keys;
 #[path = "../timeouts/main.rs"]
 mod timeouts;
 #[path = "../tls/main.rs"]

@@ -3,7 +3,7 @@
 //! first gets the whole hash with its version, then every write in order
 //! with a growing version, whatever the field holds; on a cluster the
 //! script's two keys share a slot and announcements reach a watcher
-//! subscribed on one seed.
+//! subscribed on one seed; a `replace` writes only a field still there.
 
 #[path = "../support.rs"]
 mod support;
@@ -60,6 +60,22 @@ async fn writes_reach_a_watcher_in_order(config: RedisConfig) {
     let (version, all) = hash.snapshot().await.expect("snapshot");
     assert_eq!(version, v3);
     assert_eq!(all.keys().collect::<Vec<_>>(), [field]);
+
+    // `replace` writes only a field that is there: never back a removed one.
+    let v4 = hash.replace(field, "2").await.expect("replace").expect("there");
+    assert!(v4 > v3);
+    assert_eq!(
+        next(&mut rx).await,
+        SharedHashEvent::Set {
+            version: v4,
+            field: field.into(),
+            value: "2".into()
+        }
+    );
+    assert_eq!(hash.replace("before", "3").await.expect("replace"), None);
+    let (version, all) = hash.snapshot().await.expect("snapshot");
+    assert_eq!(version, v4, "a refused replace writes nothing");
+    assert_eq!(all.get("before"), None);
     watcher.abort();
 }
 

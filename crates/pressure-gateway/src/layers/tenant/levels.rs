@@ -20,7 +20,9 @@ use crate::metrics::{GatewayMetrics, Layer};
 use crate::rejection::Rejection;
 use axum::body::Body;
 use http::Request;
-use pressure_core::{AcquireOptions, BackendError, Grant, Nest, NestAcquisition, NestError, Permit, ResourceHandle};
+use pressure_core::{
+    AcquireOptions, BackendError, Grant, Nest, NestAcquisition, NestError, Permit, ResourceHandle,
+};
 
 /// Charges `req` to `key` (its own limit, if any) and every level of
 /// `chain` (the tenant, then its ancestors), all or nothing: the grants,
@@ -89,7 +91,11 @@ fn unsupported(out: &Result<NestAcquisition<AnyBackend>, NestError>) -> bool {
 fn regroup(broker: &Broker, key: &ResourceHandle<AnyBackend>, root: &str) -> bool {
     let moved = pressure_core::LimitTemplate::new(key.limits())
         .map_err(|e| e.to_string())
-        .and_then(|t| broker.lazy_limit_in_group(key.id(), root, &t).map_err(|e| e.to_string()));
+        .and_then(|t| {
+            broker
+                .lazy_limit_in_group(key.id(), root, &t)
+                .map_err(|e| e.to_string())
+        });
     match moved {
         Ok(_) => true,
         Err(e) => {

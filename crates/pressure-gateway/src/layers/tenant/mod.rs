@@ -109,7 +109,8 @@ impl Step for TenantLayer {
         let broker = self.broker.clone();
         StepFuture::boxed(async move {
             let grants =
-                levels::charge_all(&broker, key_limit.as_ref(), &chain, &mut req, &tenant.0, &metrics).await?;
+                levels::charge_all(&broker, key_limit.as_ref(), &chain, &mut req, &tenant.0, &metrics)
+                    .await?;
             let any = key_limit.is_some() || !chain.is_empty();
             if let Some(ctx) = context_mut(&mut req).filter(|_| pays && any) {
                 // The money of an LLM call goes to the key's own budget

@@ -233,12 +233,7 @@ impl<B: Backend> Engine<B> {
 
     /// The gate of one attempt on `member` that waits for nothing (a hold,
     /// the limiter): whether it admits the attempt at `now`.
-    async fn gate_member(
-        &self,
-        member: &Member<'_>,
-        payer: Option<&Nest<B>>,
-        now: Instant,
-    ) -> Gate<B> {
+    async fn gate_member(&self, member: &Member<'_>, payer: Option<&Nest<B>>, now: Instant) -> Gate<B> {
         let m = member.entry;
         let breaker = self.breakers.get(&m.provider, &m.model);
         self.gate(m, &breaker, &member.reservation, payer, now, now).await
