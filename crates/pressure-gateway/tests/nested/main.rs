@@ -247,7 +247,7 @@ async fn three_levels_hold(store: Store) {
         admitted * est + est > org_budget,
         "{admitted} calls of {est} admitted under an org budget of {org_budget}: a refusal with room left"
     );
-    assert!(admitted < CALLS as u64, "the budgets refused nothing");
+    assert!(usize::try_from(admitted).is_ok_and(|a| a < CALLS), "the budgets refused nothing");
     // The summary's tree (the dashboard draws it) and /metrics show each
     // level's spend.
     let summary = a.admin_get("/admin/pressure/summary").await.json();
