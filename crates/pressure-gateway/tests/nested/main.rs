@@ -36,8 +36,8 @@ const MAX_TOKENS: u64 = 40;
 /// The prompt of every call.
 const PROMPT: &str = "Summarise the nested budget rules of pressure in one line.";
 
-/// Where the gateways keep their counts.
-enum Store {
+/// Where the gateways keep their counts (the pools suite uses it too).
+pub(crate) enum Store {
     Memory,
     Redis(RedisServer),
     Cluster(RedisCluster),
@@ -45,7 +45,7 @@ enum Store {
 
 impl Store {
     /// The `gateway.backend` section.
-    fn backend(&self, prefix: &str) -> Value {
+    pub(crate) fn backend(&self, prefix: &str) -> Value {
         match self {
             Store::Memory => json!({ "type": "memory" }),
             Store::Redis(r) => {
@@ -58,7 +58,7 @@ impl Store {
     }
 
     /// Whether two gateways share it (memory is one process's).
-    fn shared(&self) -> bool {
+    pub(crate) fn shared(&self) -> bool {
         !matches!(self, Store::Memory)
     }
 }
@@ -247,7 +247,10 @@ async fn three_levels_hold(store: Store) {
         admitted * est + est > org_budget,
         "{admitted} calls of {est} admitted under an org budget of {org_budget}: a refusal with room left"
     );
-    assert!(usize::try_from(admitted).is_ok_and(|a| a < CALLS), "the budgets refused nothing");
+    assert!(
+        usize::try_from(admitted).is_ok_and(|a| a < CALLS),
+        "the budgets refused nothing"
+    );
     // The summary's tree (the dashboard draws it) and /metrics show each
     // level's spend.
     let summary = a.admin_get("/admin/pressure/summary").await.json();

@@ -43,6 +43,8 @@ mod nested;
 mod outage;
 #[path = "../overrides/main.rs"]
 mod overrides;
+#[path = "../pools/main.rs"]
+mod pools;
 #[path = "../proxy/main.rs"]
 mod proxy;
 #[path = "../redis_state/main.rs"]
