@@ -217,10 +217,15 @@ async fn stops_at_once_on_a_spent_budget(test: &str, agent: Agent, says: &str) {
         assert!(run.all().contains(says), "{agent:?} did not say {says:?}\n{run}");
         assert_eq!(stack.mock().stats().requests, 0, "no call reached the provider");
         assert_eq!(
-            stack.gateway_requests_of(agent.key()).await,
+            stack.llm_calls().await,
             1,
             "one request, no retry storm\n{}",
             stack.log_tail()
+        );
+        assert_eq!(
+            stack.gateway_requests_of(agent.key()).await,
+            0,
+            "the refused call gave its request back"
         );
         stack.stop().await;
     })

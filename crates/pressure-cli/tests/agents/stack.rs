@@ -357,9 +357,23 @@ impl Stack {
         self.used(tenant, "costMicroUsdPerDay").await
     }
 
-    /// The requests the gateway counted for the tenant today.
+    /// The requests the gateway counted for the tenant today (admitted
+    /// ones: a refused call gives its request back).
     pub(crate) async fn gateway_requests_of(&self, tenant: &str) -> u64 {
         self.used(tenant, "requestsPerDay").await
+    }
+
+    /// The LLM calls the gateway took (`pressure_llm_requests_total` of
+    /// `/metrics`; the stack has one gateway of its own).
+    pub(crate) async fn llm_calls(&self) -> u64 {
+        let url = format!("{}/metrics", self.admin);
+        let r = self.http.get(&url).send().await.expect("GET /metrics");
+        assert_eq!(r.status(), 200, "GET {url}");
+        let text = r.text().await.expect("text");
+        text.lines()
+            .find_map(|l| l.strip_prefix("pressure_llm_requests_total "))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(0)
     }
 
     /// The tenant's daily money budget in force.
