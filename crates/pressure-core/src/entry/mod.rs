@@ -40,6 +40,8 @@ pub(crate) struct Counters {
     /// dropped; see `striped`).
     pub(crate) active: Gauge,
     pub(crate) backend_errors: AtomicU64,
+    /// Denials of a shadow limit that the caller admitted anyway.
+    pub(crate) shadow_denied: AtomicU64,
 }
 
 /// The largest demand that fits every dimension of a spec at once, by

@@ -249,6 +249,7 @@ mod tests {
             allowed,
             denied,
             backend_errors: 0,
+            shadow_denied: 0,
             queued: None,
             wait_time_ms: None,
             lazy: true,
