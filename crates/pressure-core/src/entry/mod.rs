@@ -273,7 +273,9 @@ mod tests {
             size_of::<Fits>(),
         );
         assert!(size_of::<Entry<MemoryBackend>>() <= 152);
-        assert!(size_of::<Counters>() <= 48);
+        // 48 before shadow limits' `shadow_denied` (allocated only for a
+        // resource refused, failing or leasing, not per lazy tenant).
+        assert!(size_of::<Counters>() <= 56);
         assert!(size_of::<LeaseBook>() <= 16);
     }
 }

@@ -322,3 +322,55 @@ async fn the_decision_api_admits_a_shadow_resource() {
     })
     .await;
 }
+
+/// A model whose limits are in shadow mode: its limiter refuses past `N`
+/// a minute, the attempts go anyway (every call answered by the model),
+/// the would-be refusals counted, nothing consumed for them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shadow_model_limit_lets_the_attempts_go() {
+    bounded(async {
+        let mock = super::llm::Mock::start().await;
+        let mut section = super::llm::config(&mock, json!({}));
+        section["llm"]["models"][0]["limits"] = json!({ "requestsPerMinute": N, "shadow": true });
+        let gw = TestGateway::start(section).await;
+        let body = json!({ "model": "support", "messages": [{ "role": "user", "content": "hello" }] });
+        for _ in 0..N + K {
+            let req = http::Request::post(gw.url("/v1/chat/completions"))
+                .header(http::header::CONTENT_TYPE, "application/json")
+                .body(Full::new(Bytes::from(body.to_string())))
+                .expect("request");
+            let reply = Reply::read(gw.send(req).await).await;
+            assert_eq!(reply.status, 200, "{:?}", reply.json());
+        }
+        assert_eq!(mock.hits_of("good"), usize::try_from(N + K).expect("small"));
+        let s = gw.stats(&pressure_llm::reservation::resource_id("mock", "good")).await;
+        assert!(s.limits.shadow, "{s:?}");
+        assert_eq!((s.allowed, s.denied, s.shadow_denied), (N, K, K), "{s:?}");
+        assert_eq!(s.usage.get("requestsPerMinute"), Some(&N), "{s:?}");
+        gw.stop().await;
+    })
+    .await;
+}
+
+/// With `rateLimitHeaders`, an admitted request past a shadow limit says
+/// what enforcing would do: nothing remaining.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_ratelimit_header_shows_the_shadow_limit_spent() {
+    bounded(async {
+        let up = TestUpstream::demo().await;
+        let mut cfg = Layer::Route.config(&up, &Store::Memory, "", true);
+        cfg["pressure"]["rateLimitHeaders"] = json!(true);
+        let gw = TestGateway::start(cfg).await;
+        let mut last = None;
+        for _ in 0..=N {
+            let reply = gw.get("/shadow/x").await;
+            assert_eq!(reply.status, 200);
+            last = reply.header("ratelimit").map(str::to_owned);
+        }
+        let header = last.expect("a RateLimit header");
+        assert!(header.starts_with("\"requestsPerMinute\";r=0;"), "{header}");
+        gw.stop().await;
+        up.stop().await;
+    })
+    .await;
+}
