@@ -80,7 +80,9 @@ impl<B: Backend> ResourceHandle<B> {
     #[cold]
     pub fn admit_shadow_denial(&self) -> crate::Permit<B> {
         let counters = self.entry.current().counters();
-        counters.shadow_denied.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        counters
+            .shadow_denied
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         crate::Permit::inert()
     }
 

@@ -396,7 +396,10 @@ async fn a_shadow_switch_keeps_usage_and_counts_shadow_denials() {
     let handle = b.resource("r").expect("registered");
     let mut admitted = Vec::new();
     for _ in 0..5 {
-        match handle.try_acquire_now(AcquireOptions::default()).expect("answers") {
+        match handle
+            .try_acquire_now(AcquireOptions::default())
+            .expect("answers")
+        {
             Acquisition::Granted(p) => admitted.push(p),
             Acquisition::Denied(_) => {
                 assert!(handle.limits().shadow, "only a shadow limit admits a denial");
@@ -407,13 +410,24 @@ async fn a_shadow_switch_keeps_usage_and_counts_shadow_denials() {
     assert_eq!(admitted.len(), 5, "every request admitted");
     let s = b.resource_stats("r").await.expect("registered");
     assert_eq!((s.allowed, s.denied, s.shadow_denied), (3, 2, 2));
-    assert_eq!(s.usage.get("requestsPerMinute"), Some(&3), "the shadow denials consumed nothing");
+    assert_eq!(
+        s.usage.get("requestsPerMinute"),
+        Some(&3),
+        "the shadow denials consumed nothing"
+    );
     drop(admitted);
     let enforcing = Limits::default().requests_per_minute(3);
     assert_eq!(b.set_limits("r", enforcing), Ok(LimitChange::Changed));
-    assert!(!take(&b, "r").allowed(), "the usage was kept: the window is still full");
+    assert!(
+        !take(&b, "r").allowed(),
+        "the usage was kept: the window is still full"
+    );
     let s = b.resource_stats("r").await.expect("registered");
-    assert_eq!((s.allowed, s.denied, s.shadow_denied), (3, 3, 2), "the counters carried over");
+    assert_eq!(
+        (s.allowed, s.denied, s.shadow_denied),
+        (3, 3, 2),
+        "the counters carried over"
+    );
     assert_eq!(s.usage.get("requestsPerMinute"), Some(&3));
     assert_eq!(b.set_limits("r", shadow), Ok(LimitChange::Changed), "and back");
 }

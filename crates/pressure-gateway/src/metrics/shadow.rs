@@ -19,22 +19,32 @@ use std::time::Duration;
 /// The metric family.
 pub(crate) const FAMILY: &str = "pressure_shadow_denied_total";
 
-/// Shadow denials by `(resource label, dimension)`.
+/// Counts by resource label, then by dimension (a handful per resource).
+type Counts = HashMap<Box<str>, Vec<(&'static str, AtomicU64)>, ahash::RandomState>;
+
+/// Shadow denials by `(resource label, dimension)`; a repeated one takes a
+/// read lock and an atomic add, allocating nothing.
 #[derive(Debug, Default)]
-pub(crate) struct ShadowDenials(RwLock<HashMap<(Box<str>, &'static str), AtomicU64, ahash::RandomState>>);
+pub(crate) struct ShadowDenials(RwLock<Counts>);
 
 impl ShadowDenials {
     fn inc(&self, resource: &str, dimension: &'static str) {
         let label = resources::label(resource);
-        if let Some(c) = self.0.read().get(&(Box::<str>::from(label), dimension)) {
-            c.fetch_add(1, Ordering::Relaxed);
+        let bump = |counts: &[(&'static str, AtomicU64)]| {
+            counts
+                .iter()
+                .find(|(d, _)| *d == dimension)
+                .map(|(_, n)| n.fetch_add(1, Ordering::Relaxed))
+                .is_some()
+        };
+        if self.0.read().get(label).is_some_and(|c| bump(c)) {
             return;
         }
-        self.0
-            .write()
-            .entry((label.into(), dimension))
-            .or_default()
-            .fetch_add(1, Ordering::Relaxed);
+        let mut all = self.0.write();
+        let counts = all.entry(label.into()).or_default();
+        if !bump(counts) {
+            counts.push((dimension, AtomicU64::new(1)));
+        }
     }
 
     /// Appends the family (nothing before the first shadow denial).
@@ -43,7 +53,11 @@ impl ShadowDenials {
             .0
             .read()
             .iter()
-            .map(|((r, d), n)| ((r.to_string(), *d), n.load(Ordering::Relaxed)))
+            .flat_map(|(r, counts)| {
+                counts
+                    .iter()
+                    .map(move |(d, n)| ((r.to_string(), *d), n.load(Ordering::Relaxed)))
+            })
             .collect();
         if samples.is_empty() {
             return Ok(());
@@ -55,7 +69,12 @@ impl ShadowDenials {
             "Requests a shadow limit would have refused, admitted (tenant resources aggregated as gateway:tenant:*)",
         )?;
         for ((resource, dimension), n) in samples {
-            sample(out, FAMILY, &[("resource", &resource), ("dimension", dimension)], n)?;
+            sample(
+                out,
+                FAMILY,
+                &[("resource", &resource), ("dimension", dimension)],
+                n,
+            )?;
         }
         Ok(())
     }
@@ -121,7 +140,10 @@ mod tests {
         m.shadow_denied(&d("gateway:tenant:b", "requestsPerMinute"), 0);
         m.shadow_denied(&d("gateway:route:x", "requestsPerSecond"), 0);
         let page = m.encode(&[], None);
-        assert!(page.contains("# TYPE pressure_shadow_denied_total counter"), "{page}");
+        assert!(
+            page.contains("# TYPE pressure_shadow_denied_total counter"),
+            "{page}"
+        );
         assert!(
             page.contains(
                 "pressure_shadow_denied_total{resource=\"gateway:tenant:*\",dimension=\"requestsPerMinute\"} 2"
@@ -132,6 +154,9 @@ mod tests {
             page.contains("pressure_shadow_denied_total{resource=\"gateway:route:x\",dimension=\"requestsPerSecond\"} 1"),
             "{page}"
         );
-        assert!(!GatewayMetrics::new().encode(&[], None).contains(FAMILY), "absent before the first");
+        assert!(
+            !GatewayMetrics::new().encode(&[], None).contains(FAMILY),
+            "absent before the first"
+        );
     }
 }

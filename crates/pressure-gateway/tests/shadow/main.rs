@@ -123,11 +123,21 @@ async fn shadow_layer(layer: Layer, store: Store, prefix: &str) {
     let up = TestUpstream::demo().await;
     let gw = TestGateway::start_from_file(layer.config(&up, &store, prefix, true), &file).await;
     let statuses = send_n(layer, &gw, N + K).await;
-    assert!(statuses.iter().all(|s| *s == 200), "{layer:?}: all admitted: {statuses:?}");
+    assert!(
+        statuses.iter().all(|s| *s == 200),
+        "{layer:?}: all admitted: {statuses:?}"
+    );
     let s = gw.stats(layer.resource()).await;
     assert!(s.limits.shadow, "{layer:?}: {s:?}");
-    assert_eq!(s.shadow_denied, K, "{layer:?}: the would-be refusals, exactly: {s:?}");
-    assert_eq!((s.allowed, s.denied), (N, K), "{layer:?}: decided as a real limit: {s:?}");
+    assert_eq!(
+        s.shadow_denied, K,
+        "{layer:?}: the would-be refusals, exactly: {s:?}"
+    );
+    assert_eq!(
+        (s.allowed, s.denied),
+        (N, K),
+        "{layer:?}: decided as a real limit: {s:?}"
+    );
     assert_eq!(
         s.usage.get("requestsPerMinute"),
         Some(&N),
@@ -136,9 +146,8 @@ async fn shadow_layer(layer: Layer, store: Store, prefix: &str) {
     let metrics = gw.admin_get("/metrics").await;
     let page = String::from_utf8_lossy(&metrics.body).into_owned();
     let label = support_label(layer.resource());
-    let line = format!(
-        "pressure_shadow_denied_total{{resource=\"{label}\",dimension=\"requestsPerMinute\"}} {K}"
-    );
+    let line =
+        format!("pressure_shadow_denied_total{{resource=\"{label}\",dimension=\"requestsPerMinute\"}} {K}");
     assert!(page.contains(&line), "{layer:?}: {line} missing:\n{page}");
     let admin = gw.admin_get("/admin/pressure/stats").await;
     let listed = admin.json()["resources"]
@@ -160,7 +169,10 @@ async fn shadow_layer(layer: Layer, store: Store, prefix: &str) {
             }
             out
         };
-        assert_eq!(real.iter().filter(|s| **s == 429).count(), usize::try_from(K).expect("small"));
+        assert_eq!(
+            real.iter().filter(|s| **s == 429).count(),
+            usize::try_from(K).expect("small")
+        );
         let r = gw.stats("gateway:route:real").await;
         assert_eq!((r.allowed, r.denied, r.shadow_denied), (N, K, 0), "{r:?}");
     }
@@ -172,10 +184,17 @@ async fn shadow_layer(layer: Layer, store: Store, prefix: &str) {
     std::fs::write(&file, cfg.to_string()).expect("write config");
     gw.gateway().reload().expect("reload");
     let refused = layer.send(&gw).await;
-    assert_eq!(refused.status, 429, "{layer:?}: the window is still full after the reload");
+    assert_eq!(
+        refused.status, 429,
+        "{layer:?}: the window is still full after the reload"
+    );
     let s = gw.stats(layer.resource()).await;
     assert!(!s.limits.shadow, "{layer:?}: {s:?}");
-    assert_eq!((s.allowed, s.denied, s.shadow_denied), (N, K + 1, K), "{layer:?}: kept: {s:?}");
+    assert_eq!(
+        (s.allowed, s.denied, s.shadow_denied),
+        (N, K + 1, K),
+        "{layer:?}: kept: {s:?}"
+    );
     assert_eq!(s.usage.get("requestsPerMinute"), Some(&N), "{layer:?}: {s:?}");
 
     gw.stop().await;
@@ -192,7 +211,11 @@ fn support_label(resource: &str) -> &str {
 }
 
 async fn cluster() -> Store {
-    Store::Cluster(tokio::task::spawn_blocking(RedisCluster::start).await.expect("cluster starts"))
+    Store::Cluster(
+        tokio::task::spawn_blocking(RedisCluster::start)
+            .await
+            .expect("cluster starts"),
+    )
 }
 
 macro_rules! per_store {
@@ -286,10 +309,13 @@ async fn a_live_override_switches_a_tenant_to_shadow_and_back() {
 }
 
 async fn put_limits(gw: &TestGateway, tenant: &str, limits: Value) -> Reply {
-    let req = http::Request::put(format!("http://{}/admin/pressure/tenants/{tenant}/limits", gw.admin))
-        .header(http::header::CONTENT_TYPE, "application/json")
-        .body(Full::new(Bytes::from(limits.to_string())))
-        .expect("request");
+    let req = http::Request::put(format!(
+        "http://{}/admin/pressure/tenants/{tenant}/limits",
+        gw.admin
+    ))
+    .header(http::header::CONTENT_TYPE, "application/json")
+    .body(Full::new(Bytes::from(limits.to_string())))
+    .expect("request");
     Reply::read(gw.send(req).await).await
 }
 
@@ -343,7 +369,9 @@ async fn a_shadow_model_limit_lets_the_attempts_go() {
             assert_eq!(reply.status, 200, "{:?}", reply.json());
         }
         assert_eq!(mock.hits_of("good"), usize::try_from(N + K).expect("small"));
-        let s = gw.stats(&pressure_llm::reservation::resource_id("mock", "good")).await;
+        let s = gw
+            .stats(&pressure_llm::reservation::resource_id("mock", "good"))
+            .await;
         assert!(s.limits.shadow, "{s:?}");
         assert_eq!((s.allowed, s.denied, s.shadow_denied), (N, K, K), "{s:?}");
         assert_eq!(s.usage.get("requestsPerMinute"), Some(&N), "{s:?}");

@@ -139,7 +139,7 @@ async fn settle(
                     return Err(no_level(level));
                 };
                 let h = &levels[at];
-                if !(h.limits().shadow && !denial.is_unavailable()) {
+                if !h.limits().shadow || denial.is_unavailable() {
                     return Err(denied(h, req, Layer::Tenant, ns, &denial));
                 }
                 drop(admit_shadow(h, req, Layer::Tenant, ns, metrics, &denial));

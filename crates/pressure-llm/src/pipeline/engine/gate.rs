@@ -139,7 +139,11 @@ impl<B: Backend> Engine<B> {
     /// `request denied` line with `shadow: true`. A limiter that cannot
     /// decide lets it go too (a shadow limit never refuses).
     async fn shadow_permit(&self, resource: &str, reservation: &Reservation) -> Option<Permit<B>> {
-        match self.broker.try_acquire(resource, reservation.acquire_options()).await {
+        match self
+            .broker
+            .try_acquire(resource, reservation.acquire_options())
+            .await
+        {
             Ok(pressure_core::Acquisition::Granted(p)) => Some(p),
             Ok(pressure_core::Acquisition::Denied(d)) => {
                 if let Some(h) = self.broker.resource(resource) {
