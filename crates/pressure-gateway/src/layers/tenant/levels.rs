@@ -128,14 +128,16 @@ async fn settle(
     // Indices (into `levels`) of the shadow levels admitted so far.
     let mut shadowed: Vec<usize> = Vec::new();
     loop {
-        let live: Vec<usize> = (0..levels.len()).filter(|i| !shadowed.contains(i)).collect();
+        // The index into `levels` of the nest's level `n` (the levels
+        // asked, without those shadowed): `n` itself until one is.
+        let live = |n: usize| (0..levels.len()).filter(|i| !shadowed.contains(i)).nth(n);
         match out {
             Ok(NestAcquisition::Granted(permits)) => {
                 metrics.allowed(Layer::Tenant);
                 return Ok(hold_levels(levels, &shadowed, permits, req));
             }
             Ok(NestAcquisition::Denied { level, denial }) => {
-                let Some(&at) = live.get(level) else {
+                let Some(at) = live(level) else {
                     return Err(no_level(level));
                 };
                 let h = &levels[at];
@@ -154,8 +156,8 @@ async fn settle(
                 };
             }
             Err(NestError { level, error }) => {
-                return match live.get(level) {
-                    Some(&at) => Err(failed(&levels[at], Layer::Tenant, &error)),
+                return match live(level) {
+                    Some(at) => Err(failed(&levels[at], Layer::Tenant, &error)),
                     None => Err(no_level(level)),
                 };
             }
