@@ -320,33 +320,49 @@ async fn put_limits(gw: &TestGateway, tenant: &str, limits: Value) -> Reply {
 }
 
 /// The decision API: a shadow resource answers `allowed` to every acquire
-/// and counts the would-be refusals, nothing consumed.
+/// and counts the would-be refusals, nothing consumed; the same limit
+/// enforcing refuses exactly `K`.
+async fn the_decision_api_admits_a_shadow_resource(store: Store) {
+    let mut section = with_resources(json!({
+        "jobs": { "requestsPerMinute": N, "shadow": true },
+        "real": { "requestsPerMinute": N },
+    }));
+    section["backend"] = store.backend("shadow-decisions");
+    let d = Decisions::start(section).await;
+    for _ in 0..N + K {
+        let ok = d.acquire(json!({ "resource": "jobs" })).await;
+        assert_eq!(ok.status, 200, "{:?}", ok.json());
+        assert_eq!(ok.json()["allowed"], true);
+    }
+    let mut refused = 0;
+    for _ in 0..N + K {
+        if d.acquire(json!({ "resource": "real" })).await.status == 429 {
+            refused += 1;
+        }
+    }
+    assert_eq!(refused, K, "the same limit enforcing refuses exactly K");
+    let s = d.gw.stats("jobs").await;
+    assert_eq!((s.allowed, s.denied, s.shadow_denied), (N, K, K), "{s:?}");
+    assert_eq!(s.usage.get("requestsPerMinute"), Some(&N), "{s:?}");
+    d.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_decision_api_admits_a_shadow_resource() {
-    bounded(async {
-        let d = Decisions::start(with_resources(json!({
-            "jobs": { "requestsPerMinute": N, "shadow": true },
-            "real": { "requestsPerMinute": N },
-        })))
-        .await;
-        for _ in 0..N + K {
-            let ok = d.acquire(json!({ "resource": "jobs" })).await;
-            assert_eq!(ok.status, 200, "{:?}", ok.json());
-            assert_eq!(ok.json()["allowed"], true);
-        }
-        let mut refused = 0;
-        for _ in 0..N + K {
-            if d.acquire(json!({ "resource": "real" })).await.status == 429 {
-                refused += 1;
-            }
-        }
-        assert_eq!(refused, K, "the same limit enforcing refuses exactly K");
-        let s = d.gw.stats("jobs").await;
-        assert_eq!((s.allowed, s.denied, s.shadow_denied), (N, K, K), "{s:?}");
-        assert_eq!(s.usage.get("requestsPerMinute"), Some(&N), "{s:?}");
-        d.stop().await;
-    })
+async fn the_decision_api_admits_a_shadow_resource_in_memory() {
+    bounded(the_decision_api_admits_a_shadow_resource(Store::Memory)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_decision_api_admits_a_shadow_resource_on_redis() {
+    bounded(the_decision_api_admits_a_shadow_resource(Store::Redis(
+        RedisServer::start(),
+    )))
     .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_decision_api_admits_a_shadow_resource_on_a_cluster() {
+    bounded(async { the_decision_api_admits_a_shadow_resource(cluster().await).await }).await;
 }
 
 /// A model whose limits are in shadow mode: its limiter refuses past `N`
