@@ -368,32 +368,47 @@ async fn the_decision_api_admits_a_shadow_resource_on_a_cluster() {
 /// A model whose limits are in shadow mode: its limiter refuses past `N`
 /// a minute, the attempts go anyway (every call answered by the model),
 /// the would-be refusals counted, nothing consumed for them.
+async fn a_shadow_model_limit_lets_the_attempts_go(store: Store) {
+    let mock = super::llm::Mock::start().await;
+    let mut section = super::llm::config(&mock, json!({}));
+    section["llm"]["models"][0]["limits"] = json!({ "requestsPerMinute": N, "shadow": true });
+    section["backend"] = store.backend("shadow-model");
+    let gw = TestGateway::start(section).await;
+    let body = json!({ "model": "support", "messages": [{ "role": "user", "content": "hello" }] });
+    for _ in 0..N + K {
+        let req = http::Request::post(gw.url("/v1/chat/completions"))
+            .header(http::header::CONTENT_TYPE, "application/json")
+            .body(Full::new(Bytes::from(body.to_string())))
+            .expect("request");
+        let reply = Reply::read(gw.send(req).await).await;
+        assert_eq!(reply.status, 200, "{:?}", reply.json());
+    }
+    assert_eq!(mock.hits_of("good"), usize::try_from(N + K).expect("small"));
+    let s = gw
+        .stats(&pressure_llm::reservation::resource_id("mock", "good"))
+        .await;
+    assert!(s.limits.shadow, "{s:?}");
+    assert_eq!((s.allowed, s.denied, s.shadow_denied), (N, K, K), "{s:?}");
+    assert_eq!(s.usage.get("requestsPerMinute"), Some(&N), "{s:?}");
+    gw.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_shadow_model_limit_lets_the_attempts_go() {
-    bounded(async {
-        let mock = super::llm::Mock::start().await;
-        let mut section = super::llm::config(&mock, json!({}));
-        section["llm"]["models"][0]["limits"] = json!({ "requestsPerMinute": N, "shadow": true });
-        let gw = TestGateway::start(section).await;
-        let body = json!({ "model": "support", "messages": [{ "role": "user", "content": "hello" }] });
-        for _ in 0..N + K {
-            let req = http::Request::post(gw.url("/v1/chat/completions"))
-                .header(http::header::CONTENT_TYPE, "application/json")
-                .body(Full::new(Bytes::from(body.to_string())))
-                .expect("request");
-            let reply = Reply::read(gw.send(req).await).await;
-            assert_eq!(reply.status, 200, "{:?}", reply.json());
-        }
-        assert_eq!(mock.hits_of("good"), usize::try_from(N + K).expect("small"));
-        let s = gw
-            .stats(&pressure_llm::reservation::resource_id("mock", "good"))
-            .await;
-        assert!(s.limits.shadow, "{s:?}");
-        assert_eq!((s.allowed, s.denied, s.shadow_denied), (N, K, K), "{s:?}");
-        assert_eq!(s.usage.get("requestsPerMinute"), Some(&N), "{s:?}");
-        gw.stop().await;
-    })
+async fn a_shadow_model_limit_lets_the_attempts_go_in_memory() {
+    bounded(a_shadow_model_limit_lets_the_attempts_go(Store::Memory)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shadow_model_limit_lets_the_attempts_go_on_redis() {
+    bounded(a_shadow_model_limit_lets_the_attempts_go(Store::Redis(
+        RedisServer::start(),
+    )))
     .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shadow_model_limit_lets_the_attempts_go_on_a_cluster() {
+    bounded(async { a_shadow_model_limit_lets_the_attempts_go(cluster().await).await }).await;
 }
 
 /// With `rateLimitHeaders`, an admitted request past a shadow limit says
