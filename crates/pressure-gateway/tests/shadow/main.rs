@@ -159,6 +159,18 @@ async fn shadow_layer(layer: Layer, store: Store, prefix: &str) {
         .unwrap_or_else(|| panic!("{layer:?}: not in the admin stats"));
     assert_eq!(listed["shadowDenied"], json!(K), "{listed}");
     assert_eq!(listed["limits"]["shadow"], json!(true), "{listed}");
+    // The dashboard's summary carries the would-be refusals too.
+    let summary = gw.admin_get("/admin/pressure/summary").await.json();
+    let shown = match layer {
+        Layer::Tenant => summary["tenants"]["shadowDenied"].clone(),
+        _ => summary["resources"]
+            .as_array()
+            .expect("resources")
+            .iter()
+            .find(|r| r["resource"] == layer.resource())
+            .map_or(Value::Null, |r| r["shadowDenied"].clone()),
+    };
+    assert_eq!(shown, json!(K), "{layer:?}: {summary}");
 
     if let Layer::Route = layer {
         // The same requests on the same limit enforcing, in the same run.

@@ -238,6 +238,7 @@
     deniedRate += tps.denied;
     const totals = document.getElementById("tenant-totals");
     totals.textContent = `${t.count} tenants · ${t.allowed} allowed · ${t.denied} denied · ` +
+      (t.shadowDenied > 0 ? `${t.shadowDenied} of them shadow (admitted) · ` : "") +
       `${t.denying} refused at least once · top ${t.top.length} shown`;
     totals.setAttribute("data-count", t.count);
     totals.setAttribute("data-denied", t.denied);
