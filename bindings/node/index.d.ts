@@ -19,6 +19,9 @@ export interface Limits {
   /** Quota leasing of a hot key on Redis (ignored in memory): batches of
    * up to maxShare (0, 1] of N held by the fleet, each lease ttlMs long. */
   leasing?: { maxShare: number; ttlMs: number };
+  /** Shadow mode: the broker decides and counts as usual; the caller that
+   * admits a denial anyway counts it as `shadowDenied` (the gateway does). */
+  shadow?: boolean;
 }
 
 /** Queue settings of a queue+execute resource (the core's QueueConfig). */
@@ -143,6 +146,8 @@ export interface ResourceStats {
   allowed: number;
   denied: number;
   backendErrors: number;
+  /** Of `denied`, the refusals of a shadow limit admitted anyway. */
+  shadowDenied: number;
   /** Queue resources only; null for limit resources (never 0). */
   queued: number | null;
   waitTimeMs: WaitTimes | null;

@@ -768,6 +768,7 @@ fn local_stats_of<B: Backend>(e: &Entry<B>) -> ResourceStats {
         allowed: counts.allowed,
         denied: counts.denied + c.rejected.load(Ordering::Relaxed),
         backend_errors: c.backend_errors.load(Ordering::Relaxed),
+        shadow_denied: c.shadow_denied.load(Ordering::Relaxed),
         queued,
         wait_time_ms,
         lazy: e.lazy,

@@ -72,6 +72,20 @@ impl<B: Backend> ResourceHandle<B> {
         Ok(e.backend.reconcile(&e.handle, grant, &none).await?)
     }
 
+    /// A denial of this resource that its caller admits anyway because the
+    /// limits are in shadow mode ([`Limits::shadow`]): counted in the
+    /// resource's `shadowDenied`, and an inert permit (it holds, gives back
+    /// and reconciles nothing: the denial consumed nothing) to carry on
+    /// with. The denial itself was already counted in `denied`.
+    #[cold]
+    pub fn admit_shadow_denial(&self) -> crate::Permit<B> {
+        let counters = self.entry.current().counters();
+        counters
+            .shadow_denied
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        crate::Permit::inert()
+    }
+
     /// Check+reject: reserve `opts` now or get a denial with its wait time.
     #[inline]
     pub async fn try_acquire(&self, opts: AcquireOptions) -> Result<Acquisition<B>, Error> {

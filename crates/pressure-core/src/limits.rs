@@ -103,6 +103,13 @@ pub struct Limits {
     /// dimensions (see `pressure_redis` docs, "Quota leasing").
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub leasing: Option<crate::Leasing>,
+    /// Shadow mode: the limit decides and counts exactly as an enforcing
+    /// one (a shadow denial consumes nothing, like a real denial), but the
+    /// caller admits the request anyway and counts the would-be refusal as
+    /// `shadowDenied` (stats) and `pressure_shadow_denied_total` (metrics).
+    /// Switching it by reload or override keeps the usage counted so far.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub shadow: bool,
 }
 
 /// One builder method per count of [`Limits`]: `$setter(n)` sets `$json`.
@@ -145,6 +152,11 @@ impl Limits {
     /// Sets the concurrency lease TTL.
     pub fn lease_ttl(mut self, ttl: Duration) -> Self {
         self.lease_ttl_ms = Some(crate::clock::duration_to_millis(ttl));
+        self
+    }
+    /// Sets shadow mode (see [`Limits::shadow`]).
+    pub fn shadow(mut self, shadow: bool) -> Self {
+        self.shadow = shadow;
         self
     }
     /// Turns quota leasing on (see [`crate::Leasing`]).

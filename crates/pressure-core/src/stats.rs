@@ -58,6 +58,12 @@ pub struct ResourceStats {
     /// Acquisitions refused by this process (try_acquire denials, queue full
     /// or timed out).
     pub denied: u64,
+    /// Of `denied`, the refusals of a shadow limit (`"shadow": true`) whose
+    /// requests the caller admitted anyway: what enforcing would have
+    /// refused. Counted by the caller that admits (the gateway), zero for a
+    /// resource never in shadow.
+    #[serde(default)]
+    pub shadow_denied: u64,
     /// Backend failures seen by this process.
     pub backend_errors: u64,
     /// Requests waiting now (`queue` resources only).

@@ -47,6 +47,19 @@ impl<B: Backend> Permit<B> {
         }
     }
 
+    /// A permit that holds nothing: no resource, nothing reserved, its
+    /// release and reconcile no-ops (what a shadow denial admits with).
+    pub fn inert() -> Self {
+        let grant = Grant {
+            at_ns: 0,
+            delay_ns: 0,
+            lease: None,
+            reserved: Reserved::default(),
+            fallback: false,
+        };
+        Self::new(None, grant, 0)
+    }
+
     /// The resource this permit belongs to; `None` for an inert permit (a
     /// resource with only request-rate limits), which keeps no reference.
     pub fn resource(&self) -> Option<&str> {

@@ -379,3 +379,55 @@ fn changes_racing_with_acquisitions_never_over_admit_or_panic() {
     assert!(allowed <= 101, "over-admitted {allowed}");
     assert!(allowed >= 100, "admitted only {allowed}");
 }
+
+/// Shadow mode is a limits change like any other: switching it keeps the
+/// usage and the counters; the broker decides the same either way, and a
+/// shadow denial admitted by the caller consumes nothing and is counted in
+/// `shadowDenied` (as a part of `denied`).
+#[tokio::test]
+async fn a_shadow_switch_keeps_usage_and_counts_shadow_denials() {
+    let (b, _) = broker();
+    let shadow = Limits::default().requests_per_minute(3).shadow(true);
+    let json = serde_json::to_value(&shadow).expect("serializes");
+    assert_eq!(json["shadow"], serde_json::json!(true));
+    let plain = serde_json::to_value(Limits::default().requests_per_minute(3)).expect("serializes");
+    assert!(plain.get("shadow").is_none(), "skipped when false: {plain}");
+    assert_eq!(b.set_limits("r", shadow.clone()), Ok(LimitChange::Registered));
+    let handle = b.resource("r").expect("registered");
+    let mut admitted = Vec::new();
+    for _ in 0..5 {
+        match handle
+            .try_acquire_now(AcquireOptions::default())
+            .expect("answers")
+        {
+            Acquisition::Granted(p) => admitted.push(p),
+            Acquisition::Denied(_) => {
+                assert!(handle.limits().shadow, "only a shadow limit admits a denial");
+                admitted.push(handle.admit_shadow_denial());
+            }
+        }
+    }
+    assert_eq!(admitted.len(), 5, "every request admitted");
+    let s = b.resource_stats("r").await.expect("registered");
+    assert_eq!((s.allowed, s.denied, s.shadow_denied), (3, 2, 2));
+    assert_eq!(
+        s.usage.get("requestsPerMinute"),
+        Some(&3),
+        "the shadow denials consumed nothing"
+    );
+    drop(admitted);
+    let enforcing = Limits::default().requests_per_minute(3);
+    assert_eq!(b.set_limits("r", enforcing), Ok(LimitChange::Changed));
+    assert!(
+        !take(&b, "r").allowed(),
+        "the usage was kept: the window is still full"
+    );
+    let s = b.resource_stats("r").await.expect("registered");
+    assert_eq!(
+        (s.allowed, s.denied, s.shadow_denied),
+        (3, 3, 2),
+        "the counters carried over"
+    );
+    assert_eq!(s.usage.get("requestsPerMinute"), Some(&3));
+    assert_eq!(b.set_limits("r", shadow), Ok(LimitChange::Changed), "and back");
+}

@@ -113,6 +113,7 @@ mod tests {
             allowed: 1,
             denied: 0,
             backend_errors: 0,
+            shadow_denied: 0,
             queued: None,
             wait_time_ms: None,
             lazy: true,

@@ -123,6 +123,7 @@ pub(super) async fn build(state: &AdminState, top: usize) -> Value {
                 "budgets": super::budgets::rows(&s),
                 "allowed": s.allowed,
                 "denied": s.denied,
+                "shadowDenied": s.shadow_denied,
                 "backendErrors": s.backend_errors,
             })
         })
@@ -138,6 +139,7 @@ pub(super) async fn build(state: &AdminState, top: usize) -> Value {
                 "active": s.active,
                 "allowed": s.allowed,
                 "denied": s.denied,
+                "shadowDenied": s.shadow_denied,
                 "backendErrors": s.backend_errors,
                 "queued": s.queued,
             })
@@ -150,6 +152,7 @@ pub(super) async fn build(state: &AdminState, top: usize) -> Value {
             "count": totals.count,
             "allowed": totals.allowed,
             "denied": totals.denied,
+            "shadowDenied": totals.shadow_denied,
             "backendErrors": totals.backend_errors,
             "denying": totals.denying,
             "top": top_tenants,
@@ -192,6 +195,8 @@ struct TenantTotals {
     count: usize,
     allowed: u64,
     denied: u64,
+    /// Of `denied`, the would-be refusals of shadow limits (admitted).
+    shadow_denied: u64,
     backend_errors: u64,
     /// Tenants refused at least once.
     denying: usize,
@@ -203,6 +208,7 @@ impl TenantTotals {
             t.count += 1;
             t.allowed = t.allowed.saturating_add(s.allowed);
             t.denied = t.denied.saturating_add(s.denied);
+            t.shadow_denied = t.shadow_denied.saturating_add(s.shadow_denied);
             t.backend_errors = t.backend_errors.saturating_add(s.backend_errors);
             t.denying += usize::from(s.denied > 0);
             t
@@ -249,6 +255,7 @@ mod tests {
             allowed,
             denied,
             backend_errors: 0,
+            shadow_denied: 0,
             queued: None,
             wait_time_ms: None,
             lazy: true,
@@ -294,6 +301,7 @@ mod tests {
                 count: 3,
                 allowed: 8,
                 denied: 7,
+                shadow_denied: 0,
                 backend_errors: 0,
                 denying: 2
             }

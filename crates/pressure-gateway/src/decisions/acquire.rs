@@ -192,6 +192,19 @@ async fn decide(state: &DecisionState, body: &[u8]) -> Result<Granted, Rejection
         resources::is_tenant(&req.resource).then(|| &req.resource[resources::TENANT_PREFIX.len()..]);
     let permit = match outcome {
         Ok(Ok(p)) => p,
+        // A shadow limit's refusal is admitted (with a permit that holds
+        // nothing), counted as what enforcing would have refused.
+        Ok(Err(d)) if handle.limits().shadow && !d.is_unavailable() => {
+            let shadow = crate::metrics::shadow::ShadowDenial {
+                resource: handle.id(),
+                layer: Layer::Decision,
+                dimension: d.dimension.as_str(),
+                wait: d.wait,
+                namespace_id: namespace,
+            };
+            state.metrics.shadow_denied(&shadow, plan.denial_lines());
+            handle.admit_shadow_denial()
+        }
         Ok(Err(d)) => return Err(denied(&handle, &d, namespace)),
         Err(e) => return Err(core_error(&req.resource, e)),
     };

@@ -4,6 +4,7 @@
 
 use super::context;
 use crate::backend::AnyBackend;
+use crate::metrics::shadow::ShadowDenial;
 use crate::metrics::{GatewayMetrics, Layer};
 use crate::rejection::{RateLimited, Rejection};
 use axum::body::Body;
@@ -79,9 +80,43 @@ fn settle(
             metrics.allowed(layer);
             Ok(permit)
         }
-        Ok(Acquisition::Denied(d)) => Err(denied(handle, req, layer, namespace_id, &d)),
+        Ok(Acquisition::Denied(d)) => {
+            // The one check a shadow limit adds, on the denial path only.
+            if handle.limits().shadow && !d.is_unavailable() {
+                metrics.allowed(layer);
+                return Ok(admit_shadow(handle, req, layer, namespace_id, metrics, &d));
+            }
+            Err(denied(handle, req, layer, namespace_id, &d))
+        }
         Err(e) => Err(failed(handle, layer, &e)),
     }
+}
+
+/// The denial `d` of `handle`'s shadow limit, admitted: counted in the
+/// resource's `shadowDenied` and in `pressure_shadow_denied_total`, logged
+/// with `shadow: true`; the request goes on with an inert permit (the
+/// denial consumed nothing). The caller counts the layer's admission.
+#[cold]
+#[inline(never)]
+pub(crate) fn admit_shadow(
+    handle: &ResourceHandle<AnyBackend>,
+    req: &Request<Body>,
+    layer: Layer,
+    namespace_id: Option<&str>,
+    metrics: &GatewayMetrics,
+    d: &Denial,
+) -> Permit<AnyBackend> {
+    let lines = context(req).map_or(0, |c| c.plan.denial_lines());
+    let namespace_id = namespace_id.or_else(|| handle.id().strip_prefix(crate::resources::TENANT_PREFIX));
+    let shadow = ShadowDenial {
+        resource: handle.id(),
+        layer,
+        dimension: d.dimension.as_str(),
+        wait: d.wait,
+        namespace_id,
+    };
+    metrics.shadow_denied(&shadow, lines);
+    handle.admit_shadow_denial()
 }
 
 /// The refusal of `handle`'s denial `d`: `429` for a limit (a spent

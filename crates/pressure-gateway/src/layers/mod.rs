@@ -37,7 +37,7 @@ mod step;
 pub(crate) mod tenant;
 
 pub use crate::http::server::BodyService;
-pub(crate) use charge::{acquire, acquire_if_ready, charge, denied, failed, hold, options_of};
+pub(crate) use charge::{acquire, acquire_if_ready, admit_shadow, charge, denied, failed, hold, options_of};
 pub(crate) use context::{charged, context, context_mut, RequestContext};
 pub(crate) use step::step_layer;
 pub(crate) use step::take_ready;

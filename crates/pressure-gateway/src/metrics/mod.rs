@@ -20,6 +20,7 @@
 //! | `pressure_resource_denied_total` | counter | `resource` |
 //! | `pressure_backend_errors_total` | counter | `resource` |
 //! | `pressure_queue_queued` | gauge | `resource` |
+//! | `pressure_shadow_denied_total` | counter | `resource`, `dimension` |
 //! | `pressure_redis_healthy` | gauge | |
 //! | `pressure_redis_unhealthy_shards` | gauge | |
 //! | `pressure_redis_failures_total` | counter | |
@@ -39,6 +40,7 @@
 pub(crate) mod denial_log;
 pub(crate) mod layer;
 pub(crate) mod llm;
+pub(crate) mod shadow;
 mod snapshot;
 pub(crate) mod text;
 pub(crate) mod traffic;
@@ -104,6 +106,7 @@ pub struct GatewayMetrics {
     reloads: Labelled,
     traffic: traffic::TrafficMetrics,
     logs: denial_log::DenialLogs,
+    shadow: shadow::ShadowDenials,
     sections: RwLock<Vec<MetricsSection>>,
 }
 
@@ -185,6 +188,7 @@ impl GatewayMetrics {
         let mut out = String::with_capacity(4096 + 256 * stats.len().min(64));
         // Writing into a `String` cannot fail.
         let _ = self.encode_counters(&mut out);
+        let _ = self.shadow.encode(&mut out);
         let _ = self.traffic.encode(&mut out);
         let _ = snapshot::encode(&mut out, stats, redis);
         let sections: Vec<MetricsSection> = self.sections.read().clone();
@@ -291,6 +295,7 @@ mod tests {
             allowed: 10,
             denied,
             backend_errors: 0,
+            shadow_denied: 0,
             queued: (kind == ResourceKind::Queue).then_some(3),
             wait_time_ms: None,
             lazy: resources::is_tenant(resource),

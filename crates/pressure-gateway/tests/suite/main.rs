@@ -53,6 +53,8 @@ mod redis_state;
 mod routing;
 #[path = "../runtime_keys/main.rs"]
 mod runtime_keys;
+#[path = "../shadow/main.rs"]
+mod shadow;
 #[path = "../timeouts/main.rs"]
 mod timeouts;
 #[path = "../tls/main.rs"]

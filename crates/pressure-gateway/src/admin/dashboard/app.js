@@ -77,6 +77,18 @@
     return td;
   }
 
+  // The denied count; with would-be refusals of a shadow limit beside it
+  // (`data-shadow-denied`), which were admitted.
+  function deniedCell(denied, shadowDenied) {
+    const td = cell("denied", denied);
+    if (shadowDenied > 0) {
+      td.setAttribute("data-shadow-denied", String(shadowDenied));
+      td.append(el("span", { class: "shadow-denied", title: "would-be refusals of a shadow limit (admitted)" },
+        ` (${shadowDenied} shadow)`));
+    }
+    return td;
+  }
+
   function rate(n) {
     if (!Number.isFinite(n) || n <= 0) return "0";
     return n >= 10 ? n.toFixed(0) : n.toFixed(1);
@@ -196,13 +208,19 @@
       if (ps.denied > 0) tr.classList.add("denying");
       const name = el("td", { class: "name" });
       name.append(el("code", {}, r.resource), el("span", { class: "tag" }, r.kind));
+      if (r.limits && r.limits.shadow) {
+        // A shadow limit decides and counts but admits: marked, and its
+        // would-be refusals shown beside its denials.
+        tr.setAttribute("data-shadow", "true");
+        name.append(el("span", { class: "tag shadow", title: "shadow: refusals are counted, not enforced" }, "shadow"));
+      }
       const bars = el("td");
       bars.append(limitBars(r.limits, r.usage));
       tr.append(
         name, bars,
         cell("active", r.active === null ? "–" : r.active),
         cell("allowed", r.allowed),
-        cell("denied", r.denied),
+        deniedCell(r.denied, r.shadowDenied || 0),
         cell("allowedRate", rate(ps.allowed)),
         cell("deniedRate", rate(ps.denied)),
         cell("backendErrors", r.backendErrors),
@@ -220,6 +238,7 @@
     deniedRate += tps.denied;
     const totals = document.getElementById("tenant-totals");
     totals.textContent = `${t.count} tenants · ${t.allowed} allowed · ${t.denied} denied · ` +
+      (t.shadowDenied > 0 ? `${t.shadowDenied} of them shadow (admitted) · ` : "") +
       `${t.denying} refused at least once · top ${t.top.length} shown`;
     totals.setAttribute("data-count", t.count);
     totals.setAttribute("data-denied", t.denied);
@@ -232,7 +251,8 @@
       const bars = el("td");
       bars.append(limitBars(x.limits, x.usage));
       tr.append(el("td", { class: "name", "data-field": "tenant" }, x.tenant), bars,
-        cell("allowed", x.allowed), cell("denied", x.denied), cell("deniedRate", rate(ps.denied)));
+        cell("allowed", x.allowed), deniedCell(x.denied, x.shadowDenied || 0), cell("deniedRate", rate(ps.denied)));
+      if (x.limits && x.limits.shadow) tr.setAttribute("data-shadow", "true");
       return tr;
     });
     if (!trows.length) {

@@ -14,7 +14,7 @@
 //! given back (its rate units refunded, its lease released) when the
 //! hierarchy refuses — all or nothing still, in two calls.
 
-use super::super::{acquire, denied, failed, hold, options_of};
+use super::super::{acquire, admit_shadow, denied, failed, hold, options_of};
 use crate::backend::{AnyBackend, Broker};
 use crate::metrics::{GatewayMetrics, Layer};
 use crate::rejection::Rejection;
@@ -55,7 +55,7 @@ pub(super) async fn charge_all(
         }
     }
     if !(unsupported(&out) && key.is_some()) {
-        return settle(&levels, out, req, ns, metrics);
+        return settle(&levels, out, req, ns, metrics).await;
     }
     // The store cannot hold the key's slot beside the hierarchy's (module
     // docs): the key first, given back if the hierarchy refuses.
@@ -63,7 +63,7 @@ pub(super) async fn charge_all(
     let permit = acquire(key, req, Layer::Tenant, ns, metrics).await?;
     let out = nest(chain, options_of(req)).await;
     let mut grants = vec![*permit.grant()];
-    match settle(chain, out, req, ns, metrics) {
+    match settle(chain, out, req, ns, metrics).await {
         Ok(rest) => grants.extend(rest),
         Err(refused) => {
             give_back(key, permit).await;
@@ -114,33 +114,76 @@ async fn nest(
 }
 
 /// Holds the permits of a granted reservation (their grants, level by
-/// level), or makes the refusal of the level that refused.
-fn settle(
+/// level), or makes the refusal of the level that refused. A level in
+/// shadow mode that refuses is admitted: its would-be refusal counted
+/// (nothing was consumed on any level), and the reservation asked again
+/// without it, so the other levels decide for real.
+async fn settle(
     levels: &[ResourceHandle<AnyBackend>],
-    out: Result<NestAcquisition<AnyBackend>, NestError>,
+    mut out: Result<NestAcquisition<AnyBackend>, NestError>,
     req: &mut Request<Body>,
     ns: Option<&str>,
     metrics: &GatewayMetrics,
 ) -> Result<Vec<Grant>, Rejection> {
-    match out {
-        Ok(NestAcquisition::Granted(permits)) => {
-            metrics.allowed(Layer::Tenant);
-            let mut grants = Vec::with_capacity(permits.len());
-            for (h, p) in levels.iter().zip(permits) {
-                grants.push(*p.grant());
-                hold(req, h, p);
+    // Indices (into `levels`) of the shadow levels admitted so far.
+    let mut shadowed: Vec<usize> = Vec::new();
+    loop {
+        // The index into `levels` of the nest's level `n` (the levels
+        // asked, without those shadowed): `n` itself until one is.
+        let live = |n: usize| (0..levels.len()).filter(|i| !shadowed.contains(i)).nth(n);
+        match out {
+            Ok(NestAcquisition::Granted(permits)) => {
+                metrics.allowed(Layer::Tenant);
+                return Ok(hold_levels(levels, &shadowed, permits, req));
             }
-            Ok(grants)
+            Ok(NestAcquisition::Denied { level, denial }) => {
+                let Some(at) = live(level) else {
+                    return Err(no_level(level));
+                };
+                let h = &levels[at];
+                if !h.limits().shadow || denial.is_unavailable() {
+                    return Err(denied(h, req, Layer::Tenant, ns, &denial));
+                }
+                drop(admit_shadow(h, req, Layer::Tenant, ns, metrics, &denial));
+                shadowed.push(at);
+                let rest: Vec<ResourceHandle<AnyBackend>> = (0..levels.len())
+                    .filter(|i| !shadowed.contains(i))
+                    .map(|i| levels[i].clone())
+                    .collect();
+                out = match rest.is_empty() {
+                    true => Ok(NestAcquisition::Granted(Vec::new())),
+                    false => nest(&rest, options_of(req)).await,
+                };
+            }
+            Err(NestError { level, error }) => {
+                return match live(level) {
+                    Some(at) => Err(failed(&levels[at], Layer::Tenant, &error)),
+                    None => Err(no_level(level)),
+                };
+            }
         }
-        Ok(NestAcquisition::Denied { level, denial }) => match levels.get(level) {
-            Some(h) => Err(denied(h, req, Layer::Tenant, ns, &denial)),
-            None => Err(no_level(level)),
-        },
-        Err(NestError { level, error }) => match levels.get(level) {
-            Some(h) => Err(failed(h, Layer::Tenant, &error)),
-            None => Err(no_level(level)),
-        },
     }
+}
+
+/// Holds `permits` (one per level not in `shadowed`, in order) and an
+/// inert permit for each shadowed level; their grants, level by level.
+fn hold_levels(
+    levels: &[ResourceHandle<AnyBackend>],
+    shadowed: &[usize],
+    permits: Vec<Permit<AnyBackend>>,
+    req: &mut Request<Body>,
+) -> Vec<Grant> {
+    let mut permits = permits.into_iter();
+    let mut grants = Vec::with_capacity(levels.len());
+    for (i, h) in levels.iter().enumerate() {
+        let p = match shadowed.contains(&i) {
+            true => Permit::inert(),
+            false => permits.next().unwrap_or_else(Permit::inert),
+        };
+        grants.push(*p.grant());
+        hold(req, h, p);
+    }
+    grants
 }
 
 /// A level index the nest does not have (a broken backend): unavailable.

@@ -89,6 +89,7 @@ impl<B: Backend> Engine<B> {
         };
         let permit = match &m.resource {
             None => None,
+            Some(resource) if m.shadow => self.shadow_permit(resource, reservation).await,
             Some(resource) => {
                 let remaining = deadline.saturating_duration_since(now);
                 match self
@@ -128,5 +129,41 @@ impl<B: Backend> Engine<B> {
             return Gate::Again;
         }
         Gate::Go(bp, permit, paid)
+    }
+}
+
+impl<B: Backend> Engine<B> {
+    /// The limiter of a model in shadow mode: asked once, never waited
+    /// for; a refusal lets the attempt go without a permit (nothing
+    /// consumed), counted in the resource's `shadowDenied` and logged as a
+    /// `request denied` line with `shadow: true`. A limiter that cannot
+    /// decide lets it go too (a shadow limit never refuses).
+    async fn shadow_permit(&self, resource: &str, reservation: &Reservation) -> Option<Permit<B>> {
+        match self
+            .broker
+            .try_acquire(resource, reservation.acquire_options())
+            .await
+        {
+            Ok(pressure_core::Acquisition::Granted(p)) => Some(p),
+            Ok(pressure_core::Acquisition::Denied(d)) => {
+                if let Some(h) = self.broker.resource(resource) {
+                    drop(h.admit_shadow_denial());
+                }
+                tracing::info!(
+                    target: "pressure::denial",
+                    resource,
+                    layer = "model",
+                    wait_time_ms = u64::try_from(d.wait.as_millis()).unwrap_or(u64::MAX),
+                    dimension = d.dimension.as_str(),
+                    shadow = true,
+                    "request denied"
+                );
+                None
+            }
+            Err(e) => {
+                tracing::warn!(resource, error = %e, "shadow model limiter failed; attempt let go");
+                None
+            }
+        }
     }
 }

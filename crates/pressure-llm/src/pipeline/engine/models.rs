@@ -26,6 +26,9 @@ pub(crate) struct ModelEntry {
     /// Embedding models: the most tokens one input may have.
     pub(crate) max_input_tokens: Option<u64>,
     pub(crate) price: ModelPrice,
+    /// The model's limits are in shadow mode (`"shadow": true`): a refusal
+    /// of its limiter lets the attempt go, counted as `shadowDenied`.
+    pub(crate) shadow: bool,
     /// Provider hold: no call before this instant (nanoseconds on the
     /// client's clock; 0 = none). See [`hold_for`].
     hold: AtomicU64,
@@ -59,6 +62,7 @@ impl ModelEntry {
             context: m.context,
             max_input_tokens: m.max_input_tokens,
             price: m.price,
+            shadow: m.limits.as_ref().is_some_and(|l| l.shadow),
             hold: AtomicU64::new(0),
         })
     }
