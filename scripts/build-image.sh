@@ -71,7 +71,7 @@ echo 'nonroot:x:65532:' >"$context/group"
 log "$engine build -t $tag"
 case $engine in
   podman) read -r -a extra <<<"${PODMAN_ARGS:-}"
-          podman "${extra[@]}" build --build-arg VERSION="$version" -t "$tag" -f "$context/Containerfile" "$context" >&2 ;;
+          podman "${extra[@]}" build --layers=false --build-arg VERSION="$version" -t "$tag" -f "$context/Containerfile" "$context" >&2 ;;
   buildah) buildah bud --isolation chroot --build-arg VERSION="$version" -t "$tag" -f "$context/Containerfile" "$context" >&2 ;;
   *) "$engine" build --build-arg VERSION="$version" -t "$tag" -f "$context/Containerfile" "$context" >&2 ;;
 esac
