@@ -125,15 +125,17 @@ async fn upstream() -> u16 {
     port
 }
 
-/// The gateway's config: the memory backend, one upstream, a route
-/// limited to `LIMIT` a minute.
+/// The gateway's config: the memory backend, one upstream (`localhost`),
+/// a route limited to `LIMIT` a minute.
 fn config(proxy: u16, admin: u16, upstream: u16) -> serde_json::Value {
     serde_json::json!({"gateway": {
         "listen": format!("127.0.0.1:{proxy}"),
         "admin": {"listen": format!("127.0.0.1:{admin}")},
         "backend": {"type": "memory"},
         "shutdownGraceMs": 2000,
-        "upstreams": {"api": {"url": format!("http://127.0.0.1:{upstream}"), "pathPrefix": "/"}},
+        // By name: the static glibc resolves it from the container's
+        // /etc/hosts without any libnss_*.so.
+        "upstreams": {"api": {"url": format!("http://localhost:{upstream}"), "pathPrefix": "/"}},
         "pressure": {
             "enabled": true,
             "perRoute": [{"resource": "gateway:route:limited", "pathPrefix": "/limited",
