@@ -189,9 +189,9 @@ async fn get(client: &reqwest::Client, url: &str) -> (u16, String) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_image_proxies_a_request_and_answers_its_probes() {
-    let probe = output(Command::new(repo_root().join("scripts/container-probe.sh")));
+    let probe = output(&mut Command::new(repo_root().join("scripts/container-probe.sh")));
     if !probe.status.success() {
-        pressure_testkit::skip::skip(TEST, REQUIRE, &text(&probe.stderr));
+        pressure_testkit::skip(TEST, REQUIRE, &text(&probe.stderr));
         return;
     }
     let podman = Podman {
