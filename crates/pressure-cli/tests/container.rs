@@ -118,9 +118,8 @@ async fn upstream() -> u16 {
         .await
         .expect("bind the upstream");
     let port = listener.local_addr().expect("upstream address").port();
-    let app = axum::Router::new().fallback(|uri: axum::http::Uri| async move {
-        format!("upstream saw {}", uri.path())
-    });
+    let app = axum::Router::new()
+        .fallback(|uri: axum::http::Uri| async move { format!("upstream saw {}", uri.path()) });
     tokio::spawn(async move { axum::serve(listener, app).await });
     port
 }
@@ -151,7 +150,11 @@ fn image(podman: &Podman) -> Image<'_> {
     if let Some(name) = std::env::var("PRESSURE_IMAGE").ok().filter(|s| !s.is_empty()) {
         let out = podman.run(&["image", "exists", &name]);
         assert!(out.status.success(), "PRESSURE_IMAGE={name}: no such image");
-        return Image { podman, name, built: false };
+        return Image {
+            podman,
+            name,
+            built: false,
+        };
     }
     let tag = format!("localhost/pressure:test-{}", std::process::id());
     // target/tmp's parent: the target dir this test was built in (the
@@ -201,7 +204,13 @@ async fn the_image_proxies_a_request_and_answers_its_probes() {
     let image = image.name.as_str();
 
     // The image's own facts: a non-root user, the gateway by default.
-    let out = podman.run(&["image", "inspect", "--format", "{{.Config.User}} {{.Size}}", image]);
+    let out = podman.run(&[
+        "image",
+        "inspect",
+        "--format",
+        "{{.Config.User}} {{.Size}}",
+        image,
+    ]);
     let facts = text(&out.stdout);
     let (user, size) = facts.split_once(' ').expect("user and size");
     assert_eq!(user, "65532:65532", "the image's user");
@@ -212,8 +221,11 @@ async fn the_image_proxies_a_request_and_answers_its_probes() {
     let (proxy, admin) = (free_port(), free_port());
     let dir = tempfile::tempdir().expect("temp dir");
     let config_path = dir.path().join("gateway.json");
-    std::fs::write(&config_path, serde_json::to_vec_pretty(&config(proxy, admin, upstream)).unwrap())
-        .expect("write the config");
+    std::fs::write(
+        &config_path,
+        serde_json::to_vec_pretty(&config(proxy, admin, upstream)).unwrap(),
+    )
+    .expect("write the config");
     // Readable by the container's user 65532.
     std::fs::set_permissions(&config_path, std::os::unix::fs::PermissionsExt::from_mode(0o644))
         .expect("chmod the config");
@@ -221,11 +233,25 @@ async fn the_image_proxies_a_request_and_answers_its_probes() {
     let name = format!("pressure-test-{}-{proxy}", std::process::id());
     let mount = format!("{}:/etc/pressure/gateway.json:ro", config_path.display());
     let out = podman.run(&[
-        "run", "-d", "--name", &name, "--network", "host", "--read-only",
-        "--ulimit", "nofile=4096:4096", "--ulimit", "nproc=4096:4096",
-        "-v", &mount, image,
+        "run",
+        "-d",
+        "--name",
+        &name,
+        "--network",
+        "host",
+        "--read-only",
+        "--ulimit",
+        "nofile=4096:4096",
+        "--ulimit",
+        "nproc=4096:4096",
+        "-v",
+        &mount,
+        image,
     ]);
-    let container = Container { podman: &podman, name };
+    let container = Container {
+        podman: &podman,
+        name,
+    };
     assert!(out.status.success(), "podman run failed: {}", text(&out.stderr));
 
     let client = reqwest::Client::builder()
@@ -243,7 +269,11 @@ async fn the_image_proxies_a_request_and_answers_its_probes() {
             break;
         }
         assert!(container.running(), "the container exited:\n{}", container.logs());
-        assert!(Instant::now() < deadline, "not healthy within 30 s:\n{}", container.logs());
+        assert!(
+            Instant::now() < deadline,
+            "not healthy within 30 s:\n{}",
+            container.logs()
+        );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let (status, body) = get(&client, &format!("{admin_url}/readyz")).await;
@@ -251,7 +281,12 @@ async fn the_image_proxies_a_request_and_answers_its_probes() {
 
     // Through the container to the host's upstream, and its limit.
     let (status, body) = get(&client, &format!("{proxy_url}/hello")).await;
-    assert_eq!((status, body.as_str()), (200, "upstream saw /hello"), "{}", container.logs());
+    assert_eq!(
+        (status, body.as_str()),
+        (200, "upstream saw /hello"),
+        "{}",
+        container.logs()
+    );
     for i in 0..LIMIT {
         let (status, body) = get(&client, &format!("{proxy_url}/limited/{i}")).await;
         assert_eq!(status, 200, "/limited/{i}: {body}");
@@ -267,6 +302,11 @@ async fn the_image_proxies_a_request_and_answers_its_probes() {
     let out = podman.run(&["stop", "-t", "10", &container.name]);
     assert!(out.status.success(), "podman stop: {}", text(&out.stderr));
     let out = podman.run(&["inspect", "--format", "{{.State.ExitCode}}", &container.name]);
-    assert_eq!(text(&out.stdout), "0", "exit code after SIGTERM:\n{}", container.logs());
+    assert_eq!(
+        text(&out.stdout),
+        "0",
+        "exit code after SIGTERM:\n{}",
+        container.logs()
+    );
     assert!(!container.running());
 }
