@@ -195,6 +195,7 @@ mod queue_config;
 mod renewal;
 pub mod shared_breaker;
 mod stats;
+pub mod trace;
 mod striped;
 mod units;
 
