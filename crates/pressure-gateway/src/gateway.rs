@@ -152,6 +152,8 @@ struct GatewayState {
     decisions_token: Option<Arc<str>>,
     overrides: Overrides,
     keys: Keys,
+    /// The tracer, when traces are exported (`crate::otel`).
+    tracer: Option<pressure_core::trace::Tracer>,
 }
 
 impl std::fmt::Debug for Gateway {
@@ -197,6 +199,9 @@ impl Gateway {
             .max_lazy_resources(config.pressure.per_tenant.max_tenants)
             .build();
         let metrics = Arc::new(GatewayMetrics::new());
+        let tracer = crate::settings::resolve_tracing(config.tracing.as_ref(), &|k| std::env::var(k).ok())
+            ?
+            .map(|resolved| crate::otel::start(resolved, &metrics));
         // On the gateway's broker: `llm:<provider>:<model>` resources live
         // beside the gateway's own, on the same backend.
         let llm: Option<Llm> = match &config.llm {
@@ -269,6 +274,7 @@ impl Gateway {
                 decisions_token,
                 overrides,
                 keys,
+                tracer,
             }),
         })
     }
@@ -343,7 +349,8 @@ impl Gateway {
             ServiceBuilder::new()
                 .layer(
                     RouteLayer::new(Arc::clone(&self.inner.plan), Arc::clone(&metrics))
-                        .force_access_log(self.inner.force_access_log),
+                        .force_access_log(self.inner.force_access_log)
+                        .tracer(self.inner.tracer.clone()),
                 )
                 .layer(BodyLimitLayer)
                 .layer(ReleaseLayer::new(Arc::clone(&metrics)))

@@ -43,6 +43,7 @@ mod http;
 mod layers;
 pub mod manual_queue;
 mod metrics;
+mod otel;
 pub mod openai;
 mod path;
 mod permits;

@@ -47,6 +47,12 @@ pub(crate) struct RequestContext {
     /// itself, level by level: given back when a level refuses the call's
     /// money (a refusal consumes nothing).
     pub(crate) payer_grants: Vec<pressure_core::Grant>,
+    /// The request's server span, when tracing is on and the trace is
+    /// sampled: the parent of its upstream call's span and of its LLM
+    /// attempts' (`crate::otel`).
+    pub(crate) trace: Option<pressure_core::trace::SpanContext>,
+    /// The tracer, when tracing is on.
+    pub(crate) tracer: Option<pressure_core::trace::Tracer>,
 }
 
 /// The context of `req`, when the route layer routed it.

@@ -22,6 +22,7 @@ use crate::permits::PermitSlot;
 use crate::plan::{Endpoint, Route};
 use crate::rejection::UpstreamFailure;
 use axum::body::Body;
+use pressure_core::trace::Span;
 use http::Response;
 use std::sync::Arc;
 
@@ -84,6 +85,9 @@ pub(crate) struct Observation {
     slot: Option<PermitSlot>,
     /// The request counted in flight on its connection until then.
     in_flight: Option<InFlight>,
+    /// The request's server span (tracing on, sampled): ended when the
+    /// observation settles, with the status.
+    span: Option<Box<Span>>,
 }
 
 impl Observation {
@@ -106,7 +110,19 @@ impl Observation {
             access,
             slot: None,
             in_flight: None,
+            span: None,
         }
+    }
+
+    /// Ends `span` when the observation settles.
+    pub(crate) fn traced(mut self, span: Option<Box<Span>>) -> Self {
+        self.span = span;
+        self
+    }
+
+    /// The server span, to record on it.
+    pub(crate) fn span_mut(&mut self) -> Option<&mut Span> {
+        self.span.as_deref_mut()
     }
 
     /// Gives `slot`'s permits back and ends `in_flight` when the
@@ -166,6 +182,14 @@ impl Drop for Observation {
         }
         if let Some(slot) = self.slot.take() {
             slot.release_all();
+        }
+        if let Some(mut span) = self.span.take() {
+            span.set("http.response.status_code", self.status);
+            // Server spans: a 5xx is an error, a 4xx the client's.
+            if self.status >= 500 {
+                span.fail("server error");
+            }
+            span.end();
         }
         // `in_flight` ends after this, with the fields.
     }
