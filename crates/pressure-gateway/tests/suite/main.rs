@@ -57,5 +57,7 @@ mod runtime_keys;
 mod timeouts;
 #[path = "../tls/main.rs"]
 mod tls;
+#[path = "../traces/main.rs"]
+mod traces;
 #[path = "../traffic/main.rs"]
 mod traffic;

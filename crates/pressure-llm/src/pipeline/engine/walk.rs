@@ -161,13 +161,36 @@ impl<B: Backend> Engine<B> {
         let total = uc.total();
         let deadline = Instant::now() + total;
         let plans = self.plans(uc, req)?;
+        let trace = caller.trace.clone();
         let mut event = self.start_event(uc, caller, total);
+        // The event's span (tracing on): its attempts are its children,
+        // its fallbacks its events; it ends with the walk.
+        let mut span = trace.as_ref().and_then(|t| {
+            let mut span = t.tracer.start(
+                Some(&t.parent),
+                format!("pressure.llm {use_case}"),
+                pressure_core::trace::SpanKind::Internal,
+            )?;
+            span.set("pressure.use_case", use_case.to_owned());
+            event.trace = Some((t.tracer.clone(), span.context().clone()));
+            Some(span)
+        });
 
         let mut last_error: Option<LlmError> = None;
         let mut ordinal = 0usize;
         // The plans of the levels before this one.
         let mut planned = 0usize;
         for (i, level) in uc.chain.iter().enumerate() {
+            event.level = i;
+            if let (Some(span), Some(e)) = (span.as_mut(), last_error.as_ref()) {
+                span.event(
+                    "pressure.fallback",
+                    vec![
+                        ("pressure.level".into(), u64::try_from(i).unwrap_or(u64::MAX).into()),
+                        ("error.type".into(), e.to_string().into()),
+                    ],
+                );
+            }
             let step = match level {
                 ChainLevel::Knn(knn) => {
                     let priority = uc.priority.broker_priority();
@@ -207,6 +230,11 @@ impl<B: Backend> Engine<B> {
             };
             match step {
                 Step::Answered(output, degradation, model) => {
+                    if let Some(span) = span.as_mut() {
+                        span.set("pressure.level", u64::try_from(i).unwrap_or(u64::MAX));
+                        span.set("pressure.attempts", event.attempts);
+                        span.set("pressure.cost_micro_usd", event.spent.micro_usd());
+                    }
                     return Ok(Served {
                         level: i,
                         degradation,
@@ -240,6 +268,8 @@ impl<B: Backend> Engine<B> {
             failed_spent: Money::ZERO,
             hint: RetryHint::default(),
             total_ms: duration_to_millis(total),
+            trace: None,
+            level: 0,
         }
     }
 
