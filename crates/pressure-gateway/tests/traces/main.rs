@@ -356,3 +356,128 @@ async fn a_down_receiver_changes_no_answer() {
     })
     .await;
 }
+
+// ------------------------------------------------------------------ LLM
+
+async fn provider() -> pressure_mock::MockProvider {
+    let mut failing = pressure_mock::Phase::normal("bad fails").on_models(&["bad"]);
+    failing.error_share = 1.0;
+    let config = pressure_mock::MockConfig {
+        behaviour: pressure_mock::Behaviour::single(failing),
+        seed: Some(7),
+        ..pressure_mock::MockConfig::default()
+    };
+    pressure_mock::MockProvider::start("127.0.0.1:0".parse().expect("addr"), config)
+        .await
+        .expect("mock provider starts")
+}
+
+fn llm_config(mock: &pressure_mock::MockProvider, up: &TestUpstream, rx: &TestUpstream) -> Value {
+    let model = |name: &str| {
+        json!({
+            "provider": "mock", "model": name,
+            "context": { "contextTokens": 4096, "maxOutputTokens": 256 },
+            "price": { "inputMicroUsdPer1M": 1_000_000, "outputMicroUsdPer1M": 1_000_000 }
+        })
+    };
+    json!({
+        "upstreams": { "demo": { "url": up.url(), "pathPrefix": "/api" } },
+        "llm": {
+            "providers": { "mock": { "baseUrl": mock.base_url() } },
+            "models": [model("bad"), model("good")],
+            "useCases": { "chat": {
+                "chain": [{ "model": "mock/bad" }, { "model": "mock/good" }],
+                "retry": { "maxAttempts": 2, "baseDelayMs": 1, "maxDelayMs": 5 }
+            } }
+        },
+        "tracing": { "endpoint": format!("{}/v1/traces", rx.url()), "serviceName": "gw-under-test" },
+    })
+}
+
+/// A chat completion (streamed when `stream`) under the client's trace.
+async fn traced_chat(gw: &TestGateway, trace: &str, stream: bool) -> Reply {
+    let body = json!({
+        "model": "chat", "max_tokens": 20, "stream": stream,
+        "messages": [{ "role": "user", "content": "hello" }]
+    });
+    let req = http::Request::post(gw.url("/v1/chat/completions"))
+        .header(http::header::CONTENT_TYPE, "application/json")
+        .header("traceparent", format!("00-{trace}-{CLIENT_PARENT}-01"))
+        .body(http_body_util::Full::new(bytes::Bytes::from(body.to_string())))
+        .expect("request");
+    Reply::read(gw.send(req).await).await
+}
+
+/// The span tree of one chat event: the server span under the client's,
+/// the event's span under it (a fallback event to level 1), two failed
+/// attempts on `bad` and one on `good` under the event's span, each
+/// attempt's `traceparent` received by the mock provider.
+async fn check_chat_tree(received: &Received, mock: &pressure_mock::MockProvider, trace: &str, stream: bool) {
+    let spans = received.wait_for(&unhex(trace), 5).await;
+    let server = spans.iter().find(|s| s.kind == 2).expect("a server span");
+    assert_eq!(server.parent_span_id, unhex(CLIENT_PARENT));
+    let event = spans
+        .iter()
+        .find(|s| s.name == "pressure.llm chat")
+        .expect("the event's span");
+    assert_eq!(event.parent_span_id, server.span_id);
+    assert!(
+        event.events.iter().any(|e| e.name == "pressure.fallback"),
+        "{event:?}"
+    );
+    assert_eq!(int_attr(event, "pressure.level"), Some(1));
+    let mut attempts: Vec<&Span> = spans.iter().filter(|s| s.kind == 3).collect();
+    attempts.sort_by_key(|s| int_attr(s, "pressure.attempt"));
+    assert_eq!(attempts.len(), 3, "{attempts:?}");
+    for (i, a) in attempts.iter().enumerate() {
+        assert_eq!(a.parent_span_id, event.span_id);
+        assert_eq!(int_attr(a, "pressure.attempt"), Some(i64::try_from(i + 1).expect("n")));
+        assert_eq!(str_attr(a, "gen_ai.operation.name").as_deref(), Some("chat"));
+        assert_eq!(str_attr(a, "gen_ai.provider.name").as_deref(), Some("mock"));
+        let (model, level) = if i < 2 { ("bad", 0) } else { ("good", 1) };
+        assert_eq!(str_attr(a, "gen_ai.request.model").as_deref(), Some(model));
+        assert_eq!(int_attr(a, "pressure.level"), Some(level));
+        assert!(int_attr(a, "pressure.cost_micro_usd").is_some(), "{a:?}");
+    }
+    assert_eq!(attempts[0].status.as_ref().map(|s| s.code), Some(2), "a failed attempt");
+    let good = attempts[2];
+    if !stream {
+        assert_eq!(str_attr(good, "gen_ai.response.model").as_deref(), Some("good"));
+        assert!(int_attr(good, "gen_ai.usage.input_tokens").is_some_and(|t| t > 0));
+        assert!(int_attr(good, "gen_ai.usage.output_tokens").is_some_and(|t| t > 0));
+        assert!(int_attr(good, "pressure.cost_micro_usd").is_some_and(|c| c > 0));
+    }
+    let arrivals = mock.arrivals();
+    for a in &attempts {
+        let tp = format!("00-{trace}-{}-01", hex(&a.span_id));
+        assert!(
+            arrivals.iter().any(|r| r.traceparent.as_deref() == Some(tp.as_str())),
+            "the provider got no {tp}: {arrivals:?}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_chat_completion_with_a_retry_and_a_fallback_and_a_streamed_one() {
+    bounded(async {
+        let received = Received::default();
+        let rx = receiver(received.clone()).await;
+        let up = TestUpstream::demo().await;
+        let mock = provider().await;
+        let gw = TestGateway::start(llm_config(&mock, &up, &rx)).await;
+        let whole = "33333333333333333333333333333333";
+        let reply = traced_chat(&gw, whole, false).await;
+        assert_eq!(reply.status, StatusCode::OK, "{:?}", reply.body);
+        check_chat_tree(&received, &mock, whole, false).await;
+        let streamed = "44444444444444444444444444444444";
+        let reply = traced_chat(&gw, streamed, true).await;
+        assert_eq!(reply.status, StatusCode::OK, "{:?}", reply.body);
+        assert!(String::from_utf8_lossy(&reply.body).contains("[DONE]"));
+        check_chat_tree(&received, &mock, streamed, true).await;
+        gw.stop().await;
+        up.stop().await;
+        rx.stop().await;
+        mock.shutdown().await;
+    })
+    .await;
+}
