@@ -476,6 +476,7 @@ impl Gateway {
             Arc::clone(&self.inner.permits),
             self.inner.decisions_token.clone(),
             self.inner.force_access_log,
+            self.inner.tracer.clone(),
         ))
     }
 

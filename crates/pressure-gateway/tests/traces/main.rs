@@ -481,3 +481,48 @@ async fn a_chat_completion_with_a_retry_and_a_fallback_and_a_streamed_one() {
     })
     .await;
 }
+
+// ------------------------------------------------------------ decisions
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_decision_api_continues_the_clients_trace() {
+    bounded(async {
+        let received = Received::default();
+        let rx = receiver(received.clone()).await;
+        let mut section = super::harness::with_resources(json!({ "jobs": { "requestsPerMinute": 1 } }));
+        section["tracing"] = json!({
+            "endpoint": format!("{}/v1/traces", rx.url()),
+            "serviceName": "gw-under-test",
+        });
+        let d = super::harness::Decisions::start(section).await;
+        let mut statuses = Vec::new();
+        for trace in ["55555555555555555555555555555555", "66666666666666666666666666666666"] {
+            let tp = format!("00-{trace}-{CLIENT_PARENT}-01");
+            let reply = d
+                .post("/v1/acquire", &json!({ "resource": "jobs" }), &[("traceparent", &tp)])
+                .await;
+            statuses.push(reply.status.as_u16());
+            let spans = received.wait_for(&unhex(trace), 1).await;
+            let server = &spans[0];
+            assert_eq!(server.kind, 2);
+            assert_eq!(server.parent_span_id, unhex(CLIENT_PARENT));
+            assert_eq!(server.name, "POST /v1/acquire");
+            assert_eq!(
+                int_attr(server, "http.response.status_code"),
+                Some(i64::from(reply.status.as_u16()))
+            );
+            let result = server
+                .events
+                .iter()
+                .find(|e| e.name == "pressure.admission")
+                .and_then(|e| e.attributes.iter().find(|kv| kv.key == "pressure.result"))
+                .and_then(|kv| kv.value.as_ref()?.value.clone());
+            let want = if reply.status == StatusCode::OK { "granted" } else { "refused" };
+            assert_eq!(result, Some(AnyValue::StringValue(want.into())));
+        }
+        assert_eq!(statuses, [200, 429]);
+        d.stop().await;
+        rx.stop().await;
+    })
+    .await;
+}

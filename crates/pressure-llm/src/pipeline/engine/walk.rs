@@ -34,12 +34,48 @@ use super::pool::Member;
 use super::rotation::Rotation;
 use super::Engine;
 use crate::pipeline::answer::Degradation;
-use crate::pipeline::caller::Caller;
+use crate::pipeline::caller::{Caller, CallerTrace};
+use pressure_core::trace::{Span, SpanKind};
 use crate::pipeline::config::{ChainLevel, ModelKind, UseCaseConfig};
 use crate::pipeline::error::LlmError;
 use crate::price::Money;
 use crate::reservation::Reservation;
 use crate::retry::RetryState;
+
+/// The span of an event of `use_case` (tracing on, sampled): its attempts
+/// are its children (`event.trace`), its fallbacks its events; it ends
+/// with the walk.
+fn event_span<B: Backend>(
+    trace: Option<&CallerTrace>,
+    use_case: &str,
+    event: &mut Event<B>,
+) -> Option<Span> {
+    let t = trace?;
+    let mut span = t
+        .tracer
+        .start(Some(&t.parent), format!("pressure.llm {use_case}"), SpanKind::Internal)?;
+    span.set("pressure.use_case", use_case.to_owned());
+    event.trace = Some((t.tracer.clone(), span.context().clone()));
+    Some(span)
+}
+
+/// The event falls back to chain level `level` after `e`.
+fn fell_back(span: &mut Span, level: usize, e: &LlmError) {
+    span.event(
+        "pressure.fallback",
+        vec![
+            ("pressure.level".into(), u64::try_from(level).unwrap_or(u64::MAX).into()),
+            ("error.type".into(), e.to_string().into()),
+        ],
+    );
+}
+
+/// Chain level `level` answered the event.
+fn answered<B: Backend>(span: &mut Span, level: usize, event: &Event<B>) {
+    span.set("pressure.level", u64::try_from(level).unwrap_or(u64::MAX));
+    span.set("pressure.attempts", event.attempts);
+    span.set("pressure.cost_micro_usd", event.spent.micro_usd());
+}
 
 /// The model levels among `chain` that the request fits (at least 1):
 /// `plans` holds the reservations of their models, in order.
@@ -163,18 +199,7 @@ impl<B: Backend> Engine<B> {
         let plans = self.plans(uc, req)?;
         let trace = caller.trace.clone();
         let mut event = self.start_event(uc, caller, total);
-        // The event's span (tracing on): its attempts are its children,
-        // its fallbacks its events; it ends with the walk.
-        let mut span = trace.as_ref().and_then(|t| {
-            let mut span = t.tracer.start(
-                Some(&t.parent),
-                format!("pressure.llm {use_case}"),
-                pressure_core::trace::SpanKind::Internal,
-            )?;
-            span.set("pressure.use_case", use_case.to_owned());
-            event.trace = Some((t.tracer.clone(), span.context().clone()));
-            Some(span)
-        });
+        let mut span = event_span(trace.as_ref(), use_case, &mut event);
 
         let mut last_error: Option<LlmError> = None;
         let mut ordinal = 0usize;
@@ -183,13 +208,7 @@ impl<B: Backend> Engine<B> {
         for (i, level) in uc.chain.iter().enumerate() {
             event.level = i;
             if let (Some(span), Some(e)) = (span.as_mut(), last_error.as_ref()) {
-                span.event(
-                    "pressure.fallback",
-                    vec![
-                        ("pressure.level".into(), u64::try_from(i).unwrap_or(u64::MAX).into()),
-                        ("error.type".into(), e.to_string().into()),
-                    ],
-                );
+                fell_back(span, i, e);
             }
             let step = match level {
                 ChainLevel::Knn(knn) => {
@@ -231,9 +250,7 @@ impl<B: Backend> Engine<B> {
             match step {
                 Step::Answered(output, degradation, model) => {
                     if let Some(span) = span.as_mut() {
-                        span.set("pressure.level", u64::try_from(i).unwrap_or(u64::MAX));
-                        span.set("pressure.attempts", event.attempts);
-                        span.set("pressure.cost_micro_usd", event.spent.micro_usd());
+                        answered(span, i, &event);
                     }
                     return Ok(Served {
                         level: i,
