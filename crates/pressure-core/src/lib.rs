@@ -195,8 +195,8 @@ mod queue_config;
 mod renewal;
 pub mod shared_breaker;
 mod stats;
-pub mod trace;
 mod striped;
+pub mod trace;
 mod units;
 
 pub use acquisition::{AcquireOptions, Acquisition, ActualUsage};

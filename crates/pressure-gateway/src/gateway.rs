@@ -199,8 +199,7 @@ impl Gateway {
             .max_lazy_resources(config.pressure.per_tenant.max_tenants)
             .build();
         let metrics = Arc::new(GatewayMetrics::new());
-        let tracer = crate::settings::resolve_tracing(config.tracing.as_ref(), &|k| std::env::var(k).ok())
-            ?
+        let tracer = crate::settings::resolve_tracing(config.tracing.as_ref(), &|k| std::env::var(k).ok())?
             .map(|resolved| crate::otel::start(resolved, &metrics));
         // On the gateway's broker: `llm:<provider>:<model>` resources live
         // beside the gateway's own, on the same backend.

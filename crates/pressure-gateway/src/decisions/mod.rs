@@ -173,7 +173,8 @@ async fn traced(State(state): State<DecisionState>, request: Request, next: Next
         .extensions()
         .get::<axum::extract::MatchedPath>()
         .map(|p| p.as_str().to_owned());
-    let Some(mut span) = crate::layers::route::server_span(tracer, &request, crate::metrics::traffic::NONE, None)
+    let Some(mut span) =
+        crate::layers::route::server_span(tracer, &request, crate::metrics::traffic::NONE, None)
     else {
         return next.run(request).await;
     };

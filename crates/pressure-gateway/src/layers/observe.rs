@@ -22,8 +22,8 @@ use crate::permits::PermitSlot;
 use crate::plan::{Endpoint, Route};
 use crate::rejection::UpstreamFailure;
 use axum::body::Body;
-use pressure_core::trace::Span;
 use http::Response;
+use pressure_core::trace::Span;
 use std::sync::Arc;
 
 /// The status recorded for a request whose client went away before the

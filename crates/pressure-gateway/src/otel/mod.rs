@@ -76,12 +76,13 @@ fn client_tls(h2: bool) -> Arc<rustls::ClientConfig> {
     let mut roots = rustls::RootCertStore::empty();
     roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
     let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let mut config = match rustls::ClientConfig::builder_with_provider(provider).with_safe_default_protocol_versions() {
-        Ok(b) => b.with_root_certificates(roots).with_no_client_auth(),
-        Err(_) => rustls::ClientConfig::builder()
-            .with_root_certificates(rustls::RootCertStore::empty())
-            .with_no_client_auth(),
-    };
+    let mut config =
+        match rustls::ClientConfig::builder_with_provider(provider).with_safe_default_protocol_versions() {
+            Ok(b) => b.with_root_certificates(roots).with_no_client_auth(),
+            Err(_) => rustls::ClientConfig::builder()
+                .with_root_certificates(rustls::RootCertStore::empty())
+                .with_no_client_auth(),
+        };
     if h2 {
         config.alpn_protocols = vec![b"h2".to_vec()];
     }
@@ -184,7 +185,8 @@ impl Exporter {
             .body(Full::new(Bytes::from(body)))
             .map_err(|e| e.to_string())?;
         if grpc {
-            req.headers_mut().insert(header::TE, HeaderValue::from_static("trailers"));
+            req.headers_mut()
+                .insert(header::TE, HeaderValue::from_static("trailers"));
         }
         for (k, v) in &self.config.headers {
             req.headers_mut().insert(k.clone(), v.clone());

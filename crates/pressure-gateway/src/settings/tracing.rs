@@ -94,7 +94,10 @@ fn ratio_of(r: f64, path: &str) -> Result<f64, ConfigError> {
     if (0.0..=1.0).contains(&r) {
         Ok(r)
     } else {
-        Err(ConfigError::new(path, format!("must be between 0 and 1, got {r}")))
+        Err(ConfigError::new(
+            path,
+            format!("must be between 0 and 1, got {r}"),
+        ))
     }
 }
 
@@ -244,8 +247,10 @@ mod tests {
     use super::*;
 
     fn vars(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
-        let map: BTreeMap<String, String> =
-            pairs.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect();
+        let map: BTreeMap<String, String> = pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect();
         move |k| map.get(k).cloned()
     }
 
@@ -279,7 +284,10 @@ mod tests {
     fn the_file_wins_over_the_variables_field_by_field() {
         let env = vars(&[
             ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://env:4317"),
-            ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "http://env-traces:4318/v1/traces"),
+            (
+                "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+                "http://env-traces:4318/v1/traces",
+            ),
             ("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc"),
             ("OTEL_SERVICE_NAME", "from-env"),
             ("OTEL_TRACES_SAMPLER", "parentbased_traceidratio"),

@@ -166,7 +166,8 @@ fn unhex(s: &str) -> Vec<u8> {
 async fn traced_get(gw: &TestGateway, path: &str, trace: &str) -> Reply {
     let mut req = get_request(&gw.url(path));
     let tp = format!("00-{trace}-{CLIENT_PARENT}-01");
-    req.headers_mut().insert("traceparent", tp.parse().expect("header"));
+    req.headers_mut()
+        .insert("traceparent", tp.parse().expect("header"));
     req.headers_mut()
         .insert("tracestate", "vendor=abc".parse().expect("header"));
     Reply::read(gw.send(req).await).await
@@ -239,8 +240,14 @@ async fn proxied_and_refused(protocol: &str, path: &str) {
             .find(|kv| kv.key == k)
             .and_then(|kv| kv.value.as_ref()?.value.clone())
     };
-    assert_eq!(ev("pressure.result"), Some(AnyValue::StringValue("refused".into())));
-    assert_eq!(ev("pressure.layer"), Some(AnyValue::StringValue("pre_auth".into())));
+    assert_eq!(
+        ev("pressure.result"),
+        Some(AnyValue::StringValue("refused".into()))
+    );
+    assert_eq!(
+        ev("pressure.layer"),
+        Some(AnyValue::StringValue("pre_auth".into()))
+    );
     assert_eq!(
         ev("pressure.resource"),
         Some(AnyValue::StringValue("gateway:route:limited".into()))
@@ -251,7 +258,13 @@ async fn proxied_and_refused(protocol: &str, path: &str) {
     // A request without traceparent starts a trace of its own.
     let fresh = gw.get("/fresh").await;
     assert_eq!(fresh.status, StatusCode::OK);
-    let last = seen.lock().expect("seen").last().cloned().flatten().expect("a traceparent");
+    let last = seen
+        .lock()
+        .expect("seen")
+        .last()
+        .cloned()
+        .flatten()
+        .expect("a traceparent");
     assert!(!last.contains(CLIENT_TRACE));
     let metrics = gw.admin_get("/metrics").await;
     let text = String::from_utf8_lossy(&metrics.body).to_string();
@@ -431,7 +444,10 @@ async fn check_chat_tree(received: &Received, mock: &pressure_mock::MockProvider
     assert_eq!(attempts.len(), 3, "{attempts:?}");
     for (i, a) in attempts.iter().enumerate() {
         assert_eq!(a.parent_span_id, event.span_id);
-        assert_eq!(int_attr(a, "pressure.attempt"), Some(i64::try_from(i + 1).expect("n")));
+        assert_eq!(
+            int_attr(a, "pressure.attempt"),
+            Some(i64::try_from(i + 1).expect("n"))
+        );
         assert_eq!(str_attr(a, "gen_ai.operation.name").as_deref(), Some("chat"));
         assert_eq!(str_attr(a, "gen_ai.provider.name").as_deref(), Some("mock"));
         let (model, level) = if i < 2 { ("bad", 0) } else { ("good", 1) };
@@ -439,7 +455,11 @@ async fn check_chat_tree(received: &Received, mock: &pressure_mock::MockProvider
         assert_eq!(int_attr(a, "pressure.level"), Some(level));
         assert!(int_attr(a, "pressure.cost_micro_usd").is_some(), "{a:?}");
     }
-    assert_eq!(attempts[0].status.as_ref().map(|s| s.code), Some(2), "a failed attempt");
+    assert_eq!(
+        attempts[0].status.as_ref().map(|s| s.code),
+        Some(2),
+        "a failed attempt"
+    );
     let good = attempts[2];
     if !stream {
         assert_eq!(str_attr(good, "gen_ai.response.model").as_deref(), Some("good"));
@@ -451,7 +471,9 @@ async fn check_chat_tree(received: &Received, mock: &pressure_mock::MockProvider
     for a in &attempts {
         let tp = format!("00-{trace}-{}-01", hex(&a.span_id));
         assert!(
-            arrivals.iter().any(|r| r.traceparent.as_deref() == Some(tp.as_str())),
+            arrivals
+                .iter()
+                .any(|r| r.traceparent.as_deref() == Some(tp.as_str())),
             "the provider got no {tp}: {arrivals:?}"
         );
     }
@@ -496,10 +518,17 @@ async fn the_decision_api_continues_the_clients_trace() {
         });
         let d = super::harness::Decisions::start(section).await;
         let mut statuses = Vec::new();
-        for trace in ["55555555555555555555555555555555", "66666666666666666666666666666666"] {
+        for trace in [
+            "55555555555555555555555555555555",
+            "66666666666666666666666666666666",
+        ] {
             let tp = format!("00-{trace}-{CLIENT_PARENT}-01");
             let reply = d
-                .post("/v1/acquire", &json!({ "resource": "jobs" }), &[("traceparent", &tp)])
+                .post(
+                    "/v1/acquire",
+                    &json!({ "resource": "jobs" }),
+                    &[("traceparent", &tp)],
+                )
                 .await;
             statuses.push(reply.status.as_u16());
             let spans = received.wait_for(&unhex(trace), 1).await;
@@ -517,7 +546,11 @@ async fn the_decision_api_continues_the_clients_trace() {
                 .find(|e| e.name == "pressure.admission")
                 .and_then(|e| e.attributes.iter().find(|kv| kv.key == "pressure.result"))
                 .and_then(|kv| kv.value.as_ref()?.value.clone());
-            let want = if reply.status == StatusCode::OK { "granted" } else { "refused" };
+            let want = if reply.status == StatusCode::OK {
+                "granted"
+            } else {
+                "refused"
+            };
             assert_eq!(result, Some(AnyValue::StringValue(want.into())));
         }
         assert_eq!(statuses, [200, 429]);

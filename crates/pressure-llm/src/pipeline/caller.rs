@@ -49,7 +49,11 @@ impl<B: Backend> Caller<B> {
     }
 
     /// The same event, traced under `parent` with `tracer`.
-    pub fn traced(mut self, tracer: pressure_core::trace::Tracer, parent: pressure_core::trace::SpanContext) -> Self {
+    pub fn traced(
+        mut self,
+        tracer: pressure_core::trace::Tracer,
+        parent: pressure_core::trace::SpanContext,
+    ) -> Self {
         self.trace = Some(CallerTrace { tracer, parent });
         self
     }

@@ -35,25 +35,23 @@ use super::rotation::Rotation;
 use super::Engine;
 use crate::pipeline::answer::Degradation;
 use crate::pipeline::caller::{Caller, CallerTrace};
-use pressure_core::trace::{Span, SpanKind};
 use crate::pipeline::config::{ChainLevel, ModelKind, UseCaseConfig};
 use crate::pipeline::error::LlmError;
 use crate::price::Money;
 use crate::reservation::Reservation;
 use crate::retry::RetryState;
+use pressure_core::trace::{Span, SpanKind};
 
 /// The span of an event of `use_case` (tracing on, sampled): its attempts
 /// are its children (`event.trace`), its fallbacks its events; it ends
 /// with the walk.
-fn event_span<B: Backend>(
-    trace: Option<&CallerTrace>,
-    use_case: &str,
-    event: &mut Event<B>,
-) -> Option<Span> {
+fn event_span<B: Backend>(trace: Option<&CallerTrace>, use_case: &str, event: &mut Event<B>) -> Option<Span> {
     let t = trace?;
-    let mut span = t
-        .tracer
-        .start(Some(&t.parent), format!("pressure.llm {use_case}"), SpanKind::Internal)?;
+    let mut span = t.tracer.start(
+        Some(&t.parent),
+        format!("pressure.llm {use_case}"),
+        SpanKind::Internal,
+    )?;
     span.set("pressure.use_case", use_case.to_owned());
     event.trace = Some((t.tracer.clone(), span.context().clone()));
     Some(span)
@@ -64,7 +62,10 @@ fn fell_back(span: &mut Span, level: usize, e: &LlmError) {
     span.event(
         "pressure.fallback",
         vec![
-            ("pressure.level".into(), u64::try_from(level).unwrap_or(u64::MAX).into()),
+            (
+                "pressure.level".into(),
+                u64::try_from(level).unwrap_or(u64::MAX).into(),
+            ),
             ("error.type".into(), e.to_string().into()),
         ],
     );
