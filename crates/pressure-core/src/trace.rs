@@ -229,6 +229,9 @@ impl Default for Sampler {
 }
 
 /// Now, in nanoseconds since the Unix epoch.
+// OTLP spans carry wall-clock times by definition: this is a span's
+// timestamp, never a limiter's time.
+#[allow(clippy::disallowed_methods)]
 pub fn now_unix_nanos() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)

@@ -314,6 +314,11 @@ impl Gateway {
         &self.inner.broker
     }
 
+    /// The tracer, when traces are exported (`gateway.tracing`).
+    pub(crate) fn tracer(&self) -> Option<pressure_core::trace::Tracer> {
+        self.inner.tracer.clone()
+    }
+
     /// The metrics registry.
     pub fn metrics(&self) -> &Arc<GatewayMetrics> {
         &self.inner.metrics
