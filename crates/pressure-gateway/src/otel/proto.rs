@@ -3,7 +3,7 @@
 //! `trace`, `resource` and `common` protos it uses), the fields it fills,
 //! by their numbers.
 
-#![allow(missing_docs, unreachable_pub)]
+#![allow(missing_docs, unreachable_pub, clippy::enum_variant_names)]
 
 #[derive(Clone, PartialEq, prost::Message)]
 pub(crate) struct ExportTraceServiceRequest {

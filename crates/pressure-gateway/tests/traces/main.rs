@@ -398,6 +398,9 @@ fn llm_config(mock: &pressure_mock::MockProvider, up: &TestUpstream, rx: &TestUp
         "llm": {
             "providers": { "mock": { "baseUrl": mock.base_url() } },
             "models": [model("bad"), model("good")],
+            // Opens after the fourth failure on `bad`: the streamed
+            // event's second attempt (the first event made two).
+            "breaker": { "failureRateThreshold": 0.5, "minimumCalls": 4, "openWaitMs": 60000 },
             "useCases": { "chat": {
                 "chain": [{ "model": "mock/bad" }, { "model": "mock/good" }],
                 "retry": { "maxAttempts": 2, "baseDelayMs": 1, "maxDelayMs": 5 }
@@ -460,6 +463,20 @@ async fn check_chat_tree(received: &Received, mock: &pressure_mock::MockProvider
         Some(2),
         "a failed attempt"
     );
+    let breaker_event = attempts[1].events.iter().find(|e| e.name == "pressure.breaker");
+    if stream {
+        let to = breaker_event
+            .and_then(|e| e.attributes.iter().find(|kv| kv.key == "pressure.breaker.to"))
+            .and_then(|kv| kv.value.as_ref()?.value.clone());
+        assert_eq!(
+            to,
+            Some(AnyValue::StringValue("open".into())),
+            "{:?}",
+            attempts[1]
+        );
+    } else {
+        assert!(breaker_event.is_none(), "{:?}", attempts[1]);
+    }
     let good = attempts[2];
     if !stream {
         assert_eq!(str_attr(good, "gen_ai.response.model").as_deref(), Some("good"));

@@ -17,7 +17,7 @@ use super::ledger::Ledger;
 use super::models::ModelEntry;
 use super::payer::Paid;
 use super::Engine;
-use crate::breaker::CallPermit;
+use crate::breaker::{CallPermit, State};
 use crate::pipeline::config::ModelKind;
 use crate::pipeline::error::LlmError;
 use crate::pipeline::metrics::Metrics;
@@ -161,6 +161,11 @@ impl<B: Backend> Engine<B> {
             .trace
             .as_ref()
             .and_then(|(tracer, parent)| attempt_span(tracer, parent, kind, m, event));
+        // The breaker's state before the attempt (traced only): a
+        // transition its outcome causes is an event of the attempt's span.
+        let breaker_before = span
+            .as_ref()
+            .map(|_| self.breakers.get(&m.provider, &m.model).state());
         let tag = CallTag {
             request_id: Some(event.request_id.clone()),
             attempt: event.attempts,
@@ -180,6 +185,7 @@ impl<B: Backend> Engine<B> {
                 if let Some(span) = span.as_mut() {
                     span.set("pressure.cost_micro_usd", cost.micro_usd());
                     C::trace_output(&output, span);
+                    self.trace_breaker(m, breaker_before, span);
                 }
                 return Ok(output);
             }
@@ -193,10 +199,29 @@ impl<B: Backend> Engine<B> {
                 span.set("http.response.status_code", status);
             }
             span.fail("provider call failed");
+            self.trace_breaker(m, breaker_before, span);
         }
         event.spent = event.spent + cost;
         event.failed_spent = event.failed_spent + cost;
         Err((e, cost))
+    }
+}
+
+impl<B: Backend> Engine<B> {
+    /// A `pressure.breaker` event on `span` when `m`'s breaker is no
+    /// longer in the state `before`.
+    fn trace_breaker(&self, m: &ModelEntry, before: Option<State>, span: &mut pressure_core::trace::Span) {
+        let after = self.breakers.get(&m.provider, &m.model).state();
+        if let Some(before) = before.filter(|b| *b != after) {
+            span.event(
+                "pressure.breaker",
+                vec![
+                    ("pressure.model".into(), m.key.clone().into()),
+                    ("pressure.breaker.from".into(), before.as_str().into()),
+                    ("pressure.breaker.to".into(), after.as_str().into()),
+                ],
+            );
+        }
     }
 }
 
