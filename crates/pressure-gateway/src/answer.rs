@@ -39,7 +39,6 @@ impl Answer {
 
     /// `req`, routed to an upstream (or `404`), forwarded by the proxy.
     fn forward(&self, mut req: Request<Body>) -> BoxFuture<'static, Outcome> {
-        let span = upstream_span(&mut req);
         let Some(routed) = context(&req) else {
             return Box::pin(async {
                 Err(Rejection::Internal("a request reached the proxy unrouted".into()))
@@ -49,17 +48,24 @@ impl Answer {
             let path = req.uri().path().to_owned();
             return Box::pin(async move { Err(Rejection::NotFound(path)) });
         };
+        // Tracing off, or the trace not sampled: no span, no header.
+        let traced = routed.trace.is_some();
+        let peer = routed
+            .peer
+            .or_else(|| req.extensions().get::<ConnectInfo<SocketAddr>>().map(|c| c.0));
+        let total = routed.plan.upstream_timeout();
+        let timer = routed.timer.clone();
+        let body = BodyPolicy::Whole {
+            max_bytes: routed.plan.max_body_bytes(),
+            idle: routed.plan.body_read_timeout(),
+        };
+        let span = if traced { upstream_span(&mut req) } else { None };
         let fwd = ForwardRequest {
             upstream,
-            peer: routed
-                .peer
-                .or_else(|| req.extensions().get::<ConnectInfo<SocketAddr>>().map(|c| c.0)),
-            total: routed.plan.upstream_timeout(),
-            timer: routed.timer.clone(),
-            body: BodyPolicy::Whole {
-                max_bytes: routed.plan.max_body_bytes(),
-                idle: routed.plan.body_read_timeout(),
-            },
+            peer,
+            total,
+            timer,
+            body,
             request: req,
         };
         let proxy = self.proxy.clone();

@@ -148,13 +148,16 @@ impl DecisionState {
 
 /// The decision listener's router (module docs).
 pub(crate) fn router(state: DecisionState) -> axum::Router {
-    let api = axum::Router::new()
+    let mut api = axum::Router::new()
         .route("/v1/acquire", post(acquire::acquire))
         .route("/v1/permits/{id}/release", post(permit::release))
         .route("/v1/permits/{id}/renew", post(permit::renew))
         .route("/v1/permits/{id}/reconcile", post(permit::reconcile))
-        .route_layer(axum::middleware::from_fn_with_state(state.clone(), require_token))
-        .route_layer(axum::middleware::from_fn_with_state(state.clone(), traced));
+        .route_layer(axum::middleware::from_fn_with_state(state.clone(), require_token));
+    // Tracing off: no layer at all on the decision path.
+    if state.tracer.is_some() {
+        api = api.route_layer(axum::middleware::from_fn_with_state(state.clone(), traced));
+    }
     axum::Router::new()
         .merge(api)
         .route("/v1/forward-auth", any(forward_auth::forward_auth))
