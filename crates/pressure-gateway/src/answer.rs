@@ -99,7 +99,8 @@ impl Answer {
 /// the client's headers as they came.
 fn upstream_span(req: &mut Request<Body>) -> Option<pressure_core::trace::Span> {
     let routed = context(req)?;
-    let (tracer, parent) = (routed.tracer.as_ref()?, routed.trace.as_ref()?);
+    let trace = routed.trace.as_ref()?;
+    let (tracer, parent) = (&trace.tracer, &trace.span);
     let upstream = routed.route.upstream.as_ref()?.name().to_owned();
     let mut span = tracer.start(Some(parent), req.method().as_str().to_owned(), SpanKind::Client)?;
     span.set("http.request.method", req.method().as_str().to_owned());

@@ -115,9 +115,8 @@ impl Observation {
     }
 
     /// Ends `span` when the observation settles.
-    pub(crate) fn traced(mut self, span: Option<Box<Span>>) -> Self {
-        self.span = span;
-        self
+    pub(crate) fn traced(&mut self, span: Box<Span>) {
+        self.span = Some(span);
     }
 
     /// The server span, to record on it.

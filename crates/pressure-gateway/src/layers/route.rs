@@ -323,11 +323,21 @@ where
             .tracer
             .as_ref()
             .and_then(|t| server_span(t, &req, name, self.conn.as_ref().map(|c| c.peer)));
-        let trace = span.as_ref().map(|s| s.context().clone());
-        let obs = Observation::start(&metrics, arrived, series, access)
+        let mut obs = Observation::start(&metrics, arrived, series, access)
             .proxied(proxied)
-            .holding(Some(slot.clone()), in_flight)
-            .traced(span);
+            .holding(Some(slot.clone()), in_flight);
+        // Tracing off (or not sampled): nothing more than this branch.
+        let trace = match (span, &self.tracer) {
+            (Some(span), Some(tracer)) => {
+                let trace = Box::new(super::context::RequestTrace {
+                    tracer: tracer.clone(),
+                    span: span.context().clone(),
+                });
+                obs.traced(span);
+                Some(trace)
+            }
+            _ => None,
+        };
         let headers = charged.clone().filter(|_| rate_limit_headers);
         let concurrency = self.leases;
         let denial_lines = plan.denial_lines();
@@ -343,7 +353,6 @@ where
             payer: None,
             payer_grants: Vec::new(),
             trace,
-            tracer: self.tracer.clone(),
         });
         let fut = self.inner.call(req);
         RouteFuture {

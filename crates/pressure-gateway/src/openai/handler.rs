@@ -36,8 +36,8 @@ fn caller_request_id<B>(req: &Request<B>) -> Option<String> {
 fn caller_of<B>(req: &Request<B>, request_id: &str) -> Caller<AnyBackend> {
     let mut caller = Caller::new(request_id);
     let routed = crate::layers::context(req);
-    if let Some((tracer, parent)) = routed.and_then(|c| Some((c.tracer.clone()?, c.trace.clone()?))) {
-        caller = caller.traced(tracer, parent);
+    if let Some(t) = routed.and_then(|c| c.trace.as_ref()) {
+        caller = caller.traced(t.tracer.clone(), t.span.clone());
     }
     match routed.and_then(|c| c.payer.clone()) {
         Some(payer) => caller.paid_by_all(payer),
