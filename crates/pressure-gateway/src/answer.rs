@@ -97,6 +97,8 @@ impl Answer {
 /// sampled), its `traceparent` (and the client's `tracestate`) set on the
 /// request for the upstream. A request whose trace is not recorded keeps
 /// the client's headers as they came.
+#[cold]
+#[inline(never)]
 fn upstream_span(req: &mut Request<Body>) -> Option<pressure_core::trace::Span> {
     let routed = context(req)?;
     let trace = routed.trace.as_ref()?;

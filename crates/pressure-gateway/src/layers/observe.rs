@@ -182,16 +182,24 @@ impl Drop for Observation {
         if let Some(slot) = self.slot.take() {
             slot.release_all();
         }
-        if let Some(mut span) = self.span.take() {
-            span.set("http.response.status_code", self.status);
-            // Server spans: a 5xx is an error, a 4xx the client's.
-            if self.status >= 500 {
-                span.fail("server error");
-            }
-            span.end();
+        if let Some(span) = self.span.take() {
+            end_server_span(span, self.status);
         }
         // `in_flight` ends after this, with the fields.
     }
+}
+
+/// Ends a request's server span with its `status` (kept out of line: a
+/// request not traced never comes here).
+#[cold]
+#[inline(never)]
+fn end_server_span(mut span: Box<Span>, status: u16) {
+    span.set("http.response.status_code", status);
+    // Server spans: a 5xx is an error, a 4xx the client's.
+    if status >= 500 {
+        span.fail("server error");
+    }
+    span.end();
 }
 
 /// A response body counts its bytes in its observation and settles it when

@@ -188,6 +188,8 @@ fn check_head<B>(req: &Request<B>) -> Result<(), Rejection> {
 /// The server span of `req` (HTTP semantic conventions), under the
 /// client's `traceparent` when it sent a valid one; `None` when the trace
 /// is not sampled. `route` is the route's resource (`pressure.route`).
+#[cold]
+#[inline(never)]
 pub(crate) fn server_span(
     tracer: &Tracer,
     req: &Request<Body>,
