@@ -183,7 +183,7 @@ impl Drop for Observation {
             slot.release_all();
         }
         if let Some(span) = self.span.take() {
-            end_server_span(span, self.status);
+            end_server_span(*span, self.status);
         }
         // `in_flight` ends after this, with the fields.
     }
@@ -193,7 +193,7 @@ impl Drop for Observation {
 /// request not traced never comes here).
 #[cold]
 #[inline(never)]
-fn end_server_span(mut span: Box<Span>, status: u16) {
+fn end_server_span(mut span: Span, status: u16) {
     span.set("http.response.status_code", status);
     // Server spans: a 5xx is an error, a 4xx the client's.
     if status >= 500 {
