@@ -44,7 +44,7 @@ def strip_tests(text):
 FLOORS = {
     'pressure-gateway': [
         ['settings', 'backend', 'resources', 'path'],
-        ['http', 'metrics', 'denial_log', 'charged', 'permits'],
+        ['http', 'metrics', 'denial_log', 'charged', 'permits', 'otel'],
         ['auth', 'access_log'],
         ['plan'],
         ['rejection'],

@@ -196,6 +196,7 @@ mod renewal;
 pub mod shared_breaker;
 mod stats;
 mod striped;
+pub mod trace;
 mod units;
 
 pub use acquisition::{AcquireOptions, Acquisition, ActualUsage};

@@ -19,6 +19,7 @@ use axum::body::Body;
 use axum::extract::ConnectInfo;
 use futures::future::BoxFuture;
 use http::{Request, Response};
+use pressure_core::trace::{SpanKind, TRACEPARENT};
 use std::net::SocketAddr;
 use std::task::{Context, Poll};
 
@@ -37,7 +38,7 @@ impl Answer {
     }
 
     /// `req`, routed to an upstream (or `404`), forwarded by the proxy.
-    fn forward(&self, req: Request<Body>) -> BoxFuture<'static, Outcome> {
+    fn forward(&self, mut req: Request<Body>) -> BoxFuture<'static, Outcome> {
         let Some(routed) = context(&req) else {
             return Box::pin(async {
                 Err(Rejection::Internal("a request reached the proxy unrouted".into()))
@@ -47,21 +48,83 @@ impl Answer {
             let path = req.uri().path().to_owned();
             return Box::pin(async move { Err(Rejection::NotFound(path)) });
         };
+        // Tracing off, or the trace not sampled: no span, no header.
+        let traced = routed.trace.is_some();
+        let peer = routed
+            .peer
+            .or_else(|| req.extensions().get::<ConnectInfo<SocketAddr>>().map(|c| c.0));
+        let total = routed.plan.upstream_timeout();
+        let timer = routed.timer.clone();
+        let body = BodyPolicy::Whole {
+            max_bytes: routed.plan.max_body_bytes(),
+            idle: routed.plan.body_read_timeout(),
+        };
+        let span = if traced { upstream_span(&mut req) } else { None };
         let fwd = ForwardRequest {
             upstream,
-            peer: routed
-                .peer
-                .or_else(|| req.extensions().get::<ConnectInfo<SocketAddr>>().map(|c| c.0)),
-            total: routed.plan.upstream_timeout(),
-            timer: routed.timer.clone(),
-            body: BodyPolicy::Whole {
-                max_bytes: routed.plan.max_body_bytes(),
-                idle: routed.plan.body_read_timeout(),
-            },
+            peer,
+            total,
+            timer,
+            body,
             request: req,
         };
         let proxy = self.proxy.clone();
-        Box::pin(async move { proxy.forward(fwd).await.map_err(Rejection::from) })
+        match span {
+            None => Box::pin(async move { proxy.forward(fwd).await.map_err(Rejection::from) }),
+            Some(mut span) => Box::pin(async move {
+                let answer = proxy.forward(fwd).await;
+                match &answer {
+                    Ok(resp) => {
+                        let status = resp.status().as_u16();
+                        span.set("http.response.status_code", status);
+                        if status >= 400 {
+                            span.fail("upstream answered an error");
+                        }
+                    }
+                    Err(failure) => {
+                        span.set("error.type", failure_kind(failure));
+                        span.fail("upstream call failed");
+                    }
+                }
+                span.end();
+                answer.map_err(Rejection::from)
+            }),
+        }
+    }
+}
+
+/// The client span of the upstream call of `req` (tracing on, the request
+/// sampled), its `traceparent` (and the client's `tracestate`) set on the
+/// request for the upstream. A request whose trace is not recorded keeps
+/// the client's headers as they came.
+#[cold]
+#[inline(never)]
+fn upstream_span(req: &mut Request<Body>) -> Option<pressure_core::trace::Span> {
+    let routed = context(req)?;
+    let trace = routed.trace.as_ref()?;
+    let (tracer, parent) = (&trace.tracer, &trace.span);
+    let upstream = routed.route.upstream.as_ref()?.name().to_owned();
+    let mut span = tracer.start(Some(parent), req.method().as_str().to_owned(), SpanKind::Client)?;
+    span.set("http.request.method", req.method().as_str().to_owned());
+    span.set("pressure.upstream", upstream);
+    span.set("url.path", req.uri().path().to_owned());
+    let tp = span.context().traceparent();
+    if let Ok(v) = http::HeaderValue::try_from(tp) {
+        req.headers_mut().insert(TRACEPARENT, v);
+    }
+    Some(span)
+}
+
+/// `error.type` of a failed upstream call.
+fn failure_kind(failure: &ProxyFailure) -> &'static str {
+    match failure {
+        ProxyFailure::BadTarget => "bad_target",
+        ProxyFailure::BodyTooLarge { .. } => "body_too_large",
+        ProxyFailure::BodyMalformed => "body_malformed",
+        ProxyFailure::BodyTimeout { .. } => "body_timeout",
+        ProxyFailure::Unavailable { .. } => "unavailable",
+        ProxyFailure::Failed { .. } => "failed",
+        ProxyFailure::Timeout { .. } => "timeout",
     }
 }
 

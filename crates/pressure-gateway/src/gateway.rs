@@ -152,6 +152,8 @@ struct GatewayState {
     decisions_token: Option<Arc<str>>,
     overrides: Overrides,
     keys: Keys,
+    /// The tracer, when traces are exported (`crate::otel`).
+    tracer: Option<pressure_core::trace::Tracer>,
 }
 
 impl std::fmt::Debug for Gateway {
@@ -197,6 +199,8 @@ impl Gateway {
             .max_lazy_resources(config.pressure.per_tenant.max_tenants)
             .build();
         let metrics = Arc::new(GatewayMetrics::new());
+        let tracer = crate::settings::resolve_tracing(config.tracing.as_ref(), &|k| std::env::var(k).ok())?
+            .map(|resolved| crate::otel::start(resolved, &metrics));
         // On the gateway's broker: `llm:<provider>:<model>` resources live
         // beside the gateway's own, on the same backend.
         let llm: Option<Llm> = match &config.llm {
@@ -269,6 +273,7 @@ impl Gateway {
                 decisions_token,
                 overrides,
                 keys,
+                tracer,
             }),
         })
     }
@@ -309,6 +314,11 @@ impl Gateway {
         &self.inner.broker
     }
 
+    /// The tracer, when traces are exported (`gateway.tracing`).
+    pub(crate) fn tracer(&self) -> Option<pressure_core::trace::Tracer> {
+        self.inner.tracer.clone()
+    }
+
     /// The metrics registry.
     pub fn metrics(&self) -> &Arc<GatewayMetrics> {
         &self.inner.metrics
@@ -343,7 +353,8 @@ impl Gateway {
             ServiceBuilder::new()
                 .layer(
                     RouteLayer::new(Arc::clone(&self.inner.plan), Arc::clone(&metrics))
-                        .force_access_log(self.inner.force_access_log),
+                        .force_access_log(self.inner.force_access_log)
+                        .tracer(self.inner.tracer.clone()),
                 )
                 .layer(BodyLimitLayer)
                 .layer(ReleaseLayer::new(Arc::clone(&metrics)))
@@ -469,6 +480,7 @@ impl Gateway {
             Arc::clone(&self.inner.permits),
             self.inner.decisions_token.clone(),
             self.inner.force_access_log,
+            self.inner.tracer.clone(),
         ))
     }
 

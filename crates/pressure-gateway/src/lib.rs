@@ -44,6 +44,7 @@ mod layers;
 pub mod manual_queue;
 mod metrics;
 pub mod openai;
+mod otel;
 mod path;
 mod permits;
 mod plan;

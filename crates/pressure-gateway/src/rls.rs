@@ -21,6 +21,8 @@ pub(crate) struct RlsListener {
     limiter: Arc<RateLimiter<crate::backend::AnyBackend>>,
     reloader: Arc<Reloader<crate::backend::AnyBackend>>,
     listener: std::net::TcpListener,
+    /// The gateway's tracer (`gateway.tracing`): a server span per call.
+    tracer: Option<pressure_core::trace::Tracer>,
 }
 
 impl RlsListener {
@@ -47,6 +49,7 @@ impl RlsListener {
             limiter,
             reloader,
             listener,
+            tracer: gateway.tracer(),
         })
     }
 
@@ -73,7 +76,7 @@ impl RlsListener {
         if watch {
             tasks.spawn(Arc::clone(&self.reloader).watch(reload::WATCH_INTERVAL));
         }
-        let served = pressure_rls::serve_grpc(self.limiter, listener, stop).await;
+        let served = pressure_rls::serve_grpc_traced(self.limiter, listener, stop, self.tracer).await;
         tasks.abort_all();
         if let Err(e) = served {
             tracing::error!(error = %e, "gateway.rls listener stopped");

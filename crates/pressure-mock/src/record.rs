@@ -53,6 +53,9 @@ pub struct Arrival {
     pub request_id: Option<String>,
     /// `x-pressure-attempt`, when sent.
     pub attempt: Option<u32>,
+    /// The W3C `traceparent` header, when sent (the gateway's tracing on).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub traceparent: Option<String>,
     /// Whether `x-pressure-probe` was sent.
     pub probe: bool,
     /// Whether the request asked for a stream.

@@ -3,8 +3,9 @@
 //! a small tonic client (tests, benches, `grpcurl`-less checks). Written
 //! by hand in the shape `tonic-build` generates, so no `protoc` is needed.
 
-use crate::proto::{RateLimitRequest, RateLimitResponse, SERVICE_NAME, SHOULD_RATE_LIMIT_PATH};
+use crate::proto::{Code, RateLimitRequest, RateLimitResponse, SERVICE_NAME, SHOULD_RATE_LIMIT_PATH};
 use crate::service::RateLimiter;
+use pressure_core::trace::{Span, SpanContext, SpanKind, Tracer, TRACEPARENT, TRACESTATE};
 use pressure_core::Backend;
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -15,12 +16,14 @@ use tonic::codegen::{http, BoxFuture, Service, StdError};
 #[derive(Debug)]
 pub struct RateLimitServiceServer<B: Backend> {
     inner: Arc<RateLimiter<B>>,
+    tracer: Option<Tracer>,
 }
 
 impl<B: Backend> Clone for RateLimitServiceServer<B> {
     fn clone(&self) -> Self {
         Self {
             inner: Arc::clone(&self.inner),
+            tracer: self.tracer.clone(),
         }
     }
 }
@@ -28,7 +31,18 @@ impl<B: Backend> Clone for RateLimitServiceServer<B> {
 impl<B: Backend> RateLimitServiceServer<B> {
     /// Serves `limiter`.
     pub fn new(limiter: Arc<RateLimiter<B>>) -> Self {
-        Self { inner: limiter }
+        Self {
+            inner: limiter,
+            tracer: None,
+        }
+    }
+
+    /// Records a server span per call with `tracer` (W3C `traceparent`
+    /// from the call's metadata); `None`: no tracing.
+    #[must_use]
+    pub fn traced(mut self, tracer: Option<Tracer>) -> Self {
+        self.tracer = tracer;
+        self
     }
 }
 
@@ -36,7 +50,31 @@ impl<B: Backend> tonic::server::NamedService for RateLimitServiceServer<B> {
     const NAME: &'static str = SERVICE_NAME;
 }
 
-struct ShouldRateLimit<B: Backend>(Arc<RateLimiter<B>>);
+struct ShouldRateLimit<B: Backend>(Arc<RateLimiter<B>>, Option<Tracer>);
+
+/// The server span of one `ShouldRateLimit` call (RPC semantic
+/// conventions), under the caller's `traceparent`.
+fn call_span(tracer: &Tracer, request: &tonic::Request<RateLimitRequest>) -> Option<Span> {
+    let md = request.metadata();
+    let parent = md
+        .get(TRACEPARENT)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|tp| SpanContext::parse(tp, md.get(TRACESTATE).and_then(|v| v.to_str().ok())));
+    let mut span = tracer.start(
+        parent.as_ref(),
+        SHOULD_RATE_LIMIT_PATH.trim_start_matches('/'),
+        SpanKind::Server,
+    )?;
+    span.set("rpc.system", "grpc");
+    span.set("rpc.service", SERVICE_NAME);
+    span.set("rpc.method", "ShouldRateLimit");
+    span.set("pressure.domain", request.get_ref().domain.clone());
+    span.set(
+        "pressure.descriptors",
+        u64::try_from(request.get_ref().descriptors.len()).unwrap_or(u64::MAX),
+    );
+    Some(span)
+}
 
 impl<B: Backend> tonic::server::UnaryService<RateLimitRequest> for ShouldRateLimit<B> {
     type Response = RateLimitResponse;
@@ -44,9 +82,24 @@ impl<B: Backend> tonic::server::UnaryService<RateLimitRequest> for ShouldRateLim
 
     fn call(&mut self, request: tonic::Request<RateLimitRequest>) -> Self::Future {
         let limiter = Arc::clone(&self.0);
+        let span = self.1.as_ref().and_then(|t| call_span(t, &request));
         Box::pin(async move {
-            let answer = limiter.should_rate_limit(request.get_ref()).await?;
-            Ok(tonic::Response::new(answer))
+            let answer = limiter.should_rate_limit(request.get_ref()).await;
+            if let Some(mut span) = span {
+                let result = match &answer {
+                    Ok(a) if a.overall_code == Code::OverLimit as i32 => "refused",
+                    Ok(_) => "admitted",
+                    Err(_) => "error",
+                };
+                span.event(
+                    "pressure.admission",
+                    vec![("pressure.result".into(), result.into())],
+                );
+                if let Err(e) = &answer {
+                    span.fail(e.to_string());
+                }
+            }
+            Ok(tonic::Response::new(answer?))
         })
     }
 }
@@ -67,7 +120,7 @@ where
 
     fn call(&mut self, req: http::Request<Body>) -> Self::Future {
         if req.uri().path() == SHOULD_RATE_LIMIT_PATH {
-            let method = ShouldRateLimit(Arc::clone(&self.inner));
+            let method = ShouldRateLimit(Arc::clone(&self.inner), self.tracer.clone());
             return Box::pin(async move {
                 let mut grpc = tonic::server::Grpc::new(tonic_prost::ProstCodec::default());
                 Ok(grpc.unary(method, req).await)
@@ -116,12 +169,23 @@ impl RateLimitClient {
         &mut self,
         request: RateLimitRequest,
     ) -> Result<RateLimitResponse, tonic::Status> {
+        self.should_rate_limit_with(request, tonic::metadata::MetadataMap::new())
+            .await
+    }
+
+    /// Calls `ShouldRateLimit` with `metadata` (a `traceparent`, say).
+    pub async fn should_rate_limit_with(
+        &mut self,
+        request: RateLimitRequest,
+        metadata: tonic::metadata::MetadataMap,
+    ) -> Result<RateLimitResponse, tonic::Status> {
         self.inner
             .ready()
             .await
             .map_err(|e| tonic::Status::unavailable(format!("service was not ready: {e}")))?;
         let path = http::uri::PathAndQuery::from_static(SHOULD_RATE_LIMIT_PATH);
         let mut req = tonic::Request::new(request);
+        *req.metadata_mut() = metadata;
         req.extensions_mut()
             .insert(tonic::codegen::GrpcMethod::new(SERVICE_NAME, "ShouldRateLimit"));
         let codec = tonic_prost::ProstCodec::default();

@@ -41,5 +41,5 @@ pub use error::{ConfigError, RlsError};
 pub use grpc::{RateLimitClient, RateLimitServiceServer};
 pub use id::{resource_id, MAX_ID_BYTES, MAX_LABEL_BYTES};
 pub use metrics::Metrics;
-pub use server::{admin_router, serve_grpc, Server, ServerOptions, DEFAULT_LISTEN};
+pub use server::{admin_router, serve_grpc, serve_grpc_traced, Server, ServerOptions, DEFAULT_LISTEN};
 pub use service::{DecisionError, RateLimiter};

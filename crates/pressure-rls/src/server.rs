@@ -158,8 +158,18 @@ pub async fn serve_grpc<B: Backend>(
     listener: TcpListener,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), RlsError> {
+    serve_grpc_traced(limiter, listener, shutdown, None).await
+}
+
+/// [`serve_grpc`], with a server span per call recorded by `tracer`.
+pub async fn serve_grpc_traced<B: Backend>(
+    limiter: Arc<RateLimiter<B>>,
+    listener: TcpListener,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+    tracer: Option<pressure_core::trace::Tracer>,
+) -> Result<(), RlsError> {
     tonic::transport::Server::builder()
-        .add_service(RateLimitServiceServer::new(limiter))
+        .add_service(RateLimitServiceServer::new(limiter).traced(tracer))
         .serve_with_incoming_shutdown(tonic::transport::server::TcpIncoming::from(listener), shutdown)
         .await?;
     Ok(())

@@ -498,6 +498,7 @@ mod tests {
             endpoint: "/v1/chat/completions".into(),
             request_id: Some(id.into()),
             attempt: Some(attempt),
+            traceparent: None,
             probe: false,
             stream: false,
             phase: "p".into(),

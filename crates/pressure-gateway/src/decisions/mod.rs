@@ -78,6 +78,9 @@ pub(crate) struct DecisionState {
     pub(crate) permits: Arc<PermitStore>,
     pub(crate) token: Option<Arc<str>>,
     pub(crate) decide: DecideService,
+    /// The tracer, when traces are exported: a server span per decision
+    /// API call (forward auth gets its own from the route layer).
+    pub(crate) tracer: Option<pressure_core::trace::Tracer>,
 }
 
 impl std::fmt::Debug for DecisionState {
@@ -101,6 +104,7 @@ impl DecisionState {
         permits: Arc<PermitStore>,
         token: Option<Arc<str>>,
         force_access_log: bool,
+        tracer: Option<pressure_core::trace::Tracer>,
     ) -> Self {
         let decide = BoxCloneSyncService::new(
             tower::ServiceBuilder::new()
@@ -108,7 +112,8 @@ impl DecisionState {
                     RouteLayer::new(Arc::clone(&plan), Arc::clone(&metrics))
                         .force_access_log(force_access_log)
                         .force_rate_limit_headers(true)
-                        .without_leases(),
+                        .without_leases()
+                        .tracer(tracer.clone()),
                 )
                 .layer(PreAuthLayer::new(Arc::clone(&metrics)))
                 .layer(TenantLayer::new(broker.clone(), Arc::clone(&metrics)))
@@ -121,6 +126,7 @@ impl DecisionState {
             permits,
             token,
             decide,
+            tracer,
         }
     }
 
@@ -142,17 +148,62 @@ impl DecisionState {
 
 /// The decision listener's router (module docs).
 pub(crate) fn router(state: DecisionState) -> axum::Router {
-    let api = axum::Router::new()
+    let mut api = axum::Router::new()
         .route("/v1/acquire", post(acquire::acquire))
         .route("/v1/permits/{id}/release", post(permit::release))
         .route("/v1/permits/{id}/renew", post(permit::renew))
         .route("/v1/permits/{id}/reconcile", post(permit::reconcile))
         .route_layer(axum::middleware::from_fn_with_state(state.clone(), require_token));
+    // Tracing off: no layer at all on the decision path.
+    if state.tracer.is_some() {
+        api = api.route_layer(axum::middleware::from_fn_with_state(state.clone(), traced));
+    }
     axum::Router::new()
         .merge(api)
         .route("/v1/forward-auth", any(forward_auth::forward_auth))
         .fallback(not_found)
         .with_state(state)
+}
+
+/// A server span around a decision API call (tracing on, sampled): the
+/// route's template as its name, the status, and whether the call was
+/// granted.
+async fn traced(State(state): State<DecisionState>, request: Request, next: Next) -> Response {
+    let Some(tracer) = &state.tracer else {
+        return next.run(request).await;
+    };
+    let template = request
+        .extensions()
+        .get::<axum::extract::MatchedPath>()
+        .map(|p| p.as_str().to_owned());
+    let Some(mut span) =
+        crate::layers::route::server_span(tracer, &request, crate::metrics::traffic::NONE, None)
+    else {
+        return next.run(request).await;
+    };
+    if let Some(t) = template {
+        span.rename(format!("{} {t}", request.method()));
+        span.set("http.route", t);
+    }
+    let response = next.run(request).await;
+    let status = response.status().as_u16();
+    span.set("http.response.status_code", status);
+    let result = match status {
+        200..=299 => "granted",
+        429 => "refused",
+        _ => "error",
+    };
+    span.event(
+        "pressure.admission",
+        vec![
+            ("pressure.layer".into(), "decision".into()),
+            ("pressure.result".into(), result.into()),
+        ],
+    );
+    if status >= 500 {
+        span.fail("server error");
+    }
+    response
 }
 
 /// The bearer token of the decision API (forward auth checks its own

@@ -47,6 +47,20 @@ pub(crate) struct RequestContext {
     /// itself, level by level: given back when a level refuses the call's
     /// money (a refusal consumes nothing).
     pub(crate) payer_grants: Vec<pressure_core::Grant>,
+    /// The tracer and the request's server span, when tracing is on and
+    /// the trace is sampled: the parent of its upstream call's span and of
+    /// its LLM events' (`crate::otel`). One pointer wide: tracing off
+    /// costs the context nothing but a `None`.
+    pub(crate) trace: Option<Box<RequestTrace>>,
+}
+
+/// A traced request's tracer and server span.
+#[derive(Debug, Clone)]
+pub(crate) struct RequestTrace {
+    /// Records the request's spans.
+    pub(crate) tracer: pressure_core::trace::Tracer,
+    /// The server span: the parent of the request's other spans.
+    pub(crate) span: pressure_core::trace::SpanContext,
 }
 
 /// The context of `req`, when the route layer routed it.

@@ -23,6 +23,7 @@ use crate::plan::{Endpoint, Route};
 use crate::rejection::UpstreamFailure;
 use axum::body::Body;
 use http::Response;
+use pressure_core::trace::Span;
 use std::sync::Arc;
 
 /// The status recorded for a request whose client went away before the
@@ -84,6 +85,9 @@ pub(crate) struct Observation {
     slot: Option<PermitSlot>,
     /// The request counted in flight on its connection until then.
     in_flight: Option<InFlight>,
+    /// The request's server span (tracing on, sampled): ended when the
+    /// observation settles, with the status.
+    span: Option<Box<Span>>,
 }
 
 impl Observation {
@@ -106,7 +110,18 @@ impl Observation {
             access,
             slot: None,
             in_flight: None,
+            span: None,
         }
+    }
+
+    /// Ends `span` when the observation settles.
+    pub(crate) fn traced(&mut self, span: Box<Span>) {
+        self.span = Some(span);
+    }
+
+    /// The server span, to record on it.
+    pub(crate) fn span_mut(&mut self) -> Option<&mut Span> {
+        self.span.as_deref_mut()
     }
 
     /// Gives `slot`'s permits back and ends `in_flight` when the
@@ -167,8 +182,24 @@ impl Drop for Observation {
         if let Some(slot) = self.slot.take() {
             slot.release_all();
         }
+        if let Some(span) = self.span.take() {
+            end_server_span(*span, self.status);
+        }
         // `in_flight` ends after this, with the fields.
     }
+}
+
+/// Ends a request's server span with its `status` (kept out of line: a
+/// request not traced never comes here).
+#[cold]
+#[inline(never)]
+fn end_server_span(mut span: Span, status: u16) {
+    span.set("http.response.status_code", status);
+    // Server spans: a 5xx is an error, a 4xx the client's.
+    if status >= 500 {
+        span.fail("server error");
+    }
+    span.end();
 }
 
 /// A response body counts its bytes in its observation and settles it when

@@ -32,6 +32,7 @@ use axum::body::Body;
 use futures::future::BoxFuture;
 use http::uri::PathAndQuery;
 use http::{header, Request, Response, Uri, Version};
+use pressure_core::trace::{Span, SpanContext, SpanKind, Tracer, TRACEPARENT, TRACESTATE};
 use std::borrow::Cow;
 use std::convert::Infallible;
 use std::future::Future;
@@ -47,6 +48,7 @@ pub struct RouteLayer {
     force_access_log: bool,
     force_rate_limit_headers: bool,
     leases: bool,
+    tracer: Option<Tracer>,
 }
 
 impl RouteLayer {
@@ -58,7 +60,16 @@ impl RouteLayer {
             force_access_log: false,
             force_rate_limit_headers: false,
             leases: true,
+            tracer: None,
         }
+    }
+
+    /// Records a server span per request with `tracer` (`crate::otel`);
+    /// `None`: tracing off, and the request path does nothing of it.
+    #[must_use]
+    pub(crate) fn tracer(mut self, tracer: Option<Tracer>) -> Self {
+        self.tracer = tracer;
+        self
     }
 
     /// Charges no concurrency lease for the requests it routes (forward
@@ -98,6 +109,7 @@ impl<S> tower::Layer<S> for RouteLayer {
             force_access_log: self.force_access_log,
             force_rate_limit_headers: self.force_rate_limit_headers,
             leases: self.leases,
+            tracer: self.tracer.clone(),
             conn: None,
             last_slot: None,
             timer: None,
@@ -115,6 +127,7 @@ pub struct RouteService<S> {
     force_access_log: bool,
     force_rate_limit_headers: bool,
     leases: bool,
+    tracer: Option<Tracer>,
     /// The client connection this copy serves, when the server attached it
     /// (`crate::http::server::Attach`): the peer goes into the [`RequestContext`], and the
     /// request's in-flight count rides in its observation, so the
@@ -170,6 +183,54 @@ fn check_head<B>(req: &Request<B>) -> Result<(), Rejection> {
         ));
     }
     Ok(())
+}
+
+/// The server span of `req` (HTTP semantic conventions), under the
+/// client's `traceparent` when it sent a valid one; `None` when the trace
+/// is not sampled. `route` is the route's resource (`pressure.route`).
+#[cold]
+#[inline(never)]
+pub(crate) fn server_span(
+    tracer: &Tracer,
+    req: &Request<Body>,
+    route: &str,
+    peer: Option<std::net::SocketAddr>,
+) -> Option<Box<Span>> {
+    let h = req.headers();
+    let parent = h.get(TRACEPARENT).and_then(|v| v.to_str().ok()).and_then(|tp| {
+        let state = h.get(TRACESTATE).and_then(|v| v.to_str().ok());
+        SpanContext::parse(tp, state)
+    });
+    let method = req.method().as_str().to_owned();
+    let mut span = tracer.start(parent.as_ref(), method.clone(), SpanKind::Server)?;
+    if route != NONE {
+        span.rename(format!("{method} {route}"));
+        span.set("pressure.route", route.to_owned());
+    }
+    span.set("http.request.method", method);
+    span.set("url.path", req.uri().path().to_owned());
+    if let Some(q) = req.uri().query() {
+        span.set("url.query", q.to_owned());
+    }
+    let scheme = req.uri().scheme_str().unwrap_or("http").to_owned();
+    span.set("url.scheme", scheme);
+    let version = match req.version() {
+        Version::HTTP_10 => "1.0",
+        Version::HTTP_2 => "2",
+        Version::HTTP_3 => "3",
+        _ => "1.1",
+    };
+    span.set("network.protocol.version", version);
+    if let Some(host) = h.get(header::HOST).and_then(|v| v.to_str().ok()) {
+        span.set("server.address", host.to_owned());
+    }
+    if let Some(ua) = h.get(header::USER_AGENT).and_then(|v| v.to_str().ok()) {
+        span.set("user_agent.original", ua.to_owned());
+    }
+    if let Some(peer) = peer {
+        span.set("client.address", peer.ip().to_string());
+    }
+    Some(Box::new(span))
 }
 
 /// Replaces the path of `uri` (keeping its query).
@@ -260,9 +321,25 @@ where
         // and ends its in-flight count.
         let slot = self.next_slot();
         let series = self.series.get(&metrics, name, upstream);
-        let obs = Observation::start(&metrics, arrived, series, access)
+        let span = self
+            .tracer
+            .as_ref()
+            .and_then(|t| server_span(t, &req, name, self.conn.as_ref().map(|c| c.peer)));
+        let mut obs = Observation::start(&metrics, arrived, series, access)
             .proxied(proxied)
             .holding(Some(slot.clone()), in_flight);
+        // Tracing off (or not sampled): nothing more than this branch.
+        let trace = match (span, &self.tracer) {
+            (Some(span), Some(tracer)) => {
+                let trace = Box::new(super::context::RequestTrace {
+                    tracer: tracer.clone(),
+                    span: span.context().clone(),
+                });
+                obs.traced(span);
+                Some(trace)
+            }
+            _ => None,
+        };
         let headers = charged.clone().filter(|_| rate_limit_headers);
         let concurrency = self.leases;
         let denial_lines = plan.denial_lines();
@@ -277,6 +354,7 @@ where
             leases: self.leases,
             payer: None,
             payer_grants: Vec::new(),
+            trace,
         });
         let fut = self.inner.call(req);
         RouteFuture {
@@ -337,6 +415,14 @@ impl<F: Future<Output = Outcome>> Future for RouteFuture<F> {
                 }
                 RouteProj::Inner { fut } => {
                     let reply: Outcome = ready!(fut.poll(cx));
+                    if reply.is_ok() {
+                        if let Some(span) = this.obs.as_mut().and_then(Observation::span_mut) {
+                            span.event(
+                                "pressure.admission",
+                                vec![("pressure.result".into(), "admitted".into())],
+                            );
+                        }
+                    }
                     match reply {
                         Ok(resp) => match this.headers.take() {
                             Some(c) => {
@@ -352,6 +438,9 @@ impl<F: Future<Output = Outcome>> Future for RouteFuture<F> {
                         },
                         Err(rejection) => {
                             rejection.record(this.metrics, *this.denial_lines);
+                            if let Some(span) = this.obs.as_mut().and_then(Observation::span_mut) {
+                                rejection.trace(span);
+                            }
                             break (rejection.render(*this.dialect), true);
                         }
                     }

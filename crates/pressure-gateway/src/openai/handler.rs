@@ -34,8 +34,12 @@ fn caller_request_id<B>(req: &Request<B>) -> Option<String> {
 /// The event of `req` under `request_id`, paid for by its tenant when the
 /// tenant layer named one (its budget is charged every attempt).
 fn caller_of<B>(req: &Request<B>, request_id: &str) -> Caller<AnyBackend> {
-    let caller = Caller::new(request_id);
-    match crate::layers::context(req).and_then(|c| c.payer.clone()) {
+    let mut caller = Caller::new(request_id);
+    let routed = crate::layers::context(req);
+    if let Some(t) = routed.and_then(|c| c.trace.as_ref()) {
+        caller = caller.traced(t.tracer.clone(), t.span.clone());
+    }
+    match routed.and_then(|c| c.payer.clone()) {
         Some(payer) => caller.paid_by_all(payer),
         None => caller,
     }

@@ -129,6 +129,7 @@ impl Plan {
         let pressure = problems.keep(limits::build(&config));
         problems.keep(setting_checks::check_request_limits(&config));
         problems.keep(setting_checks::check_llm(&config));
+        problems.keep(crate::settings::check_tracing(config.tracing.as_ref()));
         let tls = problems.keep(tls::load(&config, base_dir));
         let decided = problems.keep(limits::decision_resources(&config));
         problems.keep(listeners::check_decisions(&config));

@@ -192,3 +192,43 @@ fn denied(metrics: &GatewayMetrics, denial_lines: u32, d: &Denied<'_>) {
         "request denied"
     );
 }
+
+impl Rejection {
+    /// Records the refusal on the request's server span: an event
+    /// `pressure.admission` (layer, resource, dimension, result, wait) for
+    /// a limit, and the span's `error.type` otherwise.
+    pub(crate) fn trace(&self, span: &mut pressure_core::trace::Span) {
+        use pressure_core::trace::Value;
+        let wait_ms = |d: std::time::Duration| Value::from(u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+        match self {
+            Self::RateLimited(r) => {
+                let mut attrs = vec![
+                    ("pressure.result".into(), Value::from("refused")),
+                    ("pressure.layer".into(), Value::from(r.layer.as_str())),
+                    ("pressure.resource".into(), Value::from(r.resource.clone())),
+                    ("pressure.dimension".into(), Value::from(r.dimension.as_str())),
+                    ("pressure.wait_ms".into(), wait_ms(r.wait)),
+                ];
+                if let Some(ns) = &r.namespace_id {
+                    attrs.push(("pressure.tenant".into(), Value::from(ns.clone())));
+                }
+                span.event("pressure.admission", attrs);
+            }
+            Self::LimiterUnavailable {
+                resource,
+                layer,
+                retry_after,
+                ..
+            } => span.event(
+                "pressure.admission",
+                vec![
+                    ("pressure.result".into(), Value::from("unavailable")),
+                    ("pressure.layer".into(), Value::from(layer.as_str())),
+                    ("pressure.resource".into(), Value::from(resource.clone())),
+                    ("pressure.wait_ms".into(), wait_ms(*retry_after)),
+                ],
+            ),
+            _ => {}
+        }
+    }
+}

@@ -14,6 +14,7 @@ pub mod schema;
 mod shape;
 mod tenant_override;
 mod tls;
+mod tracing;
 mod types;
 
 pub use decisions::{DecisionsConfig, DEFAULT_MAX_PERMITS};
@@ -25,4 +26,6 @@ pub use rls::RlsConfig;
 pub use tenant_override::TenantOverride;
 pub(crate) use tls::{resolve_files, watched_files};
 pub use tls::{ListenerTlsConfig, UpstreamTlsConfig};
+pub(crate) use tracing::check as check_tracing;
+pub use tracing::{resolve_tracing, OtlpProtocol, ResolvedTracing, TracingConfig};
 pub use types::*;

@@ -70,6 +70,10 @@ pub struct GatewayConfig {
     /// gateway's broker; absent: off.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rls: Option<super::RlsConfig>,
+    /// OpenTelemetry traces over OTLP (`docs/tracing.md`); absent: off,
+    /// unless `OTEL_EXPORTER_OTLP_ENDPOINT` is set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tracing: Option<super::TracingConfig>,
 }
 
 /// `gateway.denialLog`: how many `request denied` lines one resource may

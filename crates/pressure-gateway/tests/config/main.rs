@@ -324,7 +324,22 @@ const CASES: &[Case] = &[
         |v| v["gateway"]["listn"] = json!("x"),
         "gateway.listn: unknown key `listn` in gateway (known keys: `listen`, `upstreams`, `backend`, `auth`, \
          `admin`, `pressure`, `limits`, `timeouts`, `shutdownGraceMs`, `llm`, `tls`, `accessLog`, `denialLog`, \
-         `decisions`, `rls`)",
+         `decisions`, `rls`, `tracing`)",
+    ),
+    (
+        "tracing endpoint that is not a URL",
+        |v| v["gateway"]["tracing"] = json!({ "endpoint": "collector:4318" }),
+        "gateway.tracing.endpoint: `collector:4318` must be an http:// or https:// URL with a host",
+    ),
+    (
+        "tracing protocol unknown",
+        |v| v["gateway"]["tracing"] = json!({ "protocol": "http/json" }),
+        "gateway.tracing.protocol: unknown value `http/json` (expected `http/protobuf` or `grpc`)",
+    ),
+    (
+        "tracing sample ratio above 1",
+        |v| v["gateway"]["tracing"] = json!({ "sampleRatio": 1.5 }),
+        "gateway.tracing.sampleRatio: must be between 0 and 1, got 1.5",
     ),
     (
         "denial log budget that is not a count",

@@ -59,5 +59,7 @@ mod shadow;
 mod timeouts;
 #[path = "../tls/main.rs"]
 mod tls;
+#[path = "../traces/main.rs"]
+mod traces;
 #[path = "../traffic/main.rs"]
 mod traffic;

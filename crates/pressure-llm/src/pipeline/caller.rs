@@ -23,6 +23,19 @@ pub struct Caller<B: Backend = MemoryBackend> {
     /// docs): every level of the nest, all or nothing (a key, its tenant
     /// and the tenant's ancestors: nested budgets).
     pub payer: Option<Nest<B>>,
+    /// The trace the event's spans join (tracing on, the request sampled):
+    /// a span for the event, one per attempt, `traceparent` to providers.
+    pub trace: Option<CallerTrace>,
+}
+
+/// Where an event's spans go: the tracer and the parent span (the
+/// gateway's server span).
+#[derive(Debug, Clone)]
+pub struct CallerTrace {
+    /// Records the spans.
+    pub tracer: pressure_core::trace::Tracer,
+    /// Their parent.
+    pub parent: pressure_core::trace::SpanContext,
 }
 
 impl<B: Backend> Caller<B> {
@@ -31,7 +44,18 @@ impl<B: Backend> Caller<B> {
         Self {
             request_id: request_id.into(),
             payer: None,
+            trace: None,
         }
+    }
+
+    /// The same event, traced under `parent` with `tracer`.
+    pub fn traced(
+        mut self,
+        tracer: pressure_core::trace::Tracer,
+        parent: pressure_core::trace::SpanContext,
+    ) -> Self {
+        self.trace = Some(CallerTrace { tracer, parent });
+        self
     }
 
     /// The same event, paid for by `payer`.

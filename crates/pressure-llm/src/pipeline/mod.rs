@@ -86,7 +86,7 @@ pub mod pool;
 
 pub use answer::{Answer, Degradation, EmbeddingAnswer, LlmReply};
 pub use answer_stream::AnswerStream;
-pub use caller::Caller;
+pub use caller::{Caller, CallerTrace};
 pub use client::LlmClient;
 pub use config::{
     ChainLevel, ConfigError, KnnLevel, LlmConfig, ModelConfig, ModelKind, ProviderSettings, UseCaseConfig,

@@ -27,6 +27,8 @@ pub struct CallTag {
     pub attempt: u32,
     /// Whether the call is a half-open breaker probe.
     pub probe: bool,
+    /// The W3C `traceparent` naming the attempt's span (tracing on).
+    pub traceparent: Option<String>,
 }
 
 impl CallTag {
@@ -39,7 +41,12 @@ impl CallTag {
             .map(|v| (REQUEST_ID_NAME, v));
         let attempt = (self.attempt > 0).then(|| (ATTEMPT_NAME, HeaderValue::from(self.attempt)));
         let probe = self.probe.then(|| (PROBE_NAME, HeaderValue::from_static("true")));
-        id.into_iter().chain(attempt).chain(probe)
+        let traceparent = self
+            .traceparent
+            .as_deref()
+            .and_then(|tp| HeaderValue::from_str(tp).ok())
+            .map(|v| (HeaderName::from_static("traceparent"), v));
+        id.into_iter().chain(attempt).chain(probe).chain(traceparent)
     }
 }
 
@@ -54,6 +61,7 @@ mod tests {
             request_id: Some("req-1".into()),
             attempt: 2,
             probe: true,
+            traceparent: None,
         };
         let h: Vec<_> = tag
             .headers()

@@ -41,6 +41,7 @@ async fn vectors_are_deterministic_unit_length_and_billed_on_input() {
             request_id: Some("evt-1".into()),
             attempt: 1,
             probe: false,
+            traceparent: None,
         };
         let a = c.embed_tagged(&req, deadline(), &tag).await.unwrap().response;
         let b = c.embed(&req, deadline()).await.unwrap().response;

@@ -15,3 +15,4 @@ mod outage;
 mod readme;
 mod reload;
 mod support;
+mod traces;

@@ -136,4 +136,14 @@ impl<B: Backend> Call<B> for Complete {
     fn degraded(answer: LlmReply) -> LlmReply {
         answer
     }
+
+    fn trace_output(output: &LlmReply, span: &mut pressure_core::trace::Span) {
+        if let LlmReply::Completion(resp) = output {
+            span.set("gen_ai.response.model", resp.header.model.clone());
+            if let Some(u) = &resp.usage {
+                span.set("gen_ai.usage.input_tokens", u.prompt_tokens);
+                span.set("gen_ai.usage.output_tokens", u.completion_tokens);
+            }
+        }
+    }
 }

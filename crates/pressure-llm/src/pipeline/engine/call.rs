@@ -113,4 +113,8 @@ pub(crate) trait Call<B: Backend>: Sync {
 
     /// The output of a level without a model.
     fn degraded(answer: <Self::Request as Request<B>>::Degraded) -> Self::Output;
+
+    /// Records what a successful attempt's output says on its span (the
+    /// answering model, the tokens used), when it knows.
+    fn trace_output(_output: &Self::Output, _span: &mut pressure_core::trace::Span) {}
 }

@@ -17,7 +17,8 @@ use super::ledger::Ledger;
 use super::models::ModelEntry;
 use super::payer::Paid;
 use super::Engine;
-use crate::breaker::CallPermit;
+use crate::breaker::{CallPermit, State};
+use crate::pipeline::config::ModelKind;
 use crate::pipeline::error::LlmError;
 use crate::pipeline::metrics::Metrics;
 use crate::price::Money;
@@ -40,6 +41,10 @@ pub(super) struct Event<B: Backend> {
     pub(super) hint: RetryHint,
     /// The use case's total budget, for [`LlmError::DeadlineExceeded`].
     pub(super) total_ms: u64,
+    /// The event's span (tracing on): the parent of its attempts' spans.
+    pub(super) trace: Option<(pressure_core::trace::Tracer, pressure_core::trace::SpanContext)>,
+    /// The chain level being walked (`pressure.level`).
+    pub(super) level: usize,
 }
 
 impl<B: Backend> Event<B> {
@@ -152,10 +157,20 @@ impl<B: Backend> Engine<B> {
             kind,
             Arc::clone(&self.metrics),
         );
+        let mut span = event
+            .trace
+            .as_ref()
+            .and_then(|(tracer, parent)| attempt_span(tracer, parent, kind, m, event));
+        // The breaker's state before the attempt (traced only): a
+        // transition its outcome causes is an event of the attempt's span.
+        let breaker_before = span
+            .as_ref()
+            .map(|_| self.breakers.get(&m.provider, &m.model).state());
         let tag = CallTag {
             request_id: Some(event.request_id.clone()),
             attempt: event.attempts,
             probe: ledger.is_probe(),
+            traceparent: span.as_ref().map(|s| s.context().traceparent()),
         };
         let target = Target {
             provider,
@@ -167,15 +182,74 @@ impl<B: Backend> Engine<B> {
                 m.apply_hints(C::hints(&sent), &reservation, self.clock.now_nanos());
                 let (output, cost) = call.finish(sent, ledger).await;
                 event.spent = event.spent + cost;
+                if let Some(span) = span.as_mut() {
+                    span.set("pressure.cost_micro_usd", cost.micro_usd());
+                    C::trace_output(&output, span);
+                    self.trace_breaker(m, breaker_before, span);
+                }
                 return Ok(output);
             }
             Err(e) => e,
         };
         let cost = ledger.fail(e.kind.clone()).await;
+        if let Some(span) = span.as_mut() {
+            span.set("pressure.cost_micro_usd", cost.micro_usd());
+            span.set("error.type", e.kind.to_string());
+            if let Some(status) = e.status {
+                span.set("http.response.status_code", status);
+            }
+            span.fail("provider call failed");
+            self.trace_breaker(m, breaker_before, span);
+        }
         event.spent = event.spent + cost;
         event.failed_spent = event.failed_spent + cost;
         Err((e, cost))
     }
+}
+
+impl<B: Backend> Engine<B> {
+    /// A `pressure.breaker` event on `span` when `m`'s breaker is no
+    /// longer in the state `before`.
+    fn trace_breaker(&self, m: &ModelEntry, before: Option<State>, span: &mut pressure_core::trace::Span) {
+        let after = self.breakers.get(&m.provider, &m.model).state();
+        if let Some(before) = before.filter(|b| *b != after) {
+            span.event(
+                "pressure.breaker",
+                vec![
+                    ("pressure.model".into(), m.key.clone().into()),
+                    ("pressure.breaker.from".into(), before.as_str().into()),
+                    ("pressure.breaker.to".into(), after.as_str().into()),
+                ],
+            );
+        }
+    }
+}
+
+/// The span of one attempt of `event` on `m` (GenAI semantic
+/// conventions, plus pressure's level and attempt number).
+fn attempt_span<B: Backend>(
+    tracer: &pressure_core::trace::Tracer,
+    parent: &pressure_core::trace::SpanContext,
+    kind: ModelKind,
+    m: &ModelEntry,
+    event: &Event<B>,
+) -> Option<pressure_core::trace::Span> {
+    let operation = match kind {
+        ModelKind::Embedding => "embeddings",
+        _ => "chat",
+    };
+    let mut span = tracer.start(
+        Some(parent),
+        format!("{operation} {}", m.model),
+        pressure_core::trace::SpanKind::Client,
+    )?;
+    span.set("gen_ai.operation.name", operation);
+    span.set("gen_ai.provider.name", m.provider.to_string());
+    span.set("gen_ai.request.model", m.model.to_string());
+    span.set("pressure.model", m.key.to_string());
+    span.set("pressure.level", u64::try_from(event.level).unwrap_or(u64::MAX));
+    span.set("pressure.attempt", event.attempts);
+    Some(span)
 }
 
 /// How a level ends when its retries gave up on `err` for `reason`: a

@@ -34,12 +34,49 @@ use super::pool::Member;
 use super::rotation::Rotation;
 use super::Engine;
 use crate::pipeline::answer::Degradation;
-use crate::pipeline::caller::Caller;
+use crate::pipeline::caller::{Caller, CallerTrace};
 use crate::pipeline::config::{ChainLevel, ModelKind, UseCaseConfig};
 use crate::pipeline::error::LlmError;
 use crate::price::Money;
 use crate::reservation::Reservation;
 use crate::retry::RetryState;
+use pressure_core::trace::{Span, SpanKind};
+
+/// The span of an event of `use_case` (tracing on, sampled): its attempts
+/// are its children (`event.trace`), its fallbacks its events; it ends
+/// with the walk.
+fn event_span<B: Backend>(trace: Option<&CallerTrace>, use_case: &str, event: &mut Event<B>) -> Option<Span> {
+    let t = trace?;
+    let mut span = t.tracer.start(
+        Some(&t.parent),
+        format!("pressure.llm {use_case}"),
+        SpanKind::Internal,
+    )?;
+    span.set("pressure.use_case", use_case.to_owned());
+    event.trace = Some((t.tracer.clone(), span.context().clone()));
+    Some(span)
+}
+
+/// The event falls back to chain level `level` after `e`.
+fn fell_back(span: &mut Span, level: usize, e: &LlmError) {
+    span.event(
+        "pressure.fallback",
+        vec![
+            (
+                "pressure.level".into(),
+                u64::try_from(level).unwrap_or(u64::MAX).into(),
+            ),
+            ("error.type".into(), e.to_string().into()),
+        ],
+    );
+}
+
+/// Chain level `level` answered the event.
+fn answered<B: Backend>(span: &mut Span, level: usize, event: &Event<B>) {
+    span.set("pressure.level", u64::try_from(level).unwrap_or(u64::MAX));
+    span.set("pressure.attempts", event.attempts);
+    span.set("pressure.cost_micro_usd", event.spent.micro_usd());
+}
 
 /// The model levels among `chain` that the request fits (at least 1):
 /// `plans` holds the reservations of their models, in order.
@@ -161,13 +198,19 @@ impl<B: Backend> Engine<B> {
         let total = uc.total();
         let deadline = Instant::now() + total;
         let plans = self.plans(uc, req)?;
+        let trace = caller.trace.clone();
         let mut event = self.start_event(uc, caller, total);
+        let mut span = event_span(trace.as_ref(), use_case, &mut event);
 
         let mut last_error: Option<LlmError> = None;
         let mut ordinal = 0usize;
         // The plans of the levels before this one.
         let mut planned = 0usize;
         for (i, level) in uc.chain.iter().enumerate() {
+            event.level = i;
+            if let (Some(span), Some(e)) = (span.as_mut(), last_error.as_ref()) {
+                fell_back(span, i, e);
+            }
             let step = match level {
                 ChainLevel::Knn(knn) => {
                     let priority = uc.priority.broker_priority();
@@ -207,6 +250,9 @@ impl<B: Backend> Engine<B> {
             };
             match step {
                 Step::Answered(output, degradation, model) => {
+                    if let Some(span) = span.as_mut() {
+                        answered(span, i, &event);
+                    }
                     return Ok(Served {
                         level: i,
                         degradation,
@@ -240,6 +286,8 @@ impl<B: Backend> Engine<B> {
             failed_spent: Money::ZERO,
             hint: RetryHint::default(),
             total_ms: duration_to_millis(total),
+            trace: None,
+            level: 0,
         }
     }
 
