@@ -317,7 +317,8 @@ const CASES: &[Case] = &[
          (known keys: `requestsPerSecond`, `requestsPerMinute`, `requestsPerHour`, `requestsPer24Hours`, \
          `tokensPerMinute`, `inputTokensPerMinute`, \
          `outputTokensPerMinute`, `maxConcurrentRequests`, `requestsPerDay`, `tokensPerDay`, \
-         `costMicroUsdPerDay`, `costMicroUsdPerMonth`, `algorithm`, `burst`, `leaseTtlMs`, `leasing`)",
+         `costMicroUsdPerDay`, `costMicroUsdPerMonth`, `algorithm`, `burst`, `leaseTtlMs`, `leasing`, \
+         `shadow`)",
     ),
     (
         "unknown key in gateway",
