@@ -290,19 +290,24 @@ impl<B: Backend> ResourceBroker<B> {
         })
     }
 
+    /// The registered entry of `resource`, marked as used now when it was
+    /// registered lazily (what keeps it from eviction).
+    fn touched(&self, resource: &str) -> Option<Arc<Entry<B>>> {
+        let entry = Arc::clone(self.shared.resources.get(resource)?.value());
+        if entry.lazy {
+            entry
+                .last_used
+                .store(self.shared.clock.now_nanos(), Ordering::Relaxed);
+        }
+        Some(entry)
+    }
+
     /// The handle of `resource`, registering it on first use as a `limit`
     /// resource with `template` (e.g. one per tenant). Lazily registered
     /// resources are bounded: past the bound, resources at rest are evicted
     /// first, then the least recently used idle ones (see the crate docs).
     pub fn lazy_limit(&self, resource: &str, template: &LimitTemplate) -> Result<ResourceHandle<B>, Error> {
-        if let Some(e) = self.shared.resources.get(resource) {
-            let entry = Arc::clone(e.value());
-            drop(e);
-            if entry.lazy {
-                entry
-                    .last_used
-                    .store(self.shared.clock.now_nanos(), Ordering::Relaxed);
-            }
+        if let Some(entry) = self.touched(resource) {
             return Ok(ResourceHandle { entry });
         }
         match self.insert(
@@ -341,14 +346,7 @@ impl<B: Backend> ResourceBroker<B> {
         group: &str,
         template: &LimitTemplate,
     ) -> Result<ResourceHandle<B>, Error> {
-        if let Some(e) = self.shared.resources.get(resource) {
-            let entry = Arc::clone(e.value());
-            drop(e);
-            if entry.lazy {
-                entry
-                    .last_used
-                    .store(self.shared.clock.now_nanos(), Ordering::Relaxed);
-            }
+        if let Some(entry) = self.touched(resource) {
             if self.shared.backend.in_group(&entry.current().handle, group) {
                 return Ok(ResourceHandle { entry });
             }

@@ -87,7 +87,7 @@ impl<B: Backend> tonic::server::UnaryService<RateLimitRequest> for ShouldRateLim
             let answer = limiter.should_rate_limit(request.get_ref()).await;
             if let Some(mut span) = span {
                 let result = match &answer {
-                    Ok(a) if a.overall_code == Code::OverLimit as i32 => "refused",
+                    Ok(a) if a.overall_code() == Code::OverLimit => "refused",
                     Ok(_) => "admitted",
                     Err(_) => "error",
                 };
